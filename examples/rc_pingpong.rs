@@ -1,0 +1,309 @@
+//! Ping-pong over a Reliable Connected queue pair, wire-compatible with rdma-core's
+//! `ibv_rc_pingpong`: same options (`-p -d -i -s -m -r -n -l -g`), same TCP exchange (port
+//! 18515, 52-byte `LLLL:QQQQQQ:PPPPPP:<GID>` messages, then `done`) and same output.
+//!
+//! One difference: without `-g` on an Ethernet (RoCE) port, where the C tool fails, this one
+//! picks the routable GID (RoCE v2 with an IPv4-mapped address first) and says which.
+//!
+//! ```text
+//! rc_pingpong -d rxe0 -g 1               # server
+//! rc_pingpong -d rxe0 -g 1 192.0.2.1     # client
+//! ```
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rdma_verbs::*;
+
+/// How long to wait for the peer over TCP, and for a completion once running.
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+type Error = Box<dyn std::error::Error>;
+
+/// Ping-pong over an RC QP (wire-compatible with ibv_rc_pingpong).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Listen on / connect to TCP port
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Size of message to exchange, in bytes
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    size: u32,
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    mtu: u32,
+    /// Number of receives to post at a time
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Number of exchanges
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    iters: u64,
+    /// Service level
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    sl: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u32>,
+    /// Server to connect to (none: act as the server)
+    servername: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), Error> {
+    let mtu = Mtu::from_bytes(args.mtu)
+        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
+    if args.size == 0 || args.rx_depth == 0 || args.iters == 0 {
+        return Err("-s, -r and -n must be at least 1".into());
+    }
+    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let port = ctx.query_port(args.ib_port)?;
+    if !port.is_ethernet() && port.lid().0 == 0 {
+        return Err(format!(
+            "{} port {} has no LID: is the subnet manager running?",
+            ctx.name(),
+            args.ib_port
+        )
+        .into());
+    }
+    let gid = local_gid(&ctx, args, &port)?;
+
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(args.rx_depth + 1)?;
+    let size = args.size as usize;
+    // The send message, then the receive area: the C tool shares one buffer for both, but
+    // the NIC writing bytes we send is exactly what the raw tier's contract forbids.
+    let mut mr = pd.register(2 * size, AccessFlags::LOCAL_WRITE)?;
+    mr.as_mut_slice()[..size].fill(0x7b);
+    let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
+    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
+    let qp = qp
+        .into_init(&InitAttr { port: args.ib_port, ..Default::default() })
+        .map_err(|e| e.error)?;
+
+    let send_sge = [mr.sge(..size)?];
+    let recv_sge = [mr.sge(size..)?];
+    post_recvs(&qp, &recv_sge, args.rx_depth)?;
+
+    let psn = Psn::random();
+    let me =
+        Endpoint { lid: port.lid(), qpn: qp.qp_num(), psn, gid: gid.map_or(Gid::ZERO, |g| g.gid) };
+    println!("  local address:  {me}");
+
+    let link = Link { port: args.ib_port, sgid: gid.map(|g| g.index as u8), mtu, sl: args.sl, psn };
+    let (qp, remote) = match &args.servername {
+        Some(host) => {
+            let mut stream = TcpStream::connect((host.as_str(), args.port))
+                .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;
+            stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+            stream.write_all(&me.to_pingpong_message())?;
+            let remote = read_endpoint(&mut stream)?;
+            stream.write_all(b"done\0")?;
+            (connect(qp, &remote, &link)?, remote)
+        }
+        None => {
+            let mut stream = accept(args.port)?;
+            stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+            let remote = read_endpoint(&mut stream)?;
+            // The peer may send as soon as it reads our reply: be in RTS before replying.
+            let qp = connect(qp, &remote, &link)?;
+            stream.write_all(&me.to_pingpong_message())?;
+            let mut done = [0u8; 5];
+            read_exact(&mut stream, &mut done, "\"done\"")?;
+            if &done != b"done\0" {
+                return Err(format!(
+                    "expected \"done\" from the peer, got {:?}",
+                    String::from_utf8_lossy(&done)
+                )
+                .into());
+            }
+            (qp, remote)
+        }
+    };
+    println!("  remote address: {remote}");
+
+    let inline = u64::from(qp.caps().max_inline_data) >= u64::from(args.size);
+    let flags = if inline { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
+    let post_send = || -> Result<(), Error> {
+        // SAFETY: the send area is not written after the fill above, and `mr` outlives the QP.
+        unsafe { qp.post_send(&mut SendWr::send(SEND_WRID, &send_sge).flags(flags))? };
+        Ok(())
+    };
+
+    let mut pending = RECV_WRID;
+    if args.servername.is_some() {
+        post_send()?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut rcnt, mut scnt, mut routs) = (0u64, 0u64, args.rx_depth);
+    let mut wcs = [WorkCompletion::default(); 2];
+    let mut idle_since: Option<Instant> = None;
+    while rcnt < args.iters || scnt < args.iters {
+        let done = cq.poll(&mut wcs)?;
+        if done.is_empty() {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > PEER_TIMEOUT {
+                return Err(format!("no completion for {} s after {rcnt} receives and {scnt} sends: the peer stopped", PEER_TIMEOUT.as_secs()).into());
+            }
+            continue;
+        }
+        idle_since = None;
+        for wc in done.iter() {
+            if !wc.is_success() {
+                return Err(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status(),
+                    wc.status().0,
+                    wc.wr_id()
+                )
+                .into());
+            }
+            match wc.wr_id() {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        post_recvs(&qp, &recv_sge, args.rx_depth - routs)?;
+                        routs = args.rx_depth;
+                    }
+                    rcnt += 1;
+                }
+                id => return Err(format!("completion for unknown wr_id {id}").into()),
+            }
+            pending &= !wc.wr_id();
+            if scnt < args.iters && pending == 0 {
+                post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = u64::from(args.size) * args.iters * 2;
+    let secs = elapsed.as_secs_f64();
+    println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / usec);
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        args.iters,
+        usec / args.iters as f64
+    );
+    Ok(())
+}
+
+/// What connecting our QP needs besides the peer's endpoint.
+struct Link {
+    port: u8,
+    sgid: Option<u8>,
+    mtu: Mtu,
+    sl: u8,
+    psn: Psn,
+}
+
+/// INIT → RTR → RTS towards `remote`.
+fn connect<'a>(
+    qp: QueuePair<'a, Init>,
+    remote: &Endpoint,
+    link: &Link,
+) -> Result<QueuePair<'a, Rts>, Error> {
+    let mut rtr = RtrAttr::to_endpoint(remote, link.port, link.sgid, link.mtu);
+    rtr.av.sl = link.sl;
+    // A TransitionError holds the QP, which borrows locals: keep only the error.
+    let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
+    Ok(qp.into_rts(&RtsAttr::new(link.psn)).map_err(|e| e.error)?)
+}
+
+/// Posts `n` receives into `sge`.
+fn post_recvs<S: ReceiveReady>(qp: &QueuePair<'_, S>, sge: &[Sge], n: u32) -> Result<(), Error> {
+    for _ in 0..n {
+        // SAFETY: the receive area is never read or written by this program, and its memory
+        // region outlives the QP (declared before it, so dropped after it).
+        unsafe { qp.post_recv(&mut RecvWr::new(RECV_WRID, sge))? };
+    }
+    Ok(())
+}
+
+/// The GID to send, with its index: `-g` if given; else on Ethernet the routable one.
+fn local_gid(ctx: &Context, args: &Args, port: &PortAttr) -> Result<Option<GidEntry>, Error> {
+    Ok(match args.gid_idx {
+        Some(index) => Some(ctx.gid(args.ib_port, index)?),
+        None if port.is_ethernet() => {
+            let gid = ctx.routable_gid(args.ib_port)?;
+            eprintln!(
+                "rc_pingpong: no -g on an Ethernet (RoCE) port: using GID index {gid}, the routable one"
+            );
+            Some(gid)
+        }
+        None => None,
+    })
+}
+
+/// Waits for one client, on IPv6 and IPv4 where the system allows both.
+fn accept(port: u16) -> Result<TcpStream, Error> {
+    let listener = TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(|e| format!("couldn't listen on port {port}: {e}"))?;
+    Ok(listener.accept()?.0)
+}
+
+fn read_endpoint(stream: &mut TcpStream) -> Result<Endpoint, Error> {
+    let mut msg = [0u8; PINGPONG_MESSAGE_LEN];
+    read_exact(stream, &mut msg, "address message")?;
+    Endpoint::from_pingpong_message(&msg)
+        .map_err(|e| format!("bad address message from the peer: {e}").into())
+}
+
+/// `read_exact` with messages that say how much arrived.
+fn read_exact(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), Error> {
+    let mut got = 0;
+    while got < buf.len() {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => {
+                return Err(format!(
+                    "the peer closed the connection after {got} of the {} bytes of its {what}",
+                    buf.len()
+                )
+                .into())
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!(
+                    "no {what} from the peer within {} s ({got} of {} bytes arrived)",
+                    PEER_TIMEOUT.as_secs(),
+                    buf.len()
+                )
+                .into())
+            }
+            Err(e) => return Err(format!("reading the peer's {what}: {e}").into()),
+        }
+    }
+    Ok(())
+}

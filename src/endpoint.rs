@@ -1,0 +1,229 @@
+//! What two peers exchange to connect their queue pairs, and its wire formats.
+
+use std::fmt;
+
+use crate::gid::Gid;
+
+/// A Local Identifier: a port's 16-bit InfiniBand address (0 on Ethernet ports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Lid(pub u16);
+
+/// A Queue Pair Number (24 bits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Qpn(pub u32);
+
+/// A Packet Sequence Number (24 bits): where a QP's send or receive sequence starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Psn(u32);
+
+impl Psn {
+    /// The largest PSN, 2²⁴ − 1.
+    pub const MAX: u32 = 0xff_ffff;
+
+    /// A PSN from its low 24 bits.
+    pub fn new(value: u32) -> Psn {
+        Psn(value & Psn::MAX)
+    }
+
+    /// A random PSN, as ibv_rc_pingpong picks (`lrand48() & 0xffffff`).
+    pub fn random() -> Psn {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        h.write_u128(now.map_or(0, |d| d.as_nanos()));
+        Psn::new(h.finish() as u32)
+    }
+
+    /// The value.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// What a peer needs to connect an RC (or UC) queue pair to ours: LID, QPN, first PSN and
+/// GID (`Gid::ZERO` when none is used, as on InfiniBand without a GRH).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The port's LID (0 on RoCE).
+    pub lid: Lid,
+    /// The QP number.
+    pub qpn: Qpn,
+    /// The first PSN of the QP's send queue.
+    pub psn: Psn,
+    /// The GID used as source GID.
+    pub gid: Gid,
+}
+
+/// The ibv_rc_pingpong message length: `"LLLL:QQQQQQ:PPPPPP:" + 32 GID hex digits + NUL`.
+pub const PINGPONG_MESSAGE_LEN: usize = 52;
+
+/// Why a peer's ibv_rc_pingpong address message was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// Not 52 bytes.
+    #[error("the address message has {got} bytes, not {PINGPONG_MESSAGE_LEN}")]
+    Length {
+        /// Bytes received.
+        got: usize,
+    },
+    /// Not the `LLLL:QQQQQQ:PPPPPP:GGGG…` layout, NUL-terminated.
+    #[error("the address message is not \"LLLL:QQQQQQ:PPPPPP:<32 hex GID>\\0\": {text:?}")]
+    Layout {
+        /// The message, lossily decoded.
+        text: String,
+    },
+    /// A field holds something other than hex digits.
+    #[error("the {field} field of the address message is not hexadecimal: {text:?}")]
+    NotHex {
+        /// `lid`, `qpn`, `psn` or `gid`.
+        field: &'static str,
+        /// The field's text.
+        text: String,
+    },
+}
+
+impl Endpoint {
+    /// The ibv_rc_pingpong wire message: `sprintf("%04x:%06x:%06x:%s")` of LID, QPN, PSN and
+    /// the 16 GID bytes as 32 lower-case hex digits, NUL-terminated (52 bytes).
+    pub fn to_pingpong_message(&self) -> [u8; PINGPONG_MESSAGE_LEN] {
+        let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+        let text = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid.0, self.qpn.0, self.psn.0);
+        let mut msg = [0u8; PINGPONG_MESSAGE_LEN];
+        msg[..text.len()].copy_from_slice(text.as_bytes());
+        msg
+    }
+
+    /// Parses an ibv_rc_pingpong wire message (see [`Endpoint::to_pingpong_message`]).
+    ///
+    /// # Errors
+    ///
+    /// [`WireError`] naming what is wrong: the length, the layout, or a non-hex field.
+    pub fn from_pingpong_message(msg: &[u8]) -> Result<Endpoint, WireError> {
+        if msg.len() != PINGPONG_MESSAGE_LEN {
+            return Err(WireError::Length { got: msg.len() });
+        }
+        let layout_err = || WireError::Layout { text: String::from_utf8_lossy(msg).into_owned() };
+        // Exactly 51 characters, then the NUL.
+        if msg.iter().position(|&b| b == 0) != Some(PINGPONG_MESSAGE_LEN - 1) {
+            return Err(layout_err());
+        }
+        let text =
+            std::str::from_utf8(&msg[..PINGPONG_MESSAGE_LEN - 1]).map_err(|_| layout_err())?;
+        let fields: Vec<&str> = text.split(':').collect();
+        let [lid, qpn, psn, gid] = fields[..] else { return Err(layout_err()) };
+        if lid.len() != 4 || qpn.len() != 6 || psn.len() != 6 || gid.len() != 32 {
+            return Err(layout_err());
+        }
+        let hex = |field, text: &str| {
+            if text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                Ok(u32::from_str_radix(text, 16).expect("at most 6 hex digits"))
+            } else {
+                Err(WireError::NotHex { field, text: text.to_owned() })
+            }
+        };
+        let mut gid_bytes = [0u8; 16];
+        for (i, byte) in gid_bytes.iter_mut().enumerate() {
+            let pair = &gid[2 * i..2 * i + 2];
+            *byte = u8::try_from(
+                hex("gid", pair)
+                    .map_err(|_| WireError::NotHex { field: "gid", text: gid.to_owned() })?,
+            )
+            .expect("two hex digits");
+        }
+        Ok(Endpoint {
+            lid: Lid(hex("lid", lid)? as u16),
+            qpn: Qpn(hex("qpn", qpn)?),
+            psn: Psn::new(hex("psn", psn)?),
+            gid: Gid(gid_bytes),
+        })
+    }
+}
+
+/// As ibv_rc_pingpong prints an address: `LID 0x0000, QPN 0x000011, PSN 0x3c8a4d, GID ::ffff:192.0.2.1`.
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            self.lid.0, self.qpn.0, self.psn.0, self.gid
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn endpoint() -> Endpoint {
+        Endpoint {
+            lid: Lid(0x12),
+            qpn: Qpn(0x11),
+            psn: Psn::new(0x3c8a4d),
+            gid: Gid::from("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap()),
+        }
+    }
+
+    #[test]
+    fn message_matches_the_c_format() {
+        let msg = endpoint().to_pingpong_message();
+        assert_eq!(&msg[..], b"0012:000011:3c8a4d:00000000000000000000ffffc0000201\0");
+        assert_eq!(
+            endpoint().to_string(),
+            "LID 0x0012, QPN 0x000011, PSN 0x3c8a4d, GID ::ffff:192.0.2.1"
+        );
+    }
+
+    #[test]
+    fn bad_messages_say_what_is_wrong() {
+        let ok = endpoint().to_pingpong_message();
+        assert_eq!(Endpoint::from_pingpong_message(&ok[..10]), Err(WireError::Length { got: 10 }));
+        let mut bad = ok;
+        bad[0] = b'z';
+        assert!(matches!(
+            Endpoint::from_pingpong_message(&bad),
+            Err(WireError::NotHex { field: "lid", .. })
+        ));
+        let mut bad = ok;
+        bad[30] = b'g';
+        assert!(matches!(
+            Endpoint::from_pingpong_message(&bad),
+            Err(WireError::NotHex { field: "gid", .. })
+        ));
+        let mut bad = ok;
+        bad[51] = b'0';
+        assert!(matches!(Endpoint::from_pingpong_message(&bad), Err(WireError::Layout { .. })));
+        // A 30-digit GID, padded with NULs to 52 bytes.
+        let short = b"0012:000011:3c8a4d:000000000000000000ffffc0000201\0\0\0";
+        assert!(matches!(Endpoint::from_pingpong_message(short), Err(WireError::Layout { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn message_round_trips(lid: u16, qpn in 0u32..=0xff_ffff, psn in 0u32..=0xff_ffff, gid: [u8; 16]) {
+            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn::new(psn), gid: Gid(gid) };
+            prop_assert_eq!(Endpoint::from_pingpong_message(&e.to_pingpong_message()), Ok(e));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = Endpoint::from_pingpong_message(&bytes);
+        }
+
+        #[test]
+        fn corrupting_one_byte_is_refused_or_decodes_to_something_else(
+            qpn in 0u32..=0xff_ffff, pos in 0usize..52, byte: u8,
+        ) {
+            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn::new(7), gid: Gid([0xab; 16]) };
+            let mut msg = e.to_pingpong_message();
+            prop_assume!(msg[pos] != byte);
+            msg[pos] = byte;
+            // Hex digits of either case decode; anything else must be refused.
+            if let Ok(decoded) = Endpoint::from_pingpong_message(&msg) {
+                prop_assert!(byte.is_ascii_hexdigit());
+                prop_assert!(decoded != e || byte.is_ascii_uppercase());
+            }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The crate's error type.
+#![allow(unsafe_code)] // getrlimit, and errno in a test
+
+use std::fmt;
+use std::io;
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every failure of this crate. Messages say what failed and, where known, what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// libibverbs could not be loaded.
+    #[error(transparent)]
+    Load(#[from] sys::LoadError),
+
+    /// The kernel exposes no RDMA at all (`ibv_get_device_list` failed with `ENOSYS`).
+    #[error(
+        "no RDMA devices: the kernel exposes no uverbs (/sys/class/infiniband_verbs is absent). \
+         Load the driver of your NIC (mlx5_ib, irdma, ...) or create a soft device \
+         (modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <netdev>); in a container, \
+         pass /dev/infiniband and mount /sys; without RDMA hardware or kernel support, run \
+         inside scripts/rdma-vm (Soft-RoCE in a QEMU guest)"
+    )]
+    NoKernelSupport,
+
+    /// The kernel has RDMA, but libibverbs found no device.
+    #[error(
+        "no RDMA devices: /sys/class/infiniband lists none that libibverbs can open. Create one \
+         (rdma link add rxe0 type rxe netdev <netdev>) or install the user-space provider \
+         (Debian/Ubuntu: ibverbs-providers; RHEL/Rocky: libibverbs)"
+    )]
+    NoDevices,
+
+    /// No device has the requested name.
+    #[error("RDMA device {name:?} not found; devices present: {available}")]
+    DeviceNotFound {
+        /// The requested name.
+        name: String,
+        /// The names present, comma-separated.
+        available: String,
+    },
+
+    /// The device has no such port.
+    #[error("device {device} has no port {port}: its ports are 1..={count}")]
+    PortNotFound {
+        /// The device name.
+        device: String,
+        /// The requested port.
+        port: u8,
+        /// The device's port count.
+        count: u8,
+    },
+
+    /// The GID index is outside the table or names an empty entry.
+    #[error("GID index {index} is not valid on {device} port {port}; valid indexes: {valid}")]
+    GidIndexInvalid {
+        /// The device name.
+        device: String,
+        /// The port.
+        port: u8,
+        /// The requested index.
+        index: u32,
+        /// The non-empty entries, as `index (type address)`, comma-separated.
+        valid: String,
+    },
+
+    /// An Ethernet (RoCE) port has no GID usable for routing.
+    #[error(
+        "{device} port {port} has no usable RoCE GID: give its netdev an IP address \
+         (ip addr add ... dev <netdev>) or pick an index with -g"
+    )]
+    NoRoutableGid {
+        /// The device name.
+        device: String,
+        /// The port.
+        port: u8,
+    },
+
+    /// A verb failed.
+    #[error("{verb} failed: {}{}", errno_text(source), hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
+    Verb {
+        /// The verb and, where useful, its step (e.g. `ibv_modify_qp (INIT→RTR)`).
+        verb: &'static str,
+        /// The errno it returned.
+        #[source]
+        source: io::Error,
+        /// What to do about it, when known.
+        hint: Option<String>,
+    },
+
+    /// The provider or the loaded rdma-core lacks this operation.
+    #[error("{what} is not supported by this provider or rdma-core version")]
+    Unsupported {
+        /// The missing operation or symbol.
+        what: &'static str,
+    },
+
+    /// An argument was refused before any verb was called.
+    #[error("{0}")]
+    InvalidInput(String),
+}
+
+impl Error {
+    /// The errno of a failed verb, if this is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Verb { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn verb(verb: &'static str, errno: i32) -> Self {
+        if errno == libc::EOPNOTSUPP {
+            return Error::Unsupported { what: verb };
+        }
+        Error::Verb { verb, source: io::Error::from_raw_os_error(errno), hint: hint(verb, errno) }
+    }
+}
+
+/// Maps a verb's `int` return: 0 is success; a positive value is the errno (the rdma-core
+/// convention); -1 means "see errno" (older providers); other negatives are a negated errno.
+pub(crate) fn check_errno(ret: i32, verb: &'static str) -> Result<()> {
+    match ret {
+        0 => Ok(()),
+        -1 => Err(Error::verb(verb, last_errno())),
+        r => Err(Error::verb(verb, r.abs())),
+    }
+}
+
+/// Maps a verb's pointer return: NULL means failure with `errno` set.
+pub(crate) fn check_ptr<T>(ptr: *mut T, verb: &'static str) -> Result<NonNull<T>> {
+    NonNull::new(ptr).ok_or_else(|| Error::verb(verb, last_errno()))
+}
+
+fn last_errno() -> i32 {
+    // A provider that forgot errno leaves 0: report EIO rather than "success".
+    io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::EIO)
+}
+
+fn errno_text(e: &io::Error) -> String {
+    let Some(code) = e.raw_os_error() else { return e.to_string() };
+    let text = e.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    match errno_name(code) {
+        Some(name) => format!("{name} ({text})"),
+        None => format!("errno {code} ({text})"),
+    }
+}
+
+/// The symbolic name of the errnos verbs return.
+pub(crate) fn errno_name(errno: i32) -> Option<&'static str> {
+    Some(match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::ENXIO => "ENXIO",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::ENODEV => "ENODEV",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ERANGE => "ERANGE",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENODATA => "ENODATA",
+        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        _ => return None,
+    })
+}
+
+/// What to do about `errno` from `verb`, where that is known.
+fn hint(verb: &str, errno: i32) -> Option<String> {
+    let memlock = || match memlock_limit() {
+        Some(limit) => format!(
+            "memory registration pins pages and RLIMIT_MEMLOCK is {limit}; raise it \
+             (ulimit -l unlimited; LimitMEMLOCK=infinity for a systemd service; \
+             --ulimit memlock=-1 for a container)"
+        ),
+        None => "memory registration pins pages: check RLIMIT_MEMLOCK (ulimit -l)".into(),
+    };
+    Some(match (verb, errno) {
+        (v, libc::ENOMEM | libc::EPERM | libc::EAGAIN) if v.starts_with("ibv_reg_mr") => memlock(),
+        ("ibv_open_device", libc::EACCES | libc::EPERM) => {
+            "no permission on /dev/infiniband/uverbs*: add the user to the group owning it \
+             or fix the udev rule"
+                .into()
+        }
+        (v, libc::EINVAL) if v.contains("RTR") => {
+            "on RoCE the RTR transition needs a global route: check the source GID index (-g) \
+             exists on this port and the remote GID, MTU and QPN are right"
+                .into()
+        }
+        (v, libc::EINVAL) if v.contains("RTS") => {
+            "iWARP devices (siw, irdma in iWARP mode) connect only through rdma_cm".into()
+        }
+        ("ibv_post_send" | "ibv_post_recv", libc::ENOMEM) => {
+            "the work queue is full: reap completions before posting more (max_send_wr / \
+             max_recv_wr)"
+                .into()
+        }
+        ("ibv_post_send" | "ibv_post_recv", libc::EINVAL) => {
+            "the QP is not in a state that allows this post, or a WR exceeds the QP's \
+             max_sge / max_inline_data"
+                .into()
+        }
+        _ => return None,
+    })
+}
+
+/// RLIMIT_MEMLOCK's soft limit, for error messages.
+fn memlock_limit() -> Option<String> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes only the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return None;
+    }
+    Some(match lim.rlim_cur {
+        libc::RLIM_INFINITY => "unlimited".into(),
+        n => format!("{} KiB", n / 1024),
+    })
+}
+
+/// A failed QP state transition: the error and the queue pair, unchanged, to retry or drop.
+pub struct TransitionError<Q> {
+    /// The queue pair, still in its previous state.
+    pub qp: Q,
+    /// Why the transition failed.
+    pub error: Error,
+}
+
+impl<Q> fmt::Debug for TransitionError<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransitionError").field("error", &self.error).finish_non_exhaustive()
+    }
+}
+
+impl<Q> fmt::Display for TransitionError<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<Q> std::error::Error for TransitionError<Q> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<Q> From<TransitionError<Q>> for Error {
+    fn from(e: TransitionError<Q>) -> Self {
+        e.error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_errno_conventions() {
+        assert!(check_errno(0, "ibv_dealloc_pd").is_ok());
+        assert_eq!(
+            check_errno(libc::EBUSY, "ibv_dealloc_pd").unwrap_err().errno(),
+            Some(libc::EBUSY)
+        );
+        assert_eq!(
+            check_errno(-libc::EINVAL, "ibv_modify_qp").unwrap_err().errno(),
+            Some(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn eopnotsupp_becomes_unsupported() {
+        let e = check_errno(libc::EOPNOTSUPP, "ibv_query_gid_ex").unwrap_err();
+        assert!(matches!(e, Error::Unsupported { what: "ibv_query_gid_ex" }), "{e:?}");
+    }
+
+    #[test]
+    fn verb_message_names_errno_and_hint() {
+        let e = Error::verb("ibv_reg_mr", libc::ENOMEM);
+        let msg = e.to_string();
+        assert!(msg.starts_with("ibv_reg_mr failed: ENOMEM (Cannot allocate memory); "), "{msg}");
+        assert!(msg.contains("RLIMIT_MEMLOCK"), "{msg}");
+        let msg = Error::verb("ibv_modify_qp (INIT→RTR)", libc::EINVAL).to_string();
+        assert!(msg.contains("EINVAL") && msg.contains("source GID index"), "{msg}");
+        let msg = Error::verb("ibv_alloc_pd", 4095).to_string();
+        assert!(msg.starts_with("ibv_alloc_pd failed: errno 4095 ("), "{msg}");
+    }
+
+    #[test]
+    fn null_pointer_with_errno_zero_is_eio() {
+        // SAFETY: writing errno is how a C callee reports; here it simulates one.
+        unsafe { *libc::__errno_location() = 0 };
+        let e = check_ptr(std::ptr::null_mut::<u8>(), "ibv_alloc_pd").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EIO));
+    }
+}

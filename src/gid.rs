@@ -1,0 +1,160 @@
+//! GIDs and the GID table.
+#![allow(unsafe_code)] // reading the bytes of `union ibv_gid`
+
+use std::fmt;
+use std::net::Ipv6Addr;
+
+use rdma_verbs_sys as sys;
+
+use crate::c_enum::c_enum;
+
+/// A 128-bit Global Identifier (`union ibv_gid`): an InfiniBand port GID, or on RoCE an IPv6
+/// address (IPv4 addresses appear IPv4-mapped, `::ffff:a.b.c.d`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The all-zero GID, which marks an empty table entry.
+    pub const ZERO: Gid = Gid([0; 16]);
+
+    /// Whether every byte is zero.
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
+    }
+
+    /// The low 64 bits (the interface ID), big-endian.
+    pub fn interface_id(&self) -> u64 {
+        u64::from_be_bytes(self.0[8..].try_into().expect("8 bytes"))
+    }
+
+    /// The GID as an IPv6 address.
+    pub fn to_ipv6(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.0)
+    }
+
+    /// Whether this is an IPv4-mapped address (`::ffff:a.b.c.d`).
+    pub fn is_ipv4_mapped(&self) -> bool {
+        self.to_ipv6().to_ipv4_mapped().is_some()
+    }
+
+    /// Whether this is an IPv6 link-local address (`fe80::/10`).
+    pub fn is_link_local(&self) -> bool {
+        self.0[0] == 0xfe && self.0[1] & 0xc0 == 0x80
+    }
+
+    pub(crate) fn from_raw(raw: &sys::ibv_gid) -> Gid {
+        // SAFETY: both union members are plain bytes; `raw` views all 16.
+        Gid(unsafe { raw.raw })
+    }
+
+    pub(crate) fn to_raw(self) -> sys::ibv_gid {
+        sys::ibv_gid { raw: self.0 }
+    }
+}
+
+/// Shown as an IPv6 address, as `inet_ntop` (and so ibv_rc_pingpong) prints it.
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.to_ipv6().fmt(f)
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+impl From<Ipv6Addr> for Gid {
+    fn from(ip: Ipv6Addr) -> Self {
+        Gid(ip.octets())
+    }
+}
+
+c_enum! {
+    /// How a GID is used on the wire (`enum ibv_gid_type`).
+    pub struct GidType(u32) {
+        /// InfiniBand.
+        IB = sys::IBV_GID_TYPE_IB => "IB",
+        /// RoCE v1: Ethernet, not IP routable.
+        ROCE_V1 = sys::IBV_GID_TYPE_ROCE_V1 => "RoCE v1",
+        /// RoCE v2: UDP/IP, routable.
+        ROCE_V2 = sys::IBV_GID_TYPE_ROCE_V2 => "RoCE v2",
+    }
+}
+
+/// One entry of a port's GID table (`struct ibv_gid_entry`, `ibv_query_gid_ex(3)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the port's table (the `sgid_index` / `-g` value).
+    pub index: u32,
+    /// The port, from 1.
+    pub port: u8,
+    /// Its type.
+    pub gid_type: GidType,
+    /// The `ifindex` of the netdev it belongs to (RoCE), 0 when none or unknown.
+    pub ndev_ifindex: u32,
+}
+
+impl fmt::Display for GidEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} {})", self.index, self.gid_type, self.gid)
+    }
+}
+
+/// Picks the GID to use by default on a RoCE port: the RoCE v2 GID with an IPv4-mapped
+/// address, else a RoCE v2 GID with a global IPv6 address, else a link-local one (RoCE v2
+/// before v1). `None` when the table has no RoCE GID.
+pub fn routable_gid(table: &[GidEntry]) -> Option<&GidEntry> {
+    let roce = |e: &&GidEntry| e.gid_type == GidType::ROCE_V2 || e.gid_type == GidType::ROCE_V1;
+    let rank = |e: &GidEntry| {
+        let v2 = e.gid_type == GidType::ROCE_V2;
+        match (v2, e.gid.is_ipv4_mapped(), e.gid.is_link_local()) {
+            (true, true, _) => 0,
+            (true, false, false) => 1,
+            (true, false, true) => 2,
+            (false, _, true) => 4,
+            (false, _, false) => 3,
+        }
+    };
+    table.iter().filter(|e| !e.gid.is_zero()).filter(roce).min_by_key(|e| (rank(e), e.index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u32, ip: &str, gid_type: GidType) -> GidEntry {
+        let gid = Gid::from(ip.parse::<Ipv6Addr>().unwrap());
+        GidEntry { gid, index, port: 1, gid_type, ndev_ifindex: 2 }
+    }
+
+    #[test]
+    fn display_matches_inet_ntop() {
+        let g = entry(1, "::ffff:192.0.2.1", GidType::ROCE_V2).gid;
+        assert_eq!(g.to_string(), "::ffff:192.0.2.1");
+        assert!(g.is_ipv4_mapped());
+        assert_eq!(Gid::ZERO.to_string(), "::");
+    }
+
+    #[test]
+    fn routable_prefers_ipv4_mapped_v2_then_global_then_link_local() {
+        let ll = entry(0, "fe80::1", GidType::ROCE_V2);
+        let v6 = entry(2, "2001:db8::1", GidType::ROCE_V2);
+        let v4 = entry(3, "::ffff:10.0.0.1", GidType::ROCE_V2);
+        let v4_v1 = entry(1, "::ffff:10.0.0.1", GidType::ROCE_V1);
+        assert_eq!(routable_gid(&[ll, v4_v1, v6, v4]).unwrap().index, 3);
+        assert_eq!(routable_gid(&[ll, v4_v1, v6]).unwrap().index, 2);
+        assert_eq!(routable_gid(&[ll, v4_v1]).unwrap().index, 0);
+        assert_eq!(routable_gid(&[v4_v1]).unwrap().index, 1);
+        assert_eq!(routable_gid(&[entry(0, "fe80::1", GidType::IB)]), None);
+    }
+
+    #[test]
+    fn interface_id_is_the_low_64_bits() {
+        assert_eq!(entry(0, "fe80::1:2", GidType::IB).gid.interface_id(), 0x1_0002);
+        assert_eq!(Gid::ZERO.interface_id(), 0);
+    }
+}

@@ -1,0 +1,152 @@
+//! Safe, lifetime-checked RDMA verbs.
+//!
+//! `rdma-verbs` wraps rdma-core's libibverbs — device contexts, protection domains, memory
+//! regions, completion queues and Reliable Connected queue pairs — in types the compiler
+//! checks: a child cannot outlive its parent, a QP's state is part of its type, and C
+//! enums are newtypes that survive values a newer library invents. libibverbs is loaded at
+//! run time (`dlopen`), never linked, so one binary runs on NVIDIA MLNX_OFED / DOCA-OFED hosts
+//! and on distributions' inbox rdma-core alike.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use rdma_verbs::*;
+//!
+//! # fn main() -> Result<()> {
+//! let ctx = Context::open_by_name(Some("rxe0"))?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(16)?;
+//! let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
+//! let qp = pd.create_rc_qp(&QpInitAttr::new(&cq))?;
+//! let qp = qp.into_init(&InitAttr::default())?;
+//!
+//! // Exchange endpoints with the peer out of band (e.g. TCP), then:
+//! let gid = ctx.routable_gid(1)?;
+//! let psn = Psn::random();
+//! let me = Endpoint { lid: ctx.query_port(1)?.lid(), qpn: qp.qp_num(), psn, gid: gid.gid };
+//! let peer: Endpoint = me; // stand-in for the peer's endpoint
+//! let mtu = ctx.query_port(1)?.active_mtu();
+//! let qp = qp.into_rtr(&RtrAttr::to_endpoint(&peer, 1, Some(gid.index as u8), mtu))?;
+//! let qp = qp.into_rts(&RtsAttr::new(psn))?;
+//!
+//! mr.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! let sge = [mr.sge(..5)?];
+//! let mut wr = SendWr::send(1, &sge).flags(SendFlags::SIGNALED);
+//! // SAFETY: `mr` stays alive and unwritten until the completion below is polled.
+//! unsafe { qp.post_send(&mut wr)? };
+//! let mut wcs = [WorkCompletion::default(); 4];
+//! loop {
+//!     if let [wc, ..] = cq.poll(&mut wcs)? {
+//!         assert!(wc.is_success(), "{}", wc.status());
+//!         break;
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Design
+//!
+//! ```text
+//! Context ──┬── ProtectionDomain<'ctx> ──┬── MemoryRegion<'pd>
+//!           │                            └── QueuePair<'res, State>  (borrows PD and CQs)
+//!           └── CompletionQueue<'ctx> ───────┘
+//!
+//! QueuePair<Reset> ─into_init─▶ <Init> ─into_rtr─▶ <Rtr> ─into_rts─▶ <Rts>
+//!                              post_recv from Init on;  post_send only in Rts
+//! ```
+//!
+//! - Children borrow their parents: dropping a parent first does not compile.
+//! - Each transition takes exactly the attributes it needs and computes the attribute mask;
+//!   a failed transition returns the QP with the error ([`TransitionError`]).
+//! - Posting is `unsafe` (the raw tier): the caller promises the memory stays registered and
+//!   untouched while the NIC may use it. Polling is safe and allocation-free.
+//! - `Drop` never panics: a failed destroy is logged (`log` crate, warn) and the object
+//!   leaked; `destroy(self)` returns the error instead.
+//! - Errors name the verb, the errno and what to do ([`Error`]).
+//!
+//! # Thread safety
+//!
+//! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`MemoryRegion`] and
+//! [`QueuePair`] are `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their
+//! queues), and every shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
+//! mutably only through `&mut`.
+//!
+//! # Crate features
+//!
+//! None yet: mlx5 DC (`mlx5`) and rdma_cm (`rdmacm`) are planned.
+//!
+//! # Requirements
+//!
+//! At run time, rdma-core's `libibverbs.so.1` with a provider for the device (Debian/Ubuntu:
+//! `libibverbs1 ibverbs-providers`; RHEL/Rocky: `libibverbs`), and an RDMA device — real,
+//! or Soft-RoCE (`rdma link add rxe0 type rxe netdev eth0`). Set `RDMA_VERBS_LIBIBVERBS` to
+//! load libibverbs from an unusual path. Building needs the rdma-core headers and libclang.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(unsafe_code)]
+
+mod c_enum;
+mod cq;
+mod device;
+mod endpoint;
+mod error;
+mod gid;
+mod mr;
+mod pd;
+mod port;
+mod qp;
+mod wc;
+mod wr;
+
+pub use rdma_verbs_sys as sys;
+
+pub use cq::CompletionQueue;
+pub use device::Context;
+pub use device::Device;
+pub use device::DeviceAttr;
+pub use device::DeviceList;
+pub use device::NodeType;
+pub use device::TransportType;
+pub use endpoint::Endpoint;
+pub use endpoint::Lid;
+pub use endpoint::Psn;
+pub use endpoint::Qpn;
+pub use endpoint::WireError;
+pub use endpoint::PINGPONG_MESSAGE_LEN;
+pub use error::Error;
+pub use error::Result;
+pub use error::TransitionError;
+pub use gid::routable_gid;
+pub use gid::Gid;
+pub use gid::GidEntry;
+pub use gid::GidType;
+pub use mr::AccessFlags;
+pub use mr::LKey;
+pub use mr::MemoryRegion;
+pub use mr::RKey;
+pub use pd::ProtectionDomain;
+pub use port::LinkLayer;
+pub use port::Mtu;
+pub use port::PortAttr;
+pub use port::PortState;
+pub use qp::AddressVector;
+pub use qp::GlobalRoute;
+pub use qp::Init;
+pub use qp::InitAttr;
+pub use qp::QpCapabilities;
+pub use qp::QpInitAttr;
+pub use qp::QpState;
+pub use qp::QueuePair;
+pub use qp::ReceiveReady;
+pub use qp::Reset;
+pub use qp::Rtr;
+pub use qp::RtrAttr;
+pub use qp::Rts;
+pub use qp::RtsAttr;
+pub use wc::WcOpcode;
+pub use wc::WcStatus;
+pub use wc::WorkCompletion;
+pub use wr::RecvWr;
+pub use wr::RemoteAddr;
+pub use wr::SendFlags;
+pub use wr::SendWr;
+pub use wr::Sge;

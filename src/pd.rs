@@ -1,0 +1,88 @@
+//! Protection domains.
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use crate::device::Context;
+use crate::error::{check_errno, check_ptr, Result};
+
+/// A protection domain (`struct ibv_pd`): groups the memory regions and queue pairs that may
+/// be used together. It borrows its [`Context`], so it cannot outlive it.
+///
+/// ```compile_fail,E0597
+/// # fn f() -> rdma_verbs::Result<()> {
+/// let pd = {
+///     let ctx = rdma_verbs::Context::open_by_name(None)?;
+///     ctx.alloc_pd()?
+/// }; // error: `ctx` dropped while still borrowed
+/// # drop(pd); Ok(()) }
+/// ```
+pub struct ProtectionDomain<'ctx> {
+    raw: NonNull<sys::ibv_pd>,
+    ctx: &'ctx Context,
+}
+
+// SAFETY: verbs on a PD are thread-safe; the handle is only read after creation.
+unsafe impl Send for ProtectionDomain<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for ProtectionDomain<'_> {}
+
+impl Context {
+    /// `ibv_alloc_pd(3)`—Allocates a protection domain.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ibv_alloc_pd` (`ENOMEM`: out of resources).
+    #[doc(alias = "ibv_alloc_pd")]
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain<'_>> {
+        // SAFETY: a live context.
+        let raw = unsafe { (self.library().fns.ibv_alloc_pd)(self.as_raw()) };
+        Ok(ProtectionDomain { raw: check_ptr(raw, "ibv_alloc_pd")?, ctx: self })
+    }
+}
+
+impl<'ctx> ProtectionDomain<'ctx> {
+    /// The context this PD belongs to.
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The raw PD pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_pd {
+        self.raw.as_ptr()
+    }
+
+    /// `ibv_dealloc_pd(3)`—Deallocates the PD, reporting failure (dropping leaks it instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb): `EBUSY` while objects created by other means
+    /// (raw pointers) still use it; the PD is then leaked.
+    #[doc(alias = "ibv_dealloc_pd")]
+    pub fn destroy(self) -> Result<()> {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.dealloc()
+    }
+
+    fn dealloc(&self) -> Result<()> {
+        // SAFETY: every child borrows the PD, so none is alive; deallocated once.
+        let ret = unsafe { (self.ctx.library().fns.ibv_dealloc_pd)(self.as_raw()) };
+        check_errno(ret, "ibv_dealloc_pd")
+    }
+}
+
+impl Drop for ProtectionDomain<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.dealloc() {
+            log::warn!("leaking a protection domain of {}: {e}", self.ctx.name());
+        }
+    }
+}
+
+impl std::fmt::Debug for ProtectionDomain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain").field("device", &self.ctx.name()).finish()
+    }
+}

@@ -1,0 +1,160 @@
+//! Port attributes (`ibv_query_port(3)`).
+
+use rdma_verbs_sys as sys;
+
+use crate::c_enum::c_enum;
+use crate::endpoint::Lid;
+
+c_enum! {
+    /// The logical state of a port (`enum ibv_port_state`).
+    pub struct PortState(u32) {
+        /// No link.
+        DOWN = sys::IBV_PORT_DOWN => "DOWN",
+        /// Link up, waiting for the subnet manager.
+        INIT = sys::IBV_PORT_INIT => "INIT",
+        /// Configured, not yet active.
+        ARMED = sys::IBV_PORT_ARMED => "ARMED",
+        /// Ready for traffic.
+        ACTIVE = sys::IBV_PORT_ACTIVE => "ACTIVE",
+        /// Active, deferring.
+        ACTIVE_DEFER = sys::IBV_PORT_ACTIVE_DEFER => "ACTIVE_DEFER",
+        /// No state reported.
+        NOP = sys::IBV_PORT_NOP => "NOP",
+    }
+}
+
+c_enum! {
+    /// The link layer of a port.
+    pub struct LinkLayer(u8) {
+        /// Not reported; by convention InfiniBand.
+        UNSPECIFIED = sys::IBV_LINK_LAYER_UNSPECIFIED => "Unspecified",
+        /// InfiniBand.
+        INFINIBAND = sys::IBV_LINK_LAYER_INFINIBAND => "InfiniBand",
+        /// Ethernet: RoCE, or iWARP.
+        ETHERNET = sys::IBV_LINK_LAYER_ETHERNET => "Ethernet",
+    }
+}
+
+c_enum! {
+    /// A path MTU (`enum ibv_mtu`).
+    pub struct Mtu(u32) {
+        /// 256 bytes.
+        MTU_256 = sys::IBV_MTU_256 => "256",
+        /// 512 bytes.
+        MTU_512 = sys::IBV_MTU_512 => "512",
+        /// 1024 bytes.
+        MTU_1024 = sys::IBV_MTU_1024 => "1024",
+        /// 2048 bytes.
+        MTU_2048 = sys::IBV_MTU_2048 => "2048",
+        /// 4096 bytes.
+        MTU_4096 = sys::IBV_MTU_4096 => "4096",
+    }
+}
+
+impl Mtu {
+    /// The MTU of `bytes` (256, 512, 1024, 2048 or 4096), `None` for any other size.
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        [Mtu::MTU_256, Mtu::MTU_512, Mtu::MTU_1024, Mtu::MTU_2048, Mtu::MTU_4096]
+            .into_iter()
+            .find(|m| m.bytes() == Some(bytes))
+    }
+
+    /// The size in bytes, `None` for a value this build does not know.
+    pub fn bytes(self) -> Option<u32> {
+        (1..=5).contains(&self.0).then(|| 128 << self.0)
+    }
+}
+
+/// A port's attributes (`struct ibv_port_attr`), from [`Context::query_port`](crate::Context::query_port).
+#[derive(Clone, Copy)]
+pub struct PortAttr(pub(crate) sys::ibv_port_attr);
+
+impl PortAttr {
+    /// The logical state.
+    pub fn state(&self) -> PortState {
+        PortState(self.0.state)
+    }
+
+    /// The physical state (`IB_PORT_PHYS_STATE_*`: 5 is LinkUp, 3 Disabled, ...).
+    pub fn phys_state(&self) -> u8 {
+        self.0.phys_state
+    }
+
+    /// The largest MTU the port supports.
+    pub fn max_mtu(&self) -> Mtu {
+        Mtu(self.0.max_mtu)
+    }
+
+    /// The MTU in use: the largest path MTU a QP on this port may use.
+    pub fn active_mtu(&self) -> Mtu {
+        Mtu(self.0.active_mtu)
+    }
+
+    /// The base LID (0 on Ethernet ports, which address by GID).
+    pub fn lid(&self) -> Lid {
+        Lid(self.0.lid)
+    }
+
+    /// The subnet manager's LID (InfiniBand).
+    pub fn sm_lid(&self) -> Lid {
+        Lid(self.0.sm_lid)
+    }
+
+    /// The link layer.
+    pub fn link_layer(&self) -> LinkLayer {
+        LinkLayer(self.0.link_layer)
+    }
+
+    /// Whether the link layer is Ethernet (RoCE or iWARP), where a GID is required.
+    pub fn is_ethernet(&self) -> bool {
+        self.link_layer() == LinkLayer::ETHERNET
+    }
+
+    /// The number of GID table entries.
+    pub fn gid_tbl_len(&self) -> u32 {
+        self.0.gid_tbl_len as u32
+    }
+
+    /// The raw `active_width` (`IBV_WIDTH_*`).
+    pub fn active_width(&self) -> u8 {
+        self.0.active_width
+    }
+
+    /// The raw `active_speed` (`IBV_SPEED_*`).
+    pub fn active_speed(&self) -> u8 {
+        self.0.active_speed
+    }
+
+    /// The raw attributes.
+    pub fn as_raw(&self) -> &sys::ibv_port_attr {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for PortAttr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortAttr")
+            .field("state", &self.state())
+            .field("active_mtu", &self.active_mtu())
+            .field("lid", &self.lid())
+            .field("link_layer", &self.link_layer())
+            .field("gid_tbl_len", &self.gid_tbl_len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_bytes_round_trip() {
+        for bytes in [256, 512, 1024, 2048, 4096] {
+            assert_eq!(Mtu::from_bytes(bytes).and_then(Mtu::bytes), Some(bytes));
+        }
+        assert_eq!(Mtu::from_bytes(1500), None);
+        assert_eq!(Mtu(9).bytes(), None);
+        assert_eq!(Mtu(9).to_string(), "unknown (9)");
+        assert_eq!(Mtu::MTU_1024.to_string(), "1024");
+    }
+}

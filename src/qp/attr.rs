@@ -1,0 +1,229 @@
+//! Attributes for creating a QP and for each state transition.
+//!
+//! Each transition takes a struct holding exactly what that transition needs, so the
+//! `ibv_qp_attr_mask` is computed here, never supplied by the caller. Defaults are
+//! ibv_rc_pingpong's.
+
+use rdma_verbs_sys as sys;
+
+use crate::cq::CompletionQueue;
+use crate::endpoint::{Endpoint, Lid, Psn, Qpn};
+use crate::gid::Gid;
+use crate::mr::AccessFlags;
+use crate::port::Mtu;
+
+/// Work queue sizes (`struct ibv_qp_cap`). After creation, [`QueuePair::caps`] holds what
+/// the provider actually allocated (at least what was asked).
+///
+/// [`QueuePair::caps`]: crate::QueuePair::caps
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCapabilities {
+    /// Outstanding send WRs.
+    pub max_send_wr: u32,
+    /// Outstanding receive WRs.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Bytes a send may carry inline.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCapabilities {
+    /// One send WR, 16 receive WRs, one SGE each, no inline data.
+    fn default() -> Self {
+        QpCapabilities {
+            max_send_wr: 1,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+impl QpCapabilities {
+    pub(crate) fn to_raw(self) -> sys::ibv_qp_cap {
+        sys::ibv_qp_cap {
+            max_send_wr: self.max_send_wr,
+            max_recv_wr: self.max_recv_wr,
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline_data: self.max_inline_data,
+        }
+    }
+
+    pub(crate) fn from_raw(raw: &sys::ibv_qp_cap) -> Self {
+        QpCapabilities {
+            max_send_wr: raw.max_send_wr,
+            max_recv_wr: raw.max_recv_wr,
+            max_send_sge: raw.max_send_sge,
+            max_recv_sge: raw.max_recv_sge,
+            max_inline_data: raw.max_inline_data,
+        }
+    }
+}
+
+/// What an RC queue pair is created with (`struct ibv_qp_init_attr`, `ibv_create_qp(3)`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr<'res> {
+    /// The CQ for send completions.
+    pub send_cq: &'res CompletionQueue<'res>,
+    /// The CQ for receive completions (may be the same).
+    pub recv_cq: &'res CompletionQueue<'res>,
+    /// Work queue sizes.
+    pub cap: QpCapabilities,
+    /// Whether every send WR completes (`sq_sig_all`); otherwise only those posted with
+    /// [`SendFlags::SIGNALED`](crate::SendFlags::SIGNALED).
+    pub sq_sig_all: bool,
+}
+
+impl<'res> QpInitAttr<'res> {
+    /// Both queues on `cq`, default capabilities, selective signaling.
+    pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
+        QpInitAttr { send_cq: cq, recv_cq: cq, cap: QpCapabilities::default(), sq_sig_all: false }
+    }
+}
+
+/// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitAttr {
+    /// The port, from 1.
+    pub port: u8,
+    /// The P_Key table index.
+    pub pkey_index: u16,
+    /// What the *peer* may do to memory through this QP (remote read/write/atomic).
+    pub access: AccessFlags,
+}
+
+impl Default for InitAttr {
+    /// Port 1, P_Key index 0, no remote access.
+    fn default() -> Self {
+        InitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() }
+    }
+}
+
+/// The global route header (`struct ibv_global_route`): required on RoCE, and on InfiniBand
+/// across subnets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalRoute {
+    /// The peer's GID.
+    pub dgid: Gid,
+    /// Our source GID's index in the port's table (`-g` of ibv_rc_pingpong).
+    pub sgid_index: u8,
+    /// The hop limit (1 keeps traffic in the subnet, as ibv_rc_pingpong does).
+    pub hop_limit: u8,
+    /// The flow label (20 bits).
+    pub flow_label: u32,
+    /// The traffic class.
+    pub traffic_class: u8,
+}
+
+/// How to reach the peer (`struct ibv_ah_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressVector {
+    /// The peer's LID (0 on RoCE).
+    pub dlid: Lid,
+    /// The service level.
+    pub sl: u8,
+    /// Source path bits (LMC).
+    pub src_path_bits: u8,
+    /// Our port, from 1.
+    pub port: u8,
+    /// The GRH, when the route needs one.
+    pub grh: Option<GlobalRoute>,
+}
+
+impl AddressVector {
+    /// The route to `remote` from `port`: by LID, plus a GRH from our GID `sgid_index` when
+    /// one is given and the remote GID is not zero (the rule of ibv_rc_pingpong, where
+    /// RoCE peers always send a GID).
+    pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>) -> Self {
+        let grh = sgid_index.filter(|_| !remote.gid.is_zero()).map(|sgid_index| GlobalRoute {
+            dgid: remote.gid,
+            sgid_index,
+            hop_limit: 1,
+            flow_label: 0,
+            traffic_class: 0,
+        });
+        AddressVector { dlid: remote.lid, sl: 0, src_path_bits: 0, port, grh }
+    }
+
+    pub(crate) fn to_raw(self) -> sys::ibv_ah_attr {
+        let mut raw = sys::ibv_ah_attr {
+            dlid: self.dlid.0,
+            sl: self.sl,
+            src_path_bits: self.src_path_bits,
+            port_num: self.port,
+            ..Default::default()
+        };
+        if let Some(g) = self.grh {
+            raw.is_global = 1;
+            raw.grh = sys::ibv_global_route {
+                dgid: g.dgid.to_raw(),
+                flow_label: g.flow_label,
+                sgid_index: g.sgid_index,
+                hop_limit: g.hop_limit,
+                traffic_class: g.traffic_class,
+            };
+        }
+        raw
+    }
+}
+
+/// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
+/// MIN_RNR_TIMER`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtrAttr {
+    /// The path MTU: at most both ports' active MTU.
+    pub path_mtu: Mtu,
+    /// The peer's QP number.
+    pub dest_qpn: Qpn,
+    /// The first PSN expected from the peer (its send PSN).
+    pub rq_psn: Psn,
+    /// RDMA READs / atomics the peer may have outstanding against us.
+    pub max_dest_rd_atomic: u8,
+    /// The RNR NAK timer code (12 = 0.64 ms; see `ibv_modify_qp(3)`).
+    pub min_rnr_timer: u8,
+    /// How to reach the peer.
+    pub av: AddressVector,
+}
+
+impl RtrAttr {
+    /// The RTR attributes for connecting to `remote` from `port`, ibv_rc_pingpong's values
+    /// otherwise (one outstanding read, RNR timer 12).
+    pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
+        RtrAttr {
+            path_mtu,
+            dest_qpn: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            av: AddressVector::to_endpoint(remote, port, sgid_index),
+        }
+    }
+}
+
+/// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtsAttr {
+    /// The local ACK timeout code: 4.096 µs × 2^timeout (14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries before an error completion (0–7).
+    pub retry_cnt: u8,
+    /// Receiver-not-ready retries (0–6; 7 means forever).
+    pub rnr_retry: u8,
+    /// Our first send PSN (the one we told the peer).
+    pub sq_psn: Psn,
+    /// RDMA READs / atomics we may have outstanding.
+    pub max_rd_atomic: u8,
+}
+
+impl RtsAttr {
+    /// ibv_rc_pingpong's values (timeout 14, 7 retries, RNR retry forever, one outstanding
+    /// read) with send PSN `sq_psn`.
+    pub fn new(sq_psn: Psn) -> Self {
+        RtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
+    }
+}

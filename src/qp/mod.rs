@@ -1,0 +1,346 @@
+//! Reliable Connected queue pairs, with their state machine in the type.
+#![allow(unsafe_code)]
+//! # Safety
+//!
+//! A `QueuePair<'res, S>` owns an `ibv_qp` until `ibv_destroy_qp` and borrows the PD and CQs
+//! it was created with for `'res`, so they outlive it. `S` is the state *we* moved it to; the
+//! NIC may move it to ERROR by itself, which only makes later posts fail or flush, never
+//! unsound. Posting is `unsafe`: the caller promises what the NIC may do to the memory.
+//!
+//! ```text
+//!  create_rc_qp      into_init          into_rtr          into_rts
+//! ─────────────▶ Reset ───────▶ Init ───────▶ Rtr ───────▶ Rts
+//!                          post_recv ✓    post_recv ✓    post_recv ✓, post_send ✓
+//! ```
+
+mod attr;
+mod state;
+
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+pub use attr::{
+    AddressVector, GlobalRoute, InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr,
+};
+pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts};
+
+use crate::cq::CompletionQueue;
+use crate::endpoint::Qpn;
+use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
+use crate::pd::ProtectionDomain;
+use crate::wr::{RecvWr, SendFlags, SendWr};
+
+/// A Reliable Connected queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`.
+///
+/// It borrows the PD and CQs it was created with, so they outlive it:
+///
+/// ```compile_fail,E0597
+/// # use rdma_verbs::*;
+/// # fn f(ctx: &Context) -> Result<()> {
+/// let pd = ctx.alloc_pd()?;
+/// let qp = {
+///     let cq = ctx.create_cq(16)?;
+///     pd.create_rc_qp(&QpInitAttr::new(&cq))?
+/// }; // error: `cq` dropped while still borrowed
+/// # drop(qp); Ok(()) }
+/// ```
+///
+/// Sends exist only in RTS:
+///
+/// ```compile_fail,E0599
+/// # use rdma_verbs::*;
+/// # fn f(qp: QueuePair<'_, Init>, wr: &mut SendWr<'_>) -> Result<()> {
+/// unsafe { qp.post_send(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
+/// # Ok(()) }
+/// ```
+pub struct QueuePair<'res, S: QpState> {
+    raw: NonNull<sys::ibv_qp>,
+    pd: &'res ProtectionDomain<'res>,
+    caps: QpCapabilities,
+    _cqs: PhantomData<&'res CompletionQueue<'res>>,
+    _state: PhantomData<S>,
+}
+
+// SAFETY: verbs on a QP are thread-safe (providers lock their queues); the handle is
+// immutable after creation.
+unsafe impl<S: QpState> Send for QueuePair<'_, S> {}
+// SAFETY: as above: posting through `&self` from several threads is allowed by rdma-core.
+unsafe impl<S: QpState> Sync for QueuePair<'_, S> {}
+
+impl<'res> ProtectionDomain<'res> {
+    /// `ibv_create_qp(3)`—Creates an RC queue pair in RESET.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when a CQ belongs to another device context;
+    /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
+    /// limits; `ENOMEM`: out of resources).
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_rc_qp(&'res self, attr: &QpInitAttr<'res>) -> Result<QueuePair<'res, Reset>> {
+        let ctx = self.context().as_raw();
+        if attr.send_cq.context().as_raw() != ctx || attr.recv_cq.context().as_raw() != ctx {
+            return Err(Error::InvalidInput(
+                "the QP's CQs must belong to the same device context as its PD".into(),
+            ));
+        }
+        let mut init = sys::ibv_qp_init_attr {
+            send_cq: attr.send_cq.as_raw(),
+            recv_cq: attr.recv_cq.as_raw(),
+            cap: attr.cap.to_raw(),
+            qp_type: sys::IBV_QPT_RC,
+            sq_sig_all: attr.sq_sig_all.into(),
+            ..Default::default()
+        };
+        // SAFETY: a live PD and CQs of its context; `init` is a valid attribute struct, which
+        // the provider updates with the capabilities it allocated.
+        let raw = unsafe { (self.context().library().fns.ibv_create_qp)(self.as_raw(), &mut init) };
+        let raw = check_ptr(raw, "ibv_create_qp")?;
+        Ok(QueuePair {
+            raw,
+            pd: self,
+            caps: QpCapabilities::from_raw(&init.cap),
+            _cqs: PhantomData,
+            _state: PhantomData,
+        })
+    }
+}
+
+impl<'res, S: QpState> QueuePair<'res, S> {
+    /// The QP number, which the peer needs.
+    pub fn qp_num(&self) -> Qpn {
+        // SAFETY: a live QP; a plain field read.
+        Qpn(unsafe { (*self.raw.as_ptr()).qp_num })
+    }
+
+    /// The capabilities the provider allocated.
+    pub fn caps(&self) -> QpCapabilities {
+        self.caps
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &'res ProtectionDomain<'res> {
+        self.pd
+    }
+
+    /// The raw QP pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.raw.as_ptr()
+    }
+
+    /// `ibv_destroy_qp(3)`—Destroys the QP, reporting failure (dropping logs instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_destroy_qp`; the QP is then leaked.
+    #[doc(alias = "ibv_destroy_qp")]
+    pub fn destroy(self) -> Result<()> {
+        ManuallyDrop::new(self).destroy_raw()
+    }
+
+    fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: a live QP, destroyed once (by Drop or by `destroy`, which suppresses Drop).
+        let ret = unsafe { (self.pd.context().library().fns.ibv_destroy_qp)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_qp")
+    }
+
+    /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
+    /// QP comes back unchanged with the error.
+    fn transition<T: QpState>(
+        self,
+        mut attr: sys::ibv_qp_attr,
+        mask: u32,
+        verb: &'static str,
+        state: sys::ibv_qp_state,
+    ) -> Result<QueuePair<'res, T>, TransitionError<Self>> {
+        attr.qp_state = state;
+        let mask = (mask | sys::IBV_QP_STATE) as i32;
+        // SAFETY: a live QP and a valid attribute struct whose masked fields are all set.
+        let ret = unsafe {
+            (self.pd.context().library().fns.ibv_modify_qp)(self.as_raw(), &mut attr, mask)
+        };
+        if let Err(error) = check_errno(ret, verb) {
+            return Err(TransitionError { qp: self, error });
+        }
+        let this = ManuallyDrop::new(self);
+        Ok(QueuePair {
+            raw: this.raw,
+            pd: this.pd,
+            caps: this.caps,
+            _cqs: PhantomData,
+            _state: PhantomData,
+        })
+    }
+}
+
+impl<'res> QueuePair<'res, Reset> {
+    /// RESET → INIT: binds the QP to a port and sets what the peer may do.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the [`Error::Verb`] of `ibv_modify_qp`
+    /// (`EINVAL`: a port or P_Key index that does not exist).
+    pub fn into_init(
+        self,
+        attr: &InitAttr,
+    ) -> Result<QueuePair<'res, Init>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            pkey_index: attr.pkey_index,
+            port_num: attr.port,
+            qp_access_flags: attr.access.bits(),
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
+        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+    }
+}
+
+impl<'res> QueuePair<'res, Init> {
+    /// INIT → RTR: connects the receive side to the peer.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the [`Error::Verb`] of `ibv_modify_qp`
+    /// (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID index).
+    pub fn into_rtr(self, attr: &RtrAttr) -> Result<QueuePair<'res, Rtr>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            path_mtu: attr.path_mtu.0,
+            dest_qp_num: attr.dest_qpn.0,
+            rq_psn: attr.rq_psn.get(),
+            max_dest_rd_atomic: attr.max_dest_rd_atomic,
+            min_rnr_timer: attr.min_rnr_timer,
+            ah_attr: attr.av.to_raw(),
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_AV
+            | sys::IBV_QP_PATH_MTU
+            | sys::IBV_QP_DEST_QPN
+            | sys::IBV_QP_RQ_PSN
+            | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+            | sys::IBV_QP_MIN_RNR_TIMER;
+        self.transition(raw, mask, "ibv_modify_qp (INIT→RTR)", sys::IBV_QPS_RTR)
+    }
+}
+
+impl<'res> QueuePair<'res, Rtr> {
+    /// RTR → RTS: enables the send side.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the [`Error::Verb`] of `ibv_modify_qp`
+    /// (`EINVAL` on iWARP devices, which connect only through rdma_cm).
+    pub fn into_rts(self, attr: &RtsAttr) -> Result<QueuePair<'res, Rts>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            sq_psn: attr.sq_psn.get(),
+            max_rd_atomic: attr.max_rd_atomic,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_TIMEOUT
+            | sys::IBV_QP_RETRY_CNT
+            | sys::IBV_QP_RNR_RETRY
+            | sys::IBV_QP_SQ_PSN
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC;
+        self.transition(raw, mask, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+    }
+}
+
+impl<S: ReceiveReady> QueuePair<'_, S> {
+    /// `ibv_post_recv(3)`—Posts one receive work request.
+    ///
+    /// # Safety
+    ///
+    /// Until this WR's completion has been polled, or the QP has been destroyed:
+    /// - the memory each SGE describes must stay allocated and registered (its
+    ///   [`MemoryRegion`](crate::MemoryRegion) alive), in a region of this QP's PD;
+    /// - the program must not read or write those bytes by any means (no `&`/`&mut` to them
+    ///   may be used): the NIC writes them at a time of its choosing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from the provider: `ENOMEM` when the receive queue is full, `EINVAL`
+    /// for more SGEs than `max_recv_sge`.
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in a receive-ready state; the caller upholds the memory contract.
+        let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+        check_errno(ret, "ibv_post_recv")
+    }
+}
+
+impl QueuePair<'_, Rts> {
+    /// `ibv_post_send(3)`—Posts one send work request (SEND, SEND with immediate, RDMA WRITE
+    /// with or without immediate, RDMA READ).
+    ///
+    /// # Safety
+    ///
+    /// Unless the WR is [`SendFlags::INLINE`] (its bytes are copied during this call), until
+    /// its completion has been polled — for an unsignaled WR, until a later signaled WR of
+    /// this QP has completed — or the QP has been destroyed:
+    /// - the memory each SGE describes must stay allocated and registered, in a region of
+    ///   this QP's PD;
+    /// - for SEND and RDMA WRITE the program must not write those bytes (the NIC reads them);
+    ///   for RDMA READ it must not read or write them (the NIC writes them).
+    ///
+    /// A wrong remote address or rkey is not undefined behaviour: the WR completes with an
+    /// error status.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for more SGEs than `max_send_sge` or inline data above
+    /// `max_inline_data`, before posting; [`Error::Verb`] from the provider (`ENOMEM`: the
+    /// send queue is full).
+    #[doc(alias = "ibv_post_send")]
+    #[inline]
+    pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
+        self.check_send(wr)?;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in RTS; the caller upholds the memory contract.
+        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+        check_errno(ret, "ibv_post_send")
+    }
+
+    fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
+        if wr.num_sge() > self.caps.max_send_sge as usize {
+            return Err(Error::InvalidInput(format!(
+                "the WR has {} SGEs; this QP allows {} (max_send_sge)",
+                wr.num_sge(),
+                self.caps.max_send_sge
+            )));
+        }
+        if wr.send_flags().contains(SendFlags::INLINE)
+            && wr.total_len() > u64::from(self.caps.max_inline_data)
+        {
+            return Err(Error::InvalidInput(format!(
+                "{} bytes cannot be sent inline; this QP allows {} (max_inline_data)",
+                wr.total_len(),
+                self.caps.max_inline_data
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<S: QpState> Drop for QueuePair<'_, S> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_raw() {
+            log::warn!("leaking QP {:#x}: {e}", self.qp_num().0);
+        }
+    }
+}
+
+impl<S: QpState> std::fmt::Debug for QueuePair<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &format_args!("{:#x}", self.qp_num().0))
+            .field("state", &S::NAME)
+            .field("caps", &self.caps)
+            .finish()
+    }
+}

@@ -1,0 +1,182 @@
+//! Work completions.
+#![allow(unsafe_code)] // reading the immediate-data union of ibv_wc
+
+use rdma_verbs_sys as sys;
+
+use crate::c_enum::c_enum;
+use crate::endpoint::Qpn;
+
+c_enum! {
+    /// How a work request ended (`enum ibv_wc_status`, `ibv_poll_cq(3)`).
+    pub struct WcStatus(u32) {
+        /// Completed successfully.
+        SUCCESS = sys::IBV_WC_SUCCESS => "success",
+        /// Local length error: a receive buffer too small, or a send too long.
+        LOC_LEN_ERR = sys::IBV_WC_LOC_LEN_ERR => "local length error",
+        /// Local QP operation error.
+        LOC_QP_OP_ERR = sys::IBV_WC_LOC_QP_OP_ERR => "local QP operation error",
+        /// Local EE context operation error.
+        LOC_EEC_OP_ERR = sys::IBV_WC_LOC_EEC_OP_ERR => "local EE context operation error",
+        /// Local protection error: the SGE's lkey or range is wrong.
+        LOC_PROT_ERR = sys::IBV_WC_LOC_PROT_ERR => "local protection error",
+        /// Flushed: the QP was in the error state.
+        WR_FLUSH_ERR = sys::IBV_WC_WR_FLUSH_ERR => "work request flushed",
+        /// Memory window bind error.
+        MW_BIND_ERR = sys::IBV_WC_MW_BIND_ERR => "memory window bind error",
+        /// Bad response from the responder.
+        BAD_RESP_ERR = sys::IBV_WC_BAD_RESP_ERR => "bad response",
+        /// Local access error.
+        LOC_ACCESS_ERR = sys::IBV_WC_LOC_ACCESS_ERR => "local access error",
+        /// Remote invalid request: e.g. an operation the remote QP does not allow.
+        REM_INV_REQ_ERR = sys::IBV_WC_REM_INV_REQ_ERR => "remote invalid request",
+        /// Remote access error: wrong rkey, range or rights.
+        REM_ACCESS_ERR = sys::IBV_WC_REM_ACCESS_ERR => "remote access error",
+        /// Remote operation error.
+        REM_OP_ERR = sys::IBV_WC_REM_OP_ERR => "remote operation error",
+        /// Transport retries exceeded: the peer does not answer.
+        RETRY_EXC_ERR = sys::IBV_WC_RETRY_EXC_ERR => "transport retry counter exceeded",
+        /// Receiver-not-ready retries exceeded: the peer posted no receive in time.
+        RNR_RETRY_EXC_ERR = sys::IBV_WC_RNR_RETRY_EXC_ERR => "RNR retry counter exceeded",
+        /// Local RDD violation.
+        LOC_RDD_VIOL_ERR = sys::IBV_WC_LOC_RDD_VIOL_ERR => "local RDD violation",
+        /// Remote invalid RD request.
+        REM_INV_RD_REQ_ERR = sys::IBV_WC_REM_INV_RD_REQ_ERR => "remote invalid RD request",
+        /// Remote aborted.
+        REM_ABORT_ERR = sys::IBV_WC_REM_ABORT_ERR => "remote aborted",
+        /// Invalid EE context number.
+        INV_EECN_ERR = sys::IBV_WC_INV_EECN_ERR => "invalid EE context number",
+        /// Invalid EE context state.
+        INV_EEC_STATE_ERR = sys::IBV_WC_INV_EEC_STATE_ERR => "invalid EE context state",
+        /// Fatal error.
+        FATAL_ERR = sys::IBV_WC_FATAL_ERR => "fatal error",
+        /// Response timeout.
+        RESP_TIMEOUT_ERR = sys::IBV_WC_RESP_TIMEOUT_ERR => "response timeout",
+        /// General error.
+        GENERAL_ERR = sys::IBV_WC_GENERAL_ERR => "general error",
+    }
+}
+
+c_enum! {
+    /// The operation a completion reports (`enum ibv_wc_opcode`).
+    pub struct WcOpcode(u32) {
+        /// A SEND (with or without immediate) completed.
+        SEND = sys::IBV_WC_SEND => "SEND",
+        /// An RDMA WRITE completed.
+        RDMA_WRITE = sys::IBV_WC_RDMA_WRITE => "RDMA_WRITE",
+        /// An RDMA READ completed.
+        RDMA_READ = sys::IBV_WC_RDMA_READ => "RDMA_READ",
+        /// A compare-and-swap completed.
+        COMP_SWAP = sys::IBV_WC_COMP_SWAP => "COMP_SWAP",
+        /// A fetch-and-add completed.
+        FETCH_ADD = sys::IBV_WC_FETCH_ADD => "FETCH_ADD",
+        /// A memory window bind completed.
+        BIND_MW = sys::IBV_WC_BIND_MW => "BIND_MW",
+        /// A local invalidate completed.
+        LOCAL_INV = sys::IBV_WC_LOCAL_INV => "LOCAL_INV",
+        /// A receive completed.
+        RECV = sys::IBV_WC_RECV => "RECV",
+        /// A receive consumed by an RDMA WRITE with immediate.
+        RECV_RDMA_WITH_IMM = sys::IBV_WC_RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
+    }
+}
+
+/// One completion (`struct ibv_wc`), filled by [`CompletionQueue::poll`](crate::CompletionQueue::poll).
+///
+/// On an error status only [`wr_id`](Self::wr_id), [`status`](Self::status),
+/// [`vendor_err`](Self::vendor_err) and [`qp_num`](Self::qp_num) are meaningful.
+#[derive(Clone, Copy, Default)]
+#[repr(transparent)]
+pub struct WorkCompletion(sys::ibv_wc);
+
+impl WorkCompletion {
+    /// The `wr_id` of the work request that ended.
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        self.0.wr_id
+    }
+
+    /// How it ended.
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        WcStatus(self.0.status)
+    }
+
+    /// Whether it succeeded.
+    #[inline]
+    pub fn is_success(&self) -> bool {
+        self.status() == WcStatus::SUCCESS
+    }
+
+    /// The operation (not meaningful on error completions).
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        WcOpcode(self.0.opcode)
+    }
+
+    /// Bytes received (receives and RDMA READ).
+    #[inline]
+    pub fn byte_len(&self) -> u32 {
+        self.0.byte_len
+    }
+
+    /// The immediate data, in host order, when the completion carries one.
+    #[inline]
+    pub fn imm_data(&self) -> Option<u32> {
+        (self.0.wc_flags & sys::IBV_WC_WITH_IMM != 0).then(|| {
+            // SAFETY: WITH_IMM says the union holds imm_data (big-endian on the wire).
+            u32::from_be(unsafe { self.0.__bindgen_anon_1.imm_data })
+        })
+    }
+
+    /// The local QP the work request belonged to.
+    #[inline]
+    pub fn qp_num(&self) -> Qpn {
+        Qpn(self.0.qp_num)
+    }
+
+    /// The provider's own error code, for error completions.
+    #[inline]
+    pub fn vendor_err(&self) -> u32 {
+        self.0.vendor_err
+    }
+
+    /// The raw completion.
+    pub fn as_raw(&self) -> &sys::ibv_wc {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for WorkCompletion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkCompletion")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("imm_data", &self.imm_data())
+            .field("qp_num", &self.qp_num())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_status_is_kept_and_shown() {
+        let s = WcStatus(4242);
+        assert_eq!(s.name(), None);
+        assert_eq!(s.to_string(), "unknown (4242)");
+        assert_eq!(WcStatus::RNR_RETRY_EXC_ERR.to_string(), "RNR retry counter exceeded");
+    }
+
+    #[test]
+    fn imm_data_only_with_the_flag() {
+        let mut wc = WorkCompletion::default();
+        wc.0.__bindgen_anon_1.imm_data = 0x1234_5678u32.to_be();
+        assert_eq!(wc.imm_data(), None);
+        wc.0.wc_flags = sys::IBV_WC_WITH_IMM;
+        assert_eq!(wc.imm_data(), Some(0x1234_5678));
+    }
+}

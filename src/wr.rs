@@ -1,0 +1,267 @@
+//! Work requests: what is posted to a queue pair.
+//!
+//! The builders here are safe: they only describe memory (address, length, key). Handing a
+//! description to the NIC is the `unsafe` step, [`QueuePair::post_send`] and
+//! [`QueuePair::post_recv`], whose contracts say how long the memory must stay untouched.
+//!
+//! [`QueuePair::post_send`]: crate::QueuePair::post_send
+//! [`QueuePair::post_recv`]: crate::QueuePair::post_recv
+#![allow(unsafe_code)] // writing the unions of ibv_send_wr
+
+use std::marker::PhantomData;
+
+use bitflags::bitflags;
+use rdma_verbs_sys as sys;
+
+use crate::mr::{LKey, RKey};
+
+/// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of the region named by
+/// `lkey`. Build one with [`MemoryRegion::sge`](crate::MemoryRegion::sge), which checks the
+/// bounds.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Sge(sys::ibv_sge);
+
+impl Sge {
+    /// An SGE of `length` bytes at `addr`, in the region whose local key is `lkey`.
+    pub fn new(addr: u64, length: u32, lkey: LKey) -> Sge {
+        Sge(sys::ibv_sge { addr, length, lkey: lkey.0 })
+    }
+
+    /// The address.
+    pub fn addr(&self) -> u64 {
+        self.0.addr
+    }
+
+    /// The length in bytes.
+    pub fn length(&self) -> u32 {
+        self.0.length
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> LKey {
+        LKey(self.0.lkey)
+    }
+}
+
+impl std::fmt::Debug for Sge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sge")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("length", &self.length())
+            .field("lkey", &self.lkey())
+            .finish()
+    }
+}
+
+/// A peer's memory, as the target of RDMA WRITE or the source of RDMA READ: a virtual
+/// address and the remote key of the region that holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteAddr {
+    /// The address in the peer's registration.
+    pub addr: u64,
+    /// The peer region's remote key.
+    pub rkey: RKey,
+}
+
+bitflags! {
+    /// Flags of a send work request (`enum ibv_send_flags`), `ibv_post_send(3)`.
+    #[repr(transparent)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct SendFlags: u32 {
+        /// `IBV_SEND_FENCE`: wait for earlier RDMA READs and atomics first.
+        const FENCE = sys::IBV_SEND_FENCE;
+        /// `IBV_SEND_SIGNALED`: generate a completion even when the QP signals selectively.
+        const SIGNALED = sys::IBV_SEND_SIGNALED;
+        /// `IBV_SEND_SOLICITED`: wake a receiver waiting for solicited events.
+        const SOLICITED = sys::IBV_SEND_SOLICITED;
+        /// `IBV_SEND_INLINE`: copy the data into the WQE at post time (no lkey needed).
+        const INLINE = sys::IBV_SEND_INLINE;
+        /// `IBV_SEND_IP_CSUM`: offload the IP checksum (raw packet QPs).
+        const IP_CSUM = sys::IBV_SEND_IP_CSUM;
+        const _ = !0;
+    }
+}
+
+/// A send work request (`struct ibv_send_wr`) over a borrowed SGE list: SEND, SEND with
+/// immediate, RDMA WRITE (with immediate) and RDMA READ.
+///
+/// ```
+/// # use rdma_verbs::{SendWr, SendFlags, Sge, LKey};
+/// let sges = [Sge::new(0x1000, 64, LKey(7))];
+/// let wr = SendWr::send_with_imm(42, &sges, 0xcafe).flags(SendFlags::SIGNALED);
+/// assert_eq!(wr.wr_id(), 42);
+/// ```
+#[repr(transparent)]
+pub struct SendWr<'a> {
+    raw: sys::ibv_send_wr,
+    _sges: PhantomData<&'a [Sge]>,
+}
+
+// SAFETY: the raw pointers only point into the borrowed SGE slice, which is Sync.
+unsafe impl Send for SendWr<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SendWr<'_> {}
+
+impl<'a> SendWr<'a> {
+    fn new(wr_id: u64, sges: &'a [Sge], opcode: sys::ibv_wr_opcode) -> Self {
+        let raw = sys::ibv_send_wr {
+            wr_id,
+            sg_list: sges.as_ptr().cast_mut().cast(),
+            num_sge: i32::try_from(sges.len()).unwrap_or(i32::MAX),
+            opcode,
+            ..Default::default()
+        };
+        SendWr { raw, _sges: PhantomData }
+    }
+
+    /// `IBV_WR_SEND`: the peer consumes a receive.
+    pub fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
+        Self::new(wr_id, sges, sys::IBV_WR_SEND)
+    }
+
+    /// `IBV_WR_SEND_WITH_IMM`: a SEND carrying 32 bits of immediate data (host order here;
+    /// sent big-endian).
+    pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_SEND_WITH_IMM);
+        wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
+        wr
+    }
+
+    /// `IBV_WR_RDMA_WRITE`: write the SGEs' bytes to `remote`; the peer sees no completion.
+    pub fn rdma_write(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_WRITE);
+        wr.set_remote(remote);
+        wr
+    }
+
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`: an RDMA WRITE that also consumes a receive at the peer,
+    /// which completes with `imm`.
+    pub fn rdma_write_with_imm(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, imm: u32) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_WRITE_WITH_IMM);
+        wr.set_remote(remote);
+        wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
+        wr
+    }
+
+    /// `IBV_WR_RDMA_READ`: read from `remote` into the SGEs (which need `LOCAL_WRITE`).
+    pub fn rdma_read(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_READ);
+        wr.set_remote(remote);
+        wr
+    }
+
+    fn set_remote(&mut self, remote: RemoteAddr) {
+        self.raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+            remote_addr: remote.addr,
+            rkey: remote.rkey.0,
+        };
+    }
+
+    /// Sets the send flags (replacing earlier ones).
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.raw.send_flags = flags.bits();
+        self
+    }
+
+    /// The `wr_id`, returned in the completion.
+    pub fn wr_id(&self) -> u64 {
+        self.raw.wr_id
+    }
+
+    /// The send flags.
+    pub fn send_flags(&self) -> SendFlags {
+        SendFlags::from_bits_retain(self.raw.send_flags)
+    }
+
+    /// The SGEs' total length in bytes.
+    pub fn total_len(&self) -> u64 {
+        self.sges().iter().map(|s| u64::from(s.length())).sum()
+    }
+
+    /// The number of SGEs.
+    pub fn num_sge(&self) -> usize {
+        self.raw.num_sge as usize
+    }
+
+    fn sges(&self) -> &'a [Sge] {
+        // SAFETY: sg_list/num_sge were built from a `&'a [Sge]`.
+        unsafe { std::slice::from_raw_parts(self.raw.sg_list.cast(), self.raw.num_sge as usize) }
+    }
+
+    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_send_wr {
+        &mut self.raw
+    }
+}
+
+impl std::fmt::Debug for SendWr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendWr")
+            .field("wr_id", &self.wr_id())
+            .field("opcode", &self.raw.opcode)
+            .field("flags", &self.send_flags())
+            .field("sges", &self.sges())
+            .finish()
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`) over a borrowed SGE list.
+#[repr(transparent)]
+pub struct RecvWr<'a> {
+    raw: sys::ibv_recv_wr,
+    _sges: PhantomData<&'a [Sge]>,
+}
+
+// SAFETY: the raw pointers only point into the borrowed SGE slice, which is Sync.
+unsafe impl Send for RecvWr<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for RecvWr<'_> {}
+
+impl<'a> RecvWr<'a> {
+    /// A receive into `sges`, reported with `wr_id`.
+    pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
+        let raw = sys::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sges.as_ptr().cast_mut().cast(),
+            num_sge: i32::try_from(sges.len()).unwrap_or(i32::MAX),
+        };
+        RecvWr { raw, _sges: PhantomData }
+    }
+
+    /// The `wr_id`.
+    pub fn wr_id(&self) -> u64 {
+        self.raw.wr_id
+    }
+
+    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_recv_wr {
+        &mut self.raw
+    }
+}
+
+impl std::fmt::Debug for RecvWr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvWr").field("wr_id", &self.wr_id()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builders_fill_the_raw_request() {
+        let sges = [Sge::new(0x1000, 64, LKey(7)), Sge::new(0x2000, 36, LKey(7))];
+        let remote = RemoteAddr { addr: 0xdead_0000, rkey: RKey(9) };
+        let wr = SendWr::rdma_write_with_imm(5, &sges, remote, 0x0102_0304)
+            .flags(SendFlags::SIGNALED | SendFlags::INLINE);
+        assert_eq!(wr.raw.opcode, sys::IBV_WR_RDMA_WRITE_WITH_IMM);
+        assert_eq!(wr.raw.num_sge, 2);
+        assert_eq!(wr.total_len(), 100);
+        // SAFETY: written by rdma_write_with_imm.
+        let (rdma, imm) = unsafe { (wr.raw.wr.rdma, wr.raw.__bindgen_anon_1.imm_data) };
+        assert_eq!((rdma.remote_addr, rdma.rkey), (0xdead_0000, 9));
+        assert_eq!(imm, 0x0102_0304u32.to_be());
+        assert_eq!(wr.send_flags(), SendFlags::SIGNALED | SendFlags::INLINE);
+    }
+}

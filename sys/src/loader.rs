@@ -1,0 +1,267 @@
+//! libibverbs, loaded at run time.
+//!
+//! `dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL)` once per process, never `dlclose`d, so
+//! every function pointer stays valid until exit. The symbols split into a fixed *required*
+//! list (the `IBVERBS_1.1` core the safe crate uses: loading fails, naming the symbol, if one is
+//! missing) and *optional* newer ones (`Option`, so an older rdma-core still loads and the
+//! caller reports `Unsupported`). Never "everything in the headers": a binary built against a
+//! new rdma-core must still load on an old one.
+//!
+//! Plain `dlsym` returns each symbol's default version node, which is what a C program linked
+//! today gets (see `reference/verbs-abi.md` §1.4 for the nodes).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+
+use crate::bindings::*;
+use crate::decls;
+
+/// The run-time name of libibverbs (the `.so` without version exists only in `-dev` packages).
+pub const LIBIBVERBS_SONAME: &str = "libibverbs.so.1";
+
+/// Environment variable naming the libibverbs to load instead of [`LIBIBVERBS_SONAME`], for
+/// stacks installed in unusual places.
+pub const LIBIBVERBS_ENV: &str = "RDMA_VERBS_LIBIBVERBS";
+
+const INSTALL_HINT: &str = "install rdma-core's runtime (Debian/Ubuntu: apt-get install \
+     libibverbs1 ibverbs-providers; RHEL/Rocky/Fedora: dnf install libibverbs) or set \
+     RDMA_VERBS_LIBIBVERBS to the path of libibverbs.so.1";
+
+/// Why libibverbs could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// `dlopen` failed: the library is absent or unusable.
+    #[error("cannot load libibverbs from {library}: {reason}; {hint}", hint = INSTALL_HINT)]
+    Open {
+        /// The name or path given to `dlopen`.
+        library: String,
+        /// The loader's own explanation (`dlerror`).
+        reason: String,
+    },
+    /// A symbol of the required list is missing: the library is older than rdma-core v13 or
+    /// not libibverbs at all.
+    #[error("{path} lacks the required symbol {symbol}; {hint}", hint = INSTALL_HINT)]
+    MissingSymbol {
+        /// The library that was loaded.
+        path: String,
+        /// The missing symbol.
+        symbol: &'static str,
+    },
+}
+
+/// Declares a function table: required symbols as plain pointers, optional ones as `Option`.
+/// Each type is checked at compile time against the prototype in the system's headers.
+macro_rules! fn_table {
+    (
+        required { $( $(#[$rdoc:meta])* $req:ident: fn($($rty:ty),* $(,)?) $(-> $rret:ty)?; )* }
+        optional { $( $(#[$odoc:meta])* $opt:ident: fn($($oty:ty),* $(,)?) $(-> $oret:ty)?; )* }
+    ) => {
+        /// The libibverbs functions this crate calls.
+        ///
+        /// All fields are public so that tests can build a table from plain function pointers
+        /// (a mock provider) instead of loading the library.
+        #[derive(Clone, Copy)]
+        #[allow(missing_debug_implementations)]
+        pub struct IbverbsFns {
+            $( $(#[$rdoc])* pub $req: unsafe extern "C" fn($($rty),*) $(-> $rret)?, )*
+            $( $(#[$odoc])* pub $opt: Option<unsafe extern "C" fn($($oty),*) $(-> $oret)?>, )*
+        }
+
+        // The hand-written types above must match the system's prototypes.
+        const _: () = {
+            $( let _: unsafe extern "C" fn($($rty),*) $(-> $rret)? = decls::$req; )*
+            $( let _: unsafe extern "C" fn($($oty),*) $(-> $oret)? = decls::$opt; )*
+        };
+
+        impl IbverbsFns {
+            fn resolve(lib: &Library, path: &str) -> Result<Self, LoadError> {
+                Ok(Self {
+                    $( $req: {
+                        // SAFETY: the type was checked against the header prototype above.
+                        let sym = unsafe {
+                            lib.get::<unsafe extern "C" fn($($rty),*) $(-> $rret)?>(
+                                concat!(stringify!($req), "\0").as_bytes())
+                        };
+                        *sym.map_err(|_| LoadError::MissingSymbol {
+                            path: path.to_owned(),
+                            symbol: stringify!($req),
+                        })?
+                    }, )*
+                    $( $opt: {
+                        // SAFETY: the type was checked against the header prototype above.
+                        let sym = unsafe {
+                            lib.get::<unsafe extern "C" fn($($oty),*) $(-> $oret)?>(
+                                concat!(stringify!($opt), "\0").as_bytes())
+                        };
+                        sym.ok().map(|s| *s)
+                    }, )*
+                })
+            }
+        }
+    };
+}
+
+fn_table! {
+    required {
+        /// `ibv_get_device_list(3)`
+        ibv_get_device_list: fn(*mut c_int) -> *mut *mut ibv_device;
+        /// `ibv_free_device_list(3)`
+        ibv_free_device_list: fn(*mut *mut ibv_device);
+        /// `ibv_get_device_name(3)`
+        ibv_get_device_name: fn(*mut ibv_device) -> *const c_char;
+        /// `ibv_get_device_guid(3)`
+        ibv_get_device_guid: fn(*mut ibv_device) -> __be64;
+        /// `ibv_open_device(3)`
+        ibv_open_device: fn(*mut ibv_device) -> *mut ibv_context;
+        /// `ibv_close_device(3)`
+        ibv_close_device: fn(*mut ibv_context) -> c_int;
+        /// `ibv_query_device(3)`
+        ibv_query_device: fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
+        /// `ibv_query_port@@IBVERBS_1.1`: the compat entry behind the inline
+        /// `ibv_query_port(3)`; call [`crate::inline::ibv_query_port`] instead.
+        ibv_query_port: fn(*mut ibv_context, u8, *mut _compat_ibv_port_attr) -> c_int;
+        /// `ibv_query_gid(3)`
+        ibv_query_gid: fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int;
+        /// `ibv_alloc_pd(3)`
+        ibv_alloc_pd: fn(*mut ibv_context) -> *mut ibv_pd;
+        /// `ibv_dealloc_pd(3)`
+        ibv_dealloc_pd: fn(*mut ibv_pd) -> c_int;
+        /// `ibv_reg_mr@@IBVERBS_1.1`; call [`crate::inline::ibv_reg_mr`] instead.
+        ibv_reg_mr: fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
+        /// `ibv_dereg_mr(3)`
+        ibv_dereg_mr: fn(*mut ibv_mr) -> c_int;
+        /// `ibv_create_cq(3)`
+        ibv_create_cq: fn(*mut ibv_context, c_int, *mut c_void, *mut ibv_comp_channel, c_int)
+            -> *mut ibv_cq;
+        /// `ibv_destroy_cq(3)`
+        ibv_destroy_cq: fn(*mut ibv_cq) -> c_int;
+        /// `ibv_create_qp(3)`
+        ibv_create_qp: fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
+        /// `ibv_modify_qp(3)`
+        ibv_modify_qp: fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
+        /// `ibv_destroy_qp(3)`
+        ibv_destroy_qp: fn(*mut ibv_qp) -> c_int;
+    }
+    optional {
+        /// `ibv_reg_mr_iova2@@IBVERBS_1.8` (rdma-core v28).
+        ibv_reg_mr_iova2: fn(*mut ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut ibv_mr;
+        /// `_ibv_query_gid_ex@@IBVERBS_1.11` (rdma-core v32), behind `ibv_query_gid_ex(3)`.
+        _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize)
+            -> c_int;
+    }
+}
+
+/// The loaded libibverbs: where it came from and its functions.
+#[allow(missing_debug_implementations)]
+pub struct Ibverbs {
+    /// Kept so the library is never unloaded: statics are never dropped.
+    _lib: Library,
+    path: PathBuf,
+    /// The function table.
+    pub fns: IbverbsFns,
+}
+
+impl Ibverbs {
+    /// The file the library was loaded from, symlinks resolved (for example
+    /// `/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The rdma-core version read from the real file name (`libibverbs.so.1.14.44.0` →
+    /// `44.0`; MLNX_OFED/DOCA-OFED builds follow the same scheme), or `None` when the name
+    /// does not carry one.
+    pub fn rdma_core_version(&self) -> Option<String> {
+        rdma_core_version_from_file_name(self.path.file_name()?.to_str()?)
+    }
+
+    /// The highest `IBVERBS_1.N` ABI node the file name announces (`14` for
+    /// `libibverbs.so.1.14.44.0`).
+    pub fn abi_minor(&self) -> Option<u32> {
+        let name = self.path.file_name()?.to_str()?;
+        name.strip_prefix("libibverbs.so.1.")?.split('.').next()?.parse().ok()
+    }
+}
+
+fn rdma_core_version_from_file_name(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("libibverbs.so.1.")?;
+    let (_abi_minor, version) = rest.split_once('.')?;
+    (!version.is_empty()).then(|| version.to_owned())
+}
+
+/// The process-wide libibverbs, loaded on first use from `$RDMA_VERBS_LIBIBVERBS` or
+/// [`LIBIBVERBS_SONAME`].
+///
+/// # Errors
+///
+/// [`LoadError::Open`] when `dlopen` fails, [`LoadError::MissingSymbol`] when a required
+/// symbol is absent. The outcome of the first call is kept: later calls return it again.
+pub fn ibverbs() -> Result<&'static Ibverbs, LoadError> {
+    static LIB: OnceLock<Result<Ibverbs, LoadError>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let name = std::env::var_os(LIBIBVERBS_ENV)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| OsString::from(LIBIBVERBS_SONAME));
+        // SAFETY: dlopen runs the library's initialisers. libibverbs' (and its providers')
+        // initialisers only set up its own state; the override is the user's explicit choice.
+        unsafe { load(Path::new(&name)) }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Loads libibverbs from `name` (a SONAME searched like `dlopen` does, or a path).
+///
+/// # Safety
+///
+/// - `dlopen` runs the library's initialisers: `name` must be a genuine libibverbs whose
+///   initialisers are sound to run in this process.
+/// - The symbols are used with the types of this build's headers: the library must implement
+///   rdma-core's ABI.
+unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
+    let display = name.display().to_string();
+    // SAFETY: the caller guarantees the library is a sound libibverbs.
+    let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }
+        .map_err(|e| LoadError::Open { library: display.clone(), reason: e.to_string() })?;
+    let fns = IbverbsFns::resolve(&lib, &display)?;
+    let path = loaded_path(fns.ibv_get_device_list as *const c_void).unwrap_or_else(|| name.into());
+    Ok(Ibverbs { _lib: lib, path: path.canonicalize().unwrap_or(path), fns })
+}
+
+/// The file that holds `addr`, from `dladdr`.
+fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the loader's tables and writes `info`.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr returned non-zero, so it filled `info`.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader, alive while the
+    // library stays loaded (forever).
+    let fname = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(fname.to_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_from_file_name() {
+        let v = |n| rdma_core_version_from_file_name(n);
+        assert_eq!(v("libibverbs.so.1.14.44.0").as_deref(), Some("44.0"));
+        assert_eq!(v("libibverbs.so.1.14.2410068.0").as_deref(), Some("2410068.0"));
+        assert_eq!(v("libibverbs.so.1"), None);
+        assert_eq!(v("libibverbs.so.1.14"), None);
+        assert_eq!(v("libfoo.so"), None);
+    }
+}

@@ -1,0 +1,120 @@
+//! Helpers shared by the integration tests.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rdma_verbs::{Context, Error};
+
+/// The device tests' device: Soft-RoCE in the guest.
+pub const RXE: &str = "rxe0";
+
+/// Whether a missing device must fail the test (set by `scripts/rdma-vm` in the guest).
+pub fn device_required() -> bool {
+    std::env::var("RDMA_VERBS_REQUIRE_DEVICE").is_ok_and(|v| v == "1")
+}
+
+/// Opens `name`, or — when there is no such device — fails under
+/// `RDMA_VERBS_REQUIRE_DEVICE=1` and otherwise prints that the test skipped and returns `None`.
+pub fn require_device(name: &str) -> Option<Context> {
+    match Context::open_by_name(Some(name)) {
+        Ok(ctx) => Some(ctx),
+        Err(
+            e @ (Error::NoKernelSupport
+            | Error::NoDevices
+            | Error::DeviceNotFound { .. }
+            | Error::Load(_)),
+        ) => {
+            assert!(
+                !device_required(),
+                "RDMA_VERBS_REQUIRE_DEVICE=1 but device {name} is unusable: {e}"
+            );
+            eprintln!(
+                "skipped: needs RDMA device {name} ({e}); run it in the guest: scripts/rdma-vm"
+            );
+            None
+        }
+        Err(e) => panic!("opening {name}: {e}"),
+    }
+}
+
+/// The RoCE v2 IPv4 GID index of rxe0 (the runner exports it), else 1.
+pub fn gid_index() -> String {
+    std::env::var("RDMA_VM_GID_INDEX").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "1".into())
+}
+
+/// The path of a built example (`cargo test` builds them next to the test binary's `deps/`).
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps")
+        .join("examples")
+        .join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build the examples first (cargo build --examples)",
+        path.display()
+    );
+    path
+}
+
+/// A command's output, killing it after `limit`.
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    wait_within(child, limit)
+}
+
+/// Waits for `child`, killing it after `limit` (then its output ends with a note).
+pub fn wait_within(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let mut out = child.wait_with_output().expect("wait");
+            out.stderr.extend_from_slice(format!("\n[killed after {limit:?}]").as_bytes());
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("wait")
+}
+
+/// Starts a server command and waits until something listens on TCP `port`.
+pub fn spawn_server(mut cmd: Command, port: u16) -> Child {
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn server");
+    let start = Instant::now();
+    while !listening(port) {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            let out = child.wait_with_output().expect("wait");
+            panic!("server exited ({status}) before listening: {}", text(&out));
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "server never listened on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Whether a socket listens on `port`, from /proc/net/tcp{,6} (state 0A is LISTEN); probing
+/// by connecting would use up the server's single accept.
+fn listening(port: u16) -> bool {
+    let needle = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+            let cols: Vec<_> = l.split_whitespace().collect();
+            cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
+        })
+    })
+}
+
+/// Stdout and stderr, for assertion messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -1,0 +1,151 @@
+//! Two RC QPs of one device connected to each other in one process.
+
+use rdma_verbs::*;
+
+use crate::common::{require_device, RXE};
+
+const PORT: u8 = 1;
+
+/// Creates a QP on `cq` and takes it to INIT with `access` for the peer.
+fn qp_in_init<'a>(
+    pd: &'a ProtectionDomain<'a>,
+    cq: &'a CompletionQueue<'a>,
+    access: AccessFlags,
+) -> QueuePair<'a, Init> {
+    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
+    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
+    qp.into_init(&InitAttr { port: PORT, access, ..Default::default() }).unwrap()
+}
+
+/// Connects two INIT QPs to each other through the routable GID.
+fn connect<'a>(
+    ctx: &Context,
+    a: QueuePair<'a, Init>,
+    b: QueuePair<'a, Init>,
+) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+    let gid = ctx.routable_gid(PORT).unwrap();
+    let port = ctx.query_port(PORT).unwrap();
+    let ends = [&a, &b].map(|qp| Endpoint {
+        lid: port.lid(),
+        qpn: qp.qp_num(),
+        psn: Psn::random(),
+        gid: gid.gid,
+    });
+    let up = |qp: QueuePair<'a, Init>, me: &Endpoint, peer: &Endpoint| {
+        let rtr = RtrAttr::to_endpoint(peer, PORT, Some(gid.index as u8), port.active_mtu());
+        qp.into_rtr(&rtr).unwrap().into_rts(&RtsAttr::new(me.psn)).unwrap()
+    };
+    (up(a, &ends[0], &ends[1]), up(b, &ends[1], &ends[0]))
+}
+
+/// Polls until `n` completions arrived (bounded: Soft-RoCE is slow, not stuck).
+fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
+    let start = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut wcs = [WorkCompletion::default(); 4];
+    while got.len() < n {
+        got.extend_from_slice(cq.poll(&mut wcs).unwrap());
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "only {} of {n} completions after 30 s: {got:?}",
+            got.len()
+        );
+    }
+    got
+}
+
+#[test]
+fn send_with_imm_delivers_payload_and_immediate() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let mut mr = pd.register(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    let payload: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    mr.as_mut_slice()[..4096].copy_from_slice(&payload);
+
+    let (a, b) =
+        (qp_in_init(&pd, &cq, AccessFlags::empty()), qp_in_init(&pd, &cq, AccessFlags::empty()));
+    let recv_sge = [mr.sge(4096..).unwrap()];
+    // SAFETY: the receive half of `mr` is not touched until its completion is polled.
+    unsafe { b.post_recv(&mut RecvWr::new(7, &recv_sge)).unwrap() };
+    let (a, b) = connect(&ctx, a, b);
+
+    let send_sge = [mr.sge(..4096).unwrap()];
+    let mut wr = SendWr::send_with_imm(8, &send_sge, 0xfeed_beef).flags(SendFlags::SIGNALED);
+    // SAFETY: the send half of `mr` is not written until the send completes.
+    unsafe { a.post_send(&mut wr).unwrap() };
+
+    let wcs = wait_for(&cq, 2);
+    let recv = wcs.iter().find(|wc| wc.wr_id() == 7).expect("receive completion");
+    let send = wcs.iter().find(|wc| wc.wr_id() == 8).expect("send completion");
+    assert!(send.is_success() && recv.is_success(), "{wcs:?}");
+    assert_eq!((send.opcode(), send.qp_num()), (WcOpcode::SEND, a.qp_num()));
+    assert_eq!((recv.opcode(), recv.qp_num()), (WcOpcode::RECV, b.qp_num()));
+    assert_eq!(recv.byte_len(), 4096);
+    assert_eq!(recv.imm_data(), Some(0xfeed_beef));
+    assert_eq!(&mr.as_slice()[4096..], &payload[..]);
+}
+
+#[test]
+fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let len = 1 << 16;
+    let mut source = pd.register(len, AccessFlags::REMOTE_READ).unwrap();
+    let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    source.as_mut_slice().copy_from_slice(&pattern);
+    let sink = pd.register(len + 16, AccessFlags::LOCAL_WRITE).unwrap();
+
+    let (a, b) = (
+        qp_in_init(&pd, &cq, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, AccessFlags::REMOTE_READ),
+    );
+    let recv_sge = [sink.sge(len..).unwrap()];
+    // SAFETY: the tail of `sink` is not touched until its completion is polled.
+    unsafe { b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap() };
+    let (a, b) = connect(&ctx, a, b);
+
+    let read_sge = [sink.sge(..len).unwrap()];
+    let mut read =
+        SendWr::rdma_read(2, &read_sge, source.remote(..).unwrap()).flags(SendFlags::SIGNALED);
+    let small = [source.sge(..16).unwrap()];
+    let mut send = SendWr::send(3, &small).flags(SendFlags::SIGNALED);
+    // SAFETY: `sink` is not read until both completions are polled; `source` is not written.
+    unsafe {
+        a.post_send(&mut read).unwrap();
+    }
+    let wcs = wait_for(&cq, 1);
+    assert_eq!(
+        (wcs[0].wr_id(), wcs[0].status(), wcs[0].opcode()),
+        (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
+    );
+    // SAFETY: as above.
+    unsafe { a.post_send(&mut send).unwrap() };
+    let wcs = wait_for(&cq, 2);
+    let recv = wcs.iter().find(|wc| wc.wr_id() == 1).expect("receive completion");
+    assert!(recv.is_success(), "{wcs:?}");
+    assert_eq!((recv.byte_len(), recv.imm_data(), recv.qp_num()), (16, None, b.qp_num()));
+    assert_eq!(&sink.as_slice()[..len], &pattern[..]);
+    assert_eq!(&sink.as_slice()[len..], &pattern[..16]);
+}
+
+#[test]
+fn too_much_inline_data_is_refused_before_posting() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let mr = pd.register(1 << 16, AccessFlags::LOCAL_WRITE).unwrap();
+    let (a, b) = connect(
+        &ctx,
+        qp_in_init(&pd, &cq, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, AccessFlags::empty()),
+    );
+    let too_big = a.caps().max_inline_data as usize + 1;
+    let sge = [mr.sge(..too_big).unwrap()];
+    let mut wr = SendWr::send(1, &sge).flags(SendFlags::INLINE);
+    // SAFETY: refused before reaching the NIC; `mr` is not written anyway.
+    let err = unsafe { a.post_send(&mut wr) }.unwrap_err();
+    assert!(err.to_string().contains("cannot be sent inline"), "{err}");
+    drop(b);
+}

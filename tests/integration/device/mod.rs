@@ -1,0 +1,4 @@
+//! Device-tier tests: they need an RDMA device (rxe0 in the Soft-RoCE guest).
+
+mod loopback;
+mod rc_pingpong;

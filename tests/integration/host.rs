@@ -1,0 +1,93 @@
+//! Host-tier tests: no RDMA device needed.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use rdma_verbs::{DeviceList, Error};
+
+use crate::common::{example, output_within, text};
+
+fn kernel_has_uverbs() -> bool {
+    Path::new("/sys/class/infiniband_verbs").exists()
+}
+
+#[test]
+fn without_kernel_rdma_the_device_list_says_why() {
+    if kernel_has_uverbs() {
+        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+        return;
+    }
+    let err = DeviceList::new().expect_err("no uverbs, no device list");
+    assert!(matches!(err, Error::NoKernelSupport), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("no RDMA devices: the kernel exposes no uverbs"), "{msg}");
+    assert!(
+        msg.contains("/sys/class/infiniband_verbs") && msg.contains("scripts/rdma-vm"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn rc_pingpong_without_kernel_rdma_names_the_cause() {
+    if kernel_has_uverbs() {
+        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+        return;
+    }
+    let out = output_within(Command::new(example("rc_pingpong")), Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("rc_pingpong: no RDMA devices: the kernel exposes no uverbs"),
+        "{}",
+        text(&out)
+    );
+    assert!(stderr.contains("modprobe rdma_rxe"), "{}", text(&out));
+    assert!(!stderr.contains("panicked"), "{}", text(&out));
+}
+
+#[test]
+fn a_missing_libibverbs_is_named_with_the_package() {
+    let mut cmd = Command::new(example("rc_pingpong"));
+    cmd.env("RDMA_VERBS_LIBIBVERBS", "/nonexistent");
+    let out = output_within(cmd, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("rc_pingpong: cannot load libibverbs from /nonexistent: "),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stderr.contains("apt-get install libibverbs1") && stderr.contains("dnf install libibverbs"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn the_loader_reports_path_and_version() {
+    let lib = match rdma_verbs::sys::ibverbs() {
+        Ok(lib) => lib,
+        Err(e) if !crate::common::device_required() => {
+            eprintln!("skipped: libibverbs is not installed here ({e})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let name = lib.path().file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(name.starts_with("libibverbs.so.1"), "{}", lib.path().display());
+    // Distribution and MOFED builds name the file libibverbs.so.1.<abi>.<rdma-core version>.
+    if name.len() > "libibverbs.so.1".len() {
+        assert!(lib.rdma_core_version().is_some() && lib.abi_minor().is_some(), "{name}");
+    }
+}
+
+#[test]
+fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
+    let mut cmd = Command::new(example("rc_pingpong"));
+    cmd.args(["-m", "1500"]);
+    let out = output_within(cmd, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid MTU 1500"), "{}", text(&out));
+}
