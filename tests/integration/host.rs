@@ -91,3 +91,14 @@ fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid MTU 1500"), "{}", text(&out));
 }
+
+#[test]
+fn the_readme_example_is_examples_loopback_verbatim() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let example = std::fs::read_to_string(root.join("examples/loopback.rs")).unwrap();
+    assert!(
+        readme.contains(&format!("```rust\n{example}```")),
+        "README.md must show examples/loopback.rs verbatim"
+    );
+}
