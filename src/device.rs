@@ -252,6 +252,22 @@ impl Context {
         device.open()
     }
 
+    /// Wraps a context opened elsewhere (by rdma_cm, a provider's own open call, or a mock
+    /// provider); it is closed with `ibv_close_device` on drop.
+    ///
+    /// # Safety
+    ///
+    /// - `raw` must be a live `ibv_context` opened through `lib`, not closed elsewhere, and
+    ///   owned by the returned value from now on;
+    /// - `lib` must be the library whose functions operate on it.
+    pub unsafe fn from_raw(
+        lib: &'static sys::Ibverbs,
+        raw: NonNull<sys::ibv_context>,
+        name: String,
+    ) -> Context {
+        Context { raw, lib, name }
+    }
+
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name

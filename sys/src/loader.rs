@@ -144,8 +144,18 @@ fn_table! {
         ibv_create_qp: fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
         /// `ibv_modify_qp(3)`
         ibv_modify_qp: fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
+        /// `ibv_query_qp(3)`
+        ibv_query_qp: fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int;
         /// `ibv_destroy_qp(3)`
         ibv_destroy_qp: fn(*mut ibv_qp) -> c_int;
+        /// `ibv_create_comp_channel(3)` (only `@@IBVERBS_1.0`, which `dlsym` returns).
+        ibv_create_comp_channel: fn(*mut ibv_context) -> *mut ibv_comp_channel;
+        /// `ibv_destroy_comp_channel(3)` (only `@@IBVERBS_1.0`).
+        ibv_destroy_comp_channel: fn(*mut ibv_comp_channel) -> c_int;
+        /// `ibv_get_cq_event(3)`
+        ibv_get_cq_event: fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
+        /// `ibv_ack_cq_events(3)`
+        ibv_ack_cq_events: fn(*mut ibv_cq, c_uint);
     }
     optional {
         /// `ibv_reg_mr_iova2@@IBVERBS_1.8` (rdma-core v28).
@@ -159,14 +169,26 @@ fn_table! {
 /// The loaded libibverbs: where it came from and its functions.
 #[allow(missing_debug_implementations)]
 pub struct Ibverbs {
-    /// Kept so the library is never unloaded: statics are never dropped.
-    _lib: Library,
+    /// Kept so the library is never unloaded: statics are never dropped. `None` for a table
+    /// built from plain function pointers.
+    _lib: Option<Library>,
     path: PathBuf,
     /// The function table.
     pub fns: IbverbsFns,
 }
 
 impl Ibverbs {
+    /// A library made of plain function pointers, such as a mock provider's, reported as
+    /// loaded from `path`.
+    ///
+    /// # Safety
+    ///
+    /// Each function in `fns` must behave as the libibverbs function of the same name
+    /// (its man page's contract), since safe code calls them on that promise.
+    pub unsafe fn from_fns(fns: IbverbsFns, path: PathBuf) -> Ibverbs {
+        Ibverbs { _lib: None, path, fns }
+    }
+
     /// The file the library was loaded from, symlinks resolved (for example
     /// `/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0`).
     pub fn path(&self) -> &Path {
@@ -230,7 +252,7 @@ unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
         .map_err(|e| LoadError::Open { library: display.clone(), reason: e.to_string() })?;
     let fns = IbverbsFns::resolve(&lib, &display)?;
     let path = loaded_path(fns.ibv_get_device_list as *const c_void).unwrap_or_else(|| name.into());
-    Ok(Ibverbs { _lib: lib, path: path.canonicalize().unwrap_or(path), fns })
+    Ok(Ibverbs { _lib: Some(lib), path: path.canonicalize().unwrap_or(path), fns })
 }
 
 /// The file that holds `addr`, from `dladdr`.
