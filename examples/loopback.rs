@@ -40,7 +40,7 @@ fn run() -> Result<()> {
         b.post_recv(&mut RecvWr::new(1, &recv))?;
         a.post_send(&mut SendWr::send_with_imm(2, &send, 7).flags(SendFlags::SIGNALED))?;
     }
-    let (mut wcs, mut done) = ([WorkCompletion::default(); 2], 0);
+    let (mut wcs, mut done) = ([WorkCompletion::EMPTY; 2], 0);
     while done < 2 {
         for wc in cq.poll(&mut wcs)?.iter() {
             assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());

@@ -1,5 +1,5 @@
 //! Ping-pong over a Reliable Connected queue pair, wire-compatible with rdma-core's
-//! `ibv_rc_pingpong`: same options (`-p -d -i -s -m -r -n -l -g`), same TCP exchange (port
+//! `ibv_rc_pingpong`: same options (`-p -d -i -s -m -r -n -l -e -g`), same TCP exchange (port
 //! 18515, 52-byte `LLLL:QQQQQQ:PPPPPP:<GID>` messages, then `done`) and same output.
 //!
 //! One difference: without `-g` on an Ethernet (RoCE) port, where the C tool fails, this one
@@ -20,6 +20,7 @@ use rdma_verbs::*;
 
 /// How long to wait for the peer over TCP, and for a completion once running.
 const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The C tool's wr_ids, kept as the kinds of completion it waits for.
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 
@@ -53,6 +54,9 @@ struct Args {
     /// Service level
     #[arg(short = 'l', long = "sl", default_value_t = 0)]
     sl: u8,
+    /// Sleep on CQ events (default poll)
+    #[arg(short = 'e', long = "events")]
+    events: bool,
     /// Local port GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'g', long = "gid-idx")]
     gid_idx: Option<u32>,
@@ -90,21 +94,31 @@ fn run(args: &Args) -> Result<(), Error> {
     let gid = local_gid(&ctx, args, &port)?;
 
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(args.rx_depth + 1)?;
+    // With -e, completions wake us through a channel instead of being busy-polled.
+    let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
+    let cq = match &channel {
+        Some(channel) => ctx.create_cq_with_channel(args.rx_depth + 1, channel, 0)?,
+        None => ctx.create_cq(args.rx_depth + 1)?,
+    };
+    // The safe buffer tier: one buffer per outstanding receive plus the message we send.
+    // (The C tool lets every receive share one buffer: the NIC writing memory that many
+    // receives name is exactly what this tier rules out, at (rx_depth + 1) × size bytes.)
     let size = args.size as usize;
-    // The send message, then the receive area: the C tool shares one buffer for both, but
-    // the NIC writing bytes we send is exactly what the raw tier's contract forbids.
-    let mut mr = pd.register(2 * size, AccessFlags::LOCAL_WRITE)?;
-    mr.as_mut_slice()[..size].fill(0x7b);
+    let mr = pd.register((args.rx_depth as usize + 1) * size, AccessFlags::LOCAL_WRITE)?;
+    let pool = BufferPool::new(mr, size)?;
+    let mut message = pool.take().ok_or("the buffer pool is empty")?;
+    message.capacity_mut().fill(0x7b);
+    message.set_len(size)?;
+    let message_index = message.index();
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
     let qp = qp
         .into_init(&InitAttr { port: args.ib_port, ..Default::default() })
         .map_err(|e| e.error)?;
 
-    let send_sge = [mr.sge(..size)?];
-    let recv_sge = [mr.sge(size..)?];
-    post_recvs(&qp, &recv_sge, args.rx_depth)?;
+    while let Some(buf) = pool.take() {
+        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+    }
 
     let psn = Psn::random();
     let me =
@@ -143,61 +157,70 @@ fn run(args: &Args) -> Result<(), Error> {
     };
     println!("  remote address: {remote}");
 
-    let inline = u64::from(qp.caps().max_inline_data) >= u64::from(args.size);
-    let flags = if inline { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
-    let post_send = || -> Result<(), Error> {
-        // SAFETY: the send area is not written after the fill above, and `mr` outlives the QP.
-        unsafe { qp.post_send(&mut SendWr::send(SEND_WRID, &send_sge).flags(flags))? };
-        Ok(())
-    };
+    // The message is in flight or back in `message`; it goes inline when it fits.
+    let mut message = Some(message);
 
+    if channel.is_some() {
+        cq.req_notify(false)?;
+    }
     let mut pending = RECV_WRID;
     if args.servername.is_some() {
-        post_send()?;
+        send_message(&qp, &mut message)?;
         pending |= SEND_WRID;
     }
     let start = Instant::now();
-    let (mut rcnt, mut scnt, mut routs) = (0u64, 0u64, args.rx_depth);
-    let mut wcs = [WorkCompletion::default(); 2];
-    // Busy polling, as the C tool does; the clock is read only every 4096 empty polls.
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    let mut wcs: [WorkCompletion; 2] = Default::default();
+    let stalled = |rcnt, scnt| -> Error {
+        format!(
+            "no completion for {} s after {rcnt} receives and {scnt} sends: the peer stopped",
+            PEER_TIMEOUT.as_secs()
+        )
+        .into()
+    };
+    // Without -e, busy polling, as the C tool does; the clock is read only every 4096 empty
+    // polls.
     let (mut empty_polls, mut idle_since) = (0u32, None::<Instant>);
     while rcnt < args.iters || scnt < args.iters {
+        if let Some(channel) = &channel {
+            // As the C tool: sleep until the CQ's event, re-arm, then poll once.
+            if channel.wait(Some(PEER_TIMEOUT))? == 0 {
+                return Err(stalled(rcnt, scnt));
+            }
+            cq.req_notify(false)?;
+        }
         let done = cq.poll(&mut wcs)?;
         if done.is_empty() {
             empty_polls = empty_polls.wrapping_add(1);
-            if empty_polls % 4096 == 0
+            if channel.is_none()
+                && empty_polls % 4096 == 0
                 && idle_since.get_or_insert_with(Instant::now).elapsed() > PEER_TIMEOUT
             {
-                return Err(format!("no completion for {} s after {rcnt} receives and {scnt} sends: the peer stopped", PEER_TIMEOUT.as_secs()).into());
+                return Err(stalled(rcnt, scnt));
             }
             continue;
         }
         idle_since = None;
-        for wc in done.iter() {
-            if !wc.is_success() {
-                return Err(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status(),
-                    wc.status().0,
-                    wc.wr_id()
-                )
-                .into());
+        for wc in done.iter_mut() {
+            let status = wc.status();
+            let buf = pool.complete(wc).ok_or("a completion for none of our buffers")?;
+            let kind = if buf.index() == message_index { SEND_WRID } else { RECV_WRID };
+            if status != WcStatus::SUCCESS {
+                return Err(
+                    format!("Failed status {status} ({}) for wr_id {kind}", status.0).into()
+                );
             }
-            match wc.wr_id() {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    routs -= 1;
-                    if routs <= 1 {
-                        post_recvs(&qp, &recv_sge, args.rx_depth - routs)?;
-                        routs = args.rx_depth;
-                    }
-                    rcnt += 1;
-                }
-                id => return Err(format!("completion for unknown wr_id {id}").into()),
+            if kind == SEND_WRID {
+                scnt += 1;
+                message = Some(buf);
+            } else {
+                // Each receive buffer goes straight back, keeping rx_depth receives posted.
+                rcnt += 1;
+                qp.post_recv_buffer(buf).map_err(|e| e.error)?;
             }
-            pending &= !wc.wr_id();
+            pending &= !kind;
             if scnt < args.iters && pending == 0 {
-                post_send()?;
+                send_message(&qp, &mut message)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
@@ -238,13 +261,14 @@ fn connect<'a>(
     Ok(qp.into_rts(&RtsAttr::new(link.psn)).map_err(|e| e.error)?)
 }
 
-/// Posts `n` receives into `sge`.
-fn post_recvs<S: ReceiveReady>(qp: &QueuePair<'_, S>, sge: &[Sge], n: u32) -> Result<(), Error> {
-    for _ in 0..n {
-        // SAFETY: the receive area is never read or written by this program, and its memory
-        // region outlives the QP (declared before it, so dropped after it).
-        unsafe { qp.post_recv(&mut RecvWr::new(RECV_WRID, sge))? };
-    }
+/// Posts the message, which must be back from its previous trip (the C tool's `pending`
+/// logic guarantees it).
+fn send_message<'a>(
+    qp: &QueuePair<'a, Rts>,
+    message: &mut Option<Buffer<'a>>,
+) -> Result<(), Error> {
+    let buf = message.take().ok_or("the message is still in flight")?;
+    qp.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error)?;
     Ok(())
 }
 

@@ -114,6 +114,14 @@ impl Error {
         }
     }
 
+    /// Replaces the remedy of a [`Error::Verb`] with one that knows more; other errors stay.
+    pub(crate) fn with_hint(self, text: String) -> Self {
+        match self {
+            Error::Verb { verb, source, .. } => Error::Verb { verb, source, hint: Some(text) },
+            other => other,
+        }
+    }
+
     pub(crate) fn verb(verb: &'static str, errno: i32) -> Self {
         if errno == libc::EOPNOTSUPP {
             return Error::Unsupported { what: verb };

@@ -34,7 +34,7 @@
 //! let mut wr = SendWr::send(1, &sge).flags(SendFlags::SIGNALED);
 //! // SAFETY: `mr` stays alive and unwritten until the completion below is polled.
 //! unsafe { qp.post_send(&mut wr)? };
-//! let mut wcs = [WorkCompletion::default(); 4];
+//! let mut wcs = [WorkCompletion::EMPTY; 4];
 //! loop {
 //!     if let [wc, ..] = cq.poll(&mut wcs)? {
 //!         assert!(wc.is_success(), "{}", wc.status());
@@ -84,7 +84,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
+mod buffer;
 mod c_enum;
+mod channel;
 mod cq;
 mod device;
 mod endpoint;
@@ -99,6 +101,11 @@ mod wr;
 
 pub use rdma_verbs_sys as sys;
 
+pub use buffer::Buffer;
+pub use buffer::BufferPool;
+pub use buffer::PostError;
+pub use buffer::SendOp;
+pub use channel::CompletionChannel;
 pub use cq::CompletionQueue;
 pub use device::Context;
 pub use device::Device;
@@ -123,6 +130,8 @@ pub use mr::AccessFlags;
 pub use mr::LKey;
 pub use mr::MemoryRegion;
 pub use mr::RKey;
+pub use mr::RegionMemory;
+pub use mr::RemoteWritableRegion;
 pub use pd::ProtectionDomain;
 pub use port::LinkLayer;
 pub use port::Mtu;
@@ -132,16 +141,19 @@ pub use qp::AddressVector;
 pub use qp::GlobalRoute;
 pub use qp::Init;
 pub use qp::InitAttr;
+pub use qp::QpAttrMask;
 pub use qp::QpCapabilities;
 pub use qp::QpInitAttr;
 pub use qp::QpState;
 pub use qp::QueuePair;
+pub use qp::QueuePairState;
 pub use qp::ReceiveReady;
 pub use qp::Reset;
 pub use qp::Rtr;
 pub use qp::RtrAttr;
 pub use qp::Rts;
 pub use qp::RtsAttr;
+pub use qp::Unknown;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;
 pub use wc::WorkCompletion;

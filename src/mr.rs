@@ -1,15 +1,15 @@
-//! Memory regions over buffers they own.
+//! Memory regions: registered memory, owned or exclusively borrowed.
 #![allow(unsafe_code)]
 //! # Safety
 //!
-//! A [`MemoryRegion`] owns a page-aligned heap buffer that never moves or grows, registered
-//! for its whole life: the registration cannot dangle. Remote-writable access is refused here
-//! (a remote peer could write while safe code holds a `&[u8]`), and what the NIC does with
-//! local-write access is governed by the `unsafe` posting contracts, which forbid touching a
-//! buffer while a work request that uses it is outstanding.
+//! A registration covers bytes that never move and outlive it: a page-aligned heap buffer the
+//! region owns, or a `&'a mut [u8]` it holds for `'a`. The region deregisters before it frees
+//! or releases them. Memory a *peer* may write ([`RemoteWritableRegion`]) is never exposed as
+//! a plain slice, only copied in and out; what the local NIC does with `LOCAL_WRITE` memory is
+//! governed by the posting contracts (the raw tier) or by buffer ownership (the buffer tier).
 
 use std::alloc::{self, Layout};
-use std::mem::ManuallyDrop;
+use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::ptr::NonNull;
 
@@ -42,6 +42,12 @@ bitflags! {
     }
 }
 
+impl AccessFlags {
+    /// The rights that let a peer write the memory.
+    pub const REMOTE_WRITES: AccessFlags =
+        AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+}
+
 /// A local key: names a registered region in *local* SGEs (`ibv_mr.lkey`). Distinct from
 /// [`RKey`], so one cannot be passed where the other is expected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,29 +57,69 @@ pub struct LKey(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RKey(pub u32);
 
-/// A page-aligned, zero-initialised heap buffer that never moves.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
+/// Memory a region can be registered over: a length (a zeroed, page-aligned buffer the
+/// region allocates and owns) or a `&mut [u8]` (borrowed for the region's life).
+pub trait RegionMemory<'a>: sealed::Sealed {
+    #[doc(hidden)]
+    fn into_memory(self) -> Result<Memory<'a>>;
 }
 
-impl AlignedBuf {
-    fn zeroed(len: usize) -> Result<Self> {
-        let layout = Layout::from_size_align(len, page_size())
-            .map_err(|_| Error::InvalidInput(format!("a {len}-byte buffer cannot be allocated")))?;
-        // SAFETY: `len > 0` (checked by the caller), so the layout is not zero-sized.
-        let ptr = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| {
-            Error::InvalidInput(format!("out of memory allocating a {len}-byte buffer"))
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for usize {}
+    impl Sealed for &mut [u8] {}
+}
+
+impl<'a> RegionMemory<'a> for usize {
+    fn into_memory(self) -> Result<Memory<'a>> {
+        if self == 0 {
+            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
+        }
+        let layout = Layout::from_size_align(self, page_size()).map_err(|_| {
+            Error::InvalidInput(format!("a {self}-byte buffer cannot be allocated"))
         })?;
-        Ok(AlignedBuf { ptr, layout })
+        // SAFETY: the layout is not zero-sized (checked above).
+        let ptr = NonNull::new(unsafe { alloc::alloc_zeroed(layout) }).ok_or_else(|| {
+            Error::InvalidInput(format!("out of memory allocating a {self}-byte buffer"))
+        })?;
+        Ok(Memory { ptr, len: self, owned: Some(layout), _borrow: PhantomData })
     }
 }
 
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `zeroed` with this layout, freed once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+impl<'a> RegionMemory<'a> for &'a mut [u8] {
+    fn into_memory(self) -> Result<Memory<'a>> {
+        if self.is_empty() {
+            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
+        }
+        let len = self.len();
+        let ptr = NonNull::from(self).cast();
+        Ok(Memory { ptr, len, owned: None, _borrow: PhantomData })
+    }
+}
+
+/// The bytes under a registration. Frees them only when told (after deregistration).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Memory<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// `Some` when allocated here (and freed by `free`), `None` when borrowed.
+    owned: Option<Layout>,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl Memory<'_> {
+    /// Frees owned memory.
+    ///
+    /// # Safety
+    ///
+    /// Called at most once, after the registration is gone, and the memory is not used again.
+    unsafe fn free(&mut self) {
+        if let Some(layout) = self.owned.take() {
+            // SAFETY: allocated with this layout in `into_memory`; the caller guarantees
+            // nothing uses it any more.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -83,147 +129,62 @@ fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n.is_power_of_two()).unwrap_or(4096)
 }
 
-/// A registered memory region over a buffer it owns (`struct ibv_mr`, `ibv_reg_mr(3)`).
-///
-/// The buffer is page-aligned, zero-filled, and registered for as long as the region lives;
-/// the region borrows its [`ProtectionDomain`], so it cannot outlive it:
-///
-/// ```compile_fail,E0597
-/// # fn f(ctx: &rdma_verbs::Context) -> rdma_verbs::Result<()> {
-/// let mr = {
-///     let pd = ctx.alloc_pd()?;
-///     pd.register(4096, rdma_verbs::AccessFlags::LOCAL_WRITE)?
-/// }; // error: `pd` dropped while still borrowed
-/// # drop(mr); Ok(()) }
-/// ```
-pub struct MemoryRegion<'pd> {
+/// One `ibv_mr` over [`Memory`]: what both region types share.
+struct Registration<'a> {
     raw: NonNull<sys::ibv_mr>,
-    /// Freed by `dereg` only after a successful deregistration.
-    buf: ManuallyDrop<AlignedBuf>,
+    memory: Memory<'a>,
     access: AccessFlags,
-    pd: &'pd ProtectionDomain<'pd>,
+    pd: &'a ProtectionDomain<'a>,
 }
 
-// SAFETY: the buffer is owned and only reachable through `&self`/`&mut self`; MR verbs are
-// thread-safe.
-unsafe impl Send for MemoryRegion<'_> {}
-// SAFETY: `&self` gives only shared reads of the buffer.
-unsafe impl Sync for MemoryRegion<'_> {}
+// SAFETY: the memory is owned or exclusively borrowed, reachable only through the region
+// types' own methods; MR verbs are thread-safe.
+unsafe impl Send for Registration<'_> {}
+// SAFETY: shared methods only read (or copy out of) the memory.
+unsafe impl Sync for Registration<'_> {}
 
-impl<'pd> ProtectionDomain<'pd> {
-    /// `ibv_reg_mr(3)`—Allocates a zeroed, page-aligned buffer of `len` bytes and registers
-    /// it with `access`.
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::InvalidInput`] when `len` is 0, or `access` asks for `REMOTE_WRITE` or
-    ///   `REMOTE_ATOMIC` (memory a peer may write cannot be handed out as a plain slice; that
-    ///   region type is not in this release) or lacks `LOCAL_WRITE` next to them.
-    /// - [`Error::Verb`] from `ibv_reg_mr`: `ENOMEM`/`EPERM`/`EAGAIN` usually mean the
-    ///   locked-memory limit (the message gives `RLIMIT_MEMLOCK` and how to raise it).
-    #[doc(alias = "ibv_reg_mr")]
-    pub fn register(&'pd self, len: usize, access: AccessFlags) -> Result<MemoryRegion<'pd>> {
-        if len == 0 {
-            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
-        }
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC) {
-            return Err(Error::InvalidInput(
-                "REMOTE_WRITE / REMOTE_ATOMIC regions are not supported by this release: \
-                 memory a peer may write cannot be exposed as a plain slice"
-                    .into(),
-            ));
-        }
-        let buf = AlignedBuf::zeroed(len)?;
-        // SAFETY: a live PD; the buffer is `len` bytes, owned by the region, and outlives the
-        // registration (the region deregisters before freeing it: field order and Drop).
+impl<'a> Registration<'a> {
+    fn new(
+        pd: &'a ProtectionDomain<'a>,
+        memory: impl RegionMemory<'a>,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        let mut memory = memory.into_memory()?;
+        // SAFETY: a live PD; the memory stays valid until `dereg` (owned, or borrowed for 'a).
         let raw = unsafe {
             sys::inline::ibv_reg_mr(
-                &self.context().library().fns,
-                self.as_raw(),
-                buf.ptr.as_ptr().cast(),
-                len,
+                &pd.context().library().fns,
+                pd.as_raw(),
+                memory.ptr.as_ptr().cast(),
+                memory.len,
                 access.bits(),
             )
         };
-        let raw = check_ptr(raw, "ibv_reg_mr")?;
-        Ok(MemoryRegion { raw, buf: ManuallyDrop::new(buf), access, pd: self })
+        match check_ptr(raw, "ibv_reg_mr") {
+            Ok(raw) => Ok(Registration { raw, memory, access, pd }),
+            Err(e) => {
+                // SAFETY: never registered, never used again.
+                unsafe { memory.free() };
+                Err(e)
+            }
+        }
     }
-}
 
-impl<'pd> MemoryRegion<'pd> {
-    /// The local key, for SGEs.
-    pub fn lkey(&self) -> LKey {
+    fn addr(&self) -> u64 {
+        self.memory.ptr.as_ptr() as u64
+    }
+
+    fn lkey(&self) -> LKey {
         // SAFETY: a live MR; a plain field read.
         LKey(unsafe { (*self.raw.as_ptr()).lkey })
     }
 
-    /// The remote key, for peers.
-    pub fn rkey(&self) -> RKey {
+    fn rkey(&self) -> RKey {
         // SAFETY: a live MR; a plain field read.
         RKey(unsafe { (*self.raw.as_ptr()).rkey })
     }
 
-    /// The buffer's virtual address (its IOVA for this registration).
-    pub fn addr(&self) -> u64 {
-        self.buf.ptr.as_ptr() as u64
-    }
-
-    /// The length in bytes.
-    pub fn len(&self) -> usize {
-        self.buf.layout.size()
-    }
-
-    /// Always `false`: regions hold at least one byte.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// The access rights it was registered with.
-    pub fn access(&self) -> AccessFlags {
-        self.access
-    }
-
-    /// The protection domain.
-    pub fn pd(&self) -> &'pd ProtectionDomain<'pd> {
-        self.pd
-    }
-
-    /// The bytes. Reading them while a receive or RDMA READ into them is outstanding breaks
-    /// the contract of the `unsafe` post that started it.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `len` initialised bytes owned by self; shared borrow of self.
-        unsafe { std::slice::from_raw_parts(self.buf.ptr.as_ptr(), self.len()) }
-    }
-
-    /// The bytes, mutably (see [`MemoryRegion::as_slice`]).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `len` initialised bytes owned by self; exclusive borrow of self.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.ptr.as_ptr(), self.len()) }
-    }
-
-    /// A scatter/gather entry for `range` of this region.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when the range is empty, reversed, past the end, or longer
-    /// than 4 GiB − 1 (an SGE's length is 32 bits).
-    pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge> {
-        let (start, end) = self.bounds(range)?;
-        let len = u32::try_from(end - start)
-            .map_err(|_| Error::InvalidInput(format!("an SGE holds at most {} bytes", u32::MAX)))?;
-        Ok(Sge::new(self.addr() + start as u64, len, self.lkey()))
-    }
-
-    /// What a peer needs to RDMA READ `range` of this region: address, length and rkey.
-    ///
-    /// # Errors
-    ///
-    /// As [`MemoryRegion::sge`].
-    pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteAddr> {
-        let (start, _) = self.bounds(range)?;
-        Ok(RemoteAddr { addr: self.addr() + start as u64, rkey: self.rkey() })
-    }
-
+    /// `start..end` of `range`, checked to be a non-empty part of the memory.
     fn bounds(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
@@ -233,62 +194,355 @@ impl<'pd> MemoryRegion<'pd> {
         let end = match range.end_bound() {
             Bound::Included(&e) => e.saturating_add(1),
             Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len(),
+            Bound::Unbounded => self.memory.len,
         };
-        if start >= end || end > self.len() {
+        if start >= end || end > self.memory.len {
             return Err(Error::InvalidInput(format!(
                 "range {start}..{end} is empty or outside the {}-byte memory region",
-                self.len()
+                self.memory.len
             )));
         }
         Ok((start, end))
     }
 
-    /// The raw MR pointer.
-    pub fn as_raw(&self) -> *mut sys::ibv_mr {
-        self.raw.as_ptr()
+    fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge> {
+        let (start, end) = self.bounds(range)?;
+        let len = u32::try_from(end - start)
+            .map_err(|_| Error::InvalidInput(format!("an SGE holds at most {} bytes", u32::MAX)))?;
+        Ok(Sge::new(self.addr() + start as u64, len, self.lkey()))
     }
 
-    /// `ibv_dereg_mr(3)`—Deregisters the region, reporting failure (dropping logs instead).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Verb`] from `ibv_dereg_mr`; the buffer is then leaked, never freed while the
-    /// NIC may still map it.
-    #[doc(alias = "ibv_dereg_mr")]
-    pub fn destroy(self) -> Result<()> {
-        ManuallyDrop::new(self).dereg()
+    fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteAddr> {
+        let (start, _) = self.bounds(range)?;
+        Ok(RemoteAddr { addr: self.addr() + start as u64, rkey: self.rkey() })
     }
 
-    /// Deregisters, then frees the buffer, or leaks it when deregistration fails. Called
-    /// once: by `Drop` or by `destroy` (which suppresses `Drop`).
+    /// Deregisters, then frees owned memory; on failure the memory is leaked, never freed
+    /// while the NIC may map it. Called once: by `Drop`, or by `destroy` (which skips Drop).
     fn dereg(&mut self) -> Result<()> {
         // SAFETY: a live MR, deregistered once.
-        let ret = unsafe { (self.pd.context().library().fns.ibv_dereg_mr)(self.as_raw()) };
+        let ret = unsafe { (self.pd.context().library().fns.ibv_dereg_mr)(self.raw.as_ptr()) };
         check_errno(ret, "ibv_dereg_mr")?;
-        // SAFETY: the registration is gone, so the NIC no longer maps the buffer; this is the
-        // only place it is dropped, and `self` is not used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.buf) };
+        // SAFETY: the registration is gone and this is the only call.
+        unsafe { self.memory.free() };
         Ok(())
+    }
+
+    fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).dereg()
     }
 }
 
-impl Drop for MemoryRegion<'_> {
+impl Drop for Registration<'_> {
     fn drop(&mut self) {
         if let Err(e) = self.dereg() {
-            log::warn!("leaking a {}-byte memory region: {e}", self.len());
+            log::warn!("leaking a {}-byte memory region: {e}", self.memory.len);
         }
+    }
+}
+
+impl std::fmt::Debug for Registration<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.memory.len)
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .field("access", &self.access)
+            .field("owned", &self.memory.owned.is_some())
+            .finish()
+    }
+}
+
+/// Methods both region types share, delegating to their registration.
+macro_rules! region_common {
+    ($ty:ident) => {
+        impl<'a> $ty<'a> {
+            /// The local key, for SGEs.
+            pub fn lkey(&self) -> LKey {
+                self.reg.lkey()
+            }
+
+            /// The remote key, for peers.
+            pub fn rkey(&self) -> RKey {
+                self.reg.rkey()
+            }
+
+            /// The memory's virtual address (its IOVA for this registration).
+            pub fn addr(&self) -> u64 {
+                self.reg.addr()
+            }
+
+            /// The length in bytes.
+            pub fn len(&self) -> usize {
+                self.reg.memory.len
+            }
+
+            /// Always `false`: regions hold at least one byte.
+            pub fn is_empty(&self) -> bool {
+                false
+            }
+
+            /// The access rights it was registered with.
+            pub fn access(&self) -> AccessFlags {
+                self.reg.access
+            }
+
+            /// The protection domain.
+            pub fn pd(&self) -> &'a ProtectionDomain<'a> {
+                self.reg.pd
+            }
+
+            /// A scatter/gather entry for `range` of this region.
+            ///
+            /// # Errors
+            ///
+            /// [`Error::InvalidInput`] when the range is empty, reversed, past the end, or
+            /// longer than 4 GiB − 1 (an SGE's length is 32 bits).
+            pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge> {
+                self.reg.sge(range)
+            }
+
+            /// What a peer needs to reach the memory from the start of `range`: address and
+            /// rkey.
+            ///
+            /// # Errors
+            ///
+            /// As [`Self::sge`].
+            pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteAddr> {
+                self.reg.remote(range)
+            }
+
+            /// The raw MR pointer.
+            pub fn as_raw(&self) -> *mut sys::ibv_mr {
+                self.reg.raw.as_ptr()
+            }
+
+            /// `ibv_dereg_mr(3)`—Deregisters the region, reporting failure (dropping logs
+            /// instead).
+            ///
+            /// # Errors
+            ///
+            /// [`Error::Verb`] from `ibv_dereg_mr`; the memory is then leaked (and a borrowed
+            /// slice stays borrowed), never freed while the NIC may still map it.
+            #[doc(alias = "ibv_dereg_mr")]
+            pub fn destroy(self) -> Result<()> {
+                self.reg.destroy()
+            }
+        }
+    };
+}
+
+/// A registered memory region the program reads and writes directly (`struct ibv_mr`,
+/// `ibv_reg_mr(3)`): local access, and at most `REMOTE_READ` for peers.
+///
+/// It borrows its [`ProtectionDomain`], so it cannot outlive it:
+///
+/// ```compile_fail,E0597
+/// # fn f(ctx: &rdma_verbs::Context) -> rdma_verbs::Result<()> {
+/// let mr = {
+///     let pd = ctx.alloc_pd()?;
+///     pd.register(4096, rdma_verbs::AccessFlags::LOCAL_WRITE)?
+/// }; // error: `pd` dropped while still borrowed
+/// # drop(mr); Ok(()) }
+/// ```
+///
+/// A borrowed buffer is reachable only through the region while registered:
+///
+/// ```compile_fail,E0499
+/// # fn f(pd: &rdma_verbs::ProtectionDomain<'_>) -> rdma_verbs::Result<()> {
+/// let mut bytes = vec![0u8; 4096];
+/// let mut mr = pd.register(&mut bytes[..], rdma_verbs::AccessFlags::LOCAL_WRITE)?;
+/// bytes[0] = 1; // error: `bytes` is mutably borrowed by the region
+/// mr.as_mut_slice()[0] = 2;
+/// # Ok(()) }
+/// ```
+///
+/// nor freed:
+///
+/// ```compile_fail,E0505
+/// # fn f(pd: &rdma_verbs::ProtectionDomain<'_>) -> rdma_verbs::Result<()> {
+/// let mut bytes = vec![0u8; 4096];
+/// let mr = pd.register(&mut bytes[..], rdma_verbs::AccessFlags::LOCAL_WRITE)?;
+/// drop(bytes); // error: cannot move out of `bytes` because it is borrowed
+/// # drop(mr); Ok(()) }
+/// ```
+pub struct MemoryRegion<'a> {
+    reg: Registration<'a>,
+}
+
+region_common!(MemoryRegion);
+
+impl<'a> ProtectionDomain<'a> {
+    /// `ibv_reg_mr(3)`—Registers `memory` — a length (a zeroed, page-aligned buffer the
+    /// region allocates and owns) or a `&mut [u8]` (borrowed while registered) — with
+    /// `access`.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for empty memory, or `access` with `REMOTE_WRITE` /
+    ///   `REMOTE_ATOMIC`: memory a peer may write is a [`RemoteWritableRegion`]
+    ///   ([`ProtectionDomain::register_remote_writable`]).
+    /// - [`Error::Verb`] from `ibv_reg_mr`: `ENOMEM`/`EPERM`/`EAGAIN` usually mean the
+    ///   locked-memory limit (the message gives `RLIMIT_MEMLOCK` and how to raise it);
+    ///   `EINVAL` rights the device refuses.
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn register(
+        &'a self,
+        memory: impl RegionMemory<'a>,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<'a>> {
+        if access.intersects(AccessFlags::REMOTE_WRITES) {
+            return Err(Error::InvalidInput(
+                "REMOTE_WRITE / REMOTE_ATOMIC memory cannot be read as a plain slice: register \
+                 it with register_remote_writable, which gives copy-only access"
+                    .into(),
+            ));
+        }
+        Ok(MemoryRegion { reg: Registration::new(self, memory, access)? })
+    }
+
+    /// `ibv_reg_mr(3)`—Registers `memory` (as [`ProtectionDomain::register`]) for peers to
+    /// write: `access` must hold `REMOTE_WRITE` or `REMOTE_ATOMIC`, and with them
+    /// `LOCAL_WRITE`, which the verbs require.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `access` lacks remote-write rights or `LOCAL_WRITE`, or
+    /// the memory is empty; otherwise as [`ProtectionDomain::register`].
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn register_remote_writable(
+        &'a self,
+        memory: impl RegionMemory<'a>,
+        access: AccessFlags,
+    ) -> Result<RemoteWritableRegion<'a>> {
+        if !access.intersects(AccessFlags::REMOTE_WRITES) {
+            return Err(Error::InvalidInput(
+                "register_remote_writable needs REMOTE_WRITE or REMOTE_ATOMIC; use register \
+                 for memory peers only read"
+                    .into(),
+            ));
+        }
+        if !access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(Error::InvalidInput(format!(
+                "{access:?} lacks LOCAL_WRITE, which REMOTE_WRITE and REMOTE_ATOMIC require \
+                 (ibv_reg_mr(3)): add AccessFlags::LOCAL_WRITE"
+            )));
+        }
+        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access)? })
+    }
+}
+
+impl MemoryRegion<'_> {
+    /// The bytes. With the raw tier, reading them while a receive or RDMA READ into them is
+    /// outstanding breaks the contract of the `unsafe` post that started it.
+    pub fn as_slice(&self) -> &[u8] {
+        let m = &self.reg.memory;
+        // SAFETY: `len` initialised bytes reachable only through this region; shared borrow.
+        unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) }
+    }
+
+    /// The bytes, mutably (see [`MemoryRegion::as_slice`]).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let m = &self.reg.memory;
+        // SAFETY: `len` initialised bytes reachable only through this region; exclusive borrow.
+        unsafe { std::slice::from_raw_parts_mut(m.ptr.as_ptr(), m.len) }
     }
 }
 
 impl std::fmt::Debug for MemoryRegion<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryRegion")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.len())
-            .field("lkey", &self.lkey())
-            .field("rkey", &self.rkey())
-            .field("access", &self.access)
-            .finish()
+        f.debug_tuple("MemoryRegion").field(&self.reg).finish()
+    }
+}
+
+/// A registered memory region that peers may write (`REMOTE_WRITE` / `REMOTE_ATOMIC`).
+///
+/// A peer can write it at any moment, so it never hands out `&[u8]` or `&mut [u8]`: its
+/// bytes are copied in and out ([`read`](Self::read), [`write`](Self::write)), or viewed
+/// through the `unsafe` [`as_slice`](Self::as_slice) when the protocol guarantees quiet.
+///
+/// ```compile_fail,E0599
+/// # fn f(pd: &rdma_verbs::ProtectionDomain<'_>) -> rdma_verbs::Result<()> {
+/// use rdma_verbs::AccessFlags;
+/// let mr = pd.register_remote_writable(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+/// let first = mr.as_mut_slice()[0]; // error: no safe slice view
+/// # Ok(()) }
+/// ```
+pub struct RemoteWritableRegion<'a> {
+    reg: Registration<'a>,
+}
+
+region_common!(RemoteWritableRegion);
+
+impl RemoteWritableRegion<'_> {
+    /// Copies `dst.len()` bytes from `offset` into `dst`. Bytes a peer writes meanwhile may
+    /// arrive partly: order access with the peer (e.g. a SEND or immediate after its WRITE).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `offset..offset + dst.len()` is outside the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let (start, _) = self.copy_bounds(offset, dst.len())?;
+        // SAFETY: in bounds; no reference to the region's bytes exists (none is ever handed
+        // out), and the peer's NIC is not a Rust thread: a concurrent write shows up as
+        // torn bytes in `dst`, which is what copying shared memory means.
+        unsafe { std::ptr::copy_nonoverlapping(self.byte_ptr(start), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `offset..offset + src.len()` is outside the region.
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        let (start, _) = self.copy_bounds(offset, src.len())?;
+        // SAFETY: in bounds, exclusive borrow of the region; as in `read`, no reference to
+        // the bytes exists.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.byte_ptr(start), src.len()) };
+        Ok(())
+    }
+
+    /// The bytes as a slice.
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives, no peer may write the region (for example: the protocol
+    /// guarantees the peer finished its RDMA WRITEs, by a SEND or immediate that followed
+    /// them, and starts no new one until told).
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        let m = &self.reg.memory;
+        // SAFETY: initialised bytes owned or borrowed by the region; the caller guarantees no
+        // peer writes them while the slice lives.
+        unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) }
+    }
+
+    /// The bytes as a mutable slice.
+    ///
+    /// # Safety
+    ///
+    /// As [`RemoteWritableRegion::as_slice`].
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        let m = &self.reg.memory;
+        // SAFETY: as `as_slice`, with `&mut self` for exclusivity on our side.
+        unsafe { std::slice::from_raw_parts_mut(m.ptr.as_ptr(), m.len) }
+    }
+
+    fn copy_bounds(&self, offset: usize, len: usize) -> Result<(usize, usize)> {
+        if len == 0 && offset <= self.len() {
+            return Ok((offset, offset));
+        }
+        self.reg.bounds(offset..offset.saturating_add(len))
+    }
+
+    fn byte_ptr(&self, offset: usize) -> *mut u8 {
+        self.reg.memory.ptr.as_ptr().wrapping_add(offset)
+    }
+}
+
+impl std::fmt::Debug for RemoteWritableRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RemoteWritableRegion").field(&self.reg).finish()
     }
 }

@@ -84,11 +84,20 @@ c_enum! {
 ///
 /// On an error status only [`wr_id`](Self::wr_id), [`status`](Self::status),
 /// [`vendor_err`](Self::vendor_err) and [`qp_num`](Self::qp_num) are meaningful.
-#[derive(Clone, Copy, Default)]
+///
+/// Not `Copy` or `Clone`: the buffer tier's [`BufferPool::complete`](crate::BufferPool::complete)
+/// consumes a completion, and a copy could hand the same buffer back twice. Storage for
+/// polling: `let mut wcs: [WorkCompletion; 16] = Default::default();`, or
+/// `[WorkCompletion::EMPTY; N]` for any `N`.
+#[derive(Default)]
 #[repr(transparent)]
 pub struct WorkCompletion(sys::ibv_wc);
 
 impl WorkCompletion {
+    /// An empty completion, for filling poll storage.
+    // SAFETY: ibv_wc is integers and a union of integers: all zeroes is a valid value.
+    pub const EMPTY: WorkCompletion = WorkCompletion(unsafe { std::mem::zeroed() });
+
     /// The `wr_id` of the work request that ended.
     #[inline]
     pub fn wr_id(&self) -> u64 {
@@ -119,10 +128,13 @@ impl WorkCompletion {
         self.0.byte_len
     }
 
-    /// The immediate data, in host order, when the completion carries one.
+    /// The immediate data, in host order, when this is a receive completion whose flags say
+    /// it carries one (`ibv_poll_cq(3)`: the flag is meaningful for receives only; some
+    /// providers also set it on the sender's completion).
     #[inline]
     pub fn imm_data(&self) -> Option<u32> {
-        (self.0.wc_flags & sys::IBV_WC_WITH_IMM != 0).then(|| {
+        let receive = self.0.opcode & sys::IBV_WC_RECV != 0;
+        (receive && self.0.wc_flags & sys::IBV_WC_WITH_IMM != 0).then(|| {
             // SAFETY: WITH_IMM says the union holds imm_data (big-endian on the wire).
             u32::from_be(unsafe { self.0.__bindgen_anon_1.imm_data })
         })
@@ -138,6 +150,12 @@ impl WorkCompletion {
     #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.0.vendor_err
+    }
+
+    /// Clears the `wr_id` once the buffer tier has taken this completion, so it cannot serve
+    /// twice.
+    pub(crate) fn consume_wr_id(&mut self) {
+        self.0.wr_id = 0;
     }
 
     /// The raw completion.
@@ -177,6 +195,11 @@ mod tests {
         wc.0.__bindgen_anon_1.imm_data = 0x1234_5678u32.to_be();
         assert_eq!(wc.imm_data(), None);
         wc.0.wc_flags = sys::IBV_WC_WITH_IMM;
+        wc.0.opcode = sys::IBV_WC_SEND;
+        assert_eq!(wc.imm_data(), None, "not on the sender's completion");
+        wc.0.opcode = sys::IBV_WC_RECV;
+        assert_eq!(wc.imm_data(), Some(0x1234_5678));
+        wc.0.opcode = sys::IBV_WC_RECV_RDMA_WITH_IMM;
         assert_eq!(wc.imm_data(), Some(0x1234_5678));
     }
 }

@@ -14,6 +14,7 @@
 //! ```
 
 mod attr;
+mod modify;
 mod state;
 
 use std::marker::PhantomData;
@@ -25,7 +26,8 @@ use rdma_verbs_sys as sys;
 pub use attr::{
     AddressVector, GlobalRoute, InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr,
 };
-pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts};
+pub use modify::{QpAttrMask, QueuePairState};
+pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
@@ -48,6 +50,19 @@ use crate::wr::{RecvWr, SendFlags, SendWr};
 /// # drop(qp); Ok(()) }
 /// ```
 ///
+/// nor its PD:
+///
+/// ```compile_fail,E0597
+/// # use rdma_verbs::*;
+/// # fn f(ctx: &Context) -> Result<()> {
+/// let cq = ctx.create_cq(16)?;
+/// let qp = {
+///     let pd = ctx.alloc_pd()?;
+///     pd.create_rc_qp(&QpInitAttr::new(&cq))?
+/// }; // error: `pd` dropped while still borrowed
+/// # drop(qp); Ok(()) }
+/// ```
+///
 /// Sends exist only in RTS:
 ///
 /// ```compile_fail,E0599
@@ -60,7 +75,9 @@ pub struct QueuePair<'res, S: QpState> {
     raw: NonNull<sys::ibv_qp>,
     pd: &'res ProtectionDomain<'res>,
     caps: QpCapabilities,
-    _cqs: PhantomData<&'res CompletionQueue<'res>>,
+    /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
+    /// it, and a covariant `'res` could be shortened at each call.
+    _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
     _state: PhantomData<S>,
 }
 
@@ -97,14 +114,42 @@ impl<'res> ProtectionDomain<'res> {
         // SAFETY: a live PD and CQs of its context; `init` is a valid attribute struct, which
         // the provider updates with the capabilities it allocated.
         let raw = unsafe { (self.context().library().fns.ibv_create_qp)(self.as_raw(), &mut init) };
-        let raw = check_ptr(raw, "ibv_create_qp")?;
+        let raw =
+            check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
         Ok(QueuePair {
             raw,
             pd: self,
             caps: QpCapabilities::from_raw(&init.cap),
-            _cqs: PhantomData,
+            _res: PhantomData,
             _state: PhantomData,
         })
+    }
+}
+
+impl ProtectionDomain<'_> {
+    /// Adds the requested capabilities, and the device's limits, to an `EINVAL` from
+    /// `ibv_create_qp`: the provider refused one of them but does not say which.
+    fn explain_create_qp(&self, error: Error, cap: &QpCapabilities) -> Error {
+        if error.errno() != Some(libc::EINVAL) {
+            return error;
+        }
+        let limits = match self.context().query_device() {
+            Ok(d) => format!(
+                "device limits: max_qp_wr {}, max_sge {} (the device reports no inline limit)",
+                d.max_qp_wr(),
+                d.max_sge()
+            ),
+            Err(_) => "the device limits could not be queried".into(),
+        };
+        error.with_hint(format!(
+            "the provider refused the requested capabilities max_send_wr {}, max_recv_wr {}, \
+             max_send_sge {}, max_recv_sge {}, max_inline_data {}; {limits}; lower them",
+            cap.max_send_wr,
+            cap.max_recv_wr,
+            cap.max_send_sge,
+            cap.max_recv_sge,
+            cap.max_inline_data
+        ))
     }
 }
 
@@ -164,14 +209,117 @@ impl<'res, S: QpState> QueuePair<'res, S> {
         if let Err(error) = check_errno(ret, verb) {
             return Err(TransitionError { qp: self, error });
         }
+        Ok(self.retype())
+    }
+
+    /// The same QP with another state in its type.
+    fn retype<T: QpState>(self) -> QueuePair<'res, T> {
         let this = ManuallyDrop::new(self);
-        Ok(QueuePair {
+        QueuePair {
             raw: this.raw,
             pd: this.pd,
             caps: this.caps,
-            _cqs: PhantomData,
+            _res: PhantomData,
             _state: PhantomData,
-        })
+        }
+    }
+
+    /// `ibv_query_qp(3)`—The state the device reports now. It differs from `S` when the QP
+    /// moved to ERROR by itself (an error completion) or after [`QueuePair::modify_raw`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_query_qp`.
+    #[doc(alias = "ibv_query_qp")]
+    pub fn query_state(&self) -> Result<QueuePairState> {
+        let mut attr = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        let mask = sys::IBV_QP_STATE as i32;
+        // SAFETY: a live QP and writable attribute structs.
+        let ret = unsafe {
+            (self.pd.context().library().fns.ibv_query_qp)(
+                self.as_raw(),
+                &mut attr,
+                mask,
+                &mut init,
+            )
+        };
+        check_errno(ret, "ibv_query_qp")?;
+        Ok(QueuePairState(attr.qp_state))
+    }
+
+    /// Any state → RESET, to reuse the QP (after an error, or to connect it elsewhere).
+    /// Outstanding work requests are discarded without completions.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and the [`Error::Verb`] of `ibv_modify_qp`.
+    pub fn reset(self) -> Result<QueuePair<'res, Reset>, TransitionError<Self>> {
+        self.transition(
+            sys::ibv_qp_attr::default(),
+            0,
+            "ibv_modify_qp (→RESET)",
+            sys::IBV_QPS_RESET,
+        )
+    }
+
+    /// `ibv_modify_qp(3)` with a raw attribute struct and mask, for what the typed
+    /// transitions do not cover (alternate paths, SQD, ...). `mask` is checked first against
+    /// the RC transition table (the target state is `attr.qp_state` when `mask` holds
+    /// `STATE`, else the current one); the result's state is [`Unknown`] to the type.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the mask bits that
+    /// are missing or not allowed for the transition (or the transition itself), or the
+    /// [`Error::Verb`] of `ibv_modify_qp` / `ibv_query_qp`.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn modify_raw(
+        self,
+        attr: &sys::ibv_qp_attr,
+        mask: QpAttrMask,
+    ) -> Result<QueuePair<'res, Unknown>, TransitionError<Self>> {
+        let from = match S::STATE.map_or_else(|| self.query_state(), Ok) {
+            Ok(state) => state,
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        };
+        let to =
+            if mask.contains(QpAttrMask::STATE) { QueuePairState(attr.qp_state) } else { from };
+        if let Err(error) = modify::check_rc_mask(from, to, mask) {
+            return Err(TransitionError { qp: self, error });
+        }
+        let mut attr = *attr;
+        // SAFETY: a live QP; the mask names the fields the caller set in `attr`.
+        let ret = unsafe {
+            (self.pd.context().library().fns.ibv_modify_qp)(
+                self.as_raw(),
+                &mut attr,
+                mask.bits() as i32,
+            )
+        };
+        if let Err(error) = check_errno(ret, "ibv_modify_qp") {
+            return Err(TransitionError { qp: self, error });
+        }
+        Ok(self.retype())
+    }
+}
+
+impl<'res> QueuePair<'res, Unknown> {
+    /// Puts the device's current state back into the type, checking it is `T`.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the actual state
+    /// when it is not `T`, or the [`Error::Verb`] of `ibv_query_qp`.
+    pub fn into_checked<T: QpState>(self) -> Result<QueuePair<'res, T>, TransitionError<Self>> {
+        match self.query_state() {
+            Ok(state) if Some(state) == T::STATE => Ok(self.retype()),
+            Ok(state) => {
+                let error = Error::InvalidInput(format!("the QP is in {state}, not {}", T::NAME));
+                Err(TransitionError { qp: self, error })
+            }
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
     }
 }
 
@@ -258,7 +406,9 @@ impl<S: ReceiveReady> QueuePair<'_, S> {
     /// - the memory each SGE describes must stay allocated and registered (its
     ///   [`MemoryRegion`](crate::MemoryRegion) alive), in a region of this QP's PD;
     /// - the program must not read or write those bytes by any means (no `&`/`&mut` to them
-    ///   may be used): the NIC writes them at a time of its choosing.
+    ///   may be used): the NIC writes them at a time of its choosing;
+    /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
+    ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release.
     ///
     /// # Errors
     ///
@@ -286,7 +436,9 @@ impl QueuePair<'_, Rts> {
     /// - the memory each SGE describes must stay allocated and registered, in a region of
     ///   this QP's PD;
     /// - for SEND and RDMA WRITE the program must not write those bytes (the NIC reads them);
-    ///   for RDMA READ it must not read or write them (the NIC writes them).
+    ///   for RDMA READ it must not read or write them (the NIC writes them);
+    /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
+    ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release.
     ///
     /// A wrong remote address or rkey is not undefined behaviour: the WR completes with an
     /// error status.

@@ -2,57 +2,8 @@
 
 use rdma_verbs::*;
 
+use super::pair::{connect, qp_in_init, wait_for};
 use crate::common::{require_device, RXE};
-
-const PORT: u8 = 1;
-
-/// Creates a QP on `cq` and takes it to INIT with `access` for the peer.
-fn qp_in_init<'a>(
-    pd: &'a ProtectionDomain<'a>,
-    cq: &'a CompletionQueue<'a>,
-    access: AccessFlags,
-) -> QueuePair<'a, Init> {
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
-    qp.into_init(&InitAttr { port: PORT, access, ..Default::default() }).unwrap()
-}
-
-/// Connects two INIT QPs to each other through the routable GID.
-fn connect<'a>(
-    ctx: &Context,
-    a: QueuePair<'a, Init>,
-    b: QueuePair<'a, Init>,
-) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
-    let gid = ctx.routable_gid(PORT).unwrap();
-    let port = ctx.query_port(PORT).unwrap();
-    let ends = [&a, &b].map(|qp| Endpoint {
-        lid: port.lid(),
-        qpn: qp.qp_num(),
-        psn: Psn::random(),
-        gid: gid.gid,
-    });
-    let up = |qp: QueuePair<'a, Init>, me: &Endpoint, peer: &Endpoint| {
-        let rtr = RtrAttr::to_endpoint(peer, PORT, Some(gid.index as u8), port.active_mtu());
-        qp.into_rtr(&rtr).unwrap().into_rts(&RtsAttr::new(me.psn)).unwrap()
-    };
-    (up(a, &ends[0], &ends[1]), up(b, &ends[1], &ends[0]))
-}
-
-/// Polls until `n` completions arrived (bounded: Soft-RoCE is slow, not stuck).
-fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
-    let start = std::time::Instant::now();
-    let mut got = Vec::new();
-    let mut wcs = [WorkCompletion::default(); 4];
-    while got.len() < n {
-        got.extend_from_slice(cq.poll(&mut wcs).unwrap());
-        assert!(
-            start.elapsed().as_secs() < 30,
-            "only {} of {n} completions after 30 s: {got:?}",
-            got.len()
-        );
-    }
-    got
-}
 
 #[test]
 fn send_with_imm_delivers_payload_and_immediate() {
@@ -63,8 +14,10 @@ fn send_with_imm_delivers_payload_and_immediate() {
     let payload: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
     mr.as_mut_slice()[..4096].copy_from_slice(&payload);
 
-    let (a, b) =
-        (qp_in_init(&pd, &cq, AccessFlags::empty()), qp_in_init(&pd, &cq, AccessFlags::empty()));
+    let (a, b) = (
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+    );
     let recv_sge = [mr.sge(4096..).unwrap()];
     // SAFETY: the receive half of `mr` is not touched until its completion is polled.
     unsafe { b.post_recv(&mut RecvWr::new(7, &recv_sge)).unwrap() };
@@ -98,8 +51,8 @@ fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
     let sink = pd.register(len + 16, AccessFlags::LOCAL_WRITE).unwrap();
 
     let (a, b) = (
-        qp_in_init(&pd, &cq, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, AccessFlags::REMOTE_READ),
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, AccessFlags::REMOTE_READ),
     );
     let recv_sge = [sink.sge(len..).unwrap()];
     // SAFETY: the tail of `sink` is not touched until its completion is polled.
@@ -138,8 +91,8 @@ fn too_much_inline_data_is_refused_before_posting() {
     let mr = pd.register(1 << 16, AccessFlags::LOCAL_WRITE).unwrap();
     let (a, b) = connect(
         &ctx,
-        qp_in_init(&pd, &cq, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
     );
     let too_big = a.caps().max_inline_data as usize + 1;
     let sge = [mr.sge(..too_big).unwrap()];

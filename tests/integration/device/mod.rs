@@ -1,5 +1,11 @@
 //! Device-tier tests: they need an RDMA device (rxe0 in the Soft-RoCE guest).
 
+mod buffers;
+mod events;
 mod examples;
+mod lifecycle;
+mod limits;
 mod loopback;
+mod pair;
 mod rc_pingpong;
+mod transfers;

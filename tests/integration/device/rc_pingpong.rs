@@ -11,16 +11,21 @@ use crate::common::{
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-fn ours() -> Command {
+pub(super) fn ours() -> Command {
     Command::new(example("rc_pingpong"))
 }
 
-fn c_tool() -> Command {
+pub(super) fn c_tool() -> Command {
     Command::new("ibv_rc_pingpong")
 }
 
 /// Runs `server` then `client` (to 127.0.0.1) with the same arguments, on TCP `port`.
-fn pair(mut server: Command, mut client: Command, port: u16, args: &[&str]) -> (Output, Output) {
+pub(super) fn pair(
+    mut server: Command,
+    mut client: Command,
+    port: u16,
+    args: &[&str],
+) -> (Output, Output) {
     let common = ["-d", RXE, "-g", &gid_index(), "-p", &port.to_string()].map(String::from);
     server.args(&common).args(args);
     client.args(&common).args(args).arg("127.0.0.1");
@@ -29,7 +34,7 @@ fn pair(mut server: Command, mut client: Command, port: u16, args: &[&str]) -> (
     (wait_within(server, LIMIT), client)
 }
 
-fn assert_ran(out: &Output, iters: &str) {
+pub(super) fn assert_ran(out: &Output, iters: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(out));
     assert!(

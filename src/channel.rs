@@ -1,0 +1,253 @@
+//! Completion channels: sleeping until a completion queue has something to poll.
+#![allow(unsafe_code)]
+//! # Safety
+//!
+//! A [`CompletionChannel`] owns an `ibv_comp_channel` until `ibv_destroy_comp_channel`; every
+//! CQ created on it borrows it, so none outlives it. Its file descriptor is switched to
+//! `O_NONBLOCK` at creation, so draining never blocks and two waiting threads cannot get stuck
+//! on one event. Every event read with `ibv_get_cq_event` is acknowledged with
+//! `ibv_ack_cq_events` before the call that read it returns, so no event is ever left
+//! unacknowledged (`ibv_destroy_cq` would otherwise block forever).
+
+// Design notes. Events are acknowledged one by one, right after each is read: the man page
+// suggests batching acks because each takes the CQ's mutex, but a wait already costs a
+// poll(2) and a read(2) per event, and acking at once keeps nothing owed across calls (no
+// per-CQ counters, so no allocation, and a concurrent destroy of the CQ is never held up).
+// `wait` returns only a count, not which CQ the events named: a CQ may be destroyed the moment
+// its event is acknowledged, so the pointer would be useless, and with several CQs on one
+// channel the loop re-arms and polls each of them anyway.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use rdma_verbs_sys as sys;
+
+use crate::device::Context;
+use crate::error::{check_errno, check_ptr, Result};
+
+/// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
+/// when an armed [`CompletionQueue`](crate::CompletionQueue) created on it gets a completion.
+/// It borrows its [`Context`]; CQs created on it with [`Context::create_cq_with_channel`]
+/// borrow it in turn.
+///
+/// # The event loop
+///
+/// An event fires once per [`req_notify`](crate::CompletionQueue::req_notify): arm the CQ,
+/// poll it until empty, sleep in [`wait`](Self::wait), then **re-arm before polling again**.
+/// Re-arming after polling instead would lose a completion that lands in between: it is not
+/// polled, and it raises no event, since the CQ was not armed when it arrived.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use rdma_verbs::*;
+///
+/// # fn main() -> Result<()> {
+/// let ctx = Context::open_by_name(Some("rxe0"))?;
+/// let channel = ctx.create_comp_channel()?;
+/// let cq = ctx.create_cq_with_channel(64, &channel, 0)?;
+/// // ... create QPs on `cq` and post work ...
+/// let mut wcs = [WorkCompletion::EMPTY; 16];
+/// cq.req_notify(false)?;
+/// loop {
+///     // Reap what is there: completions that came before the CQ was armed raise no event.
+///     loop {
+///         let done = cq.poll(&mut wcs)?;
+///         if done.is_empty() {
+///             break;
+///         }
+///         // ... handle `done` ...
+///     }
+///     if channel.wait(Some(Duration::from_secs(5)))? == 0 {
+///         continue; // timed out: nothing completed
+///     }
+///     cq.req_notify(false)?; // re-arm, then poll
+/// }
+/// # }
+/// ```
+///
+/// The descriptor ([`AsFd`]) can also go into an `epoll` set or an async runtime's reactor:
+/// when it is readable, call [`try_get_events`](Self::try_get_events).
+pub struct CompletionChannel<'ctx> {
+    raw: NonNull<sys::ibv_comp_channel>,
+    ctx: &'ctx Context,
+}
+
+// SAFETY: the channel is a file descriptor; libibverbs' channel calls are thread-safe.
+unsafe impl Send for CompletionChannel<'_> {}
+// SAFETY: waiting from several threads is safe: the fd is non-blocking, each event is read by
+// exactly one thread, which acknowledges it.
+unsafe impl Sync for CompletionChannel<'_> {}
+
+impl Context {
+    /// `ibv_create_comp_channel(3)`—Creates a completion channel, whose file descriptor is
+    /// set to `O_NONBLOCK`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ibv_create_comp_channel` (`EMFILE`/`ENFILE`:
+    /// out of file descriptors; `ENOMEM`), or from `fcntl` when the flag cannot be set (the
+    /// channel is then destroyed).
+    ///
+    /// # References
+    ///
+    /// <https://man7.org/linux/man-pages/man3/ibv_create_comp_channel.3.html>
+    #[doc(alias = "ibv_create_comp_channel")]
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel<'_>> {
+        // SAFETY: a live context.
+        let raw = unsafe { (self.library().fns.ibv_create_comp_channel)(self.as_raw()) };
+        let channel =
+            CompletionChannel { raw: check_ptr(raw, "ibv_create_comp_channel")?, ctx: self };
+        channel.set_nonblocking()?;
+        Ok(channel)
+    }
+}
+
+impl<'ctx> CompletionChannel<'ctx> {
+    fn set_nonblocking(&self) -> Result<()> {
+        let fd = self.as_fd();
+        // SAFETY: F_GETFL on a live descriptor reads its flags.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        if flags == -1 {
+            return check_errno(-1, "fcntl(F_GETFL) on a completion channel");
+        }
+        // SAFETY: F_SETFL on a live descriptor this channel owns changes only its status flags.
+        let ret = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
+        check_errno(ret, "fcntl(F_SETFL, O_NONBLOCK) on a completion channel")
+    }
+
+    /// Sleeps until an armed CQ of this channel gets a completion or `timeout` passes (`None`:
+    /// no limit; this is the blocking `ibv_get_cq_event(3)`), then reads and acknowledges
+    /// every pending event (`ibv_ack_cq_events(3)`).
+    ///
+    /// Returns how many events arrived: 0 only when `timeout` passed. Each event means an
+    /// armed CQ fired, and disarmed it: re-arm with
+    /// [`req_notify`](crate::CompletionQueue::req_notify), then poll (see
+    /// [the event loop](CompletionChannel#the-event-loop)). Signals do not end the wait early.
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ppoll` or, when no event could be read, from
+    /// `ibv_get_cq_event` (`EIO` once the device is gone).
+    #[doc(alias = "ibv_get_cq_event")]
+    #[doc(alias = "ibv_ack_cq_events")]
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
+        // `None` twice: no limit, or one past the end of time.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let ts = left.map(|d| libc::timespec {
+                tv_sec: d.as_secs().try_into().unwrap_or(libc::time_t::MAX),
+                tv_nsec: d.subsec_nanos().into(),
+            });
+            let ts = ts.as_ref().map_or(std::ptr::null(), |ts| ts as *const libc::timespec);
+            let mut fd =
+                libc::pollfd { fd: self.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd, a valid timespec or NULL, and no signal mask.
+            let ready = unsafe { libc::ppoll(&mut fd, 1, ts, std::ptr::null()) };
+            match check_errno(ready.min(0), "ppoll on a completion channel") {
+                Err(e) if e.errno() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+                Ok(()) if ready == 0 => return Ok(0),
+                // Another thread may have taken the events between ppoll and the reads.
+                Ok(()) => match self.try_get_events()? {
+                    0 => continue,
+                    n => return Ok(n),
+                },
+            }
+        }
+    }
+
+    /// Reads and acknowledges every pending event without blocking; returns how many there
+    /// were (0 when none). For event loops that watch the descriptor themselves ([`AsFd`]).
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ibv_get_cq_event` when it fails before any
+    /// event was read (`EIO` once the device is gone); after some were read, they are
+    /// returned and the failure comes again at the next call.
+    #[doc(alias = "ibv_get_cq_event")]
+    #[doc(alias = "ibv_ack_cq_events")]
+    pub fn try_get_events(&self) -> Result<usize> {
+        let fns = &self.ctx.library().fns;
+        let mut n = 0;
+        loop {
+            let mut cq = std::ptr::null_mut();
+            let mut cq_context = std::ptr::null_mut();
+            // SAFETY: a live channel and two writable out-pointers; the fd is non-blocking.
+            let ret = unsafe { (fns.ibv_get_cq_event)(self.as_raw(), &mut cq, &mut cq_context) };
+            if let Err(e) = check_errno(ret, "ibv_get_cq_event") {
+                return match e.errno() {
+                    Some(libc::EAGAIN) => Ok(n),
+                    Some(libc::EINTR) => continue,
+                    _ if n > 0 => Ok(n),
+                    _ => Err(e),
+                };
+            }
+            // SAFETY: `cq` is the CQ the event names. It is still allocated even if another
+            // thread is destroying it right now: libibverbs' ibv_destroy_cq waits until every
+            // event the kernel reported for the CQ has been acknowledged, and this one was
+            // reported but not yet acknowledged. Acknowledging is our last use of the pointer.
+            unsafe { (fns.ibv_ack_cq_events)(cq, 1) };
+            n += 1;
+        }
+    }
+
+    /// The context.
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The raw channel pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_comp_channel {
+        self.raw.as_ptr()
+    }
+
+    /// `ibv_destroy_comp_channel(3)`—Destroys the channel, reporting failure (dropping logs
+    /// instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb): `EBUSY` while a CQ created by other means still
+    /// uses it; the channel is then leaked.
+    #[doc(alias = "ibv_destroy_comp_channel")]
+    pub fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).destroy_raw()
+    }
+
+    fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: every CQ created on it through this crate borrows it, so none is alive;
+        // destroyed once.
+        let ret = unsafe { (self.ctx.library().fns.ibv_destroy_comp_channel)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_comp_channel")
+    }
+}
+
+impl AsFd for CompletionChannel<'_> {
+    /// The channel's descriptor (non-blocking), for readiness only: `poll`/`epoll` it, then
+    /// call [`try_get_events`](CompletionChannel::try_get_events). Never read it directly:
+    /// an event read that way is never acknowledged, and destroying its CQ then blocks forever.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the channel owns `fd` until ibv_destroy_comp_channel, which needs `self`.
+        unsafe { BorrowedFd::borrow_raw((*self.raw.as_ptr()).fd) }
+    }
+}
+
+impl Drop for CompletionChannel<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_raw() {
+            log::warn!("leaking a completion channel of {}: {e}", self.ctx.name());
+        }
+    }
+}
+
+impl std::fmt::Debug for CompletionChannel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionChannel")
+            .field("device", &self.ctx.name())
+            .field("fd", &self.as_fd())
+            .finish()
+    }
+}

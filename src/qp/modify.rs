@@ -1,0 +1,183 @@
+//! Run-time QP states and the validated `modify_raw` escape hatch.
+
+use bitflags::bitflags;
+use rdma_verbs_sys as sys;
+
+use crate::c_enum::c_enum;
+use crate::error::{Error, Result};
+
+c_enum! {
+    /// A QP state as the device reports it (`enum ibv_qp_state`), from
+    /// [`QueuePair::query_state`](crate::QueuePair::query_state).
+    pub struct QueuePairState(u32) {
+        /// RESET.
+        RESET = sys::IBV_QPS_RESET => "RESET",
+        /// INIT.
+        INIT = sys::IBV_QPS_INIT => "INIT",
+        /// Ready To Receive.
+        RTR = sys::IBV_QPS_RTR => "RTR",
+        /// Ready To Send.
+        RTS = sys::IBV_QPS_RTS => "RTS",
+        /// Send Queue Drained.
+        SQD = sys::IBV_QPS_SQD => "SQD",
+        /// Send Queue Error (UC, UD).
+        SQE = sys::IBV_QPS_SQE => "SQE",
+        /// Error: outstanding WRs complete flushed.
+        ERR = sys::IBV_QPS_ERR => "ERROR",
+        /// Unknown.
+        UNKNOWN = sys::IBV_QPS_UNKNOWN => "UNKNOWN",
+    }
+}
+
+bitflags! {
+    /// Which fields of an `ibv_qp_attr` a modify or query uses (`enum ibv_qp_attr_mask`),
+    /// `ibv_modify_qp(3)`.
+    #[repr(transparent)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct QpAttrMask: u32 {
+        /// `IBV_QP_STATE`
+        const STATE = sys::IBV_QP_STATE;
+        /// `IBV_QP_CUR_STATE`
+        const CUR_STATE = sys::IBV_QP_CUR_STATE;
+        /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`
+        const EN_SQD_ASYNC_NOTIFY = sys::IBV_QP_EN_SQD_ASYNC_NOTIFY;
+        /// `IBV_QP_ACCESS_FLAGS`
+        const ACCESS_FLAGS = sys::IBV_QP_ACCESS_FLAGS;
+        /// `IBV_QP_PKEY_INDEX`
+        const PKEY_INDEX = sys::IBV_QP_PKEY_INDEX;
+        /// `IBV_QP_PORT`
+        const PORT = sys::IBV_QP_PORT;
+        /// `IBV_QP_QKEY`
+        const QKEY = sys::IBV_QP_QKEY;
+        /// `IBV_QP_AV`
+        const AV = sys::IBV_QP_AV;
+        /// `IBV_QP_PATH_MTU`
+        const PATH_MTU = sys::IBV_QP_PATH_MTU;
+        /// `IBV_QP_TIMEOUT`
+        const TIMEOUT = sys::IBV_QP_TIMEOUT;
+        /// `IBV_QP_RETRY_CNT`
+        const RETRY_CNT = sys::IBV_QP_RETRY_CNT;
+        /// `IBV_QP_RNR_RETRY`
+        const RNR_RETRY = sys::IBV_QP_RNR_RETRY;
+        /// `IBV_QP_RQ_PSN`
+        const RQ_PSN = sys::IBV_QP_RQ_PSN;
+        /// `IBV_QP_MAX_QP_RD_ATOMIC`
+        const MAX_QP_RD_ATOMIC = sys::IBV_QP_MAX_QP_RD_ATOMIC;
+        /// `IBV_QP_ALT_PATH`
+        const ALT_PATH = sys::IBV_QP_ALT_PATH;
+        /// `IBV_QP_MIN_RNR_TIMER`
+        const MIN_RNR_TIMER = sys::IBV_QP_MIN_RNR_TIMER;
+        /// `IBV_QP_SQ_PSN`
+        const SQ_PSN = sys::IBV_QP_SQ_PSN;
+        /// `IBV_QP_MAX_DEST_RD_ATOMIC`
+        const MAX_DEST_RD_ATOMIC = sys::IBV_QP_MAX_DEST_RD_ATOMIC;
+        /// `IBV_QP_PATH_MIG_STATE`
+        const PATH_MIG_STATE = sys::IBV_QP_PATH_MIG_STATE;
+        /// `IBV_QP_CAP`
+        const CAP = sys::IBV_QP_CAP;
+        /// `IBV_QP_DEST_QPN`
+        const DEST_QPN = sys::IBV_QP_DEST_QPN;
+        /// `IBV_QP_RATE_LIMIT`
+        const RATE_LIMIT = sys::IBV_QP_RATE_LIMIT;
+    }
+}
+
+/// The attributes a transition of an RC QP requires and those it may also take (the
+/// InfiniBand specification's QP state table, as the kernel's `ib_modify_qp_is_ok` applies
+/// it). `None` when RC QPs cannot make the transition.
+pub(crate) fn rc_transition(
+    from: QueuePairState,
+    to: QueuePairState,
+) -> Option<(QpAttrMask, QpAttrMask)> {
+    use QpAttrMask as M;
+    use QueuePairState as S;
+    let none = M::empty();
+    let path_opts =
+        M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER;
+    Some(match (from, to) {
+        (_, S::RESET) | (_, S::ERR) => (none, none),
+        (S::RESET, S::INIT) => (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, none),
+        (S::INIT, S::INIT) => (none, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+        (S::INIT, S::RTR) => (
+            M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER,
+            M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
+        ),
+        (S::RTR, S::RTS) => {
+            (M::SQ_PSN | M::MAX_QP_RD_ATOMIC | M::RETRY_CNT | M::RNR_RETRY | M::TIMEOUT, path_opts)
+        }
+        (S::RTS, S::RTS) | (S::SQD, S::RTS) => (none, path_opts),
+        (S::RTS, S::SQD) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        _ => return None,
+    })
+}
+
+/// Checks `mask` (without `STATE`) for the RC transition `from → to`.
+pub(crate) fn check_rc_mask(
+    from: QueuePairState,
+    to: QueuePairState,
+    mask: QpAttrMask,
+) -> Result<()> {
+    let (required, optional) = rc_transition(from, to)
+        .ok_or_else(|| Error::InvalidInput(format!("an RC QP cannot go from {from} to {to}")))?;
+    let mask = mask - QpAttrMask::STATE;
+    let missing = required - mask;
+    let extra = mask - required - optional;
+    if missing.is_empty() && extra.is_empty() {
+        return Ok(());
+    }
+    let mut why = Vec::new();
+    if !missing.is_empty() {
+        why.push(format!("missing attribute mask bits {}", names(missing)));
+    }
+    if !extra.is_empty() {
+        why.push(format!("bits not allowed in this transition: {}", names(extra)));
+    }
+    Err(Error::InvalidInput(format!("modify_raw {from}→{to} on an RC QP: {}", why.join("; "))))
+}
+
+fn names(mask: QpAttrMask) -> String {
+    mask.iter_names().map(|(n, _)| n).collect::<Vec<_>>().join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use QpAttrMask as M;
+    use QueuePairState as S;
+
+    #[test]
+    fn the_typed_transitions_pass_the_table() {
+        let init = M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+        assert!(check_rc_mask(S::RESET, S::INIT, init | M::STATE).is_ok());
+        let rtr = M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        assert!(check_rc_mask(S::INIT, S::RTR, rtr).is_ok());
+        let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+        assert!(check_rc_mask(S::RTR, S::RTS, rts).is_ok());
+        assert!(check_rc_mask(S::RTS, S::ERR, M::STATE).is_ok());
+    }
+
+    #[test]
+    fn errors_name_missing_and_extra_bits() {
+        let e =
+            check_rc_mask(S::RTR, S::RTS, M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::PATH_MTU)
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            e,
+            "modify_raw RTR→RTS on an RC QP: missing attribute mask bits MAX_QP_RD_ATOMIC | SQ_PSN; \
+             bits not allowed in this transition: PATH_MTU"
+        );
+        let e = check_rc_mask(S::INIT, S::RTS, M::empty()).unwrap_err().to_string();
+        assert_eq!(e, "an RC QP cannot go from INIT to RTS");
+    }
+}

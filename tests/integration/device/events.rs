@@ -1,0 +1,172 @@
+//! Completion channels: sleeping on CQ events, and rc_pingpong -e against the C tool.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdma_verbs::*;
+
+use super::pair::{connect, qp_in_init, wait_for, PORT};
+use super::rc_pingpong::{assert_ran, c_tool, ours, pair};
+use crate::common::{require_device, RXE};
+
+/// How long any event may take to arrive: Soft-RoCE is slow, not stuck.
+const EVENT_LIMIT: Duration = Duration::from_secs(30);
+
+/// (wr_id, status, opcode, byte_len) of each completion.
+type Seen = Vec<(u64, WcStatus, WcOpcode, u32)>;
+
+/// The event loop of the docs: wait, re-arm, poll, until `n` completions arrived.
+fn sleep_for(channel: &CompletionChannel<'_>, cq: &CompletionQueue<'_>, n: usize) -> Seen {
+    let start = Instant::now();
+    let mut seen = Seen::new();
+    let mut storage: [WorkCompletion; 4] = Default::default();
+    while seen.len() < n {
+        let left = EVENT_LIMIT.saturating_sub(start.elapsed());
+        let events = channel.wait(Some(left)).unwrap();
+        assert!(events >= 1, "no CQ event within {EVENT_LIMIT:?}; completions so far: {seen:?}");
+        cq.req_notify(false).unwrap();
+        let done = cq.poll(&mut storage).unwrap();
+        seen.extend(done.iter().map(|wc| (wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len())));
+    }
+    seen
+}
+
+#[test]
+fn an_armed_cq_wakes_its_channel_and_the_completions_are_then_polled() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let channel = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq_with_channel(8, &channel, 0).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mr = pd.register(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    mr.as_mut_slice()[..4096].fill(0x5a);
+    let (a, b) = (
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+    );
+    let recv_sge = [mr.sge(4096..).unwrap()];
+    // SAFETY: the receive half of `mr` is not touched until its completion is polled.
+    unsafe { b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap() };
+    let (a, b) = connect(&ctx, a, b);
+
+    cq.req_notify(false).unwrap();
+    let send_sge = [mr.sge(..4096).unwrap()];
+    // SAFETY: the send half of `mr` is not written until the send completes.
+    unsafe { a.post_send(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap() };
+
+    let mut seen = sleep_for(&channel, &cq, 2);
+    seen.sort_by_key(|c| c.0);
+    let kinds: Vec<_> = seen.iter().map(|&(id, status, opcode, _)| (id, status, opcode)).collect();
+    assert_eq!(
+        kinds,
+        [(1, WcStatus::SUCCESS, WcOpcode::RECV), (2, WcStatus::SUCCESS, WcOpcode::SEND)]
+    );
+    assert_eq!(seen[0].3, 4096, "received bytes");
+    assert!(mr.as_slice()[4096..].iter().all(|&b| b == 0x5a));
+    drop((a, b));
+}
+
+#[test]
+fn wait_with_nothing_pending_times_out_with_zero() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let channel = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq_with_channel(4, &channel, 0).unwrap();
+    cq.req_notify(false).unwrap();
+    for timeout in [Duration::ZERO, Duration::from_millis(300)] {
+        let start = Instant::now();
+        assert_eq!(channel.wait(Some(timeout)).unwrap(), 0);
+        let took = start.elapsed();
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(5),
+            "{timeout:?}: {took:?}"
+        );
+    }
+    assert_eq!(channel.try_get_events().unwrap(), 0);
+}
+
+#[test]
+fn one_wait_drains_the_events_of_every_cq_and_each_arming_fires_once() {
+    let Some(ctx) = require_device(RXE) else { return };
+    // Unacknowledged events would make destroying the CQs block forever: run the test on a
+    // thread so that shows as a failure, not a hang.
+    finishes_within(Duration::from_secs(60), move || {
+        let channel = ctx.create_comp_channel().unwrap();
+        let send_cq = ctx.create_cq_with_channel(4, &channel, 0).unwrap();
+        let recv_cq = ctx.create_cq_with_channel(4, &channel, 0).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
+        let init = || {
+            let attr = QpInitAttr {
+                recv_cq: &recv_cq,
+                cap,
+                sq_sig_all: true,
+                ..QpInitAttr::new(&send_cq)
+            };
+            let qp = pd.create_rc_qp(&attr).unwrap();
+            qp.into_init(&InitAttr { port: PORT, ..Default::default() }).unwrap()
+        };
+        let (a, b) = connect(&ctx, init(), init());
+        let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);
+        let exchange = |id: u64| {
+            // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
+            // completions are polled before the next exchange or the end of the test.
+            unsafe {
+                b.post_recv(&mut RecvWr::new(id, &recv_sge)).unwrap();
+                a.post_send(&mut SendWr::send(id, &send_sge)).unwrap();
+            }
+            for cq in [&send_cq, &recv_cq] {
+                let wcs = wait_for(cq, 1);
+                assert!(wcs.len() == 1 && wcs[0].is_success() && wcs[0].wr_id() == id, "{wcs:?}");
+            }
+            // Both completions are in; give their events (raised right after) time to land.
+            std::thread::sleep(Duration::from_millis(200));
+        };
+
+        send_cq.req_notify(false).unwrap();
+        recv_cq.req_notify(false).unwrap();
+        exchange(1);
+        assert_eq!(channel.wait(Some(EVENT_LIMIT)).unwrap(), 2, "one event per armed CQ");
+        assert_eq!(channel.wait(Some(Duration::from_millis(200))).unwrap(), 0, "none left");
+
+        // Neither CQ is armed any more: new completions raise no event.
+        exchange(2);
+        assert_eq!(channel.try_get_events().unwrap(), 0);
+        assert_eq!(channel.wait(Some(Duration::from_millis(300))).unwrap(), 0);
+    });
+}
+
+/// Runs `body` on a thread and fails if it has not finished within `limit`.
+fn finishes_within(limit: Duration, body: impl FnOnce() + Send + 'static) {
+    let worker = std::thread::spawn(body);
+    let start = Instant::now();
+    while !worker.is_finished() {
+        assert!(
+            start.elapsed() < limit,
+            "not finished after {limit:?}: is ibv_destroy_cq waiting for unacknowledged events?"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Err(panic) = worker.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// `server` on TCP `port`, then `client` to it, both sleeping on CQ events (-e).
+fn pingpong_with_events(port: u16, server: Command, client: Command) {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let (server, client) = pair(server, client, port, &["-e", "-n", "200"]);
+    assert_ran(&server, "200");
+    assert_ran(&client, "200");
+}
+
+#[test]
+fn rc_pingpong_e_serves_the_c_client_e() {
+    pingpong_with_events(18700, ours(), c_tool());
+}
+
+#[test]
+fn rc_pingpong_e_is_a_client_of_the_c_server_e() {
+    pingpong_with_events(18701, c_tool(), ours());
+}

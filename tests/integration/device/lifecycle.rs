@@ -1,0 +1,78 @@
+//! QP state at run time: errors, reset and reuse, modify_raw.
+
+use rdma_verbs::*;
+
+use super::pair::{connect, endpoint, qp_in_init, up, wait_for, PORT};
+use crate::common::{require_device, RXE};
+
+#[test]
+fn a_qp_in_error_is_reset_and_reused() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let (a, b) = connect(
+        &ctx,
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+    );
+
+    // A send naming an lkey that does not exist ends in a local protection error, which
+    // moves the QP to ERROR.
+    let good = mr.sge(..64).unwrap();
+    let bad = [Sge::new(good.addr(), 64, LKey(mr.lkey().0 ^ 0xff00))];
+    // SAFETY: `mr` is not written while the WR is outstanding.
+    unsafe { a.post_send(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
+    let wc = &wait_for(&cq, 1)[0];
+    assert_eq!(wc.wr_id(), 1);
+    assert_ne!(wc.status(), WcStatus::SUCCESS, "{wc:?}");
+    assert_eq!(a.query_state().unwrap(), QueuePairState::ERR);
+    assert_eq!(b.query_state().unwrap(), QueuePairState::RTS);
+
+    // Both back to RESET (the peer's PSNs moved on), reconnected, and used again.
+    let a = a.reset().unwrap();
+    let b = b.reset().unwrap();
+    assert_eq!(a.query_state().unwrap(), QueuePairState::RESET);
+    let init = InitAttr { port: PORT, ..Default::default() };
+    let (a, b) = connect(&ctx, a.into_init(&init).unwrap(), b.into_init(&init).unwrap());
+    let (recv, send) = ([mr.sge(2048..).unwrap()], [good]);
+    // SAFETY: the receive area is not touched, the send area not written, until both complete.
+    unsafe {
+        b.post_recv(&mut RecvWr::new(2, &recv)).unwrap();
+        a.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
+    }
+    let wcs = wait_for(&cq, 2);
+    assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
+}
+
+#[test]
+fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let a = qp_in_init(&pd, &cq, 4, AccessFlags::empty());
+    let b = qp_in_init(&pd, &cq, 4, AccessFlags::empty());
+    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+    let a = up(&ctx, a, &ea, &eb);
+
+    // RTS → SQD with a bit that transition does not take: refused before the verb, QP intact.
+    let attr =
+        rdma_verbs::sys::ibv_qp_attr { qp_state: QueuePairState::SQD.0, ..Default::default() };
+    let err = a.modify_raw(&attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU).unwrap_err();
+    assert_eq!(
+        err.error.to_string(),
+        "modify_raw RTS→SQD on an RC QP: bits not allowed in this transition: PATH_MTU"
+    );
+    let a = err.qp;
+    assert_eq!(a.query_state().unwrap(), QueuePairState::RTS);
+
+    // RTS → ERROR through the escape hatch; the type learns the state back by asking.
+    let attr =
+        rdma_verbs::sys::ibv_qp_attr { qp_state: QueuePairState::ERR.0, ..Default::default() };
+    let a = a.modify_raw(&attr, QpAttrMask::STATE).unwrap();
+    let err = a.into_checked::<Rts>().unwrap_err();
+    assert_eq!(err.error.to_string(), "the QP is in ERROR, not RTS");
+    let a = err.qp.reset().unwrap();
+    assert_eq!(a.query_state().unwrap(), QueuePairState::RESET);
+    drop(b);
+}

@@ -1,0 +1,132 @@
+//! Data movement on rxe0 through the raw posting tier.
+
+use rdma_verbs::*;
+
+use super::pair::{connect, qp_in_init, wait_for};
+use crate::common::{require_device, RXE};
+
+const MIB: usize = 1 << 20;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+#[test]
+fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let mut local = pd.register(2 * MIB, AccessFlags::LOCAL_WRITE).unwrap();
+    let target_access =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mut target = pd.register_remote_writable(MIB, target_access).unwrap();
+    let (written, stored) = (pattern(MIB, 0x5a), pattern(MIB, 0xa5));
+    local.as_mut_slice()[..MIB].copy_from_slice(&written);
+    let remote_access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let (a, b) = connect(
+        &ctx,
+        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 4, remote_access),
+    );
+
+    let sge = [local.sge(..MIB).unwrap()];
+    let mut write =
+        SendWr::rdma_write(1, &sge, target.remote(..).unwrap()).flags(SendFlags::SIGNALED);
+    // SAFETY: `local` is not written until the completion below.
+    unsafe { a.post_send(&mut write).unwrap() };
+    let wc = &wait_for(&cq, 1)[0];
+    assert_eq!(
+        (wc.wr_id(), wc.status(), wc.opcode()),
+        (1, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+    );
+    let mut arrived = vec![0u8; MIB];
+    target.read(0, &mut arrived).unwrap();
+    assert!(arrived == written, "RDMA WRITE: the target differs from what was written");
+
+    target.write(0, &stored).unwrap();
+    let sge = [local.sge(MIB..).unwrap()];
+    let mut read =
+        SendWr::rdma_read(2, &sge, target.remote(..).unwrap()).flags(SendFlags::SIGNALED);
+    // SAFETY: the second half of `local` is not touched until the completion below.
+    unsafe { a.post_send(&mut read).unwrap() };
+    let wc = &wait_for(&cq, 1)[0];
+    assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ));
+    assert!(local.as_slice()[MIB..] == stored[..], "RDMA READ: the local copy differs");
+    drop(b);
+}
+
+#[test]
+fn an_inline_send_needs_no_registered_source_after_posting() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let mut src = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let dst = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let cap = QpCapabilities {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_inline_data: 32,
+        ..Default::default()
+    };
+    let new_qp = || {
+        let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
+        qp.into_init(&InitAttr::default()).unwrap()
+    };
+    let (a, b) = connect(&ctx, new_qp(), new_qp());
+    assert!(a.caps().max_inline_data >= 32, "asked for 32 inline bytes: {:?}", a.caps());
+    let recv = [dst.sge(..).unwrap()];
+    // SAFETY: `dst` is not touched until the receive completes.
+    unsafe { b.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+    src.as_mut_slice()[..32].copy_from_slice(&pattern(32, 7));
+    let sge = [src.sge(..32).unwrap()];
+    // SAFETY: inline: the bytes are copied during the call.
+    unsafe {
+        a.post_send(&mut SendWr::send(2, &sge).flags(SendFlags::SIGNALED | SendFlags::INLINE))
+            .unwrap()
+    };
+    // The source may change at once: the data already left.
+    src.as_mut_slice().fill(0);
+    let wcs = wait_for(&cq, 2);
+    assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
+    let recv = wcs.iter().find(|wc| wc.wr_id() == 1).unwrap();
+    assert_eq!(recv.byte_len(), 32);
+    assert_eq!(&dst.as_slice()[..32], &pattern(32, 7)[..]);
+}
+
+#[test]
+fn two_qps_share_one_cq_and_each_completion_names_its_qp() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let shared = ctx.create_cq(16).unwrap();
+    let other = ctx.create_cq(16).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    // Two pairs; both senders post their send completions to `shared`.
+    let (s1, r1) = connect(
+        &ctx,
+        qp_in_init(&pd, &shared, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &other, 4, AccessFlags::empty()),
+    );
+    let (s2, r2) = connect(
+        &ctx,
+        qp_in_init(&pd, &shared, 4, AccessFlags::empty()),
+        qp_in_init(&pd, &other, 4, AccessFlags::empty()),
+    );
+    let (recv1, recv2, send) =
+        ([mr.sge(1024..2048).unwrap()], [mr.sge(2048..3072).unwrap()], [mr.sge(..16).unwrap()]);
+    // SAFETY: the receive areas are not touched, the send area not written, until the
+    // completions below.
+    unsafe {
+        r1.post_recv(&mut RecvWr::new(11, &recv1)).unwrap();
+        r2.post_recv(&mut RecvWr::new(12, &recv2)).unwrap();
+        s1.post_send(&mut SendWr::send(21, &send).flags(SendFlags::SIGNALED)).unwrap();
+        s2.post_send(&mut SendWr::send(22, &send).flags(SendFlags::SIGNALED)).unwrap();
+    }
+    let mut sends: Vec<_> =
+        wait_for(&shared, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num(), wc.status())).collect();
+    sends.sort_by_key(|s| s.0);
+    assert_eq!(sends, [(21, s1.qp_num(), WcStatus::SUCCESS), (22, s2.qp_num(), WcStatus::SUCCESS)]);
+    let mut recvs: Vec<_> =
+        wait_for(&other, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num())).collect();
+    recvs.sort_by_key(|r| r.0);
+    assert_eq!(recvs, [(11, r1.qp_num()), (12, r2.qp_num())]);
+}
