@@ -104,6 +104,7 @@ pub use rdma_verbs_sys as sys;
 pub use buffer::Buffer;
 pub use buffer::BufferPool;
 pub use buffer::PostError;
+pub use buffer::SendList;
 pub use buffer::SendOp;
 pub use channel::CompletionChannel;
 pub use cq::CompletionQueue;

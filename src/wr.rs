@@ -192,6 +192,11 @@ impl<'a> SendWr<'a> {
     pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_send_wr {
         &mut self.raw
     }
+
+    /// The raw request; its SGE pointer still points into the borrowed slice.
+    pub(crate) fn into_raw(self) -> sys::ibv_send_wr {
+        self.raw
+    }
 }
 
 impl std::fmt::Debug for SendWr<'_> {

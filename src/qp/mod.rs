@@ -458,6 +458,65 @@ impl QueuePair<'_, Rts> {
         check_errno(ret, "ibv_post_send")
     }
 
+    /// `ibv_post_send(3)`—Posts `wrs` as one linked list (one doorbell): perftest's post
+    /// lists. Typically only the last is [`SendFlags::SIGNALED`]: on an RC send queue its
+    /// completion means all before it are done.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send`], for every WR of the list.
+    ///
+    /// # Errors
+    ///
+    /// `(posted, error)`: the number of WRs the provider accepted before the one it refused
+    /// (those are posted), and why; [`Error::InvalidInput`] (with 0 posted) when a WR breaks
+    /// the QP's SGE or inline limits.
+    #[doc(alias = "ibv_post_send")]
+    #[inline]
+    pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), (usize, Error)> {
+        for wr in wrs.iter() {
+            self.check_send(wr).map_err(|e| (0, e))?;
+        }
+        // SAFETY: SendWr is a transparent ibv_send_wr; the caller upholds the memory contract.
+        unsafe {
+            self.post_send_chain(std::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast(), wrs.len()))
+        }
+    }
+
+    /// Links `wrs` through their `next` pointers and posts them with one call; on failure,
+    /// how many were accepted before the refused one (all, when the provider does not say).
+    ///
+    /// # Safety
+    ///
+    /// Every WR must be valid for `ibv_post_send(3)` under [`QueuePair::post_send`]'s contract.
+    pub(crate) unsafe fn post_send_chain(
+        &self,
+        wrs: &mut [sys::ibv_send_wr],
+    ) -> Result<(), (usize, Error)> {
+        let Some(first) = wrs.first_mut().map(|wr| wr as *mut sys::ibv_send_wr) else {
+            return Ok(());
+        };
+        let base = first as usize;
+        for i in 1..wrs.len() {
+            let next: *mut sys::ibv_send_wr = &mut wrs[i];
+            wrs[i - 1].next = next;
+        }
+        if let Some(last) = wrs.last_mut() {
+            last.next = std::ptr::null_mut();
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in RTS; the list is linked within `wrs`; the caller upholds the
+        // memory contract.
+        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), first, &mut bad) };
+        check_errno(ret, "ibv_post_send").map_err(|error| {
+            let offset =
+                (bad as usize).wrapping_sub(base) / std::mem::size_of::<sys::ibv_send_wr>();
+            // A provider that names no refused WR may have posted any of them: assume all
+            // (the buffer tier then never hands back memory the NIC might use).
+            (if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset }, error)
+        })
+    }
+
     fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
         if wr.num_sge() > self.caps.max_send_sge as usize {
             return Err(Error::InvalidInput(format!(

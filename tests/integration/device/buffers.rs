@@ -71,3 +71,83 @@ fn a_refused_post_returns_the_buffer() {
     assert!(err.to_string().contains("the work queue is full"), "{err}");
     assert_eq!(err.buffer.as_slice(), b"kept");
 }
+
+#[test]
+fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let pool =
+        BufferPool::new(pd.register(8 * 1024, AccessFlags::LOCAL_WRITE).unwrap(), 1024).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let target = pd.register_remote_writable(8 * 1024, access).unwrap();
+    let remote_access = AccessFlags::REMOTE_WRITE;
+    let (a, b) = connect(
+        &ctx,
+        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 8, remote_access),
+    );
+
+    let mut list = SendList::with_capacity(8);
+    for i in 0..8u8 {
+        let mut buf = pool.take().unwrap();
+        buf.fill(&[i; 1024]).unwrap();
+        let remote = target.remote(usize::from(i) * 1024..).unwrap();
+        list.push(buf, SendOp::RdmaWrite(remote)).unwrap();
+    }
+    assert!(pool.take().is_none(), "all 8 buffers are in the list");
+    a.post_send_buffers(&mut list).unwrap();
+    assert!(list.is_empty());
+
+    let mut wcs = wait_for(&cq, 1);
+    assert!(wcs[0].is_success(), "{wcs:?}");
+    let last = pool.complete(&mut wcs[0]).expect("the signaled last WR names its buffer");
+    assert_eq!(last.as_slice(), &[7u8; 1024][..]);
+    drop(last);
+    // The seven unsignaled ones came back with it.
+    let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(free.len(), 8);
+    let mut written = vec![0u8; 8 * 1024];
+    target.read(0, &mut written).unwrap();
+    for (i, chunk) in written.chunks(1024).enumerate() {
+        assert!(chunk.iter().all(|&b| usize::from(b) == i), "chunk {i}");
+    }
+    assert!(
+        cq.poll(&mut [WorkCompletion::EMPTY; 4]).unwrap().is_empty(),
+        "only the last WR was signaled"
+    );
+    drop(b);
+}
+
+#[test]
+fn a_raw_list_rings_one_doorbell_for_many_sends() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let mr = pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap();
+    let (a, b) = connect(
+        &ctx,
+        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
+        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
+    );
+    let recv: Vec<_> = (4..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
+    for (i, sge) in recv.iter().enumerate() {
+        // SAFETY: the receive areas are not touched until their completions.
+        unsafe { b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap() };
+    }
+    let send: Vec<_> = (0..4).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
+    let mut wrs: Vec<_> =
+        send.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();
+    wrs[3] = SendWr::send(3, &send[3]).flags(SendFlags::SIGNALED);
+    // SAFETY: the send areas are not written until the signaled last send completes.
+    unsafe { a.post_send_list(&mut wrs).unwrap() };
+    let wcs = wait_for(&cq, 5);
+    let mut ids: Vec<_> = wcs.iter().map(|wc| (wc.wr_id(), wc.status())).collect();
+    ids.sort_by_key(|x| x.0);
+    let ok = WcStatus::SUCCESS;
+    assert_eq!(
+        ids,
+        [(3, ok), (10, ok), (11, ok), (12, ok), (13, ok)],
+        "one send completion, four receives"
+    );
+}

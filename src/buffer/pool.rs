@@ -1,32 +1,25 @@
-//! The safe posting tier: buffers that move into a queue pair when posted and come back,
-//! with their bytes, in the completion that ends them.
-#![allow(unsafe_code)]
-//! # Safety
-//!
-//! A [`BufferPool`] owns a [`MemoryRegion`] cut into equal chunks and hands each out as a
-//! [`Buffer`] token, the only way to touch that chunk. Posting consumes the token; the pool
-//! marks the chunk in flight and tags the work request with a `wr_id` naming the pool and
-//! chunk (bit 63 set; the raw tier's contract reserves those ids). Only
-//! [`BufferPool::complete`], given the completion carrying that `wr_id`, turns the chunk back
-//! into a token, and it consumes the completion's `wr_id` so it cannot serve twice. So no
-//! reference to a chunk exists while the NIC may read or write it. The pool must outlive every
-//! QP it lends chunks to (`'p: 'res` on the post methods, with `QueuePair` invariant in
-//! `'res`), so the memory stays registered while any QP could still use it.
+//! The pool, its buffers, and the in-flight bookkeeping.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use super::BUFFER_WR_ID_BIT;
 use crate::error::{Error, Result};
 use crate::mr::{LKey, MemoryRegion};
-use crate::qp::{QueuePair, ReceiveReady, Rts};
 use crate::wc::{WcOpcode, WorkCompletion};
-use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, Sge};
+use crate::wr::Sge;
 
 const FREE: u8 = 0;
 const HELD: u8 = 1;
+/// Posted with its own `wr_id`; returned by `complete`.
 const IN_FLIGHT: u8 = 2;
+/// Posted unsignaled in a list; released when the list's last WR completes.
+const BATCHED: u8 = 3;
 
-/// Bit 63 marks the `wr_id`s of this tier; bits 32..63 hold the pool's id, 0..32 the chunk.
-pub(crate) const BUFFER_WR_ID_BIT: u64 = 1 << 63;
+/// `wr_id` = bit 63 | pool id (20 bits) | generation (27 bits) | chunk index (16 bits).
+const INDEX_BITS: u32 = 16;
+const GEN_BITS: u32 = 27;
+const POOL_BITS: u32 = 20;
+const NO_PREV: u32 = u32::MAX;
 
 /// A registered region cut into `count` chunks of `chunk_size` bytes that circulate between
 /// the program and the NIC: [`take`](Self::take) a [`Buffer`], fill it, post it (it moves into
@@ -59,6 +52,10 @@ pub struct BufferPool<'a> {
     chunk: usize,
     id: u64,
     states: Box<[AtomicU8]>,
+    /// The `wr_id` of each chunk's current flight.
+    flights: Box<[AtomicU64]>,
+    /// For a batched chunk, the chunk posted before it in the same list.
+    prev: Box<[AtomicU32]>,
     /// The length each chunk had when posted, restored when it completes.
     lens: Box<[AtomicU32]>,
     /// Where `take` starts looking.
@@ -71,8 +68,8 @@ impl<'a> BufferPool<'a> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] when `chunk_size` is 0, above `u32::MAX`, or larger than the
-    /// region, or the region holds more than 2³² chunks.
+    /// [`Error::InvalidInput`] when `chunk_size` is 0, above `u32::MAX` or larger than the
+    /// region, or the region holds more than 65536 chunks.
     pub fn new(mr: MemoryRegion<'a>, chunk_size: usize) -> Result<Self> {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         if chunk_size == 0 || chunk_size > u32::MAX as usize || chunk_size > mr.len() {
@@ -83,19 +80,28 @@ impl<'a> BufferPool<'a> {
             )));
         }
         let count = mr.len() / chunk_size;
-        if u32::try_from(count).is_err() {
-            return Err(Error::InvalidInput(format!("{count} chunks: a pool holds at most 2^32")));
+        if count > 1 << INDEX_BITS {
+            return Err(Error::InvalidInput(format!(
+                "{count} chunks: a pool holds at most {} (use larger chunks or several pools)",
+                1 << INDEX_BITS
+            )));
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        if id >= 1 << 31 {
-            return Err(Error::InvalidInput("more than 2^31 buffer pools were created".into()));
+        if id >= 1 << POOL_BITS {
+            return Err(Error::InvalidInput(format!(
+                "more than {} buffer pools were created",
+                1 << POOL_BITS
+            )));
         }
+        let atomics = |v| (0..count).map(|_| AtomicU32::new(v)).collect();
         Ok(BufferPool {
             mr,
             chunk: chunk_size,
             id: u64::from(id),
             states: (0..count).map(|_| AtomicU8::new(FREE)).collect(),
-            lens: (0..count).map(|_| AtomicU32::new(0)).collect(),
+            flights: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            prev: atomics(NO_PREV),
+            lens: atomics(0),
             hint: AtomicUsize::new(0),
         })
     }
@@ -123,28 +129,42 @@ impl<'a> BufferPool<'a> {
         })
     }
 
-    /// The buffer that `wc` ended, when `wc` belongs to this pool: with its length set to the
+    /// The buffer that `wc` ended, when `wc` belongs to this pool: its length set to the
     /// bytes received for a successful receive, else to what it held when posted. It consumes
-    /// `wc`'s `wr_id` (a second call returns `None`). Check `wc.status()` for the outcome.
+    /// `wc`'s `wr_id` (a second call returns `None`). Buffers posted before it in the same
+    /// [`SendList`](super::SendList) go back to the pool (free for [`take`](Self::take)).
+    /// Check `wc.status()` for the outcome.
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
         let wr_id = wc.wr_id();
-        if wr_id & BUFFER_WR_ID_BIT == 0 || (wr_id >> 32) & 0x7fff_ffff != self.id {
+        if wr_id & BUFFER_WR_ID_BIT == 0
+            || (wr_id >> (INDEX_BITS + GEN_BITS)) & ((1 << POOL_BITS) - 1) != self.id
+        {
             return None;
         }
-        let index = wr_id as u32;
-        let state = self.states.get(index as usize)?;
-        state.compare_exchange(IN_FLIGHT, HELD, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        let index = (wr_id & ((1 << INDEX_BITS) - 1)) as usize;
+        if self.flights.get(index)?.load(Ordering::Acquire) != wr_id {
+            return None;
+        }
+        self.states[index]
+            .compare_exchange(IN_FLIGHT, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
         wc.consume_wr_id();
+        self.release_batch(self.prev[index].swap(NO_PREV, Ordering::Relaxed));
         let received = wc.is_success() && wc.opcode() == WcOpcode::RECV;
-        let len = if received {
-            wc.byte_len()
-        } else {
-            self.lens[index as usize].load(Ordering::Relaxed)
-        };
-        Some(Buffer { pool: self, index, len: len.min(self.chunk as u32) })
+        let len = if received { wc.byte_len() } else { self.lens[index].load(Ordering::Relaxed) };
+        Some(Buffer { pool: self, index: index as u32, len: len.min(self.chunk as u32) })
     }
 
-    fn chunk_ptr(&self, index: u32) -> *mut u8 {
+    /// Frees the batched chunks chained from `index`.
+    fn release_batch(&self, mut index: u32) {
+        while index != NO_PREV {
+            let i = index as usize;
+            index = self.prev[i].swap(NO_PREV, Ordering::Relaxed);
+            self.states[i].store(FREE, Ordering::Release);
+        }
+    }
+
+    pub(super) fn chunk_ptr(&self, index: u32) -> *mut u8 {
         (self.mr.addr() as *mut u8).wrapping_add(index as usize * self.chunk)
     }
 
@@ -245,24 +265,25 @@ impl<'p> Buffer<'p> {
     }
 
     /// An SGE over the first `len` bytes.
-    fn sge(&self, len: usize) -> Sge {
+    pub(super) fn sge(&self, len: usize) -> Sge {
         Sge::new(self.pool.chunk_ptr(self.index) as u64, len as u32, self.pool.lkey())
     }
 
-    /// Marks the chunk in flight, remembering `len`, and returns its `wr_id`; the token is
-    /// gone until [`BufferPool::complete`] or [`Self::restore`].
-    fn launch(self, len: u32) -> (u64, &'p BufferPool<'p>, u32) {
-        let (pool, index) = (self.pool, self.index);
-        pool.lens[index as usize].store(len, Ordering::Relaxed);
-        pool.states[index as usize].store(IN_FLIGHT, Ordering::Release);
+    /// Hands the chunk to the NIC with a new `wr_id`: in flight (completed by that `wr_id`),
+    /// or `batched` (released by the completion of a later WR of the same list, see
+    /// [`Flight::chain_before`]). The token is gone until then, or [`Flight::restore`].
+    pub(super) fn launch(self, len: u32, batched: bool) -> Flight<'p> {
+        let (pool, index) = (self.pool, self.index as usize);
         std::mem::forget(self);
-        (BUFFER_WR_ID_BIT | pool.id << 32 | u64::from(index), pool, index)
-    }
-
-    /// The token again, after a post the provider refused (so the NIC never saw it).
-    fn restore(pool: &'p BufferPool<'p>, index: u32, len: u32) -> Self {
-        pool.states[index as usize].store(HELD, Ordering::Relaxed);
-        Buffer { pool, index, len }
+        pool.lens[index].store(len, Ordering::Relaxed);
+        let generation = (pool.flights[index].load(Ordering::Relaxed) >> INDEX_BITS) + 1;
+        let wr_id = BUFFER_WR_ID_BIT
+            | pool.id << (INDEX_BITS + GEN_BITS)
+            | (generation & ((1 << GEN_BITS) - 1)) << INDEX_BITS
+            | index as u64;
+        pool.flights[index].store(wr_id, Ordering::Relaxed);
+        pool.states[index].store(if batched { BATCHED } else { IN_FLIGHT }, Ordering::Release);
+        Flight { pool, index: index as u32, len, wr_id }
     }
 }
 
@@ -278,100 +299,26 @@ impl std::fmt::Debug for Buffer<'_> {
     }
 }
 
-/// What a posted [`Buffer`] does on the send queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendOp {
-    /// SEND its bytes; the peer consumes a receive.
-    Send,
-    /// SEND with 32 bits of immediate data.
-    SendWithImm(u32),
-    /// RDMA WRITE its bytes to the peer's memory.
-    RdmaWrite(RemoteAddr),
-    /// RDMA WRITE, then consume a receive at the peer carrying the immediate data.
-    RdmaWriteWithImm(RemoteAddr, u32),
-    /// RDMA READ `len` bytes of the peer's memory into it.
-    RdmaRead(RemoteAddr),
+/// A chunk handed to the NIC: what the post needs, and the way back if the post is refused.
+pub(super) struct Flight<'p> {
+    pool: &'p BufferPool<'p>,
+    index: u32,
+    len: u32,
+    /// The WR's `wr_id`; for a batched chunk it is never used to complete.
+    pub(super) wr_id: u64,
 }
 
-/// A post the provider refused, with the buffer back.
-#[derive(Debug)]
-pub struct PostError<'p> {
-    /// The buffer, unchanged.
-    pub buffer: Buffer<'p>,
-    /// Why.
-    pub error: Error,
-}
-
-impl std::fmt::Display for PostError<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
+impl<'p> Flight<'p> {
+    /// Chains this (batched) chunk behind `next`, the chunk posted after it in the same list,
+    /// so that `next`'s completion releases it.
+    pub(super) fn chain_before(&self, next: &Flight<'p>) {
+        self.pool.prev[next.index as usize].store(self.index, Ordering::Relaxed);
     }
-}
 
-impl std::error::Error for PostError<'_> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl<'res> QueuePair<'res, Rts> {
-    /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
-    /// the buffer comes back from [`BufferPool::complete`] with the completion. Bytes that fit
-    /// the QP's `max_inline_data` go inline.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_send`] (e.g.
-    /// `ENOMEM` when the send queue is full).
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        let len = buffer.len;
-        let sge = [buffer.sge(len as usize)];
-        let sges = if len == 0 { &sge[..0] } else { &sge[..] };
-        let mut flags = SendFlags::SIGNALED;
-        if len <= self.caps().max_inline_data && !matches!(op, SendOp::RdmaRead(_)) {
-            flags |= SendFlags::INLINE;
-        }
-        let (wr_id, pool, index) = buffer.launch(len);
-        let mut wr = match op {
-            SendOp::Send => SendWr::send(wr_id, sges),
-            SendOp::SendWithImm(imm) => SendWr::send_with_imm(wr_id, sges, imm),
-            SendOp::RdmaWrite(remote) => SendWr::rdma_write(wr_id, sges, remote),
-            SendOp::RdmaWriteWithImm(remote, imm) => {
-                SendWr::rdma_write_with_imm(wr_id, sges, remote, imm)
-            }
-            SendOp::RdmaRead(remote) => SendWr::rdma_read(wr_id, sges, remote),
-        }
-        .flags(flags);
-        // SAFETY: the chunk is ours alone (its token was consumed by `launch`) until
-        // `complete` sees this WR's completion (it is signaled); it stays registered while
-        // this QP lives because the pool outlives 'res ('p: 'res); `wr_id` is the tier's own.
-        unsafe { self.post_send(&mut wr) }
-            .map_err(|error| PostError { buffer: Buffer::restore(pool, index, len), error })
-    }
-}
-
-impl<'res, S: ReceiveReady> QueuePair<'res, S> {
-    /// `ibv_post_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back from
-    /// [`BufferPool::complete`] with the completion, its length set to the bytes received.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_recv`] (e.g.
-    /// `ENOMEM` when the receive queue is full).
-    #[doc(alias = "ibv_post_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        let len = buffer.len;
-        let sge = [buffer.sge(buffer.capacity())];
-        let (wr_id, pool, index) = buffer.launch(0);
-        // SAFETY: as in `post_send_buffer`: the chunk is the NIC's alone until `complete`.
-        unsafe { self.post_recv(&mut RecvWr::new(wr_id, &sge)) }
-            .map_err(|error| PostError { buffer: Buffer::restore(pool, index, len), error })
+    /// The token again, after the provider refused the WR (the NIC never saw it).
+    pub(super) fn restore(self) -> Buffer<'p> {
+        self.pool.prev[self.index as usize].store(NO_PREV, Ordering::Relaxed);
+        self.pool.states[self.index as usize].store(HELD, Ordering::Relaxed);
+        Buffer { pool: self.pool, index: self.index, len: self.len }
     }
 }

@@ -1,0 +1,33 @@
+//! The safe posting tier: buffers that move into a queue pair when posted and come back,
+//! with their bytes, in the completion that ends them.
+#![allow(unsafe_code)]
+//! # Safety
+//!
+//! A [`BufferPool`] owns a [`MemoryRegion`](crate::MemoryRegion) cut into equal chunks and
+//! hands each out as a [`Buffer`] token, the only way to touch that chunk. Posting consumes
+//! the token; the pool marks the chunk in flight and tags the work request with a `wr_id`
+//! naming pool, chunk and this flight's generation (bit 63 set: the raw tier's contract
+//! reserves those ids). Only [`BufferPool::complete`], given the completion carrying exactly
+//! that `wr_id`, turns the chunk back into a token, and it consumes the completion's
+//! `wr_id` so the same completion cannot serve twice.
+//!
+//! A [`SendList`] posts several buffers with one `ibv_post_send`, signaling only the last
+//! (perftest's selective signaling). The others are *batched* behind it: their WRs carry no
+//! usable `wr_id`, and they are released when the last one's completion arrives, which on a
+//! send queue means every WR before it is finished (executed or flushed).
+//!
+//! So no reference to a chunk exists while the NIC may read or write it. The pool must outlive
+//! every QP it lends chunks to (`'p: 'res` on the post methods, with `QueuePair` invariant in
+//! `'res`), so the memory stays registered while any QP could still use it.
+//!
+//! The one residual case: a completion kept *unconsumed* while its chunk is posted again
+//! 2^27 times could match the chunk's current flight (the generation has 27 bits).
+
+mod pool;
+mod post;
+
+pub use pool::{Buffer, BufferPool};
+pub use post::{PostError, SendList, SendOp};
+
+/// Bit 63 marks the `wr_id`s of this tier.
+pub(crate) const BUFFER_WR_ID_BIT: u64 = 1 << 63;

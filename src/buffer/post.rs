@@ -1,0 +1,243 @@
+//! Posting buffers: one at a time, or as a list with selective signaling.
+
+use super::pool::{Buffer, Flight};
+use crate::error::{Error, Result};
+use crate::qp::{QueuePair, ReceiveReady, Rts};
+use crate::sys;
+use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, Sge};
+
+/// What a posted [`Buffer`] does on the send queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND its bytes; the peer consumes a receive.
+    Send,
+    /// SEND with 32 bits of immediate data.
+    SendWithImm(u32),
+    /// RDMA WRITE its bytes to the peer's memory.
+    RdmaWrite(RemoteAddr),
+    /// RDMA WRITE, then consume a receive at the peer carrying the immediate data.
+    RdmaWriteWithImm(RemoteAddr, u32),
+    /// RDMA READ `len` bytes of the peer's memory into it.
+    RdmaRead(RemoteAddr),
+}
+
+impl SendOp {
+    /// The WR for `len` bytes in `sge` (none when `len` is 0), with `flags` plus INLINE when
+    /// the bytes fit `max_inline` (never for RDMA READ, which writes the buffer).
+    fn work_request(
+        self,
+        wr_id: u64,
+        sge: &Sge,
+        len: u32,
+        max_inline: u32,
+        mut flags: SendFlags,
+    ) -> SendWr<'_> {
+        let sges = if len == 0 { &[][..] } else { std::slice::from_ref(sge) };
+        if len <= max_inline && !matches!(self, SendOp::RdmaRead(_)) {
+            flags |= SendFlags::INLINE;
+        }
+        match self {
+            SendOp::Send => SendWr::send(wr_id, sges),
+            SendOp::SendWithImm(imm) => SendWr::send_with_imm(wr_id, sges, imm),
+            SendOp::RdmaWrite(remote) => SendWr::rdma_write(wr_id, sges, remote),
+            SendOp::RdmaWriteWithImm(remote, imm) => {
+                SendWr::rdma_write_with_imm(wr_id, sges, remote, imm)
+            }
+            SendOp::RdmaRead(remote) => SendWr::rdma_read(wr_id, sges, remote),
+        }
+        .flags(flags)
+    }
+}
+
+/// A post the provider refused, with the buffer back.
+#[derive(Debug)]
+pub struct PostError<'p> {
+    /// The buffer, unchanged.
+    pub buffer: Buffer<'p>,
+    /// Why.
+    pub error: Error,
+}
+
+impl std::fmt::Display for PostError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PostError<'_> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<'res> QueuePair<'res, Rts> {
+    /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
+    /// the buffer comes back from [`BufferPool::complete`](super::BufferPool::complete) with
+    /// the completion. Bytes that fit the QP's `max_inline_data` go inline.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_send`] (e.g.
+    /// `ENOMEM` when the send queue is full).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        let len = buffer.len() as u32;
+        let sge = buffer.sge(len as usize);
+        let flight = buffer.launch(len, false);
+        let max_inline = self.caps().max_inline_data;
+        let mut wr = op.work_request(flight.wr_id, &sge, len, max_inline, SendFlags::SIGNALED);
+        // SAFETY: the chunk is the NIC's alone (its token was consumed by `launch`) until
+        // `complete` sees this WR's completion (it is signaled); it stays registered while this
+        // QP lives because the pool outlives 'res ('p: 'res); `wr_id` is the tier's own.
+        unsafe { self.post_send(&mut wr) }
+            .map_err(|error| PostError { buffer: flight.restore(), error })
+    }
+}
+
+impl<'res, S: ReceiveReady> QueuePair<'res, S> {
+    /// `ibv_post_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back from
+    /// [`BufferPool::complete`](super::BufferPool::complete) with the completion, its length
+    /// set to the bytes received.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_recv`] (e.g.
+    /// `ENOMEM` when the receive queue is full).
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        let len = buffer.len() as u32;
+        let sge = [buffer.sge(buffer.capacity())];
+        let flight = buffer.launch(len, false);
+        // SAFETY: as in `post_send_buffer`: the chunk is the NIC's alone until `complete`.
+        unsafe { self.post_recv(&mut RecvWr::new(flight.wr_id, &sge)) }
+            .map_err(|error| PostError { buffer: flight.restore(), error })
+    }
+}
+
+/// Buffers to post with one `ibv_post_send`, only the last signaled (perftest's post lists
+/// and selective signaling). Its storage is allocated once, by
+/// [`with_capacity`](Self::with_capacity), and reused by every post.
+///
+/// When the last WR's completion is [completed](super::BufferPool::complete), the buffers
+/// posted before it in the list return to their pool, free for
+/// [`take`](super::BufferPool::take).
+pub struct SendList<'p> {
+    entries: Vec<(Buffer<'p>, SendOp)>,
+    sges: Vec<Sge>,
+    wrs: Vec<sys::ibv_send_wr>,
+    flights: Vec<(Flight<'p>, SendOp)>,
+}
+
+impl<'p> SendList<'p> {
+    /// An empty list for up to `capacity` buffers.
+    pub fn with_capacity(capacity: usize) -> Self {
+        SendList {
+            entries: Vec::with_capacity(capacity),
+            sges: Vec::with_capacity(capacity),
+            wrs: Vec::with_capacity(capacity),
+            flights: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Adds `buffer` with `op`; when the list is full, hands `buffer` back.
+    ///
+    /// # Errors
+    ///
+    /// The buffer, when the list holds [`capacity`](Self::capacity) buffers already.
+    pub fn push(&mut self, buffer: Buffer<'p>, op: SendOp) -> std::result::Result<(), Buffer<'p>> {
+        if self.entries.len() == self.entries.capacity() {
+            return Err(buffer);
+        }
+        self.entries.push((buffer, op));
+        Ok(())
+    }
+
+    /// Takes the last buffer back out.
+    pub fn pop(&mut self) -> Option<Buffer<'p>> {
+        self.entries.pop().map(|(buffer, _)| buffer)
+    }
+
+    /// The number of buffers waiting.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no buffer is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most buffers it holds.
+    pub fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+}
+
+impl std::fmt::Debug for SendList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendList")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+impl<'res> QueuePair<'res, Rts> {
+    /// `ibv_post_send(3)`—Posts every buffer of `list` with one call, all unsignaled but the
+    /// last, and empties the list. No allocation.
+    ///
+    /// # Errors
+    ///
+    /// The [`Error`] of the provider. Buffers from the first refused WR on are back in
+    /// `list`; those the provider accepted before it stay with the NIC, and because their
+    /// signaled successor was refused, their chunks are only reclaimed when the pool goes.
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>) -> Result<()>
+    where
+        'p: 'res,
+    {
+        let n = list.entries.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let max_inline = self.caps().max_inline_data;
+        list.sges.clear();
+        list.sges.extend(list.entries.iter().map(|(buf, _)| buf.sge(buf.len())));
+        list.wrs.clear();
+        for (i, (buffer, op)) in list.entries.drain(..).enumerate() {
+            let last = i + 1 == n;
+            let len = buffer.len() as u32;
+            let flight = buffer.launch(len, !last);
+            if let Some((before, _)) = list.flights.last() {
+                before.chain_before(&flight);
+            }
+            let flags = if last { SendFlags::SIGNALED } else { SendFlags::empty() };
+            list.wrs.push(
+                op.work_request(flight.wr_id, &list.sges[i], len, max_inline, flags).into_raw(),
+            );
+            list.flights.push((flight, op));
+        }
+        // SAFETY: as in `post_send_buffer`, for every chunk: each is the NIC's alone until the
+        // signaled last WR completes, which on a send queue follows all the others; `wrs` and
+        // `sges` are not touched until the next post; the wr_ids are the tier's own.
+        let refused = unsafe { self.post_send_chain(&mut list.wrs) };
+        match refused {
+            Ok(()) => {
+                list.flights.clear();
+                Ok(())
+            }
+            Err((posted, error)) => {
+                for (flight, op) in list.flights.drain(..).skip(posted) {
+                    list.entries.push((flight.restore(), op));
+                }
+                Err(error)
+            }
+        }
+    }
+}
