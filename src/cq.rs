@@ -133,7 +133,14 @@ impl<'ctx> CompletionQueue<'ctx> {
         let ret =
             unsafe { sys::inline::ibv_poll_cq(self.as_raw(), n, storage.as_mut_ptr().cast()) };
         if ret < 0 {
-            return Err(Error::verb("ibv_poll_cq", -ret));
+            // ibv_poll_cq(3) promises only "a negative value" (mlx5 returns -2, not an errno).
+            return Err(match -ret {
+                libc::EOPNOTSUPP => Error::verb("ibv_poll_cq", libc::EOPNOTSUPP),
+                _ => Error::verb("ibv_poll_cq", libc::EIO).with_hint(format!(
+                    "the provider returned {ret}: the CQ is broken (overrun, or the device \
+                     failed); check the QPs' state and the kernel log"
+                )),
+            });
         }
         Ok(&mut storage[..ret as usize])
     }

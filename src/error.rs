@@ -179,6 +179,8 @@ pub(crate) fn errno_name(errno: i32) -> Option<&'static str> {
         libc::ERANGE => "ERANGE",
         libc::ENOSYS => "ENOSYS",
         libc::ENODATA => "ENODATA",
+        libc::EMFILE => "EMFILE",
+        libc::ENFILE => "ENFILE",
         libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
         libc::EOPNOTSUPP => "EOPNOTSUPP",
         libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
@@ -206,12 +208,12 @@ fn hint(verb: &str, errno: i32) -> Option<String> {
              or fix the udev rule"
                 .into()
         }
-        (v, libc::EINVAL) if v.contains("RTR") => {
+        (v, libc::EINVAL) if v.ends_with("→RTR)") => {
             "on RoCE the RTR transition needs a global route: check the source GID index (-g) \
              exists on this port and the remote GID, MTU and QPN are right"
                 .into()
         }
-        (v, libc::EINVAL) if v.contains("RTS") => {
+        (v, libc::EINVAL) if v.ends_with("→RTS)") => {
             "iWARP devices (siw, irdma in iWARP mode) connect only through rdma_cm".into()
         }
         ("ibv_post_send" | "ibv_post_recv", libc::ENOMEM) => {

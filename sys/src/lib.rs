@@ -8,7 +8,9 @@
 //! - [`loader`]: libibverbs loaded at run time with `dlopen` (nothing is linked), once per
 //!   process and never unloaded, with required and optional symbol tables;
 //! - [`inline`]: Rust versions of the `static inline` verbs of `verbs.h`, which no library
-//!   exports.
+//!   exports;
+//! - `mock` (feature `mock`): test support, a fake provider that runs the inline verbs and
+//!   the safe crate without a device.
 //!
 //! # Safety
 //!
@@ -35,6 +37,9 @@ mod decls {
 
 pub mod inline;
 pub mod loader;
+// Test support only: a recording fake provider. Its own unit tests always build it.
+#[cfg(any(test, feature = "mock"))]
+pub mod mock;
 
 pub use bindings::*;
 pub use loader::{ibverbs, Ibverbs, IbverbsFns, LoadError};

@@ -1,0 +1,218 @@
+//! Test support, not for production: a fake libibverbs provider for host-tier tests, which
+//! need no device and no kernel support (cargo feature `mock`).
+//!
+//! It builds in Rust what a provider would:
+//!
+//! - one device, [`DEVICE_NAME`], with one RoCE-like port ([`port_attr`]: Ethernet link
+//!   layer) whose GID table ([`gid_table`]) holds RoCE v1 and v2 entries and empty ones;
+//! - contexts whose `ibv_context` is embedded, last, in a heap `verbs_context` with a chosen
+//!   `sz`, `abi_compat` and ops ([`ContextConfig`]), so the `verbs_get_ctx_op` guard and the
+//!   NULL-op paths of the inline verbs can be exercised;
+//! - PDs, MRs, CQs, QPs and completion channels as real allocations with the fields callers
+//!   read, freed by the mock destroy verbs;
+//! - [`fns`] / [`library`]: an [`IbverbsFns`] of plain `extern "C"` functions over them, with
+//!   the optional symbols present or absent ([`Optional`]).
+//!
+//! Every call is recorded as a [`Call`] with its interesting arguments ([`Mock::take_calls`]),
+//! and the next call of any verb can be made to fail with a chosen errno ([`Mock::fail`]),
+//! returned the way that verb reports errors. The mock also refuses, with the errno a
+//! provider gives, what tests rely on being refused: unknown objects (`EINVAL`), destroying a
+//! PD or CQ still used by a QP or MR (`EBUSY`), sizes above [`device_attr`]'s limits
+//! (`EINVAL`), QP transitions from the wrong state or without the attributes `ibv_modify_qp(3)`
+//! requires for RC (`EINVAL`), and RTR without a GRH naming a valid GID on the Ethernet port
+//! (`EINVAL`, as RoCE providers do). Only RC QPs exist (`EOPNOTSUPP` for other types).
+//!
+//! # Threads
+//!
+//! The state lives with a [`Mock`], at most one per thread: its functions serve the calls
+//! made on the thread that created it, so tests running in parallel never see each other's
+//! calls or failures. A function called on a thread without one fails with `ENODEV`.
+//! Dropping the `Mock` frees every object still alive (those a failed destroy leaked), so
+//! objects must not be used after it.
+
+mod call;
+mod device;
+mod ops;
+mod state;
+#[cfg(test)]
+mod tests;
+mod verbs;
+
+use std::ffi::c_int;
+use std::marker::PhantomData;
+use std::mem::size_of;
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+use crate::bindings::*;
+use crate::loader::{Ibverbs, IbverbsFns};
+
+pub use call::{Call, QpAttr, Verb};
+pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID};
+
+/// What a mock library reports as its path ([`Ibverbs::path`]).
+pub const LIBRARY_PATH: &str = "mock/libibverbs.so.1";
+
+/// Which optional symbols a mock library has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Optional {
+    /// `ibv_reg_mr_iova2` (rdma-core v28+).
+    pub reg_mr_iova2: bool,
+    /// `_ibv_query_gid_ex` (rdma-core v32+).
+    pub query_gid_ex: bool,
+}
+
+impl Optional {
+    /// Every optional symbol: a current rdma-core.
+    pub const ALL: Optional = Optional { reg_mr_iova2: true, query_gid_ex: true };
+    /// None: an rdma-core older than v28.
+    pub const NONE: Optional = Optional { reg_mr_iova2: false, query_gid_ex: false };
+}
+
+/// The mock libibverbs: required symbols always, optional ones as `optional` says.
+pub fn fns(optional: Optional) -> IbverbsFns {
+    IbverbsFns {
+        ibv_get_device_list: verbs::ibv_get_device_list,
+        ibv_free_device_list: verbs::ibv_free_device_list,
+        ibv_get_device_name: verbs::ibv_get_device_name,
+        ibv_get_device_guid: verbs::ibv_get_device_guid,
+        ibv_open_device: verbs::ibv_open_device,
+        ibv_close_device: verbs::ibv_close_device,
+        ibv_query_device: verbs::ibv_query_device,
+        ibv_query_port: verbs::ibv_query_port,
+        ibv_query_gid: verbs::ibv_query_gid,
+        ibv_alloc_pd: verbs::ibv_alloc_pd,
+        ibv_dealloc_pd: verbs::ibv_dealloc_pd,
+        ibv_reg_mr: verbs::ibv_reg_mr,
+        ibv_dereg_mr: verbs::ibv_dereg_mr,
+        ibv_create_cq: verbs::ibv_create_cq,
+        ibv_destroy_cq: verbs::ibv_destroy_cq,
+        ibv_create_qp: verbs::ibv_create_qp,
+        ibv_modify_qp: verbs::ibv_modify_qp,
+        ibv_query_qp: verbs::ibv_query_qp,
+        ibv_destroy_qp: verbs::ibv_destroy_qp,
+        ibv_create_comp_channel: verbs::ibv_create_comp_channel,
+        ibv_destroy_comp_channel: verbs::ibv_destroy_comp_channel,
+        ibv_get_cq_event: verbs::ibv_get_cq_event,
+        ibv_ack_cq_events: verbs::ibv_ack_cq_events,
+        ibv_reg_mr_iova2: optional.reg_mr_iova2.then_some(verbs::ibv_reg_mr_iova2),
+        _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
+    }
+}
+
+/// The mock libibverbs as a process-wide library, as the safe crate's `Context::from_raw`
+/// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
+/// so one library per set of optional symbols serves every test.
+pub fn library(optional: Optional) -> &'static Ibverbs {
+    static LIBRARIES: [OnceLock<Ibverbs>; 4] = [const { OnceLock::new() }; 4];
+    let slot = usize::from(optional.reg_mr_iova2) | usize::from(optional.query_gid_ex) << 1;
+    LIBRARIES[slot].get_or_init(|| {
+        // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
+        // use, return and errno conventions) over the mock's objects.
+        unsafe { Ibverbs::from_fns(fns(optional), PathBuf::from(LIBRARY_PATH)) }
+    })
+}
+
+/// How a mock context looks to the inline verbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextConfig {
+    /// `verbs_context.sz`, the library's own size of `struct verbs_context`: smaller than this
+    /// build's simulates an older library, which lacks the ops in front of the struct.
+    pub sz: usize,
+    /// Whether `abi_compat` is `__VERBS_ABI_IS_EXTENDED`; `false` simulates a context that is
+    /// not embedded in a `verbs_context`.
+    pub extended: bool,
+    /// Whether the `verbs_context.query_port` op is set.
+    pub query_port: bool,
+    /// Whether `ibv_context.ops.post_send` is set.
+    pub post_send: bool,
+    /// Whether `ibv_context.ops.post_recv` is set.
+    pub post_recv: bool,
+    /// Whether `ibv_context.ops.poll_cq` is set.
+    pub poll_cq: bool,
+    /// Whether `ibv_context.ops.req_notify_cq` is set.
+    pub req_notify_cq: bool,
+}
+
+impl Default for ContextConfig {
+    /// A current library: full size, extended, every op set.
+    fn default() -> Self {
+        ContextConfig {
+            sz: size_of::<verbs_context>(),
+            extended: true,
+            query_port: true,
+            post_send: true,
+            post_recv: true,
+            poll_cq: true,
+            req_notify_cq: true,
+        }
+    }
+}
+
+/// This thread's mock provider: its objects, call log and pending failures.
+///
+/// Only one may exist per thread at a time; it cannot leave its thread.
+#[derive(Debug)]
+pub struct Mock {
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl Mock {
+    /// Installs a fresh mock provider for this thread.
+    ///
+    /// # Panics
+    ///
+    /// When this thread already has one.
+    pub fn new() -> Mock {
+        state::install();
+        Mock { _thread_bound: PhantomData }
+    }
+
+    /// A new context of the mock device, shaped by `config`, as `ibv_open_device` would
+    /// return it (the call is not recorded). Close it with `ibv_close_device`, or let the
+    /// `Mock` free it.
+    pub fn context(&self, config: ContextConfig) -> NonNull<ibv_context> {
+        state::with(|s| ops::new_context(s, &config))
+    }
+
+    /// Makes the next call of `verb` on this thread fail with `errno`, reported as that verb
+    /// reports errors: the errno returned (`int` verbs, `-errno` for `poll_cq`, with `*bad_wr`
+    /// set for posts), or NULL with `errno` set (pointer verbs; errno 0 simulates a provider
+    /// that forgot to set it). A second call before that replaces the errno.
+    pub fn fail(&self, verb: Verb, errno: c_int) {
+        state::with(|s| s.fail(verb, errno));
+    }
+
+    /// The calls recorded since the last time, oldest first.
+    pub fn take_calls(&self) -> Vec<Call> {
+        state::with(|s| s.take_calls())
+    }
+
+    /// Queues `wc` on `cq`, for the next `poll_cq` to return.
+    ///
+    /// # Panics
+    ///
+    /// When `cq` is not a live CQ of this mock.
+    pub fn push_completion(&self, cq: *mut ibv_cq, wc: ibv_wc) {
+        state::with(|s| s.push_completion(cq, wc));
+    }
+
+    /// Whether `object` is a live object of this mock: created and not (successfully)
+    /// destroyed.
+    pub fn is_live<T>(&self, object: *mut T) -> bool {
+        state::with(|s| s.is_live(object.cast()))
+    }
+}
+
+impl Default for Mock {
+    fn default() -> Self {
+        Mock::new()
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        state::uninstall();
+    }
+}

@@ -1,0 +1,299 @@
+//! What the mock records, and the names failures are injected by.
+
+use std::ffi::{c_int, c_uint};
+
+use crate::bindings::*;
+
+/// A mock function whose next call can be made to fail ([`Mock::fail`](super::Mock::fail)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `ibv_get_device_list`
+    GetDeviceList,
+    /// `ibv_open_device`
+    OpenDevice,
+    /// `ibv_close_device`
+    CloseDevice,
+    /// `ibv_query_device`
+    QueryDevice,
+    /// The `ibv_query_port@@IBVERBS_1.1` compat symbol.
+    QueryPortCompat,
+    /// The `verbs_context.query_port` op.
+    QueryPortOp,
+    /// `ibv_query_gid`
+    QueryGid,
+    /// `_ibv_query_gid_ex`
+    QueryGidEx,
+    /// `ibv_alloc_pd`
+    AllocPd,
+    /// `ibv_dealloc_pd`
+    DeallocPd,
+    /// `ibv_reg_mr@@IBVERBS_1.1`
+    RegMr,
+    /// `ibv_reg_mr_iova2`
+    RegMrIova2,
+    /// `ibv_dereg_mr`
+    DeregMr,
+    /// `ibv_create_cq`
+    CreateCq,
+    /// `ibv_destroy_cq`
+    DestroyCq,
+    /// `ibv_create_qp`
+    CreateQp,
+    /// `ibv_modify_qp`
+    ModifyQp,
+    /// `ibv_query_qp`
+    QueryQp,
+    /// `ibv_destroy_qp`
+    DestroyQp,
+    /// `ibv_create_comp_channel`
+    CreateCompChannel,
+    /// `ibv_destroy_comp_channel`
+    DestroyCompChannel,
+    /// `ibv_get_cq_event`
+    GetCqEvent,
+    /// The `ibv_context.ops.post_send` op.
+    PostSend,
+    /// The `ibv_context.ops.post_recv` op.
+    PostRecv,
+    /// The `ibv_context.ops.poll_cq` op.
+    PollCq,
+    /// The `ibv_context.ops.req_notify_cq` op.
+    ReqNotifyCq,
+}
+
+/// One recorded call of a mock function, with the arguments tests check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `ibv_get_device_list`
+    GetDeviceList,
+    /// `ibv_free_device_list`
+    FreeDeviceList,
+    /// `ibv_get_device_name`
+    GetDeviceName,
+    /// `ibv_get_device_guid`
+    GetDeviceGuid,
+    /// `ibv_open_device`
+    OpenDevice,
+    /// `ibv_close_device`
+    CloseDevice,
+    /// `ibv_query_device`
+    QueryDevice,
+    /// The `ibv_query_port@@IBVERBS_1.1` compat symbol (it fills a 48-byte
+    /// `struct _compat_ibv_port_attr`).
+    QueryPortCompat {
+        /// The port.
+        port: u8,
+    },
+    /// The `verbs_context.query_port` op.
+    QueryPortOp {
+        /// The port.
+        port: u8,
+        /// The struct size the caller passed.
+        attr_len: usize,
+    },
+    /// `ibv_query_gid`
+    QueryGid {
+        /// The port.
+        port: u8,
+        /// The GID index.
+        index: c_int,
+    },
+    /// `_ibv_query_gid_ex`
+    QueryGidEx {
+        /// The port.
+        port: u32,
+        /// The GID index.
+        index: u32,
+        /// The flags (must be 0).
+        flags: u32,
+        /// The entry size the caller passed.
+        entry_size: usize,
+    },
+    /// `ibv_alloc_pd`
+    AllocPd,
+    /// `ibv_dealloc_pd`
+    DeallocPd,
+    /// `ibv_reg_mr@@IBVERBS_1.1`
+    RegMr {
+        /// The buffer's address.
+        addr: usize,
+        /// Its length.
+        length: usize,
+        /// The access bits.
+        access: c_int,
+    },
+    /// `ibv_reg_mr_iova2`
+    RegMrIova2 {
+        /// The buffer's address.
+        addr: usize,
+        /// Its length.
+        length: usize,
+        /// The I/O virtual address asked for.
+        iova: u64,
+        /// The access bits.
+        access: c_uint,
+    },
+    /// `ibv_dereg_mr`
+    DeregMr,
+    /// `ibv_create_cq`
+    CreateCq {
+        /// The entries asked for.
+        cqe: c_int,
+        /// Whether a completion channel was given.
+        channel: bool,
+        /// The completion vector.
+        comp_vector: c_int,
+    },
+    /// `ibv_destroy_cq`
+    DestroyCq,
+    /// `ibv_create_qp`, with the attributes asked for.
+    CreateQp {
+        /// `qp_type`.
+        qp_type: ibv_qp_type,
+        /// `sq_sig_all`.
+        sq_sig_all: c_int,
+        /// `cap.max_send_wr`.
+        max_send_wr: u32,
+        /// `cap.max_recv_wr`.
+        max_recv_wr: u32,
+        /// `cap.max_send_sge`.
+        max_send_sge: u32,
+        /// `cap.max_recv_sge`.
+        max_recv_sge: u32,
+        /// `cap.max_inline_data`.
+        max_inline_data: u32,
+    },
+    /// `ibv_modify_qp`
+    ModifyQp {
+        /// The attribute mask (`IBV_QP_*` bits).
+        mask: c_int,
+        /// The attributes.
+        attr: QpAttr,
+    },
+    /// `ibv_query_qp`
+    QueryQp {
+        /// The attribute mask.
+        mask: c_int,
+    },
+    /// `ibv_destroy_qp`
+    DestroyQp,
+    /// `ibv_create_comp_channel`
+    CreateCompChannel,
+    /// `ibv_destroy_comp_channel`
+    DestroyCompChannel,
+    /// `ibv_get_cq_event`
+    GetCqEvent,
+    /// `ibv_ack_cq_events`
+    AckCqEvents {
+        /// The events acknowledged.
+        nevents: c_uint,
+    },
+    /// The `post_send` op.
+    PostSend {
+        /// The `wr_id` of each WR of the list, in order.
+        wr_ids: Vec<u64>,
+    },
+    /// The `post_recv` op.
+    PostRecv {
+        /// The `wr_id` of each WR of the list, in order.
+        wr_ids: Vec<u64>,
+    },
+    /// The `poll_cq` op.
+    PollCq {
+        /// The most completions asked for.
+        num_entries: c_int,
+    },
+    /// The `req_notify_cq` op.
+    ReqNotifyCq {
+        /// Whether only solicited completions were asked for.
+        solicited_only: c_int,
+    },
+}
+
+/// The fields of `struct ibv_qp_attr` an RC connection sets, as passed to `ibv_modify_qp`
+/// (all of them, whatever the mask says). The raw struct holds unions, so it cannot be
+/// compared; this can.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    /// `qp_state`
+    pub qp_state: ibv_qp_state,
+    /// `pkey_index`
+    pub pkey_index: u16,
+    /// `port_num`
+    pub port_num: u8,
+    /// `qp_access_flags`
+    pub qp_access_flags: c_uint,
+    /// `path_mtu`
+    pub path_mtu: ibv_mtu,
+    /// `dest_qp_num`
+    pub dest_qp_num: u32,
+    /// `rq_psn`
+    pub rq_psn: u32,
+    /// `max_dest_rd_atomic`
+    pub max_dest_rd_atomic: u8,
+    /// `min_rnr_timer`
+    pub min_rnr_timer: u8,
+    /// `ah_attr.dlid`
+    pub dlid: u16,
+    /// `ah_attr.sl`
+    pub sl: u8,
+    /// `ah_attr.src_path_bits`
+    pub src_path_bits: u8,
+    /// `ah_attr.port_num`
+    pub ah_port_num: u8,
+    /// `ah_attr.is_global`
+    pub is_global: u8,
+    /// `ah_attr.grh.dgid`
+    pub dgid: [u8; 16],
+    /// `ah_attr.grh.sgid_index`
+    pub sgid_index: u8,
+    /// `ah_attr.grh.hop_limit`
+    pub hop_limit: u8,
+    /// `ah_attr.grh.flow_label`
+    pub flow_label: u32,
+    /// `ah_attr.grh.traffic_class`
+    pub traffic_class: u8,
+    /// `timeout`
+    pub timeout: u8,
+    /// `retry_cnt`
+    pub retry_cnt: u8,
+    /// `rnr_retry`
+    pub rnr_retry: u8,
+    /// `sq_psn`
+    pub sq_psn: u32,
+    /// `max_rd_atomic`
+    pub max_rd_atomic: u8,
+}
+
+impl QpAttr {
+    pub(super) fn from_raw(a: &ibv_qp_attr) -> QpAttr {
+        let ah = &a.ah_attr;
+        QpAttr {
+            qp_state: a.qp_state,
+            pkey_index: a.pkey_index,
+            port_num: a.port_num,
+            qp_access_flags: a.qp_access_flags,
+            path_mtu: a.path_mtu,
+            dest_qp_num: a.dest_qp_num,
+            rq_psn: a.rq_psn,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            dlid: ah.dlid,
+            sl: ah.sl,
+            src_path_bits: ah.src_path_bits,
+            ah_port_num: ah.port_num,
+            is_global: ah.is_global,
+            // SAFETY: every member of `union ibv_gid` is plain bytes; `raw` views all 16.
+            dgid: unsafe { ah.grh.dgid.raw },
+            sgid_index: ah.grh.sgid_index,
+            hop_limit: ah.grh.hop_limit,
+            flow_label: ah.grh.flow_label,
+            traffic_class: ah.grh.traffic_class,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            sq_psn: a.sq_psn,
+            max_rd_atomic: a.max_rd_atomic,
+        }
+    }
+}

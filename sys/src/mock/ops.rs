@@ -1,0 +1,190 @@
+//! Mock contexts and the ops the inline verbs call through them.
+
+use std::ffi::{c_int, c_void};
+use std::mem::{offset_of, size_of};
+use std::ptr::{self, NonNull};
+
+use crate::bindings::*;
+
+use super::call::{Call, Verb};
+use super::device::port_attr;
+use super::state::{serve, Kind, State};
+use super::ContextConfig;
+
+/// A new live context, embedded last in a boxed `verbs_context` as libibverbs does.
+pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_context> {
+    let mut vctx = verbs_context {
+        query_port: config.query_port.then_some(query_port),
+        sz: config.sz,
+        ..Default::default()
+    };
+    let ctx = &mut vctx.context;
+    ctx.device = s.device();
+    ctx.cmd_fd = -1;
+    ctx.async_fd = -1;
+    ctx.num_comp_vectors = 1;
+    // `__VERBS_ABI_IS_EXTENDED` marks a context that lives inside a `verbs_context`.
+    ctx.abi_compat = if config.extended { usize::MAX as *mut c_void } else { ptr::null_mut() };
+    ctx.ops.post_send = config.post_send.then_some(post_send);
+    ctx.ops.post_recv = config.post_recv.then_some(post_recv);
+    ctx.ops.poll_cq = config.poll_cq.then_some(poll_cq);
+    ctx.ops.req_notify_cq = config.req_notify_cq.then_some(req_notify_cq);
+    let vctx = Box::into_raw(Box::new(vctx));
+    // SAFETY: `vctx` was just allocated; this only computes a field's address.
+    let ctx = unsafe { &raw mut (*vctx).context };
+    s.register(ctx, Kind::Context);
+    NonNull::new(ctx).expect("a field of a live allocation is not NULL")
+}
+
+/// The `verbs_context` a mock context is embedded in (`container_of`).
+pub(super) fn verbs_context_of(ctx: *mut ibv_context) -> *mut verbs_context {
+    ctx.wrapping_byte_sub(offset_of!(verbs_context, context)).cast()
+}
+
+/// The `wr_id` of each WR of a list.
+///
+/// # Safety
+///
+/// `wr` must be NULL or the head of a valid NULL-terminated list.
+unsafe fn wr_ids<W>(mut wr: *const W, id_and_next: impl Fn(&W) -> (u64, *const W)) -> Vec<u64> {
+    let mut ids = Vec::new();
+    while !wr.is_null() {
+        // SAFETY: a non-NULL element of the caller's valid list.
+        let (id, next) = id_and_next(unsafe { &*wr });
+        ids.push(id);
+        wr = next;
+    }
+    ids
+}
+
+/// `ibv_context.ops.post_send`: records the list; accepts it unless a failure is injected
+/// or `qp` is not a live QP.
+///
+/// # Safety
+///
+/// As `ibv_post_send(3)`: `wr` a valid list, `bad_wr` writable.
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller passes a valid list.
+    let wr_ids = unsafe { wr_ids(wr, |w: &ibv_send_wr| (w.wr_id, w.next)) };
+    let result = serve(|s| {
+        s.begin(Call::PostSend { wr_ids }, Verb::PostSend)?;
+        s.expect(qp, Kind::Qp)
+    });
+    match result {
+        Ok(()) => 0,
+        Err(errno) => {
+            // SAFETY: the caller guarantees `bad_wr` is writable.
+            unsafe { bad_wr.write(wr) };
+            errno
+        }
+    }
+}
+
+/// `ibv_context.ops.post_recv`: as [`post_send`], for receive WRs.
+///
+/// # Safety
+///
+/// As `ibv_post_recv(3)`: `wr` a valid list, `bad_wr` writable.
+unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller passes a valid list.
+    let wr_ids = unsafe { wr_ids(wr, |w: &ibv_recv_wr| (w.wr_id, w.next)) };
+    let result = serve(|s| {
+        s.begin(Call::PostRecv { wr_ids }, Verb::PostRecv)?;
+        s.expect(qp, Kind::Qp)
+    });
+    match result {
+        Ok(()) => 0,
+        Err(errno) => {
+            // SAFETY: the caller guarantees `bad_wr` is writable.
+            unsafe { bad_wr.write(wr) };
+            errno
+        }
+    }
+}
+
+/// `ibv_context.ops.poll_cq`: returns the completions queued by
+/// [`Mock::push_completion`](super::Mock::push_completion), or `-errno`.
+///
+/// # Safety
+///
+/// As `ibv_poll_cq(3)`: `wc` writable for `num_entries` entries.
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    let polled = serve(|s| {
+        s.begin(Call::PollCq { num_entries }, Verb::PollCq)?;
+        s.expect(cq, Kind::Cq)?;
+        Ok(s.pop_completions(cq, usize::try_from(num_entries).unwrap_or(0)))
+    });
+    match polled {
+        Ok(polled) => {
+            // SAFETY: at most `num_entries` entries, which the caller made writable.
+            unsafe { ptr::copy_nonoverlapping(polled.as_ptr(), wc, polled.len()) };
+            polled.len() as c_int
+        }
+        Err(errno) => -errno,
+    }
+}
+
+/// `ibv_context.ops.req_notify_cq`: records the request (the mock raises no events).
+extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::ReqNotifyCq { solicited_only }, Verb::ReqNotifyCq)?;
+        s.expect(cq, Kind::Cq)
+    });
+    result.err().unwrap_or(0)
+}
+
+/// `verbs_context.query_port`: fills `port_attr_len` bytes as libibverbs' `__lib_query_port`
+/// does (zeroed, then as much of [`port_attr`] as fits).
+///
+/// # Safety
+///
+/// `port_attr` must be writable for `port_attr_len` bytes.
+unsafe extern "C" fn query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    attr: *mut ibv_port_attr,
+    attr_len: usize,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryPortOp { port: port_num, attr_len }, Verb::QueryPortOp)?;
+        s.expect(context, Kind::Context)?;
+        check_port(port_num)
+    });
+    if let Err(errno) = result {
+        return errno;
+    }
+    // SAFETY: the caller made `attr_len` bytes writable.
+    unsafe { write_prefix(attr.cast(), attr_len) };
+    0
+}
+
+/// `EINVAL` for any port but 1, the mock device's only one.
+pub(super) fn check_port(port: impl Into<u32>) -> Result<(), c_int> {
+    if port.into() == 1 {
+        Ok(())
+    } else {
+        Err(libc::EINVAL)
+    }
+}
+
+/// Zeroes `len` bytes at `dst`, then copies into them as much of [`port_attr`] as fits.
+///
+/// # Safety
+///
+/// `dst` must be writable for `len` bytes.
+pub(super) unsafe fn write_prefix(dst: *mut u8, len: usize) {
+    let attr = port_attr();
+    // SAFETY: the caller made `len` bytes writable.
+    unsafe { ptr::write_bytes(dst, 0, len) };
+    let n = len.min(size_of::<ibv_port_attr>());
+    // SAFETY: `n` bytes fit in both `attr` and the caller's buffer.
+    unsafe { ptr::copy_nonoverlapping(ptr::from_ref(&attr).cast::<u8>(), dst, n) };
+}

@@ -1,0 +1,219 @@
+//! The per-thread state of the mock: live objects, the call log, pending failures.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+
+use crate::bindings::*;
+
+use super::call::{Call, Verb};
+use super::{device, ops};
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
+
+/// Gives this thread a fresh state.
+pub(super) fn install() {
+    STATE.with_borrow_mut(|s| {
+        assert!(s.is_none(), "this thread already has a mock provider");
+        *s = Some(State::new());
+    });
+}
+
+/// Drops this thread's state, freeing its objects. Never panics (it runs in `Drop`).
+pub(super) fn uninstall() {
+    let state = STATE.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take()));
+    drop(state);
+}
+
+/// Runs `f` on this thread's state, for [`Mock`](super::Mock)'s methods.
+///
+/// # Panics
+///
+/// When this thread has no state, which a live `Mock` rules out.
+pub(super) fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    STATE.with_borrow_mut(|s| f(s.as_mut().expect("this thread's Mock is alive")))
+}
+
+/// Runs a mock function's body on this thread's state: `ENODEV` when there is none (the
+/// call comes from a thread without a `Mock`, or after it was dropped).
+pub(super) fn serve<R>(f: impl FnOnce(&mut State) -> Result<R, c_int>) -> Result<R, c_int> {
+    STATE.with_borrow_mut(|s| s.as_mut().map_or(Err(libc::ENODEV), f))
+}
+
+/// What a live object is, so it is validated and freed as the right type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// An `ibv_context` inside a boxed `verbs_context`.
+    Context,
+    /// A boxed `[*mut ibv_device; 2]` (the device and the NULL terminator).
+    DeviceList,
+    /// A boxed `ibv_pd`.
+    Pd,
+    /// A boxed `ibv_mr`.
+    Mr,
+    /// A boxed `ibv_cq`.
+    Cq,
+    /// A boxed `ibv_qp`.
+    Qp,
+    /// A boxed `ibv_comp_channel`, owning its eventfd.
+    CompChannel,
+}
+
+pub(super) struct State {
+    /// Boxed so its address, stored in contexts and device lists, never moves.
+    device: Box<ibv_device>,
+    calls: Vec<Call>,
+    failures: HashMap<Verb, c_int>,
+    objects: HashMap<*mut c_void, Kind>,
+    completions: HashMap<*mut ibv_cq, VecDeque<ibv_wc>>,
+    next_id: u32,
+}
+
+impl State {
+    fn new() -> State {
+        State {
+            device: Box::new(device::device()),
+            calls: Vec::new(),
+            failures: HashMap::new(),
+            objects: HashMap::new(),
+            completions: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    pub(super) fn device(&mut self) -> *mut ibv_device {
+        &mut *self.device
+    }
+
+    pub(super) fn fail(&mut self, verb: Verb, errno: c_int) {
+        self.failures.insert(verb, errno);
+    }
+
+    pub(super) fn take_calls(&mut self) -> Vec<Call> {
+        std::mem::take(&mut self.calls)
+    }
+
+    /// Records `call`, then consumes a failure injected for `verb`.
+    pub(super) fn begin(&mut self, call: Call, verb: Verb) -> Result<(), c_int> {
+        self.calls.push(call);
+        self.failures.remove(&verb).map_or(Ok(()), Err)
+    }
+
+    /// Records a call of a function that cannot fail.
+    pub(super) fn record(&mut self, call: Call) {
+        self.calls.push(call);
+    }
+
+    /// A fresh number for handles, QP numbers and keys.
+    pub(super) fn next_id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Boxes `value` as a live object of `kind`.
+    pub(super) fn adopt<T>(&mut self, value: T, kind: Kind) -> *mut T {
+        let object = Box::into_raw(Box::new(value));
+        self.register(object, kind);
+        object
+    }
+
+    /// Makes `object` live as `kind`.
+    pub(super) fn register<T>(&mut self, object: *mut T, kind: Kind) {
+        self.objects.insert(object.cast(), kind);
+        if kind == Kind::Cq {
+            self.completions.insert(object.cast(), VecDeque::new());
+        }
+    }
+
+    /// `EINVAL` unless `object` is a live object of `kind`: after this, it may be read.
+    pub(super) fn expect<T>(&self, object: *mut T, kind: Kind) -> Result<(), c_int> {
+        match self.objects.get(&object.cast()) {
+            Some(&k) if k == kind => Ok(()),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// Frees the live object `object` of `kind` (`EINVAL` if it is not one).
+    pub(super) fn release<T>(&mut self, object: *mut T, kind: Kind) -> Result<(), c_int> {
+        self.expect(object, kind)?;
+        self.objects.remove(&object.cast());
+        self.completions.remove(&object.cast());
+        // SAFETY: it was live as `kind`, and is no longer registered, so it is freed once.
+        unsafe { free(object.cast(), kind) };
+        Ok(())
+    }
+
+    pub(super) fn is_live(&self, object: *mut c_void) -> bool {
+        self.objects.contains_key(&object)
+    }
+
+    /// Whether a live MR or QP belongs to `pd` (a provider refuses to free the PD then).
+    pub(super) fn pd_in_use(&self, pd: *mut ibv_pd) -> bool {
+        self.objects.iter().any(|(&object, &kind)| match kind {
+            // SAFETY: a live MR, allocated as one.
+            Kind::Mr => pd == unsafe { (*object.cast::<ibv_mr>()).pd },
+            // SAFETY: a live QP, allocated as one.
+            Kind::Qp => pd == unsafe { (*object.cast::<ibv_qp>()).pd },
+            _ => false,
+        })
+    }
+
+    /// Whether a live QP uses `cq` (a provider refuses to destroy the CQ then).
+    pub(super) fn cq_in_use(&self, cq: *mut ibv_cq) -> bool {
+        self.objects.iter().filter(|&(_, &kind)| kind == Kind::Qp).any(|(&object, _)| {
+            // SAFETY: a live QP, allocated as one.
+            let qp = unsafe { &*object.cast::<ibv_qp>() };
+            qp.send_cq == cq || qp.recv_cq == cq
+        })
+    }
+
+    pub(super) fn push_completion(&mut self, cq: *mut ibv_cq, wc: ibv_wc) {
+        let queue = self.completions.get_mut(&cq).expect("push_completion wants a live mock CQ");
+        queue.push_back(wc);
+    }
+
+    /// Removes up to `n` completions of `cq`, oldest first.
+    pub(super) fn pop_completions(&mut self, cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
+        let Some(queue) = self.completions.get_mut(&cq) else { return Vec::new() };
+        let n = n.min(queue.len());
+        queue.drain(..n).collect()
+    }
+}
+
+impl Drop for State {
+    /// Frees what is still alive: objects whose destroy failed, or that were never destroyed.
+    fn drop(&mut self) {
+        for (object, kind) in self.objects.drain() {
+            // SAFETY: a live object of `kind`, drained from the registry, so freed once.
+            unsafe { free(object, kind) };
+        }
+    }
+}
+
+/// Frees a mock object.
+///
+/// # Safety
+///
+/// `object` must be a live object of `kind`, allocated by this module, not freed before and
+/// not used after.
+unsafe fn free(object: *mut c_void, kind: Kind) {
+    // SAFETY: each kind was allocated as a `Box` of the type it is freed as (`adopt`, and
+    // `ops::new_context` for contexts), and a channel owns its descriptor; the caller
+    // guarantees it is freed once.
+    unsafe {
+        match kind {
+            Kind::Context => drop(Box::from_raw(ops::verbs_context_of(object.cast()))),
+            Kind::DeviceList => drop(Box::from_raw(object.cast::<[*mut ibv_device; 2]>())),
+            Kind::Pd => drop(Box::from_raw(object.cast::<ibv_pd>())),
+            Kind::Mr => drop(Box::from_raw(object.cast::<ibv_mr>())),
+            Kind::Cq => drop(Box::from_raw(object.cast::<ibv_cq>())),
+            Kind::Qp => drop(Box::from_raw(object.cast::<ibv_qp>())),
+            Kind::CompChannel => {
+                let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
+                libc::close(channel.fd);
+            }
+        }
+    }
+}

@@ -1,0 +1,586 @@
+//! The mock's exported verbs: the functions of its [`IbverbsFns`](crate::IbverbsFns).
+//!
+//! Each records its call, then fails if a failure was injected for it, then checks its
+//! objects are live mock objects of the right kind (`EINVAL` otherwise: nothing unknown is
+//! ever dereferenced), then does its work. Functions that write through caller pointers are
+//! `unsafe`; the rest only touch objects the registry vouches for.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::io;
+use std::mem::size_of;
+use std::ptr;
+
+use crate::bindings::*;
+
+use super::call::{Call, QpAttr, Verb};
+use super::device::{device_attr, gid_table, NODE_GUID};
+use super::ops::{check_port, new_context, write_prefix};
+use super::state::{serve, Kind, State};
+use super::ContextConfig;
+
+/// The pointer, or NULL with `errno` set: how pointer-returning verbs report errors.
+fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
+    result.unwrap_or_else(|errno| {
+        // errno is set last: nothing may run between this and the caller reading it.
+        set_errno(errno);
+        ptr::null_mut()
+    })
+}
+
+/// 0, or the errno: how `int` verbs report errors.
+fn status(result: Result<(), c_int>) -> c_int {
+    result.err().unwrap_or(0)
+}
+
+fn set_errno(errno: c_int) {
+    // SAFETY: `__errno_location` returns this thread's errno, always valid to write.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// `ibv_get_device_list`: the mock device, in a NULL-terminated array.
+///
+/// # Safety
+///
+/// `num_devices` must be NULL or writable.
+pub(super) unsafe extern "C" fn ibv_get_device_list(
+    num_devices: *mut c_int,
+) -> *mut *mut ibv_device {
+    let list = serve(|s| {
+        s.begin(Call::GetDeviceList, Verb::GetDeviceList)?;
+        let list = [s.device(), ptr::null_mut()];
+        Ok(s.adopt(list, Kind::DeviceList).cast::<*mut ibv_device>())
+    });
+    if !num_devices.is_null() {
+        // SAFETY: the caller made a non-NULL `num_devices` writable.
+        unsafe { num_devices.write(if list.is_ok() { 1 } else { 0 }) };
+    }
+    or_null(list)
+}
+
+/// `ibv_free_device_list`.
+pub(super) extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // Nothing to report: freeing something unknown is ignored.
+    let _ = serve(|s| {
+        s.record(Call::FreeDeviceList);
+        s.release(list, Kind::DeviceList)
+    });
+}
+
+/// `ibv_get_device_name`: the name of the mock device, NULL for any other pointer.
+pub(super) extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    let name = serve(|s| {
+        s.record(Call::GetDeviceName);
+        let ours = s.device();
+        // SAFETY: `device` is the mock's own device, which lives as long as the state.
+        Ok(if device == ours { unsafe { (*ours).name.as_ptr() } } else { ptr::null() })
+    });
+    name.unwrap_or(ptr::null())
+}
+
+/// `ibv_get_device_guid`: [`NODE_GUID`], big-endian.
+pub(super) extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> __be64 {
+    let guid = serve(|s| {
+        s.record(Call::GetDeviceGuid);
+        Ok(if device == s.device() { NODE_GUID.to_be() } else { 0 })
+    });
+    guid.unwrap_or(0)
+}
+
+/// `ibv_open_device`: a context as [`ContextConfig::default`] describes.
+pub(super) extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    or_null(serve(|s| {
+        s.begin(Call::OpenDevice, Verb::OpenDevice)?;
+        if device != s.device() {
+            return Err(libc::ENODEV);
+        }
+        Ok(new_context(s, &ContextConfig::default()).as_ptr())
+    }))
+}
+
+/// `ibv_close_device`. Objects of the context stay alive until the `Mock` is dropped.
+pub(super) extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::CloseDevice, Verb::CloseDevice)?;
+        s.release(context, Kind::Context)
+    }))
+}
+
+/// `ibv_query_device`: [`device_attr`].
+///
+/// # Safety
+///
+/// `attr` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_device(
+    context: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryDevice, Verb::QueryDevice)?;
+        s.expect(context, Kind::Context)
+    });
+    if result.is_ok() {
+        // SAFETY: the caller made `attr` writable.
+        unsafe { attr.write(device_attr()) };
+    }
+    status(result)
+}
+
+/// The size of `struct _compat_ibv_port_attr`: it ends with `flags`, right before
+/// `port_cap_flags2`, which newer rdma-core added.
+const COMPAT_PORT_ATTR_LEN: usize = std::mem::offset_of!(ibv_port_attr, port_cap_flags2);
+static_assertions::const_assert_eq!(COMPAT_PORT_ATTR_LEN, 48);
+
+/// `ibv_query_port@@IBVERBS_1.1`: fills only the 48-byte compat struct.
+///
+/// # Safety
+///
+/// `port_attr` must be writable for 48 bytes.
+pub(super) unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut _compat_ibv_port_attr,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryPortCompat { port: port_num }, Verb::QueryPortCompat)?;
+        s.expect(context, Kind::Context)?;
+        check_port(port_num)
+    });
+    if result.is_ok() {
+        // SAFETY: the caller made the 48-byte compat struct writable.
+        unsafe { write_prefix(port_attr.cast(), COMPAT_PORT_ATTR_LEN) };
+    }
+    status(result)
+}
+
+/// Entry `index` of the mock port's GID table: `EINVAL` past it, `ENODATA` when empty.
+fn gid_entry(port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
+    check_port(port)?;
+    let table = gid_table();
+    let entry = *table.get(index as usize).ok_or(libc::EINVAL)?;
+    // SAFETY: every member of `union ibv_gid` is plain bytes.
+    if unsafe { entry.gid.raw } == [0; 16] {
+        return Err(libc::ENODATA);
+    }
+    Ok(entry)
+}
+
+/// `ibv_query_gid`: 0, or -1 with `errno` set, as its man page says; an empty entry reads
+/// as the zero GID.
+///
+/// # Safety
+///
+/// `gid` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryGid { port: port_num, index }, Verb::QueryGid)?;
+        s.expect(context, Kind::Context)?;
+        let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
+        match gid_entry(port_num.into(), index) {
+            Ok(entry) => Ok(entry.gid),
+            Err(libc::ENODATA) => Ok(ibv_gid::default()),
+            Err(errno) => Err(errno),
+        }
+    });
+    match result {
+        Ok(value) => {
+            // SAFETY: the caller made `gid` writable.
+            unsafe { gid.write(value) };
+            0
+        }
+        Err(errno) => {
+            set_errno(errno);
+            -1
+        }
+    }
+}
+
+/// `_ibv_query_gid_ex`: `EINVAL` for non-zero flags or an entry smaller than this build's.
+///
+/// # Safety
+///
+/// `entry` must be writable for `entry_size` bytes.
+pub(super) unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    let call = Call::QueryGidEx { port: port_num, index: gid_index, flags, entry_size };
+    let result = serve(|s| {
+        s.begin(call, Verb::QueryGidEx)?;
+        s.expect(context, Kind::Context)?;
+        if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
+            return Err(libc::EINVAL);
+        }
+        gid_entry(port_num, gid_index)
+    });
+    match result {
+        Ok(value) => {
+            // SAFETY: the caller made `entry_size` bytes writable, at least one entry.
+            unsafe { entry.write(value) };
+            0
+        }
+        Err(errno) => errno,
+    }
+}
+
+/// `ibv_alloc_pd`.
+pub(super) extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    or_null(serve(|s| {
+        s.begin(Call::AllocPd, Verb::AllocPd)?;
+        s.expect(context, Kind::Context)?;
+        let handle = s.next_id();
+        Ok(s.adopt(ibv_pd { context, handle }, Kind::Pd))
+    }))
+}
+
+/// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD.
+pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::DeallocPd, Verb::DeallocPd)?;
+        s.expect(pd, Kind::Pd)?;
+        if s.pd_in_use(pd) {
+            return Err(libc::EBUSY);
+        }
+        s.release(pd, Kind::Pd)
+    }))
+}
+
+/// Registers `addr..addr + length` on `pd` (shared by both registration symbols): `EINVAL`
+/// for an empty range, or remote write / atomic access without local write (as the kernel's
+/// `ib_check_mr_access`).
+fn register(
+    s: &mut State,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_uint,
+) -> Result<*mut ibv_mr, c_int> {
+    s.expect(pd, Kind::Pd)?;
+    let remote = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    if addr.is_null()
+        || length == 0
+        || (access & remote != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0)
+    {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: `pd` is a live mock PD (checked above).
+    let context = unsafe { (*pd).context };
+    let id = s.next_id();
+    let mr = ibv_mr { context, pd, addr, length, handle: id, lkey: 0x1000 + id, rkey: 0x2000 + id };
+    Ok(s.adopt(mr, Kind::Mr))
+}
+
+/// `ibv_reg_mr@@IBVERBS_1.1`.
+pub(super) extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    or_null(serve(|s| {
+        s.begin(Call::RegMr { addr: addr as usize, length, access }, Verb::RegMr)?;
+        register(s, pd, addr, length, access as c_uint)
+    }))
+}
+
+/// `ibv_reg_mr_iova2`.
+pub(super) extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    or_null(serve(|s| {
+        s.begin(Call::RegMrIova2 { addr: addr as usize, length, iova, access }, Verb::RegMrIova2)?;
+        register(s, pd, addr, length, access)
+    }))
+}
+
+/// `ibv_dereg_mr`.
+pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::DeregMr, Verb::DeregMr)?;
+        s.release(mr, Kind::Mr)
+    }))
+}
+
+/// `ibv_create_cq`: `EINVAL` outside `1..=max_cqe`; the CQ gets `cqe` rounded up to a power
+/// of two, as providers round.
+pub(super) extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    let call = Call::CreateCq { cqe, channel: !channel.is_null(), comp_vector };
+    or_null(serve(|s| {
+        s.begin(call, Verb::CreateCq)?;
+        s.expect(context, Kind::Context)?;
+        if !channel.is_null() {
+            s.expect(channel, Kind::CompChannel)?;
+        }
+        if !(1..=device_attr().max_cqe).contains(&cqe) {
+            return Err(libc::EINVAL);
+        }
+        let handle = s.next_id();
+        let cq = ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle,
+            cqe: (cqe as u32).next_power_of_two() as c_int,
+            ..Default::default()
+        };
+        Ok(s.adopt(cq, Kind::Cq))
+    }))
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while a QP uses the CQ.
+pub(super) extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::DestroyCq, Verb::DestroyCq)?;
+        s.expect(cq, Kind::Cq)?;
+        if s.cq_in_use(cq) {
+            return Err(libc::EBUSY);
+        }
+        s.release(cq, Kind::Cq)
+    }))
+}
+
+/// `ibv_create_qp`: RC only (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
+/// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
+/// to powers of two, as providers do.
+///
+/// # Safety
+///
+/// `init_attr` must be valid for reads and writes.
+pub(super) unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller passes a valid, exclusive attribute struct.
+    let init = unsafe { &mut *init_attr };
+    let cap = &mut init.cap;
+    let call = Call::CreateQp {
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_all,
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    or_null(serve(|s| {
+        s.begin(call, Verb::CreateQp)?;
+        s.expect(pd, Kind::Pd)?;
+        s.expect(init.send_cq, Kind::Cq)?;
+        s.expect(init.recv_cq, Kind::Cq)?;
+        if init.qp_type != IBV_QPT_RC {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let limits = device_attr();
+        let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
+        if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
+            || cap.max_send_sge.max(cap.max_recv_sge) > max_sge
+        {
+            return Err(libc::EINVAL);
+        }
+        cap.max_send_wr = cap.max_send_wr.next_power_of_two();
+        cap.max_recv_wr = cap.max_recv_wr.next_power_of_two();
+        // SAFETY: `pd` is a live mock PD (checked above).
+        let context = unsafe { (*pd).context };
+        let id = s.next_id();
+        let qp = ibv_qp {
+            context,
+            qp_context: init.qp_context,
+            pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            handle: id,
+            qp_num: 0x100 + id,
+            state: IBV_QPS_RESET,
+            qp_type: init.qp_type,
+            ..Default::default()
+        };
+        Ok(s.adopt(qp, Kind::Qp))
+    }))
+}
+
+/// The attributes `ibv_modify_qp(3)` requires for each RC transition.
+const RC_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+const RC_RTR: u32 = IBV_QP_STATE
+    | IBV_QP_AV
+    | IBV_QP_PATH_MTU
+    | IBV_QP_DEST_QPN
+    | IBV_QP_RQ_PSN
+    | IBV_QP_MAX_DEST_RD_ATOMIC
+    | IBV_QP_MIN_RNR_TIMER;
+const RC_RTS: u32 = IBV_QP_STATE
+    | IBV_QP_SQ_PSN
+    | IBV_QP_MAX_QP_RD_ATOMIC
+    | IBV_QP_RETRY_CNT
+    | IBV_QP_RNR_RETRY
+    | IBV_QP_TIMEOUT;
+
+/// The state an RC QP in `current` moves to, or `EINVAL` when the transition does not exist,
+/// lacks a required attribute, or names a port or GID the device does not have (on the
+/// Ethernet port, a route without GRH, as RoCE providers refuse).
+fn rc_transition(
+    current: ibv_qp_state,
+    attr: &ibv_qp_attr,
+    mask: u32,
+) -> Result<ibv_qp_state, c_int> {
+    if mask & IBV_QP_STATE == 0 {
+        return Ok(current);
+    }
+    let required = match (current, attr.qp_state) {
+        (_, IBV_QPS_RESET | IBV_QPS_ERR) => IBV_QP_STATE,
+        (IBV_QPS_RESET, IBV_QPS_INIT) => RC_INIT,
+        (IBV_QPS_INIT, IBV_QPS_RTR) => RC_RTR,
+        (IBV_QPS_RTR, IBV_QPS_RTS) => RC_RTS,
+        _ => return Err(libc::EINVAL),
+    };
+    if mask & required != required {
+        return Err(libc::EINVAL);
+    }
+    if mask & IBV_QP_PORT != 0 {
+        check_port(attr.port_num)?;
+    }
+    if mask & IBV_QP_AV != 0 {
+        let ah = &attr.ah_attr;
+        check_port(ah.port_num)?;
+        if ah.is_global == 0 {
+            return Err(libc::EINVAL);
+        }
+        gid_entry(1, ah.grh.sgid_index.into()).map_err(|_| libc::EINVAL)?;
+    }
+    Ok(attr.qp_state)
+}
+
+/// `ibv_modify_qp`: RC transitions as [`rc_transition`] checks them; on failure nothing
+/// changes.
+///
+/// # Safety
+///
+/// `attr` must be valid for reads.
+pub(super) unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    // SAFETY: the caller passes a valid attribute struct.
+    let attr = unsafe { &*attr };
+    status(serve(|s| {
+        s.begin(Call::ModifyQp { mask: attr_mask, attr: QpAttr::from_raw(attr) }, Verb::ModifyQp)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above), only reached through the registry.
+        let qp = unsafe { &mut *qp };
+        qp.state = rc_transition(qp.state, attr, attr_mask as u32)?;
+        Ok(())
+    }))
+}
+
+/// `ibv_query_qp`: the state, type and CQs.
+///
+/// # Safety
+///
+/// `attr` and `init_attr` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryQp { mask: attr_mask }, Verb::QueryQp)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above).
+        Ok(unsafe { *qp })
+    });
+    let qp = match result {
+        Ok(qp) => qp,
+        Err(errno) => return errno,
+    };
+    let state = ibv_qp_attr { qp_state: qp.state, cur_qp_state: qp.state, ..Default::default() };
+    let init = ibv_qp_init_attr {
+        qp_context: qp.qp_context,
+        send_cq: qp.send_cq,
+        recv_cq: qp.recv_cq,
+        qp_type: qp.qp_type,
+        ..Default::default()
+    };
+    // SAFETY: the caller made both writable.
+    unsafe {
+        attr.write(state);
+        init_attr.write(init);
+    }
+    0
+}
+
+/// `ibv_destroy_qp`.
+pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::DestroyQp, Verb::DestroyQp)?;
+        s.release(qp, Kind::Qp)
+    }))
+}
+
+/// `ibv_create_comp_channel`: its descriptor is an eventfd, a real one callers can set flags
+/// on and poll, which never becomes readable (the mock raises no events).
+pub(super) extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    or_null(serve(|s| {
+        s.begin(Call::CreateCompChannel, Verb::CreateCompChannel)?;
+        s.expect(context, Kind::Context)?;
+        // SAFETY: eventfd has no preconditions; the channel owns the descriptor, closed when
+        // it is freed.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
+        }
+        Ok(s.adopt(ibv_comp_channel { context, fd, refcnt: 0 }, Kind::CompChannel))
+    }))
+}
+
+/// `ibv_destroy_comp_channel`.
+pub(super) extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::DestroyCompChannel, Verb::DestroyCompChannel)?;
+        s.release(channel, Kind::CompChannel)
+    }))
+}
+
+/// `ibv_get_cq_event`: -1 with `errno` set. The mock raises no events, so it answers as a
+/// non-blocking channel with none pending (`EAGAIN`).
+pub(super) extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    _cq: *mut *mut ibv_cq,
+    _cq_context: *mut *mut c_void,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::GetCqEvent, Verb::GetCqEvent)?;
+        s.expect(channel, Kind::CompChannel)
+    });
+    set_errno(result.map_or_else(|errno| errno, |()| libc::EAGAIN));
+    -1
+}
+
+/// `ibv_ack_cq_events`.
+pub(super) extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, nevents: c_uint) {
+    // Nothing to report: the function returns nothing.
+    let _ = serve(|s| {
+        s.record(Call::AckCqEvents { nevents });
+        Ok(())
+    });
+}

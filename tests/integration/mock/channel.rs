@@ -1,0 +1,64 @@
+//! Completion channels: creation, events read through the library, and their errors.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+use log::Level;
+use rdma_verbs::Error;
+use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb};
+
+use super::{assert_verb_error, capture, errno_text, open, Fixture};
+
+#[test]
+fn a_channel_is_non_blocking_and_reads_events_through_the_library() {
+    let f = Fixture::new();
+    let channel = f.ctx.create_comp_channel().unwrap();
+    // SAFETY: F_GETFL on the channel's live descriptor only reads its flags.
+    let flags = unsafe { libc::fcntl(channel.as_fd().as_raw_fd(), libc::F_GETFL) };
+    assert_ne!(flags & libc::O_NONBLOCK, 0, "flags {flags:#x}");
+    let cq = f.ctx.create_cq_with_channel(16, &channel, 0).unwrap();
+    let create_cq = Call::CreateCq { cqe: 16, channel: true, comp_vector: 0 };
+    assert_eq!(f.mock.take_calls(), [Call::CreateCompChannel, create_cq]);
+
+    assert_eq!(channel.try_get_events().unwrap(), 0, "EAGAIN: nothing pending");
+    assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0, "timed out");
+    assert_eq!(f.mock.take_calls(), [Call::GetCqEvent], "wait read nothing: not readable");
+    f.mock.fail(Verb::GetCqEvent, libc::EIO);
+    assert_verb_error(&channel.try_get_events().unwrap_err(), "ibv_get_cq_event", libc::EIO, &[]);
+    drop(cq);
+}
+
+#[test]
+fn channel_errors() {
+    capture::start();
+    let f = Fixture::new();
+    f.mock.fail(Verb::CreateCompChannel, libc::ENOMEM);
+    let err = f.ctx.create_comp_channel().unwrap_err();
+    assert_verb_error(&err, "ibv_create_comp_channel", libc::ENOMEM, &[]);
+
+    let channel = f.ctx.create_comp_channel().unwrap();
+    let other = open(&f.mock, Optional::ALL, ContextConfig::default());
+    f.mock.take_calls();
+    let err = f.ctx.create_cq_with_channel(16, &channel, 1).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.to_string(), "completion vector 1 does not exist: mock0 has vectors 0..1");
+    let err = other.create_cq_with_channel(16, &channel, 0).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(f.mock.take_calls(), [], "refused before the provider");
+
+    f.mock.fail(Verb::DestroyCompChannel, libc::EBUSY);
+    let raw = channel.as_raw();
+    drop(channel);
+    let warning = format!(
+        "leaking a completion channel of mock0: ibv_destroy_comp_channel failed: {}",
+        errno_text(libc::EBUSY)
+    );
+    assert_eq!(capture::take(), [(Level::Warn, warning)]);
+    assert!(f.mock.is_live(raw));
+
+    let channel = f.ctx.create_comp_channel().unwrap();
+    f.mock.fail(Verb::DestroyCompChannel, libc::EBUSY);
+    let err = channel.destroy().unwrap_err();
+    assert_verb_error(&err, "ibv_destroy_comp_channel", libc::EBUSY, &[]);
+    assert_eq!(capture::take(), []);
+}

@@ -1,0 +1,93 @@
+//! The safe crate against the sys crate's mock provider: each verb's errors as the caller
+//! sees them, the attributes the typed transitions compute, the fallbacks for older
+//! libraries, and failed destroys. No device, no libibverbs.
+
+mod capture;
+mod channel;
+mod destroy;
+mod device;
+mod qp;
+mod resources;
+
+use rdma_verbs::{Context, Error};
+use rdma_verbs_sys::mock::{self, ContextConfig, Mock, Optional};
+
+/// A context of this thread's mock provider. Fields drop in order: the context closes before
+/// the mock goes, and every object borrowing the context is dropped before both.
+pub struct Fixture {
+    pub ctx: Context,
+    pub mock: Mock,
+}
+
+impl Fixture {
+    /// A current library (every optional symbol) and context (every op).
+    pub fn new() -> Fixture {
+        Fixture::with(Optional::ALL, ContextConfig::default())
+    }
+
+    /// A library with `optional` symbols and a context shaped by `config`.
+    pub fn with(optional: Optional, config: ContextConfig) -> Fixture {
+        let mock = Mock::new();
+        let ctx = open(&mock, optional, config);
+        Fixture { ctx, mock }
+    }
+}
+
+/// Another context of `mock`, which must outlive it.
+pub fn open(mock: &Mock, optional: Optional, config: ContextConfig) -> Context {
+    let raw = mock.context(config);
+    // SAFETY: a fresh context of the mock library, owned by the returned value from now on;
+    // callers drop it before the mock (a `Fixture` by its field order).
+    unsafe { Context::from_raw(mock::library(optional), raw, mock::DEVICE_NAME.into()) }
+}
+
+/// "NAME (strerror)", written out here so the crate's own formatting is what is tested.
+pub fn errno_text(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM (Operation not permitted)",
+        libc::EIO => "EIO (Input/output error)",
+        libc::EAGAIN => "EAGAIN (Resource temporarily unavailable)",
+        libc::ENOMEM => "ENOMEM (Cannot allocate memory)",
+        libc::EACCES => "EACCES (Permission denied)",
+        libc::EFAULT => "EFAULT (Bad address)",
+        libc::EBUSY => "EBUSY (Device or resource busy)",
+        libc::EINVAL => "EINVAL (Invalid argument)",
+        libc::ETIMEDOUT => "ETIMEDOUT (Connection timed out)",
+        other => panic!("errno {other} has no expected text here"),
+    }
+}
+
+/// Asserts `err` is the [`Error::Verb`] of `verb` with `errno`, whose message is exactly
+/// "`verb` failed: NAME (strerror)", followed by "; hint" when `hint` is not empty, the hint
+/// then holding each of those phrases.
+#[track_caller]
+pub fn assert_verb_error(err: &Error, verb: &str, errno: i32, hint: &[&str]) {
+    let Error::Verb { verb: got, source, hint: got_hint } = err else {
+        panic!("expected Error::Verb from {verb}, got {err:?}");
+    };
+    assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
+    let head = format!("{verb} failed: {}", errno_text(errno));
+    match got_hint {
+        None => {
+            assert!(hint.is_empty(), "no hint in {err:?}; expected one with {hint:?}");
+            assert_eq!(err.to_string(), head);
+        }
+        Some(got_hint) => {
+            assert!(!hint.is_empty(), "unexpected hint in {err}");
+            assert_eq!(err.to_string(), format!("{head}; {got_hint}"));
+            for phrase in hint {
+                assert!(got_hint.contains(phrase), "{phrase:?} missing from the hint of {err}");
+            }
+        }
+    }
+}
+
+/// Asserts `err` says the provider or library lacks `what`.
+#[track_caller]
+pub fn assert_unsupported(err: &Error, what: &str) {
+    assert!(matches!(err, Error::Unsupported { what: w } if *w == what), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!("{what} is not supported by this provider or rdma-core version")
+    );
+}

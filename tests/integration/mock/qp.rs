@@ -1,0 +1,338 @@
+//! Queue pairs: the attributes each typed transition sends, failed transitions, posting and
+//! polling.
+
+use std::net::Ipv6Addr;
+
+use rdma_verbs::{
+    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InitAttr, Lid, Mtu, ProtectionDomain,
+    Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset, Rtr, RtrAttr,
+    RtsAttr, SendWr, WcStatus, WorkCompletion,
+};
+use rdma_verbs_sys as sys;
+use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, QpAttr, Verb};
+
+use super::{assert_unsupported, assert_verb_error, open, Fixture};
+
+/// The peer: a RoCE endpoint with an IPv4-mapped GID.
+fn remote() -> Endpoint {
+    let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
+    Endpoint { lid: Lid(0x12), qpn: Qpn(0xab_cdef), psn: Psn::new(0x12_3456), gid }
+}
+
+/// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
+const SGID_INDEX: u8 = 3;
+
+fn rtr_attr() -> RtrAttr {
+    RtrAttr::to_endpoint(&remote(), 1, Some(SGID_INDEX), Mtu::MTU_1024)
+}
+
+fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Reset> {
+    pd.create_rc_qp(&QpInitAttr::new(cq)).unwrap()
+}
+
+#[test]
+fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(16).unwrap();
+    let qp = rc_qp(&pd, &cq);
+    f.mock.take_calls();
+
+    let init = InitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
+    let qp = qp.into_init(&init).unwrap();
+    let qp = qp.into_rtr(&rtr_attr()).unwrap();
+    let qp = qp.into_rts(&RtsAttr::new(Psn::new(0x65_4321))).unwrap();
+    let calls = f.mock.take_calls();
+    assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
+
+    let init_mask =
+        sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
+    let init_attr = QpAttr {
+        qp_state: sys::IBV_QPS_INIT,
+        port_num: 1,
+        pkey_index: 0,
+        qp_access_flags: sys::IBV_ACCESS_REMOTE_READ,
+        ..QpAttr::default()
+    };
+    let rtr_mask = sys::IBV_QP_STATE
+        | sys::IBV_QP_AV
+        | sys::IBV_QP_PATH_MTU
+        | sys::IBV_QP_DEST_QPN
+        | sys::IBV_QP_RQ_PSN
+        | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+        | sys::IBV_QP_MIN_RNR_TIMER;
+    let rtr_attr = QpAttr {
+        qp_state: sys::IBV_QPS_RTR,
+        path_mtu: sys::IBV_MTU_1024,
+        dest_qp_num: 0xab_cdef,
+        rq_psn: 0x12_3456,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        dlid: 0x12,
+        ah_port_num: 1,
+        is_global: 1,
+        dgid: remote().gid.0,
+        sgid_index: SGID_INDEX,
+        hop_limit: 1,
+        ..QpAttr::default()
+    };
+    let rts_mask = sys::IBV_QP_STATE
+        | sys::IBV_QP_TIMEOUT
+        | sys::IBV_QP_RETRY_CNT
+        | sys::IBV_QP_RNR_RETRY
+        | sys::IBV_QP_SQ_PSN
+        | sys::IBV_QP_MAX_QP_RD_ATOMIC;
+    let rts_attr = QpAttr {
+        qp_state: sys::IBV_QPS_RTS,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 0x65_4321,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let modify = |mask: u32, attr| Call::ModifyQp { mask: mask as i32, attr };
+    assert_eq!(
+        calls,
+        [modify(init_mask, init_attr), modify(rtr_mask, rtr_attr), modify(rts_mask, rts_attr)]
+    );
+}
+
+#[test]
+fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(16).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
+    let gid_hint = ["global route", "source GID index"];
+    // No source GID index, then a peer that sent no GID: either way, no GRH.
+    let no_gid = Endpoint { gid: Gid::ZERO, ..remote() };
+    let mut qp = qp;
+    for attr in [
+        RtrAttr::to_endpoint(&remote(), 1, None, Mtu::MTU_1024),
+        RtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
+    ] {
+        f.mock.take_calls();
+        let err = qp.into_rtr(&attr).unwrap_err();
+        assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", libc::EINVAL, &gid_hint);
+        let calls = f.mock.take_calls();
+        assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
+        qp = err.qp;
+    }
+    qp.into_rtr(&rtr_attr()).expect("the same QP connects once the route has a GRH");
+}
+
+#[test]
+fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(16).unwrap();
+    let qp = rc_qp(&pd, &cq);
+    let qpn = qp.qp_num();
+    let raw = qp.as_raw();
+    f.mock.take_calls();
+    let gid = ["global route"];
+
+    let mut qp = qp;
+    for (errno, hint) in [(libc::EINVAL, &[][..]), (libc::ENOMEM, &[][..])] {
+        f.mock.fail(Verb::ModifyQp, errno);
+        let err = qp.into_init(&InitAttr::default()).unwrap_err();
+        assert_verb_error(&err.error, "ibv_modify_qp (RESET→INIT)", errno, hint);
+        qp = err.qp;
+    }
+    assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
+    let mut qp = qp.into_init(&InitAttr::default()).unwrap();
+
+    for (errno, hint) in
+        [(libc::EINVAL, &gid[..]), (libc::ENOMEM, &[][..]), (libc::ETIMEDOUT, &[][..])]
+    {
+        f.mock.fail(Verb::ModifyQp, errno);
+        let err = qp.into_rtr(&rtr_attr()).unwrap_err();
+        assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", errno, hint);
+        qp = err.qp;
+    }
+    f.mock.fail(Verb::ModifyQp, libc::EOPNOTSUPP);
+    let err = qp.into_rtr(&rtr_attr()).unwrap_err();
+    assert_unsupported(&err.error, "ibv_modify_qp (INIT→RTR)");
+    let qp = err.qp;
+    assert_eq!(qp.query_state().unwrap(), QueuePairState::INIT);
+    let mut qp = qp.into_rtr(&rtr_attr()).unwrap();
+
+    // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
+    for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
+        f.mock.fail(Verb::ModifyQp, errno);
+        let err = qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap_err();
+        assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
+        qp = err.qp;
+    }
+    assert_eq!(qp.query_state().unwrap(), QueuePairState::RTR);
+
+    // The same QP all along: never destroyed, never recreated.
+    assert_eq!(qp.qp_num(), qpn);
+    let calls = f.mock.take_calls();
+    assert!(!calls.iter().any(|c| matches!(c, Call::DestroyQp | Call::CreateQp { .. })));
+    assert!(f.mock.is_live(raw));
+
+    // For `?`, a failed transition converts into its error (dropping the QP).
+    f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
+    let err = Error::from(qp.into_rts(&RtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
+    assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
+}
+
+#[test]
+fn einval_at_rts_gets_the_iwarp_hint() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(16).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
+    let qp = qp.into_rtr(&rtr_attr()).unwrap();
+    f.mock.fail(Verb::ModifyQp, libc::EINVAL);
+    let err = qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap_err();
+    assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
+}
+
+/// An RC QP in RTS (with its PD, CQ and an MR for SGEs), the calls so far taken.
+macro_rules! connected {
+    ($f:ident, $pd:ident, $cq:ident, $mr:ident, $qp:ident) => {
+        let $pd = $f.ctx.alloc_pd().unwrap();
+        let $cq = $f.ctx.create_cq(16).unwrap();
+        let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let $qp = rc_qp(&$pd, &$cq).into_init(&InitAttr::default()).unwrap();
+        let $qp = $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&RtsAttr::new(Psn::new(1))).unwrap();
+        $f.mock.take_calls();
+    };
+}
+
+#[test]
+fn post_recv_and_post_send_errors() {
+    let f = Fixture::new();
+    connected!(f, pd, cq, mr, qp);
+    let sges = [mr.sge(..64).unwrap()];
+    let full = ["work queue is full"];
+    let state = ["not in a state that allows this post"];
+    for (errno, hint) in
+        [(libc::ENOMEM, &full[..]), (libc::EINVAL, &state[..]), (libc::EFAULT, &[][..])]
+    {
+        f.mock.fail(Verb::PostRecv, errno);
+        // SAFETY: the mock provider never touches the memory.
+        let err = unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err();
+        assert_verb_error(&err, "ibv_post_recv", errno, hint);
+        f.mock.fail(Verb::PostSend, errno);
+        // SAFETY: as above.
+        let err = unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err();
+        assert_verb_error(&err, "ibv_post_send", errno, hint);
+    }
+    // SAFETY: as above.
+    unsafe { qp.post_send(&mut SendWr::send(42, &sges)) }.unwrap();
+    let calls = f.mock.take_calls();
+    assert_eq!(calls.last(), Some(&Call::PostSend { wr_ids: vec![42] }));
+    assert_eq!(calls.len(), 7, "every post reached the provider once");
+}
+
+#[test]
+fn post_send_checks_the_capabilities_before_the_provider() {
+    let f = Fixture::new();
+    connected!(f, pd, cq, mr, qp);
+    let sges = [mr.sge(..64).unwrap(), mr.sge(64..128).unwrap()];
+    // SAFETY: the mock provider never touches the memory.
+    let err = unsafe { qp.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.to_string(), "the WR has 2 SGEs; this QP allows 1 (max_send_sge)");
+    assert_eq!(f.mock.take_calls(), []);
+}
+
+#[test]
+fn null_post_ops_are_unsupported_not_called() {
+    let config = ContextConfig { post_send: false, post_recv: false, ..ContextConfig::default() };
+    let f = Fixture::with(Optional::ALL, config);
+    connected!(f, pd, cq, mr, qp);
+    let sges = [mr.sge(..64).unwrap()];
+    // SAFETY: nothing reaches a provider.
+    let err = unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err();
+    assert_unsupported(&err, "ibv_post_recv");
+    // SAFETY: as above.
+    let err = unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err();
+    assert_unsupported(&err, "ibv_post_send");
+    assert_eq!(f.mock.take_calls(), []);
+}
+
+#[test]
+fn poll_returns_the_filled_prefix_and_reports_errors() {
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(16).unwrap();
+    let flushed = sys::ibv_wc { wr_id: 3, status: sys::IBV_WC_WR_FLUSH_ERR, ..Default::default() };
+    for wc in
+        [1, 2].map(|wr_id| sys::ibv_wc { wr_id, ..Default::default() }).into_iter().chain([flushed])
+    {
+        f.mock.push_completion(cq.as_raw(), wc);
+    }
+    f.mock.take_calls();
+    let mut storage: [WorkCompletion; 2] = Default::default();
+    let done: Vec<_> =
+        cq.poll(&mut storage).unwrap().iter().map(|wc| (wc.wr_id(), wc.status())).collect();
+    assert_eq!(done, [(1, WcStatus::SUCCESS), (2, WcStatus::SUCCESS)]);
+    let done: Vec<_> =
+        cq.poll(&mut storage).unwrap().iter().map(|wc| (wc.wr_id(), wc.status())).collect();
+    assert_eq!(done, [(3, WcStatus::WR_FLUSH_ERR)]);
+    assert!(cq.poll(&mut storage).unwrap().is_empty());
+    assert_eq!(f.mock.take_calls(), vec![Call::PollCq { num_entries: 2 }; 3]);
+
+    f.mock.fail(Verb::PollCq, libc::EIO);
+    assert_verb_error(
+        &cq.poll(&mut storage).unwrap_err(),
+        "ibv_poll_cq",
+        libc::EIO,
+        &["the CQ is broken"],
+    );
+
+    let null = open(&f.mock, Optional::ALL, ContextConfig { poll_cq: false, ..Default::default() });
+    let cq = null.create_cq(16).unwrap();
+    assert_unsupported(&cq.poll(&mut storage).unwrap_err(), "ibv_poll_cq");
+}
+
+#[test]
+fn req_notify_arms_through_the_op_and_reports_errors() {
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(16).unwrap();
+    f.mock.take_calls();
+    cq.req_notify(true).unwrap();
+    assert_eq!(f.mock.take_calls(), [Call::ReqNotifyCq { solicited_only: 1 }]);
+    f.mock.fail(Verb::ReqNotifyCq, libc::EINVAL);
+    assert_verb_error(&cq.req_notify(false).unwrap_err(), "ibv_req_notify_cq", libc::EINVAL, &[]);
+
+    let config = ContextConfig { req_notify_cq: false, ..ContextConfig::default() };
+    let null = open(&f.mock, Optional::ALL, config);
+    let cq = null.create_cq(16).unwrap();
+    assert_unsupported(&cq.req_notify(false).unwrap_err(), "ibv_req_notify_cq");
+}
+
+#[test]
+fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
+    let f = Fixture::new();
+    connected!(f, pd, cq, _mr, qp);
+    let qp = qp.reset().unwrap();
+    let reset = QpAttr { qp_state: sys::IBV_QPS_RESET, ..QpAttr::default() };
+    let state = sys::IBV_QP_STATE as i32;
+    assert_eq!(f.mock.take_calls(), [Call::ModifyQp { mask: state, attr: reset }]);
+
+    // RESET→RTR is no RC transition: refused before the provider.
+    let rtr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_RTR, ..Default::default() };
+    let err = qp.modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
+    assert!(matches!(err.error, Error::InvalidInput(_)), "{:?}", err.error);
+    assert_eq!(f.mock.take_calls(), []);
+
+    let init = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..Default::default() };
+    let mask =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    let qp = err.qp.modify_raw(&init, mask).unwrap();
+    let err = qp.into_checked::<Rtr>().unwrap_err();
+    assert_eq!(err.error.to_string(), "the QP is in INIT, not RTR");
+    let qp = err.qp.into_checked::<Init>().unwrap();
+    let modified = QpAttr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..QpAttr::default() };
+    let query = Call::QueryQp { mask: state };
+    assert_eq!(
+        f.mock.take_calls(),
+        [Call::ModifyQp { mask: mask.bits() as i32, attr: modified }, query.clone(), query]
+    );
+    assert_eq!(qp.query_state().unwrap(), QueuePairState::INIT);
+}
