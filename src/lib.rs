@@ -89,6 +89,7 @@ mod c_enum;
 mod channel;
 mod cq;
 mod device;
+pub mod diag;
 mod endpoint;
 mod error;
 mod gid;

@@ -160,8 +160,14 @@ impl<'a> SendWr<'a> {
 
     /// Sets the send flags (replacing earlier ones).
     pub fn flags(mut self, flags: SendFlags) -> Self {
-        self.raw.send_flags = flags.bits();
+        self.set_flags(flags);
         self
+    }
+
+    /// Sets the send flags of a prebuilt WR (replacing earlier ones), e.g. to signal one in
+    /// `cq_mod` of a reused list.
+    pub fn set_flags(&mut self, flags: SendFlags) {
+        self.raw.send_flags = flags.bits();
     }
 
     /// The `wr_id`, returned in the completion.

@@ -120,18 +120,21 @@ impl<'res, S: ReceiveReady> QueuePair<'res, S> {
     }
 }
 
-/// Buffers to post with one `ibv_post_send`, only the last signaled (perftest's post lists
-/// and selective signaling). Its storage is allocated once, by
+/// Buffers to post with one `ibv_post_send` (a post list), signaling at most the last
+/// (selective signaling, perftest's method). Its storage is allocated once, by
 /// [`with_capacity`](Self::with_capacity), and reused by every post.
 ///
-/// When the last WR's completion is [completed](super::BufferPool::complete), the buffers
-/// posted before it in the list return to their pool, free for
-/// [`take`](super::BufferPool::take).
+/// Unsignaled buffers are chained: when a signaled WR posted after them through this list
+/// *on the same QP* is [completed](super::BufferPool::complete), they all return to their
+/// pool, free for [`take`](super::BufferPool::take). While such a chain is open the list
+/// refuses to post on another QP.
 pub struct SendList<'p> {
     entries: Vec<(Buffer<'p>, SendOp)>,
     sges: Vec<Sge>,
     wrs: Vec<sys::ibv_send_wr>,
     flights: Vec<(Flight<'p>, SendOp)>,
+    /// The last unsignaled chunk posted, and on which QP: the tail of the open chain.
+    open: Option<(usize, Flight<'p>)>,
 }
 
 impl<'p> SendList<'p> {
@@ -142,6 +145,7 @@ impl<'p> SendList<'p> {
             sges: Vec::with_capacity(capacity),
             wrs: Vec::with_capacity(capacity),
             flights: Vec::with_capacity(capacity),
+            open: None,
         }
     }
 
@@ -189,20 +193,29 @@ impl std::fmt::Debug for SendList<'_> {
 }
 
 impl<'res> QueuePair<'res, Rts> {
-    /// `ibv_post_send(3)`—Posts every buffer of `list` with one call, all unsignaled but the
-    /// last, and empties the list. No allocation.
+    /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
+    /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
+    /// back with the next signaled WR of this list on this QP. No allocation.
     ///
     /// # Errors
     ///
-    /// The [`Error`] of the provider. Buffers from the first refused WR on are back in
-    /// `list`; those the provider accepted before it stay with the NIC, and because their
-    /// signaled successor was refused, their chunks are only reclaimed when the pool goes.
+    /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP.
+    /// Otherwise the [`Error`] of the provider: buffers from the first refused WR on are back
+    /// in `list`; those it accepted join the open chain, released by a later signaled post.
     #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>) -> Result<()>
+    pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>, signal_last: bool) -> Result<()>
     where
         'p: 'res,
     {
         let n = list.entries.len();
+        let qp = self.as_raw() as usize;
+        if list.open.as_ref().is_some_and(|(open_qp, _)| *open_qp != qp) {
+            return Err(Error::InvalidInput(
+                "this SendList has unsignaled buffers in flight on another QP: post a signaled \
+                 WR there first"
+                    .into(),
+            ));
+        }
         if n == 0 {
             return Ok(());
         }
@@ -211,33 +224,42 @@ impl<'res> QueuePair<'res, Rts> {
         list.sges.extend(list.entries.iter().map(|(buf, _)| buf.sge(buf.len())));
         list.wrs.clear();
         for (i, (buffer, op)) in list.entries.drain(..).enumerate() {
-            let last = i + 1 == n;
+            let signaled = signal_last && i + 1 == n;
             let len = buffer.len() as u32;
-            let flight = buffer.launch(len, !last);
-            if let Some((before, _)) = list.flights.last() {
-                before.chain_before(&flight);
+            let flight = buffer.launch(len, !signaled);
+            match list.flights.last() {
+                Some((before, _)) => before.chain_before(&flight),
+                None => {
+                    if let Some((_, tail)) = &list.open {
+                        tail.chain_before(&flight);
+                    }
+                }
             }
-            let flags = if last { SendFlags::SIGNALED } else { SendFlags::empty() };
+            let flags = if signaled { SendFlags::SIGNALED } else { SendFlags::empty() };
             list.wrs.push(
                 op.work_request(flight.wr_id, &list.sges[i], len, max_inline, flags).into_raw(),
             );
             list.flights.push((flight, op));
         }
-        // SAFETY: as in `post_send_buffer`, for every chunk: each is the NIC's alone until the
-        // signaled last WR completes, which on a send queue follows all the others; `wrs` and
-        // `sges` are not touched until the next post; the wr_ids are the tier's own.
+        // SAFETY: as in `post_send_buffer`, for every chunk: each is the NIC's alone until a
+        // later signaled WR of this QP completes (on a send queue, after all before it); `wrs`
+        // and `sges` are not touched until the next post; the wr_ids are the tier's own.
         let refused = unsafe { self.post_send_chain(&mut list.wrs) };
-        match refused {
-            Ok(()) => {
-                list.flights.clear();
-                Ok(())
-            }
-            Err((posted, error)) => {
-                for (flight, op) in list.flights.drain(..).skip(posted) {
-                    list.entries.push((flight.restore(), op));
-                }
-                Err(error)
-            }
+        let (posted, result) = match refused {
+            Ok(()) => (n, Ok(())),
+            Err((posted, error)) => (posted, Err(error)),
+        };
+        for (flight, op) in list.flights.drain(posted..).rev() {
+            list.entries.insert(0, (flight.restore(), op));
         }
+        // The chain stays open unless its last posted WR was the signaled one.
+        let fully_signaled = posted == n && signal_last;
+        if let Some((tail, _)) = list.flights.pop().filter(|_| !fully_signaled) {
+            list.open = Some((qp, tail));
+        } else if fully_signaled {
+            list.open = None;
+        }
+        list.flights.clear();
+        result
     }
 }

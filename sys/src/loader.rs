@@ -208,6 +208,16 @@ impl Ibverbs {
         let name = self.path.file_name()?.to_str()?;
         name.strip_prefix("libibverbs.so.1.")?.split('.').next()?.parse().ok()
     }
+
+    /// Whether the library exports `name` (plain `dlsym`, so its default version), for
+    /// reporting symbols the function table does not hold. Always `false` for a table built
+    /// from function pointers, which has no library to ask.
+    pub fn has_symbol(&self, name: &str) -> bool {
+        let Some(lib) = &self._lib else { return false };
+        // SAFETY: the symbol is only looked up, never called or dereferenced, so the pointer
+        // type given to `get` makes no claim about it.
+        unsafe { lib.get::<*const c_void>(name) }.is_ok()
+    }
 }
 
 fn rdma_core_version_from_file_name(name: &str) -> Option<String> {

@@ -102,3 +102,20 @@ fn the_readme_example_is_examples_loopback_verbatim() {
         "README.md must show examples/loopback.rs verbatim"
     );
 }
+
+#[test]
+fn bandwidth_options_are_checked_before_any_verb() {
+    for (args, expected) in [
+        (&["-s", "0"][..], "write_bw: -s (size) must be at least 1"),
+        (&["-q", "0"][..], "write_bw: -q (QPs) must be at least 1"),
+        (&["-t", "0"][..], "write_bw: -t (tx depth) must be at least 1"),
+        (&["-t", "8", "-Q", "16"][..], "write_bw: -Q 16 must be 1..=8 (at most -t, the tx depth)"),
+        (&["-t", "8", "-l", "16"][..], "write_bw: -l 16 must not exceed -t 8 (the tx depth)"),
+    ] {
+        let mut cmd = Command::new(example("write_bw"));
+        cmd.args(args);
+        let out = output_within(cmd, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
+    }
+}

@@ -8,5 +8,6 @@
 
 mod common;
 mod device;
+mod diag;
 mod host;
 mod mock;

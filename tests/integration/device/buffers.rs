@@ -96,7 +96,7 @@ fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
         list.push(buf, SendOp::RdmaWrite(remote)).unwrap();
     }
     assert!(pool.take().is_none(), "all 8 buffers are in the list");
-    a.post_send_buffers(&mut list).unwrap();
+    a.post_send_buffers(&mut list, true).unwrap();
     assert!(list.is_empty());
 
     let mut wcs = wait_for(&cq, 1);

@@ -1,0 +1,332 @@
+//! The bandwidth tool behind `write_bw`, `read_bw` and `send_bw`: perftest's options, its
+//! method (see `traffic.rs`) and its table, over the safe buffer tier by default or the raw
+//! tier with `--raw`.
+//!
+//! ```text
+//! write_bw -d rxe0 -x 1                 # server
+//! write_bw -d rxe0 -x 1 192.0.2.1       # client
+//! ```
+//!
+//! The client initiates (the server too with -b); for send_bw the server receives. Both
+//! sides first agree on mode, sizes, iterations, QPs, duration and direction over TCP.
+
+mod args;
+mod exchange;
+mod report;
+mod traffic;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use rdma_verbs::*;
+
+use args::Args;
+use exchange::Control;
+use report::Report;
+use traffic::{Plan, Raw, Safe};
+
+pub type Error = Box<dyn std::error::Error>;
+
+/// The safe tier allocates one buffer per outstanding WR: at most this many bytes in all.
+const SAFE_TIER_BUDGET: u64 = 256 << 20;
+
+/// Which operation the tool measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Write,
+    Read,
+    Send,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Write => "write",
+            Mode::Read => "read",
+            Mode::Send => "send",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Mode::Write => "RDMA_Write",
+            Mode::Read => "RDMA_Read",
+            Mode::Send => "Send",
+        }
+    }
+
+    /// perftest's default inline sizes (`DEF_INLINE_WRITE`, `DEF_INLINE_SEND_RC_UC`).
+    fn default_inline(self) -> u32 {
+        match self {
+            Mode::Write => 220,
+            Mode::Read => 0,
+            Mode::Send => 236,
+        }
+    }
+
+    /// What the peer may do to our memory.
+    fn peer_access(self) -> AccessFlags {
+        match self {
+            Mode::Write => AccessFlags::REMOTE_WRITE,
+            Mode::Read => AccessFlags::REMOTE_READ,
+            Mode::Send => AccessFlags::empty(),
+        }
+    }
+
+    fn op(self, remote: RemoteAddr) -> SendOp {
+        match self {
+            Mode::Write => SendOp::RdmaWrite(remote),
+            Mode::Read => SendOp::RdmaRead(remote),
+            Mode::Send => SendOp::Send,
+        }
+    }
+
+    fn work_request(self, wr_id: u64, sge: &[Sge; 1], remote: RemoteAddr) -> SendWr<'_> {
+        match self {
+            Mode::Write => SendWr::rdma_write(wr_id, sge, remote),
+            Mode::Read => SendWr::rdma_read(wr_id, sge, remote),
+            Mode::Send => SendWr::send(wr_id, sge),
+        }
+    }
+}
+
+impl Mode {
+    fn from_name(name: &str) -> Option<Mode> {
+        [Mode::Write, Mode::Read, Mode::Send].into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// Runs the tool for `mode` ("write", "read" or "send"); prints errors as
+/// `<mode>_bw: <message>` and returns 1 on failure.
+pub fn main(mode: &str) -> ExitCode {
+    let Some(mode) = Mode::from_name(mode) else {
+        eprintln!("unknown bandwidth mode {mode:?}");
+        return ExitCode::FAILURE;
+    };
+    let args = Args::parse();
+    match run(mode, &args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}_bw: {e}", mode.name());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(mode: Mode, args: &Args) -> Result<(), Error> {
+    args.check()?;
+    let sizes = args.sizes();
+    let max = *sizes.iter().max().expect("at least one size");
+    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let dev = ctx.query_device()?;
+    if u64::from(max) > dev.max_mr_size() {
+        return Err(
+            format!("-s {max} exceeds {}'s max_mr_size {}", ctx.name(), dev.max_mr_size()).into()
+        );
+    }
+    if i64::from(args.tx_depth) > i64::from(dev.max_qp_wr()) {
+        return Err(format!(
+            "-t {} exceeds {}'s max_qp_wr {}",
+            args.tx_depth,
+            ctx.name(),
+            dev.max_qp_wr()
+        )
+        .into());
+    }
+    let port = ctx.query_port(args.ib_port)?;
+    let gid = match args.gid_index {
+        Some(index) => Some(ctx.gid(args.ib_port, index)?),
+        None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
+        None => None,
+    };
+    let mtu = match args.mtu {
+        Some(bytes) => Mtu::from_bytes(bytes)
+            .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+        None => port.active_mtu(),
+    };
+
+    let server = args.server.is_none();
+    let mut control = match &args.server {
+        Some(host) => Control::connect(host, args.port)?,
+        None => Control::accept(args.port)?,
+    };
+    control.agree(&[
+        ("mode", mode.name().into()),
+        ("size", if args.all { format!("all..{max}") } else { max.to_string() }),
+        ("iterations", args.duration.map_or(args.iters.to_string(), |d| format!("{d}s"))),
+        ("qps", args.qps.to_string()),
+        ("bidirectional", args.bidirectional.to_string()),
+        ("tier", if args.raw { "raw" } else { "safe" }.into()),
+    ])?;
+    let initiate = !server || args.bidirectional;
+    let receive = mode == Mode::Send && (server || args.bidirectional);
+
+    // Depths, and for the safe tier its buffers: one per outstanding WR, within the budget.
+    let qps = args.qps;
+    let want_rx = if receive { args.tx_depth } else { 0 };
+    let wanted = u64::from(qps) * u64::from(args.tx_depth + want_rx);
+    let fits = (SAFE_TIER_BUDGET / u64::from(max))
+        .min(wanted)
+        .max(u64::from(qps) * u64::from(args.post_list + 1));
+    let (depth, rx_depth) = if args.raw || fits == wanted {
+        (args.tx_depth, want_rx)
+    } else {
+        let scale = |d: u32| ((u64::from(d) * fits / wanted) as u32).max(1);
+        let depth = scale(args.tx_depth).max(args.post_list);
+        eprintln!(
+            "{}_bw: the safe tier holds one {max}-byte buffer per outstanding WR: within {} MiB that \
+             allows tx depth {depth} (not {}); --raw or --max-size restore perftest's depth",
+            mode.name(),
+            SAFE_TIER_BUDGET >> 20,
+            args.tx_depth
+        );
+        (depth, if receive { scale(want_rx) } else { 0 })
+    };
+
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(qps * (depth + rx_depth) + 1)?;
+    // What the peer reaches: a target for its writes, a source for its reads.
+    let write_target = match mode {
+        Mode::Write => Some(pd.register_remote_writable(
+            max as usize,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )?),
+        _ => None,
+    };
+    let read_source = match mode {
+        Mode::Read => Some(pd.register(max as usize, AccessFlags::REMOTE_READ)?),
+        _ => None,
+    };
+    let mine = match (&write_target, &read_source) {
+        (Some(t), _) => t.remote(..)?,
+        (_, Some(s)) => s.remote(..)?,
+        _ => RemoteAddr { addr: 0, rkey: RKey(0) },
+    };
+    // Our side's memory: the safe tier's pool, or the raw tier's one region per QP.
+    let pool_len = if args.raw {
+        max as usize
+    } else {
+        (u64::from(qps) * u64::from(depth + rx_depth)) as usize * max as usize
+    };
+    let pool = BufferPool::new(pd.register(pool_len, AccessFlags::LOCAL_WRITE)?, max as usize)?;
+    let raw_regions: Vec<MemoryRegion<'_>> = if args.raw {
+        (0..2 * qps)
+            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE))
+            .collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let recv_sges: Vec<[Sge; 1]> =
+        raw_regions.iter().skip(qps as usize).map(|r| Ok([r.sge(..)?])).collect::<Result<_>>()?;
+
+    let inline = args.inline_size.unwrap_or(mode.default_inline());
+    let cap = QpCapabilities {
+        max_send_wr: args.tx_depth,
+        max_recv_wr: rx_depth.max(1),
+        max_inline_data: inline,
+        ..Default::default()
+    };
+    let init = InitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
+    let mut ready = Vec::new();
+    for _ in 0..qps {
+        let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
+        let qp = qp.into_init(&init).map_err(|e| e.error)?;
+        for _ in 0..rx_depth {
+            post_first_receive(&qp, &pool, recv_sges.get(ready.len()), args.raw)?;
+        }
+        ready.push(qp);
+    }
+    let mut qps_rts = Vec::new();
+    let mut remotes = Vec::new();
+    for qp in ready {
+        let psn = Psn::random();
+        let me = Endpoint {
+            lid: port.lid(),
+            qpn: qp.qp_num(),
+            psn,
+            gid: gid.map_or(Gid::ZERO, |g| g.gid),
+        };
+        let (peer, remote) = control.swap_endpoint(&me, mine)?;
+        let rtr = RtrAttr::to_endpoint(&peer, args.ib_port, gid.map(|g| g.index as u8), mtu);
+        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
+        qps_rts.push(qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?);
+        remotes.push(remote);
+    }
+    let qpns: Vec<Qpn> = qps_rts.iter().map(|qp| qp.qp_num()).collect();
+    let max_inline = qps_rts[0].caps().max_inline_data;
+
+    let report = Report {
+        gbits: args.report_gbits,
+        json: args.json,
+        mode,
+        tier: if args.raw { "raw" } else { "safe" },
+        qps,
+    };
+    if initiate || receive {
+        report.header();
+    }
+    for &size in &sizes {
+        let plan = Plan {
+            size,
+            iters: args.duration.is_none().then_some(args.iters),
+            duration: args.duration.map(Duration::from_secs),
+            tx_depth: depth,
+            post_list: args.post_list,
+            cq_mod: args.cq_mod().min(depth),
+            initiate,
+            receive,
+        };
+        control.barrier(&format!("size {size}"))?;
+        let stats = if args.raw {
+            let send_sges: Vec<[Sge; 1]> = raw_regions
+                .iter()
+                .take(qps as usize)
+                .map(|r| Ok([r.sge(..size as usize)?]))
+                .collect::<Result<_>>()?;
+            let inline = size <= max_inline && mode != Mode::Read;
+            let mut tier =
+                Raw::new(&qps_rts, &send_sges, &recv_sges, mode, &remotes, args.post_list, inline);
+            traffic::run(&mut tier, &cq, &qpns, &plan, &mut control)?
+        } else {
+            let lists =
+                (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
+            let mut tier =
+                Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
+            traffic::run(&mut tier, &cq, &qpns, &plan, &mut control)?
+        };
+        control.barrier(&format!("done {size}"))?;
+        if stats.posted != stats.completed {
+            return Err(format!(
+                "{} WRs posted but {} completed: work was lost",
+                stats.posted, stats.completed
+            )
+            .into());
+        }
+        if initiate || receive {
+            report.line(size, &stats);
+        }
+    }
+    if initiate || receive {
+        report.footer();
+    }
+    Ok(())
+}
+
+/// Posts one of the receives a QP starts with: a pool buffer, or the QP's raw region.
+fn post_first_receive<'a>(
+    qp: &QueuePair<'a, Init>,
+    pool: &'a BufferPool<'a>,
+    raw_sge: Option<&[Sge; 1]>,
+    raw: bool,
+) -> Result<(), Error> {
+    if raw {
+        let sge = raw_sge.ok_or("no receive region")?;
+        // SAFETY: the receive region outlives the QP and is never touched by the program.
+        unsafe { qp.post_recv(&mut RecvWr::new(0, sge))? };
+    } else {
+        let buf = pool.take().ok_or("the buffer pool ran dry")?;
+        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+    }
+    Ok(())
+}

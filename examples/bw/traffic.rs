@@ -1,0 +1,285 @@
+//! The data path, perftest's method: up to tx-depth WRs outstanding per QP, round-robin over
+//! QPs, post lists of -l WRs, one signaled WR in -Q, batched polling; over the safe buffer
+//! tier or the raw tier.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rdma_verbs::*;
+
+use super::exchange::Control;
+use super::{Error, Mode};
+
+/// No completion for this long means the peer is gone.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// How one tier posts and takes back.
+pub trait Tier {
+    /// Posts `n` WRs of `size` bytes on QP `q`, the last one signaled when `signal`.
+    fn post(&mut self, q: usize, n: u32, size: u32, signal: bool) -> Result<(), Error>;
+    /// Takes back what a completion of QP `q` releases; a receive is posted again.
+    fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error>;
+}
+
+/// What one size's run does.
+pub struct Plan {
+    pub size: u32,
+    /// Iterations per QP; `None` with -D.
+    pub iters: Option<u64>,
+    pub duration: Option<Duration>,
+    pub tx_depth: u32,
+    pub post_list: u32,
+    pub cq_mod: u32,
+    /// This side posts the operation.
+    pub initiate: bool,
+    /// This side receives the peer's SENDs.
+    pub receive: bool,
+}
+
+/// What happened, for the report and the "nothing lost" check.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub posted: u64,
+    pub completed: u64,
+    pub received: u64,
+    pub elapsed: Duration,
+    /// The best rate of any prefix of the run, in bytes per second (perftest's peak).
+    pub peak: f64,
+}
+
+/// One size's run. `qpns` maps completions to QPs.
+pub fn run(
+    tier: &mut impl Tier,
+    cq: &CompletionQueue<'_>,
+    qpns: &[Qpn],
+    plan: &Plan,
+    control: &mut Control,
+) -> Result<Stats, Error> {
+    let n_qps = qpns.len();
+    let mut posted = vec![0u64; n_qps];
+    let mut completed = vec![0u64; n_qps];
+    // Per QP, the running WR count at each signaled WR: completions arrive in that order.
+    let mut marks: Vec<VecDeque<u64>> =
+        (0..n_qps).map(|_| VecDeque::with_capacity(plan.tx_depth as usize + 1)).collect();
+    let mut expected = if plan.receive { plan.iters.map(|n| n * n_qps as u64) } else { Some(0) };
+    let mut heard_peer = false;
+    let mut sent_report = false;
+    let mut stats = Stats::default();
+    let mut wcs: [WorkCompletion; 16] = Default::default();
+    let start = Instant::now();
+    let mut last_progress = start;
+    let mut idle = 0u32;
+    loop {
+        let now_elapsed = start.elapsed();
+        let stop_posting = plan.duration.is_some_and(|d| now_elapsed >= d);
+        if plan.initiate {
+            for q in 0..n_qps {
+                post_some(
+                    tier,
+                    q,
+                    plan,
+                    &mut posted[q],
+                    completed[q],
+                    &mut marks[q],
+                    stop_posting,
+                )?;
+            }
+        }
+        let initiator_done = !plan.initiate
+            || (0..n_qps).all(|q| {
+                completed[q] == posted[q]
+                    && (stop_posting || plan.iters.is_some_and(|n| posted[q] == n))
+            });
+        if initiator_done && !sent_report {
+            control.send(&format!("sent {}", posted.iter().sum::<u64>()))?;
+            sent_report = true;
+        }
+        if !heard_peer && (plan.receive || initiator_done) && idle.is_multiple_of(1024) {
+            if let Some(line) = control.try_recv()? {
+                let count = line.strip_prefix("sent ").and_then(|n| n.parse().ok());
+                let count: u64 =
+                    count.ok_or_else(|| format!("the peer is out of step: it sent {line:?}"))?;
+                if plan.receive {
+                    expected = Some(count);
+                }
+                heard_peer = true;
+            }
+        }
+        if initiator_done && heard_peer && expected.is_some_and(|e| stats.received >= e) {
+            break;
+        }
+
+        let done = cq.poll(&mut wcs)?;
+        if done.is_empty() {
+            idle = idle.wrapping_add(1);
+            if idle.is_multiple_of(4096) && last_progress.elapsed() > STALL_LIMIT {
+                return Err(format!(
+                    "no completion for {} s ({} of {} WRs completed, {} received): the peer is gone",
+                    STALL_LIMIT.as_secs(),
+                    completed.iter().sum::<u64>(),
+                    posted.iter().sum::<u64>(),
+                    stats.received
+                )
+                .into());
+            }
+            continue;
+        }
+        last_progress = Instant::now();
+        for wc in done.iter_mut() {
+            let q = qpns
+                .iter()
+                .position(|&n| n == wc.qp_num())
+                .ok_or("a completion for an unknown QP")?;
+            if !wc.is_success() {
+                return Err(format!(
+                    "a work request on QP {q} failed: {} (vendor error {:#x}){}",
+                    wc.status(),
+                    wc.vendor_err(),
+                    if wc.status() == WcStatus::RETRY_EXC_ERR {
+                        ": the peer stopped answering"
+                    } else {
+                        ""
+                    }
+                )
+                .into());
+            }
+            if matches!(wc.opcode(), WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM) {
+                stats.received += 1;
+            } else {
+                completed[q] = marks[q].pop_front().ok_or("a completion nothing signaled")?;
+                let done_bytes = completed.iter().sum::<u64>() as f64 * f64::from(plan.size);
+                stats.peak = stats.peak.max(done_bytes / start.elapsed().as_secs_f64());
+            }
+            tier.complete(q, wc)?;
+        }
+    }
+    stats.elapsed = start.elapsed();
+    stats.posted = posted.iter().sum();
+    stats.completed = completed.iter().sum();
+    Ok(stats)
+}
+
+/// Posts on QP `q` while the tx depth allows: lists of -l WRs, the last of a list signaled
+/// when the count crosses a multiple of -Q, or when it is the run's last WR.
+fn post_some(
+    tier: &mut impl Tier,
+    q: usize,
+    plan: &Plan,
+    posted: &mut u64,
+    completed: u64,
+    marks: &mut VecDeque<u64>,
+    stop: bool,
+) -> Result<(), Error> {
+    let depth = u64::from(plan.tx_depth);
+    let last_mark = marks.back().copied().unwrap_or(completed);
+    // At the end of a -D run, one signaled WR closes the chain of unsignaled ones.
+    if stop {
+        if *posted > last_mark && *posted - completed < depth {
+            tier.post(q, 1, plan.size, true)?;
+            *posted += 1;
+            marks.push_back(*posted);
+        }
+        return Ok(());
+    }
+    loop {
+        let left = plan.iters.map_or(u64::MAX, |n| n - *posted);
+        let n = u64::from(plan.post_list).min(left);
+        if n == 0 || *posted - completed + n > depth {
+            return Ok(());
+        }
+        let after = *posted + n;
+        let cq_mod = u64::from(plan.cq_mod);
+        let signal = after / cq_mod != *posted / cq_mod || left == n;
+        tier.post(q, n as u32, plan.size, signal)?;
+        *posted = after;
+        if signal {
+            marks.push_back(after);
+        }
+    }
+}
+
+/// The safe buffer tier: each WR takes its own buffer from the pool; a completion returns
+/// the buffers of every WR it covers.
+pub struct Safe<'q, 'a> {
+    pub qps: &'q [QueuePair<'a, Rts>],
+    pub pool: &'a BufferPool<'a>,
+    pub lists: Vec<SendList<'a>>,
+    pub mode: Mode,
+    pub remotes: Vec<RemoteAddr>,
+}
+
+impl Tier for Safe<'_, '_> {
+    fn post(&mut self, q: usize, n: u32, size: u32, signal: bool) -> Result<(), Error> {
+        let op = self.mode.op(self.remotes[q]);
+        let list = &mut self.lists[q];
+        for _ in 0..n {
+            let mut buf =
+                self.pool.take().ok_or("the buffer pool ran dry: every buffer is in flight")?;
+            buf.set_len(size as usize)?;
+            list.push(buf, op).map_err(|_| "the post list is full")?;
+        }
+        Ok(self.qps[q].post_send_buffers(list, signal)?)
+    }
+
+    fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {
+        let buf = self.pool.complete(wc).ok_or("a completion for none of our buffers")?;
+        if matches!(wc.opcode(), WcOpcode::RECV) {
+            self.qps[q].post_recv_buffer(buf).map_err(|e| e.error)?;
+        }
+        Ok(())
+    }
+}
+
+/// The raw tier, as perftest: one region per QP that every WR of that QP names, WR lists
+/// built once per size, of which only the flags change.
+pub struct Raw<'q, 'a> {
+    pub qps: &'q [QueuePair<'a, Rts>],
+    pub recv_sges: &'q [[Sge; 1]],
+    pub lists: Vec<Vec<SendWr<'q>>>,
+    pub inline: bool,
+}
+
+impl<'q, 'a> Raw<'q, 'a> {
+    /// `post_list` WRs per QP for `mode`, over `send_sges` (one per QP, of this size).
+    pub fn new(
+        qps: &'q [QueuePair<'a, Rts>],
+        send_sges: &'q [[Sge; 1]],
+        recv_sges: &'q [[Sge; 1]],
+        mode: Mode,
+        remotes: &[RemoteAddr],
+        post_list: u32,
+        inline: bool,
+    ) -> Self {
+        let lists = (0..qps.len())
+            .map(|q| {
+                (0..post_list)
+                    .map(|i| mode.work_request(u64::from(i), &send_sges[q], remotes[q]))
+                    .collect()
+            })
+            .collect();
+        Raw { qps, recv_sges, lists, inline }
+    }
+}
+
+impl Tier for Raw<'_, '_> {
+    fn post(&mut self, q: usize, n: u32, _size: u32, signal: bool) -> Result<(), Error> {
+        let list = &mut self.lists[q][..n as usize];
+        let base = if self.inline { SendFlags::INLINE } else { SendFlags::empty() };
+        for (i, wr) in list.iter_mut().enumerate() {
+            let last = i + 1 == n as usize;
+            wr.set_flags(if signal && last { base | SendFlags::SIGNALED } else { base });
+        }
+        // SAFETY: the QP's region outlives it (declared before it); the program never reads or
+        // writes it while WRs are outstanding (the bytes are meaningless here), and every WR's
+        // wr_id is small (never the buffer tier's).
+        unsafe { self.qps[q].post_send_list(list) }.map_err(|(_, e)| e.into())
+    }
+
+    fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {
+        if matches!(wc.opcode(), WcOpcode::RECV) {
+            // SAFETY: as in `post`: the receive region is never touched by the program.
+            unsafe { self.qps[q].post_recv(&mut RecvWr::new(0, &self.recv_sges[q]))? };
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! Extras layer: mlx5dv, GPU memory registration (dma-buf, nvidia_peermem), and whether this
+//! runs in a container — then the container checklist.
+
+use std::path::Path;
+
+use super::library::Library;
+use super::process;
+use super::sysfs::{self, SysDevice, CLASS_INFINIBAND};
+use super::{bytes, Out};
+
+/// Runs the layer's checks.
+pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
+    let mlx5: Vec<&str> = devices.iter().filter(|d| d.is_mlx5()).map(|d| d.name.as_str()).collect();
+    let libmlx5 = match (&library.libmlx5, &library.verbs) {
+        (Some(path), _) => format!("libmlx5 at {}", path.display()),
+        (None, Ok(_)) => "no libmlx5 found".into(),
+        (None, Err(_)) => "libmlx5 not looked for (see Library)".into(),
+    };
+    let mlx5 = if mlx5.is_empty() {
+        "no mlx5 device".into()
+    } else {
+        format!("mlx5 devices: {}", mlx5.join(", "))
+    };
+    out.skip(
+        "mlx5dv",
+        format!(
+            "mlx5dv_is_supported is not called: this build does not load libmlx5 yet (the mlx5 \
+             feature is planned); {mlx5}; {libmlx5}"
+        ),
+    );
+
+    let gpu = Path::new("/sys/module/nvidia").exists();
+    match &library.verbs {
+        Err(reason) => out.skip("dmabuf", reason.clone()),
+        Ok(verbs) if verbs.has_symbol("ibv_reg_dmabuf_mr") => out.pass(
+            "dmabuf",
+            "libibverbs exports ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core v34+): GPU memory can \
+             be registered through dma-buf where the kernel (5.12+) and GPU driver export it",
+        ),
+        Ok(_) if gpu => out.warn(
+            "dmabuf",
+            "libibverbs lacks ibv_reg_dmabuf_mr (rdma-core before v34), and an NVIDIA GPU driver \
+             is loaded: GPU memory can be registered only through nvidia_peermem",
+            "upgrade rdma-core to v34 or later",
+        ),
+        Ok(_) => out.pass(
+            "dmabuf",
+            "libibverbs lacks ibv_reg_dmabuf_mr (rdma-core before v34); only GPU memory needs it, \
+             and no NVIDIA GPU driver is loaded",
+        ),
+    }
+
+    let peermem = ["nvidia_peermem", "nv_peer_mem"]
+        .into_iter()
+        .find(|m| Path::new("/sys/module").join(m).exists());
+    match (peermem, gpu) {
+        (Some(module), _) => out.pass(
+            "nvidia_peermem",
+            format!("{module} is loaded: GPUDirect RDMA can register GPU memory"),
+        ),
+        (None, true) => out.warn(
+            "nvidia_peermem",
+            "not loaded, while an NVIDIA GPU driver is: GPUDirect RDMA clients need it, or dma-buf",
+            "modprobe nvidia_peermem, or register GPU memory through dma-buf (ibv_reg_dmabuf_mr)",
+        ),
+        (None, false) => {
+            out.pass("nvidia_peermem", "not loaded; no NVIDIA GPU driver is loaded to need it")
+        }
+    }
+
+    container(out, devices);
+}
+
+/// Whether this runs in a container and, if so, the checklist RDMA needs there.
+fn container(out: &mut Out<'_>, devices: &[SysDevice]) {
+    let markers = container_markers();
+    if markers.is_empty() {
+        out.pass(
+            "container",
+            "no: no /.dockerenv, /run/.containerenv, /run/systemd/container, nor a container \
+             cgroup",
+        );
+        return;
+    }
+    out.pass("container", format!("yes: {}", markers.join(", ")));
+
+    let nodes: Vec<String> =
+        devices.iter().filter_map(|d| d.uverbs.as_ref()).map(|u| u.node()).collect();
+    let missing: Vec<&str> =
+        nodes.iter().filter(|n| !Path::new(n).exists()).map(String::as_str).collect();
+    if nodes.is_empty() {
+        out.skip("container: device nodes", "the kernel shows no uverbs device to pass in");
+    } else if missing.is_empty() {
+        out.pass("container: device nodes", format!("passed in: {}", nodes.join(", ")));
+    } else {
+        let devices: Vec<String> = missing.iter().map(|n| format!("--device={n}")).collect();
+        out.fail(
+            "container: device nodes",
+            format!("not passed in: {}", missing.join(", ")),
+            format!(
+                "docker/podman run {} --device=/dev/infiniband/rdma_cm (or all of \
+                 /dev/infiniband); Kubernetes: an RDMA device plugin",
+                devices.join(" ")
+            ),
+        );
+    }
+
+    if !Path::new("/sys/class").is_dir() {
+        out.fail(
+            "container: /sys",
+            "sysfs is not mounted",
+            "do not mask /sys (container runtimes mount it by default)",
+        );
+    } else {
+        let shown = sysfs::names(CLASS_INFINIBAND);
+        let shown = if shown.is_empty() { "no RDMA device".into() } else { shown.join(", ") };
+        out.pass("container: /sys", format!("mounted; {CLASS_INFINIBAND} shows {shown}"));
+    }
+
+    match process::memlock() {
+        Some(limit) if limit.soft.is_none() => out.pass("container: memlock", "unlimited"),
+        limit => out.warn(
+            "container: memlock",
+            format!("RLIMIT_MEMLOCK is {}", limit.map_or("unknown".into(), |l| bytes(l.soft))),
+            "docker/podman run --ulimit memlock=-1; Kubernetes: raise the container runtime's \
+             default (LimitMEMLOCK=infinity for containerd's service)",
+        ),
+    }
+
+    if process::has_ipc_lock() == Some(true) {
+        out.pass("container: IPC_LOCK", "held: registration may exceed RLIMIT_MEMLOCK");
+    } else {
+        out.warn(
+            "container: IPC_LOCK",
+            "not held: registration is bounded by RLIMIT_MEMLOCK",
+            "docker/podman run --cap-add=IPC_LOCK; Kubernetes: securityContext.capabilities.add: \
+             [\"IPC_LOCK\"]",
+        );
+    }
+}
+
+/// The signs of a container: runtime marker files, and container managers in the cgroup
+/// paths of this process and of PID 1.
+fn container_markers() -> Vec<String> {
+    let mut markers: Vec<String> = ["/.dockerenv", "/run/.containerenv"]
+        .into_iter()
+        .filter(|f| Path::new(f).exists())
+        .map(String::from)
+        .collect();
+    if let Some(manager) = sysfs::read("/run/systemd/container") {
+        markers.push(format!("/run/systemd/container says {manager}"));
+    }
+    for file in ["/proc/self/cgroup", "/proc/1/cgroup"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if let Some(path) = cgroup_marker(&text) {
+            markers.push(format!("{file} has {path}"));
+            break;
+        }
+    }
+    markers
+}
+
+/// The first cgroup path of a `/proc/<pid>/cgroup` text that names a container manager.
+fn cgroup_marker(text: &str) -> Option<&str> {
+    const MANAGERS: [&str; 6] = ["docker", "kubepods", "containerd", "libpod", "lxc", "crio"];
+    text.lines()
+        .filter_map(|line| line.rsplit(':').next())
+        .find(|path| MANAGERS.iter().any(|m| path.contains(m)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_cgroups_are_recognised() {
+        let docker = "12:memory:/docker/3f2a\n0::/system.slice/docker-3f2a.scope\n";
+        assert_eq!(cgroup_marker(docker), Some("/docker/3f2a"));
+        let k8s = "0::/kubepods.slice/kubepods-pod12.slice/cri-containerd-ab.scope\n";
+        assert!(cgroup_marker(k8s).is_some());
+        assert_eq!(cgroup_marker("0::/\n1:cpu:/user.slice\n"), None);
+    }
+}
