@@ -199,7 +199,7 @@ impl<'list> Device<'list> {
         // SAFETY: a live device; libibverbs keeps it referenced by the context it opens.
         let raw = unsafe { (self.lib.fns.ibv_open_device)(self.raw.as_ptr()) };
         let raw = check_ptr(raw, "ibv_open_device")?;
-        Ok(Context { raw, lib: self.lib, name: self.name().to_owned() })
+        Ok(Context { raw, lib: self.lib, name: self.name().to_owned(), attr: Default::default() })
     }
 
     /// The raw device pointer.
@@ -224,6 +224,8 @@ pub struct Context {
     raw: NonNull<sys::ibv_context>,
     lib: &'static sys::Ibverbs,
     name: String,
+    /// The device attributes, queried once when a check first needs them.
+    attr: std::sync::OnceLock<DeviceAttr>,
 }
 
 // SAFETY: libibverbs verbs are thread-safe (rdma-core's documented guarantee); the context
@@ -265,7 +267,7 @@ impl Context {
         raw: NonNull<sys::ibv_context>,
         name: String,
     ) -> Context {
-        Context { raw, lib, name }
+        Context { raw, lib, name, attr: Default::default() }
     }
 
     /// The device's name.
@@ -295,6 +297,15 @@ impl Context {
         let ret = unsafe { (self.lib.fns.ibv_query_device)(self.as_raw(), &mut attr) };
         check_errno(ret, "ibv_query_device")?;
         Ok(DeviceAttr(attr))
+    }
+
+    /// The device attributes, queried on first use and kept (they do not change).
+    pub(crate) fn cached_attr(&self) -> Result<&DeviceAttr> {
+        if let Some(attr) = self.attr.get() {
+            return Ok(attr);
+        }
+        let attr = self.query_device()?;
+        Ok(self.attr.get_or_init(|| attr))
     }
 
     /// `ibv_query_port(3)`—The attributes of `port` (from 1).

@@ -84,6 +84,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
+mod ah;
 mod buffer;
 mod c_enum;
 mod channel;
@@ -97,11 +98,15 @@ mod mr;
 mod pd;
 mod port;
 mod qp;
+mod srq;
 mod wc;
 mod wr;
 
 pub use rdma_verbs_sys as sys;
 
+pub use ah::AddressHandle;
+pub use ah::Grh;
+pub use ah::UdDestination;
 pub use buffer::Buffer;
 pub use buffer::BufferPool;
 pub use buffer::PostError;
@@ -140,6 +145,7 @@ pub use port::Mtu;
 pub use port::PortAttr;
 pub use port::PortState;
 pub use qp::AddressVector;
+pub use qp::Connected;
 pub use qp::GlobalRoute;
 pub use qp::Init;
 pub use qp::InitAttr;
@@ -147,15 +153,21 @@ pub use qp::QpAttrMask;
 pub use qp::QpCapabilities;
 pub use qp::QpInitAttr;
 pub use qp::QpState;
+pub use qp::QpType;
 pub use qp::QueuePair;
 pub use qp::QueuePairState;
+pub use qp::Rc;
 pub use qp::ReceiveReady;
 pub use qp::Reset;
 pub use qp::Rtr;
 pub use qp::RtrAttr;
 pub use qp::Rts;
 pub use qp::RtsAttr;
+pub use qp::Uc;
+pub use qp::Ud;
+pub use qp::UdInitAttr;
 pub use qp::Unknown;
+pub use srq::SharedReceiveQueue;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;
 pub use wc::WorkCompletion;

@@ -13,6 +13,7 @@ use std::marker::PhantomData;
 use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
+use crate::ah::UdDestination;
 use crate::mr::{LKey, RKey};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of the region named by
@@ -151,6 +152,73 @@ impl<'a> SendWr<'a> {
         wr
     }
 
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 8 bytes at `remote` equal `compare`, write
+    /// `swap`; the old value lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
+    pub fn compare_swap(
+        wr_id: u64,
+        sges: &'a [Sge],
+        remote: RemoteAddr,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_ATOMIC_CMP_AND_SWP);
+        wr.raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+            remote_addr: remote.addr,
+            compare_add: compare,
+            swap,
+            rkey: remote.rkey.0,
+        };
+        wr
+    }
+
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `add` to the 8 bytes at `remote`; the old value
+    /// lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
+    pub fn fetch_add(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, add: u64) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_ATOMIC_FETCH_AND_ADD);
+        wr.raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+            remote_addr: remote.addr,
+            compare_add: add,
+            swap: 0,
+            rkey: remote.rkey.0,
+        };
+        wr
+    }
+
+    /// Addresses a SEND on a UD QP to `dest`.
+    pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
+        self.raw.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: dest.ah.as_raw(),
+            remote_qpn: dest.qpn.0,
+            remote_qkey: dest.qkey,
+        };
+        self
+    }
+
+    pub(crate) fn is_atomic(&self) -> bool {
+        matches!(self.raw.opcode, sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD)
+    }
+
+    /// Whether this is a SEND that [`SendWr::to`] addressed (the SEND constructors zero the
+    /// union, so a non-NULL AH pointer was set by `to`).
+    pub(crate) fn has_destination(&self) -> bool {
+        let send = matches!(self.raw.opcode, sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM);
+        // SAFETY: the union is initialised (zeroed, then set by a constructor or `to`).
+        send && !unsafe { self.raw.wr.ud.ah }.is_null()
+    }
+
+    /// The remote address of an RDMA or atomic WR.
+    pub(crate) fn remote_addr(&self) -> u64 {
+        // SAFETY: both union members start with the 64-bit remote address; the constructors
+        // zero the union, so it is initialised whatever the opcode.
+        unsafe {
+            if self.is_atomic() {
+                self.raw.wr.atomic.remote_addr
+            } else {
+                self.raw.wr.rdma.remote_addr
+            }
+        }
+    }
+
     fn set_remote(&mut self, remote: RemoteAddr) {
         self.raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
             remote_addr: remote.addr,
@@ -190,7 +258,7 @@ impl<'a> SendWr<'a> {
         self.raw.num_sge as usize
     }
 
-    fn sges(&self) -> &'a [Sge] {
+    pub(crate) fn sges(&self) -> &'a [Sge] {
         // SAFETY: sg_list/num_sge were built from a `&'a [Sge]`.
         unsafe { std::slice::from_raw_parts(self.raw.sg_list.cast(), self.raw.num_sge as usize) }
     }

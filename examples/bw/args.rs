@@ -125,36 +125,3 @@ impl Args {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(extra: &[&str]) -> Args {
-        Args::parse_from(std::iter::once("write_bw").chain(extra.iter().copied()))
-    }
-
-    #[test]
-    fn bad_values_are_refused_with_what_to_change() {
-        assert_eq!(args(&["-s", "0"]).check().unwrap_err(), "-s (size) must be at least 1");
-        assert_eq!(args(&["-q", "0"]).check().unwrap_err(), "-q (QPs) must be at least 1");
-        assert_eq!(args(&["-t", "0"]).check().unwrap_err(), "-t (tx depth) must be at least 1");
-        assert_eq!(
-            args(&["-t", "8", "-Q", "9"]).check().unwrap_err(),
-            "-Q 9 must be 1..=8 (at most -t, the tx depth)"
-        );
-        assert_eq!(
-            args(&["-t", "8", "-l", "9"]).check().unwrap_err(),
-            "-l 9 must not exceed -t 8 (the tx depth)"
-        );
-        assert!(args(&[]).check().is_ok());
-    }
-
-    #[test]
-    fn cq_mod_follows_perftest() {
-        assert_eq!(args(&[]).cq_mod(), 100);
-        assert_eq!(args(&["-l", "4"]).cq_mod(), 4);
-        assert_eq!(args(&["-t", "16"]).cq_mod(), 16);
-        assert_eq!(args(&["-a", "--max-size", "64"]).sizes(), [2, 4, 8, 16, 32, 64]);
-    }
-}

@@ -265,14 +265,14 @@ impl<'p> Buffer<'p> {
     }
 
     /// An SGE over the first `len` bytes.
-    pub(super) fn sge(&self, len: usize) -> Sge {
+    pub(crate) fn sge(&self, len: usize) -> Sge {
         Sge::new(self.pool.chunk_ptr(self.index) as u64, len as u32, self.pool.lkey())
     }
 
     /// Hands the chunk to the NIC with a new `wr_id`: in flight (completed by that `wr_id`),
     /// or `batched` (released by the completion of a later WR of the same list, see
     /// [`Flight::chain_before`]). The token is gone until then, or [`Flight::restore`].
-    pub(super) fn launch(self, len: u32, batched: bool) -> Flight<'p> {
+    pub(crate) fn launch(self, len: u32, batched: bool) -> Flight<'p> {
         let (pool, index) = (self.pool, self.index as usize);
         std::mem::forget(self);
         pool.lens[index].store(len, Ordering::Relaxed);
@@ -300,12 +300,12 @@ impl std::fmt::Debug for Buffer<'_> {
 }
 
 /// A chunk handed to the NIC: what the post needs, and the way back if the post is refused.
-pub(super) struct Flight<'p> {
+pub(crate) struct Flight<'p> {
     pool: &'p BufferPool<'p>,
     index: u32,
     len: u32,
     /// The WR's `wr_id`; for a batched chunk it is never used to complete.
-    pub(super) wr_id: u64,
+    pub(crate) wr_id: u64,
 }
 
 impl<'p> Flight<'p> {
@@ -316,7 +316,7 @@ impl<'p> Flight<'p> {
     }
 
     /// The token again, after the provider refused the WR (the NIC never saw it).
-    pub(super) fn restore(self) -> Buffer<'p> {
+    pub(crate) fn restore(self) -> Buffer<'p> {
         self.pool.prev[self.index as usize].store(NO_PREV, Ordering::Relaxed);
         self.pool.states[self.index as usize].store(HELD, Ordering::Relaxed);
         Buffer { pool: self.pool, index: self.index, len: self.len }

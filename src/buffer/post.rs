@@ -1,8 +1,9 @@
 //! Posting buffers: one at a time, or as a list with selective signaling.
 
 use super::pool::{Buffer, Flight};
+use crate::ah::UdDestination;
 use crate::error::{Error, Result};
-use crate::qp::{QueuePair, ReceiveReady, Rts};
+use crate::qp::{QpType, QueuePair, ReceiveReady, Rts, Ud};
 use crate::sys;
 use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, Sge};
 
@@ -19,6 +20,24 @@ pub enum SendOp {
     RdmaWriteWithImm(RemoteAddr, u32),
     /// RDMA READ `len` bytes of the peer's memory into it.
     RdmaRead(RemoteAddr),
+    /// Atomic compare-and-swap on the peer's 8 bytes; the old value lands in the buffer,
+    /// whose length must be 8. RC only.
+    CompareSwap {
+        /// The peer's 8-byte-aligned word.
+        remote: RemoteAddr,
+        /// The value expected there.
+        compare: u64,
+        /// The value written when it matches.
+        swap: u64,
+    },
+    /// Atomic fetch-and-add on the peer's 8 bytes; the old value lands in the buffer, whose
+    /// length must be 8. RC only.
+    FetchAdd {
+        /// The peer's 8-byte-aligned word.
+        remote: RemoteAddr,
+        /// What is added.
+        add: u64,
+    },
 }
 
 impl SendOp {
@@ -33,7 +52,7 @@ impl SendOp {
         mut flags: SendFlags,
     ) -> SendWr<'_> {
         let sges = if len == 0 { &[][..] } else { std::slice::from_ref(sge) };
-        if len <= max_inline && !matches!(self, SendOp::RdmaRead(_)) {
+        if len <= max_inline && !self.writes_buffer() {
             flags |= SendFlags::INLINE;
         }
         match self {
@@ -44,8 +63,17 @@ impl SendOp {
                 SendWr::rdma_write_with_imm(wr_id, sges, remote, imm)
             }
             SendOp::RdmaRead(remote) => SendWr::rdma_read(wr_id, sges, remote),
+            SendOp::CompareSwap { remote, compare, swap } => {
+                SendWr::compare_swap(wr_id, sges, remote, compare, swap)
+            }
+            SendOp::FetchAdd { remote, add } => SendWr::fetch_add(wr_id, sges, remote, add),
         }
         .flags(flags)
+    }
+
+    /// Whether the NIC writes the buffer (so it cannot go inline).
+    fn writes_buffer(self) -> bool {
+        matches!(self, SendOp::RdmaRead(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
     }
 }
 
@@ -70,7 +98,7 @@ impl std::error::Error for PostError<'_> {
     }
 }
 
-impl<'res> QueuePair<'res, Rts> {
+impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
     /// the buffer comes back from [`BufferPool::complete`](super::BufferPool::complete) with
     /// the completion. Bytes that fit the QP's `max_inline_data` go inline.
@@ -97,7 +125,39 @@ impl<'res> QueuePair<'res, Rts> {
     }
 }
 
-impl<'res, S: ReceiveReady> QueuePair<'res, S> {
+impl<'res> QueuePair<'res, Rts, Ud> {
+    /// `ibv_post_send(3)`—Sends `buffer`'s [`len`](Buffer::len) bytes (at most the path MTU)
+    /// as one datagram to `dest`, signaled, with `imm` as immediate data when given. The
+    /// destination's address handle outlives the QP (`'p: 'res`), so it is alive whenever the
+    /// NIC uses it.
+    ///
+    /// # Errors
+    ///
+    /// As [`QueuePair::post_send_buffer`], and the UD checks of [`QueuePair::post_send`].
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffer_to<'p>(
+        &self,
+        buffer: Buffer<'p>,
+        dest: &UdDestination<'p>,
+        imm: Option<u32>,
+    ) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        let len = buffer.len() as u32;
+        let sge = buffer.sge(len as usize);
+        let flight = buffer.launch(len, false);
+        let op = imm.map_or(SendOp::Send, SendOp::SendWithImm);
+        let max_inline = self.caps().max_inline_data;
+        let wr = op.work_request(flight.wr_id, &sge, len, max_inline, SendFlags::SIGNALED);
+        let mut wr = wr.to(dest);
+        // SAFETY: as in `post_send_buffer`; the AH outlives this QP ('p: 'res).
+        unsafe { self.post_send(&mut wr) }
+            .map_err(|error| PostError { buffer: flight.restore(), error })
+    }
+}
+
+impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     /// `ibv_post_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back from
     /// [`BufferPool::complete`](super::BufferPool::complete) with the completion, its length
     /// set to the bytes received.
@@ -192,7 +252,7 @@ impl std::fmt::Debug for SendList<'_> {
     }
 }
 
-impl<'res> QueuePair<'res, Rts> {
+impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
     /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
     /// back with the next signaled WR of this list on this QP. No allocation.

@@ -11,6 +11,7 @@ use crate::endpoint::{Endpoint, Lid, Psn, Qpn};
 use crate::gid::Gid;
 use crate::mr::AccessFlags;
 use crate::port::Mtu;
+use crate::srq::SharedReceiveQueue;
 
 /// Work queue sizes (`struct ibv_qp_cap`). After creation, [`QueuePair::caps`] holds what
 /// the provider actually allocated (at least what was asked).
@@ -77,12 +78,21 @@ pub struct QpInitAttr<'res> {
     /// Whether every send WR completes (`sq_sig_all`); otherwise only those posted with
     /// [`SendFlags::SIGNALED`](crate::SendFlags::SIGNALED).
     pub sq_sig_all: bool,
+    /// A shared receive queue that feeds this QP's receives (its own receive queue is then
+    /// unused: `max_recv_wr` is ignored).
+    pub srq: Option<&'res SharedReceiveQueue<'res>>,
 }
 
 impl<'res> QpInitAttr<'res> {
     /// Both queues on `cq`, default capabilities, selective signaling.
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
-        QpInitAttr { send_cq: cq, recv_cq: cq, cap: QpCapabilities::default(), sq_sig_all: false }
+        QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCapabilities::default(),
+            sq_sig_all: false,
+            srq: None,
+        }
     }
 }
 
@@ -102,6 +112,17 @@ impl Default for InitAttr {
     fn default() -> Self {
         InitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() }
     }
+}
+
+/// RESET → INIT of a UD QP (`IBV_QP_STATE | PKEY_INDEX | PORT | QKEY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdInitAttr {
+    /// The port, from 1.
+    pub port: u8,
+    /// The P_Key table index.
+    pub pkey_index: u16,
+    /// The Q_Key: datagrams are accepted only when they carry it.
+    pub qkey: u32,
 }
 
 /// The global route header (`struct ibv_global_route`): required on RoCE, and on InfiniBand

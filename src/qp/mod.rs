@@ -1,20 +1,25 @@
-//! Reliable Connected queue pairs, with their state machine in the type.
+//! Queue pairs (RC, UC, UD), with their state machine and transport type in the type.
 #![allow(unsafe_code)]
 //! # Safety
 //!
-//! A `QueuePair<'res, S>` owns an `ibv_qp` until `ibv_destroy_qp` and borrows the PD and CQs
-//! it was created with for `'res`, so they outlive it. `S` is the state *we* moved it to; the
-//! NIC may move it to ERROR by itself, which only makes later posts fail or flush, never
-//! unsound. Posting is `unsafe`: the caller promises what the NIC may do to the memory.
+//! A `QueuePair<'res, S, T>` owns an `ibv_qp` until `ibv_destroy_qp` and borrows the PD, CQs
+//! (and SRQ) it was created with for `'res`, so they outlive it. `S` is the state *we* moved it
+//! to; the NIC may move it to ERROR by itself, which only makes later posts fail or flush,
+//! never unsound. Raw posting is `unsafe`: the caller promises what the NIC may do to the
+//! memory.
 //!
 //! ```text
-//!  create_rc_qp      into_init          into_rtr          into_rts
+//!  create_qp::<T>    into_init          into_rtr          into_rts
 //! ─────────────▶ Reset ───────▶ Init ───────▶ Rtr ───────▶ Rts
 //!                          post_recv ✓    post_recv ✓    post_recv ✓, post_send ✓
 //! ```
 
 mod attr;
+mod connect;
+mod create;
+mod kind;
 mod modify;
+mod post;
 mod state;
 
 use std::marker::PhantomData;
@@ -24,18 +29,19 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 pub use attr::{
-    AddressVector, GlobalRoute, InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr,
+    AddressVector, GlobalRoute, InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr, UdInitAttr,
 };
+pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
-use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
+use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::pd::ProtectionDomain;
-use crate::wr::{RecvWr, SendFlags, SendWr};
 
-/// A Reliable Connected queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`.
+/// A queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`, of transport type `T`
+/// ([`Rc`] unless said otherwise, [`Uc`] or [`Ud`]).
 ///
 /// It borrows the PD and CQs it was created with, so they outlive it:
 ///
@@ -71,89 +77,32 @@ use crate::wr::{RecvWr, SendFlags, SendWr};
 /// unsafe { qp.post_send(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
 /// # Ok(()) }
 /// ```
-pub struct QueuePair<'res, S: QpState> {
+pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     raw: NonNull<sys::ibv_qp>,
     pd: &'res ProtectionDomain<'res>,
     caps: QpCapabilities,
+    /// What sends may carry, learned at INIT (the UD path MTU).
+    limits: SendLimits,
     /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
     /// it, and a covariant `'res` could be shortened at each call.
     _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
-    _state: PhantomData<S>,
+    _state: PhantomData<(S, T)>,
+}
+
+/// What the device allows a send, checked before posting.
+#[derive(Clone, Copy, Debug, Default)]
+struct SendLimits {
+    /// A UD message's largest size: the port's active MTU (0 until INIT).
+    ud_mtu: u32,
 }
 
 // SAFETY: verbs on a QP are thread-safe (providers lock their queues); the handle is
 // immutable after creation.
-unsafe impl<S: QpState> Send for QueuePair<'_, S> {}
+unsafe impl<S: QpState, T: QpType> Send for QueuePair<'_, S, T> {}
 // SAFETY: as above: posting through `&self` from several threads is allowed by rdma-core.
-unsafe impl<S: QpState> Sync for QueuePair<'_, S> {}
+unsafe impl<S: QpState, T: QpType> Sync for QueuePair<'_, S, T> {}
 
-impl<'res> ProtectionDomain<'res> {
-    /// `ibv_create_qp(3)`—Creates an RC queue pair in RESET.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when a CQ belongs to another device context;
-    /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
-    /// limits; `ENOMEM`: out of resources).
-    #[doc(alias = "ibv_create_qp")]
-    pub fn create_rc_qp(&'res self, attr: &QpInitAttr<'res>) -> Result<QueuePair<'res, Reset>> {
-        let ctx = self.context().as_raw();
-        if attr.send_cq.context().as_raw() != ctx || attr.recv_cq.context().as_raw() != ctx {
-            return Err(Error::InvalidInput(
-                "the QP's CQs must belong to the same device context as its PD".into(),
-            ));
-        }
-        let mut init = sys::ibv_qp_init_attr {
-            send_cq: attr.send_cq.as_raw(),
-            recv_cq: attr.recv_cq.as_raw(),
-            cap: attr.cap.to_raw(),
-            qp_type: sys::IBV_QPT_RC,
-            sq_sig_all: attr.sq_sig_all.into(),
-            ..Default::default()
-        };
-        // SAFETY: a live PD and CQs of its context; `init` is a valid attribute struct, which
-        // the provider updates with the capabilities it allocated.
-        let raw = unsafe { (self.context().library().fns.ibv_create_qp)(self.as_raw(), &mut init) };
-        let raw =
-            check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
-        Ok(QueuePair {
-            raw,
-            pd: self,
-            caps: QpCapabilities::from_raw(&init.cap),
-            _res: PhantomData,
-            _state: PhantomData,
-        })
-    }
-}
-
-impl ProtectionDomain<'_> {
-    /// Adds the requested capabilities, and the device's limits, to an `EINVAL` from
-    /// `ibv_create_qp`: the provider refused one of them but does not say which.
-    fn explain_create_qp(&self, error: Error, cap: &QpCapabilities) -> Error {
-        if error.errno() != Some(libc::EINVAL) {
-            return error;
-        }
-        let limits = match self.context().query_device() {
-            Ok(d) => format!(
-                "device limits: max_qp_wr {}, max_sge {} (the device reports no inline limit)",
-                d.max_qp_wr(),
-                d.max_sge()
-            ),
-            Err(_) => "the device limits could not be queried".into(),
-        };
-        error.with_hint(format!(
-            "the provider refused the requested capabilities max_send_wr {}, max_recv_wr {}, \
-             max_send_sge {}, max_recv_sge {}, max_inline_data {}; {limits}; lower them",
-            cap.max_send_wr,
-            cap.max_recv_wr,
-            cap.max_send_sge,
-            cap.max_recv_sge,
-            cap.max_inline_data
-        ))
-    }
-}
-
-impl<'res, S: QpState> QueuePair<'res, S> {
+impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// The QP number, which the peer needs.
     pub fn qp_num(&self) -> Qpn {
         // SAFETY: a live QP; a plain field read.
@@ -193,13 +142,13 @@ impl<'res, S: QpState> QueuePair<'res, S> {
 
     /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
     /// QP comes back unchanged with the error.
-    fn transition<T: QpState>(
+    fn transition<N: QpState>(
         self,
         mut attr: sys::ibv_qp_attr,
         mask: u32,
         verb: &'static str,
         state: sys::ibv_qp_state,
-    ) -> Result<QueuePair<'res, T>, TransitionError<Self>> {
+    ) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
         attr.qp_state = state;
         let mask = (mask | sys::IBV_QP_STATE) as i32;
         // SAFETY: a live QP and a valid attribute struct whose masked fields are all set.
@@ -213,12 +162,13 @@ impl<'res, S: QpState> QueuePair<'res, S> {
     }
 
     /// The same QP with another state in its type.
-    fn retype<T: QpState>(self) -> QueuePair<'res, T> {
+    fn retype<N: QpState>(self) -> QueuePair<'res, N, T> {
         let this = ManuallyDrop::new(self);
         QueuePair {
             raw: this.raw,
             pd: this.pd,
             caps: this.caps,
+            limits: this.limits,
             _res: PhantomData,
             _state: PhantomData,
         }
@@ -254,7 +204,7 @@ impl<'res, S: QpState> QueuePair<'res, S> {
     /// # Errors
     ///
     /// [`TransitionError`] with the QP and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn reset(self) -> Result<QueuePair<'res, Reset>, TransitionError<Self>> {
+    pub fn reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
         self.transition(
             sys::ibv_qp_attr::default(),
             0,
@@ -265,8 +215,8 @@ impl<'res, S: QpState> QueuePair<'res, S> {
 
     /// `ibv_modify_qp(3)` with a raw attribute struct and mask, for what the typed
     /// transitions do not cover (alternate paths, SQD, ...). `mask` is checked first against
-    /// the RC transition table (the target state is `attr.qp_state` when `mask` holds
-    /// `STATE`, else the current one); the result's state is [`Unknown`] to the type.
+    /// the transition table of the QP's type (the target state is `attr.qp_state` when `mask`
+    /// holds `STATE`, else the current one); the result's state is [`Unknown`] to the type.
     ///
     /// # Errors
     ///
@@ -278,14 +228,14 @@ impl<'res, S: QpState> QueuePair<'res, S> {
         self,
         attr: &sys::ibv_qp_attr,
         mask: QpAttrMask,
-    ) -> Result<QueuePair<'res, Unknown>, TransitionError<Self>> {
+    ) -> Result<QueuePair<'res, Unknown, T>, TransitionError<Self>> {
         let from = match S::STATE.map_or_else(|| self.query_state(), Ok) {
             Ok(state) => state,
             Err(error) => return Err(TransitionError { qp: self, error }),
         };
         let to =
             if mask.contains(QpAttrMask::STATE) { QueuePairState(attr.qp_state) } else { from };
-        if let Err(error) = modify::check_rc_mask(from, to, mask) {
+        if let Err(error) = modify::check_mask(T::RAW, T::NAME, from, to, mask) {
             return Err(TransitionError { qp: self, error });
         }
         let mut attr = *attr;
@@ -304,18 +254,18 @@ impl<'res, S: QpState> QueuePair<'res, S> {
     }
 }
 
-impl<'res> QueuePair<'res, Unknown> {
-    /// Puts the device's current state back into the type, checking it is `T`.
+impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
+    /// Puts the device's current state back into the type, checking it is `N`.
     ///
     /// # Errors
     ///
     /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the actual state
-    /// when it is not `T`, or the [`Error::Verb`] of `ibv_query_qp`.
-    pub fn into_checked<T: QpState>(self) -> Result<QueuePair<'res, T>, TransitionError<Self>> {
+    /// when it is not `N`, or the [`Error::Verb`] of `ibv_query_qp`.
+    pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
         match self.query_state() {
-            Ok(state) if Some(state) == T::STATE => Ok(self.retype()),
+            Ok(state) if Some(state) == N::STATE => Ok(self.retype()),
             Ok(state) => {
-                let error = Error::InvalidInput(format!("the QP is in {state}, not {}", T::NAME));
+                let error = Error::InvalidInput(format!("the QP is in {state}, not {}", N::NAME));
                 Err(TransitionError { qp: self, error })
             }
             Err(error) => Err(TransitionError { qp: self, error }),
@@ -323,222 +273,7 @@ impl<'res> QueuePair<'res, Unknown> {
     }
 }
 
-impl<'res> QueuePair<'res, Reset> {
-    /// RESET → INIT: binds the QP to a port and sets what the peer may do.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP and the [`Error::Verb`] of `ibv_modify_qp`
-    /// (`EINVAL`: a port or P_Key index that does not exist).
-    pub fn into_init(
-        self,
-        attr: &InitAttr,
-    ) -> Result<QueuePair<'res, Init>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            pkey_index: attr.pkey_index,
-            port_num: attr.port,
-            qp_access_flags: attr.access.bits(),
-            ..Default::default()
-        };
-        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
-        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
-    }
-}
-
-impl<'res> QueuePair<'res, Init> {
-    /// INIT → RTR: connects the receive side to the peer.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP and the [`Error::Verb`] of `ibv_modify_qp`
-    /// (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID index).
-    pub fn into_rtr(self, attr: &RtrAttr) -> Result<QueuePair<'res, Rtr>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            path_mtu: attr.path_mtu.0,
-            dest_qp_num: attr.dest_qpn.0,
-            rq_psn: attr.rq_psn.get(),
-            max_dest_rd_atomic: attr.max_dest_rd_atomic,
-            min_rnr_timer: attr.min_rnr_timer,
-            ah_attr: attr.av.to_raw(),
-            ..Default::default()
-        };
-        let mask = sys::IBV_QP_AV
-            | sys::IBV_QP_PATH_MTU
-            | sys::IBV_QP_DEST_QPN
-            | sys::IBV_QP_RQ_PSN
-            | sys::IBV_QP_MAX_DEST_RD_ATOMIC
-            | sys::IBV_QP_MIN_RNR_TIMER;
-        self.transition(raw, mask, "ibv_modify_qp (INIT→RTR)", sys::IBV_QPS_RTR)
-    }
-}
-
-impl<'res> QueuePair<'res, Rtr> {
-    /// RTR → RTS: enables the send side.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP and the [`Error::Verb`] of `ibv_modify_qp`
-    /// (`EINVAL` on iWARP devices, which connect only through rdma_cm).
-    pub fn into_rts(self, attr: &RtsAttr) -> Result<QueuePair<'res, Rts>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout,
-            retry_cnt: attr.retry_cnt,
-            rnr_retry: attr.rnr_retry,
-            sq_psn: attr.sq_psn.get(),
-            max_rd_atomic: attr.max_rd_atomic,
-            ..Default::default()
-        };
-        let mask = sys::IBV_QP_TIMEOUT
-            | sys::IBV_QP_RETRY_CNT
-            | sys::IBV_QP_RNR_RETRY
-            | sys::IBV_QP_SQ_PSN
-            | sys::IBV_QP_MAX_QP_RD_ATOMIC;
-        self.transition(raw, mask, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
-    }
-}
-
-impl<S: ReceiveReady> QueuePair<'_, S> {
-    /// `ibv_post_recv(3)`—Posts one receive work request.
-    ///
-    /// # Safety
-    ///
-    /// Until this WR's completion has been polled, or the QP has been destroyed:
-    /// - the memory each SGE describes must stay allocated and registered (its
-    ///   [`MemoryRegion`](crate::MemoryRegion) alive), in a region of this QP's PD;
-    /// - the program must not read or write those bytes by any means (no `&`/`&mut` to them
-    ///   may be used): the NIC writes them at a time of its choosing;
-    /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
-    ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Verb`] from the provider: `ENOMEM` when the receive queue is full, `EINVAL`
-    /// for more SGEs than `max_recv_sge`.
-    #[doc(alias = "ibv_post_recv")]
-    #[inline]
-    pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP in a receive-ready state; the caller upholds the memory contract.
-        let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
-        check_errno(ret, "ibv_post_recv")
-    }
-}
-
-impl QueuePair<'_, Rts> {
-    /// `ibv_post_send(3)`—Posts one send work request (SEND, SEND with immediate, RDMA WRITE
-    /// with or without immediate, RDMA READ).
-    ///
-    /// # Safety
-    ///
-    /// Unless the WR is [`SendFlags::INLINE`] (its bytes are copied during this call), until
-    /// its completion has been polled — for an unsignaled WR, until a later signaled WR of
-    /// this QP has completed — or the QP has been destroyed:
-    /// - the memory each SGE describes must stay allocated and registered, in a region of
-    ///   this QP's PD;
-    /// - for SEND and RDMA WRITE the program must not write those bytes (the NIC reads them);
-    ///   for RDMA READ it must not read or write them (the NIC writes them);
-    /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
-    ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release.
-    ///
-    /// A wrong remote address or rkey is not undefined behaviour: the WR completes with an
-    /// error status.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] for more SGEs than `max_send_sge` or inline data above
-    /// `max_inline_data`, before posting; [`Error::Verb`] from the provider (`ENOMEM`: the
-    /// send queue is full).
-    #[doc(alias = "ibv_post_send")]
-    #[inline]
-    pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
-        self.check_send(wr)?;
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
-        check_errno(ret, "ibv_post_send")
-    }
-
-    /// `ibv_post_send(3)`—Posts `wrs` as one linked list (one doorbell): perftest's post
-    /// lists. Typically only the last is [`SendFlags::SIGNALED`]: on an RC send queue its
-    /// completion means all before it are done.
-    ///
-    /// # Safety
-    ///
-    /// As [`QueuePair::post_send`], for every WR of the list.
-    ///
-    /// # Errors
-    ///
-    /// `(posted, error)`: the number of WRs the provider accepted before the one it refused
-    /// (those are posted), and why; [`Error::InvalidInput`] (with 0 posted) when a WR breaks
-    /// the QP's SGE or inline limits.
-    #[doc(alias = "ibv_post_send")]
-    #[inline]
-    pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), (usize, Error)> {
-        for wr in wrs.iter() {
-            self.check_send(wr).map_err(|e| (0, e))?;
-        }
-        // SAFETY: SendWr is a transparent ibv_send_wr; the caller upholds the memory contract.
-        unsafe {
-            self.post_send_chain(std::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast(), wrs.len()))
-        }
-    }
-
-    /// Links `wrs` through their `next` pointers and posts them with one call; on failure,
-    /// how many were accepted before the refused one (all, when the provider does not say).
-    ///
-    /// # Safety
-    ///
-    /// Every WR must be valid for `ibv_post_send(3)` under [`QueuePair::post_send`]'s contract.
-    pub(crate) unsafe fn post_send_chain(
-        &self,
-        wrs: &mut [sys::ibv_send_wr],
-    ) -> Result<(), (usize, Error)> {
-        let Some(first) = wrs.first_mut().map(|wr| wr as *mut sys::ibv_send_wr) else {
-            return Ok(());
-        };
-        let base = first as usize;
-        for i in 1..wrs.len() {
-            let next: *mut sys::ibv_send_wr = &mut wrs[i];
-            wrs[i - 1].next = next;
-        }
-        if let Some(last) = wrs.last_mut() {
-            last.next = std::ptr::null_mut();
-        }
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP in RTS; the list is linked within `wrs`; the caller upholds the
-        // memory contract.
-        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), first, &mut bad) };
-        check_errno(ret, "ibv_post_send").map_err(|error| {
-            let offset =
-                (bad as usize).wrapping_sub(base) / std::mem::size_of::<sys::ibv_send_wr>();
-            // A provider that names no refused WR may have posted any of them: assume all
-            // (the buffer tier then never hands back memory the NIC might use).
-            (if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset }, error)
-        })
-    }
-
-    fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        if wr.num_sge() > self.caps.max_send_sge as usize {
-            return Err(Error::InvalidInput(format!(
-                "the WR has {} SGEs; this QP allows {} (max_send_sge)",
-                wr.num_sge(),
-                self.caps.max_send_sge
-            )));
-        }
-        if wr.send_flags().contains(SendFlags::INLINE)
-            && wr.total_len() > u64::from(self.caps.max_inline_data)
-        {
-            return Err(Error::InvalidInput(format!(
-                "{} bytes cannot be sent inline; this QP allows {} (max_inline_data)",
-                wr.total_len(),
-                self.caps.max_inline_data
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl<S: QpState> Drop for QueuePair<'_, S> {
+impl<S: QpState, T: QpType> Drop for QueuePair<'_, S, T> {
     fn drop(&mut self) {
         if let Err(e) = self.destroy_raw() {
             log::warn!("leaking QP {:#x}: {e}", self.qp_num().0);
@@ -546,10 +281,11 @@ impl<S: QpState> Drop for QueuePair<'_, S> {
     }
 }
 
-impl<S: QpState> std::fmt::Debug for QueuePair<'_, S> {
+impl<S: QpState, T: QpType> std::fmt::Debug for QueuePair<'_, S, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
             .field("qpn", &format_args!("{:#x}", self.qp_num().0))
+            .field("type", &T::NAME)
             .field("state", &S::NAME)
             .field("caps", &self.caps)
             .finish()

@@ -82,48 +82,65 @@ bitflags! {
     }
 }
 
-/// The attributes a transition of an RC QP requires and those it may also take (the
-/// InfiniBand specification's QP state table, as the kernel's `ib_modify_qp_is_ok` applies
-/// it). `None` when RC QPs cannot make the transition.
-pub(crate) fn rc_transition(
+/// The attributes a transition requires and those it may also take, for a QP of type
+/// `qp_type` (the InfiniBand specification's QP state table, as the kernel's
+/// `ib_modify_qp_is_ok` applies it). `None` when that type cannot make the transition.
+pub(crate) fn transition_masks(
+    qp_type: sys::ibv_qp_type,
     from: QueuePairState,
     to: QueuePairState,
 ) -> Option<(QpAttrMask, QpAttrMask)> {
     use QpAttrMask as M;
     use QueuePairState as S;
+    let (rc, ud) = (qp_type == sys::IBV_QPT_RC, qp_type == sys::IBV_QPT_UD);
     let none = M::empty();
-    let path_opts =
-        M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER;
+    // UD QPs take a Q_Key where connected ones take access flags and paths.
+    let (init, path) = if ud {
+        (M::PKEY_INDEX | M::PORT | M::QKEY, M::QKEY)
+    } else {
+        (
+            M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+            M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
+        )
+    };
+    let rnr = if rc { M::MIN_RNR_TIMER } else { none };
     Some(match (from, to) {
         (_, S::RESET) | (_, S::ERR) => (none, none),
-        (S::RESET, S::INIT) => (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, none),
-        (S::INIT, S::INIT) => (none, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
-        (S::INIT, S::RTR) => (
-            M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-            M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
-        ),
-        (S::RTR, S::RTS) => {
-            (M::SQ_PSN | M::MAX_QP_RD_ATOMIC | M::RETRY_CNT | M::RNR_RETRY | M::TIMEOUT, path_opts)
+        (S::RESET, S::INIT) => (init, none),
+        (S::INIT, S::INIT) => (none, init),
+        (S::INIT, S::RTR) if ud => (none, M::PKEY_INDEX | M::QKEY),
+        (S::INIT, S::RTR) => {
+            let required = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+            let rc_only = if rc { M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER } else { none };
+            (required | rc_only, M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX)
         }
-        (S::RTS, S::RTS) | (S::SQD, S::RTS) => (none, path_opts),
+        (S::RTR, S::RTS) => {
+            let rc_only = if rc {
+                M::MAX_QP_RD_ATOMIC | M::RETRY_CNT | M::RNR_RETRY | M::TIMEOUT
+            } else {
+                none
+            };
+            (M::SQ_PSN | rc_only, M::CUR_STATE | path | rnr)
+        }
+        (S::RTS, S::RTS) | (S::SQD, S::RTS) => (none, M::CUR_STATE | path | rnr),
+        (S::SQE, S::RTS) if !rc => {
+            (none, M::CUR_STATE | if ud { M::QKEY } else { M::ACCESS_FLAGS })
+        }
         (S::RTS, S::SQD) => (none, M::EN_SQD_ASYNC_NOTIFY),
         _ => return None,
     })
 }
 
-/// Checks `mask` (without `STATE`) for the RC transition `from → to`.
-pub(crate) fn check_rc_mask(
+/// Checks `mask` (without `STATE`) for the transition `from → to` of a `name` QP.
+pub(crate) fn check_mask(
+    qp_type: sys::ibv_qp_type,
+    name: &str,
     from: QueuePairState,
     to: QueuePairState,
     mask: QpAttrMask,
 ) -> Result<()> {
-    let (required, optional) = rc_transition(from, to)
-        .ok_or_else(|| Error::InvalidInput(format!("an RC QP cannot go from {from} to {to}")))?;
+    let (required, optional) = transition_masks(qp_type, from, to)
+        .ok_or_else(|| Error::InvalidInput(format!("{name} QPs cannot go from {from} to {to}")))?;
     let mask = mask - QpAttrMask::STATE;
     let missing = required - mask;
     let extra = mask - required - optional;
@@ -137,7 +154,7 @@ pub(crate) fn check_rc_mask(
     if !extra.is_empty() {
         why.push(format!("bits not allowed in this transition: {}", names(extra)));
     }
-    Err(Error::InvalidInput(format!("modify_raw {from}→{to} on an RC QP: {}", why.join("; "))))
+    Err(Error::InvalidInput(format!("modify_raw {from}→{to} ({name} QP): {}", why.join("; "))))
 }
 
 fn names(mask: QpAttrMask) -> String {
@@ -150,20 +167,24 @@ mod tests {
     use QpAttrMask as M;
     use QueuePairState as S;
 
+    fn check_rc_mask(from: S, to: S, mask: M) -> Result<()> {
+        check_mask(sys::IBV_QPT_RC, "RC", from, to, mask)
+    }
+
     #[test]
     fn the_typed_transitions_pass_the_table() {
-        let init = M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-        assert!(check_rc_mask(S::RESET, S::INIT, init | M::STATE).is_ok());
-        let rtr = M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        assert!(check_rc_mask(S::INIT, S::RTR, rtr).is_ok());
-        let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
-        assert!(check_rc_mask(S::RTR, S::RTS, rts).is_ok());
-        assert!(check_rc_mask(S::RTS, S::ERR, M::STATE).is_ok());
+        use crate::qp::kind::{QpType, Rc, Uc, Ud};
+        fn typed<T: QpType>(init: M) {
+            let check = |from, to, mask| check_mask(T::RAW, T::NAME, from, to, mask);
+            assert!(check(S::RESET, S::INIT, init | M::STATE).is_ok(), "{} INIT", T::NAME);
+            assert!(check(S::INIT, S::RTR, T::RTR_MASK).is_ok(), "{} RTR", T::NAME);
+            assert!(check(S::RTR, S::RTS, T::RTS_MASK).is_ok(), "{} RTS", T::NAME);
+            assert!(check(S::RTS, S::ERR, M::STATE).is_ok(), "{} ERR", T::NAME);
+        }
+        typed::<Rc>(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
+        typed::<Uc>(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
+        typed::<Ud>(M::PKEY_INDEX | M::PORT | M::QKEY);
+        assert!(check_mask(sys::IBV_QPT_UC, "UC", S::RTR, S::RTS, M::SQ_PSN | M::TIMEOUT).is_err());
     }
 
     #[test]
@@ -174,10 +195,10 @@ mod tests {
                 .to_string();
         assert_eq!(
             e,
-            "modify_raw RTR→RTS on an RC QP: missing attribute mask bits MAX_QP_RD_ATOMIC | SQ_PSN; \
+            "modify_raw RTR→RTS (RC QP): missing attribute mask bits MAX_QP_RD_ATOMIC | SQ_PSN; \
              bits not allowed in this transition: PATH_MTU"
         );
         let e = check_rc_mask(S::INIT, S::RTS, M::empty()).unwrap_err().to_string();
-        assert_eq!(e, "an RC QP cannot go from INIT to RTS");
+        assert_eq!(e, "RC QPs cannot go from INIT to RTS");
     }
 }

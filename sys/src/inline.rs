@@ -106,6 +106,32 @@ pub unsafe fn ibv_post_recv(
     }
 }
 
+/// `ibv_post_srq_recv(3)`: posts a linked list of receive work requests to a shared receive
+/// queue.
+///
+/// Returns 0 or an errno value (`*bad_wr` then points at the first rejected WR).
+///
+/// # Safety
+///
+/// `srq` must be a live SRQ; `wr` and `bad_wr` as for [`ibv_post_recv`].
+#[inline]
+pub unsafe fn ibv_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller guarantees a live SRQ, whose context is live.
+    match unsafe { (*(*srq).context).ops.post_srq_recv } {
+        // SAFETY: the provider's op, called with the caller's valid arguments.
+        Some(op) => unsafe { op(srq, wr, bad_wr) },
+        None => {
+            // SAFETY: the caller guarantees `bad_wr` is writable.
+            unsafe { bad_wr.write(wr) };
+            libc::EOPNOTSUPP
+        }
+    }
+}
+
 /// `ibv_poll_cq(3)`: reaps up to `num_entries` completions into `wc`.
 ///
 /// Returns the number reaped (0 when empty) or a negative value on error.

@@ -156,6 +156,16 @@ fn_table! {
         ibv_get_cq_event: fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
         /// `ibv_ack_cq_events(3)`
         ibv_ack_cq_events: fn(*mut ibv_cq, c_uint);
+        /// `ibv_create_ah(3)`
+        ibv_create_ah: fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah;
+        /// `ibv_destroy_ah(3)`
+        ibv_destroy_ah: fn(*mut ibv_ah) -> c_int;
+        /// `ibv_create_srq(3)`
+        ibv_create_srq: fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
+        /// `ibv_modify_srq(3)`
+        ibv_modify_srq: fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int;
+        /// `ibv_destroy_srq(3)`
+        ibv_destroy_srq: fn(*mut ibv_srq) -> c_int;
     }
     optional {
         /// `ibv_reg_mr_iova2@@IBVERBS_1.8` (rdma-core v28).

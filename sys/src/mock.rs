@@ -96,6 +96,11 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_destroy_comp_channel: verbs::ibv_destroy_comp_channel,
         ibv_get_cq_event: verbs::ibv_get_cq_event,
         ibv_ack_cq_events: verbs::ibv_ack_cq_events,
+        ibv_create_ah: verbs::ibv_create_ah,
+        ibv_destroy_ah: verbs::unmodelled_destroy,
+        ibv_create_srq: verbs::ibv_create_srq,
+        ibv_modify_srq: verbs::ibv_modify_srq,
+        ibv_destroy_srq: verbs::unmodelled_destroy,
         ibv_reg_mr_iova2: optional.reg_mr_iova2.then_some(verbs::ibv_reg_mr_iova2),
         _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
     }

@@ -584,3 +584,30 @@ pub(super) extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, nevents: c_uint) {
         Ok(())
     });
 }
+
+/// `ibv_create_ah`: address handles are not modelled; fails with `EOPNOTSUPP`.
+pub(super) extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    or_null(Err(libc::EOPNOTSUPP))
+}
+
+/// `ibv_create_srq`: shared receive queues are not modelled; fails with `EOPNOTSUPP`.
+pub(super) extern "C" fn ibv_create_srq(
+    _pd: *mut ibv_pd,
+    _attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    or_null(Err(libc::EOPNOTSUPP))
+}
+
+/// `ibv_modify_srq`: not modelled; `EOPNOTSUPP`.
+pub(super) extern "C" fn ibv_modify_srq(
+    _srq: *mut ibv_srq,
+    _attr: *mut ibv_srq_attr,
+    _mask: c_int,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_destroy_ah` / `ibv_destroy_srq` of objects the mock never creates: `EINVAL`.
+pub(super) extern "C" fn unmodelled_destroy<T>(_object: *mut T) -> c_int {
+    libc::EINVAL
+}

@@ -61,7 +61,7 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let err = a.modify_raw(&attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU).unwrap_err();
     assert_eq!(
         err.error.to_string(),
-        "modify_raw RTS→SQD on an RC QP: bits not allowed in this transition: PATH_MTU"
+        "modify_raw RTS→SQD (RC QP): bits not allowed in this transition: PATH_MTU"
     );
     let a = err.qp;
     assert_eq!(a.query_state().unwrap(), QueuePairState::RTS);

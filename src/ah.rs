@@ -1,0 +1,168 @@
+//! Address handles: how a UD QP reaches its peers.
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use crate::endpoint::Qpn;
+use crate::error::{check_errno, check_ptr, Result};
+use crate::gid::Gid;
+use crate::pd::ProtectionDomain;
+use crate::qp::AddressVector;
+
+/// An address handle (`struct ibv_ah`, `ibv_create_ah(3)`): the route to one peer port, for
+/// UD sends. On RoCE its [`AddressVector`] needs a GRH.
+pub struct AddressHandle<'pd> {
+    raw: NonNull<sys::ibv_ah>,
+    pd: &'pd ProtectionDomain<'pd>,
+}
+
+// SAFETY: an AH is immutable after creation; verbs on it are thread-safe.
+unsafe impl Send for AddressHandle<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for AddressHandle<'_> {}
+
+impl<'pd> ProtectionDomain<'pd> {
+    /// `ibv_create_ah(3)`—An address handle for `av`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ibv_create_ah` (`EINVAL`: no GRH on RoCE, or
+    /// a source GID index that does not exist).
+    #[doc(alias = "ibv_create_ah")]
+    pub fn create_ah(&'pd self, av: &AddressVector) -> Result<AddressHandle<'pd>> {
+        let mut attr = av.to_raw();
+        // SAFETY: a live PD and a valid attribute struct.
+        let raw = unsafe { (self.context().library().fns.ibv_create_ah)(self.as_raw(), &mut attr) };
+        Ok(AddressHandle { raw: check_ptr(raw, "ibv_create_ah")?, pd: self })
+    }
+}
+
+impl AddressHandle<'_> {
+    /// The raw AH pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_ah {
+        self.raw.as_ptr()
+    }
+
+    /// `ibv_destroy_ah(3)`—Destroys the AH, reporting failure (dropping logs instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ibv_destroy_ah`; the AH is then leaked.
+    #[doc(alias = "ibv_destroy_ah")]
+    pub fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).destroy_raw()
+    }
+
+    fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: a live AH, destroyed once; WRs naming it borrowed it while posted.
+        let ret = unsafe { (self.pd.context().library().fns.ibv_destroy_ah)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_ah")
+    }
+}
+
+impl Drop for AddressHandle<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_raw() {
+            log::warn!("leaking an address handle: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for AddressHandle<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressHandle").finish_non_exhaustive()
+    }
+}
+
+/// Where a UD send goes: an address handle, the peer's QP number and its Q_Key.
+#[derive(Clone, Copy, Debug)]
+pub struct UdDestination<'a> {
+    /// The route to the peer's port.
+    pub ah: &'a AddressHandle<'a>,
+    /// The peer's UD QP.
+    pub qpn: Qpn,
+    /// The Q_Key the peer's QP was given.
+    pub qkey: u32,
+}
+
+/// The 40 bytes at the start of every UD receive (`struct ibv_grh`): the Global Route Header
+/// of an InfiniBand or RoCE v1 packet, or, on RoCE v2 over IPv4, the IPv4 header in its last
+/// 20 bytes. The payload starts after it, at [`Grh::LEN`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grh([u8; Grh::LEN]);
+
+impl Grh {
+    /// Its size in bytes: receive buffers of UD QPs need this much room before the payload.
+    pub const LEN: usize = 40;
+
+    /// The header at the start of a UD receive, `None` when `received` is shorter.
+    pub fn from_receive(received: &[u8]) -> Option<Grh> {
+        Some(Grh(received.get(..Self::LEN)?.try_into().expect("40 bytes")))
+    }
+
+    /// Whether it holds an IPv4 header (RoCE v2 over IPv4), told apart by the IPv4 version
+    /// and header checksum as rdma-core does.
+    pub fn is_ipv4(&self) -> bool {
+        let ip = &self.0[20..];
+        if ip[0] != 0x45 {
+            return false;
+        }
+        let sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        (folded & 0xffff) + (folded >> 16) == 0xffff
+    }
+
+    /// The sender's GID: the GRH's source GID, or the IPv4 source address as an IPv4-mapped
+    /// GID.
+    pub fn source_gid(&self) -> Gid {
+        if self.is_ipv4() {
+            let mut gid = [0u8; 16];
+            gid[10] = 0xff;
+            gid[11] = 0xff;
+            gid[12..].copy_from_slice(&self.0[32..36]);
+            Gid(gid)
+        } else {
+            Gid(self.0[8..24].try_into().expect("16 bytes"))
+        }
+    }
+
+    /// The raw 40 bytes.
+    pub fn as_bytes(&self) -> &[u8; Self::LEN] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_roce_v2_ipv4_header_gives_the_mapped_source() {
+        let mut grh = [0u8; 40];
+        // An IPv4 header 192.0.2.1 → 192.0.2.1, UDP, with a valid checksum.
+        let ip: [u8; 20] =
+            [0x45, 0, 0, 0x3c, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 192, 0, 2, 1];
+        grh[20..].copy_from_slice(&ip);
+        let sum: u32 =
+            grh[20..].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        let check = !((folded & 0xffff) + (folded >> 16)) as u16;
+        grh[30..32].copy_from_slice(&check.to_be_bytes());
+        let grh = Grh::from_receive(&grh).unwrap();
+        assert!(grh.is_ipv4());
+        assert_eq!(grh.source_gid().to_string(), "::ffff:192.0.2.1");
+    }
+
+    #[test]
+    fn a_grh_gives_its_source_gid() {
+        let mut grh = [0u8; 40];
+        grh[0] = 0x60;
+        grh[8..24].copy_from_slice(&"fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        let grh = Grh::from_receive(&grh).unwrap();
+        assert!(!grh.is_ipv4());
+        assert_eq!(grh.source_gid().to_string(), "fe80::1");
+        assert_eq!(Grh::from_receive(&[0; 39]), None);
+    }
+}

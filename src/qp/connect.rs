@@ -1,0 +1,137 @@
+//! The typed transitions: RESET → INIT → RTR → RTS, per transport type.
+
+use rdma_verbs_sys as sys;
+
+use super::{
+    Connected, Init, InitAttr, QueuePair, Reset, Rtr, RtrAttr, Rts, RtsAttr, Ud, UdInitAttr,
+};
+use crate::endpoint::Psn;
+use crate::error::TransitionError;
+
+impl<'res, T: Connected> QueuePair<'res, Reset, T> {
+    /// RESET → INIT (`STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): binds the QP to a port and
+    /// sets what the peer may do.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
+    /// `ibv_modify_qp` (`EINVAL`: a port or P_Key index that does not exist).
+    pub fn into_init(
+        self,
+        attr: &InitAttr,
+    ) -> Result<QueuePair<'res, Init, T>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            pkey_index: attr.pkey_index,
+            port_num: attr.port,
+            qp_access_flags: attr.access.bits(),
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
+        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+    }
+}
+
+impl<'res> QueuePair<'res, Reset, Ud> {
+    /// RESET → INIT of a UD QP (`STATE | PKEY_INDEX | PORT | QKEY`). The port's active MTU
+    /// becomes the largest message a send may carry.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the error of `ibv_query_port` or
+    /// `ibv_modify_qp`.
+    pub fn into_init(
+        mut self,
+        attr: &UdInitAttr,
+    ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>> {
+        match self.pd.context().query_port(attr.port) {
+            Ok(port) => self.limits.ud_mtu = port.active_mtu().bytes().unwrap_or(0),
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        }
+        let raw = sys::ibv_qp_attr {
+            pkey_index: attr.pkey_index,
+            port_num: attr.port,
+            qkey: attr.qkey,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY;
+        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+    }
+}
+
+impl<'res, T: Connected> QueuePair<'res, Init, T> {
+    /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
+    /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
+    /// `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID
+    /// index).
+    pub fn into_rtr(
+        self,
+        attr: &RtrAttr,
+    ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            path_mtu: attr.path_mtu.0,
+            dest_qp_num: attr.dest_qpn.0,
+            rq_psn: attr.rq_psn.get(),
+            max_dest_rd_atomic: attr.max_dest_rd_atomic,
+            min_rnr_timer: attr.min_rnr_timer,
+            ah_attr: attr.av.to_raw(),
+            ..Default::default()
+        };
+        self.transition(raw, T::RTR_MASK.bits(), "ibv_modify_qp (INIT→RTR)", sys::IBV_QPS_RTR)
+    }
+}
+
+impl<'res> QueuePair<'res, Init, Ud> {
+    /// INIT → RTR of a UD QP (`STATE` only: a datagram QP has no peer).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the error of `ibv_modify_qp`.
+    pub fn into_rtr(self) -> Result<QueuePair<'res, Rtr, Ud>, TransitionError<Self>> {
+        self.transition(
+            sys::ibv_qp_attr::default(),
+            0,
+            "ibv_modify_qp (INIT→RTR)",
+            sys::IBV_QPS_RTR,
+        )
+    }
+}
+
+impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
+    /// RTR → RTS: enables the send side. RC sets `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY |
+    /// SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
+    /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm).
+    pub fn into_rts(
+        self,
+        attr: &RtsAttr,
+    ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            sq_psn: attr.sq_psn.get(),
+            max_rd_atomic: attr.max_rd_atomic,
+            ..Default::default()
+        };
+        self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+    }
+}
+
+impl<'res> QueuePair<'res, Rtr, Ud> {
+    /// RTR → RTS of a UD QP (`STATE | SQ_PSN`).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP and the error of `ibv_modify_qp`.
+    pub fn into_rts(self, sq_psn: Psn) -> Result<QueuePair<'res, Rts, Ud>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr { sq_psn: sq_psn.get(), ..Default::default() };
+        self.transition(raw, sys::IBV_QP_SQ_PSN, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+    }
+}

@@ -1,0 +1,74 @@
+//! QP transport types in the type: Reliable Connected, Unreliable Connected, Unreliable
+//! Datagram.
+
+use rdma_verbs_sys as sys;
+
+use super::modify::QpAttrMask as M;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A QP transport type (`enum ibv_qp_type`): [`Rc`], [`Uc`] or [`Ud`].
+pub trait QpType: sealed::Sealed {
+    /// Its `ibv_qp_type`.
+    const RAW: sys::ibv_qp_type;
+    /// Its name.
+    const NAME: &'static str;
+    /// What INIT→RTR requires (besides `STATE`).
+    const RTR_MASK: M;
+    /// What RTR→RTS requires (besides `STATE`).
+    const RTS_MASK: M;
+}
+
+/// Connected transports, which are taken to RTR towards one peer QP: [`Rc`] and [`Uc`].
+pub trait Connected: QpType {}
+
+/// Reliable Connected: acknowledged, ordered; SEND, RDMA WRITE / READ, atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rc {}
+
+/// Unreliable Connected: unacknowledged; SEND and RDMA WRITE, no READ or atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uc {}
+
+/// Unreliable Datagram: one QP reaches any other through an address handle, one MTU per
+/// message, and every receive starts with a 40-byte GRH area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ud {}
+
+impl sealed::Sealed for Rc {}
+impl sealed::Sealed for Uc {}
+impl sealed::Sealed for Ud {}
+impl Connected for Rc {}
+impl Connected for Uc {}
+
+impl QpType for Rc {
+    const RAW: sys::ibv_qp_type = sys::IBV_QPT_RC;
+    const NAME: &'static str = "RC";
+    const RTR_MASK: M = M::AV
+        .union(M::PATH_MTU)
+        .union(M::DEST_QPN)
+        .union(M::RQ_PSN)
+        .union(M::MAX_DEST_RD_ATOMIC)
+        .union(M::MIN_RNR_TIMER);
+    const RTS_MASK: M = M::TIMEOUT
+        .union(M::RETRY_CNT)
+        .union(M::RNR_RETRY)
+        .union(M::SQ_PSN)
+        .union(M::MAX_QP_RD_ATOMIC);
+}
+
+impl QpType for Uc {
+    const RAW: sys::ibv_qp_type = sys::IBV_QPT_UC;
+    const NAME: &'static str = "UC";
+    const RTR_MASK: M = M::AV.union(M::PATH_MTU).union(M::DEST_QPN).union(M::RQ_PSN);
+    const RTS_MASK: M = M::SQ_PSN;
+}
+
+impl QpType for Ud {
+    const RAW: sys::ibv_qp_type = sys::IBV_QPT_UD;
+    const NAME: &'static str = "UD";
+    const RTR_MASK: M = M::empty();
+    const RTS_MASK: M = M::SQ_PSN;
+}

@@ -1,0 +1,200 @@
+//! Raw posting: the `unsafe` tier.
+
+use rdma_verbs_sys as sys;
+
+use super::{QpType, QueuePair, ReceiveReady, Rts};
+use crate::error::{check_errno, Error, Result};
+use crate::wr::{RecvWr, SendFlags, SendWr, Sge};
+
+impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
+    /// `ibv_post_recv(3)`—Posts one receive work request.
+    ///
+    /// # Safety
+    ///
+    /// Until this WR's completion has been polled, or the QP has been destroyed:
+    /// - the memory each SGE describes must stay allocated and registered (its
+    ///   [`MemoryRegion`](crate::MemoryRegion) alive), in a region of this QP's PD;
+    /// - the program must not read or write those bytes by any means (no `&`/`&mut` to them
+    ///   may be used): the NIC writes them at a time of its choosing;
+    /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
+    ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from the provider: `ENOMEM` when the receive queue is full, `EINVAL`
+    /// for more SGEs than `max_recv_sge`.
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in a receive-ready state; the caller upholds the memory contract.
+        let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+        check_errno(ret, "ibv_post_recv")
+    }
+}
+
+impl<T: QpType> QueuePair<'_, Rts, T> {
+    /// `ibv_post_send(3)`—Posts one send work request (SEND, SEND with immediate, RDMA WRITE
+    /// with or without immediate, RDMA READ, atomics; on UD QPs a SEND [addressed](SendWr::to)
+    /// to a peer).
+    ///
+    /// # Safety
+    ///
+    /// Unless the WR is [`SendFlags::INLINE`] (its bytes are copied during this call), until
+    /// its completion has been polled — for an unsignaled WR, until a later signaled WR of
+    /// this QP has completed — or the QP has been destroyed:
+    /// - the memory each SGE describes must stay allocated and registered, in a region of
+    ///   this QP's PD;
+    /// - for SEND and RDMA WRITE the program must not write those bytes (the NIC reads them);
+    ///   for RDMA READ it must not read or write them (the NIC writes them);
+    /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
+    ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release;
+    /// - on a UD QP, the address handle must stay alive until the WR completes (the WR
+    ///   borrows it, but only for the call).
+    ///
+    /// A wrong remote address or rkey is not undefined behaviour: the WR completes with an
+    /// error status.
+    ///
+    /// # Errors
+    ///
+    /// Before posting: [`Error::InvalidInput`] for more SGEs than `max_send_sge`, inline data
+    /// above `max_inline_data`, an atomic on a non-RC QP or not on one 8-byte, 8-byte-aligned
+    /// SGE and remote address, a UD send without a destination or above the path MTU;
+    /// [`Error::Unsupported`] for atomics on a device without them. Then [`Error::Verb`] from
+    /// the provider (`ENOMEM`: the send queue is full).
+    #[doc(alias = "ibv_post_send")]
+    #[inline]
+    pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
+        self.check_send(wr)?;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in RTS; the caller upholds the memory contract.
+        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+        check_errno(ret, "ibv_post_send")
+    }
+
+    /// `ibv_post_send(3)`—Posts `wrs` as one linked list (one doorbell): perftest's post
+    /// lists. Typically only the last is [`SendFlags::SIGNALED`]: on an RC send queue its
+    /// completion means all before it are done.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send`], for every WR of the list.
+    ///
+    /// # Errors
+    ///
+    /// `(posted, error)`: the number of WRs the provider accepted before the one it refused
+    /// (those are posted), and why; [`Error::InvalidInput`] (with 0 posted) when a WR breaks
+    /// the QP's SGE or inline limits.
+    #[doc(alias = "ibv_post_send")]
+    #[inline]
+    pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), (usize, Error)> {
+        for wr in wrs.iter() {
+            self.check_send(wr).map_err(|e| (0, e))?;
+        }
+        // SAFETY: SendWr is a transparent ibv_send_wr; the caller upholds the memory contract.
+        unsafe {
+            self.post_send_chain(std::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast(), wrs.len()))
+        }
+    }
+
+    /// Links `wrs` through their `next` pointers and posts them with one call; on failure,
+    /// how many were accepted before the refused one (all, when the provider does not say).
+    ///
+    /// # Safety
+    ///
+    /// Every WR must be valid for `ibv_post_send(3)` under [`QueuePair::post_send`]'s contract.
+    pub(crate) unsafe fn post_send_chain(
+        &self,
+        wrs: &mut [sys::ibv_send_wr],
+    ) -> Result<(), (usize, Error)> {
+        let Some(first) = wrs.first_mut().map(|wr| wr as *mut sys::ibv_send_wr) else {
+            return Ok(());
+        };
+        let base = first as usize;
+        for i in 1..wrs.len() {
+            let next: *mut sys::ibv_send_wr = &mut wrs[i];
+            wrs[i - 1].next = next;
+        }
+        if let Some(last) = wrs.last_mut() {
+            last.next = std::ptr::null_mut();
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in RTS; the list is linked within `wrs`; the caller upholds the
+        // memory contract.
+        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), first, &mut bad) };
+        check_errno(ret, "ibv_post_send").map_err(|error| {
+            let offset =
+                (bad as usize).wrapping_sub(base) / std::mem::size_of::<sys::ibv_send_wr>();
+            // A provider that names no refused WR may have posted any of them: assume all
+            // (the buffer tier then never hands back memory the NIC might use).
+            (if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset }, error)
+        })
+    }
+
+    fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
+        if wr.num_sge() > self.caps.max_send_sge as usize {
+            return Err(Error::InvalidInput(format!(
+                "the WR has {} SGEs; this QP allows {} (max_send_sge)",
+                wr.num_sge(),
+                self.caps.max_send_sge
+            )));
+        }
+        if wr.send_flags().contains(SendFlags::INLINE)
+            && wr.total_len() > u64::from(self.caps.max_inline_data)
+        {
+            return Err(Error::InvalidInput(format!(
+                "{} bytes cannot be sent inline; this QP allows {} (max_inline_data)",
+                wr.total_len(),
+                self.caps.max_inline_data
+            )));
+        }
+        if wr.is_atomic() {
+            self.check_atomic(wr)?;
+        }
+        if T::RAW == sys::IBV_QPT_UD {
+            if !wr.has_destination() {
+                return Err(Error::InvalidInput(
+                    "a UD QP posts only SENDs addressed with SendWr::to(&UdDestination)".into(),
+                ));
+            }
+            if wr.total_len() > u64::from(self.limits.ud_mtu) {
+                return Err(Error::InvalidInput(format!(
+                    "a UD message carries at most the path MTU, {} bytes, not {}",
+                    self.limits.ud_mtu,
+                    wr.total_len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// An atomic needs RC, a device with atomics, and one 8-byte SGE and a remote address
+    /// both 8-byte aligned (`ibv_post_send(3)`).
+    fn check_atomic(&self, wr: &SendWr<'_>) -> Result<()> {
+        if T::RAW != sys::IBV_QPT_RC {
+            return Err(Error::InvalidInput(format!("atomics need an RC QP, not {}", T::NAME)));
+        }
+        // Queried once per context, on the first atomic.
+        if self.pd.context().cached_attr()?.as_raw().atomic_cap == sys::IBV_ATOMIC_NONE {
+            return Err(Error::Unsupported {
+                what: "atomic operations (the device's atomic_cap is IBV_ATOMIC_NONE)",
+            });
+        }
+        let sge = wr.sges();
+        let (local, remote) = (sge.first().map(Sge::addr), wr.remote_addr());
+        if sge.len() != 1
+            || sge[0].length() != 8
+            || local.is_some_and(|a| a % 8 != 0)
+            || remote % 8 != 0
+        {
+            return Err(Error::InvalidInput(format!(
+                "an atomic needs one 8-byte SGE at an 8-byte-aligned address and an 8-byte-aligned \
+                 remote address; got {} SGE(s) of {} bytes at {:#x}, remote {remote:#x}",
+                sge.len(),
+                wr.total_len(),
+                local.unwrap_or(0)
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! Shared receive queues: one pool of receives that several QPs consume.
+#![allow(unsafe_code)]
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use crate::buffer::{Buffer, PostError};
+use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::pd::ProtectionDomain;
+use crate::wr::RecvWr;
+
+/// A shared receive queue (`struct ibv_srq`, `ibv_create_srq(3)`): QPs created with it in
+/// [`QpInitAttr::srq`](crate::QpInitAttr::srq) take their receives from here. A QP's error
+/// does not flush the SRQ: its receives stay for the other QPs.
+///
+/// Like a QP it is invariant in `'a`, so buffers lent to it outlive it.
+pub struct SharedReceiveQueue<'a> {
+    raw: NonNull<sys::ibv_srq>,
+    pd: &'a ProtectionDomain<'a>,
+    max_wr: u32,
+    _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
+}
+
+// SAFETY: SRQ verbs are thread-safe (the provider locks the queue); the handle is immutable.
+unsafe impl Send for SharedReceiveQueue<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SharedReceiveQueue<'_> {}
+
+impl<'a> ProtectionDomain<'a> {
+    /// `ibv_create_srq(3)`—A shared receive queue for `max_wr` receives of `max_sge` SGEs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_create_srq` (`EINVAL`: sizes above the device's `max_srq_wr`
+    /// / `max_srq_sge`); [`Error::Unsupported`] where the provider has no SRQs.
+    #[doc(alias = "ibv_create_srq")]
+    pub fn create_srq(&'a self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue<'a>> {
+        let mut init = sys::ibv_srq_init_attr {
+            attr: sys::ibv_srq_attr { max_wr, max_sge, srq_limit: 0 },
+            ..Default::default()
+        };
+        // SAFETY: a live PD and a valid attribute struct, updated with the actual sizes.
+        let raw =
+            unsafe { (self.context().library().fns.ibv_create_srq)(self.as_raw(), &mut init) };
+        let raw = check_ptr(raw, "ibv_create_srq")?;
+        Ok(SharedReceiveQueue { raw, pd: self, max_wr: init.attr.max_wr, _invariant: PhantomData })
+    }
+}
+
+impl<'a> SharedReceiveQueue<'a> {
+    /// The number of receives it holds (at least what was asked).
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &'a ProtectionDomain<'a> {
+        self.pd
+    }
+
+    /// The raw SRQ pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_srq {
+        self.raw.as_ptr()
+    }
+
+    /// `ibv_modify_srq(3)` with `IBV_SRQ_LIMIT`—Arms the limit: when fewer than `limit`
+    /// receives remain, the device raises `IBV_EVENT_SRQ_LIMIT_REACHED` once (an async
+    /// event), and the limit must be armed again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `limit` is not below [`max_wr`](Self::max_wr);
+    /// [`Error::Verb`] from `ibv_modify_srq`.
+    #[doc(alias = "ibv_modify_srq")]
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        if limit >= self.max_wr {
+            return Err(Error::InvalidInput(format!(
+                "an SRQ limit must be below the SRQ's {} receives, not {limit}",
+                self.max_wr
+            )));
+        }
+        let mut attr = sys::ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: limit };
+        let mask = sys::IBV_SRQ_LIMIT as i32;
+        // SAFETY: a live SRQ and a valid attribute struct for the mask.
+        let ret = unsafe {
+            (self.pd.context().library().fns.ibv_modify_srq)(self.as_raw(), &mut attr, mask)
+        };
+        check_errno(ret, "ibv_modify_srq")
+    }
+
+    /// `ibv_post_srq_recv(3)`—Posts one receive work request.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv): until the WR's completion
+    /// has been polled (on whichever QP consumed it) or the SRQ is destroyed, its memory stays
+    /// registered and untouched, and its `wr_id` does not have bit 63 set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from the provider (`ENOMEM`: the SRQ is full).
+    #[doc(alias = "ibv_post_srq_recv")]
+    #[inline]
+    pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live SRQ; the caller upholds the memory contract.
+        let ret =
+            unsafe { sys::inline::ibv_post_srq_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+        check_errno(ret, "ibv_post_srq_recv")
+    }
+
+    /// `ibv_post_srq_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back
+    /// from [`BufferPool::complete`](crate::BufferPool::complete) with the completion of the
+    /// QP that consumed it.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer and the provider's [`Error`].
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
+    where
+        'p: 'a,
+    {
+        let len = buffer.len() as u32;
+        let sge = [buffer.sge(buffer.capacity())];
+        let flight = buffer.launch(len, false);
+        // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the pool
+        // outlives this SRQ ('p: 'a, invariant), so the memory stays registered.
+        unsafe { self.post_recv(&mut RecvWr::new(flight.wr_id, &sge)) }
+            .map_err(|error| PostError { buffer: flight.restore(), error })
+    }
+
+    /// `ibv_destroy_srq(3)`—Destroys the SRQ, reporting failure (dropping logs instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`]: `EBUSY` while a QP still uses it; the SRQ is then leaked.
+    #[doc(alias = "ibv_destroy_srq")]
+    pub fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).destroy_raw()
+    }
+
+    fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: every QP using it borrows it, so none is alive; destroyed once.
+        let ret = unsafe { (self.pd.context().library().fns.ibv_destroy_srq)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_srq")
+    }
+}
+
+impl Drop for SharedReceiveQueue<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_raw() {
+            log::warn!("leaking a shared receive queue: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedReceiveQueue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue").field("max_wr", &self.max_wr).finish()
+    }
+}
