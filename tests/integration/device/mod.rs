@@ -10,4 +10,5 @@ mod limits;
 mod loopback;
 mod pair;
 mod rc_pingpong;
+mod service;
 mod transfers;

@@ -1,0 +1,292 @@
+//! A request/reply service over RC queue pairs, and its client: how a long-running program
+//! holds the safe crate's resources.
+//!
+//! The server listens on TCP; for each client that connects it creates a QP, exchanges
+//! endpoints in the ibv_rc_pingpong format (52-byte `LLLL:QQQQQQ:PPPPPP:<GID>` messages, its
+//! QP in RTS before it replies), then answers each request (a SEND) with a reply (a SEND): the
+//! request's bytes reversed, each plus the client's index + 1, with the index as immediate
+//! data. It exits after `--clients` clients, printing a line for each, non-zero if any
+//! failed. The client sends `-n` requests of 1..=`-s` bytes, checks every reply byte for byte
+//! and prints a summary. The TCP connection stays open while a client is served: the client
+//! closes it on any error, and the server lets go of a client whose connection closed (its
+//! QP moved to ERROR so that its buffers come back flushed).
+//!
+//! Two ways to hold the verbs resources:
+//! - by default one thread serves every client: the Context, PD, CQ and buffer pool belong to
+//!   the serving function, and a `Server<'a>` borrows them, with one QP per client, all on
+//!   the one CQ;
+//! - with `--threads` each client has its own thread, CQ, pool and QP. `thread::spawn` needs
+//!   `'static` parents, so the Context and PD are leaked once with `Box::leak`: a service's
+//!   verbs context lives as long as the process anyway.
+//!
+//! ```text
+//! service -d rxe0 --clients 3              # server: exits after serving 3 clients
+//! service -d rxe0 -n 100 192.0.2.1         # client
+//! ```
+
+mod client;
+mod server;
+
+use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rdma_verbs::*;
+
+/// How long to wait for a peer: its address message, or a completion once connected.
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// A request's immediate data: `MORE`, or `LAST` for the client's final request.
+const MORE: u32 = 0;
+const LAST: u32 = 1;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request/reply service over RC queue pairs, and its client.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Listen on / connect to TCP port
+    #[arg(short = 'p', long = "port", default_value_t = 18800)]
+    port: u16,
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u32>,
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
+    #[arg(short = 'm', long = "mtu")]
+    mtu: Option<u32>,
+    /// Largest request in bytes: the server's buffer size; the client's requests vary
+    /// from 1 byte to this
+    #[arg(short = 's', long = "size", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    size: u32,
+    /// Server: exit after this many clients
+    #[arg(short = 'c', long = "clients", default_value_t = 1, conflicts_with = "servername",
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    clients: u32,
+    /// Server: serve each client on its own thread, with its own CQ and buffer pool
+    #[arg(short = 't', long = "threads", conflicts_with = "servername")]
+    threads: bool,
+    /// Client: number of requests
+    #[arg(short = 'n', long = "requests", default_value_t = 10, requires = "servername",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    requests: u32,
+    /// Server to connect to (none: act as the server)
+    servername: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match &args.servername {
+        Some(host) => client::run(&args, host),
+        None => server::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("service: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The reply to `request` from client `index`: its bytes reversed, each plus `index + 1`
+/// (so that even client 0's reply differs from its request).
+fn reply(request: &[u8], index: u32) -> impl Iterator<Item = u8> + '_ {
+    let add = (index as u8).wrapping_add(1);
+    request.iter().rev().map(move |b| b.wrapping_add(add))
+}
+
+/// Request `i` of the client with `seed`: `max` bytes first, then 1, then lengths spread
+/// over 1..=max. Its bytes depend on `seed`, so that a reply meant for another client fails
+/// this one's check.
+fn request(seed: u32, i: u32, max: u32) -> Vec<u8> {
+    let hash = |x: u32| {
+        let x = (x ^ seed).wrapping_mul(0x9e37_79b9);
+        x ^ x >> 15
+    };
+    let len = match i {
+        0 => max,
+        1 => 1,
+        _ => 1 + hash(i) % max,
+    };
+    (0..len).map(|j| (hash(i << 20 ^ j) >> 8) as u8).collect()
+}
+
+/// Our side of every connection: port, LID, source GID and path MTU.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    port: u8,
+    lid: Lid,
+    /// The source GID and its index, when routes carry a GRH (RoCE, or `-g`).
+    gid: Option<(Gid, u8)>,
+    mtu: Mtu,
+}
+
+impl Link {
+    fn new(ctx: &Context, args: &Args) -> Result<Link, Error> {
+        let port = ctx.query_port(args.ib_port)?;
+        if !port.is_ethernet() && port.lid().0 == 0 {
+            return Err(format!(
+                "{} port {} has no LID: is the subnet manager running?",
+                ctx.name(),
+                args.ib_port
+            )
+            .into());
+        }
+        let mtu = match args.mtu {
+            Some(bytes) => Mtu::from_bytes(bytes)
+                .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+            None => port.active_mtu(),
+        };
+        let entry = match args.gid_idx {
+            Some(index) => Some(ctx.gid(args.ib_port, index)?),
+            None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
+            None => None,
+        };
+        let gid = match entry {
+            Some(e) => {
+                let index = u8::try_from(e.index).map_err(|_| {
+                    format!("GID index {} cannot be a source GID: the limit is 255", e.index)
+                })?;
+                Some((e.gid, index))
+            }
+            None => None,
+        };
+        Ok(Link { port: args.ib_port, lid: port.lid(), gid, mtu })
+    }
+
+    /// A new RC QP on `cq`, in INIT, with room for one receive and `max_send_wr` sends.
+    fn new_qp<'r>(
+        &self,
+        pd: &'r ProtectionDomain<'r>,
+        cq: &'r CompletionQueue<'r>,
+        max_send_wr: u32,
+    ) -> Result<QueuePair<'r, Init>, Error> {
+        let cap = QpCapabilities { max_send_wr, max_recv_wr: 1, ..Default::default() };
+        let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
+        Ok(qp
+            .into_init(&InitAttr { port: self.port, ..Default::default() })
+            .map_err(|e| e.error)?)
+    }
+
+    /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.
+    fn endpoint<S: QpState>(&self, qp: &QueuePair<'_, S>, psn: Psn) -> Endpoint {
+        let gid = self.gid.map_or(Gid::ZERO, |(gid, _)| gid);
+        Endpoint { lid: self.lid, qpn: qp.qp_num(), psn, gid }
+    }
+
+    /// INIT → RTR → RTS towards `remote`.
+    fn connect<'r>(
+        &self,
+        qp: QueuePair<'r, Init>,
+        remote: &Endpoint,
+        psn: Psn,
+    ) -> Result<QueuePair<'r, Rts>, Error> {
+        let sgid = self.gid.map(|(_, index)| index);
+        let rtr = RtrAttr::to_endpoint(remote, self.port, sgid, self.mtu);
+        // A TransitionError holds the QP, which borrows the caller's resources: keep only
+        // the error.
+        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
+        Ok(qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?)
+    }
+}
+
+/// A CQ of `n` entries that wakes `channel`, armed: [`poll_within`] keeps it so.
+fn armed_cq<'c>(
+    ctx: &'c Context,
+    channel: &'c CompletionChannel<'_>,
+    n: u32,
+) -> Result<CompletionQueue<'c>, Error> {
+    let cq = ctx.create_cq_with_channel(n, channel, 0)?;
+    cq.req_notify(false)?;
+    Ok(cq)
+}
+
+/// The completions of an armed `cq`, sleeping on its channel while there are none, for at
+/// most `limit`: empty only when nothing completed in that time. Sleeping rather than busy
+/// polling leaves the CPUs to other clients and to the provider (Soft-RoCE works in the
+/// kernel).
+fn poll_within<'w>(
+    cq: &CompletionQueue<'_>,
+    channel: &CompletionChannel<'_>,
+    wcs: &'w mut [WorkCompletion],
+    limit: Duration,
+) -> Result<&'w mut [WorkCompletion], Error> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = cq.poll(wcs)?.len();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if n > 0 || left.is_zero() {
+            return Ok(&mut wcs[..n]);
+        }
+        // An event means the CQ fired and disarmed itself: re-arm before polling again.
+        if channel.wait(Some(left))? > 0 {
+            cq.req_notify(false)?;
+        }
+    }
+}
+
+/// A peer's address message, read as it arrives.
+struct AddressReader {
+    msg: [u8; PINGPONG_MESSAGE_LEN],
+    got: usize,
+}
+
+impl AddressReader {
+    fn new() -> Self {
+        AddressReader { msg: [0; PINGPONG_MESSAGE_LEN], got: 0 }
+    }
+
+    /// Reads what has arrived: the endpoint once the message is whole, `None` while a read
+    /// would block (or timed out).
+    fn read(&mut self, stream: &mut TcpStream) -> Result<Option<Endpoint>, Error> {
+        while self.got < self.msg.len() {
+            match stream.read(&mut self.msg[self.got..]) {
+                Ok(0) => {
+                    return Err(format!(
+                        "the peer closed the connection after {} of the {} bytes of its address \
+                         message",
+                        self.got,
+                        self.msg.len()
+                    )
+                    .into())
+                }
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(format!("reading the peer's address message: {e}").into()),
+            }
+        }
+        let remote = Endpoint::from_pingpong_message(&self.msg)
+            .map_err(|e| format!("bad address message from the peer: {e}"))?;
+        Ok(Some(remote))
+    }
+
+    fn timed_out(&self) -> Error {
+        format!(
+            "no address message from the peer within {} s ({} of {} bytes arrived)",
+            PEER_TIMEOUT.as_secs(),
+            self.got,
+            self.msg.len()
+        )
+        .into()
+    }
+}
+
+/// Reads the peer's address message from a blocking `stream`, waiting at most
+/// [`PEER_TIMEOUT`] for each part.
+fn read_endpoint(stream: &mut TcpStream) -> Result<Endpoint, Error> {
+    stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+    let mut reader = AddressReader::new();
+    reader.read(stream)?.ok_or_else(|| reader.timed_out())
+}

@@ -1,0 +1,177 @@
+//! examples/service: its server with three clients at once, on one thread and with
+//! `--threads`; a client that never sends its address does not hold up the others; one that
+//! hangs up mid-session is let go; one that fails ends alone.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::common::{
+    example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
+};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The service on rxe0 and TCP `port`, with `args`.
+fn service(port: u16, args: &[&str]) -> Command {
+    let mut cmd = Command::new(example("service"));
+    cmd.args(["-d", RXE, "-g", &gid_index(), "-p", &port.to_string()]).args(args);
+    cmd
+}
+
+/// Starts `n` clients of the server on `port` at once, each with `args`; their outputs.
+fn clients(port: u16, n: usize, args: &[&str]) -> Vec<Output> {
+    let children: Vec<_> = (0..n)
+        .map(|_| {
+            let mut client = service(port, args);
+            client.arg("127.0.0.1").stdout(Stdio::piped()).stderr(Stdio::piped());
+            client.spawn().expect("spawn a client")
+        })
+        .collect();
+    children.into_iter().map(|child| wait_within(child, LIMIT)).collect()
+}
+
+/// Checks that every client succeeded with `requests` requests, and that the server's
+/// stdout says it served each of them (same index, same byte count); returns their indexes.
+fn check_served(clients: &[Output], server: &Output, requests: u32) -> Vec<u32> {
+    let served = String::from_utf8_lossy(&server.stdout);
+    let mut indexes: Vec<u32> = clients
+        .iter()
+        .map(|out| {
+            assert!(out.status.success(), "{}", text(out));
+            // "client 1: 100 requests (204800 bytes) answered correctly"
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let (index, bytes) = stdout
+                .strip_prefix("client ")
+                .and_then(|s| s.strip_suffix(" bytes) answered correctly\n"))
+                .and_then(|s| s.split_once(&format!(": {requests} requests (")))
+                .unwrap_or_else(|| panic!("unexpected client output\n{}", text(out)));
+            let line =
+                format!("client {index}: served {requests} requests ({bytes} bytes) on rxe0");
+            assert!(served.contains(&line), "no {line:?} from the server\n{}", text(server));
+            index.parse().unwrap()
+        })
+        .collect();
+    indexes.sort();
+    indexes
+}
+
+fn serves_three_clients_at_once(port: u16, mode: &[&str]) {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let server = spawn_server(service(port, &[&["--clients", "3"], mode].concat()), port);
+    let clients = clients(port, 3, &["-n", "100"]);
+    let server = wait_within(server, LIMIT);
+    assert!(server.status.success(), "{}", text(&server));
+    assert_eq!(check_served(&clients, &server, 100), [0, 1, 2], "{}", text(&server));
+    assert!(String::from_utf8_lossy(&server.stdout).ends_with("served 3 clients\n"));
+}
+
+#[test]
+fn one_thread_serves_three_clients_at_once() {
+    serves_three_clients_at_once(18800, &[]);
+}
+
+#[test]
+fn threads_serve_three_clients_at_once() {
+    serves_three_clients_at_once(18801, &["--threads"]);
+}
+
+/// A connection that sends nothing takes client index 0 while two real clients are served;
+/// it closes only after they are done, so the server must not have waited for it.
+fn a_silent_client_holds_up_no_other(port: u16, mode: &[&str]) {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let server = spawn_server(service(port, &[&["--clients", "3"], mode].concat()), port);
+    let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let clients = clients(port, 2, &["-n", "20"]);
+    drop(silent);
+    // Nothing is left to wait for: the server ends at once (well within the limit).
+    let server = wait_within(server, Duration::from_secs(30));
+    assert_eq!(check_served(&clients, &server, 20), [1, 2], "{}", text(&server));
+    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
+    assert!(
+        String::from_utf8_lossy(&server.stdout).contains(
+            "client 0: failed: the peer closed the connection after 0 of the 52 bytes of its \
+             address message"
+        ),
+        "{}",
+        text(&server)
+    );
+    assert!(
+        String::from_utf8_lossy(&server.stderr).contains("service: 1 of 3 clients failed"),
+        "{}",
+        text(&server)
+    );
+}
+
+#[test]
+fn one_thread_is_not_held_up_by_a_silent_client() {
+    a_silent_client_holds_up_no_other(18802, &[]);
+}
+
+#[test]
+fn threads_are_not_held_up_by_a_silent_client() {
+    a_silent_client_holds_up_no_other(18803, &["--threads"]);
+}
+
+/// A peer that connects (its address names rxe0's IPv4 GID), gets the server's QP into
+/// RTS with a receive posted, then hangs up without a request: the server moves that QP to
+/// ERROR and lets it go once the receive has come back flushed, and goes on.
+fn a_client_gone_mid_session_is_let_go(port: u16, mode: &[&str]) {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let server = spawn_server(service(port, &[&["--clients", "2"], mode].concat()), port);
+    let mut gone = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    gone.write_all(b"0000:000099:000001:00000000000000000000ffffc0000201\0").unwrap();
+    let mut reply = [0u8; 52];
+    gone.read_exact(&mut reply).unwrap();
+    drop(gone);
+    let clients = clients(port, 1, &["-n", "20"]);
+    let server = wait_within(server, Duration::from_secs(30));
+    assert_eq!(check_served(&clients, &server, 20), [1], "{}", text(&server));
+    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
+    assert!(
+        String::from_utf8_lossy(&server.stdout)
+            .contains("client 0: failed after 0 requests: it closed its connection"),
+        "{}",
+        text(&server)
+    );
+}
+
+#[test]
+fn one_thread_lets_go_of_a_client_gone_mid_session() {
+    a_client_gone_mid_session_is_let_go(18805, &[]);
+}
+
+#[test]
+fn threads_let_go_of_a_client_gone_mid_session() {
+    a_client_gone_mid_session_is_let_go(18806, &["--threads"]);
+}
+
+#[test]
+fn a_client_whose_requests_do_not_fit_fails_alone() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let port = 18804;
+    let server = spawn_server(service(port, &["--clients", "2", "-s", "1024"]), port);
+    // Its first request has 4096 bytes: the server's 1024-byte receive refuses it.
+    let big = output_within(service(port, &["-s", "4096", "127.0.0.1"]), LIMIT);
+    assert_eq!(big.status.code(), Some(1), "{}", text(&big));
+    assert!(String::from_utf8_lossy(&big.stderr).contains("service: request 0 failed: "));
+    let fits = clients(port, 1, &["-s", "1024", "-n", "20"]);
+    let server = wait_within(server, LIMIT);
+    assert_eq!(check_served(&fits, &server, 20), [1], "{}", text(&server));
+    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
+    let stdout = String::from_utf8_lossy(&server.stdout);
+    assert!(
+        stdout.contains("client 0: failed after 0 requests: a work request failed: "),
+        "{}",
+        text(&server)
+    );
+}
