@@ -9,6 +9,18 @@
 //! rc_pingpong -d rxe0 -g 1               # server
 //! rc_pingpong -d rxe0 -g 1 192.0.2.1     # client
 //! ```
+//!
+//! With `--rdma-cm` (built with `--features rdmacm`; like perftest's `-R`), the connection is
+//! made through rdma_cm instead of the TCP exchange: the server listens on the rdma_cm port
+//! `-p` of every address, the client connects to SERVERNAME's, and rdma_cm picks the device
+//! by that address (`-d` is then only checked, and `-m`, `-g`, `-l` are the CM's to choose).
+//! This also connects iWARP devices (siw), which cannot be connected by hand. The C
+//! `ibv_rc_pingpong` has no such mode: both sides must be this example.
+//!
+//! ```text
+//! rc_pingpong --rdma-cm                  # server
+//! rc_pingpong --rdma-cm 198.51.100.1     # client (siw0's address in the guest)
+//! ```
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -60,6 +72,9 @@ struct Args {
     /// Local port GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'g', long = "gid-idx")]
     gid_idx: Option<u32>,
+    /// Connect through rdma_cm instead of the TCP exchange (needs --features rdmacm)
+    #[arg(long = "rdma-cm")]
+    rdma_cm: bool,
     /// Server to connect to (none: act as the server)
     servername: Option<String>,
 }
@@ -81,6 +96,9 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.size == 0 || args.rx_depth == 0 || args.iters == 0 {
         return Err("-s, -r and -n must be at least 1".into());
     }
+    if args.rdma_cm {
+        return run_cm(args);
+    }
     let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
     let port = ctx.query_port(args.ib_port)?;
     if !port.is_ethernet() && port.lid().0 == 0 {
@@ -92,7 +110,162 @@ fn run(args: &Args) -> Result<(), Error> {
         .into());
     }
     let gid = local_gid(&ctx, args, &port)?;
+    pingpong(
+        &ctx,
+        args,
+        |qp| {
+            let psn = Psn::random();
+            let me = Endpoint {
+                lid: port.lid(),
+                qpn: qp.qp_num(),
+                psn,
+                gid: gid.map_or(Gid::ZERO, |g| g.gid),
+            };
+            println!("  local address:  {me}");
+            let link = Link {
+                port: args.ib_port,
+                sgid: gid.map(|g| g.index as u8),
+                mtu,
+                sl: args.sl,
+                psn,
+            };
+            let (qp, remote) = exchange(qp, args, &me, &link)?;
+            println!("  remote address: {remote}");
+            Ok(qp)
+        },
+        || Ok(()),
+    )
+}
 
+/// The TCP exchange of `ibv_rc_pingpong`, and the QP connected to the peer it describes.
+fn exchange<'a>(
+    qp: QueuePair<'a, Init>,
+    args: &Args,
+    me: &Endpoint,
+    link: &Link,
+) -> Result<(QueuePair<'a, Rts>, Endpoint), Error> {
+    Ok(match &args.servername {
+        Some(host) => {
+            let mut stream = TcpStream::connect((host.as_str(), args.port))
+                .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;
+            stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+            stream.write_all(&me.to_pingpong_message())?;
+            let remote = read_endpoint(&mut stream)?;
+            stream.write_all(b"done\0")?;
+            (connect(qp, &remote, link)?, remote)
+        }
+        None => {
+            let mut stream = accept(args.port)?;
+            stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+            let remote = read_endpoint(&mut stream)?;
+            // The peer may send as soon as it reads our reply: be in RTS before replying.
+            let qp = connect(qp, &remote, link)?;
+            stream.write_all(&me.to_pingpong_message())?;
+            let mut done = [0u8; 5];
+            read_exact(&mut stream, &mut done, "\"done\"")?;
+            if &done != b"done\0" {
+                return Err(format!(
+                    "expected \"done\" from the peer, got {:?}",
+                    String::from_utf8_lossy(&done)
+                )
+                .into());
+            }
+            (qp, remote)
+        }
+    })
+}
+
+/// `--rdma-cm`: the connection through rdma_cm; the device is the one with the address.
+#[cfg(feature = "rdmacm")]
+fn run_cm(args: &Args) -> Result<(), Error> {
+    use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
+    use std::net::{SocketAddr, ToSocketAddrs};
+
+    let channel = EventChannel::new()?;
+    let check_device = |ctx: &Context| match &args.ib_dev {
+        Some(dev) if dev != ctx.name() => Err(format!(
+            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
+            ctx.name()
+        )),
+        _ => Ok(()),
+    };
+    let connected = |qp: &QueuePair<'_, Rts>, ctx: &Context| {
+        println!(
+            "  local address:  QPN {:#08x}, connected by rdma_cm on {}",
+            qp.qp_num().0,
+            ctx.name()
+        );
+    };
+    match &args.servername {
+        Some(host) => {
+            let dst = (host.as_str(), args.port)
+                .to_socket_addrs()
+                .map_err(|e| format!("couldn't resolve {host}: {e}"))?
+                .find(SocketAddr::is_ipv4)
+                .ok_or_else(|| format!("{host} has no IPv4 address"))?;
+            let id = CmId::new(&channel, PortSpace::TCP)?;
+            id.resolve_addr(None, dst, Duration::from_secs(5))?;
+            id.resolve_route(Duration::from_secs(5))?;
+            let ctx = id.context()?;
+            check_device(ctx)?;
+            pingpong(
+                ctx,
+                args,
+                |qp| {
+                    let up =
+                        id.connect(qp, &ConnParam::default(), PEER_TIMEOUT).map_err(|e| e.error)?;
+                    connected(&up.qp, ctx);
+                    Ok(up.qp)
+                },
+                || {
+                    // Done: every message arrived. Disconnect before our QP goes.
+                    Ok(id.disconnect()?)
+                },
+            )?;
+        }
+        None => {
+            let listener = CmId::new(&channel, PortSpace::TCP)?;
+            let any = SocketAddr::from(([0, 0, 0, 0], args.port));
+            listener.bind_addr(any).map_err(|e| format!("couldn't listen on {any}: {e}"))?;
+            listener.listen(1)?;
+            let request = listener.get_request(Duration::from_secs(3600))?;
+            let id = &request.id;
+            let ctx = id.context()?;
+            check_device(ctx)?;
+            pingpong(
+                ctx,
+                args,
+                |qp| {
+                    let up =
+                        id.accept(qp, &ConnParam::default(), PEER_TIMEOUT).map_err(|e| e.error)?;
+                    connected(&up.qp, ctx);
+                    Ok(up.qp)
+                },
+                || {
+                    // Over iWARP a send completes once handed to TCP: destroying our QP before
+                    // the client has everything could reset the connection. It disconnects when
+                    // done.
+                    Ok(id.wait_disconnected(PEER_TIMEOUT)?)
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "rdmacm"))]
+fn run_cm(_: &Args) -> Result<(), Error> {
+    Err("--rdma-cm needs rdma_cm: build with --features rdmacm".into())
+}
+
+/// The ping-pong on `ctx`, with `connect` taking the QP from INIT (receives posted) to RTS,
+/// and `finish` ending the connection while the QP still exists.
+fn pingpong(
+    ctx: &Context,
+    args: &Args,
+    connect: impl for<'q> FnOnce(QueuePair<'q, Init>) -> Result<QueuePair<'q, Rts>, Error>,
+    finish: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
     let pd = ctx.alloc_pd()?;
     // With -e, completions wake us through a channel instead of being busy-polled.
     let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
@@ -119,43 +292,7 @@ fn run(args: &Args) -> Result<(), Error> {
     while let Some(buf) = pool.take() {
         qp.post_recv_buffer(buf).map_err(|e| e.error)?;
     }
-
-    let psn = Psn::random();
-    let me =
-        Endpoint { lid: port.lid(), qpn: qp.qp_num(), psn, gid: gid.map_or(Gid::ZERO, |g| g.gid) };
-    println!("  local address:  {me}");
-
-    let link = Link { port: args.ib_port, sgid: gid.map(|g| g.index as u8), mtu, sl: args.sl, psn };
-    let (qp, remote) = match &args.servername {
-        Some(host) => {
-            let mut stream = TcpStream::connect((host.as_str(), args.port))
-                .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;
-            stream.set_read_timeout(Some(PEER_TIMEOUT))?;
-            stream.write_all(&me.to_pingpong_message())?;
-            let remote = read_endpoint(&mut stream)?;
-            stream.write_all(b"done\0")?;
-            (connect(qp, &remote, &link)?, remote)
-        }
-        None => {
-            let mut stream = accept(args.port)?;
-            stream.set_read_timeout(Some(PEER_TIMEOUT))?;
-            let remote = read_endpoint(&mut stream)?;
-            // The peer may send as soon as it reads our reply: be in RTS before replying.
-            let qp = connect(qp, &remote, &link)?;
-            stream.write_all(&me.to_pingpong_message())?;
-            let mut done = [0u8; 5];
-            read_exact(&mut stream, &mut done, "\"done\"")?;
-            if &done != b"done\0" {
-                return Err(format!(
-                    "expected \"done\" from the peer, got {:?}",
-                    String::from_utf8_lossy(&done)
-                )
-                .into());
-            }
-            (qp, remote)
-        }
-    };
-    println!("  remote address: {remote}");
+    let qp = connect(qp)?;
 
     // The message is in flight or back in `message`; it goes inline when it fits.
     let mut message = Some(message);
@@ -226,6 +363,7 @@ fn run(args: &Args) -> Result<(), Error> {
         }
     }
     let elapsed = start.elapsed();
+    finish()?;
 
     let usec = elapsed.as_secs_f64() * 1e6;
     let bytes = u64::from(args.size) * args.iters * 2;

@@ -102,11 +102,17 @@ impl Grh {
         Some(Grh(received.get(..Self::LEN)?.try_into().expect("40 bytes")))
     }
 
-    /// Whether it holds an IPv4 header (RoCE v2 over IPv4), told apart by the IPv4 version
-    /// and header checksum as rdma-core does.
+    /// Whether it holds an IPv4 header (RoCE v2 over IPv4), told apart as rdma-core does
+    /// (`ibv_init_ah_from_wc`): when the first byte does not carry IP version 6, it is IPv4
+    /// if the last 20 bytes carry version 4; when it does, only an IPv4 header of 5 words
+    /// whose checksum is right says IPv4. (Soft-RoCE delivers loopback datagrams with the
+    /// IPv4 checksum unset, so the checksum alone would miss them.)
     pub fn is_ipv4(&self) -> bool {
         let ip = &self.0[20..];
-        if ip[0] != 0x45 {
+        if self.0[0] >> 4 != 6 {
+            return ip[0] >> 4 == 4;
+        }
+        if ip[0] & 0x0f != 5 {
             return false;
         }
         let sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
@@ -150,9 +156,29 @@ mod tests {
         let folded = (sum & 0xffff) + (sum >> 16);
         let check = !((folded & 0xffff) + (folded >> 16)) as u16;
         grh[30..32].copy_from_slice(&check.to_be_bytes());
+        assert!(Grh::from_receive(&grh).unwrap().is_ipv4());
+        // Even behind a first byte that reads as IP version 6, a valid checksum says IPv4.
+        grh[0] = 0x60;
         let grh = Grh::from_receive(&grh).unwrap();
         assert!(grh.is_ipv4());
         assert_eq!(grh.source_gid().to_string(), "::ffff:192.0.2.1");
+    }
+
+    #[test]
+    fn an_ipv4_header_without_checksum_is_recognised_by_its_version() {
+        // What rxe delivers for a loopback datagram: 20 zero bytes, then an IPv4 header whose
+        // checksum was never computed.
+        let mut grh = [0u8; 40];
+        let ip: [u8; 20] =
+            [0x45, 0, 0x04, 0x20, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 192, 0, 2, 7];
+        grh[20..].copy_from_slice(&ip);
+        let grh = Grh::from_receive(&grh).unwrap();
+        assert!(grh.is_ipv4());
+        assert_eq!(grh.source_gid().to_string(), "::ffff:192.0.2.1");
+        // A first byte of version 6 needs the checksum to be believed.
+        let mut with_v6 = *grh.as_bytes();
+        with_v6[0] = 0x60;
+        assert!(!Grh::from_receive(&with_v6).unwrap().is_ipv4());
     }
 
     #[test]

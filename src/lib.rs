@@ -15,7 +15,7 @@
 //! # fn main() -> Result<()> {
 //! let ctx = Context::open_by_name(Some("rxe0"))?;
 //! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(16)?;
+//! let cq = ctx.create_cq(32)?;
 //! let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
 //! let qp = pd.create_rc_qp(&QpInitAttr::new(&cq))?;
 //! let qp = qp.into_init(&InitAttr::default())?;
@@ -73,7 +73,10 @@
 //!
 //! # Crate features
 //!
-//! None yet: mlx5 DC (`mlx5`) and rdma_cm (`rdmacm`) are planned.
+//! - `rdmacm`: rdma_cm connection management (module `cm`); librdmacm is loaded at run time on
+//!   first use. Needs `rdma/rdma_cma.h` at build time (librdmacm-dev / rdma-core-devel).
+//!
+//! mlx5 DC (`mlx5`) is planned.
 //!
 //! # Requirements
 //!
@@ -88,6 +91,15 @@ mod ah;
 mod buffer;
 mod c_enum;
 mod channel;
+#[cfg(all(feature = "rdmacm", rdma_verbs_rdma_cma))]
+#[cfg_attr(docsrs, doc(cfg(feature = "rdmacm")))]
+pub mod cm;
+#[cfg(all(feature = "rdmacm", not(rdma_verbs_rdma_cma)))]
+compile_error!(
+    "rdma-verbs: feature `rdmacm` needs rdma/rdma_cma.h, which rdma-verbs-sys did not find: \
+     install librdmacm-dev (Debian/Ubuntu) or rdma-core-devel (RHEL/Rocky/Fedora), or point \
+     RDMA_CORE_INCLUDE_DIR at the directory holding rdma/rdma_cma.h"
+);
 mod cq;
 mod device;
 pub mod diag;
@@ -95,6 +107,7 @@ mod endpoint;
 mod error;
 mod gid;
 mod mr;
+mod mw;
 mod pd;
 mod port;
 mod qp;
@@ -134,11 +147,19 @@ pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
 pub use mr::AccessFlags;
+pub use mr::BindableRegion;
+pub use mr::DmabufRegion;
 pub use mr::LKey;
 pub use mr::MemoryRegion;
+pub use mr::OdpCaps;
+pub use mr::OdpGeneralCaps;
+pub use mr::OdpTransportCaps;
 pub use mr::RKey;
 pub use mr::RegionMemory;
 pub use mr::RemoteWritableRegion;
+pub use mw::MemoryWindow;
+pub use mw::MwBind;
+pub use mw::MwType;
 pub use pd::ProtectionDomain;
 pub use port::LinkLayer;
 pub use port::Mtu;

@@ -19,6 +19,12 @@ use crate::mr::{LKey, RKey};
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of the region named by
 /// `lkey`. Build one with [`MemoryRegion::sge`](crate::MemoryRegion::sge), which checks the
 /// bounds.
+///
+/// Zero lengths: `MemoryRegion::sge` refuses an empty range, and a region holds at least one
+/// byte. An empty message is a work request with *no* SGE (`SendWr::send(id, &[])`, or an
+/// empty [`Buffer`](crate::Buffer) in the buffer tier); it arrives as a receive of
+/// `byte_len` 0. An SGE of length 0 built with [`Sge::new`] carries no bytes: rxe and mlx5
+/// skip it (the device tests check rxe), so it is harmless but pointless.
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct Sge(sys::ibv_sge);
@@ -85,7 +91,8 @@ bitflags! {
 }
 
 /// A send work request (`struct ibv_send_wr`) over a borrowed SGE list: SEND, SEND with
-/// immediate, RDMA WRITE (with immediate) and RDMA READ.
+/// immediate or invalidate, RDMA WRITE (with immediate), RDMA READ, atomics, and the memory
+/// window operations (bind, local invalidate).
 ///
 /// ```
 /// # use rdma_verbs::{SendWr, SendFlags, Sge, LKey};
@@ -184,6 +191,41 @@ impl<'a> SendWr<'a> {
         wr
     }
 
+    /// `IBV_WR_LOCAL_INV`: invalidates `rkey` (a type-2 memory window's,
+    /// [`MemoryWindow::rkey`](crate::MemoryWindow::rkey)) when it executes; from then on
+    /// peers using it fail with a remote access error, and the window may be bound again.
+    #[doc(alias = "IBV_WR_LOCAL_INV")]
+    pub fn local_inv(wr_id: u64, rkey: RKey) -> Self {
+        let mut wr = Self::new(wr_id, &[], sys::IBV_WR_LOCAL_INV);
+        wr.raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
+        wr
+    }
+
+    /// `IBV_WR_SEND_WITH_INV`: a SEND that also invalidates the *peer's* `rkey` (a type-2
+    /// window it bound, e.g. for this exchange) before the peer sees the receive complete
+    /// (its completion has `IBV_WC_WITH_INV` in `wc_flags`). RC only.
+    #[doc(alias = "IBV_WR_SEND_WITH_INV")]
+    pub fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: RKey) -> Self {
+        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_SEND_WITH_INV);
+        wr.raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
+        wr
+    }
+
+    /// An `IBV_WR_BIND_MW` request, already checked by
+    /// [`SendWr::bind_mw`](crate::SendWr::bind_mw). `mw` must be a live window the WR
+    /// borrows exclusively for `'a` ([`note_posted`] writes its rkey).
+    pub(crate) fn bind_mw_raw(
+        wr_id: u64,
+        mw: *mut sys::ibv_mw,
+        rkey: RKey,
+        bind_info: sys::ibv_mw_bind_info,
+    ) -> Self {
+        let mut wr = Self::new(wr_id, &[], sys::IBV_WR_BIND_MW);
+        wr.raw.__bindgen_anon_2.bind_mw =
+            sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 { mw, rkey: rkey.0, bind_info };
+        wr
+    }
+
     /// Addresses a SEND on a UD QP to `dest`.
     pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
         self.raw.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
@@ -267,9 +309,31 @@ impl<'a> SendWr<'a> {
         &mut self.raw
     }
 
+    /// Bookkeeping once the provider accepted this WR (see [`note_posted`]).
+    #[inline]
+    pub(crate) fn note_posted(&self) {
+        note_posted(&self.raw);
+    }
+
     /// The raw request; its SGE pointer still points into the borrowed slice.
     pub(crate) fn into_raw(self) -> sys::ibv_send_wr {
         self.raw
+    }
+}
+
+/// Bookkeeping once the provider accepted `wr`: a memory-window bind gives the window the
+/// WR's rkey (`ibv_mw.rkey`), as `ibv_bind_mw` does for type 1. The next bind must name the
+/// window by its current rkey (rxe reads `ibv_mw.rkey` for that), and
+/// [`MemoryWindow::rkey`](crate::MemoryWindow::rkey) reads it.
+#[inline]
+pub(crate) fn note_posted(wr: &sys::ibv_send_wr) {
+    if wr.opcode == sys::IBV_WR_BIND_MW {
+        // SAFETY: only `SendWr::bind_mw` builds BIND_MW requests, from a live window the WR
+        // borrows exclusively (`&'a mut MemoryWindow`), so nothing else reads the field now.
+        unsafe {
+            let bind = wr.__bindgen_anon_2.bind_mw;
+            (*bind.mw).rkey = bind.rkey;
+        }
     }
 }
 
@@ -342,5 +406,29 @@ mod tests {
         assert_eq!((rdma.remote_addr, rdma.rkey), (0xdead_0000, 9));
         assert_eq!(imm, 0x0102_0304u32.to_be());
         assert_eq!(wr.send_flags(), SendFlags::SIGNALED | SendFlags::INLINE);
+    }
+
+    #[test]
+    fn invalidation_and_bind_requests_carry_their_keys() {
+        let wr = SendWr::local_inv(1, RKey(0x1234_5678));
+        assert_eq!((wr.raw.opcode, wr.num_sge()), (sys::IBV_WR_LOCAL_INV, 0));
+        // SAFETY: written by local_inv.
+        assert_eq!(unsafe { wr.raw.__bindgen_anon_1.invalidate_rkey }, 0x1234_5678);
+        let sges = [Sge::new(0x1000, 8, LKey(3))];
+        let wr = SendWr::send_with_inv(2, &sges, RKey(0x99));
+        assert_eq!((wr.raw.opcode, wr.num_sge()), (sys::IBV_WR_SEND_WITH_INV, 1));
+        // SAFETY: written by send_with_inv.
+        assert_eq!(unsafe { wr.raw.__bindgen_anon_1.invalidate_rkey }, 0x99);
+        let info = sys::ibv_mw_bind_info {
+            mr: std::ptr::null_mut(),
+            addr: 0x2000,
+            length: 64,
+            mw_access_flags: sys::IBV_ACCESS_REMOTE_READ,
+        };
+        let wr = SendWr::bind_mw_raw(3, std::ptr::null_mut(), RKey(0x101), info);
+        assert_eq!((wr.raw.opcode, wr.num_sge()), (sys::IBV_WR_BIND_MW, 0));
+        // SAFETY: written by bind_mw_raw.
+        let bind = unsafe { wr.raw.__bindgen_anon_2.bind_mw };
+        assert_eq!((bind.rkey, bind.bind_info.addr, bind.bind_info.length), (0x101, 0x2000, 64));
     }
 }

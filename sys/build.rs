@@ -31,7 +31,7 @@ fn main() {
     // Declarations only, never called: they let the loader check its hand-written function
     // pointer types against the system's prototypes at compile time.
     let decls = builder(&include_dirs, &Arc::new(Mutex::new(Vec::new())))
-        .allowlist_function("ibv_.*|_ibv_.*")
+        .allowlist_function("ibv_.*|_ibv_.*|rdma_.*")
         .allowlist_recursively(false);
     write(generate(decls), &out.join("decls.rs"));
 
@@ -109,14 +109,18 @@ fn publish_facts(included: &[String]) {
     let Some(verbs_h) = has("infiniband/verbs.h") else {
         fail("infiniband/verbs.h was not found");
     };
-    println!("cargo:metadata=verbs_h={verbs_h}");
+    println!("cargo::metadata=verbs_h={verbs_h}");
     for (key, header) in [("mlx5dv", "infiniband/mlx5dv.h"), ("rdma_cma", "rdma/rdma_cma.h")] {
-        println!("cargo:metadata={key}={}", u8::from(has(header).is_some()));
+        println!("cargo::metadata={key}={}", u8::from(has(header).is_some()));
+    }
+    // The librdmacm table (src/rdmacm.rs) needs rdma_cma.h's types and prototypes.
+    if has("rdma/rdma_cma.h").is_some() {
+        println!("cargo:rustc-cfg=rdma_verbs_rdma_cma");
     }
     // libibverbs.pc's version is 1.<abi minor>.<rdma-core version>, e.g. 1.14.44.0.
     if let Ok(lib) = pkg_config::Config::new().cargo_metadata(false).probe("libibverbs") {
         if let Some(v) = lib.version.splitn(3, '.').nth(2) {
-            println!("cargo:metadata=rdma_core_version={v}");
+            println!("cargo::metadata=rdma_core_version={v}");
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct Args {
     /// TCP port for the parameter exchange
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
+    /// Connect the QPs through rdma_cm, on port -p + 1 (needs --features rdmacm)
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
     /// Both sides send (bidirectional)
     #[arg(short = 'b', long = "bidirectional")]
     pub bidirectional: bool,

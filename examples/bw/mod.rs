@@ -9,8 +9,15 @@
 //!
 //! The client initiates (the server too with -b); for send_bw the server receives. Both
 //! sides first agree on mode, sizes, iterations, QPs, duration and direction over TCP.
+//!
+//! With `-R` (`--rdma_cm`, built with `--features rdmacm`), as perftest's `-R`, the QPs are
+//! connected through rdma_cm (one connection per QP, on port `-p` + 1; the device is the one
+//! with the address, so `-d`, `-x` and `-m` do not apply) and each side's buffer address and
+//! rkey travel in the connection's private data; the TCP channel on `-p` still carries the
+//! parameters and the barriers between sizes. See `cm.rs`.
 
 mod args;
+mod cm;
 mod exchange;
 mod report;
 mod traffic;
@@ -116,9 +123,74 @@ pub fn main(mode: &str) -> ExitCode {
 
 fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     args.check()?;
-    let sizes = args.sizes();
-    let max = *sizes.iter().max().expect("at least one size");
+    if args.rdma_cm {
+        return cm::run(mode, args);
+    }
     let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let port = ctx.query_port(args.ib_port)?;
+    let gid = match args.gid_index {
+        Some(index) => Some(ctx.gid(args.ib_port, index)?),
+        None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
+        None => None,
+    };
+    let mtu = match args.mtu {
+        Some(bytes) => Mtu::from_bytes(bytes)
+            .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+        None => port.active_mtu(),
+    };
+    // Refuse what the device cannot do before waiting for the peer.
+    check_limits(&ctx, args)?;
+    let mut control = open_control(mode, args)?;
+    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu };
+    run_on(mode, args, &ctx, &mut control, &mut connect)
+}
+
+/// Connects each QP to its peer (receives already posted), exchanging the memory the peer
+/// may reach.
+pub trait Connect {
+    /// Connects QP number `i`, sending `mine`; returns it in RTS with the peer's memory.
+    fn connect<'q>(
+        &mut self,
+        i: usize,
+        qp: QueuePair<'q, Init>,
+        mine: RemoteAddr,
+        control: &mut Control,
+    ) -> Result<(QueuePair<'q, Rts>, RemoteAddr), Error>;
+}
+
+/// The QPs connected by hand: endpoints swapped over the TCP channel, then INIT → RTR → RTS.
+struct ByHand {
+    port: u8,
+    lid: Lid,
+    gid: Option<GidEntry>,
+    mtu: Mtu,
+}
+
+impl Connect for ByHand {
+    fn connect<'q>(
+        &mut self,
+        _: usize,
+        qp: QueuePair<'q, Init>,
+        mine: RemoteAddr,
+        control: &mut Control,
+    ) -> Result<(QueuePair<'q, Rts>, RemoteAddr), Error> {
+        let psn = Psn::random();
+        let me = Endpoint {
+            lid: self.lid,
+            qpn: qp.qp_num(),
+            psn,
+            gid: self.gid.map_or(Gid::ZERO, |g| g.gid),
+        };
+        let (peer, remote) = control.swap_endpoint(&me, mine)?;
+        let rtr = RtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index as u8), self.mtu);
+        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
+        Ok((qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?, remote))
+    }
+}
+
+/// Sizes and depths the device cannot take, refused before any QP or MR exists.
+pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
+    let max = *args.sizes().iter().max().expect("at least one size");
     let dev = ctx.query_device()?;
     if u64::from(max) > dev.max_mr_size() {
         return Err(
@@ -134,19 +206,13 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
         )
         .into());
     }
-    let port = ctx.query_port(args.ib_port)?;
-    let gid = match args.gid_index {
-        Some(index) => Some(ctx.gid(args.ib_port, index)?),
-        None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
-        None => None,
-    };
-    let mtu = match args.mtu {
-        Some(bytes) => Mtu::from_bytes(bytes)
-            .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
-        None => port.active_mtu(),
-    };
+    Ok(())
+}
 
-    let server = args.server.is_none();
+/// The TCP channel to the peer, with the parameters both sides must share agreed.
+fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
+    let sizes = args.sizes();
+    let max = *sizes.iter().max().expect("at least one size");
     let mut control = match &args.server {
         Some(host) => Control::connect(host, args.port)?,
         None => Control::accept(args.port)?,
@@ -158,7 +224,22 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
         ("qps", args.qps.to_string()),
         ("bidirectional", args.bidirectional.to_string()),
         ("tier", if args.raw { "raw" } else { "safe" }.into()),
+        ("rdma_cm", args.rdma_cm.to_string()),
     ])?;
+    Ok(control)
+}
+
+/// The test on `ctx`, its QPs connected by `connector`.
+fn run_on(
+    mode: Mode,
+    args: &Args,
+    ctx: &Context,
+    control: &mut Control,
+    connector: &mut impl Connect,
+) -> Result<(), Error> {
+    let sizes = args.sizes();
+    let max = *sizes.iter().max().expect("at least one size");
+    let server = args.server.is_none();
     let initiate = !server || args.bidirectional;
     let receive = mode == Mode::Send && (server || args.bidirectional);
 
@@ -185,7 +266,8 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     };
 
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(qps * (depth + rx_depth) + 1)?;
+    // Room for every WR the QPs may have outstanding (their capacities, not the run depth).
+    let cq = ctx.create_cq(qps * (args.tx_depth + rx_depth.max(1)))?;
     // What the peer reaches: a target for its writes, a source for its reads.
     let write_target = match mode {
         Mode::Write => Some(pd.register_remote_writable(
@@ -239,18 +321,9 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     }
     let mut qps_rts = Vec::new();
     let mut remotes = Vec::new();
-    for qp in ready {
-        let psn = Psn::random();
-        let me = Endpoint {
-            lid: port.lid(),
-            qpn: qp.qp_num(),
-            psn,
-            gid: gid.map_or(Gid::ZERO, |g| g.gid),
-        };
-        let (peer, remote) = control.swap_endpoint(&me, mine)?;
-        let rtr = RtrAttr::to_endpoint(&peer, args.ib_port, gid.map(|g| g.index as u8), mtu);
-        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        qps_rts.push(qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?);
+    for (i, qp) in ready.into_iter().enumerate() {
+        let (qp, remote) = connector.connect(i, qp, mine, control)?;
+        qps_rts.push(qp);
         remotes.push(remote);
     }
     let qpns: Vec<Qpn> = qps_rts.iter().map(|qp| qp.qp_num()).collect();
@@ -287,13 +360,13 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             let inline = size <= max_inline && mode != Mode::Read;
             let mut tier =
                 Raw::new(&qps_rts, &send_sges, &recv_sges, mode, &remotes, args.post_list, inline);
-            traffic::run(&mut tier, &cq, &qpns, &plan, &mut control)?
+            traffic::run(&mut tier, &cq, &qpns, &plan, control)?
         } else {
             let lists =
                 (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
             let mut tier =
                 Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
-            traffic::run(&mut tier, &cq, &qpns, &plan, &mut control)?
+            traffic::run(&mut tier, &cq, &qpns, &plan, control)?
         };
         control.barrier(&format!("done {size}"))?;
         if stats.posted != stats.completed {

@@ -66,9 +66,26 @@ impl QpCapabilities {
     }
 }
 
-/// What an RC queue pair is created with (`struct ibv_qp_init_attr`, `ibv_create_qp(3)`).
+/// What a queue pair is created with (`struct ibv_qp_init_attr`, `ibv_create_qp(3)`).
+///
+/// `'res` is how long the CQs (and the SRQ) are borrowed — the QP's own `'res`; `'srq` is the
+/// SRQ's own lifetime parameter (anything when there is none). The two are separate because a
+/// [`SharedReceiveQueue`] is invariant in its lifetime (buffers lent to it must outlive it):
+/// tying them together would demand a borrow of the SRQ that outlives the SRQ.
+///
+/// ```no_run
+/// # use rdma_verbs::*;
+/// # fn f(ctx: &Context) -> Result<()> {
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(64)?;
+/// let srq = pd.create_srq(16, 1)?;
+/// let attr = QpInitAttr { srq: Some(&srq), ..QpInitAttr::new(&cq) };
+/// let a = pd.create_rc_qp(&attr)?;
+/// let b = pd.create_rc_qp(&attr)?;
+/// # drop((a, b)); Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug)]
-pub struct QpInitAttr<'res> {
+pub struct QpInitAttr<'res, 'srq> {
     /// The CQ for send completions.
     pub send_cq: &'res CompletionQueue<'res>,
     /// The CQ for receive completions (may be the same).
@@ -80,11 +97,11 @@ pub struct QpInitAttr<'res> {
     pub sq_sig_all: bool,
     /// A shared receive queue that feeds this QP's receives (its own receive queue is then
     /// unused: `max_recv_wr` is ignored).
-    pub srq: Option<&'res SharedReceiveQueue<'res>>,
+    pub srq: Option<&'res SharedReceiveQueue<'srq>>,
 }
 
-impl<'res> QpInitAttr<'res> {
-    /// Both queues on `cq`, default capabilities, selective signaling.
+impl<'res> QpInitAttr<'res, '_> {
+    /// Both queues on `cq`, default capabilities, selective signaling, no SRQ.
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         QpInitAttr {
             send_cq: cq,

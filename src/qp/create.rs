@@ -12,16 +12,27 @@ impl<'res> ProtectionDomain<'res> {
     /// `ibv_create_qp(3)`—Creates a queue pair of transport type `T` ([`Rc`],
     /// [`Uc`](super::Uc) or [`Ud`](super::Ud)) in RESET.
     ///
+    /// The CQs must have room for every completion the QP can have outstanding, checked
+    /// before the verb with the sizes *asked* for in `attr.cap`: `max_send_wr` on the send CQ,
+    /// and on the receive CQ `max_recv_wr` — or, with an SRQ, the SRQ's
+    /// [`max_wr`](crate::SharedReceiveQueue::max_wr), since any of its receives may complete
+    /// through this QP. When both are one CQ, it needs their sum. A CQ that overruns moves
+    /// its QPs to ERROR and loses completions, so it is refused here rather than discovered
+    /// there. Only this QP is counted: a CQ shared by several QPs must hold all of theirs, and
+    /// a program that keeps more WRs outstanding than it asked for (providers may allocate
+    /// more, see [`QueuePair::caps`]) must size its CQs for that.
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] when a CQ or the SRQ belongs to another device context;
+    /// [`Error::InvalidInput`] when a CQ or the SRQ belongs to another device context, or a
+    /// CQ is smaller than the WRs that can complete on it (the message names both numbers);
     /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
     /// limits, named in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
     /// the provider lacks the transport (e.g. UC on iWARP).
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp<T: QpType>(
         &'res self,
-        attr: &QpInitAttr<'res>,
+        attr: &QpInitAttr<'res, '_>,
     ) -> Result<QueuePair<'res, Reset, T>> {
         let ctx = self.context().as_raw();
         let srq_ctx = attr.srq.map(|srq| srq.pd().context().as_raw());
@@ -33,6 +44,7 @@ impl<'res> ProtectionDomain<'res> {
                 "the QP's CQs and SRQ must belong to the same device context as its PD".into(),
             ));
         }
+        check_cq_room(attr)?;
         let mut init = sys::ibv_qp_init_attr {
             send_cq: attr.send_cq.as_raw(),
             recv_cq: attr.recv_cq.as_raw(),
@@ -63,7 +75,10 @@ impl<'res> ProtectionDomain<'res> {
     ///
     /// As [`ProtectionDomain::create_qp`].
     #[doc(alias = "ibv_create_qp")]
-    pub fn create_rc_qp(&'res self, attr: &QpInitAttr<'res>) -> Result<QueuePair<'res, Reset, Rc>> {
+    pub fn create_rc_qp(
+        &'res self,
+        attr: &QpInitAttr<'res, '_>,
+    ) -> Result<QueuePair<'res, Reset, Rc>> {
         self.create_qp::<Rc>(attr)
     }
 
@@ -91,4 +106,38 @@ impl<'res> ProtectionDomain<'res> {
             cap.max_inline_data
         ))
     }
+}
+
+/// Refuses CQs too small for the completions `attr` allows outstanding (see
+/// [`ProtectionDomain::create_qp`]).
+fn check_cq_room(attr: &QpInitAttr<'_, '_>) -> Result<()> {
+    let send = u64::from(attr.cap.max_send_wr);
+    let (recv, recv_what) = match attr.srq {
+        Some(srq) => (u64::from(srq.max_wr()), format!("the SRQ's {} receives", srq.max_wr())),
+        None => (u64::from(attr.cap.max_recv_wr), format!("max_recv_wr {}", attr.cap.max_recv_wr)),
+    };
+    let refuse = |cq: &str, room: u32, need: u64, what: String| {
+        Err(Error::InvalidInput(format!(
+            "the {cq} holds {room} completions but this QP can have {need} work requests \
+             outstanding on it ({what}): create the CQ with at least {need} entries or lower \
+             the QP's capacities"
+        )))
+    };
+    if attr.send_cq.as_raw() == attr.recv_cq.as_raw() {
+        let room = attr.send_cq.capacity();
+        if send + recv > u64::from(room) {
+            let what = format!("max_send_wr {send} + {recv_what}");
+            return refuse("CQ", room, send + recv, what);
+        }
+        return Ok(());
+    }
+    let send_room = attr.send_cq.capacity();
+    if send > u64::from(send_room) {
+        return refuse("send CQ", send_room, send, format!("max_send_wr {send}"));
+    }
+    let recv_room = attr.recv_cq.capacity();
+    if recv > u64::from(recv_room) {
+        return refuse("receive CQ", recv_room, recv, recv_what);
+    }
+    Ok(())
 }

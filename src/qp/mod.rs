@@ -161,8 +161,9 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         Ok(self.retype())
     }
 
-    /// The same QP with another state in its type.
-    fn retype<N: QpState>(self) -> QueuePair<'res, N, T> {
+    /// The same QP with another state in its type (also for `cm`, where rdma_cm performs the
+    /// transitions).
+    pub(crate) fn retype<N: QpState>(self) -> QueuePair<'res, N, T> {
         let this = ManuallyDrop::new(self);
         QueuePair {
             raw: this.raw,

@@ -4,7 +4,7 @@ use rdma_verbs_sys as sys;
 
 use super::{QpType, QueuePair, ReceiveReady, Rts};
 use crate::error::{check_errno, Error, Result};
-use crate::wr::{RecvWr, SendFlags, SendWr, Sge};
+use crate::wr::{note_posted, RecvWr, SendFlags, SendWr, Sge};
 
 impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// `ibv_post_recv(3)`—Posts one receive work request.
@@ -35,8 +35,9 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
 
 impl<T: QpType> QueuePair<'_, Rts, T> {
     /// `ibv_post_send(3)`—Posts one send work request (SEND, SEND with immediate, RDMA WRITE
-    /// with or without immediate, RDMA READ, atomics; on UD QPs a SEND [addressed](SendWr::to)
-    /// to a peer).
+    /// with or without immediate, RDMA READ, atomics, memory-window bind and invalidate; on UD
+    /// QPs a SEND [addressed](SendWr::to) to a peer). A posted bind
+    /// ([`SendWr::bind_mw`]) gives its window the new rkey.
     ///
     /// # Safety
     ///
@@ -69,7 +70,9 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP in RTS; the caller upholds the memory contract.
         let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
-        check_errno(ret, "ibv_post_send")
+        check_errno(ret, "ibv_post_send")?;
+        wr.note_posted();
+        Ok(())
     }
 
     /// `ibv_post_send(3)`—Posts `wrs` as one linked list (one doorbell): perftest's post
@@ -122,13 +125,16 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         // SAFETY: a live QP in RTS; the list is linked within `wrs`; the caller upholds the
         // memory contract.
         let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), first, &mut bad) };
-        check_errno(ret, "ibv_post_send").map_err(|error| {
+        let result = check_errno(ret, "ibv_post_send").map_err(|error| {
             let offset =
                 (bad as usize).wrapping_sub(base) / std::mem::size_of::<sys::ibv_send_wr>();
             // A provider that names no refused WR may have posted any of them: assume all
             // (the buffer tier then never hands back memory the NIC might use).
             (if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset }, error)
-        })
+        });
+        let posted = result.as_ref().map_or_else(|(n, _)| *n, |()| wrs.len());
+        wrs[..posted].iter().for_each(note_posted);
+        result
     }
 
     fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {

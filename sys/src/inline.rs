@@ -248,3 +248,156 @@ pub unsafe fn ibv_query_gid_ex(
         None => libc::EOPNOTSUPP,
     }
 }
+
+/// `ibv_alloc_mw(3)`: a memory window of `type_` (`IBV_MW_TYPE_1` or `IBV_MW_TYPE_2`) on `pd`,
+/// through `ibv_context.ops.alloc_mw`.
+///
+/// Returns the window or NULL with `errno` set: `EOPNOTSUPP` when the provider has no
+/// `alloc_mw` op.
+///
+/// # Safety
+///
+/// `pd` must be a live PD.
+pub unsafe fn ibv_alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *mut ibv_mw {
+    // SAFETY: the caller guarantees a live PD, whose context is live.
+    match unsafe { (*(*pd).context).ops.alloc_mw } {
+        // SAFETY: the provider's op, called with a live PD.
+        Some(op) => unsafe { op(pd, type_) },
+        None => {
+            // SAFETY: `__errno_location` returns this thread's errno, always writable.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `ibv_dealloc_mw(3)`: frees a memory window through `ibv_context.ops.dealloc_mw`.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` for a NULL op, where the C inline would crash).
+///
+/// # Safety
+///
+/// `mw` must be a live window, not used afterwards when this returns 0.
+pub unsafe fn ibv_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    // SAFETY: the caller guarantees a live window, whose context is live.
+    match unsafe { (*(*mw).context).ops.dealloc_mw } {
+        // SAFETY: the provider's op, called with a live window.
+        Some(op) => unsafe { op(mw) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_bind_mw(3)`: binds a type-1 window by posting a bind work request on `qp`, after the C
+/// inline's checks: `EINVAL` unless `mw` is type 1, `EINVAL` for an address or length without
+/// an MR, `EPERM` when the MR's PD is not the window's. Then `ibv_context.ops.bind_mw`
+/// (`EOPNOTSUPP` when NULL), which on success stores the window's new rkey in `mw.rkey`.
+///
+/// Returns 0 or an errno value.
+///
+/// # Safety
+///
+/// `qp` and `mw` must be live objects of one context; `mw_bind` readable, and its MR, when
+/// not NULL, live.
+pub unsafe fn ibv_bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> c_int {
+    // SAFETY: the caller guarantees `mw` is live and `mw_bind` readable.
+    let (mw_ref, info) = unsafe { (&*mw, (*mw_bind).bind_info) };
+    if mw_ref.type_ != IBV_MW_TYPE_1 {
+        return libc::EINVAL;
+    }
+    if info.mr.is_null() && (info.addr != 0 || info.length != 0) {
+        return libc::EINVAL;
+    }
+    // SAFETY: a non-NULL MR is live (the caller's guarantee).
+    if !info.mr.is_null() && unsafe { (*info.mr).pd } != mw_ref.pd {
+        return libc::EPERM;
+    }
+    // SAFETY: the window's context is live.
+    match unsafe { (*mw_ref.context).ops.bind_mw } {
+        // SAFETY: the provider's op, called with the caller's valid arguments.
+        Some(op) => unsafe { op(qp, mw, mw_bind) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_inc_rkey(3)`: `rkey` with its low 8 bits (the key, which the consumer owns) advanced
+/// by one, wrapping; the upper 24 bits (the index) unchanged.
+pub const fn ibv_inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// `ibv_query_device_ex(3)` without input (`input` NULL): the extended `query_device_ex` op
+/// with this build's struct size; when the library or provider lacks it (`EOPNOTSUPP` /
+/// `ENOSYS`), `ibv_query_device` into `attr.orig_attr` with the rest zeroed, as the C inline
+/// does.
+///
+/// Returns 0 or an errno value.
+///
+/// # Safety
+///
+/// `ctx` must be a live context of the library `fns` came from; `attr` writable.
+pub unsafe fn ibv_query_device_ex(
+    fns: &IbverbsFns,
+    ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr_ex,
+) -> c_int {
+    // SAFETY: the caller guarantees a live context.
+    let op = unsafe {
+        verbs_ctx_op(ctx, offset_of!(verbs_context, query_device_ex), |v| &v.query_device_ex)
+    };
+    if let Some(op) = op {
+        // SAFETY: the library fills at most the size it is told.
+        let ret = unsafe { op(ctx, ptr::null(), attr, size_of::<ibv_device_attr_ex>()) };
+        if ret != libc::EOPNOTSUPP && ret != libc::ENOSYS {
+            return ret;
+        }
+    }
+    // SAFETY: the caller guarantees `attr` is writable.
+    unsafe { ptr::write_bytes(attr, 0, 1) };
+    // SAFETY: `orig_attr` is a field of the writable `attr`.
+    unsafe { (fns.ibv_query_device)(ctx, &raw mut (*attr).orig_attr) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inc_rkey_advances_only_the_key_byte() {
+        assert_eq!(ibv_inc_rkey(0x1234_5600), 0x1234_5601);
+        assert_eq!(ibv_inc_rkey(0x1234_56ff), 0x1234_5600);
+        assert_eq!(ibv_inc_rkey(u32::MAX), 0xffff_ff00);
+    }
+
+    /// The checks run before the window's context is read: these windows have none, so
+    /// reaching the op would crash.
+    #[test]
+    fn bind_mw_checks_type_mr_and_pd_before_the_op() {
+        let (mut pd_a, mut pd_b) = (ibv_pd::default(), ibv_pd::default());
+        let window = |type_, pd: &mut ibv_pd| ibv_mw {
+            context: ptr::null_mut(),
+            pd,
+            rkey: 0,
+            handle: 0,
+            type_,
+        };
+        let mut mr = ibv_mr { pd: &mut pd_b, ..Default::default() };
+        let bind = |mr: *mut ibv_mr, addr, length| ibv_mw_bind {
+            wr_id: 0,
+            send_flags: 0,
+            bind_info: ibv_mw_bind_info { mr, addr, length, mw_access_flags: 0 },
+        };
+        let qp = ptr::null_mut();
+        let mut type2 = window(IBV_MW_TYPE_2, &mut pd_a);
+        let mut type1 = window(IBV_MW_TYPE_1, &mut pd_a);
+        // SAFETY: every call returns before touching the context, QP or (for the first two)
+        // the MR.
+        unsafe {
+            let mut b = bind(&mut mr, 0x1000, 64);
+            assert_eq!(ibv_bind_mw(qp, &mut type2, &mut b), libc::EINVAL);
+            let mut b = bind(ptr::null_mut(), 0x1000, 64);
+            assert_eq!(ibv_bind_mw(qp, &mut type1, &mut b), libc::EINVAL);
+            let mut b = bind(&mut mr, 0x1000, 64);
+            assert_eq!(ibv_bind_mw(qp, &mut type1, &mut b), libc::EPERM);
+        }
+    }
+}

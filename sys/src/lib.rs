@@ -7,6 +7,8 @@
 //!   `rdma/rdma_cma.h`;
 //! - [`loader`]: libibverbs loaded at run time with `dlopen` (nothing is linked), once per
 //!   process and never unloaded, with required and optional symbol tables;
+//! - `rdmacm` (when the system has `rdma/rdma_cma.h`): librdmacm, loaded the same way on first
+//!   use;
 //! - [`inline`]: Rust versions of the `static inline` verbs of `verbs.h`, which no library
 //!   exports;
 //! - `mock` (feature `mock`): test support, a fake provider that runs the inline verbs and
@@ -37,12 +39,17 @@ mod decls {
 
 pub mod inline;
 pub mod loader;
+/// librdmacm, loaded at run time on first use (only when the system has `rdma/rdma_cma.h`).
+#[cfg(rdma_verbs_rdma_cma)]
+pub mod rdmacm;
 // Test support only: a recording fake provider. Its own unit tests always build it.
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;
 
 pub use bindings::*;
 pub use loader::{ibverbs, Ibverbs, IbverbsFns, LoadError};
+#[cfg(rdma_verbs_rdma_cma)]
+pub use rdmacm::{rdmacm, Rdmacm, RdmacmFns, RdmacmLoadError};
 
 /// Access bits that a kernel without optional-access support ignores instead of rejecting
 /// (`IBV_ACCESS_OPTIONAL_RANGE` in `verbs.h`, a macro bindgen cannot evaluate).

@@ -18,7 +18,6 @@ use std::sync::OnceLock;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
 use crate::bindings::*;
-use crate::decls;
 
 /// The run-time name of libibverbs (the `.so` without version exists only in `-dev` packages).
 pub const LIBIBVERBS_SONAME: &str = "libibverbs.so.1";
@@ -56,30 +55,37 @@ pub enum LoadError {
 
 /// Declares a function table: required symbols as plain pointers, optional ones as `Option`.
 /// Each type is checked at compile time against the prototype in the system's headers.
+/// `missing` is the error variant (with `path` and `symbol` fields) for an absent required
+/// symbol. Used for libibverbs here and for librdmacm in `rdmacm.rs`.
 macro_rules! fn_table {
     (
+        $(#[$tdoc:meta])*
+        pub struct $table:ident, missing: $err:ident::$variant:ident;
         required { $( $(#[$rdoc:meta])* $req:ident: fn($($rty:ty),* $(,)?) $(-> $rret:ty)?; )* }
         optional { $( $(#[$odoc:meta])* $opt:ident: fn($($oty:ty),* $(,)?) $(-> $oret:ty)?; )* }
     ) => {
-        /// The libibverbs functions this crate calls.
+        $(#[$tdoc])*
         ///
         /// All fields are public so that tests can build a table from plain function pointers
         /// (a mock provider) instead of loading the library.
         #[derive(Clone, Copy)]
         #[allow(missing_debug_implementations)]
-        pub struct IbverbsFns {
+        pub struct $table {
             $( $(#[$rdoc])* pub $req: unsafe extern "C" fn($($rty),*) $(-> $rret)?, )*
             $( $(#[$odoc])* pub $opt: Option<unsafe extern "C" fn($($oty),*) $(-> $oret)?>, )*
         }
 
         // The hand-written types above must match the system's prototypes.
         const _: () = {
-            $( let _: unsafe extern "C" fn($($rty),*) $(-> $rret)? = decls::$req; )*
-            $( let _: unsafe extern "C" fn($($oty),*) $(-> $oret)? = decls::$opt; )*
+            $( let _: unsafe extern "C" fn($($rty),*) $(-> $rret)? = $crate::decls::$req; )*
+            $( let _: unsafe extern "C" fn($($oty),*) $(-> $oret)? = $crate::decls::$opt; )*
         };
 
-        impl IbverbsFns {
-            fn resolve(lib: &Library, path: &str) -> Result<Self, LoadError> {
+        impl $table {
+            fn resolve(
+                lib: &::libloading::os::unix::Library,
+                path: &str,
+            ) -> Result<Self, $err> {
                 Ok(Self {
                     $( $req: {
                         // SAFETY: the type was checked against the header prototype above.
@@ -87,7 +93,7 @@ macro_rules! fn_table {
                             lib.get::<unsafe extern "C" fn($($rty),*) $(-> $rret)?>(
                                 concat!(stringify!($req), "\0").as_bytes())
                         };
-                        *sym.map_err(|_| LoadError::MissingSymbol {
+                        *sym.map_err(|_| $err::$variant {
                             path: path.to_owned(),
                             symbol: stringify!($req),
                         })?
@@ -105,8 +111,11 @@ macro_rules! fn_table {
         }
     };
 }
+pub(crate) use fn_table;
 
 fn_table! {
+    /// The libibverbs functions this crate calls.
+    pub struct IbverbsFns, missing: LoadError::MissingSymbol;
     required {
         /// `ibv_get_device_list(3)`
         ibv_get_device_list: fn(*mut c_int) -> *mut *mut ibv_device;
@@ -173,6 +182,8 @@ fn_table! {
         /// `_ibv_query_gid_ex@@IBVERBS_1.11` (rdma-core v32), behind `ibv_query_gid_ex(3)`.
         _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize)
             -> c_int;
+        /// `ibv_reg_dmabuf_mr@@IBVERBS_1.12` (rdma-core v34).
+        ibv_reg_dmabuf_mr: fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
     }
 }
 
@@ -276,7 +287,7 @@ unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
 }
 
 /// The file that holds `addr`, from `dladdr`.
-fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
+pub(crate) fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr only reads the loader's tables and writes `info`.
     if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {

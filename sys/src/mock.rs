@@ -61,13 +61,18 @@ pub struct Optional {
     pub reg_mr_iova2: bool,
     /// `_ibv_query_gid_ex` (rdma-core v32+).
     pub query_gid_ex: bool,
+    /// `ibv_reg_dmabuf_mr` (rdma-core v34+). The mock device, like rxe, supports no dma-buf:
+    /// the function fails with `EOPNOTSUPP`.
+    pub reg_dmabuf_mr: bool,
 }
 
 impl Optional {
     /// Every optional symbol: a current rdma-core.
-    pub const ALL: Optional = Optional { reg_mr_iova2: true, query_gid_ex: true };
+    pub const ALL: Optional =
+        Optional { reg_mr_iova2: true, query_gid_ex: true, reg_dmabuf_mr: true };
     /// None: an rdma-core older than v28.
-    pub const NONE: Optional = Optional { reg_mr_iova2: false, query_gid_ex: false };
+    pub const NONE: Optional =
+        Optional { reg_mr_iova2: false, query_gid_ex: false, reg_dmabuf_mr: false };
 }
 
 /// The mock libibverbs: required symbols always, optional ones as `optional` says.
@@ -103,6 +108,7 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_destroy_srq: verbs::unmodelled_destroy,
         ibv_reg_mr_iova2: optional.reg_mr_iova2.then_some(verbs::ibv_reg_mr_iova2),
         _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
+        ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
     }
 }
 
@@ -110,8 +116,10 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 4] = [const { OnceLock::new() }; 4];
-    let slot = usize::from(optional.reg_mr_iova2) | usize::from(optional.query_gid_ex) << 1;
+    static LIBRARIES: [OnceLock<Ibverbs>; 8] = [const { OnceLock::new() }; 8];
+    let slot = usize::from(optional.reg_mr_iova2)
+        | usize::from(optional.query_gid_ex) << 1
+        | usize::from(optional.reg_dmabuf_mr) << 2;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.

@@ -305,6 +305,22 @@ pub(super) extern "C" fn ibv_reg_mr_iova2(
     }))
 }
 
+/// `ibv_reg_dmabuf_mr`: the mock device has no dma-buf support, so a live PD gets
+/// `EOPNOTSUPP`, as from rxe (not recorded: nothing is registered).
+pub(super) extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut ibv_pd,
+    _offset: u64,
+    _length: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
+    or_null(serve(|s| {
+        s.expect(pd, Kind::Pd)?;
+        Err(libc::EOPNOTSUPP)
+    }))
+}
+
 /// `ibv_dereg_mr`.
 pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     status(serve(|s| {

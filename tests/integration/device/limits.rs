@@ -38,7 +38,7 @@ fn registration_over_rlimit_memlock_names_the_limit_and_the_fix() {
 fn an_inline_size_the_provider_refuses_is_named() {
     let Some(ctx) = require_device(RXE) else { return };
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(4).unwrap();
+    let cq = ctx.create_cq(32).unwrap();
     let cap = QpCapabilities { max_inline_data: 1 << 20, ..Default::default() };
     let err = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap_err();
     let msg = err.to_string();

@@ -2,13 +2,18 @@
 
 mod bandwidth;
 mod buffers;
+#[cfg(feature = "rdmacm")]
+mod cm;
 mod doctor;
 mod events;
 mod examples;
+mod faults;
 mod lifecycle;
 mod limits;
 mod loopback;
+mod memory;
 mod pair;
 mod rc_pingpong;
 mod service;
 mod transfers;
+mod transports;

@@ -1,4 +1,5 @@
-//! Two RC QPs of one device connected to each other, for in-process device tests.
+//! Queue pairs of one device connected to each other (RC, UC) or addressed through an AH
+//! (UD), for in-process device tests.
 
 use std::time::{Duration, Instant};
 
@@ -15,37 +16,88 @@ pub fn qp_in_init<'a>(
     access: AccessFlags,
 ) -> QueuePair<'a, Init> {
     let cap = QpCapabilities { max_send_wr: depth, max_recv_wr: depth, ..Default::default() };
-    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
+    init_qp(pd, &QpInitAttr { cap, ..QpInitAttr::new(cq) }, access)
+}
+
+/// A connected QP (RC or UC) created with `attr`, taken to INIT with `access` for the peer.
+pub fn init_qp<'a, T: Connected>(
+    pd: &'a ProtectionDomain<'a>,
+    attr: &QpInitAttr<'a, '_>,
+    access: AccessFlags,
+) -> QueuePair<'a, Init, T> {
+    let qp = pd.create_qp::<T>(attr).unwrap();
     qp.into_init(&InitAttr { port: PORT, access, ..Default::default() }).unwrap()
 }
 
 /// The endpoint of `qp` on `ctx`'s port, through the routable GID, with `psn`.
-pub fn endpoint<S: QpState>(ctx: &Context, qp: &QueuePair<'_, S>, psn: Psn) -> Endpoint {
+pub fn endpoint<S: QpState, T: QpType>(
+    ctx: &Context,
+    qp: &QueuePair<'_, S, T>,
+    psn: Psn,
+) -> Endpoint {
     let gid = ctx.routable_gid(PORT).unwrap().gid;
     Endpoint { lid: ctx.query_port(PORT).unwrap().lid(), qpn: qp.qp_num(), psn, gid }
 }
 
+/// The routable GID's index, as an AV's source GID index.
+pub fn sgid_index(ctx: &Context) -> u8 {
+    ctx.routable_gid(PORT).unwrap().index as u8
+}
+
 /// INIT → RTR → RTS towards `peer`, sending from `me.psn`.
-pub fn up<'a>(
+pub fn up<'a, T: Connected>(
     ctx: &Context,
-    qp: QueuePair<'a, Init>,
+    qp: QueuePair<'a, Init, T>,
     me: &Endpoint,
     peer: &Endpoint,
-) -> QueuePair<'a, Rts> {
-    let gid = ctx.routable_gid(PORT).unwrap();
+) -> QueuePair<'a, Rts, T> {
+    up_with(ctx, qp, peer, &RtsAttr::new(me.psn))
+}
+
+/// INIT → RTR towards `peer` → RTS with `rts` (its `sq_psn` is what the peer expects).
+pub fn up_with<'a, T: Connected>(
+    ctx: &Context,
+    qp: QueuePair<'a, Init, T>,
+    peer: &Endpoint,
+    rts: &RtsAttr,
+) -> QueuePair<'a, Rts, T> {
     let mtu = ctx.query_port(PORT).unwrap().active_mtu();
-    let rtr = RtrAttr::to_endpoint(peer, PORT, Some(gid.index as u8), mtu);
-    qp.into_rtr(&rtr).unwrap().into_rts(&RtsAttr::new(me.psn)).unwrap()
+    let rtr = RtrAttr::to_endpoint(peer, PORT, Some(sgid_index(ctx)), mtu);
+    qp.into_rtr(&rtr).unwrap().into_rts(rts).unwrap()
 }
 
 /// Connects two INIT QPs to each other.
-pub fn connect<'a>(
+pub fn connect<'a, T: Connected>(
     ctx: &Context,
-    a: QueuePair<'a, Init>,
-    b: QueuePair<'a, Init>,
-) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+    a: QueuePair<'a, Init, T>,
+    b: QueuePair<'a, Init, T>,
+) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
     let (ea, eb) = (endpoint(ctx, &a, Psn::random()), endpoint(ctx, &b, Psn::random()));
     (up(ctx, a, &ea, &eb), up(ctx, b, &eb, &ea))
+}
+
+/// A UD QP created with `attr`, in RTS with Q_Key `qkey`.
+pub fn ud_in_rts<'a>(
+    pd: &'a ProtectionDomain<'a>,
+    attr: &QpInitAttr<'a, '_>,
+    qkey: u32,
+) -> QueuePair<'a, Rts, Ud> {
+    let qp = pd.create_qp::<Ud>(attr).unwrap();
+    let qp = qp.into_init(&UdInitAttr { port: PORT, pkey_index: 0, qkey }).unwrap();
+    qp.into_rtr().unwrap().into_rts(Psn::new(0)).unwrap()
+}
+
+/// An address handle for reaching QPs of this same port (GRH from the routable GID).
+pub fn loopback_ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
+    let gid = ctx.routable_gid(PORT).unwrap().gid;
+    let lid = ctx.query_port(PORT).unwrap().lid();
+    let me = Endpoint { lid, qpn: Qpn(0), psn: Psn::new(0), gid };
+    pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(sgid_index(ctx)))).unwrap()
+}
+
+/// `len` recognisable bytes, different for each `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
 }
 
 /// Polls until `n` completions arrived; fails after 30 s (Soft-RoCE is slow, not stuck).
@@ -60,6 +112,18 @@ pub fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
             "{} of {n} completions after 30 s: {got:?}",
             got.len()
         );
+    }
+    got
+}
+
+/// Polls `cq` for `quiet` and returns whatever arrived (nothing, when nothing should).
+pub fn drain_for(cq: &CompletionQueue<'_>, quiet: Duration) -> Vec<WorkCompletion> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut storage: [WorkCompletion; 4] = Default::default();
+    while start.elapsed() < quiet {
+        got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+        std::thread::sleep(Duration::from_millis(5));
     }
     got
 }

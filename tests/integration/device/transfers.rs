@@ -2,14 +2,10 @@
 
 use rdma_verbs::*;
 
-use super::pair::{connect, qp_in_init, wait_for};
+use super::pair::{connect, pattern, qp_in_init, wait_for};
 use crate::common::{require_device, RXE};
 
 const MIB: usize = 1 << 20;
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
-}
 
 #[test]
 fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {

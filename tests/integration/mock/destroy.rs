@@ -64,7 +64,7 @@ fn a_qp_that_fails_to_be_destroyed_is_logged_and_leaked() {
     capture::start();
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let (raw, qpn) = (qp.as_raw(), qp.qp_num().0);
     f.mock.take_calls();
@@ -96,7 +96,7 @@ fn a_leaked_qp_keeps_its_cq_and_pd_busy_and_every_drop_still_only_logs() {
     capture::start();
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let qpn = qp.qp_num().0;
     f.mock.fail(Verb::DestroyQp, libc::EBUSY);
@@ -117,7 +117,7 @@ fn destroy_returns_the_error_and_logs_nothing() {
     capture::start();
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let raws =
@@ -141,7 +141,7 @@ fn destroy_frees_and_logs_nothing_when_it_succeeds() {
     capture::start();
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let raws =

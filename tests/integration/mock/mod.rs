@@ -6,6 +6,7 @@ mod capture;
 mod channel;
 mod destroy;
 mod device;
+mod memory;
 mod qp;
 mod resources;
 

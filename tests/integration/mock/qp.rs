@@ -34,7 +34,7 @@ fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queue
 fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let qp = rc_qp(&pd, &cq);
     f.mock.take_calls();
 
@@ -102,7 +102,7 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
 fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
     let gid_hint = ["global route", "source GID index"];
     // No source GID index, then a peer that sent no GID: either way, no GRH.
@@ -126,7 +126,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
 fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let qp = rc_qp(&pd, &cq);
     let qpn = qp.qp_num();
     let raw = qp.as_raw();
@@ -183,7 +183,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
 fn einval_at_rts_gets_the_iwarp_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
@@ -195,7 +195,7 @@ fn einval_at_rts_gets_the_iwarp_hint() {
 macro_rules! connected {
     ($f:ident, $pd:ident, $cq:ident, $mr:ident, $qp:ident) => {
         let $pd = $f.ctx.alloc_pd().unwrap();
-        let $cq = $f.ctx.create_cq(16).unwrap();
+        let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let $qp = rc_qp(&$pd, &$cq).into_init(&InitAttr::default()).unwrap();
         let $qp = $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&RtsAttr::new(Psn::new(1))).unwrap();

@@ -101,7 +101,7 @@ fn create_cq_reports_the_provider_size_and_errors() {
 fn create_rc_qp_passes_the_attributes_and_keeps_the_provider_capabilities() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
     f.mock.take_calls();
     let cap = QpCapabilities {
         max_send_wr: 5,
@@ -129,7 +129,7 @@ fn create_rc_qp_passes_the_attributes_and_keeps_the_provider_capabilities() {
 fn create_rc_qp_errors_and_the_capability_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(16).unwrap();
+    let cq = f.ctx.create_cq(2048).unwrap();
     f.mock.fail(Verb::CreateQp, libc::ENOMEM);
     let err = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap_err();
     assert_verb_error(&err, "ibv_create_qp", libc::ENOMEM, &[]);
@@ -162,4 +162,41 @@ fn create_rc_qp_refuses_a_cq_of_another_context_before_the_provider() {
     let err = pd.create_rc_qp(&QpInitAttr::new(&foreign)).unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     assert_eq!(f.mock.take_calls(), []);
+}
+
+#[test]
+fn create_qp_refuses_a_cq_too_small_for_its_work_requests_before_the_provider() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    // The mock rounds CQ sizes to a power of two: 16 entries.
+    let (cq, other) = (f.ctx.create_cq(16).unwrap(), f.ctx.create_cq(16).unwrap());
+    f.mock.take_calls();
+    // One CQ for both queues: the default 1 send + 16 receives do not fit 16.
+    let err = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "the CQ holds 16 completions but this QP can have 17 work requests outstanding on it \
+         (max_send_wr 1 + max_recv_wr 16): create the CQ with at least 17 entries or lower the \
+         QP's capacities"
+    );
+    // Separate CQs: each is checked against its own queue.
+    let cap = QpCapabilities { max_send_wr: 17, max_recv_wr: 16, ..QpCapabilities::default() };
+    let split = QpInitAttr { recv_cq: &other, cap, ..QpInitAttr::new(&cq) };
+    let err = pd.create_rc_qp(&split).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the send CQ holds 16 completions but this QP can have 17 work requests outstanding on \
+         it (max_send_wr 17): create the CQ with at least 17 entries or lower the QP's \
+         capacities"
+    );
+    let cap = QpCapabilities { max_send_wr: 16, max_recv_wr: 17, ..cap };
+    let err = pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap_err();
+    assert!(err.to_string().starts_with("the receive CQ holds 16 completions"), "{err}");
+    assert_eq!(f.mock.take_calls(), [], "refused before the provider");
+    // Exactly full is enough.
+    let cap = QpCapabilities { max_send_wr: 16, max_recv_wr: 16, ..cap };
+    pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap();
+    let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 15, ..cap };
+    pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
 }

@@ -1,0 +1,224 @@
+//! Connecting a QP through rdma_cm: `rdma_connect(3)`, `rdma_accept(3)`,
+//! `rdma_disconnect(3)`.
+
+use std::time::Duration;
+
+use rdma_verbs_sys as sys;
+
+use super::check;
+use super::event::CmEventKind;
+use super::id::{event_error, CmId};
+use super::param::ConnParam;
+use crate::error::{Error, Result};
+use crate::qp::{Init, QpState, QueuePair, Rc, Reset, Rts, Unknown};
+
+/// The QP states rdma_cm can connect from: [`Reset`] and [`Init`] (post receives in INIT
+/// before connecting, so the peer's first sends find them).
+pub trait BeforeConnect: QpState {}
+impl BeforeConnect for Reset {}
+impl BeforeConnect for Init {}
+
+/// How the server refused a connection (a `REJECTED` event).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The reject reason: over InfiniBand/RoCE the CM's reason code (28, "consumer
+    /// defined", when the server's application called `rdma_reject`; 8 when nobody listens
+    /// on the port); over iWARP a negated errno (siw: `-ECONNRESET`).
+    pub reason: i32,
+    /// The server's private data (over IB/RoCE the reject message's whole 148-byte area: the
+    /// server's bytes, then zeros).
+    pub private_data: Vec<u8>,
+}
+
+/// A failed connect or accept: the QP comes back with the error, typed [`Unknown`]: its
+/// real state is whatever the CM left (ask [`QueuePair::query_state`], then
+/// [`QueuePair::into_checked`] or [`QueuePair::reset`]).
+pub struct ConnectError<'res> {
+    /// The queue pair that was to be connected.
+    pub qp: QueuePair<'res, Unknown, Rc>,
+    /// Why it failed.
+    pub error: Error,
+    /// The server's refusal, when it rejected the connection.
+    pub rejection: Option<Rejection>,
+}
+
+impl std::fmt::Debug for ConnectError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectError")
+            .field("error", &self.error)
+            .field("rejection", &self.rejection)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Display for ConnectError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for ConnectError<'_> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<Box<ConnectError<'_>>> for Error {
+    fn from(e: Box<ConnectError<'_>>) -> Error {
+        e.error
+    }
+}
+
+/// `id->qp` set for the duration of a connect or accept, cleared on every path.
+struct LentQp<'a, 'ch>(&'a CmId<'ch>);
+
+impl<'a, 'ch> LentQp<'a, 'ch> {
+    fn new(id: &'a CmId<'ch>, qp: *mut sys::ibv_qp) -> Self {
+        // SAFETY: a live id, used from this thread only (`CmId` is not `Sync`); the QP is
+        // alive until the guard is dropped (the caller holds it by value meanwhile).
+        unsafe { (*id.as_raw()).qp = qp };
+        LentQp(id)
+    }
+}
+
+impl Drop for LentQp<'_, '_> {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`; librdmacm no longer refers to the QP after this.
+        unsafe { (*self.0.as_raw()).qp = std::ptr::null_mut() };
+    }
+}
+
+/// An established connection's QP, and what the peer sent with it.
+#[derive(Debug)]
+pub struct Established<'res> {
+    /// The connected queue pair, in RTS.
+    pub qp: QueuePair<'res, Rts, Rc>,
+    /// The private data of the peer's accept, on the client (over IB/RoCE the reply's whole
+    /// 196-byte area); empty on the server.
+    pub private_data: Vec<u8>,
+}
+
+/// A connect's or accept's result: the error is boxed (it is large, and rare).
+type Connected<'res> = std::result::Result<Established<'res>, Box<ConnectError<'res>>>;
+
+impl CmId<'_> {
+    /// `rdma_connect(3)`—Connects `qp` (created from [`CmId::context`], after
+    /// [`CmId::resolve_route`]) to the listener, sending `param`'s private data; waits at most
+    /// `timeout` for `ESTABLISHED`. The CM moves the QP to RTS (see the module docs); the
+    /// result holds it and the server's private data.
+    ///
+    /// # Errors
+    ///
+    /// A boxed [`ConnectError`] with the QP and: a [`Rejection`] and `ECONNREFUSED` when the server
+    /// rejected; `ETIMEDOUT` when nothing came in time; the errno of `UNREACHABLE` /
+    /// `CONNECT_ERROR`; [`Error::Verb`] from `rdma_connect`; [`Error::InvalidInput`] for
+    /// private data over 255 bytes, or when the QP is not in RTS afterwards.
+    #[doc(alias = "rdma_connect")]
+    pub fn connect<'res, S: BeforeConnect>(
+        &self,
+        qp: QueuePair<'res, S, Rc>,
+        param: &ConnParam<'_>,
+        timeout: Duration,
+    ) -> Connected<'res> {
+        self.establish(qp, param, timeout, "rdma_connect", self.lib().fns.rdma_connect)
+    }
+
+    /// `rdma_accept(3)`—Accepts the connect request this id came with (see
+    /// [`CmId::get_request`]) on `qp` (created from this id's [`CmId::context`]), sending
+    /// `param`'s private data; waits at most `timeout` for `ESTABLISHED`. The CM moves the
+    /// QP to RTS (see the module docs).
+    ///
+    /// # Errors
+    ///
+    /// As [`CmId::connect`], with [`Error::Verb`] from `rdma_accept`.
+    #[doc(alias = "rdma_accept")]
+    pub fn accept<'res, S: BeforeConnect>(
+        &self,
+        qp: QueuePair<'res, S, Rc>,
+        param: &ConnParam<'_>,
+        timeout: Duration,
+    ) -> Connected<'res> {
+        self.establish(qp, param, timeout, "rdma_accept", self.lib().fns.rdma_accept)
+    }
+
+    fn establish<'res, S: BeforeConnect>(
+        &self,
+        qp: QueuePair<'res, S, Rc>,
+        param: &ConnParam<'_>,
+        timeout: Duration,
+        verb: &'static str,
+        call: unsafe extern "C" fn(*mut sys::rdma_cm_id, *mut sys::rdma_conn_param) -> i32,
+    ) -> Connected<'res> {
+        let fail = |qp: QueuePair<'res, S, Rc>, error, rejection| {
+            Err(Box::new(ConnectError { qp: qp.retype(), error, rejection }))
+        };
+        let mut raw = match param.to_raw() {
+            Ok(raw) => raw,
+            Err(error) => return fail(qp, error, None),
+        };
+        let own_context = self.context().map(|c| c.as_raw()).ok();
+        if own_context != Some(qp.pd().context().as_raw()) {
+            let error = Error::InvalidInput(
+                "the QP must be created from the rdma_cm id's own context (CmId::context)".into(),
+            );
+            return fail(qp, error, None);
+        }
+        let event = {
+            let _lent = LentQp::new(self, qp.as_raw());
+            // SAFETY: a live id with its QP lent; `raw` and its private data are valid for
+            // the call (librdmacm copies them).
+            if let Err(error) = check(unsafe { call(self.as_raw(), &mut raw) }, verb) {
+                return fail(qp, error, None);
+            }
+            match self.next_event(timeout, verb) {
+                Ok(event) => event,
+                Err(error) => return fail(qp, error, None),
+            }
+        };
+        match event.kind {
+            // The CM reports ESTABLISHED only after the QP reached RTS: librdmacm moved it
+            // (IB/RoCE; a failed move becomes CONNECT_ERROR), or the kernel did (iWARP).
+            CmEventKind::ESTABLISHED => {
+                Ok(Established { qp: qp.retype(), private_data: event.private_data })
+            }
+            CmEventKind::REJECTED => {
+                let rejection =
+                    Rejection { reason: event.status, private_data: event.private_data };
+                let error = Error::Verb {
+                    verb,
+                    source: std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
+                    hint: Some(format!(
+                        "the server rejected the connection (reason {}); its private data is \
+                         in ConnectError::rejection",
+                        rejection.reason
+                    )),
+                };
+                fail(qp, error, Some(rejection))
+            }
+            _ => fail(qp, event_error(&event, verb), None),
+        }
+    }
+
+    /// `rdma_disconnect(3)`—Disconnects; the peer gets `DISCONNECTED`. This side's own
+    /// `DISCONNECTED` follows (see [`CmId::wait_disconnected`]). The QP is not touched:
+    /// drop or reset it afterwards.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `rdma_disconnect` (`EINVAL` when not connected).
+    #[doc(alias = "rdma_disconnect")]
+    pub fn disconnect(&self) -> Result<()> {
+        // SAFETY: a live id; `id->qp` is NULL outside connect/accept.
+        check(unsafe { (self.lib().fns.rdma_disconnect)(self.as_raw()) }, "rdma_disconnect")
+    }
+
+    /// Waits at most `timeout` for this id's `DISCONNECTED` event.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ETIMEDOUT` when it did not come in time; another event's error.
+    pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
+        self.expect(CmEventKind::DISCONNECTED, timeout, "rdma_get_cm_event (DISCONNECTED)")
+            .map(drop)
+    }
+}

@@ -1,0 +1,163 @@
+//! librdmacm (rdma_cm), loaded at run time on first use.
+//!
+//! Built only when the system has `rdma/rdma_cma.h` (cfg `rdma_verbs_rdma_cma`, set by
+//! `build.rs`). Like libibverbs (see [`crate::loader`]): `dlopen("librdmacm.so.1", RTLD_NOW |
+//! RTLD_LOCAL)` once per process, never `dlclose`d, with a fixed *required* list — the
+//! `RDMACM_1.0` core the safe crate's `cm` module calls — and no "everything in the headers".
+//! `RDMA_VERBS_LIBRDMACM` overrides the name.
+//!
+//! librdmacm itself `NEEDED`s `libibverbs.so.1`, and [`rdmacm()`] loads libibverbs first (through
+//! [`crate::ibverbs`]), so the dynamic loader resolves librdmacm's dependency to the libibverbs
+//! already in the process: the `ibv_context`s, PDs and QPs librdmacm hands out are objects of the
+//! same libibverbs whose functions [`crate::Ibverbs`] holds. (An `RDMA_VERBS_LIBIBVERBS`
+//! override pointing at a library with another SONAME would break that; both overrides must
+//! name one rdma-core installation.)
+
+use std::ffi::{c_int, c_void, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+
+use crate::bindings::*;
+use crate::loader::{fn_table, LoadError};
+
+/// The run-time name of librdmacm.
+pub const LIBRDMACM_SONAME: &str = "librdmacm.so.1";
+
+/// Environment variable naming the librdmacm to load instead of [`LIBRDMACM_SONAME`].
+pub const LIBRDMACM_ENV: &str = "RDMA_VERBS_LIBRDMACM";
+
+const INSTALL_HINT: &str = "install rdma-core's rdma_cm runtime (Debian/Ubuntu: apt-get install \
+     librdmacm1; RHEL/Rocky/Fedora: dnf install librdmacm) or set RDMA_VERBS_LIBRDMACM to the \
+     path of librdmacm.so.1";
+
+/// Why librdmacm could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RdmacmLoadError {
+    /// libibverbs, which librdmacm needs, could not be loaded.
+    #[error(transparent)]
+    Ibverbs(#[from] LoadError),
+    /// `dlopen` failed: the library is absent or unusable.
+    #[error("cannot load librdmacm from {library}: {reason}; {hint}", hint = INSTALL_HINT)]
+    Open {
+        /// The name or path given to `dlopen`.
+        library: String,
+        /// The loader's own explanation (`dlerror`).
+        reason: String,
+    },
+    /// A symbol of the required list is missing: not a librdmacm of rdma-core.
+    #[error("{path} lacks the required symbol {symbol}; {hint}", hint = INSTALL_HINT)]
+    MissingSymbol {
+        /// The library that was loaded.
+        path: String,
+        /// The missing symbol.
+        symbol: &'static str,
+    },
+}
+
+fn_table! {
+    /// The librdmacm functions this crate calls (all `RDMACM_1.0`, rdma-core v13 and older).
+    pub struct RdmacmFns, missing: RdmacmLoadError::MissingSymbol;
+    required {
+        /// `rdma_create_event_channel(3)`
+        rdma_create_event_channel: fn() -> *mut rdma_event_channel;
+        /// `rdma_destroy_event_channel(3)`
+        rdma_destroy_event_channel: fn(*mut rdma_event_channel);
+        /// `rdma_get_cm_event(3)`
+        rdma_get_cm_event: fn(*mut rdma_event_channel, *mut *mut rdma_cm_event) -> c_int;
+        /// `rdma_ack_cm_event(3)`
+        rdma_ack_cm_event: fn(*mut rdma_cm_event) -> c_int;
+        /// `rdma_create_id(3)`
+        rdma_create_id: fn(*mut rdma_event_channel, *mut *mut rdma_cm_id, *mut c_void,
+            rdma_port_space) -> c_int;
+        /// `rdma_destroy_id(3)`
+        rdma_destroy_id: fn(*mut rdma_cm_id) -> c_int;
+        /// `rdma_bind_addr(3)`
+        rdma_bind_addr: fn(*mut rdma_cm_id, *mut sockaddr) -> c_int;
+        /// `rdma_resolve_addr(3)`
+        rdma_resolve_addr: fn(*mut rdma_cm_id, *mut sockaddr, *mut sockaddr, c_int) -> c_int;
+        /// `rdma_resolve_route(3)`
+        rdma_resolve_route: fn(*mut rdma_cm_id, c_int) -> c_int;
+        /// `rdma_listen(3)`
+        rdma_listen: fn(*mut rdma_cm_id, c_int) -> c_int;
+        /// `rdma_connect(3)`
+        rdma_connect: fn(*mut rdma_cm_id, *mut rdma_conn_param) -> c_int;
+        /// `rdma_accept(3)`
+        rdma_accept: fn(*mut rdma_cm_id, *mut rdma_conn_param) -> c_int;
+        /// `rdma_reject(3)`
+        rdma_reject: fn(*mut rdma_cm_id, *const c_void, u8) -> c_int;
+        /// `rdma_disconnect(3)`
+        rdma_disconnect: fn(*mut rdma_cm_id) -> c_int;
+    }
+    optional {}
+}
+
+/// The loaded librdmacm: where it came from and its functions.
+#[allow(missing_debug_implementations)]
+pub struct Rdmacm {
+    /// Kept so the library is never unloaded. `None` for a table built from plain pointers.
+    _lib: Option<Library>,
+    path: PathBuf,
+    /// The function table.
+    pub fns: RdmacmFns,
+}
+
+impl Rdmacm {
+    /// A library made of plain function pointers, reported as loaded from `path`.
+    ///
+    /// # Safety
+    ///
+    /// Each function in `fns` must behave as the librdmacm function of the same name (its man
+    /// page's contract), since safe code calls them on that promise.
+    pub unsafe fn from_fns(fns: RdmacmFns, path: PathBuf) -> Rdmacm {
+        Rdmacm { _lib: None, path, fns }
+    }
+
+    /// The file the library was loaded from, symlinks resolved (for example
+    /// `/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.44.0`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The process-wide librdmacm, loaded on first use from `$RDMA_VERBS_LIBRDMACM` or
+/// [`LIBRDMACM_SONAME`], after libibverbs (see the module docs).
+///
+/// # Errors
+///
+/// [`RdmacmLoadError::Ibverbs`] when libibverbs does not load, [`RdmacmLoadError::Open`] when
+/// `dlopen` fails, [`RdmacmLoadError::MissingSymbol`] when a required symbol is absent. The
+/// outcome of the first call is kept.
+pub fn rdmacm() -> Result<&'static Rdmacm, RdmacmLoadError> {
+    static LIB: OnceLock<Result<Rdmacm, RdmacmLoadError>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        crate::ibverbs()?;
+        let name = std::env::var_os(LIBRDMACM_ENV)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| OsString::from(LIBRDMACM_SONAME));
+        // SAFETY: dlopen runs librdmacm's initialisers, which only set up its own state (the
+        // devices are opened lazily, on first use); the override is the user's explicit choice.
+        unsafe { load(Path::new(&name)) }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Loads librdmacm from `name` (a SONAME searched like `dlopen` does, or a path).
+///
+/// # Safety
+///
+/// `name` must be a genuine librdmacm of rdma-core whose initialisers are sound to run here,
+/// implementing the ABI of this build's headers.
+unsafe fn load(name: &Path) -> Result<Rdmacm, RdmacmLoadError> {
+    let display = name.display().to_string();
+    // SAFETY: the caller guarantees the library is a sound librdmacm.
+    let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }
+        .map_err(|e| RdmacmLoadError::Open { library: display.clone(), reason: e.to_string() })?;
+    let fns = RdmacmFns::resolve(&lib, &display)?;
+    let path = crate::loader::loaded_path(fns.rdma_create_id as *const c_void)
+        .unwrap_or_else(|| name.into());
+    Ok(Rdmacm { _lib: Some(lib), path: path.canonicalize().unwrap_or(path), fns })
+}

@@ -1,0 +1,146 @@
+//! Memory beyond plain registration, against the mock: IOVA registration, dma-buf, memory
+//! windows (the mock provider, like a device without them, has no `alloc_mw` op).
+
+use std::os::fd::AsFd;
+
+use rdma_verbs::{AccessFlags, Error, MwBind, MwType};
+use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb};
+
+use super::{assert_unsupported, assert_verb_error, Fixture};
+
+#[test]
+fn register_with_iova_sends_the_iova_and_sges_and_peers_use_it() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mut bytes = vec![0u8; 4096];
+    let addr = bytes.as_ptr() as usize;
+    f.mock.take_calls();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let mr = pd.register_with_iova(&mut bytes[..], 0x10_0000, access).unwrap();
+    let call = Call::RegMrIova2 { addr, length: 4096, iova: 0x10_0000, access: access.bits() };
+    assert_eq!(f.mock.take_calls(), [call]);
+    assert_eq!((mr.addr(), mr.iova()), (addr as u64, 0x10_0000));
+    // The NIC addresses the region by its IOVA, in local SGEs and for peers alike.
+    assert_eq!(mr.sge(16..32).unwrap().addr(), 0x10_0010);
+    assert_eq!(mr.remote(16..).unwrap().addr, 0x10_0010);
+    // A plain registration's IOVA is its address.
+    let plain = pd.register(64, access).unwrap();
+    assert_eq!(plain.iova(), plain.addr());
+    assert_eq!(plain.sge(..).unwrap().addr(), plain.addr());
+    assert_eq!(plain.remote(..).unwrap().addr, plain.addr());
+}
+
+#[test]
+fn register_with_iova_needs_reg_mr_iova2() {
+    let f = Fixture::with(Optional::NONE, ContextConfig::default());
+    let pd = f.ctx.alloc_pd().unwrap();
+    f.mock.take_calls();
+    let err = pd.register_with_iova(4096, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_unsupported(&err, "ibv_reg_mr_iova2 (rdma-core v28+)");
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let err = pd.register_remote_writable_with_iova(4096, 0, access).unwrap_err();
+    assert_unsupported(&err, "ibv_reg_mr_iova2 (rdma-core v28+)");
+    assert_eq!(f.mock.take_calls(), [], "nothing reached the library");
+}
+
+#[test]
+fn register_with_iova_keeps_the_remote_write_rules() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let err = pd.register_with_iova(64, 0, AccessFlags::REMOTE_WRITE).unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("register_remote_writable")));
+    let err = pd.register_remote_writable_with_iova(64, 0, AccessFlags::REMOTE_WRITE).unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("lacks LOCAL_WRITE")), "{err}");
+}
+
+#[test]
+fn dmabuf_registration_is_unsupported_without_the_symbol_or_the_provider() {
+    let file = std::fs::File::open("/dev/null").unwrap();
+    for (optional, what) in [
+        (Optional::NONE, "ibv_reg_dmabuf_mr (rdma-core v34+)"),
+        // The symbol exists but the provider (as rxe) answers EOPNOTSUPP.
+        (Optional::ALL, "ibv_reg_dmabuf_mr"),
+    ] {
+        let f = Fixture::with(optional, ContextConfig::default());
+        let pd = f.ctx.alloc_pd().unwrap();
+        let err =
+            pd.register_dmabuf(file.as_fd(), 0, 4096, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
+        assert_unsupported(&err, what);
+    }
+}
+
+#[test]
+fn dmabuf_registration_checks_its_arguments_first() {
+    let f = Fixture::with(Optional::NONE, ContextConfig::default());
+    let pd = f.ctx.alloc_pd().unwrap();
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let err = pd.register_dmabuf(file.as_fd(), 0, 0, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+    let err = pd.register_dmabuf(file.as_fd(), 0, 64, 0, AccessFlags::REMOTE_WRITE).unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("lacks LOCAL_WRITE")), "{err}");
+}
+
+#[test]
+fn alloc_mw_without_the_provider_op_is_unsupported() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    for kind in [MwType::Type1, MwType::Type2] {
+        assert_unsupported(&pd.alloc_mw(kind).unwrap_err(), "ibv_alloc_mw");
+    }
+}
+
+#[test]
+fn a_window_binding_is_refused_for_rights_the_region_lacks() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let read_only = pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let err = MwBind::new(&read_only, .., AccessFlags::REMOTE_READ).unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("without MW_BIND")), "{err}");
+
+    let bindable = pd
+        .register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::MW_BIND)
+        .unwrap();
+    let err = MwBind::new(&bindable, .., AccessFlags::REMOTE_WRITE).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("would grant REMOTE_WRITE") && msg.contains("region"), "{msg}");
+    let err = MwBind::new(&bindable, .., AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert!(err.to_string().contains("grants only REMOTE_READ"), "{err}");
+    let err = MwBind::new(&bindable, 4000..5000, AccessFlags::REMOTE_READ).unwrap_err();
+    assert!(err.to_string().contains("outside the 4096-byte"), "{err}");
+
+    let bind = MwBind::new(&bindable, 100..200, AccessFlags::REMOTE_READ).unwrap();
+    assert_eq!((bind.addr(), bind.len()), (bindable.iova() + 100, 100));
+
+    let writable = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
+    let target = pd.register_remote_writable_with_iova(4096, 0, writable).unwrap();
+    let bind = MwBind::new(&target, 8.., AccessFlags::REMOTE_WRITE).unwrap();
+    assert_eq!((bind.addr(), bind.len()), (8, 4088), "window addresses are IOVAs");
+}
+
+#[test]
+fn einval_for_an_on_demand_registration_points_at_odp() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let odp = AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND;
+    f.mock.fail(Verb::RegMrIova2, libc::EINVAL);
+    let err = pd.register(64, odp).unwrap_err();
+    assert_verb_error(&err, "ibv_reg_mr", libc::EINVAL, &["on-demand paging", "ibv_devinfo -v"]);
+    f.mock.fail(Verb::RegMrIova2, libc::EOPNOTSUPP);
+    assert_unsupported(&pd.register(64, odp).unwrap_err(), "ibv_reg_mr");
+    // Without ON_DEMAND, EINVAL has no such hint.
+    f.mock.fail(Verb::RegMrIova2, libc::EINVAL);
+    let err = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_verb_error(&err, "ibv_reg_mr", libc::EINVAL, &[]);
+}
+
+#[test]
+fn odp_caps_fall_back_to_ibv_query_device_without_the_extended_op() {
+    // The mock's verbs_context has no query_device_ex op: the inline's legacy path.
+    let f = Fixture::new();
+    f.mock.take_calls();
+    let caps = f.ctx.odp_caps().unwrap();
+    assert!(caps.general.is_empty() && caps.rc.is_empty(), "{caps:?}");
+    assert_eq!(f.mock.take_calls(), [Call::QueryDevice]);
+    f.mock.fail(Verb::QueryDevice, libc::EIO);
+    assert_verb_error(&f.ctx.odp_caps().unwrap_err(), "ibv_query_device_ex", libc::EIO, &[]);
+}

@@ -1,0 +1,291 @@
+//! The data path allocates nothing in steady state: each post and each poll, in the raw tier
+//! (`post_send`, `post_send_list`, `post_recv`, `poll`) and in the buffer tier
+//! (`post_send_buffer`, `post_send_buffers`, `post_recv_buffer`, `complete`), against the
+//! mock provider with stub data-path ops that keep their WRs in a fixed ring (the mock's own
+//! allocate; see `support/stub_data_path.rs`).
+//!
+//! A binary of its own, not a module of `integration`: a global allocator is per binary, and
+//! this one counts. It counts per thread, so the harness and the other tests, on their own
+//! threads, leave the measured thread's count alone.
+
+#[path = "support/stub_data_path.rs"]
+mod stub_data_path;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::{Cell, RefCell};
+use std::ffi::c_int;
+use std::hint::black_box;
+
+use rdma_verbs::{
+    AccessFlags, BufferPool, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags,
+    SendList, SendOp, SendWr, WorkCompletion,
+};
+use rdma_verbs_sys as sys;
+use rdma_verbs_sys::mock::Mock;
+
+use stub_data_path::{context, into_rts, DataPath};
+
+thread_local! {
+    /// Allocations (alloc, alloc_zeroed, realloc) made by this thread. `const`, with no
+    /// destructor: using it allocates nothing itself.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Counting;
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn count() {
+    // `try_with`: a thread being torn down may still allocate.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+/// How many allocations this thread made while running `f`.
+fn allocations_in<R>(f: impl FnOnce() -> R) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    black_box(f());
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+/// Rounds of every operation measured (after one unmeasured round that warms up lazy state).
+const ROUNDS: usize = 100;
+const LIST: usize = 16;
+
+/// The stub provider's CQ: the completions of the signaled sends and the receives posted,
+/// in a fixed ring (nothing here may allocate).
+struct Ring {
+    slots: [(u64, sys::ibv_wc_opcode, u32); 256],
+    head: usize,
+    tail: usize,
+}
+
+thread_local! {
+    static RING: RefCell<Ring> =
+        const { RefCell::new(Ring { slots: [(0, 0, 0); 256], head: 0, tail: 0 }) };
+}
+
+fn complete_later(wr_id: u64, opcode: sys::ibv_wc_opcode, byte_len: u32) {
+    RING.with_borrow_mut(|r| {
+        assert!(r.tail - r.head < r.slots.len(), "the stub CQ overflowed: poll more often");
+        let at = r.tail % r.slots.len();
+        r.slots[at] = (wr_id, opcode, byte_len);
+        r.tail += 1;
+    });
+}
+
+/// Accepts the list; each signaled WR will complete.
+///
+/// # Safety
+///
+/// As `ibv_post_send(3)`: `wr` is a valid list.
+unsafe extern "C" fn post_send(
+    _qp: *mut sys::ibv_qp,
+    mut wr: *mut sys::ibv_send_wr,
+    _bad_wr: *mut *mut sys::ibv_send_wr,
+) -> c_int {
+    while !wr.is_null() {
+        // SAFETY: an element of the caller's valid list.
+        let w = unsafe { &*wr };
+        if w.send_flags & sys::IBV_SEND_SIGNALED != 0 {
+            let opcode = match w.opcode {
+                sys::IBV_WR_RDMA_READ => sys::IBV_WC_RDMA_READ,
+                sys::IBV_WR_SEND => sys::IBV_WC_SEND,
+                _ => sys::IBV_WC_RDMA_WRITE,
+            };
+            complete_later(w.wr_id, opcode, 0);
+        }
+        wr = w.next;
+    }
+    0
+}
+
+/// Accepts the list; each receive will complete, filled.
+///
+/// # Safety
+///
+/// As `ibv_post_recv(3)`: `wr` is a valid list.
+unsafe extern "C" fn post_recv(
+    _qp: *mut sys::ibv_qp,
+    mut wr: *mut sys::ibv_recv_wr,
+    _bad_wr: *mut *mut sys::ibv_recv_wr,
+) -> c_int {
+    while !wr.is_null() {
+        // SAFETY: an element of the caller's valid list, with `num_sge` valid SGEs.
+        let w = unsafe { &*wr };
+        let len = (0..w.num_sge as usize)
+            // SAFETY: as above.
+            .map(|i| unsafe { (*w.sg_list.add(i)).length })
+            .sum();
+        complete_later(w.wr_id, sys::IBV_WC_RECV, len);
+        wr = w.next;
+    }
+    0
+}
+
+/// Returns the oldest completions, up to `num_entries`.
+///
+/// # Safety
+///
+/// As `ibv_poll_cq(3)`: `wc` is writable for `num_entries` entries.
+unsafe extern "C" fn poll_cq(
+    _cq: *mut sys::ibv_cq,
+    num_entries: c_int,
+    wc: *mut sys::ibv_wc,
+) -> c_int {
+    RING.with_borrow_mut(|r| {
+        let n = (r.tail - r.head).min(num_entries.max(0) as usize);
+        for i in 0..n {
+            let (wr_id, opcode, byte_len) = r.slots[(r.head + i) % r.slots.len()];
+            let done = sys::ibv_wc { wr_id, opcode, byte_len, ..Default::default() };
+            // SAFETY: `i < num_entries`, which the caller made writable.
+            unsafe { wc.add(i).write(done) };
+        }
+        r.head += n;
+        n as c_int
+    })
+}
+
+const STUB: DataPath = DataPath { post_send, post_recv, poll_cq };
+
+/// Asserts that no operation of `counts` allocated, naming those that did.
+#[track_caller]
+fn assert_none(counts: &[(&str, u64)]) {
+    let offenders: Vec<_> = counts.iter().filter(|(_, n)| *n > 0).collect();
+    assert!(offenders.is_empty(), "allocations in {ROUNDS} rounds (name, count): {offenders:?}");
+}
+
+#[test]
+fn the_counter_sees_an_allocation_on_this_thread_only() {
+    assert_eq!(allocations_in(|| Box::new(black_box(7u64))), 1);
+    let other_thread = allocations_in(|| std::thread::spawn(|| Box::new(1u64)).join());
+    let spawned = allocations_in(|| std::thread::spawn(|| ()).join());
+    assert_eq!(other_thread, spawned, "the spawned thread's Box is not counted here");
+    assert_eq!(allocations_in(|| black_box(3) + 4), 0);
+}
+
+#[test]
+fn the_raw_tier_posts_and_polls_without_allocating() {
+    let mock = Mock::new();
+    let ctx = context(&mock, STUB);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
+    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
+    let sges = [mr.sge(..64).unwrap()];
+    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+    let mut one = SendWr::rdma_write(1, &sges, remote).flags(SendFlags::SIGNALED);
+    let mut list: Vec<SendWr<'_>> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
+    list[LIST - 1].set_flags(SendFlags::SIGNALED);
+    let mut recv = RecvWr::new(2, &sges);
+    let mut wcs = [WorkCompletion::EMPTY; LIST];
+
+    let mut counts = [("post_send", 0), ("post_send_list", 0), ("post_recv", 0), ("poll", 0)];
+    for round in 0..=ROUNDS {
+        let posts = [
+            // SAFETY: the stub provider never touches the memory.
+            allocations_in(|| unsafe { qp.post_send(&mut one) }.unwrap()),
+            // SAFETY: as above.
+            allocations_in(|| unsafe { qp.post_send_list(&mut list) }.unwrap()),
+            // SAFETY: as above.
+            allocations_in(|| unsafe { qp.post_recv(&mut recv) }.unwrap()),
+        ];
+        let mut polled = 0;
+        let poll = allocations_in(|| polled = cq.poll(&mut wcs).unwrap().len());
+        assert_eq!(polled, 3, "one completion for each signaled post and the receive");
+        if round > 0 {
+            for (count, n) in counts.iter_mut().zip(posts.into_iter().chain([poll])) {
+                count.1 += n;
+            }
+        }
+    }
+    assert_none(&counts);
+}
+
+#[test]
+fn the_buffer_tier_posts_and_completes_without_allocating() {
+    let mock = Mock::new();
+    let ctx = context(&mock, STUB);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
+                                          // Declared before the QP: the pool outlives every QP it lends buffers to.
+    let pool =
+        BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
+    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
+    let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey(7) });
+    let mut list = SendList::with_capacity(LIST);
+    let mut wcs = [WorkCompletion::EMPTY; LIST];
+
+    let mut counts = [
+        ("take", 0),
+        ("post_send_buffer", 0),
+        ("post_send_buffers", 0),
+        ("post_recv_buffer", 0),
+        ("poll", 0),
+        ("complete", 0),
+    ];
+    for round in 0..=ROUNDS {
+        let mut n = [0; 6];
+        let mut take = || {
+            let mut buffer = None;
+            n[0] += allocations_in(|| buffer = pool.take());
+            let mut buffer = buffer.expect("a free buffer: every round returns all it takes");
+            buffer.set_len(64).unwrap();
+            buffer
+        };
+        let one = take();
+        let batch: Vec<_> = (0..LIST).map(|_| take()).collect();
+        let receive = take();
+        for buffer in batch {
+            list.push(buffer, op).unwrap();
+        }
+        n[1] = allocations_in(|| qp.post_send_buffer(one, op).unwrap());
+        n[2] = allocations_in(|| qp.post_send_buffers(&mut list, true).unwrap());
+        n[3] = allocations_in(|| qp.post_recv_buffer(receive).unwrap());
+        let done = {
+            let mut done = None;
+            n[4] = allocations_in(|| done = Some(cq.poll(&mut wcs).unwrap()));
+            done.unwrap()
+        };
+        assert_eq!(done.len(), 3, "one completion for each signaled post and the receive");
+        for wc in done.iter_mut() {
+            let mut back = None;
+            n[5] += allocations_in(|| back = pool.complete(wc));
+            assert!(back.is_some(), "each completion returns its buffer");
+        }
+        if round > 0 {
+            for (count, n) in counts.iter_mut().zip(n) {
+                count.1 += n;
+            }
+        }
+    }
+    assert_none(&counts);
+}
