@@ -122,6 +122,7 @@ impl Error {
         }
     }
 
+    #[cold]
     pub(crate) fn verb(verb: &'static str, errno: i32) -> Self {
         if errno == libc::EOPNOTSUPP {
             return Error::Unsupported { what: verb };
@@ -132,6 +133,7 @@ impl Error {
 
 /// Maps a verb's `int` return: 0 is success; a positive value is the errno (the rdma-core
 /// convention); -1 means "see errno" (older providers); other negatives are a negated errno.
+#[inline]
 pub(crate) fn check_errno(ret: i32, verb: &'static str) -> Result<()> {
     match ret {
         0 => Ok(()),

@@ -59,6 +59,15 @@ impl Control {
         }
     }
 
+    /// Receives one line however long the peer takes (a run of any -D): a peer that dies
+    /// closes the connection, which ends the wait.
+    pub fn recv_unbounded(&mut self) -> Result<String, Error> {
+        self.reader.get_ref().set_read_timeout(None)?;
+        let line = self.recv();
+        self.reader.get_ref().set_read_timeout(Some(PEER_TIMEOUT))?;
+        line
+    }
+
     /// Receives one line if a whole one has arrived, without waiting.
     pub fn try_recv(&mut self) -> Result<Option<String>, Error> {
         if !self.reader.buffer().contains(&b'\n') {

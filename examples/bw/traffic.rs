@@ -56,6 +56,16 @@ pub fn run(
     control: &mut Control,
 ) -> Result<Stats, Error> {
     let n_qps = qpns.len();
+    if !plan.initiate && !plan.receive {
+        // The passive side of WRITE / READ: the NIC does all the work. Sleep on TCP until the
+        // peer reports, as perftest's server does; polling would take the CPU from the
+        // provider (Soft-RoCE works in the kernel).
+        let line = control.recv_unbounded()?;
+        line.strip_prefix("sent ")
+            .ok_or_else(|| format!("the peer is out of step: it sent {line:?}"))?;
+        control.send("sent 0")?;
+        return Ok(Stats::default());
+    }
     let mut posted = vec![0u64; n_qps];
     let mut completed = vec![0u64; n_qps];
     // Per QP, the running WR count at each signaled WR: completions arrive in that order.

@@ -137,6 +137,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         result
     }
 
+    #[inline]
     fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
         if wr.num_sge() > self.caps.max_send_sge as usize {
             return Err(Error::InvalidInput(format!(
@@ -176,6 +177,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
 
     /// An atomic needs RC, a device with atomics, and one 8-byte SGE and a remote address
     /// both 8-byte aligned (`ibv_post_send(3)`).
+    #[cold]
     fn check_atomic(&self, wr: &SendWr<'_>) -> Result<()> {
         if T::RAW != sys::IBV_QPT_RC {
             return Err(Error::InvalidInput(format!("atomics need an RC QP, not {}", T::NAME)));
