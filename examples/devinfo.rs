@@ -12,7 +12,7 @@ use rdma_verbs::{DeviceList, Result};
 
 /// Show RDMA devices, ports and GIDs.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Only this device
     #[arg(short = 'd', long = "ib-dev")]

@@ -14,7 +14,7 @@ use rdma_verbs::diag::{self, Layer, ProviderProbe, Report, Status};
 
 /// Diagnose the RDMA stack: which layer is broken, and what to do.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Print the findings as JSON
     #[arg(long)]

@@ -40,7 +40,7 @@ type Error = Box<dyn std::error::Error>;
 
 /// Ping-pong over an RC QP (wire-compatible with ibv_rc_pingpong).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18515)]

@@ -30,17 +30,21 @@
 //! let qp = qp.into_rts(&RtsAttr::new(psn))?;
 //!
 //! mr.as_mut_slice()[..5].copy_from_slice(b"hello");
-//! let sge = [mr.sge(..5)?];
-//! let mut wr = SendWr::send(1, &sge).flags(SendFlags::SIGNALED);
-//! // SAFETY: `mr` stays alive and unwritten until the completion below is polled.
-//! unsafe { qp.post_send(&mut wr)? };
-//! let mut wcs = [WorkCompletion::EMPTY; 4];
-//! loop {
-//!     if let [wc, ..] = cq.poll(&mut wcs)? {
+//! let (send, recv) = ([mr.sge(..5)?], [mr.sge(2048..)?]);
+//! // SAFETY: `mr` outlives the QP, and its bytes are not touched until both completions
+//! // below have been polled. (Connected to itself, the QP receives its own SEND.)
+//! unsafe {
+//!     qp.post_recv(&mut RecvWr::new(1, &recv))?;
+//!     qp.post_send(&mut SendWr::send(2, &send).flags(SendFlags::SIGNALED))?;
+//! }
+//! let (mut wcs, mut done) = ([WorkCompletion::EMPTY; 4], 0);
+//! while done < 2 {
+//!     for wc in cq.poll(&mut wcs)?.iter() {
 //!         assert!(wc.is_success(), "{}", wc.status());
-//!         break;
+//!         done += 1;
 //!     }
 //! }
+//! assert_eq!(&mr.as_slice()[2048..2053], b"hello");
 //! # Ok(()) }
 //! ```
 //!
@@ -58,17 +62,20 @@
 //! - Children borrow their parents: dropping a parent first does not compile.
 //! - Each transition takes exactly the attributes it needs and computes the attribute mask;
 //!   a failed transition returns the QP with the error ([`TransitionError`]).
-//! - Posting is `unsafe` (the raw tier): the caller promises the memory stays registered and
-//!   untouched while the NIC may use it. Polling is safe and allocation-free.
+//! - Two posting tiers: the safe one moves [`Buffer`]s of a [`BufferPool`] into the QP and
+//!   hands them back with their completion; the raw one is `unsafe`: the caller promises the
+//!   memory stays registered and untouched while the NIC may use it. Polling is safe and
+//!   allocation-free.
 //! - `Drop` never panics: a failed destroy is logged (`log` crate, warn) and the object
 //!   leaked; `destroy(self)` returns the error instead.
 //! - Errors name the verb, the errno and what to do ([`Error`]).
 //!
 //! # Thread safety
 //!
-//! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`MemoryRegion`] and
-//! [`QueuePair`] are `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their
-//! queues), and every shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
+//! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`MemoryRegion`], [`QueuePair`],
+//! [`SharedReceiveQueue`], [`AddressHandle`], [`BufferPool`] and [`Buffer`] are
+//! `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their queues), and every
+//! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
 //! mutably only through `&mut`.
 //!
 //! # Crate features

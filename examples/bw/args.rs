@@ -7,7 +7,7 @@ pub const MAX_SIZE: u32 = 8 << 20;
 
 /// Bandwidth test in perftest's style (ib_write_bw / ib_read_bw / ib_send_bw options).
 #[derive(Parser, Debug, Clone)]
-#[command(version, about)]
+#[command(version)]
 pub struct Args {
     /// RDMA device (default: the first one found)
     #[arg(short = 'd', long = "ib-dev")]

@@ -194,7 +194,7 @@ fn find(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
 /// A library found beside libibverbs: PASS when from the same rdma-core release.
 fn sibling(out: &mut Out<'_>, check: &str, path: &Path, version: Option<&str>) {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let not_loaded = "this build does not load it yet";
+    let not_loaded = "loaded only by the rdmacm feature, on first use";
     match version {
         Some(v) if !name.ends_with(&format!(".{v}")) => out.warn(
             check,

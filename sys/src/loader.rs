@@ -247,6 +247,15 @@ fn rdma_core_version_from_file_name(name: &str) -> Option<String> {
     (!version.is_empty()).then(|| version.to_owned())
 }
 
+/// The loader's explanation: libloading's error names only the call ("dlopen failed"); its
+/// source carries `dlerror`'s text (e.g. "No such file or directory").
+pub(crate) fn load_reason(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
+    }
+}
+
 /// The process-wide libibverbs, loaded on first use from `$RDMA_VERBS_LIBIBVERBS` or
 /// [`LIBIBVERBS_SONAME`].
 ///
@@ -280,7 +289,7 @@ unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
     let display = name.display().to_string();
     // SAFETY: the caller guarantees the library is a sound libibverbs.
     let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }
-        .map_err(|e| LoadError::Open { library: display.clone(), reason: e.to_string() })?;
+        .map_err(|e| LoadError::Open { library: display.clone(), reason: load_reason(&e) })?;
     let fns = IbverbsFns::resolve(&lib, &display)?;
     let path = loaded_path(fns.ibv_get_device_list as *const c_void).unwrap_or_else(|| name.into());
     Ok(Ibverbs { _lib: Some(lib), path: path.canonicalize().unwrap_or(path), fns })

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
 use crate::bindings::*;
-use crate::loader::{fn_table, LoadError};
+use crate::loader::{fn_table, load_reason, LoadError};
 
 /// The run-time name of librdmacm.
 pub const LIBRDMACM_SONAME: &str = "librdmacm.so.1";
@@ -155,7 +155,7 @@ unsafe fn load(name: &Path) -> Result<Rdmacm, RdmacmLoadError> {
     let display = name.display().to_string();
     // SAFETY: the caller guarantees the library is a sound librdmacm.
     let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }
-        .map_err(|e| RdmacmLoadError::Open { library: display.clone(), reason: e.to_string() })?;
+        .map_err(|e| RdmacmLoadError::Open { library: display.clone(), reason: load_reason(&e) })?;
     let fns = RdmacmFns::resolve(&lib, &display)?;
     let path = crate::loader::loaded_path(fns.rdma_create_id as *const c_void)
         .unwrap_or_else(|| name.into());
