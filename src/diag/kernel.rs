@@ -150,8 +150,8 @@ fn device(out: &mut Out<'_>, dev: &SysDevice) -> Gate<()> {
 /// The rdma_cm node: needed by programs that connect through rdma_cm only.
 fn rdma_cm(out: &mut Out<'_>) {
     let check = "rdma_cm node";
-    let purpose = "rdma_cm connects iWARP devices and IP-addressed peers; this build does not use \
-                   it yet";
+    let purpose = "rdma_cm connects iWARP devices and IP-addressed peers (the rdmacm feature uses \
+                   it)";
     let Some((major, minor)) =
         sysfs::read("/sys/class/misc/rdma_cm/dev").and_then(|d| sysfs::parse_dev(&d))
     else {
