@@ -249,7 +249,7 @@ fn rdma_core_version_from_file_name(name: &str) -> Option<String> {
 
 /// The loader's explanation: libloading's error names only the call ("dlopen failed"); its
 /// source carries `dlerror`'s text (e.g. "No such file or directory").
-pub(crate) fn load_reason(e: &libloading::Error) -> String {
+fn load_reason(e: &libloading::Error) -> String {
     match std::error::Error::source(e) {
         Some(source) => format!("{e}: {source}"),
         None => e.to_string(),
@@ -266,9 +266,7 @@ pub(crate) fn load_reason(e: &libloading::Error) -> String {
 pub fn ibverbs() -> Result<&'static Ibverbs, LoadError> {
     static LIB: OnceLock<Result<Ibverbs, LoadError>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let name = std::env::var_os(LIBIBVERBS_ENV)
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| OsString::from(LIBIBVERBS_SONAME));
+        let name = name_from_env(LIBIBVERBS_ENV, LIBIBVERBS_SONAME);
         // SAFETY: dlopen runs the library's initialisers. libibverbs' (and its providers')
         // initialisers only set up its own state; the override is the user's explicit choice.
         unsafe { load(Path::new(&name)) }
@@ -288,15 +286,39 @@ pub fn ibverbs() -> Result<&'static Ibverbs, LoadError> {
 unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
     let display = name.display().to_string();
     // SAFETY: the caller guarantees the library is a sound libibverbs.
-    let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }
-        .map_err(|e| LoadError::Open { library: display.clone(), reason: load_reason(&e) })?;
+    let lib = unsafe { open(name) }
+        .map_err(|reason| LoadError::Open { library: display.clone(), reason })?;
     let fns = IbverbsFns::resolve(&lib, &display)?;
-    let path = loaded_path(fns.ibv_get_device_list as *const c_void).unwrap_or_else(|| name.into());
-    Ok(Ibverbs { _lib: Some(lib), path: path.canonicalize().unwrap_or(path), fns })
+    let path = real_path(fns.ibv_get_device_list as *const c_void, name);
+    Ok(Ibverbs { _lib: Some(lib), path, fns })
+}
+
+/// The library named by the environment variable `env` when it is set and not empty, else
+/// `soname`.
+pub(crate) fn name_from_env(env: &str, soname: &str) -> OsString {
+    std::env::var_os(env).filter(|v| !v.is_empty()).unwrap_or_else(|| OsString::from(soname))
+}
+
+/// `dlopen(name, RTLD_NOW | RTLD_LOCAL)`; on failure, the loader's explanation.
+///
+/// # Safety
+///
+/// As [`Library::open`]: `dlopen` runs the library's initialisers, which must be sound to run
+/// in this process.
+pub(crate) unsafe fn open(name: &Path) -> Result<Library, String> {
+    // SAFETY: forwarded to the caller.
+    unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| load_reason(&e))
+}
+
+/// The real file (symlinks resolved) that holds `addr`, a function of the library loaded as
+/// `name`; `name` itself when the loader cannot tell.
+pub(crate) fn real_path(addr: *const c_void, name: &Path) -> PathBuf {
+    let path = loaded_path(addr).unwrap_or_else(|| name.into());
+    path.canonicalize().unwrap_or(path)
 }
 
 /// The file that holds `addr`, from `dladdr`.
-pub(crate) fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
+fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr only reads the loader's tables and writes `info`.
     if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {

@@ -13,14 +13,14 @@
 //! override pointing at a library with another SONAME would break that; both overrides must
 //! name one rdma-core installation.)
 
-use std::ffi::{c_int, c_void, OsString};
+use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use libloading::os::unix::Library;
 
 use crate::bindings::*;
-use crate::loader::{fn_table, load_reason, LoadError};
+use crate::loader::{fn_table, name_from_env, open, real_path, LoadError};
 
 /// The run-time name of librdmacm.
 pub const LIBRDMACM_SONAME: &str = "librdmacm.so.1";
@@ -134,9 +134,7 @@ pub fn rdmacm() -> Result<&'static Rdmacm, RdmacmLoadError> {
     static LIB: OnceLock<Result<Rdmacm, RdmacmLoadError>> = OnceLock::new();
     LIB.get_or_init(|| {
         crate::ibverbs()?;
-        let name = std::env::var_os(LIBRDMACM_ENV)
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| OsString::from(LIBRDMACM_SONAME));
+        let name = name_from_env(LIBRDMACM_ENV, LIBRDMACM_SONAME);
         // SAFETY: dlopen runs librdmacm's initialisers, which only set up its own state (the
         // devices are opened lazily, on first use); the override is the user's explicit choice.
         unsafe { load(Path::new(&name)) }
@@ -154,10 +152,9 @@ pub fn rdmacm() -> Result<&'static Rdmacm, RdmacmLoadError> {
 unsafe fn load(name: &Path) -> Result<Rdmacm, RdmacmLoadError> {
     let display = name.display().to_string();
     // SAFETY: the caller guarantees the library is a sound librdmacm.
-    let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }
-        .map_err(|e| RdmacmLoadError::Open { library: display.clone(), reason: load_reason(&e) })?;
+    let lib = unsafe { open(name) }
+        .map_err(|reason| RdmacmLoadError::Open { library: display.clone(), reason })?;
     let fns = RdmacmFns::resolve(&lib, &display)?;
-    let path = crate::loader::loaded_path(fns.rdma_create_id as *const c_void)
-        .unwrap_or_else(|| name.into());
-    Ok(Rdmacm { _lib: Some(lib), path: path.canonicalize().unwrap_or(path), fns })
+    let path = real_path(fns.rdma_create_id as *const c_void, name);
+    Ok(Rdmacm { _lib: Some(lib), path, fns })
 }
