@@ -4,8 +4,8 @@
 
 mod capture;
 mod channel;
+mod context;
 mod destroy;
-mod device;
 mod memory;
 mod qp;
 mod resources;
