@@ -70,3 +70,12 @@ static_assertions::const_assert_eq!(
     core::mem::offset_of!(verbs_context, context) + core::mem::size_of::<ibv_context>(),
     core::mem::size_of::<verbs_context>()
 );
+// `ibv_create_qp_ex`'s shortcut passes an `ibv_qp_init_attr_ex` as an `ibv_qp_init_attr`.
+static_assertions::const_assert_eq!(
+    core::mem::offset_of!(ibv_qp_init_attr, sq_sig_all),
+    core::mem::offset_of!(ibv_qp_init_attr_ex, sq_sig_all)
+);
+static_assertions::const_assert_eq!(
+    core::mem::offset_of!(ibv_qp_init_attr, cap),
+    core::mem::offset_of!(ibv_qp_init_attr_ex, cap)
+);

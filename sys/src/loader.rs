@@ -182,6 +182,8 @@ fn_table! {
         /// `_ibv_query_gid_ex@@IBVERBS_1.11` (rdma-core v32), behind `ibv_query_gid_ex(3)`.
         _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize)
             -> c_int;
+        /// `ibv_qp_to_qp_ex@@IBVERBS_1.6` (rdma-core v24).
+        ibv_qp_to_qp_ex: fn(*mut ibv_qp) -> *mut ibv_qp_ex;
         /// `ibv_reg_dmabuf_mr@@IBVERBS_1.12` (rdma-core v34).
         ibv_reg_dmabuf_mr: fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
     }

@@ -109,6 +109,8 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_reg_mr_iova2: optional.reg_mr_iova2.then_some(verbs::ibv_reg_mr_iova2),
         _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
         ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
+        // No extended QPs yet: every mock QP is a legacy one.
+        ibv_qp_to_qp_ex: None,
     }
 }
 

@@ -18,6 +18,9 @@ use std::ptr;
 use crate::bindings::*;
 use crate::loader::IbverbsFns;
 
+mod qp_ex;
+pub use qp_ex::*;
+
 /// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` value of a context embedded in a
 /// `verbs_context`.
 const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
