@@ -6,6 +6,7 @@ mod capture;
 mod channel;
 mod context;
 mod destroy;
+mod events;
 mod memory;
 mod qp;
 mod resources;
