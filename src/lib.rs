@@ -83,7 +83,13 @@
 //! - `rdmacm`: rdma_cm connection management (module `cm`); librdmacm is loaded at run time on
 //!   first use. Needs `rdma/rdma_cma.h` at build time (librdmacm-dev / rdma-core-devel).
 //!
+//! - `tokio`: completion and async-event streams awaited on tokio's reactor (module
+//!   `tokio`). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
+//!   reactor.
+//!
 //! mlx5 DC (`mlx5`) is planned.
+//!
+//! [`AsFd`]: std::os::fd::AsFd
 //!
 //! # Requirements
 //!
@@ -121,6 +127,9 @@ mod pd;
 mod port;
 mod qp;
 mod srq;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod tokio;
 mod wc;
 mod wr;
 

@@ -9,6 +9,8 @@ mod destroy;
 mod events;
 mod memory;
 mod qp;
+#[cfg(feature = "tokio")]
+mod reactor;
 mod resources;
 
 use rdma_verbs::{Context, Error};
