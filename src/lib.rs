@@ -84,7 +84,7 @@
 //!   first use. Needs `rdma/rdma_cma.h` at build time (librdmacm-dev / rdma-core-devel).
 //!
 //! - `tokio`: completion and async-event streams awaited on tokio's reactor (module
-//!   `tokio`). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
+//!   [`reactor`]). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
 //!   reactor.
 //!
 //! mlx5 DC (`mlx5`) is planned.
@@ -126,10 +126,10 @@ mod mw;
 mod pd;
 mod port;
 mod qp;
-mod srq;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub mod tokio;
+pub mod reactor;
+mod srq;
 mod wc;
 mod wr;
 

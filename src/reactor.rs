@@ -15,7 +15,7 @@
 //! and used on that runtime. Nothing here spawns or blocks.
 //!
 //! ```no_run
-//! use rdma_verbs::{tokio::CompletionStream, *};
+//! use rdma_verbs::{reactor::CompletionStream, *};
 //!
 //! # async fn f() -> Result<()> {
 //! let ctx = Context::open_by_name(Some("rxe0"))?;
