@@ -1,11 +1,13 @@
-//! Asynchronous events on rxe0: an SRQ limit, a CQ overrun, and completions awaited on tokio.
+//! Asynchronous events on rxe0: an SRQ limit, a CQ overrun, the link going down and up, and
+//! completions awaited on tokio.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::pair::{connect, init_qp, wait_for};
-use crate::common::{require_device, RXE};
+use super::pair::{connect, init_qp, wait_for, PORT};
+use crate::common::{require_device, text, RXE};
 
 /// How long an event may take to arrive: Soft-RoCE is slow, not stuck.
 const EVENT_LIMIT: Duration = Duration::from_secs(30);
@@ -218,4 +220,53 @@ fn completions_of_real_traffic_are_awaited_on_a_current_thread_runtime() {
     });
     assert!(mr.as_slice()[2048..2048 + 64].iter().all(|&b| b == 9), "the last round's bytes");
     drop((a, b));
+}
+
+/// The netdev under rxe0's port 1, from sysfs.
+fn rxe_netdev() -> String {
+    let path = format!("/sys/class/infiniband/{RXE}/ports/{PORT}/gid_attrs/ndevs/0");
+    let name = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    name.trim().to_owned()
+}
+
+/// `ip link set NETDEV up|down`.
+fn set_link(netdev: &str, state: &str) {
+    let out = Command::new("ip").args(["link", "set", netdev, state]).output().unwrap();
+    assert!(out.status.success(), "ip link set {netdev} {state}: {}", text(&out));
+}
+
+/// Brings the link back up however the test ends, so later tests find the port as it was.
+struct LinkUp<'a>(&'a str);
+
+impl Drop for LinkUp<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "set", self.0, "up"]).status();
+    }
+}
+
+#[test]
+fn link_down_and_up_raise_port_error_then_port_active() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let events = ctx.async_events().unwrap();
+    let gids = ctx.gid_table(PORT).unwrap();
+    assert_eq!(ctx.query_port(PORT).unwrap().state(), PortState::ACTIVE);
+    let netdev = rxe_netdev();
+    let _restore = LinkUp(&netdev);
+
+    set_link(&netdev, "down");
+    let seen = wait_event(&events, |e| matches!(e, AsyncEvent::PortError(_)));
+    assert_eq!(seen.last(), Some(&AsyncEvent::PortError(PORT)), "seen: {seen:?}");
+    assert_ne!(ctx.query_port(PORT).unwrap().state(), PortState::ACTIVE);
+
+    set_link(&netdev, "up");
+    let seen = wait_event(&events, |e| matches!(e, AsyncEvent::PortActive(_)));
+    assert_eq!(seen.last(), Some(&AsyncEvent::PortActive(PORT)), "seen: {seen:?}");
+    // The port and its GID table are as before (IPv6 link-local GIDs come back with the link).
+    let start = Instant::now();
+    while ctx.query_port(PORT).unwrap().state() != PortState::ACTIVE
+        || ctx.gid_table(PORT).unwrap() != gids
+    {
+        assert!(start.elapsed() < EVENT_LIMIT, "{:?} vs {gids:?}", ctx.gid_table(PORT).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
