@@ -2,7 +2,7 @@
 //!
 //! The verbs' event files — a [`CompletionChannel`] and a context's [`AsyncEvents`] — are
 //! non-blocking descriptors; here they are registered with tokio
-//! ([`tokio::io::unix::AsyncFd`](::tokio::io::unix::AsyncFd)) so a task awaits them instead
+//! ([`tokio::io::unix::AsyncFd`]) so a task awaits them instead
 //! of a thread sleeping on them:
 //!
 //! - [`AsyncCompletionChannel`]: await a channel's events (every pending one is read and

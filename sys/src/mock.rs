@@ -10,6 +10,9 @@
 //!   NULL-op paths of the inline verbs can be exercised;
 //! - PDs, MRs, CQs, QPs and completion channels as real allocations with the fields callers
 //!   read, freed by the mock destroy verbs;
+//! - asynchronous events queued per context by the test ([`Mock::push_async_event`]), served
+//!   by `ibv_get_async_event` through the context's `async_fd` (an eventfd, readable while
+//!   events are queued), with unacknowledged ones counted ([`Mock::unacked_async_events`]);
 //! - [`fns`] / [`library`]: an [`IbverbsFns`] of plain `extern "C"` functions over them, with
 //!   the optional symbols present or absent ([`Optional`]).
 //!
