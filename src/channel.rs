@@ -17,7 +17,7 @@
 // its event is acknowledged, so the pointer would be useless, and with several CQs on one
 // channel the loop re-arms and polls each of them anyway.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use rdma_verbs_sys as sys;
 
 use crate::device::Context;
 use crate::error::{check_errno, check_ptr, Result};
+use crate::fd;
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed [`CompletionQueue`](crate::CompletionQueue) created on it gets a completion.
@@ -98,24 +99,12 @@ impl Context {
         let raw = unsafe { (self.library().fns.ibv_create_comp_channel)(self.as_raw()) };
         let channel =
             CompletionChannel { raw: check_ptr(raw, "ibv_create_comp_channel")?, ctx: self };
-        channel.set_nonblocking()?;
+        fd::set_nonblocking(channel.as_fd(), "a completion channel")?;
         Ok(channel)
     }
 }
 
 impl<'ctx> CompletionChannel<'ctx> {
-    fn set_nonblocking(&self) -> Result<()> {
-        let fd = self.as_fd();
-        // SAFETY: F_GETFL on a live descriptor reads its flags.
-        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-        if flags == -1 {
-            return check_errno(-1, "fcntl(F_GETFL) on a completion channel");
-        }
-        // SAFETY: F_SETFL on a live descriptor this channel owns changes only its status flags.
-        let ret = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
-        check_errno(ret, "fcntl(F_SETFL, O_NONBLOCK) on a completion channel")
-    }
-
     /// Sleeps until an armed CQ of this channel gets a completion or `timeout` passes (`None`:
     /// no limit; this is the blocking `ibv_get_cq_event(3)`), then reads and acknowledges
     /// every pending event (`ibv_ack_cq_events(3)`).
@@ -135,28 +124,14 @@ impl<'ctx> CompletionChannel<'ctx> {
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
         // `None` twice: no limit, or one past the end of time.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let ts = left.map(|d| libc::timespec {
-                tv_sec: d.as_secs().try_into().unwrap_or(libc::time_t::MAX),
-                tv_nsec: d.subsec_nanos().into(),
-            });
-            let ts = ts.as_ref().map_or(std::ptr::null(), |ts| ts as *const libc::timespec);
-            let mut fd =
-                libc::pollfd { fd: self.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd, a valid timespec or NULL, and no signal mask.
-            let ready = unsafe { libc::ppoll(&mut fd, 1, ts, std::ptr::null()) };
-            match check_errno(ready.min(0), "ppoll on a completion channel") {
-                Err(e) if e.errno() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e),
-                Ok(()) if ready == 0 => return Ok(0),
-                // Another thread may have taken the events between ppoll and the reads.
-                Ok(()) => match self.try_get_events()? {
-                    0 => continue,
-                    n => return Ok(n),
-                },
+        // Another thread may take the events between the wake-up and the reads: sleep again.
+        while fd::wait_readable(self.as_fd(), deadline, "a completion channel")? {
+            match self.try_get_events()? {
+                0 => continue,
+                n => return Ok(n),
             }
         }
+        Ok(0)
     }
 
     /// Reads and acknowledges every pending event without blocking; returns how many there

@@ -83,7 +83,13 @@
 //! - `rdmacm`: rdma_cm connection management (module `cm`); librdmacm is loaded at run time on
 //!   first use. Needs `rdma/rdma_cma.h` at build time (librdmacm-dev / rdma-core-devel).
 //!
+//! - `tokio`: completion and async-event streams awaited on tokio's reactor (module
+//!   [`reactor`]). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
+//!   reactor.
+//!
 //! mlx5 DC (`mlx5`) is planned.
+//!
+//! [`AsFd`]: std::os::fd::AsFd
 //!
 //! # Requirements
 //!
@@ -112,12 +118,17 @@ mod device;
 pub mod diag;
 mod endpoint;
 mod error;
+mod event;
+mod fd;
 mod gid;
 mod mr;
 mod mw;
 mod pd;
 mod port;
 mod qp;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod reactor;
 mod srq;
 mod wc;
 mod wr;
@@ -149,6 +160,11 @@ pub use endpoint::PINGPONG_MESSAGE_LEN;
 pub use error::Error;
 pub use error::Result;
 pub use error::TransitionError;
+pub use event::AsyncEvent;
+pub use event::AsyncEventType;
+pub use event::AsyncEvents;
+pub use event::CqId;
+pub use event::SrqId;
 pub use gid::routable_gid;
 pub use gid::Gid;
 pub use gid::GidEntry;

@@ -165,6 +165,10 @@ fn_table! {
         ibv_get_cq_event: fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
         /// `ibv_ack_cq_events(3)`
         ibv_ack_cq_events: fn(*mut ibv_cq, c_uint);
+        /// `ibv_get_async_event(3)`
+        ibv_get_async_event: fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+        /// `ibv_ack_async_event(3)`
+        ibv_ack_async_event: fn(*mut ibv_async_event);
         /// `ibv_create_ah(3)`
         ibv_create_ah: fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah;
         /// `ibv_destroy_ah(3)`

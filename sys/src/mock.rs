@@ -10,6 +10,9 @@
 //!   NULL-op paths of the inline verbs can be exercised;
 //! - PDs, MRs, CQs, QPs and completion channels as real allocations with the fields callers
 //!   read, freed by the mock destroy verbs;
+//! - asynchronous events queued per context by the test ([`Mock::push_async_event`]), served
+//!   by `ibv_get_async_event` through the context's `async_fd` (an eventfd, readable while
+//!   events are queued), with unacknowledged ones counted ([`Mock::unacked_async_events`]);
 //! - [`fns`] / [`library`]: an [`IbverbsFns`] of plain `extern "C"` functions over them, with
 //!   the optional symbols present or absent ([`Optional`]).
 //!
@@ -101,6 +104,8 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_destroy_comp_channel: verbs::ibv_destroy_comp_channel,
         ibv_get_cq_event: verbs::ibv_get_cq_event,
         ibv_ack_cq_events: verbs::ibv_ack_cq_events,
+        ibv_get_async_event: verbs::ibv_get_async_event,
+        ibv_ack_async_event: verbs::ibv_ack_async_event,
         ibv_create_ah: verbs::ibv_create_ah,
         ibv_destroy_ah: verbs::unmodelled_destroy,
         ibv_create_srq: verbs::ibv_create_srq,
@@ -211,6 +216,24 @@ impl Mock {
     /// When `cq` is not a live CQ of this mock.
     pub fn push_completion(&self, cq: *mut ibv_cq, wc: ibv_wc) {
         state::with(|s| s.push_completion(cq, wc));
+    }
+
+    /// Queues `event` on the live context `ctx` for `ibv_get_async_event` and makes the
+    /// context's `async_fd` (an eventfd) readable, as a provider does when the device reports
+    /// something. The event's element is passed through as given (a QP event's `qp` is read
+    /// by the caller, so it should be a live QP of this mock).
+    ///
+    /// # Panics
+    ///
+    /// When `ctx` is not a live context of this mock.
+    pub fn push_async_event(&self, ctx: *mut ibv_context, event: ibv_async_event) {
+        state::with(|s| s.push_async_event(ctx, event));
+    }
+
+    /// How many async events `ibv_get_async_event` handed out that `ibv_ack_async_event` has
+    /// not acknowledged yet (a real `ibv_destroy_qp`/`cq`/`srq` would wait for them).
+    pub fn unacked_async_events(&self) -> usize {
+        state::with(|s| s.unacked_async_events())
     }
 
     /// Whether `object` is a live object of this mock: created and not (successfully)

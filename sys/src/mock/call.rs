@@ -51,6 +51,8 @@ pub enum Verb {
     DestroyCompChannel,
     /// `ibv_get_cq_event`
     GetCqEvent,
+    /// `ibv_get_async_event`
+    GetAsyncEvent,
     /// The `ibv_context.ops.post_send` op.
     PostSend,
     /// The `ibv_context.ops.post_recv` op.
@@ -187,6 +189,13 @@ pub enum Call {
     AckCqEvents {
         /// The events acknowledged.
         nevents: c_uint,
+    },
+    /// `ibv_get_async_event`
+    GetAsyncEvent,
+    /// `ibv_ack_async_event`
+    AckAsyncEvent {
+        /// The type of the event acknowledged.
+        event_type: ibv_event_type,
     },
     /// The `post_send` op.
     PostSend {

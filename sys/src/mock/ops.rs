@@ -21,7 +21,10 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     let ctx = &mut vctx.context;
     ctx.device = s.device();
     ctx.cmd_fd = -1;
-    ctx.async_fd = -1;
+    // An eventfd counting the events queued by `Mock::push_async_event`: readable while any
+    // is queued, like a provider's async_fd (-1 if it cannot be made: reads then fail EBADF).
+    // SAFETY: eventfd has no preconditions; the context owns the descriptor (closed in `free`).
+    ctx.async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
     ctx.num_comp_vectors = 1;
     // `__VERBS_ABI_IS_EXTENDED` marks a context that lives inside a `verbs_context`.
     ctx.abi_compat = if config.extended { usize::MAX as *mut c_void } else { ptr::null_mut() };

@@ -3,6 +3,8 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
+use std::mem::size_of;
+use std::ptr;
 
 use crate::bindings::*;
 
@@ -68,6 +70,9 @@ pub(super) struct State {
     failures: HashMap<Verb, c_int>,
     objects: HashMap<*mut c_void, Kind>,
     completions: HashMap<*mut ibv_cq, VecDeque<ibv_wc>>,
+    async_events: HashMap<*mut ibv_context, VecDeque<ibv_async_event>>,
+    /// Async events read by `ibv_get_async_event` and not yet acknowledged.
+    unacked_async_events: usize,
     next_id: u32,
 }
 
@@ -79,6 +84,8 @@ impl State {
             failures: HashMap::new(),
             objects: HashMap::new(),
             completions: HashMap::new(),
+            async_events: HashMap::new(),
+            unacked_async_events: 0,
             next_id: 0,
         }
     }
@@ -122,8 +129,10 @@ impl State {
     /// Makes `object` live as `kind`.
     pub(super) fn register<T>(&mut self, object: *mut T, kind: Kind) {
         self.objects.insert(object.cast(), kind);
-        if kind == Kind::Cq {
-            self.completions.insert(object.cast(), VecDeque::new());
+        match kind {
+            Kind::Cq => drop(self.completions.insert(object.cast(), VecDeque::new())),
+            Kind::Context => drop(self.async_events.insert(object.cast(), VecDeque::new())),
+            _ => {}
         }
     }
 
@@ -140,6 +149,7 @@ impl State {
         self.expect(object, kind)?;
         self.objects.remove(&object.cast());
         self.completions.remove(&object.cast());
+        self.async_events.remove(&object.cast());
         // SAFETY: it was live as `kind`, and is no longer registered, so it is freed once.
         unsafe { free(object.cast(), kind) };
         Ok(())
@@ -174,6 +184,47 @@ impl State {
         queue.push_back(wc);
     }
 
+    /// Queues `event` on `ctx` and makes its async_fd readable for one more event.
+    pub(super) fn push_async_event(&mut self, ctx: *mut ibv_context, event: ibv_async_event) {
+        let queue = self.async_events.get_mut(&ctx).expect("push_async_event wants a live context");
+        queue.push_back(event);
+        let one = 1u64;
+        // SAFETY: a live context's descriptor (an eventfd, or -1, which fails harmlessly), and
+        // 8 readable bytes.
+        let wrote =
+            unsafe { libc::write((*ctx).async_fd, ptr::from_ref(&one).cast(), size_of::<u64>()) };
+        assert_eq!(wrote, 8, "signalling the mock context's async_fd");
+    }
+
+    /// Takes the oldest async event of the live context `ctx`, as the provider's
+    /// `read(async_fd)` would: one count off its eventfd (so `EAGAIN` when none is queued and
+    /// the descriptor is non-blocking; a blocking one would wait), then the event.
+    pub(super) fn pop_async_event(
+        &mut self,
+        ctx: *mut ibv_context,
+    ) -> Result<ibv_async_event, c_int> {
+        let mut count = 0u64;
+        // SAFETY: a live context's descriptor, and 8 writable bytes.
+        let read = unsafe {
+            libc::read((*ctx).async_fd, ptr::from_mut(&mut count).cast(), size_of::<u64>())
+        };
+        if read != 8 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        }
+        let event = self.async_events.get_mut(&ctx).and_then(VecDeque::pop_front);
+        let event = event.expect("one queued event per count of the eventfd");
+        self.unacked_async_events += 1;
+        Ok(event)
+    }
+
+    pub(super) fn ack_async_event(&mut self) {
+        self.unacked_async_events = self.unacked_async_events.saturating_sub(1);
+    }
+
+    pub(super) fn unacked_async_events(&self) -> usize {
+        self.unacked_async_events
+    }
+
     /// Removes up to `n` completions of `cq`, oldest first.
     pub(super) fn pop_completions(&mut self, cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
         let Some(queue) = self.completions.get_mut(&cq) else { return Vec::new() };
@@ -200,11 +251,16 @@ impl Drop for State {
 /// not used after.
 unsafe fn free(object: *mut c_void, kind: Kind) {
     // SAFETY: each kind was allocated as a `Box` of the type it is freed as (`adopt`, and
-    // `ops::new_context` for contexts), and a channel owns its descriptor; the caller
+    // `ops::new_context` for contexts), contexts and channels own their descriptors; the caller
     // guarantees it is freed once.
     unsafe {
         match kind {
-            Kind::Context => drop(Box::from_raw(ops::verbs_context_of(object.cast()))),
+            Kind::Context => {
+                let vctx = Box::from_raw(ops::verbs_context_of(object.cast()));
+                if vctx.context.async_fd >= 0 {
+                    libc::close(vctx.context.async_fd);
+                }
+            }
             Kind::DeviceList => drop(Box::from_raw(object.cast::<[*mut ibv_device; 2]>())),
             Kind::Pd => drop(Box::from_raw(object.cast::<ibv_pd>())),
             Kind::Mr => drop(Box::from_raw(object.cast::<ibv_mr>())),

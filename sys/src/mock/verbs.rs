@@ -601,6 +601,52 @@ pub(super) extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, nevents: c_uint) {
     });
 }
 
+/// `ibv_get_async_event`: the oldest event queued on `context` by
+/// [`Mock::push_async_event`](super::Mock::push_async_event), or -1 with `errno` set (`EAGAIN`
+/// when none is queued and the async_fd is non-blocking).
+///
+/// # Safety
+///
+/// `event` must be writable.
+pub(super) unsafe extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::GetAsyncEvent, Verb::GetAsyncEvent)?;
+        s.expect(context, Kind::Context)?;
+        s.pop_async_event(context)
+    });
+    match result {
+        Ok(got) => {
+            // SAFETY: the caller made `event` writable.
+            unsafe { event.write(got) };
+            0
+        }
+        Err(errno) => {
+            set_errno(errno);
+            -1
+        }
+    }
+}
+
+/// `ibv_ack_async_event`: counts the acknowledgement
+/// ([`Mock::unacked_async_events`](super::Mock::unacked_async_events)).
+///
+/// # Safety
+///
+/// `event` must be readable.
+pub(super) unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    // SAFETY: the caller made `event` readable.
+    let event_type = unsafe { (*event).event_type };
+    // Nothing to report: the function returns nothing.
+    let _ = serve(|s| {
+        s.record(Call::AckAsyncEvent { event_type });
+        s.ack_async_event();
+        Ok(())
+    });
+}
+
 /// `ibv_create_ah`: address handles are not modelled; fails with `EOPNOTSUPP`.
 pub(super) extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     or_null(Err(libc::EOPNOTSUPP))

@@ -1,5 +1,6 @@
 //! Device-tier tests: they need an RDMA device (rxe0 in the Soft-RoCE guest).
 
+mod async_events;
 mod bandwidth;
 mod buffers;
 #[cfg(feature = "rdmacm")]

@@ -6,8 +6,11 @@ mod capture;
 mod channel;
 mod context;
 mod destroy;
+mod events;
 mod memory;
 mod qp;
+#[cfg(feature = "tokio")]
+mod reactor;
 mod resources;
 
 use rdma_verbs::{Context, Error};

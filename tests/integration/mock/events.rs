@@ -1,0 +1,104 @@
+//! Asynchronous events: decoded with the object they name, acknowledged at once, and a fatal
+//! event does not end the stream.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use rdma_verbs::{AsyncEvent, AsyncEventType, QpInitAttr};
+use rdma_verbs_sys as sys;
+use rdma_verbs_sys::mock::{Call, Verb};
+
+use super::{assert_verb_error, Fixture};
+
+fn event(event_type: u32, element: sys::ibv_async_event__bindgen_ty_1) -> sys::ibv_async_event {
+    sys::ibv_async_event { element, event_type }
+}
+
+#[test]
+fn a_qp_fatal_event_arrives_typed_acknowledged_and_the_stream_goes_on() {
+    let f = Fixture::new();
+    let events = f.ctx.async_events().unwrap();
+    // SAFETY: F_GETFL on the context's live async_fd only reads its flags.
+    let flags = unsafe { libc::fcntl(events.as_fd().as_raw_fd(), libc::F_GETFL) };
+    assert_ne!(flags & libc::O_NONBLOCK, 0, "flags {flags:#x}");
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+    assert_eq!(events.try_next().unwrap(), None, "nothing pending");
+    f.mock.take_calls();
+
+    let ctx = f.ctx.as_raw();
+    let qp_element = sys::ibv_async_event__bindgen_ty_1 { qp: qp.as_raw() };
+    f.mock.push_async_event(ctx, event(sys::IBV_EVENT_QP_FATAL, qp_element));
+    let port = sys::ibv_async_event__bindgen_ty_1 { port_num: 1 };
+    f.mock.push_async_event(ctx, event(sys::IBV_EVENT_PORT_ERR, port));
+
+    let first = events.next(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(first, Some(AsyncEvent::QpFatal(qp.qp_num())));
+    assert_eq!(f.mock.unacked_async_events(), 0, "acknowledged before it was returned");
+    let second = events.next(Some(Duration::from_secs(5))).unwrap().unwrap();
+    assert_eq!(second, AsyncEvent::PortError(1));
+    assert_eq!(second.to_string(), "port error on port 1");
+    let fatal = AsyncEventType::QP_FATAL;
+    let port_err = AsyncEventType::PORT_ERR;
+    assert_eq!(
+        f.mock.take_calls(),
+        [
+            Call::GetAsyncEvent,
+            Call::AckAsyncEvent { event_type: fatal.0 },
+            Call::GetAsyncEvent,
+            Call::AckAsyncEvent { event_type: port_err.0 },
+        ]
+    );
+
+    // Empty again: a timeout, after sleeping on the descriptor for about that long.
+    let start = Instant::now();
+    assert_eq!(events.next(Some(Duration::from_millis(100))).unwrap(), None);
+    assert!(start.elapsed() >= Duration::from_millis(100), "{:?}", start.elapsed());
+    assert_eq!(f.mock.unacked_async_events(), 0);
+    drop(qp);
+}
+
+#[test]
+fn cq_and_srq_events_name_their_object_and_unknown_types_are_kept() {
+    let f = Fixture::new();
+    let events = f.ctx.async_events().unwrap();
+    let (cq, other) = (f.ctx.create_cq(16).unwrap(), f.ctx.create_cq(16).unwrap());
+    let ctx = f.ctx.as_raw();
+    let cq_element = sys::ibv_async_event__bindgen_ty_1 { cq: cq.as_raw() };
+    f.mock.push_async_event(ctx, event(sys::IBV_EVENT_CQ_ERR, cq_element));
+    // The mock has no SRQs: any address stands for one, as only the address is kept.
+    let srq = std::ptr::dangling_mut::<sys::ibv_srq>();
+    let srq_element = sys::ibv_async_event__bindgen_ty_1 { srq };
+    f.mock.push_async_event(ctx, event(sys::IBV_EVENT_SRQ_LIMIT_REACHED, srq_element));
+    let none = sys::ibv_async_event__bindgen_ty_1 { port_num: 0 };
+    f.mock.push_async_event(ctx, event(0x7777, none));
+    f.mock.push_async_event(ctx, event(sys::IBV_EVENT_DEVICE_FATAL, none));
+
+    let mut got = Vec::new();
+    while let Some(e) = events.try_next().unwrap() {
+        got.push(e);
+    }
+    let [AsyncEvent::CqError(id), AsyncEvent::SrqLimitReached(_), unknown, AsyncEvent::DeviceFatal] =
+        got[..]
+    else {
+        panic!("{got:?}");
+    };
+    assert_eq!(id, cq.id());
+    assert_ne!(id, other.id());
+    assert_eq!(unknown, AsyncEvent::Unknown(AsyncEventType(0x7777)));
+    assert_eq!(unknown.to_string(), "unknown (30583)");
+    assert_eq!(f.mock.unacked_async_events(), 0);
+}
+
+#[test]
+fn a_failed_read_is_a_verb_error_and_the_event_stays_queued() {
+    let f = Fixture::new();
+    let events = f.ctx.async_events().unwrap();
+    let port = sys::ibv_async_event__bindgen_ty_1 { port_num: 1 };
+    f.mock.push_async_event(f.ctx.as_raw(), event(sys::IBV_EVENT_PORT_ACTIVE, port));
+    f.mock.fail(Verb::GetAsyncEvent, libc::EIO);
+    let err = events.try_next().unwrap_err();
+    assert_verb_error(&err, "ibv_get_async_event", libc::EIO, &[]);
+    assert_eq!(events.try_next().unwrap(), Some(AsyncEvent::PortActive(1)));
+}
