@@ -15,11 +15,17 @@ use crate::{
     MORE, PEER_TIMEOUT,
 };
 
-/// Replies one client may have in flight: its QP's send queue depth.
+/// Replies one client may have in flight: its QP's send queue depth. A reply beyond waits,
+/// queued, until one of them completes.
 const SEND_DEPTH: u32 = 2;
-/// The buffers (and CQ entries) one client may hold at once: its replies in flight plus the
-/// request being answered.
-const PER_CLIENT: u32 = SEND_DEPTH + 1;
+/// The buffers (and CQ entries) one client may hold at once: its replies in flight, one
+/// queued (the client sends its next request only once it has the reply), and the receive
+/// for its next request.
+const PER_CLIENT: u32 = SEND_DEPTH + 2;
+/// How long the work of a client let go early may take to come back flushed. A QP in ERROR
+/// flushes at once, but a provider may never complete what was posted after the QP went to
+/// ERROR behind our back (siw when its connection ends): its buffers are then given up.
+const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 /// How long the server sleeps on its CQ before it looks at its connections again (new
 /// clients, address messages, clients gone).
 const TICK: Duration = Duration::from_millis(10);
@@ -250,10 +256,13 @@ struct Server<'a> {
     most: usize,
 }
 
-/// A QP moved to ERROR, and how many of its work requests are still to complete.
+/// The QP of client `index`, moved to ERROR at `since`, and how many of its work requests
+/// are still to complete.
 struct Flushing<'a> {
+    index: u32,
     qp: QueuePair<'a, Unknown>,
     in_flight: u32,
+    since: Instant,
 }
 
 /// What connects a client besides its QP: watched for the client going away, and dropped
@@ -299,6 +308,8 @@ struct Client<'a> {
     /// Work requests not completed yet, and how many of them are replies.
     in_flight: u32,
     replies: u32,
+    /// A reply waiting for room in the send queue, with its operation.
+    queued: Option<(Buffer<'a>, SendOp)>,
     /// Whether the receive for its next request is still to be posted.
     receive_due: bool,
     requests: u32,
@@ -413,7 +424,14 @@ impl<'a> Server<'a> {
     /// gone early, whose QPs flush first. Dropping a client destroys its QP and closes its
     /// connection.
     fn reap(&mut self) {
-        self.flushing.retain(|f| f.in_flight > 0);
+        self.flushing.retain(|f| {
+            let waiting = f.since.elapsed() < FLUSH_LIMIT;
+            if f.in_flight > 0 && !waiting {
+                let (index, n) = (f.index, f.in_flight);
+                println!("client {index}: {n} work requests never came back flushed: lost");
+            }
+            f.in_flight > 0 && waiting
+        });
         let mut i = 0;
         while i < self.clients.len() {
             let client = &mut self.clients[i];
@@ -454,7 +472,7 @@ impl<'a> Server<'a> {
     fn flush<S: QpState>(&mut self, index: u32, qp: QueuePair<'a, S>, in_flight: u32) {
         let attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
         match qp.modify_raw(&attr, QpAttrMask::STATE) {
-            Ok(qp) => self.flushing.push(Flushing { qp, in_flight }),
+            Ok(qp) => self.flushing.push(Flushing { index, qp, in_flight, since: Instant::now() }),
             Err(e) => println!("client {index}: its buffers in flight are lost: {}", e.error),
         }
     }
@@ -558,6 +576,7 @@ impl<'a> Client<'a> {
             announced: None,
             in_flight: 0,
             replies: 0,
+            queued: None,
             receive_due: true,
             requests: 0,
             bytes: 0,
@@ -573,23 +592,41 @@ impl<'a> Client<'a> {
         pool: &'a BufferPool<'a>,
     ) -> Result<(), String> {
         self.in_flight -= 1;
+        if wc.status() == WcStatus::WR_FLUSH_ERR {
+            // A flush before any failure of ours: something else moved the QP to ERROR, as
+            // the iWARP CM does when the connection ends.
+            return Err("it disconnected or its connection broke (its QP was flushed)".into());
+        }
         if !wc.is_success() {
             // The QP is in ERROR now: what else it has in flight completes flushed.
             return Err(format!("a work request failed: {}", wc.status()));
         }
         if wc.opcode() != WcOpcode::RECV {
-            self.replies -= 1; // a reply went out
-            drop(buffer); // back to the pool before the next receive takes one
-            return self.post_receive(pool);
+            self.replies -= 1; // a reply went out: room for the queued one
+            return match self.queued.take() {
+                Some((out, op)) => self.send(out, op),
+                None => Ok(()),
+            };
         }
         let (out, op) = self.answer(&buffer, wc.imm_data(), pool)?;
-        drop(buffer);
-        // The next request's receive before this reply goes out: the client sends that
-        // request as soon as it has the reply, and iWARP has no RNR retries to wait for a
-        // receive posted late.
+        drop(buffer); // back to the pool before the next receive takes one
+                      // The next request's receive before this reply goes out: the client sends that
+                      // request as soon as it has the reply, and iWARP has no RNR retries to wait for a
+                      // receive posted late.
         self.post_receive(pool)?;
+        if self.replies < SEND_DEPTH {
+            self.send(out, op)
+        } else {
+            self.queued = Some((out, op));
+            Ok(())
+        }
+    }
+
+    /// Posts a reply.
+    fn send(&mut self, out: Buffer<'a>, op: SendOp) -> Result<(), String> {
         self.qp.post_send_buffer(out, op).map_err(|e| e.to_string())?;
         self.in_flight += 1;
+        self.replies += 1;
         Ok(())
     }
 
@@ -619,7 +656,6 @@ impl<'a> Client<'a> {
             Some(_) => SendOp::Send,
             None => SendOp::SendWithImm(self.index),
         };
-        self.replies += 1;
         self.requests += 1;
         self.bytes += request.len() as u64;
         if last {
@@ -630,13 +666,9 @@ impl<'a> Client<'a> {
         Ok((out, op))
     }
 
-    /// Posts the receive for its next request once one is due and the reply to that
-    /// request could be sent at once (fewer than `SEND_DEPTH` replies in flight, counting
-    /// one about to be sent). Until
-    /// then the request waits in RNR retries: the transport's own flow control, which keeps
-    /// a client within its `PER_CLIENT` buffers.
+    /// Posts the receive for its next request, if one is due.
     fn post_receive(&mut self, pool: &'a BufferPool<'a>) -> Result<(), String> {
-        if !self.receive_due || self.replies >= SEND_DEPTH {
+        if !self.receive_due {
             return Ok(());
         }
         self.receive_due = false;

@@ -101,7 +101,8 @@ fn siw_serves_three_clients_at_once() {
 }
 
 /// A client (this test) connects, announcing 5 requests, then disconnects without sending
-/// one: the server lets it go, serves two more and says it failed.
+/// one: the server lets it go, serves two more and says it failed. (Over iWARP the CM may
+/// flush the server's QP before the disconnect event is read: the reason says either.)
 fn a_client_disconnecting_early_is_let_go(t: &Target, port: u16) {
     let server = spawn_server(t, port, 3);
     {
@@ -112,7 +113,7 @@ fn a_client_disconnecting_early_is_let_go(t: &Target, port: u16) {
         id.resolve_route(Duration::from_secs(5)).expect("resolve_route");
         let ctx = id.context().expect("the id's context");
         let pd = ctx.alloc_pd().expect("pd");
-        let cq = ctx.create_cq(4).expect("cq");
+        let cq = ctx.create_cq(64).expect("cq");
         let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).expect("qp");
         let announce = 5u32.to_le_bytes();
         let up = id
@@ -127,7 +128,11 @@ fn a_client_disconnecting_early_is_let_go(t: &Target, port: u16) {
     assert_eq!(server.status.code(), Some(1), "{}", text(&server));
     let stdout = String::from_utf8_lossy(&server.stdout);
     assert!(
-        stdout.contains("client 0: failed after 0 requests: it disconnected"),
+        stdout.contains("client 0: failed after 0 requests: it disconnected\n")
+            || stdout.contains(
+                "client 0: failed after 0 requests: it disconnected or its connection broke \
+                 (its QP was flushed)\n"
+            ),
         "{}",
         text(&server)
     );
