@@ -609,10 +609,10 @@ impl<'a> Client<'a> {
             };
         }
         let (out, op) = self.answer(&buffer, wc.imm_data(), pool)?;
-        drop(buffer); // back to the pool before the next receive takes one
-                      // The next request's receive before this reply goes out: the client sends that
-                      // request as soon as it has the reply, and iWARP has no RNR retries to wait for a
-                      // receive posted late.
+        // The request's buffer goes back to the pool, and the next request's receive is
+        // posted before this reply goes out: the client sends that request as soon as it has
+        // the reply, and iWARP has no RNR retries to wait for a receive posted late.
+        drop(buffer);
         self.post_receive(pool)?;
         if self.replies < SEND_DEPTH {
             self.send(out, op)
