@@ -19,16 +19,27 @@
 //!   `'static` parents, so the Context and PD are leaked once with `Box::leak`: a service's
 //!   verbs context lives as long as the process anyway.
 //!
+//! With `--rdma-cm` (built with `--features rdmacm`) rdma_cm connects each client instead of
+//! the TCP exchange, which also serves iWARP devices (siw): the server listens on port `-p` of
+//! `--bind`'s address (rdma_cm picks the device that has it; `-d` is then only checked) and
+//! serves its clients on one thread as above, accepting new ones between their requests. A
+//! connection carries the client's request count in its private data and the accept the
+//! client's index, so requests and replies are plain SENDs (iWARP has no immediate data). The
+//! client disconnects once it has checked every reply; the server lets go of a client once
+//! it disconnected, and of one that disconnects early (or dies) as of a TCP client gone.
+//!
 //! ```text
 //! service -d rxe0 --clients 3              # server: exits after serving 3 clients
 //! service -d rxe0 -n 100 192.0.2.1         # client
+//! service --rdma-cm --bind 198.51.100.1 --clients 3   # server on siw0's address
+//! service --rdma-cm -n 100 198.51.100.1               # client
 //! ```
 
 mod client;
 mod server;
 
 use std::io::{ErrorKind, Read};
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -74,6 +85,13 @@ struct Args {
     /// Server: serve each client on its own thread, with its own CQ and buffer pool
     #[arg(short = 't', long = "threads", conflicts_with = "servername")]
     threads: bool,
+    /// Connect through rdma_cm instead of the TCP exchange, on rdma_cm port -p (needs
+    /// --features rdmacm; -g, -i and -m are then the CM's to choose)
+    #[arg(long = "rdma-cm", conflicts_with = "threads")]
+    rdma_cm: bool,
+    /// Server with --rdma-cm: listen on this address, an IP of the RDMA device's netdev
+    #[arg(short = 'b', long = "bind", requires = "rdma_cm", conflicts_with = "servername")]
+    bind: Option<IpAddr>,
     /// Client: number of requests
     #[arg(short = 'n', long = "requests", default_value_t = 10, requires = "servername",
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -84,9 +102,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let result = match &args.servername {
-        Some(host) => client::run(&args, host),
-        None => server::run(&args),
+    let result = match (&args.servername, args.rdma_cm) {
+        (Some(host), false) => client::run(&args, host),
+        (None, false) => server::run(&args),
+        (host, true) => rdma_cm(&args, host.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -94,6 +113,43 @@ fn main() -> ExitCode {
             eprintln!("service: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--rdma-cm`: the client of `host`, or the server.
+#[cfg(feature = "rdmacm")]
+fn rdma_cm(args: &Args, host: Option<&str>) -> Result<(), Error> {
+    match host {
+        Some(host) => client::run_cm(args, host),
+        None => server::run_cm(args),
+    }
+}
+
+#[cfg(not(feature = "rdmacm"))]
+fn rdma_cm(_: &Args, _: Option<&str>) -> Result<(), Error> {
+    Err("--rdma-cm needs rdma_cm: build with --features rdmacm".into())
+}
+
+/// With `--rdma-cm`, `-d` (when given) must name the device rdma_cm picked by address.
+#[cfg(feature = "rdmacm")]
+fn check_cm_device(args: &Args, ctx: &Context) -> Result<(), Error> {
+    match &args.ib_dev {
+        Some(dev) if dev != ctx.name() => Err(format!(
+            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
+            ctx.name()
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// An rdma_cm step that may have nothing for us yet: `None` when it timed out.
+#[cfg(feature = "rdmacm")]
+fn unless_timed_out<T>(result: rdma_verbs::Result<T>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.errno() == Some(libc::ETIMEDOUT) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -163,20 +219,6 @@ impl Link {
         Ok(Link { port: args.ib_port, lid: port.lid(), gid, mtu })
     }
 
-    /// A new RC QP on `cq`, in INIT, with room for one receive and `max_send_wr` sends.
-    fn new_qp<'r>(
-        &self,
-        pd: &'r ProtectionDomain<'r>,
-        cq: &'r CompletionQueue<'r>,
-        max_send_wr: u32,
-    ) -> Result<QueuePair<'r, Init>, Error> {
-        let cap = QpCapabilities { max_send_wr, max_recv_wr: 1, ..Default::default() };
-        let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
-        Ok(qp
-            .into_init(&InitAttr { port: self.port, ..Default::default() })
-            .map_err(|e| e.error)?)
-    }
-
     /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.
     fn endpoint<S: QpState>(&self, qp: &QueuePair<'_, S>, psn: Psn) -> Endpoint {
         let gid = self.gid.map_or(Gid::ZERO, |(gid, _)| gid);
@@ -197,6 +239,19 @@ impl Link {
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
         Ok(qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?)
     }
+}
+
+/// A new RC QP on `cq` and device port `port`, in INIT, with room for one receive and
+/// `max_send_wr` sends.
+fn new_qp<'r>(
+    pd: &'r ProtectionDomain<'r>,
+    cq: &'r CompletionQueue<'r>,
+    port: u8,
+    max_send_wr: u32,
+) -> Result<QueuePair<'r, Init>, Error> {
+    let cap = QpCapabilities { max_send_wr, max_recv_wr: 1, ..Default::default() };
+    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
+    Ok(qp.into_init(&InitAttr { port, ..Default::default() }).map_err(|e| e.error)?)
 }
 
 /// A CQ of `n` entries that wakes `channel`, armed: [`poll_within`] keeps it so.

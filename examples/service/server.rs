@@ -1,7 +1,7 @@
 //! The server. A `Server<'a>` borrows the verbs resources its caller owns (Context, PD, one
 //! CQ with its channel, one buffer pool) and holds a `Client<'a>` per connected client: its
-//! QP, on that CQ, and its progress. Every completion is routed to its client by the QP
-//! number it carries.
+//! QP, on that CQ, its connection (TCP or rdma_cm) and its progress. Every completion is
+//! routed to its client by the QP number it carries.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -11,15 +11,21 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 
 use crate::{
-    armed_cq, poll_within, read_endpoint, reply, AddressReader, Args, Error, Link, LAST, MORE,
-    PEER_TIMEOUT,
+    armed_cq, new_qp, poll_within, read_endpoint, reply, AddressReader, Args, Error, Link, LAST,
+    MORE, PEER_TIMEOUT,
 };
 
-/// Replies one client may have in flight: its QP's send queue depth.
+/// Replies one client may have in flight: its QP's send queue depth. A reply beyond waits,
+/// queued, until one of them completes.
 const SEND_DEPTH: u32 = 2;
-/// The buffers (and CQ entries) one client may hold at once: its replies in flight plus the
-/// request being answered.
-const PER_CLIENT: u32 = SEND_DEPTH + 1;
+/// The buffers (and CQ entries) one client may hold at once: its replies in flight, one
+/// queued (the client sends its next request only once it has the reply), and the receive
+/// for its next request.
+const PER_CLIENT: u32 = SEND_DEPTH + 2;
+/// How long the work of a client let go early may take to come back flushed. A QP in ERROR
+/// flushes at once, but a provider may never complete what was posted after the QP went to
+/// ERROR behind our back (siw when its connection ends): its buffers are then given up.
+const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 /// How long the server sleeps on its CQ before it looks at its connections again (new
 /// clients, address messages, clients gone).
 const TICK: Duration = Duration::from_millis(10);
@@ -37,11 +43,64 @@ pub fn run(args: &Args) -> Result<(), Error> {
     } else {
         serve_single(&ctx, &listener, args, link)?
     };
+    report(failed, args)
+}
+
+/// The last line: how many clients were served, or failed.
+fn report(failed: usize, args: &Args) -> Result<(), Error> {
     if failed > 0 {
         return Err(format!("{failed} of {} clients failed", args.clients).into());
     }
     println!("served {} clients", args.clients);
     Ok(())
+}
+
+/// `--rdma-cm`: listens on `--bind`'s address and port `-p`, serves `--clients` clients on
+/// this thread (accepting new ones between rounds of completions), then reports.
+#[cfg(feature = "rdmacm")]
+pub fn run_cm(args: &Args) -> Result<(), Error> {
+    use std::net::SocketAddr;
+
+    use rdma_verbs::cm::{CmId, EventChannel, PortSpace};
+
+    let addr = args.bind.ok_or(
+        "the --rdma-cm server needs --bind ADDR: an IP address of the RDMA device's netdev, by \
+         which rdma_cm picks the device",
+    )?;
+    let at = SocketAddr::new(addr, args.port);
+    let events = EventChannel::new()?;
+    let listener = CmId::new(&events, PortSpace::TCP)?;
+    listener.bind_addr(at).map_err(|e| format!("couldn't listen on {at}: {e}"))?;
+    // Bound to a device's address, the listener is bound to that device.
+    let ctx = listener.context()?;
+    crate::check_cm_device(args, ctx)?;
+    listener.listen(args.clients as i32)?;
+    println!("listening on {at} ({})", ctx.name());
+
+    let n = args.clients;
+    let pd = ctx.alloc_pd()?;
+    let channel = ctx.create_comp_channel()?;
+    let cq = armed_cq(ctx, &channel, n * PER_CLIENT)?;
+    let pool = buffer_pool(&pd, n, args.size)?;
+    let mut server = Server::new(ctx, &pd, &cq, &channel, &pool);
+    let mut accepted = 0;
+    loop {
+        while accepted < n {
+            match crate::unless_timed_out(listener.get_request(Duration::ZERO))? {
+                Some(request) => {
+                    server.accept(accepted, request);
+                    accepted += 1;
+                }
+                None => break,
+            }
+        }
+        if accepted == n && !server.is_serving() {
+            break;
+        }
+        server.progress(TICK)?;
+    }
+    println!("at most {} clients at once", server.most);
+    report(server.failed, args)
 }
 
 /// Serves every client on this thread: one CQ, one pool and one `Server` for all. Returns
@@ -57,7 +116,7 @@ fn serve_single(
     let channel = ctx.create_comp_channel()?;
     let cq = armed_cq(ctx, &channel, n * PER_CLIENT)?;
     let pool = buffer_pool(&pd, n, args.size)?;
-    let mut server = Server::new(ctx, &pd, &cq, &channel, &pool, link);
+    let mut server = Server::new(ctx, &pd, &cq, &channel, &pool);
     // Connections whose address message is still arriving, read without blocking so that
     // a slow client holds up no other.
     let mut pending: Vec<Pending> = Vec::new();
@@ -81,7 +140,7 @@ fn serve_single(
                 None => i += 1,
                 Some(remote) => {
                     let p = pending.swap_remove(i);
-                    server.admit(p.index, p.stream, remote);
+                    server.admit_tcp(p.index, p.stream, remote, &link);
                 }
             }
         }
@@ -90,6 +149,7 @@ fn serve_single(
         }
         server.progress(TICK)?;
     }
+    println!("at most {} clients at once", server.most);
     Ok(server.failed)
 }
 
@@ -137,9 +197,9 @@ fn serve_one(
     let channel = ctx.create_comp_channel()?;
     let cq = armed_cq(ctx, &channel, PER_CLIENT)?;
     let pool = buffer_pool(pd, 1, size)?;
-    let mut server = Server::new(ctx, pd, &cq, &channel, &pool, link);
+    let mut server = Server::new(ctx, pd, &cq, &channel, &pool);
     let remote = read_endpoint(&mut stream);
-    server.admit(index, stream, remote);
+    server.admit_tcp(index, stream, remote, &link);
     while server.is_serving() {
         server.progress(TICK)?;
     }
@@ -186,32 +246,70 @@ struct Server<'a> {
     cq: &'a CompletionQueue<'a>,
     channel: &'a CompletionChannel<'a>,
     pool: &'a BufferPool<'a>,
-    link: Link,
     clients: Vec<Client<'a>>,
     /// The QPs of clients let go early, in ERROR, until their work in flight has come back
     /// flushed (and with it their buffers).
     flushing: Vec<Flushing<'a>>,
     /// How many clients ended in failure.
     failed: usize,
+    /// The most clients served at once.
+    most: usize,
 }
 
-/// A QP moved to ERROR, and how many of its work requests are still to complete.
+/// The QP of client `index`, moved to ERROR at `since`, and how many of its work requests
+/// are still to complete.
 struct Flushing<'a> {
+    index: u32,
     qp: QueuePair<'a, Unknown>,
     in_flight: u32,
+    since: Instant,
+}
+
+/// What connects a client besides its QP: watched for the client going away, and dropped
+/// when the server lets go of it.
+trait Connection {
+    /// Why the connection is over, if it is early: before the client's last request was
+    /// answered (`done`), or broken.
+    fn hung_up(&mut self, done: bool) -> Option<String>;
+
+    /// Whether a client that is done may be let go (its work all completed).
+    fn may_let_go(&self) -> bool;
+}
+
+/// The TCP connection of the address exchange. The client closes it on any error; the
+/// server closes it (drops it) once the client is done: that tells the client every reply
+/// was acknowledged, so it may destroy its QP.
+impl Connection for TcpStream {
+    /// Closed, broken, or carrying bytes, which this protocol never sends after the address
+    /// message.
+    fn hung_up(&mut self, _: bool) -> Option<String> {
+        match self.read(&mut [0u8]) {
+            Ok(0) => Some("it closed its connection".into()),
+            Ok(_) => Some("it sent bytes after its address message".into()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
+            Err(e) => Some(format!("its connection failed: {e}")),
+        }
+    }
+
+    fn may_let_go(&self) -> bool {
+        true
+    }
 }
 
 /// One client being served.
 struct Client<'a> {
     index: u32,
     qp: QueuePair<'a, Rts>,
-    /// Watched for the client going away (it closes it on any error); dropped, closing
-    /// it, once the client is done: that tells it every reply was acknowledged, so it may
-    /// destroy its QP.
-    stream: TcpStream,
+    connection: Box<dyn Connection + 'a>,
+    /// How many requests the client announced when it connected (rdma_cm): its requests and
+    /// replies are then plain SENDs. `None`: each request says `MORE` or `LAST` in its
+    /// immediate data, and each reply carries the client's index there.
+    announced: Option<u32>,
     /// Work requests not completed yet, and how many of them are replies.
     in_flight: u32,
     replies: u32,
+    /// A reply waiting for room in the send queue, with its operation.
+    queued: Option<(Buffer<'a>, SendOp)>,
     /// Whether the receive for its next request is still to be posted.
     receive_due: bool,
     requests: u32,
@@ -227,38 +325,24 @@ impl<'a> Server<'a> {
         cq: &'a CompletionQueue<'a>,
         channel: &'a CompletionChannel<'a>,
         pool: &'a BufferPool<'a>,
-        link: Link,
     ) -> Self {
         let (clients, flushing) = (Vec::new(), Vec::new());
-        Server { ctx, pd, cq, channel, pool, link, clients, flushing, failed: 0 }
+        Server { ctx, pd, cq, channel, pool, clients, flushing, failed: 0, most: 0 }
     }
 
     fn is_serving(&self) -> bool {
         !self.clients.is_empty() || !self.flushing.is_empty()
     }
 
-    /// Starts serving client `index` at `remote` (from its address message), or reports
-    /// why it cannot be served.
-    fn admit(&mut self, index: u32, mut stream: TcpStream, remote: Result<Endpoint, Error>) {
-        match remote.and_then(|remote| self.connect(&mut stream, &remote)) {
-            Ok(qp) => {
-                let mut client = Client {
-                    index,
-                    qp,
-                    stream,
-                    in_flight: 0,
-                    replies: 0,
-                    receive_due: true,
-                    requests: 0,
-                    bytes: 0,
-                    outcome: None,
-                };
-                // Posted after our address message went out: a request that comes first
-                // waits in RNR retries, never lost.
+    /// Starts serving `client`, or reports why client `index` could not be connected.
+    fn admit(&mut self, index: u32, client: Result<Client<'a>, Error>) {
+        match client {
+            Ok(mut client) => {
                 if let Err(e) = client.post_receive(self.pool) {
                     client.fail(e);
                 }
                 self.clients.push(client);
+                self.most = self.most.max(self.clients.len());
             }
             Err(e) => {
                 println!("client {index}: failed: {e}");
@@ -267,17 +351,34 @@ impl<'a> Server<'a> {
         }
     }
 
+    /// Starts serving client `index` at `remote` (from its address message on `stream`),
+    /// through `link`, or reports why it cannot be served. Its first receive is posted after
+    /// our address message went out: a request that comes first waits in RNR retries, never
+    /// lost.
+    fn admit_tcp(
+        &mut self,
+        index: u32,
+        mut stream: TcpStream,
+        remote: Result<Endpoint, Error>,
+        link: &Link,
+    ) {
+        let qp = remote.and_then(|remote| self.connect(&mut stream, &remote, link));
+        let client = qp.map(|qp| Client::new(index, qp, Box::new(stream)));
+        self.admit(index, client);
+    }
+
     /// Our QP for the client at `remote`, in RTS before our address message goes out: the
     /// client may send as soon as it has it.
     fn connect(
         &self,
         stream: &mut TcpStream,
         remote: &Endpoint,
+        link: &Link,
     ) -> Result<QueuePair<'a, Rts>, Error> {
         let psn = Psn::random();
-        let qp = self.link.new_qp(self.pd, self.cq, SEND_DEPTH)?;
-        let me = self.link.endpoint(&qp, psn);
-        let qp = self.link.connect(qp, remote, psn)?;
+        let qp = new_qp(self.pd, self.cq, link.port, SEND_DEPTH)?;
+        let me = link.endpoint(&qp, psn);
+        let qp = link.connect(qp, remote, psn)?;
         stream
             .write_all(&me.to_pingpong_message())
             .map_err(|e| format!("sending our address message: {e}"))?;
@@ -323,12 +424,25 @@ impl<'a> Server<'a> {
     /// gone early, whose QPs flush first. Dropping a client destroys its QP and closes its
     /// connection.
     fn reap(&mut self) {
-        self.flushing.retain(|f| f.in_flight > 0);
+        self.flushing.retain(|f| {
+            let waiting = f.since.elapsed() < FLUSH_LIMIT;
+            if f.in_flight > 0 && !waiting {
+                let (index, n) = (f.index, f.in_flight);
+                println!("client {index}: {n} work requests never came back flushed: lost");
+            }
+            f.in_flight > 0 && waiting
+        });
         let mut i = 0;
         while i < self.clients.len() {
             let client = &mut self.clients[i];
-            let gone = client.hung_up().map(|reason| client.fail(reason)).is_some();
-            let ended = client.outcome.is_some() && client.in_flight == 0;
+            let done = matches!(client.outcome, Some(Ok(())));
+            let gone = client.connection.hung_up(done).map(|reason| client.fail(reason)).is_some();
+            let ended = client.in_flight == 0
+                && match client.outcome {
+                    Some(Ok(())) => client.connection.may_let_go(),
+                    Some(Err(_)) => true,
+                    None => false,
+                };
             if !gone && !ended {
                 i += 1;
                 continue;
@@ -348,25 +462,128 @@ impl<'a> Server<'a> {
                 );
             }
             if client.in_flight > 0 {
-                self.flush(client);
+                self.flush(client.index, client.qp, client.in_flight);
             }
         }
     }
 
-    /// Moves the QP of a client gone early to ERROR, so that its work in flight completes
-    /// flushed and its buffers come back to the pool.
-    fn flush(&mut self, client: Client<'a>) {
+    /// Moves the QP of client `index`, gone early, to ERROR, so that its `in_flight` work
+    /// requests complete flushed and their buffers come back to the pool.
+    fn flush<S: QpState>(&mut self, index: u32, qp: QueuePair<'a, S>, in_flight: u32) {
         let attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
-        match client.qp.modify_raw(&attr, QpAttrMask::STATE) {
-            Ok(qp) => self.flushing.push(Flushing { qp, in_flight: client.in_flight }),
-            Err(e) => {
-                println!("client {}: its buffers in flight are lost: {}", client.index, e.error)
+        match qp.modify_raw(&attr, QpAttrMask::STATE) {
+            Ok(qp) => self.flushing.push(Flushing { index, qp, in_flight, since: Instant::now() }),
+            Err(e) => println!("client {index}: its buffers in flight are lost: {}", e.error),
+        }
+    }
+}
+
+#[cfg(feature = "rdmacm")]
+mod by_cm {
+    use std::time::Duration;
+
+    use rdma_verbs::cm::{CmId, ConnParam, ConnectRequest};
+    use rdma_verbs::{QueuePair, Rts};
+
+    use super::{Client, Connection, Server, SEND_DEPTH};
+    use crate::{new_qp, unless_timed_out, Error, PEER_TIMEOUT};
+
+    /// A client's rdma_cm id, which the client disconnects once it has every reply (or on
+    /// an error, or the kernel when it dies). Dropping it destroys the id, which disconnects
+    /// a client still connected.
+    struct Peer<'ch> {
+        id: CmId<'ch>,
+        disconnected: bool,
+    }
+
+    impl Connection for Peer<'_> {
+        fn hung_up(&mut self, done: bool) -> Option<String> {
+            if !self.disconnected {
+                match unless_timed_out(self.id.wait_disconnected(Duration::ZERO)) {
+                    Ok(None) => {}
+                    Ok(Some(())) => self.disconnected = true,
+                    Err(e) => return Some(format!("its connection failed: {e}")),
+                }
+            }
+            (self.disconnected && !done).then(|| "it disconnected".into())
+        }
+
+        /// Not before it disconnected: over iWARP our last reply's completion means only
+        /// that TCP has it, and destroying the QP could reset the connection under it.
+        fn may_let_go(&self) -> bool {
+            self.disconnected
+        }
+    }
+
+    impl<'a> Server<'a> {
+        /// Serves the client of `request` as client `index` (the number of requests it
+        /// announces in the request's private data), or reports why it cannot be served.
+        pub(super) fn accept(&mut self, index: u32, request: ConnectRequest<'a>) {
+            let client = self.accept_qp(index, &request).map(|(qp, announced)| Client {
+                announced: Some(announced),
+                // Its first receive is posted (and in flight) already.
+                receive_due: false,
+                in_flight: 1,
+                ..Client::new(index, qp, Box::new(Peer { id: request.id, disconnected: false }))
+            });
+            self.admit(index, client);
+        }
+
+        /// Our QP for the client of `request`, connected by accepting with the client's
+        /// index as private data, and the number of requests it announced.
+        fn accept_qp(
+            &mut self,
+            index: u32,
+            request: &ConnectRequest<'a>,
+        ) -> Result<(QueuePair<'a, Rts>, u32), Error> {
+            // Over IB/RoCE the private data arrives padded with zeros: the count is its start.
+            let announced = match request.private_data.get(..4) {
+                Some(count) => u32::from_le_bytes(count.try_into().expect("4 bytes")),
+                None => 0,
+            };
+            if announced == 0 {
+                return Err(format!(
+                    "its connect request announces no requests ({} bytes of private data, not \
+                     a 4-byte count of at least 1)",
+                    request.private_data.len()
+                )
+                .into());
+            }
+            let qp = new_qp(self.pd, self.cq, request.id.port_num(), SEND_DEPTH)?;
+            // The first receive before the client can send: iWARP has no RNR retries, a
+            // SEND that finds no receive breaks the connection.
+            let buffer = self.pool.take().ok_or("the buffer pool ran out")?;
+            qp.post_recv_buffer(buffer).map_err(|e| e.error)?;
+            let index_data = index.to_le_bytes();
+            match request.id.accept(qp, &ConnParam::with_private_data(&index_data), PEER_TIMEOUT) {
+                Ok(up) => Ok((up.qp, announced)),
+                Err(e) => {
+                    self.flush(index, e.qp, 1);
+                    Err(e.error.into())
+                }
             }
         }
     }
 }
 
 impl<'a> Client<'a> {
+    /// Client `index`, connected over `qp` and `connection`, with nothing posted yet.
+    fn new(index: u32, qp: QueuePair<'a, Rts>, connection: Box<dyn Connection + 'a>) -> Self {
+        Client {
+            index,
+            qp,
+            connection,
+            announced: None,
+            in_flight: 0,
+            replies: 0,
+            queued: None,
+            receive_due: true,
+            requests: 0,
+            bytes: 0,
+            outcome: None,
+        }
+    }
+
     /// Handles one of its completions, with the buffer that work request had.
     fn complete(
         &mut self,
@@ -375,30 +592,58 @@ impl<'a> Client<'a> {
         pool: &'a BufferPool<'a>,
     ) -> Result<(), String> {
         self.in_flight -= 1;
+        if wc.status() == WcStatus::WR_FLUSH_ERR {
+            // A flush before any failure of ours: something else moved the QP to ERROR, as
+            // the iWARP CM does when the connection ends.
+            return Err("it disconnected or its connection broke (its QP was flushed)".into());
+        }
         if !wc.is_success() {
             // The QP is in ERROR now: what else it has in flight completes flushed.
             return Err(format!("a work request failed: {}", wc.status()));
         }
-        if wc.opcode() == WcOpcode::RECV {
-            self.answer(&buffer, wc.imm_data(), pool)?;
-        } else {
-            self.replies -= 1; // a reply went out
+        if wc.opcode() != WcOpcode::RECV {
+            self.replies -= 1; // a reply went out: room for the queued one
+            return match self.queued.take() {
+                Some((out, op)) => self.send(out, op),
+                None => Ok(()),
+            };
         }
-        drop(buffer); // back to the pool before the next receive takes one
-        self.post_receive(pool)
+        let (out, op) = self.answer(&buffer, wc.imm_data(), pool)?;
+        // The request's buffer goes back to the pool, and the next request's receive is
+        // posted before this reply goes out: the client sends that request as soon as it has
+        // the reply, and iWARP has no RNR retries to wait for a receive posted late.
+        drop(buffer);
+        self.post_receive(pool)?;
+        if self.replies < SEND_DEPTH {
+            self.send(out, op)
+        } else {
+            self.queued = Some((out, op));
+            Ok(())
+        }
     }
 
-    /// Sends the reply to `request`.
+    /// Posts a reply.
+    fn send(&mut self, out: Buffer<'a>, op: SendOp) -> Result<(), String> {
+        self.qp.post_send_buffer(out, op).map_err(|e| e.to_string())?;
+        self.in_flight += 1;
+        self.replies += 1;
+        Ok(())
+    }
+
+    /// The reply to `request`, to be sent with the returned operation; counts it.
     fn answer(
         &mut self,
         request: &Buffer<'a>,
         imm: Option<u32>,
         pool: &'a BufferPool<'a>,
-    ) -> Result<(), String> {
-        let last = match imm {
-            Some(MORE) => false,
-            Some(LAST) => true,
-            other => return Err(format!("not a request of this service (immediate {other:?})")),
+    ) -> Result<(Buffer<'a>, SendOp), String> {
+        let last = match (self.announced, imm) {
+            (Some(announced), None) => self.requests + 1 >= announced,
+            (None, Some(MORE)) => false,
+            (None, Some(LAST)) => true,
+            (_, other) => {
+                return Err(format!("not a request of this service (immediate {other:?})"))
+            }
         };
         let mut out = pool.take().ok_or("the buffer pool ran out")?;
         out.set_len(request.len()).map_err(|e| e.to_string())?;
@@ -407,11 +652,10 @@ impl<'a> Client<'a> {
         {
             *byte = value;
         }
-        self.qp
-            .post_send_buffer(out, SendOp::SendWithImm(self.index))
-            .map_err(|e| e.to_string())?;
-        self.in_flight += 1;
-        self.replies += 1;
+        let op = match self.announced {
+            Some(_) => SendOp::Send,
+            None => SendOp::SendWithImm(self.index),
+        };
         self.requests += 1;
         self.bytes += request.len() as u64;
         if last {
@@ -419,15 +663,12 @@ impl<'a> Client<'a> {
         } else {
             self.receive_due = true;
         }
-        Ok(())
+        Ok((out, op))
     }
 
-    /// Posts the receive for its next request once one is due and the reply to that
-    /// request could be sent at once (fewer than `SEND_DEPTH` replies in flight). Until
-    /// then the request waits in RNR retries: the transport's own flow control, which keeps
-    /// a client within its `PER_CLIENT` buffers.
+    /// Posts the receive for its next request, if one is due.
     fn post_receive(&mut self, pool: &'a BufferPool<'a>) -> Result<(), String> {
-        if !self.receive_due || self.replies >= SEND_DEPTH {
+        if !self.receive_due {
             return Ok(());
         }
         self.receive_due = false;
@@ -444,16 +685,5 @@ impl<'a> Client<'a> {
             self.outcome = Some(Err(reason));
         }
         self.receive_due = false;
-    }
-
-    /// Why its connection is over, if it is: closed, broken, or carrying bytes, which this
-    /// protocol never sends after the address message.
-    fn hung_up(&mut self) -> Option<String> {
-        match self.stream.read(&mut [0u8]) {
-            Ok(0) => Some("it closed its connection".into()),
-            Ok(_) => Some("it sent bytes after its address message".into()),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
-            Err(e) => Some(format!("its connection failed: {e}")),
-        }
     }
 }

@@ -119,3 +119,26 @@ fn bandwidth_options_are_checked_before_any_verb() {
         assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
     }
 }
+
+#[test]
+fn service_rdma_cm_options_are_checked_before_any_verb() {
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(example("service"));
+        cmd.args(args);
+        output_within(cmd, Duration::from_secs(30))
+    };
+    let out = run(&["--rdma-cm"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let expected = if cfg!(feature = "rdmacm") {
+        "service: the --rdma-cm server needs --bind ADDR: an IP address of the RDMA device's \
+         netdev, by which rdma_cm picks the device"
+    } else {
+        "service: --rdma-cm needs rdma_cm: build with --features rdmacm"
+    };
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
+    // Options that mean nothing together are refused by the parser (exit status 2).
+    for args in [&["--bind", "192.0.2.1"][..], &["--rdma-cm", "--threads"][..]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+    }
+}

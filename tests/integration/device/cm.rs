@@ -17,28 +17,28 @@ use crate::common::{
     device_required, example, output_within, require_device, spawn_server, text, wait_within, RXE,
 };
 
-const SIW: &str = "siw0";
+pub(super) const SIW: &str = "siw0";
 const STEP: Duration = Duration::from_secs(20);
 const CLIENT_HELLO: &[u8] = b"client: hello over rdma_cm";
 const SERVER_HELLO: &[u8] = b"server: welcome";
 const MESSAGE: &[u8] = b"first SEND on a CM-connected QP";
 
 /// The device under test and the address rdma_cm finds it by.
-struct Target {
-    device: &'static str,
-    ip: IpAddr,
+pub(super) struct Target {
+    pub(super) device: &'static str,
+    pub(super) ip: IpAddr,
 }
 
 /// rxe0 and `$RDMA_VM_IPV4`, or `None` after failing (under `RDMA_VERBS_REQUIRE_DEVICE=1`) or
 /// skipping.
-fn rxe() -> Option<Target> {
+pub(super) fn rxe() -> Option<Target> {
     require_device(RXE)?;
     target(RXE, "RDMA_VM_IPV4")
 }
 
 /// siw0 and `$RDMA_VM_SIW_IPV4`. Missing siw0 fails the test when the guest was asked for siw
 /// (`RDMA_VM_DEVICES`) under `RDMA_VERBS_REQUIRE_DEVICE=1`; otherwise it skips, saying so.
-fn siw() -> Option<Target> {
+pub(super) fn siw() -> Option<Target> {
     let requested = std::env::var("RDMA_VM_DEVICES").is_ok_and(|d| d.contains("siw"));
     if let Err(e) = Context::open_by_name(Some(SIW)) {
         assert!(

@@ -16,5 +16,7 @@ mod memory;
 mod pair;
 mod rc_pingpong;
 mod service;
+#[cfg(feature = "rdmacm")]
+mod service_cm;
 mod transfers;
 mod transports;

@@ -33,8 +33,14 @@ fn clients(port: u16, n: usize, args: &[&str]) -> Vec<Output> {
 }
 
 /// Checks that every client succeeded with `requests` requests, and that the server's
-/// stdout says it served each of them (same index, same byte count); returns their indexes.
-fn check_served(clients: &[Output], server: &Output, requests: u32) -> Vec<u32> {
+/// stdout says it served each of them on `device` (same index, same byte count); returns
+/// their indexes.
+pub(super) fn check_served(
+    clients: &[Output],
+    server: &Output,
+    requests: u32,
+    device: &str,
+) -> Vec<u32> {
     let served = String::from_utf8_lossy(&server.stdout);
     let mut indexes: Vec<u32> = clients
         .iter()
@@ -48,7 +54,7 @@ fn check_served(clients: &[Output], server: &Output, requests: u32) -> Vec<u32> 
                 .and_then(|s| s.split_once(&format!(": {requests} requests (")))
                 .unwrap_or_else(|| panic!("unexpected client output\n{}", text(out)));
             let line =
-                format!("client {index}: served {requests} requests ({bytes} bytes) on rxe0");
+                format!("client {index}: served {requests} requests ({bytes} bytes) on {device}");
             assert!(served.contains(&line), "no {line:?} from the server\n{}", text(server));
             index.parse().unwrap()
         })
@@ -65,7 +71,7 @@ fn serves_three_clients_at_once(port: u16, mode: &[&str]) {
     let clients = clients(port, 3, &["-n", "100"]);
     let server = wait_within(server, LIMIT);
     assert!(server.status.success(), "{}", text(&server));
-    assert_eq!(check_served(&clients, &server, 100), [0, 1, 2], "{}", text(&server));
+    assert_eq!(check_served(&clients, &server, 100, RXE), [0, 1, 2], "{}", text(&server));
     assert!(String::from_utf8_lossy(&server.stdout).ends_with("served 3 clients\n"));
 }
 
@@ -91,7 +97,7 @@ fn a_silent_client_holds_up_no_other(port: u16, mode: &[&str]) {
     drop(silent);
     // Nothing is left to wait for: the server ends at once (well within the limit).
     let server = wait_within(server, Duration::from_secs(30));
-    assert_eq!(check_served(&clients, &server, 20), [1, 2], "{}", text(&server));
+    assert_eq!(check_served(&clients, &server, 20, RXE), [1, 2], "{}", text(&server));
     assert_eq!(server.status.code(), Some(1), "{}", text(&server));
     assert!(
         String::from_utf8_lossy(&server.stdout).contains(
@@ -133,7 +139,7 @@ fn a_client_gone_mid_session_is_let_go(port: u16, mode: &[&str]) {
     drop(gone);
     let clients = clients(port, 1, &["-n", "20"]);
     let server = wait_within(server, Duration::from_secs(30));
-    assert_eq!(check_served(&clients, &server, 20), [1], "{}", text(&server));
+    assert_eq!(check_served(&clients, &server, 20, RXE), [1], "{}", text(&server));
     assert_eq!(server.status.code(), Some(1), "{}", text(&server));
     assert!(
         String::from_utf8_lossy(&server.stdout)
@@ -166,7 +172,7 @@ fn a_client_whose_requests_do_not_fit_fails_alone() {
     assert!(String::from_utf8_lossy(&big.stderr).contains("service: request 0 failed: "));
     let fits = clients(port, 1, &["-s", "1024", "-n", "20"]);
     let server = wait_within(server, LIMIT);
-    assert_eq!(check_served(&fits, &server, 20), [1], "{}", text(&server));
+    assert_eq!(check_served(&fits, &server, 20, RXE), [1], "{}", text(&server));
     assert_eq!(server.status.code(), Some(1), "{}", text(&server));
     let stdout = String::from_utf8_lossy(&server.stdout);
     assert!(
