@@ -666,3 +666,80 @@ unsafe extern "C" fn wr_set_dc_addr_stream(
 ) {
     record(Mlx5Call::WrSetDcAddrStream { ah: ah as usize, remote_dctn, remote_dc_key, stream_id });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock::{ContextConfig, Mock};
+
+    /// A context, a PD and a CQ of `mock`, through the DC library.
+    fn objects(mock: &Mock) -> (*mut ibv_context, *mut ibv_pd, *mut ibv_cq) {
+        let fns = &ibverbs_library().fns;
+        let ctx = mock.context(ContextConfig::default()).as_ptr();
+        // SAFETY: a live mock context.
+        let pd = unsafe { (fns.ibv_alloc_pd)(ctx) };
+        // SAFETY: as above.
+        let cq =
+            unsafe { (fns.ibv_create_cq)(ctx, 8, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        (ctx, pd, cq)
+    }
+
+    fn create(
+        ctx: *mut ibv_context,
+        mut attr: ibv_qp_init_attr_ex,
+        dc_type: mlx5dv_dc_type,
+    ) -> (*mut ibv_qp, c_int) {
+        let mut dv = mlx5dv_qp_init_attr {
+            comp_mask: u64::from(MLX5DV_QP_INIT_ATTR_MASK_DC),
+            ..Default::default()
+        };
+        dv.dc_init_attr.dc_type = dc_type;
+        // SAFETY: valid attribute structs.
+        let qp = unsafe { (fns(true).mlx5dv_create_qp)(ctx, &mut attr, &mut dv) };
+        // SAFETY: this thread's errno.
+        (qp, unsafe { *libc::__errno_location() })
+    }
+
+    #[test]
+    fn a_dct_needs_an_srq_and_a_recv_cq_and_refuses_send_ops() {
+        let mock = Mock::new();
+        let (ctx, pd, cq) = objects(&mock);
+        let base = ibv_qp_init_attr_ex {
+            qp_type: IBV_QPT_DRIVER,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd,
+            recv_cq: cq,
+            ..Default::default()
+        };
+        assert_eq!(create(ctx, base, MLX5DV_DCTYPE_DCT), (std::ptr::null_mut(), libc::EINVAL));
+        let mut init = ibv_srq_init_attr::default();
+        init.attr.max_wr = 4;
+        init.attr.max_sge = 1;
+        // SAFETY: a live PD and a valid struct.
+        let srq = unsafe { (ibverbs_library().fns.ibv_create_srq)(pd, &mut init) };
+        let with_srq = ibv_qp_init_attr_ex { srq, ..base };
+        let send_ops = ibv_qp_init_attr_ex {
+            comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            ..with_srq
+        };
+        assert_eq!(create(ctx, send_ops, MLX5DV_DCTYPE_DCT).0, std::ptr::null_mut());
+        let rc = ibv_qp_init_attr_ex { qp_type: IBV_QPT_RC, ..with_srq };
+        assert_eq!(create(ctx, rc, MLX5DV_DCTYPE_DCT).0, std::ptr::null_mut());
+        let (dct, _) = create(ctx, with_srq, MLX5DV_DCTYPE_DCT);
+        assert!(is_live(dct));
+        // A DCT has no RTS, and no INIT without its access flags.
+        let fns = &ibverbs_library().fns;
+        let mut attr = ibv_qp_attr { qp_state: IBV_QPS_INIT, ..Default::default() };
+        let rc_init = (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT) as c_int;
+        // SAFETY: a live DC QP and a valid struct.
+        assert_eq!(unsafe { (fns.ibv_modify_qp)(dct, &mut attr, rc_init) }, libc::EINVAL);
+        attr.qp_state = IBV_QPS_RTS;
+        let state_only = IBV_QP_STATE as c_int;
+        // SAFETY: as above.
+        let ret = unsafe { (fns.ibv_modify_qp)(dct, &mut attr, state_only) };
+        assert_eq!(ret, libc::EINVAL);
+        // SAFETY: a live DC QP, destroyed once.
+        assert_eq!(unsafe { (fns.ibv_destroy_qp)(dct) }, 0);
+        assert!(!is_live(dct));
+    }
+}
