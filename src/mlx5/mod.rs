@@ -17,7 +17,7 @@
 //! Everything starts at [`Mlx5Context::open`], the one gate: it finds the libmlx5 that
 //! libibverbs loaded for the device (see `rdma_verbs_sys::mlx5`), and asks
 //! `mlx5dv_is_supported`. On any other device (Soft-RoCE, siw, another vendor) it returns
-//! [`Error::Unsupported`] naming the device and what DC needs, and no DC object can be made.
+//! [`Error::Unsupported`](crate::Error::Unsupported) naming the device and what DC needs, and no DC object can be made.
 //!
 //! ```no_run
 //! # use rdma_verbs::*;

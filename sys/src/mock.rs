@@ -32,7 +32,7 @@
 
 mod call;
 mod device;
-/// DC: a mock libmlx5 and the libibverbs pieces DC needs.
+// DC: a mock libmlx5 and the libibverbs pieces DC needs.
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
 mod ops;
