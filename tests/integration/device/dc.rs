@@ -51,6 +51,24 @@ fn dc_pingpong_exits_non_zero_with_one_line_on_rxe() {
     assert!(out.stdout.is_empty(), "{}", text(&out));
 }
 
+#[test]
+fn bandwidth_tools_with_c_dc_exit_non_zero_with_one_line_on_rxe() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    for (tool, port) in [("write_bw", "19063"), ("send_bw", "19064")] {
+        let mut cmd = Command::new(example(tool));
+        cmd.args(["-d", RXE, "-c", "DC", "-p", port]);
+        let out = output_within(cmd, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{}", text(&out));
+        assert!(lines[0].starts_with(&format!("{tool}: mlx5 DC")), "{}", text(&out));
+        assert!(lines[0].contains("on device rxe0"), "{}", text(&out));
+    }
+}
+
 /// On an mlx5 device named by `RDMA_VERBS_MLX5_DEVICE` (see the module docs).
 mod hardware {
     use std::process::Command;
@@ -150,6 +168,30 @@ mod hardware {
         for out in [&client, &server] {
             assert!(out.status.success(), "{}", text(out));
             assert!(String::from_utf8_lossy(&out.stdout).contains("50 iters in"), "{}", text(out));
+        }
+    }
+
+    #[test]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    fn bandwidth_tools_run_over_dc() {
+        for (tool, port) in [("write_bw", 19065u16), ("read_bw", 19066), ("send_bw", 19067)] {
+            let mut args = vec!["-d".to_owned(), device(), "-c".into(), "DC".into()];
+            args.extend(["-s", "4096", "-n", "2000", "-q", "2", "--json", "-p"].map(String::from));
+            args.push(port.to_string());
+            if let Some(g) = gid_index() {
+                args.extend(["-x".into(), g.to_string()]);
+            }
+            let mut server = Command::new(example(tool));
+            server.args(&args);
+            let server = spawn_server(server, port);
+            let mut client = Command::new(example(tool));
+            client.args(&args).arg("localhost");
+            let client = output_within(client, Duration::from_secs(120));
+            let server = wait_within(server, Duration::from_secs(120));
+            assert!(server.status.success(), "{}", text(&server));
+            assert!(client.status.success(), "{}", text(&client));
+            let json = String::from_utf8_lossy(&client.stdout);
+            assert!(json.contains("\"completed\":4000"), "{tool}: {}", text(&client));
         }
     }
 }
