@@ -60,7 +60,8 @@ impl<'ctx> Mlx5Context<'ctx> {
         unsafe { Self::with_library(ctx, lib) }
     }
 
-    /// As [`Mlx5Context::open`] with an explicit libmlx5 (a mock provider's, for tests).
+    /// As [`Mlx5Context::open`] with an explicit libmlx5 (from `rdma_verbs_sys::mlx5::loaded`,
+    /// or a mock provider's for tests), whose `mlx5dv_is_supported` decides.
     ///
     /// # Errors
     ///
@@ -68,8 +69,9 @@ impl<'ctx> Mlx5Context<'ctx> {
     ///
     /// # Safety
     ///
-    /// `lib` must hold the libmlx5 functions of the provider that created `ctx` (or a mock
-    /// that keeps their contracts over the mock's objects).
+    /// `lib` must be the libmlx5 that the libibverbs which opened `ctx` loaded (the copy whose
+    /// `mlx5dv_is_supported` recognises its own devices), or a mock that keeps libmlx5's
+    /// contracts over the mock's objects.
     pub unsafe fn with_library(ctx: &'ctx Context, lib: &'static sys::Mlx5) -> Result<Self> {
         // SAFETY: a live context; its `device` field is the device it was opened on.
         let device = unsafe { (*ctx.as_raw()).device };

@@ -45,8 +45,8 @@ pub enum Mlx5LoadError {
         /// What was missing.
         reason: &'static str,
     },
-    /// `dlopen(RTLD_NOLOAD)` of the provider's file failed.
-    #[error("cannot reopen the provider {library}: {reason}")]
+    /// `dlopen(RTLD_NOLOAD)` failed: no such object is loaded.
+    #[error("cannot reopen {library}: {reason}")]
     Open {
         /// The provider's file, as the dynamic loader names it.
         library: String,
@@ -105,7 +105,8 @@ impl Mlx5 {
         Mlx5 { _lib: None, path, fns }
     }
 
-    /// The provider's file, as the dynamic loader names it (for example
+    /// The name it was reopened by: for [`mlx5_for`], the provider's file as the dynamic
+    /// loader names it (for example
     /// `/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so`).
     pub fn path(&self) -> &Path {
         &self.path
@@ -134,16 +135,36 @@ pub unsafe fn mlx5_for(ctx: *mut ibv_context) -> Result<&'static Mlx5, Mlx5LoadE
             reason: "dladdr does not place ops.poll_cq in a loaded library",
         });
     };
+    // SAFETY: the object holding the provider op of a live context is the provider
+    // libibverbs loaded for it.
+    unsafe { loaded(&path) }
+}
+
+/// The libmlx5 functions of `name` (a path, or a SONAME such as `libmlx5.so.1`), an object
+/// already loaded in this process: `dlopen(name, RTLD_NOW | RTLD_NOLOAD)`, which never maps a
+/// second copy. Kept per name for the life of the process. Use [`mlx5_for`] to get a
+/// context's own provider.
+///
+/// # Errors
+///
+/// [`Mlx5LoadError::Open`] when no such object is loaded, [`Mlx5LoadError::MissingSymbol`]
+/// when it lacks an mlx5dv function.
+///
+/// # Safety
+///
+/// An object of that name that is loaded must implement the ABI of this build's headers for
+/// the mlx5dv symbols it exports (a genuine libmlx5, or a provider without them).
+pub unsafe fn loaded(name: &Path) -> Result<&'static Mlx5, Mlx5LoadError> {
     type Loaded = Vec<(PathBuf, Result<&'static Mlx5, Mlx5LoadError>)>;
     static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
     let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, result)) = loaded.iter().find(|(p, _)| *p == path) {
+    if let Some((_, result)) = loaded.iter().find(|(p, _)| p == name) {
         return result.clone();
     }
     // SAFETY: RTLD_NOLOAD only returns an object already in the process (no initialiser
-    // runs), and that object is the provider libibverbs loaded for this device.
-    let result = unsafe { reopen(&path) }.map(|lib| &*Box::leak(Box::new(lib)));
-    loaded.push((path, result.clone()));
+    // runs); the caller vouches for its ABI.
+    let result = unsafe { reopen(name) }.map(|lib| &*Box::leak(Box::new(lib)));
+    loaded.push((name.to_owned(), result.clone()));
     result
 }
 
@@ -156,8 +177,13 @@ pub unsafe fn mlx5_for(ctx: *mut ibv_context) -> Result<&'static Mlx5, Mlx5LoadE
 unsafe fn reopen(path: &Path) -> Result<Mlx5, Mlx5LoadError> {
     let display = path.display().to_string();
     // SAFETY: forwarded to the caller; NOLOAD maps nothing new.
-    let lib = unsafe { Library::open(Some(path), RTLD_NOW | libc::RTLD_NOLOAD) }
-        .map_err(|e| Mlx5LoadError::Open { library: display.clone(), reason: e.to_string() })?;
+    let lib = unsafe { Library::open(Some(path), RTLD_NOW | libc::RTLD_NOLOAD) }.map_err(|e| {
+        let reason = match std::error::Error::source(&e) {
+            Some(source) => format!("{e}: {source}"),
+            None => format!("{e} (it is not loaded in this process)"),
+        };
+        Mlx5LoadError::Open { library: display.clone(), reason }
+    })?;
     let fns = Mlx5Fns::resolve(&lib, &display)?;
     Ok(Mlx5 { _lib: Some(lib), path: path.to_owned(), fns })
 }

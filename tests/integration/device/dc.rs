@@ -12,6 +12,7 @@
 //!     cargo test --features mlx5 --test integration -- --ignored --test-threads=1 device::dc::hardware
 //! ```
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -32,6 +33,23 @@ fn every_dc_entry_point_is_unsupported_on_rxe() {
     assert!(what.contains("ConnectX"), "{err}");
     // Asked again (the provider's answer is kept), the same refusal.
     assert_eq!(Mlx5Context::open(&ctx).unwrap_err().to_string(), err.to_string());
+}
+
+#[test]
+fn the_libmlx5_libibverbs_loaded_says_rxe0_is_not_mlx5() {
+    let Some(ctx) = require_device(RXE) else { return };
+    // libibverbs loads every provider its driver config lists (Debian's ibverbs-providers
+    // includes libmlx5): reopen that very copy by its SONAME, never a second one.
+    // SAFETY: an object loaded under that name is rdma-core's libmlx5.
+    let lib = unsafe { rdma_verbs::sys::mlx5::loaded(Path::new("libmlx5.so.1")) }.expect(
+        "libibverbs did not load libmlx5 (is ibverbs-providers installed, RDMAV_DRIVERS unset?)",
+    );
+    // The real gate on the real library: its mlx5dv_is_supported answers no for rxe0.
+    // SAFETY: `lib` is the copy the libibverbs that opened `ctx` loaded.
+    let err = unsafe { Mlx5Context::with_library(&ctx, lib) }.unwrap_err();
+    let Error::Unsupported { what } = &err else { panic!("expected Unsupported, got {err:?}") };
+    assert!(what.contains("on device rxe0"), "{err}");
+    assert!(what.contains("mlx5dv_is_supported says no"), "{err}");
 }
 
 #[test]
