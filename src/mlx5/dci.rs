@@ -59,7 +59,9 @@ pub struct DciStreams {
 /// INIT → RTR of a DCI (`IBV_QP_STATE | PATH_MTU`).
 ///
 /// No AV: a DCI has no fixed peer, every WR names its own (pyverbs' DC masks). perftest
-/// also passes `IBV_QP_AV` with its first peer's route; the kernel does not require it.
+/// also passes `IBV_QP_AV` with its first peer's route, which newer mlx5_ib kernels accept as
+/// optional but older ones refuse (their DCI check allows only `PKEY_INDEX` beside
+/// `PATH_MTU`); `PATH_MTU` alone suits both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DciRtrAttr {
     /// The path MTU.

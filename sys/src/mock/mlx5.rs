@@ -9,8 +9,8 @@
 //! - [`ibverbs_library`]: the base mock libibverbs with SRQs and AHs modelled, and
 //!   `ibv_modify_qp` / `ibv_destroy_qp` / `ibv_qp_to_qp_ex` that know DC QPs: DCT transitions
 //!   RESET→INIT→RTR only (the DCT number appears at RTR), DCI RESET→INIT→RTR→RTS, each
-//!   refusing (`EINVAL`) a mask other than the one `mlx5dv_create_qp(3)` users pass (DCI RTR
-//!   may add `AV`, as perftest does). Other QPs go to the base mock.
+//!   refusing (`EINVAL`) a missing or extra mask bit as mlx5_ib does (its `mlx5_ib_modify_dct`
+//!   and `modify_dci_qp_is_ok`). Other QPs go to the base mock.
 //! - A DCI's `ibv_qp_ex` and `mlx5dv_qp_ex` members record each builder call
 //!   ([`Mlx5Call`]), so tests see the order and arguments of a posted work request.
 //!
@@ -437,7 +437,9 @@ unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     }
 }
 
-/// The attributes each DC transition requires, and those it also accepts.
+/// The attributes each DC transition requires, and those it also accepts: mlx5_ib's
+/// `mlx5_ib_modify_dct` (exact masks) and `modify_dci_qp_is_ok` (DCI RTR also takes
+/// `PKEY_INDEX`, and `AV` in newer kernels; RTS also takes `MIN_RNR_TIMER`).
 fn dc_transition(
     dc_type: mlx5dv_dc_type,
     current: ibv_qp_state,
@@ -455,15 +457,16 @@ fn dc_transition(
             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT
         }
         (MLX5DV_DCTYPE_DCI, IBV_QPS_INIT, IBV_QPS_RTR) => {
-            return Some((IBV_QP_STATE | IBV_QP_PATH_MTU, IBV_QP_AV));
+            return Some((IBV_QP_STATE | IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX | IBV_QP_AV));
         }
         (MLX5DV_DCTYPE_DCI, IBV_QPS_RTR, IBV_QPS_RTS) => {
-            IBV_QP_STATE
+            let required = IBV_QP_STATE
                 | IBV_QP_TIMEOUT
                 | IBV_QP_RETRY_CNT
                 | IBV_QP_RNR_RETRY
                 | IBV_QP_SQ_PSN
-                | IBV_QP_MAX_QP_RD_ATOMIC
+                | IBV_QP_MAX_QP_RD_ATOMIC;
+            return Some((required, IBV_QP_MIN_RNR_TIMER));
         }
         _ => return None,
     };
