@@ -53,5 +53,3 @@ pub use dci::{
 };
 pub use dct::{Dct, DctInitAttr, DctRtrAttr};
 pub use endpoint::{DcEndpoint, DcKey, DcTokenError};
-
-pub use crate::port::Mtu;

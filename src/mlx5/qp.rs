@@ -94,7 +94,7 @@ impl Drop for DcQp<'_> {
     }
 }
 
-/// The DC mask bits of `mlx5_attr.comp_mask`.
+/// The DV attributes of a DC QP of `dc_type`: the DC mask bit and the type.
 pub(super) fn dv_attr(dc_type: sys::mlx5dv_dc_type) -> sys::mlx5dv_qp_init_attr {
     let mut dv = sys::mlx5dv_qp_init_attr {
         comp_mask: u64::from(sys::MLX5DV_QP_INIT_ATTR_MASK_DC),

@@ -6,11 +6,11 @@ use std::net::Ipv6Addr;
 
 use rdma_verbs::mlx5::{
     DcEndpoint, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams, DctInitAttr,
-    DctRtrAttr, Mlx5Context, Mtu,
+    DctRtrAttr, Mlx5Context,
 };
 use rdma_verbs::{
-    AccessFlags, Context, Error, Gid, InitAttr, Lid, OdpTransportCaps, Psn, Qpn, RemoteAddr, Reset,
-    RtsAttr, SendFlags,
+    AccessFlags, Context, Error, Gid, InitAttr, Lid, Mtu, OdpTransportCaps, Psn, Qpn, RemoteAddr,
+    Reset, RtsAttr, SendFlags,
 };
 use rdma_verbs_sys as sys;
 use rdma_verbs_sys::mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
