@@ -192,3 +192,30 @@ unsafe fn reopen(path: &Path) -> Result<Mlx5, Mlx5LoadError> {
 static_assertions::const_assert_eq!(std::mem::offset_of!(mlx5dv_qp_ex, wr_set_dc_addr), 8);
 static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_qp_init_attr>(), 40);
 static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_dc_init_attr>(), 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_not_loaded_is_never_mapped() {
+        // SAFETY: NOLOAD maps nothing; no such object is in the process.
+        let err = unsafe { loaded(Path::new("libmlx5-not-here.so.1")) }.err().unwrap();
+        assert!(matches!(err, Mlx5LoadError::Open { .. }), "{err:?}");
+        assert!(err.to_string().contains("libmlx5-not-here.so.1"), "{err}");
+    }
+
+    #[test]
+    fn a_loaded_object_without_mlx5dv_is_named_with_the_missing_symbol() {
+        // libc is in every process; it has no mlx5dv functions.
+        // SAFETY: NOLOAD maps nothing new; nothing of libc is called.
+        let err = unsafe { loaded(Path::new("libc.so.6")) }.err().unwrap();
+        assert_eq!(
+            err,
+            Mlx5LoadError::MissingSymbol {
+                path: "libc.so.6".into(),
+                symbol: "mlx5dv_query_device"
+            }
+        );
+    }
+}
