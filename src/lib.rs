@@ -87,7 +87,9 @@
 //!   [`reactor`]). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
 //!   reactor.
 //!
-//! mlx5 DC (`mlx5`) is planned.
+//! - `mlx5`: the Dynamically Connected transport of NVIDIA ConnectX devices (module `mlx5`);
+//!   the device's own libmlx5 is used at run time, only by DC. Needs `infiniband/mlx5dv.h` at
+//!   build time (libibverbs-dev / rdma-core-devel).
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
@@ -115,6 +117,16 @@ compile_error!(
 );
 mod cq;
 mod device;
+#[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
+#[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
+pub mod mlx5;
+#[cfg(all(feature = "mlx5", not(rdma_verbs_mlx5dv)))]
+compile_error!(
+    "rdma-verbs: feature `mlx5` needs infiniband/mlx5dv.h, which rdma-verbs-sys did not find: \
+     install libibverbs-dev (Debian/Ubuntu: it ships mlx5dv.h) or rdma-core-devel \
+     (RHEL/Rocky/Fedora; MLNX_OFED/DOCA-OFED: its rdma-core-devel), or point \
+     RDMA_CORE_INCLUDE_DIR at the directory holding infiniband/mlx5dv.h"
+);
 pub mod diag;
 mod endpoint;
 mod error;

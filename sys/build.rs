@@ -32,6 +32,8 @@ fn main() {
     // pointer types against the system's prototypes at compile time.
     let decls = builder(&include_dirs, &Arc::new(Mutex::new(Vec::new())))
         .allowlist_function("ibv_.*|_ibv_.*|rdma_.*")
+        // Only the mlx5dv functions src/mlx5.rs loads: others name types outside the bindings.
+        .allowlist_function("mlx5dv_(query_device|is_supported|create_qp|qp_ex_from_ibv_qp_ex)")
         .allowlist_recursively(false);
     write(generate(decls), &out.join("decls.rs"));
 
@@ -113,9 +115,13 @@ fn publish_facts(included: &[String]) {
     for (key, header) in [("mlx5dv", "infiniband/mlx5dv.h"), ("rdma_cma", "rdma/rdma_cma.h")] {
         println!("cargo::metadata={key}={}", u8::from(has(header).is_some()));
     }
-    // The librdmacm table (src/rdmacm.rs) needs rdma_cma.h's types and prototypes.
+    // The librdmacm table (src/rdmacm.rs) needs rdma_cma.h's types and prototypes, and the
+    // libmlx5 table (src/mlx5.rs) mlx5dv.h's.
     if has("rdma/rdma_cma.h").is_some() {
         println!("cargo:rustc-cfg=rdma_verbs_rdma_cma");
+    }
+    if has("infiniband/mlx5dv.h").is_some() {
+        println!("cargo:rustc-cfg=rdma_verbs_mlx5dv");
     }
     // libibverbs.pc's version is 1.<abi minor>.<rdma-core version>, e.g. 1.14.44.0.
     if let Ok(lib) = pkg_config::Config::new().cargo_metadata(false).probe("libibverbs") {

@@ -54,6 +54,10 @@ pub struct Args {
     /// TCP port for the parameter exchange
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
+    /// Connection type: RC, or DC (mlx5 Dynamically Connected: DCIs post to the peer's DCTs;
+    /// needs --features mlx5 and a ConnectX device; always the raw tier)
+    #[arg(short = 'c', long = "connection", default_value = "RC", value_parser = ["RC", "DC"])]
+    pub connection: String,
     /// Connect the QPs through rdma_cm, on port -p + 1 (needs --features rdmacm)
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
@@ -81,6 +85,20 @@ impl Args {
             (1..=23).map(|p| 1u32 << p).filter(|&s| s <= self.max_size.min(MAX_SIZE)).collect()
         } else {
             vec![self.size]
+        }
+    }
+
+    /// Whether `-c DC` was asked for.
+    pub fn is_dc(&self) -> bool {
+        self.connection == "DC"
+    }
+
+    /// The posting tier: DC has only the raw one.
+    pub fn tier(&self) -> &'static str {
+        if self.raw || self.is_dc() {
+            "raw"
+        } else {
+            "safe"
         }
     }
 
@@ -121,6 +139,9 @@ impl Args {
                 "-l {} must not exceed -t {} (the tx depth)",
                 self.post_list, self.tx_depth
             ));
+        }
+        if self.is_dc() && self.rdma_cm {
+            return Err("-c DC does not work with -R: DC QPs are not connected by rdma_cm".into());
         }
         if self.size > MAX_SIZE || (self.all && self.max_size < 2) {
             return Err(format!("sizes run from 2 B (-a) or 1 B to {MAX_SIZE} B"));

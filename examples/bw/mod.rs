@@ -15,9 +15,13 @@
 //! with the address, so `-d`, `-x` and `-m` do not apply) and each side's buffer address and
 //! rkey travel in the connection's private data; the TCP channel on `-p` still carries the
 //! parameters and the barriers between sizes. See `cm.rs`.
+//!
+//! With `-c DC` (built with `--features mlx5`, on a ConnectX device), as perftest's `-c DC`,
+//! the initiator's QPs are DCIs and the target's are DCTs on one SRQ; see `dc.rs`.
 
 mod args;
 mod cm;
+mod dc;
 mod exchange;
 mod report;
 mod traffic;
@@ -126,7 +130,21 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     if args.rdma_cm {
         return cm::run(mode, args);
     }
+    if args.is_dc() {
+        return dc::run(mode, args);
+    }
     let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let (port, gid, mtu) = local_route(&ctx, args)?;
+    // Refuse what the device cannot do before waiting for the peer.
+    check_limits(&ctx, args)?;
+    let mut control = open_control(mode, args)?;
+    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu };
+    run_on(mode, args, &ctx, &mut control, &mut connect)
+}
+
+/// Our port, the GID we send from (`-x`, or the routable one on Ethernet) and the path MTU
+/// (`-m`, or the port's active MTU).
+pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEntry>, Mtu), Error> {
     let port = ctx.query_port(args.ib_port)?;
     let gid = match args.gid_index {
         Some(index) => Some(ctx.gid(args.ib_port, index)?),
@@ -138,11 +156,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
         None => port.active_mtu(),
     };
-    // Refuse what the device cannot do before waiting for the peer.
-    check_limits(&ctx, args)?;
-    let mut control = open_control(mode, args)?;
-    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu };
-    run_on(mode, args, &ctx, &mut control, &mut connect)
+    Ok((port, gid, mtu))
 }
 
 /// Connects each QP to its peer (receives already posted), exchanging the memory the peer
@@ -210,7 +224,7 @@ pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
 }
 
 /// The TCP channel to the peer, with the parameters both sides must share agreed.
-fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
+pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
     let sizes = args.sizes();
     let max = *sizes.iter().max().expect("at least one size");
     let mut control = match &args.server {
@@ -223,8 +237,9 @@ fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
         ("iterations", args.duration.map_or(args.iters.to_string(), |d| format!("{d}s"))),
         ("qps", args.qps.to_string()),
         ("bidirectional", args.bidirectional.to_string()),
-        ("tier", if args.raw { "raw" } else { "safe" }.into()),
+        ("tier", args.tier().into()),
         ("rdma_cm", args.rdma_cm.to_string()),
+        ("connection", args.connection.clone()),
     ])?;
     Ok(control)
 }
@@ -268,23 +283,8 @@ fn run_on(
     let pd = ctx.alloc_pd()?;
     // Room for every WR the QPs may have outstanding (their capacities, not the run depth).
     let cq = ctx.create_cq(qps * (args.tx_depth + rx_depth.max(1)))?;
-    // What the peer reaches: a target for its writes, a source for its reads.
-    let write_target = match mode {
-        Mode::Write => Some(pd.register_remote_writable(
-            max as usize,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )?),
-        _ => None,
-    };
-    let read_source = match mode {
-        Mode::Read => Some(pd.register(max as usize, AccessFlags::REMOTE_READ)?),
-        _ => None,
-    };
-    let mine = match (&write_target, &read_source) {
-        (Some(t), _) => t.remote(..)?,
-        (_, Some(s)) => s.remote(..)?,
-        _ => RemoteAddr { addr: 0, rkey: RKey(0) },
-    };
+    let peer_memory = PeerMemory::new(&pd, mode, max)?;
+    let mine = peer_memory.remote;
     // Our side's memory: the safe tier's pool, or the raw tier's one region per QP.
     let pool_len = if args.raw {
         max as usize
@@ -360,13 +360,13 @@ fn run_on(
             let inline = size <= max_inline && mode != Mode::Read;
             let mut tier =
                 Raw::new(&qps_rts, &send_sges, &recv_sges, mode, &remotes, args.post_list, inline);
-            traffic::run(&mut tier, &cq, &qpns, &plan, control)?
+            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), &plan, control)?
         } else {
             let lists =
                 (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
             let mut tier =
                 Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
-            traffic::run(&mut tier, &cq, &qpns, &plan, control)?
+            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), &plan, control)?
         };
         control.barrier(&format!("done {size}"))?;
         if stats.posted != stats.completed {
@@ -384,6 +384,35 @@ fn run_on(
         report.footer();
     }
     Ok(())
+}
+
+/// What the peer reaches: a target for its writes, a source for its reads (none for SEND).
+pub struct PeerMemory<'a> {
+    _write_target: Option<RemoteWritableRegion<'a>>,
+    _read_source: Option<MemoryRegion<'a>>,
+    /// Its address and rkey, for the peer (zero for SEND).
+    pub remote: RemoteAddr,
+}
+
+impl<'a> PeerMemory<'a> {
+    /// `max` bytes on `pd` for `mode`.
+    pub fn new(pd: &'a ProtectionDomain<'a>, mode: Mode, max: u32) -> Result<Self, Error> {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let write_target = match mode {
+            Mode::Write => Some(pd.register_remote_writable(max as usize, access)?),
+            _ => None,
+        };
+        let read_source = match mode {
+            Mode::Read => Some(pd.register(max as usize, AccessFlags::REMOTE_READ)?),
+            _ => None,
+        };
+        let remote = match (&write_target, &read_source) {
+            (Some(t), _) => t.remote(..)?,
+            (_, Some(s)) => s.remote(..)?,
+            _ => RemoteAddr { addr: 0, rkey: RKey(0) },
+        };
+        Ok(PeerMemory { _write_target: write_target, _read_source: read_source, remote })
+    }
 }
 
 /// Posts one of the receives a QP starts with: a pool buffer, or the QP's raw region.

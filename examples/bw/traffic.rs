@@ -47,11 +47,13 @@ pub struct Stats {
     pub peak: f64,
 }
 
-/// One size's run. `qpns` maps completions to QPs.
+/// One size's run. `qpns` maps send completions to QPs, `recv_qpns` receive completions
+/// (`None` when receives come from one SRQ that no QP owns: those are given QP 0).
 pub fn run(
     tier: &mut impl Tier,
     cq: &CompletionQueue<'_>,
     qpns: &[Qpn],
+    recv_qpns: Option<&[Qpn]>,
     plan: &Plan,
     control: &mut Control,
 ) -> Result<Stats, Error> {
@@ -136,10 +138,15 @@ pub fn run(
         }
         last_progress = Instant::now();
         for wc in done.iter_mut() {
-            let q = qpns
-                .iter()
-                .position(|&n| n == wc.qp_num())
-                .ok_or("a completion for an unknown QP")?;
+            let is_recv = matches!(wc.opcode(), WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM);
+            let owners = if is_recv { recv_qpns } else { Some(qpns) };
+            let q = match owners {
+                Some(owners) => owners
+                    .iter()
+                    .position(|&n| n == wc.qp_num())
+                    .ok_or("a completion for an unknown QP")?,
+                None => 0,
+            };
             if !wc.is_success() {
                 return Err(format!(
                     "a work request on QP {q} failed: {} (vendor error {:#x}){}",
@@ -153,7 +160,7 @@ pub fn run(
                 )
                 .into());
             }
-            if matches!(wc.opcode(), WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM) {
+            if is_recv {
                 stats.received += 1;
             } else {
                 completed[q] = marks[q].pop_front().ok_or("a completion nothing signaled")?;

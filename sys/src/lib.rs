@@ -7,6 +7,8 @@
 //!   `rdma/rdma_cma.h`;
 //! - [`loader`]: libibverbs loaded at run time with `dlopen` (nothing is linked), once per
 //!   process and never unloaded, with required and optional symbol tables;
+//! - `mlx5` (when the system has `infiniband/mlx5dv.h`): libmlx5's DC functions, taken from
+//!   the provider libibverbs loaded for a device;
 //! - `rdmacm` (when the system has `rdma/rdma_cma.h`): librdmacm, loaded the same way on first
 //!   use;
 //! - [`inline`]: Rust versions of the `static inline` verbs of `verbs.h`, which no library
@@ -39,6 +41,10 @@ mod decls {
 
 pub mod inline;
 pub mod loader;
+/// libmlx5 (mlx5dv), found at run time through a device's provider (only when the system has
+/// `infiniband/mlx5dv.h`).
+#[cfg(rdma_verbs_mlx5dv)]
+pub mod mlx5;
 /// librdmacm, loaded at run time on first use (only when the system has `rdma/rdma_cma.h`).
 #[cfg(rdma_verbs_rdma_cma)]
 pub mod rdmacm;
@@ -48,6 +54,8 @@ pub mod mock;
 
 pub use bindings::*;
 pub use loader::{ibverbs, Ibverbs, IbverbsFns, LoadError};
+#[cfg(rdma_verbs_mlx5dv)]
+pub use mlx5::{mlx5_for, Mlx5, Mlx5Fns, Mlx5LoadError};
 #[cfg(rdma_verbs_rdma_cma)]
 pub use rdmacm::{rdmacm, Rdmacm, RdmacmFns, RdmacmLoadError};
 

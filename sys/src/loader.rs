@@ -56,7 +56,7 @@ pub enum LoadError {
 /// Declares a function table: required symbols as plain pointers, optional ones as `Option`.
 /// Each type is checked at compile time against the prototype in the system's headers.
 /// `missing` is the error variant (with `path` and `symbol` fields) for an absent required
-/// symbol. Used for libibverbs here and for librdmacm in `rdmacm.rs`.
+/// symbol. Used for libibverbs here, for librdmacm in `rdmacm.rs` and libmlx5 in `mlx5.rs`.
 macro_rules! fn_table {
     (
         $(#[$tdoc:meta])*
@@ -323,8 +323,8 @@ pub(crate) fn real_path(addr: *const c_void, name: &Path) -> PathBuf {
     path.canonicalize().unwrap_or(path)
 }
 
-/// The file that holds `addr`, from `dladdr`.
-fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
+/// The file that holds `addr`, from `dladdr`, as the dynamic loader names it.
+pub(crate) fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr only reads the loader's tables and writes `info`.
     if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {

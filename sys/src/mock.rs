@@ -35,6 +35,9 @@
 
 mod call;
 mod device;
+// DC: a mock libmlx5 and the libibverbs pieces DC needs.
+#[cfg(rdma_verbs_mlx5dv)]
+pub mod mlx5;
 mod ops;
 mod state;
 #[cfg(test)]

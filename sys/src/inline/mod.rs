@@ -20,6 +20,10 @@ use crate::loader::IbverbsFns;
 
 mod qp_ex;
 pub use qp_ex::*;
+#[cfg(rdma_verbs_mlx5dv)]
+mod mlx5dv;
+#[cfg(rdma_verbs_mlx5dv)]
+pub use mlx5dv::*;
 
 /// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` value of a context embedded in a
 /// `verbs_context`.

@@ -61,6 +61,9 @@ pub enum Verb {
     PollCq,
     /// The `ibv_context.ops.req_notify_cq` op.
     ReqNotifyCq,
+    /// A function of the DC mock ([`super::mlx5`]).
+    #[cfg(rdma_verbs_mlx5dv)]
+    Mlx5(super::mlx5::Mlx5Verb),
 }
 
 /// One recorded call of a mock function, with the arguments tests check.
@@ -217,6 +220,9 @@ pub enum Call {
         /// Whether only solicited completions were asked for.
         solicited_only: c_int,
     },
+    /// A call of the DC mock ([`super::mlx5`]).
+    #[cfg(rdma_verbs_mlx5dv)]
+    Mlx5(super::mlx5::Mlx5Call),
 }
 
 /// The fields of `struct ibv_qp_attr` an RC connection sets, as passed to `ibv_modify_qp`

@@ -5,6 +5,8 @@ mod bandwidth;
 mod buffers;
 #[cfg(feature = "rdmacm")]
 mod cm;
+#[cfg(feature = "mlx5")]
+mod dc;
 mod doctor;
 mod events;
 mod examples;

@@ -5,6 +5,8 @@
 mod capture;
 mod channel;
 mod context;
+#[cfg(feature = "mlx5")]
+mod dc;
 mod destroy;
 mod events;
 mod memory;

@@ -1,0 +1,564 @@
+//! DC initiators (DCI): one send queue that reaches any DCT, each work request addressed on
+//! its own.
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use crate::ah::AddressHandle;
+use crate::cq::CompletionQueue;
+use crate::endpoint::{Psn, Qpn};
+use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
+use crate::pd::ProtectionDomain;
+use crate::port::Mtu;
+use crate::qp::{
+    AddressVector, GlobalRoute, Init, QpCapabilities, QpState, Reset, Rtr, Rts, RtsAttr,
+};
+use crate::wr::{RemoteAddr, SendFlags, Sge};
+
+use super::context::{unsupported, Mlx5Context};
+use super::endpoint::{DcEndpoint, DcKey};
+use super::qp::{dv_attr, DcQp};
+
+/// What a DCI is created with. It has no receive queue: receives go to DCTs.
+#[derive(Clone, Copy, Debug)]
+pub struct DciInitAttr<'res> {
+    /// The CQ for send completions (also given as receive CQ, which a DCI never uses).
+    pub send_cq: &'res CompletionQueue<'res>,
+    /// Send queue sizes (the receive fields are ignored).
+    pub cap: QpCapabilities,
+    /// Whether every WR completes; otherwise only [`SendFlags::SIGNALED`] ones.
+    pub sq_sig_all: bool,
+    /// DCI streams, when wanted (see [`DcCaps::dci_streams`](super::DcCaps::dci_streams)).
+    pub streams: Option<DciStreams>,
+}
+
+impl<'res> DciInitAttr<'res> {
+    /// Sends on `cq`, 64 send WRs of one SGE, selective signaling, no streams.
+    pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
+        DciInitAttr {
+            send_cq: cq,
+            cap: QpCapabilities { max_send_wr: 64, max_recv_wr: 0, ..QpCapabilities::default() },
+            sq_sig_all: false,
+            streams: None,
+        }
+    }
+}
+
+/// A DCI stream configuration (`struct mlx5dv_dci_streams`), as base-2 logarithms: WRs on
+/// different streams may proceed concurrently to different targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DciStreams {
+    /// log₂ of the concurrent streams.
+    pub log_concurrent: u8,
+    /// log₂ of the streams that may be in error before the DCI as a whole is.
+    pub log_errored: u8,
+}
+
+/// INIT → RTR of a DCI (`IBV_QP_STATE | PATH_MTU`).
+///
+/// No AV: a DCI has no fixed peer, every WR names its own (pyverbs' DC masks). perftest
+/// also passes `IBV_QP_AV` with its first peer's route, which newer mlx5_ib kernels accept as
+/// optional but older ones refuse (their DCI check allows only `PKEY_INDEX` beside
+/// `PATH_MTU`); `PATH_MTU` alone suits both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DciRtrAttr {
+    /// The path MTU.
+    pub path_mtu: Mtu,
+}
+
+/// The local side of a DC route, for [`Mlx5Context::connect_dci`] and [`DcPeer::new`]: our
+/// port, the source GID index for the GRH (RoCE; `None` on InfiniBand without GRH), and the
+/// path MTU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcRoute {
+    /// Our port, from 1.
+    pub port: u8,
+    /// Our source GID index, when a GRH is used.
+    pub sgid_index: Option<u8>,
+    /// The path MTU.
+    pub path_mtu: Mtu,
+}
+
+/// A DC initiator (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCI`) in state `S`. It posts
+/// only in RTS and only through the extended work request API ([`Dci::post`]).
+///
+/// ```compile_fail,E0599
+/// # use rdma_verbs::*;
+/// # use rdma_verbs::mlx5::*;
+/// # fn f(dci: Dci<'_, Rtr>, wr: &DcWr<'_>) -> Result<()> {
+/// unsafe { dci.post(std::slice::from_ref(wr))? }; // error: no method `post` on `Dci<Rtr>`
+/// # Ok(()) }
+/// ```
+pub struct Dci<'res, S: QpState> {
+    qp: DcQp<'res>,
+    qp_ex: NonNull<sys::ibv_qp_ex>,
+    mqp: NonNull<sys::mlx5dv_qp_ex>,
+    streams: bool,
+    _state: PhantomData<S>,
+}
+
+// SAFETY: the handles are immutable after creation; the provider locks the send queue from
+// `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`, and `post` writes the `ibv_qp_ex`
+// fields only inside that section.
+unsafe impl<S: QpState> Send for Dci<'_, S> {}
+// SAFETY: as above.
+unsafe impl<S: QpState> Sync for Dci<'_, S> {}
+
+/// The attribute mask of a DCI's RESET → INIT.
+pub(super) const DCI_INIT_MASK: u32 = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT;
+/// The attribute mask of a DCI's INIT → RTR.
+pub(super) const DCI_RTR_MASK: u32 = sys::IBV_QP_PATH_MTU;
+/// The attribute mask of a DCI's RTR → RTS.
+pub(super) const DCI_RTS_MASK: u32 = sys::IBV_QP_TIMEOUT
+    | sys::IBV_QP_RETRY_CNT
+    | sys::IBV_QP_RNR_RETRY
+    | sys::IBV_QP_SQ_PSN
+    | sys::IBV_QP_MAX_QP_RD_ATOMIC;
+
+/// The operations a DCI is created for (`IBV_QP_EX_WITH_*`).
+const SEND_OPS: u32 =
+    sys::IBV_QP_EX_WITH_SEND | sys::IBV_QP_EX_WITH_RDMA_WRITE | sys::IBV_QP_EX_WITH_RDMA_READ;
+
+impl<'ctx> Mlx5Context<'ctx> {
+    /// `mlx5dv_create_qp(3)`—A DC initiator on `pd`: `IBV_QPT_DRIVER` with
+    /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (SEND, RDMA WRITE, RDMA READ),
+    /// `MLX5DV_QP_INIT_ATTR_MASK_DC` with `MLX5DV_DCTYPE_DCI`, and DCI streams when asked.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] when streams are asked of a device that reports none, or when
+    /// libibverbs lacks `ibv_qp_to_qp_ex` (rdma-core v24+); [`Error::InvalidInput`] for more
+    /// streams than [`DcCaps::dci_streams`](super::DcCaps::dci_streams) allows or a PD of
+    /// another context; [`Error::Verb`] from `mlx5dv_create_qp`.
+    #[doc(alias = "mlx5dv_create_qp")]
+    pub fn create_dci<'res>(
+        &self,
+        pd: &'res ProtectionDomain<'res>,
+        attr: &DciInitAttr<'res>,
+    ) -> Result<Dci<'res, Reset>> {
+        let mut cap = attr.cap.to_raw();
+        (cap.max_recv_wr, cap.max_recv_sge) = (0, 0);
+        let init = sys::ibv_qp_init_attr_ex {
+            qp_type: sys::IBV_QPT_DRIVER,
+            send_cq: attr.send_cq.as_raw(),
+            recv_cq: attr.send_cq.as_raw(),
+            cap,
+            sq_sig_all: attr.sq_sig_all.into(),
+            comp_mask: sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            send_ops_flags: u64::from(SEND_OPS),
+            ..Default::default()
+        };
+        let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCI);
+        if let Some(streams) = attr.streams {
+            self.check_streams(streams)?;
+            dv.comp_mask |= u64::from(sys::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS);
+            dv.dc_init_attr.__bindgen_anon_1.dci_streams = sys::mlx5dv_dci_streams {
+                log_num_concurent: streams.log_concurrent,
+                log_num_errored: streams.log_errored,
+            };
+        }
+        let qp = DcQp::create(self, pd, init, dv)?;
+        // SAFETY: a live QP of the library `fns` came from, created with send ops.
+        let qp_ex = unsafe { sys::inline::ibv_qp_to_qp_ex(qp.fns(), qp.as_raw()) };
+        let Some(qp_ex) = NonNull::new(qp_ex) else {
+            return Err(Error::Unsupported { what: "ibv_qp_to_qp_ex (rdma-core v24+)" });
+        };
+        // SAFETY: `qp_ex` belongs to a QP that this mlx5 context's `mlx5dv_create_qp` made
+        // (the gate passed), so libmlx5's `container_of` finds its `mlx5dv_qp_ex`.
+        let mqp = unsafe { (self.library().fns.mlx5dv_qp_ex_from_ibv_qp_ex)(qp_ex.as_ptr()) };
+        let mqp = check_ptr(mqp, "mlx5dv_qp_ex_from_ibv_qp_ex")?;
+        Ok(Dci { qp, qp_ex, mqp, streams: attr.streams.is_some(), _state: PhantomData })
+    }
+
+    fn check_streams(&self, asked: DciStreams) -> Result<()> {
+        let Some(caps) = self.caps().dci_streams else {
+            let why = "the device or its libmlx5 (rdma-core v37+) reports no DCI streams";
+            return Err(unsupported(self.context().name(), why));
+        };
+        if asked.log_concurrent > caps.max_log_concurrent
+            || asked.log_errored > caps.max_log_errored
+        {
+            return Err(Error::InvalidInput(format!(
+                "DCI streams 2^{} concurrent / 2^{} errored exceed {}'s 2^{} / 2^{}: ask for less",
+                asked.log_concurrent,
+                asked.log_errored,
+                self.context().name(),
+                caps.max_log_concurrent,
+                caps.max_log_errored
+            )));
+        }
+        Ok(())
+    }
+
+    /// A DCI on `pd` taken straight to RTS (`route.port`, P_Key index 0, `route.path_mtu`,
+    /// ibv_rc_pingpong's RTS values with send PSN 0), and the destination `peer` describes,
+    /// with its address handle made from the token and `route`: what a client needs to post
+    /// to a DCT whose token it received.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mlx5Context::create_dci`], the transitions, and [`DcPeer::new`].
+    pub fn connect_dci<'res>(
+        &self,
+        pd: &'res ProtectionDomain<'res>,
+        attr: &DciInitAttr<'res>,
+        route: &DcRoute,
+        peer: &DcEndpoint,
+    ) -> Result<(Dci<'res, Rts>, DcPeer<'res>)> {
+        let dci = self
+            .create_dci(pd, attr)?
+            .into_init(route.port, 0)?
+            .into_rtr(&DciRtrAttr { path_mtu: route.path_mtu })?
+            .into_rts(&RtsAttr::new(Psn::new(0)))?;
+        let peer = DcPeer::new(pd, peer, route)?;
+        Ok((dci, peer))
+    }
+}
+
+impl<'res, S: QpState> Dci<'res, S> {
+    /// The DCI's QP number.
+    pub fn qp_num(&self) -> Qpn {
+        self.qp.qp_num()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &'res ProtectionDomain<'res> {
+        self.qp.pd()
+    }
+
+    /// The raw QP pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.qp.as_raw()
+    }
+
+    /// Whether it was created with DCI streams.
+    pub fn has_streams(&self) -> bool {
+        self.streams
+    }
+
+    /// `ibv_destroy_qp(3)`—Destroys the DCI, reporting failure (dropping logs instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_destroy_qp`; the DCI is then leaked.
+    pub fn destroy(self) -> Result<()> {
+        self.qp.destroy()
+    }
+
+    fn transition<N: QpState>(
+        self,
+        attr: sys::ibv_qp_attr,
+        mask: u32,
+        state: sys::ibv_qp_state,
+        verb: &'static str,
+    ) -> Result<Dci<'res, N>, TransitionError<Self>> {
+        match self.qp.modify(attr, mask, state, verb) {
+            Ok(()) => Ok(Dci {
+                qp: self.qp,
+                qp_ex: self.qp_ex,
+                mqp: self.mqp,
+                streams: self.streams,
+                _state: PhantomData,
+            }),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+}
+
+impl<'res> Dci<'res, Reset> {
+    /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT`).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+    pub fn into_init(
+        self,
+        port: u8,
+        pkey_index: u16,
+    ) -> Result<Dci<'res, Init>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr { pkey_index, port_num: port, ..Default::default() };
+        self.transition(raw, DCI_INIT_MASK, sys::IBV_QPS_INIT, "ibv_modify_qp (DCI RESET→INIT)")
+    }
+}
+
+impl<'res> Dci<'res, Init> {
+    /// INIT → RTR (`IBV_QP_STATE | PATH_MTU`): no peer data.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+    pub fn into_rtr(self, attr: &DciRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
+        self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
+    }
+}
+
+impl<'res> Dci<'res, Rtr> {
+    /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN |
+    /// MAX_QP_RD_ATOMIC`).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+    pub fn into_rts(self, attr: &RtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            sq_psn: attr.sq_psn.get(),
+            max_rd_atomic: attr.max_rd_atomic,
+            ..Default::default()
+        };
+        self.transition(raw, DCI_RTS_MASK, sys::IBV_QPS_RTS, "ibv_modify_qp (DCI RTR→RTS)")
+    }
+}
+
+impl Dci<'_, Rts> {
+    /// `ibv_wr_post(3)`—Posts `wrs` with one doorbell through the extended work request API,
+    /// each built as `ibv_wr_start` → `wr_id`/`wr_flags` → the operation →
+    /// `mlx5dv_wr_set_dc_addr` (or its stream variant) → `ibv_wr_set_sge`/`_sge_list` →
+    /// `ibv_wr_complete`. If a builder is missing, the batch is aborted (`ibv_wr_abort`) and
+    /// nothing is posted.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send`](crate::QueuePair::post_send): until each WR's completion
+    /// has been polled (for an unsignaled one, a later signaled one's) or the DCI destroyed,
+    /// the memory its SGEs describe stays allocated and registered in a region of this DCI's
+    /// PD, unwritten for SEND and RDMA WRITE, untouched for RDMA READ; each destination's
+    /// address handle stays alive; `wr_id`s do not have bit 63 set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] before any call for a WR with a stream on a DCI without
+    /// streams, or with [`SendFlags::INLINE`] (not offered here); [`Error::Unsupported`] when
+    /// the provider lacks a builder; [`Error::Verb`] from `ibv_wr_complete` (then nothing of
+    /// the batch is posted, per `ibv_wr_post(3)`).
+    #[doc(alias = "ibv_wr_start")]
+    #[doc(alias = "mlx5dv_wr_set_dc_addr")]
+    pub unsafe fn post(&self, wrs: &[DcWr<'_>]) -> Result<()> {
+        for wr in wrs {
+            if wr.stream.is_some() && !self.streams {
+                return Err(Error::InvalidInput(
+                    "a DC work request names a DCI stream, but this DCI was created without \
+                     streams: set DciInitAttr::streams"
+                        .into(),
+                ));
+            }
+            if wr.flags.contains(SendFlags::INLINE) {
+                return Err(Error::InvalidInput(
+                    "SendFlags::INLINE is not offered on a DCI: post the payload by SGE".into(),
+                ));
+            }
+        }
+        let qp = self.qp_ex.as_ptr();
+        // SAFETY: a live extended QP in RTS; this opens the batch (the provider's lock).
+        check_errno(unsafe { sys::inline::ibv_wr_start(qp) }, "ibv_wr_start")?;
+        for wr in wrs {
+            // SAFETY: inside the batch this thread opened; the caller upholds the memory and
+            // AH contracts.
+            if let Err(e) = unsafe { self.build(wr) } {
+                // SAFETY: closes the batch opened above, discarding what was built.
+                unsafe { sys::inline::ibv_wr_abort(qp) };
+                return Err(e);
+            }
+        }
+        // SAFETY: closes the batch opened above.
+        check_errno(unsafe { sys::inline::ibv_wr_complete(qp) }, "ibv_wr_complete")
+    }
+
+    /// One WR of the batch, in `ibv_wr_post(3)`'s order.
+    ///
+    /// # Safety
+    ///
+    /// Inside a batch opened by `ibv_wr_start` on this thread, under `post`'s contract.
+    unsafe fn build(&self, wr: &DcWr<'_>) -> Result<()> {
+        let (qp, mqp) = (self.qp_ex.as_ptr(), self.mqp.as_ptr());
+        let step = |ret: i32, verb: &'static str| match ret {
+            0 => Ok(()),
+            errno => Err(Error::verb(verb, errno)),
+        };
+        // SAFETY: the caller guarantees an open batch; these fields are read by the next
+        // operation builder, as `ibv_wr_post(3)` says.
+        unsafe {
+            (*qp).wr_id = wr.wr_id;
+            (*qp).wr_flags = wr.flags.bits();
+        }
+        // SAFETY: each call is the next step of the WR in `ibv_wr_post(3)`'s order, on the
+        // extended QP and the mlx5dv_qp_ex of this DCI; `stream` only on a DCI with streams
+        // (checked in `post`).
+        unsafe {
+            match wr.opcode {
+                DcOpcode::Send => step(sys::inline::ibv_wr_send(qp), "ibv_wr_send")?,
+                DcOpcode::RdmaWrite(r) => {
+                    step(sys::inline::ibv_wr_rdma_write(qp, r.rkey.0, r.addr), "ibv_wr_rdma_write")?
+                }
+                DcOpcode::RdmaRead(r) => {
+                    step(sys::inline::ibv_wr_rdma_read(qp, r.rkey.0, r.addr), "ibv_wr_rdma_read")?
+                }
+            }
+            let d = &wr.dest;
+            match wr.stream {
+                None => step(
+                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.0, d.key.0),
+                    "mlx5dv_wr_set_dc_addr",
+                )?,
+                Some(id) => step(
+                    sys::inline::mlx5dv_wr_set_dc_addr_stream(
+                        mqp,
+                        d.ah.as_raw(),
+                        d.dctn.0,
+                        d.key.0,
+                        id,
+                    ),
+                    "mlx5dv_wr_set_dc_addr_stream",
+                )?,
+            }
+            match wr.sges {
+                [sge] => step(
+                    sys::inline::ibv_wr_set_sge(qp, sge.lkey().0, sge.addr(), sge.length()),
+                    "ibv_wr_set_sge",
+                ),
+                sges => step(
+                    sys::inline::ibv_wr_set_sge_list(qp, sges.len(), sges.as_ptr().cast()),
+                    "ibv_wr_set_sge_list",
+                ),
+            }
+        }
+    }
+}
+
+impl<S: QpState> std::fmt::Debug for Dci<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dci")
+            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().0))
+            .field("state", &S::NAME)
+            .field("streams", &self.streams)
+            .finish()
+    }
+}
+
+/// Where a DC work request goes: the address handle of the target's port, its DCT number
+/// and its DC access key (the arguments of `mlx5dv_wr_set_dc_addr(3)`).
+#[derive(Clone, Copy, Debug)]
+pub struct DcDestination<'a> {
+    /// The route to the target's port, on the DCI's PD.
+    pub ah: &'a AddressHandle<'a>,
+    /// The target's DCT number.
+    pub dctn: Qpn,
+    /// The target's DC access key.
+    pub key: DcKey,
+}
+
+/// A DCT to send to, from its [`DcEndpoint`] token: an address handle made from the token's
+/// GID and LID, with the DCT number and key.
+#[derive(Debug)]
+pub struct DcPeer<'pd> {
+    ah: AddressHandle<'pd>,
+    endpoint: DcEndpoint,
+}
+
+impl<'pd> DcPeer<'pd> {
+    /// `ibv_create_ah(3)` on `pd` for the port `endpoint` names, from `route.port`: by LID,
+    /// plus a GRH from `route.sgid_index` to the token's GID when both are present (RoCE
+    /// needs it; the path MTU is not used here).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_create_ah` (`EINVAL` on RoCE without a GRH).
+    pub fn new(
+        pd: &'pd ProtectionDomain<'pd>,
+        endpoint: &DcEndpoint,
+        route: &DcRoute,
+    ) -> Result<Self> {
+        let grh =
+            route.sgid_index.filter(|_| !endpoint.gid.is_zero()).map(|sgid_index| GlobalRoute {
+                dgid: endpoint.gid,
+                sgid_index,
+                hop_limit: 1,
+                flow_label: 0,
+                traffic_class: 0,
+            });
+        let av =
+            AddressVector { dlid: endpoint.lid, sl: 0, src_path_bits: 0, port: route.port, grh };
+        Ok(DcPeer { ah: pd.create_ah(&av)?, endpoint: *endpoint })
+    }
+
+    /// The destination to put in work requests.
+    pub fn destination(&self) -> DcDestination<'_> {
+        DcDestination { ah: &self.ah, dctn: self.endpoint.dctn, key: self.endpoint.dc_key }
+    }
+
+    /// The token it was made from.
+    pub fn endpoint(&self) -> &DcEndpoint {
+        &self.endpoint
+    }
+}
+
+/// What a DC work request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DcOpcode {
+    /// SEND: consumes a receive from the DCT's SRQ.
+    Send,
+    /// RDMA WRITE to the target's memory.
+    RdmaWrite(RemoteAddr),
+    /// RDMA READ from the target's memory.
+    RdmaRead(RemoteAddr),
+}
+
+/// A DC send work request: operation, local memory, destination, and optionally the DCI
+/// stream it runs on.
+#[derive(Clone, Copy, Debug)]
+pub struct DcWr<'a> {
+    /// Returned in the work completion.
+    pub wr_id: u64,
+    /// `IBV_SEND_*` flags (`wr_flags`).
+    pub flags: SendFlags,
+    /// The operation.
+    pub opcode: DcOpcode,
+    /// The local memory: read for SEND and WRITE, written by READ.
+    pub sges: &'a [Sge],
+    /// The target.
+    pub dest: DcDestination<'a>,
+    /// The DCI stream, on a DCI created with streams.
+    pub stream: Option<u16>,
+}
+
+impl<'a> DcWr<'a> {
+    /// A SEND of `sges` to `dest`.
+    pub fn send(wr_id: u64, sges: &'a [Sge], dest: DcDestination<'a>) -> Self {
+        DcWr { wr_id, flags: SendFlags::empty(), opcode: DcOpcode::Send, sges, dest, stream: None }
+    }
+
+    /// An RDMA WRITE of `sges` to `remote` at `dest`.
+    pub fn rdma_write(
+        wr_id: u64,
+        sges: &'a [Sge],
+        remote: RemoteAddr,
+        dest: DcDestination<'a>,
+    ) -> Self {
+        DcWr { opcode: DcOpcode::RdmaWrite(remote), ..DcWr::send(wr_id, sges, dest) }
+    }
+
+    /// An RDMA READ from `remote` at `dest` into `sges`.
+    pub fn rdma_read(
+        wr_id: u64,
+        sges: &'a [Sge],
+        remote: RemoteAddr,
+        dest: DcDestination<'a>,
+    ) -> Self {
+        DcWr { opcode: DcOpcode::RdmaRead(remote), ..DcWr::send(wr_id, sges, dest) }
+    }
+
+    /// With these flags.
+    pub fn flags(self, flags: SendFlags) -> Self {
+        DcWr { flags, ..self }
+    }
+
+    /// On DCI stream `id`.
+    pub fn stream(self, id: u16) -> Self {
+        DcWr { stream: Some(id), ..self }
+    }
+}

@@ -1,0 +1,236 @@
+//! DC targets (DCT): the receiving end, fed by a shared receive queue.
+
+use std::marker::PhantomData;
+
+use rdma_verbs_sys as sys;
+
+use crate::cq::CompletionQueue;
+use crate::endpoint::{Lid, Qpn};
+use crate::error::{Result, TransitionError};
+use crate::gid::Gid;
+use crate::pd::ProtectionDomain;
+use crate::port::Mtu;
+use crate::qp::{AddressVector, GlobalRoute, Init, InitAttr, QpState, Reset, Rtr};
+use crate::srq::SharedReceiveQueue;
+
+use super::context::Mlx5Context;
+use super::endpoint::{DcEndpoint, DcKey};
+use super::qp::{dv_attr, DcQp};
+
+/// What a DCT is created with. A DCT has no receive queue of its own: the kernel requires an
+/// SRQ and a receive CQ, so both are fields here, not options.
+#[derive(Clone, Copy, Debug)]
+pub struct DctInitAttr<'res, 'srq> {
+    /// Where its receives come from.
+    pub srq: &'res SharedReceiveQueue<'srq>,
+    /// Where its receive completions go.
+    pub recv_cq: &'res CompletionQueue<'res>,
+    /// The DC access key initiators must present (`dct_access_key`).
+    pub key: DcKey,
+}
+
+/// INIT → RTR of a DCT (`IBV_QP_STATE | AV | PATH_MTU | MIN_RNR_TIMER`). The AV is the
+/// DCT's own side of the route: its port, and on RoCE a GRH naming its source GID index
+/// (the GRH's destination GID is unused and left zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DctRtrAttr {
+    /// The path MTU.
+    pub path_mtu: Mtu,
+    /// The RNR NAK timer code (12 = 0.64 ms; see `ibv_modify_qp(3)`).
+    pub min_rnr_timer: u8,
+    /// The port (and GRH) the DCT answers on.
+    pub av: AddressVector,
+}
+
+impl DctRtrAttr {
+    /// RTR on `port`, with a GRH from source GID `sgid_index` when one is given (RoCE),
+    /// RNR timer 12.
+    pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
+        let grh = sgid_index.map(|sgid_index| GlobalRoute {
+            dgid: Gid::ZERO,
+            sgid_index,
+            hop_limit: 1,
+            flow_label: 0,
+            traffic_class: 0,
+        });
+        DctRtrAttr {
+            path_mtu,
+            min_rnr_timer: 12,
+            av: AddressVector { dlid: Lid(0), sl: 0, src_path_bits: 0, port, grh },
+        }
+    }
+}
+
+/// A DC target (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCT`) in state `S`: RESET, INIT or
+/// RTR — a DCT never sends, so it has no RTS. Its DCT number exists from RTR on.
+///
+/// It borrows its PD, SRQ and CQ, so they outlive it:
+///
+/// ```compile_fail,E0597
+/// # use rdma_verbs::*;
+/// # use rdma_verbs::mlx5::*;
+/// # fn f(ctx: &Context, mlx5: &Mlx5Context<'_>) -> Result<()> {
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(16)?;
+/// let dct = {
+///     let srq = pd.create_srq(16, 1)?;
+///     mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) })?
+/// }; // error: `srq` dropped while still borrowed
+/// # drop(dct); Ok(()) }
+/// ```
+///
+/// Its number cannot be read before RTR:
+///
+/// ```compile_fail,E0599
+/// # use rdma_verbs::*;
+/// # use rdma_verbs::mlx5::*;
+/// # fn f(dct: Dct<'_, Init>) {
+/// let n = dct.dctn(); // error: no method `dctn` on `Dct<Init>`
+/// # }
+/// ```
+pub struct Dct<'res, S: QpState> {
+    qp: DcQp<'res>,
+    key: DcKey,
+    _state: PhantomData<S>,
+}
+
+// SAFETY: the handle is immutable after creation; verbs on a QP are thread-safe.
+unsafe impl<S: QpState> Send for Dct<'_, S> {}
+// SAFETY: as above; no method mutates through `&self`.
+unsafe impl<S: QpState> Sync for Dct<'_, S> {}
+
+impl<'ctx> Mlx5Context<'ctx> {
+    /// `mlx5dv_create_qp(3)`—A DC target on `pd`: `IBV_QPT_DRIVER`,
+    /// `MLX5DV_QP_INIT_ATTR_MASK_DC`, `MLX5DV_DCTYPE_DCT` with the access key, the SRQ and
+    /// the receive CQ (also given as send CQ, as UCX and perftest do).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) when `pd` is not of this device
+    /// context; [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.
+    #[doc(alias = "mlx5dv_create_qp")]
+    pub fn create_dct<'res>(
+        &self,
+        pd: &'res ProtectionDomain<'res>,
+        attr: &DctInitAttr<'res, '_>,
+    ) -> Result<Dct<'res, Reset>> {
+        let init = sys::ibv_qp_init_attr_ex {
+            qp_type: sys::IBV_QPT_DRIVER,
+            send_cq: attr.recv_cq.as_raw(),
+            recv_cq: attr.recv_cq.as_raw(),
+            srq: attr.srq.as_raw(),
+            ..Default::default()
+        };
+        let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCT);
+        dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.0;
+        let qp = DcQp::create(self, pd, init, dv)?;
+        Ok(Dct { qp, key: attr.key, _state: PhantomData })
+    }
+}
+
+/// The attribute mask of a DCT's RESET → INIT.
+pub(super) const DCT_INIT_MASK: u32 =
+    sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
+/// The attribute mask of a DCT's INIT → RTR.
+pub(super) const DCT_RTR_MASK: u32 =
+    sys::IBV_QP_AV | sys::IBV_QP_PATH_MTU | sys::IBV_QP_MIN_RNR_TIMER;
+
+impl<'res, S: QpState> Dct<'res, S> {
+    /// The DC access key it was created with.
+    pub fn key(&self) -> DcKey {
+        self.key
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &'res ProtectionDomain<'res> {
+        self.qp.pd()
+    }
+
+    /// The raw QP pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.qp.as_raw()
+    }
+
+    /// `ibv_destroy_qp(3)`—Destroys the DCT, reporting failure (dropping logs instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`](crate::Error::Verb) from `ibv_destroy_qp`; the DCT is then leaked.
+    pub fn destroy(self) -> Result<()> {
+        self.qp.destroy()
+    }
+
+    fn transition<N: QpState>(
+        self,
+        attr: sys::ibv_qp_attr,
+        mask: u32,
+        state: sys::ibv_qp_state,
+        verb: &'static str,
+    ) -> Result<Dct<'res, N>, TransitionError<Self>> {
+        match self.qp.modify(attr, mask, state, verb) {
+            Ok(()) => Ok(Dct { qp: self.qp, key: self.key, _state: PhantomData }),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+}
+
+impl<'res> Dct<'res, Reset> {
+    /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): `attr.access` is
+    /// what initiators may do (remote write/read; remote atomics need DC atomic support).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
+    /// `ibv_modify_qp`.
+    pub fn into_init(self, attr: &InitAttr) -> Result<Dct<'res, Init>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            pkey_index: attr.pkey_index,
+            port_num: attr.port,
+            qp_access_flags: attr.access.bits(),
+            ..Default::default()
+        };
+        self.transition(raw, DCT_INIT_MASK, sys::IBV_QPS_INIT, "ibv_modify_qp (DCT RESET→INIT)")
+    }
+}
+
+impl<'res> Dct<'res, Init> {
+    /// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | MIN_RNR_TIMER`). The device creates the
+    /// DCT object here, and libmlx5 sets its DCT number.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
+    /// `ibv_modify_qp` (`EINVAL` on RoCE without a GRH).
+    pub fn into_rtr(self, attr: &DctRtrAttr) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr {
+            path_mtu: attr.path_mtu.0,
+            min_rnr_timer: attr.min_rnr_timer,
+            ah_attr: attr.av.to_raw(),
+            ..Default::default()
+        };
+        self.transition(raw, DCT_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCT INIT→RTR)")
+    }
+}
+
+impl Dct<'_, Rtr> {
+    /// The DCT number initiators address it by (`ibv_qp.qp_num`, which libmlx5 sets only
+    /// after the RTR transition).
+    pub fn dctn(&self) -> Qpn {
+        self.qp.qp_num()
+    }
+
+    /// The token an initiator needs: this DCT's number and key, with the GID and LID of the
+    /// port it answers on.
+    pub fn endpoint(&self, gid: Gid, lid: Lid) -> DcEndpoint {
+        DcEndpoint { gid, lid, dctn: self.dctn(), dc_key: self.key }
+    }
+}
+
+impl<S: QpState> std::fmt::Debug for Dct<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dct")
+            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().0))
+            .field("state", &S::NAME)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,266 @@
+//! The DC endpoint token: what a DCT's owner hands to initiators.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::endpoint::{Lid, Qpn};
+use crate::gid::Gid;
+
+/// A DC access key (`dct_access_key`): a DCT accepts only work requests that carry it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DcKey(pub u64);
+
+/// Everything an initiator needs to reach a DCT: its port's GID and LID, its DCT number and
+/// its DC access key.
+///
+/// Two encodings, both versioned:
+///
+/// - text, 65 characters: `dc1:` then the GID as 32 hex digits, the LID as 4, the DCT number
+///   as 6 and the key as 16, separated by `:` (`Display` / `FromStr`);
+/// - bytes, [`DcEndpoint::BYTES`] long: `0xdc 0x01`, then the GID (16), the LID (2), the DCT
+///   number (4) and the key (8), big-endian ([`DcEndpoint::to_bytes`] /
+///   [`DcEndpoint::from_bytes`]).
+///
+/// ```
+/// # use rdma_verbs::{Gid, Lid, Qpn};
+/// # use rdma_verbs::mlx5::{DcEndpoint, DcKey};
+/// let ep = DcEndpoint { gid: Gid::ZERO, lid: Lid(7), dctn: Qpn(0x1234), dc_key: DcKey(42) };
+/// let text = ep.to_string();
+/// assert_eq!(text, "dc1:00000000000000000000000000000000:0007:001234:000000000000002a");
+/// assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
+/// assert_eq!(DcEndpoint::from_bytes(&ep.to_bytes()).unwrap(), ep);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DcEndpoint {
+    /// The GID of the DCT's port (zero on InfiniBand without GRH).
+    pub gid: Gid,
+    /// The LID of the DCT's port (0 on RoCE).
+    pub lid: Lid,
+    /// The DCT number (24 bits).
+    pub dctn: Qpn,
+    /// The DC access key.
+    pub dc_key: DcKey,
+}
+
+/// Why a DC endpoint token was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DcTokenError {
+    /// The text does not start with `dc1:`, or the bytes with `0xdc 0x01`.
+    #[error("not a DC endpoint token (version 1): it must start with {expected}, got {got:?}")]
+    Version {
+        /// The expected prefix.
+        expected: &'static str,
+        /// What the token starts with.
+        got: String,
+    },
+    /// The token is not `dc1:` + four `:`-separated fields of 32, 4, 6 and 16 hex digits,
+    /// or not [`DcEndpoint::BYTES`] bytes.
+    #[error("malformed DC endpoint token: {reason}")]
+    Layout {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A field holds something other than hex digits.
+    #[error("the {field} field of the DC endpoint token is not hexadecimal: {text:?}")]
+    NotHex {
+        /// `gid`, `lid`, `dctn` or `key`.
+        field: &'static str,
+        /// The field's text.
+        text: String,
+    },
+    /// The DCT number does not fit in 24 bits.
+    #[error("the DCT number {dctn:#x} of the DC endpoint token exceeds 24 bits")]
+    DctnRange {
+        /// The value found.
+        dctn: u32,
+    },
+}
+
+const TEXT_PREFIX: &str = "dc1:";
+const BYTES_PREFIX: [u8; 2] = [0xdc, 0x01];
+/// The field widths of the text form, in hex digits.
+const WIDTHS: [(&str, usize); 4] = [("gid", 32), ("lid", 4), ("dctn", 6), ("key", 16)];
+
+impl DcEndpoint {
+    /// The length of the byte form.
+    pub const BYTES: usize = 32;
+
+    /// The byte form (see the type's docs).
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[..2].copy_from_slice(&BYTES_PREFIX);
+        b[2..18].copy_from_slice(&self.gid.0);
+        b[18..20].copy_from_slice(&self.lid.0.to_be_bytes());
+        b[20..24].copy_from_slice(&self.dctn.0.to_be_bytes());
+        b[24..].copy_from_slice(&self.dc_key.0.to_be_bytes());
+        b
+    }
+
+    /// Parses the byte form.
+    ///
+    /// # Errors
+    ///
+    /// [`DcTokenError`]: wrong length, wrong version prefix, or a DCT number above 24 bits.
+    pub fn from_bytes(b: &[u8]) -> Result<Self, DcTokenError> {
+        if !b.starts_with(&BYTES_PREFIX) {
+            let got = b.iter().take(2).map(|x| format!("{x:#04x} ")).collect::<String>();
+            return Err(DcTokenError::Version { expected: "bytes 0xdc 0x01", got });
+        }
+        let b: &[u8; Self::BYTES] = b.try_into().map_err(|_| DcTokenError::Layout {
+            reason: format!("{} bytes, not {}", b.len(), Self::BYTES),
+        })?;
+        let dctn = u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"));
+        let ep = DcEndpoint {
+            gid: Gid(b[2..18].try_into().expect("16 bytes")),
+            lid: Lid(u16::from_be_bytes([b[18], b[19]])),
+            dctn: Qpn(dctn),
+            dc_key: DcKey(u64::from_be_bytes(b[24..].try_into().expect("8 bytes"))),
+        };
+        ep.checked()
+    }
+
+    fn checked(self) -> Result<Self, DcTokenError> {
+        if self.dctn.0 > 0xff_ffff {
+            return Err(DcTokenError::DctnRange { dctn: self.dctn.0 });
+        }
+        Ok(self)
+    }
+}
+
+impl fmt::Display for DcEndpoint {
+    /// The text form (see the type's docs).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(TEXT_PREFIX)?;
+        for byte in self.gid.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        write!(f, ":{:04x}:{:06x}:{:016x}", self.lid.0, self.dctn.0, self.dc_key.0)
+    }
+}
+
+impl FromStr for DcEndpoint {
+    type Err = DcTokenError;
+
+    /// Parses the text form; surrounding whitespace (a trailing newline) is ignored.
+    fn from_str(s: &str) -> Result<Self, DcTokenError> {
+        let s = s.trim();
+        let Some(rest) = s.strip_prefix(TEXT_PREFIX) else {
+            let got = s.chars().take(TEXT_PREFIX.len()).collect();
+            return Err(DcTokenError::Version { expected: "text \"dc1:\"", got });
+        };
+        let fields: Vec<&str> = rest.split(':').collect();
+        if fields.len() != WIDTHS.len() {
+            return Err(DcTokenError::Layout {
+                reason: format!(
+                    "{} fields after \"dc1:\", not 4 (GID:LID:DCTN:KEY): {s:?}",
+                    fields.len()
+                ),
+            });
+        }
+        let mut values = [0u128; 4];
+        for ((text, (field, width)), value) in fields.iter().zip(WIDTHS).zip(&mut values) {
+            if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(DcTokenError::NotHex { field, text: (*text).to_owned() });
+            }
+            if text.len() != width {
+                return Err(DcTokenError::Layout {
+                    reason: format!(
+                        "the {field} field has {} hex digits, not {width}: {text:?}",
+                        text.len()
+                    ),
+                });
+            }
+            *value = u128::from_str_radix(text, 16).expect("at most 32 hex digits");
+        }
+        let [gid, lid, dctn, key] = values;
+        DcEndpoint {
+            gid: Gid(gid.to_be_bytes()),
+            lid: Lid(lid as u16),
+            dctn: Qpn(dctn as u32),
+            dc_key: DcKey(key as u64),
+        }
+        .checked()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn endpoint() -> impl Strategy<Value = DcEndpoint> {
+        (any::<[u8; 16]>(), any::<u16>(), 0u32..=0xff_ffff, any::<u64>()).prop_map(
+            |(gid, lid, dctn, key)| DcEndpoint {
+                gid: Gid(gid),
+                lid: Lid(lid),
+                dctn: Qpn(dctn),
+                dc_key: DcKey(key),
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn text_round_trips(ep in endpoint()) {
+            let text = ep.to_string();
+            prop_assert_eq!(text.len(), 65);
+            prop_assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
+        }
+
+        #[test]
+        fn bytes_round_trip(ep in endpoint()) {
+            prop_assert_eq!(DcEndpoint::from_bytes(&ep.to_bytes()).unwrap(), ep);
+        }
+
+        #[test]
+        fn any_text_is_parsed_or_refused_without_panic(s in "\\PC{0,80}") {
+            let _ = s.parse::<DcEndpoint>();
+        }
+
+        #[test]
+        fn any_bytes_are_parsed_or_refused_without_panic(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = DcEndpoint::from_bytes(&b);
+        }
+    }
+
+    fn sample() -> DcEndpoint {
+        DcEndpoint {
+            gid: Gid("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets()),
+            lid: Lid(0),
+            dctn: Qpn(0xabcdef),
+            dc_key: DcKey(0x0123_4567_89ab_cdef),
+        }
+    }
+
+    #[test]
+    fn bad_text_is_refused_with_the_reason() {
+        let good = sample().to_string();
+        assert!(matches!("rc1:x".parse::<DcEndpoint>(), Err(DcTokenError::Version { .. })));
+        let short = &good[..good.len() - 1];
+        let e = short.parse::<DcEndpoint>().unwrap_err();
+        assert!(e.to_string().contains("key field has 15 hex digits"), "{e}");
+        let e = good.replacen(":0000:", ":00g0:", 1).parse::<DcEndpoint>().unwrap_err();
+        assert_eq!(e, DcTokenError::NotHex { field: "lid", text: "00g0".into() });
+        let e = format!("{good}:00").parse::<DcEndpoint>().unwrap_err();
+        assert!(e.to_string().contains("5 fields"), "{e}");
+        assert_eq!(format!(" {good}\n").parse::<DcEndpoint>().unwrap(), sample());
+    }
+
+    #[test]
+    fn bad_bytes_are_refused_with_the_reason() {
+        let good = sample().to_bytes();
+        let e = DcEndpoint::from_bytes(&good[..31]).unwrap_err();
+        assert!(e.to_string().contains("31 bytes, not 32"), "{e}");
+        let mut wrong = good;
+        wrong[1] = 2;
+        assert!(matches!(DcEndpoint::from_bytes(&wrong), Err(DcTokenError::Version { .. })));
+        let mut big = good;
+        big[20] = 1;
+        assert_eq!(
+            DcEndpoint::from_bytes(&big),
+            Err(DcTokenError::DctnRange { dctn: 0x01ab_cdef })
+        );
+    }
+}

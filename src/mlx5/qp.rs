@@ -1,0 +1,105 @@
+//! What DCTs and DCIs share: the owned `ibv_qp` and its transitions.
+
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use crate::endpoint::Qpn;
+use crate::error::{check_errno, check_ptr, Result};
+use crate::pd::ProtectionDomain;
+
+use super::context::Mlx5Context;
+
+/// A QP created by `mlx5dv_create_qp(3)`, destroyed on drop.
+pub(super) struct DcQp<'res> {
+    raw: NonNull<sys::ibv_qp>,
+    pd: &'res ProtectionDomain<'res>,
+}
+
+impl<'res> DcQp<'res> {
+    /// `mlx5dv_create_qp(3)` with `attr` (its `pd` set here) and the DV attributes.
+    pub(super) fn create(
+        mlx5: &Mlx5Context<'_>,
+        pd: &'res ProtectionDomain<'res>,
+        mut attr: sys::ibv_qp_init_attr_ex,
+        mut dv: sys::mlx5dv_qp_init_attr,
+    ) -> Result<Self> {
+        if !std::ptr::eq(pd.context(), mlx5.context()) {
+            return Err(crate::Error::InvalidInput(format!(
+                "the protection domain belongs to {}, not to {}: create DC QPs with a PD of the \
+                 Mlx5Context's own device context",
+                pd.context().name(),
+                mlx5.context().name()
+            )));
+        }
+        attr.pd = pd.as_raw();
+        attr.comp_mask |= sys::IBV_QP_INIT_ATTR_PD;
+        // SAFETY: an mlx5 context (the gate passed), valid attribute structs whose PD, CQs
+        // and SRQ are live objects of it, borrowed by the caller for `'res`.
+        let raw = unsafe {
+            (mlx5.library().fns.mlx5dv_create_qp)(mlx5.context().as_raw(), &mut attr, &mut dv)
+        };
+        Ok(DcQp { raw: check_ptr(raw, "mlx5dv_create_qp")?, pd })
+    }
+
+    pub(super) fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.raw.as_ptr()
+    }
+
+    pub(super) fn pd(&self) -> &'res ProtectionDomain<'res> {
+        self.pd
+    }
+
+    pub(super) fn fns(&self) -> &'static sys::IbverbsFns {
+        &self.pd.context().library().fns
+    }
+
+    pub(super) fn qp_num(&self) -> Qpn {
+        // SAFETY: a live QP; a plain field read.
+        Qpn(unsafe { (*self.raw.as_ptr()).qp_num })
+    }
+
+    /// `ibv_modify_qp(3)` to `state` with `mask | IBV_QP_STATE`.
+    pub(super) fn modify(
+        &self,
+        mut attr: sys::ibv_qp_attr,
+        mask: u32,
+        state: sys::ibv_qp_state,
+        verb: &'static str,
+    ) -> Result<()> {
+        attr.qp_state = state;
+        // SAFETY: a live QP and an attribute struct whose masked fields are set.
+        let ret = unsafe {
+            (self.fns().ibv_modify_qp)(self.as_raw(), &mut attr, (mask | sys::IBV_QP_STATE) as i32)
+        };
+        check_errno(ret, verb)
+    }
+
+    pub(super) fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).destroy_raw()
+    }
+
+    fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: a live QP, destroyed once (by Drop, or by `destroy`, which suppresses it).
+        let ret = unsafe { (self.fns().ibv_destroy_qp)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_qp")
+    }
+}
+
+impl Drop for DcQp<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_raw() {
+            log::warn!("leaking DC QP {:#x}: {e}", self.qp_num().0);
+        }
+    }
+}
+
+/// The DV attributes of a DC QP of `dc_type`: the DC mask bit and the type.
+pub(super) fn dv_attr(dc_type: sys::mlx5dv_dc_type) -> sys::mlx5dv_qp_init_attr {
+    let mut dv = sys::mlx5dv_qp_init_attr {
+        comp_mask: u64::from(sys::MLX5DV_QP_INIT_ATTR_MASK_DC),
+        ..Default::default()
+    };
+    dv.dc_init_attr.dc_type = dc_type;
+    dv
+}

@@ -1,0 +1,221 @@
+//! libmlx5 (the `mlx5dv` direct verbs), found at run time through the device's own provider.
+//!
+//! Only the DC (Dynamically Connected) transport of the safe crate's `mlx5` feature uses it, so
+//! nothing here runs until a DC entry point asks for a context's provider ([`mlx5_for`]).
+//!
+//! # Which copy of libmlx5
+//!
+//! `mlx5dv_is_supported()` compares the device's `verbs_device->ops` with the address of its
+//! own `mlx5_dev_ops`: a second copy of libmlx5 (another path, another build) would answer
+//! "not mlx5" for every device, and its `mlx5dv_create_qp` would work on objects it did not
+//! allocate. So the table must come from the very object libibverbs loaded for *this* device.
+//!
+//! We ask the dynamic loader which file holds one of the context's provider ops
+//! (`dladdr(ctx->ops.poll_cq)`: every provider sets `poll_cq`, and it is the provider's own
+//! code, not libibverbs'), then `dlopen(that file, RTLD_NOW | RTLD_NOLOAD)`. `RTLD_NOLOAD`
+//! returns the object already in the process (glibc matches it by device and inode, whatever
+//! name it was loaded under — on Debian `libmlx5-rdmav34.so` is a symlink to
+//! `libmlx5.so.1.24.44.0`) and never maps a second one. We prefer this to
+//! `dlopen("libmlx5.so.1", RTLD_NOLOAD)` because it needs no name: it finds the provider
+//! wherever a MOFED/DOCA-OFED stack installed it, works when providers are built into
+//! libibverbs (`RDMA_STATIC_PROVIDERS`, where the symbols live in libibverbs itself), and on
+//! a host with both an mlx5 and another device it asks the provider of the device at hand: a
+//! Soft-RoCE context resolves to `librxe-rdmav34.so`, which lacks the mlx5dv symbols, so that
+//! device is refused before any mlx5dv function is called.
+//!
+//! Every table is kept for the life of the process, never `dlclose`d, like libibverbs'.
+
+use std::ffi::{c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use libloading::os::unix::{Library, RTLD_NOW};
+
+use crate::bindings::*;
+use crate::loader::{fn_table, loaded_path};
+
+/// Why the mlx5dv functions of a context's provider are not available.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Mlx5LoadError {
+    /// The context has no provider op to locate its provider by (`ops.poll_cq` is NULL or
+    /// not inside a loaded object).
+    #[error("cannot tell which provider library drives this device: {reason}")]
+    NoProvider {
+        /// What was missing.
+        reason: &'static str,
+    },
+    /// `dlopen(RTLD_NOLOAD)` failed: no such object is loaded.
+    #[error("cannot reopen {library}: {reason}")]
+    Open {
+        /// The provider's file, as the dynamic loader names it.
+        library: String,
+        /// The loader's explanation (`dlerror`).
+        reason: String,
+    },
+    /// The provider lacks an mlx5dv function: it is not libmlx5 (another vendor's device or
+    /// a soft device), or a libmlx5 older than rdma-core v24.
+    #[error("the provider {path} lacks {symbol}")]
+    MissingSymbol {
+        /// The provider's file.
+        path: String,
+        /// The first missing function.
+        symbol: &'static str,
+    },
+}
+
+fn_table! {
+    /// The libmlx5 functions the DC transport calls (rdma-core v24+: `mlx5dv_qp_ex_from_ibv_qp_ex`
+    /// is `MLX5_1.10`, the newest of them).
+    pub struct Mlx5Fns, missing: Mlx5LoadError::MissingSymbol;
+    required {
+        /// `mlx5dv_query_device(3)` (`MLX5_1.0`).
+        mlx5dv_query_device: fn(*mut ibv_context, *mut mlx5dv_context) -> c_int;
+        /// `mlx5dv_is_supported(3)` (`MLX5_1.8`, rdma-core v22).
+        mlx5dv_is_supported: fn(*mut ibv_device) -> bool;
+        /// `mlx5dv_create_qp(3)` (`MLX5_1.3`, rdma-core v16).
+        mlx5dv_create_qp: fn(*mut ibv_context, *mut ibv_qp_init_attr_ex,
+            *mut mlx5dv_qp_init_attr) -> *mut ibv_qp;
+        /// `mlx5dv_qp_ex_from_ibv_qp_ex(3)` (`MLX5_1.10`, rdma-core v24). A bare
+        /// `container_of`: undefined behaviour on a QP libmlx5 did not create.
+        mlx5dv_qp_ex_from_ibv_qp_ex: fn(*mut ibv_qp_ex) -> *mut mlx5dv_qp_ex;
+    }
+    optional {}
+}
+
+/// A provider's libmlx5 functions and the file they came from.
+#[allow(missing_debug_implementations)]
+pub struct Mlx5 {
+    /// Kept so the object is never unloaded. `None` for a table built from plain pointers.
+    _lib: Option<Library>,
+    path: PathBuf,
+    /// The function table.
+    pub fns: Mlx5Fns,
+}
+
+impl Mlx5 {
+    /// A library made of plain function pointers (a mock provider's), reported as loaded
+    /// from `path`.
+    ///
+    /// # Safety
+    ///
+    /// Each function in `fns` must behave as the libmlx5 function of the same name (its man
+    /// page's contract) on the objects of the libibverbs it is used with.
+    pub unsafe fn from_fns(fns: Mlx5Fns, path: PathBuf) -> Mlx5 {
+        Mlx5 { _lib: None, path, fns }
+    }
+
+    /// The name it was reopened by: for [`mlx5_for`], the provider's file as the dynamic
+    /// loader names it (for example
+    /// `/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The libmlx5 functions of the provider that drives `ctx` (see the module docs), loaded on
+/// first use per provider file and kept for the life of the process. It does not say that the
+/// device is an mlx5 one: ask `mlx5dv_is_supported` next.
+///
+/// # Errors
+///
+/// [`Mlx5LoadError`]: the provider cannot be located, reopened, or is not libmlx5.
+///
+/// # Safety
+///
+/// `ctx` must be a live context opened by the libibverbs loaded in this process (not a mock
+/// one, whose ops live in the test binary).
+pub unsafe fn mlx5_for(ctx: *mut ibv_context) -> Result<&'static Mlx5, Mlx5LoadError> {
+    // SAFETY: the caller guarantees a live context; a plain field read.
+    let Some(poll_cq) = (unsafe { (*ctx).ops.poll_cq }) else {
+        return Err(Mlx5LoadError::NoProvider { reason: "the context's ops.poll_cq is NULL" });
+    };
+    let Some(path) = loaded_path(poll_cq as *const c_void) else {
+        return Err(Mlx5LoadError::NoProvider {
+            reason: "dladdr does not place ops.poll_cq in a loaded library",
+        });
+    };
+    // SAFETY: the object holding the provider op of a live context is the provider
+    // libibverbs loaded for it.
+    unsafe { loaded(&path) }
+}
+
+/// The libmlx5 functions of `name` (a path, or a SONAME such as `libmlx5.so.1`), an object
+/// already loaded in this process: `dlopen(name, RTLD_NOW | RTLD_NOLOAD)`, which never maps a
+/// second copy. Kept per name for the life of the process. Use [`mlx5_for`] to get a
+/// context's own provider.
+///
+/// # Errors
+///
+/// [`Mlx5LoadError::Open`] when no such object is loaded, [`Mlx5LoadError::MissingSymbol`]
+/// when it lacks an mlx5dv function.
+///
+/// # Safety
+///
+/// An object of that name that is loaded must implement the ABI of this build's headers for
+/// the mlx5dv symbols it exports (a genuine libmlx5, or a provider without them).
+pub unsafe fn loaded(name: &Path) -> Result<&'static Mlx5, Mlx5LoadError> {
+    type Loaded = Vec<(PathBuf, Result<&'static Mlx5, Mlx5LoadError>)>;
+    static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, result)) = loaded.iter().find(|(p, _)| p == name) {
+        return result.clone();
+    }
+    // SAFETY: RTLD_NOLOAD only returns an object already in the process (no initialiser
+    // runs); the caller vouches for its ABI.
+    let result = unsafe { reopen(name) }.map(|lib| &*Box::leak(Box::new(lib)));
+    loaded.push((name.to_owned(), result.clone()));
+    result
+}
+
+/// `dlopen(path, RTLD_NOW | RTLD_NOLOAD)` and the table from it.
+///
+/// # Safety
+///
+/// `path` must be an object already loaded in this process, implementing the ABI of this
+/// build's headers for the symbols it exports.
+unsafe fn reopen(path: &Path) -> Result<Mlx5, Mlx5LoadError> {
+    let display = path.display().to_string();
+    // SAFETY: forwarded to the caller; NOLOAD maps nothing new.
+    let lib = unsafe { Library::open(Some(path), RTLD_NOW | libc::RTLD_NOLOAD) }.map_err(|e| {
+        let reason = match std::error::Error::source(&e) {
+            Some(source) => format!("{e}: {source}"),
+            None => format!("{e} (it is not loaded in this process)"),
+        };
+        Mlx5LoadError::Open { library: display.clone(), reason }
+    })?;
+    let fns = Mlx5Fns::resolve(&lib, &display)?;
+    Ok(Mlx5 { _lib: Some(lib), path: path.to_owned(), fns })
+}
+
+// The offsets the inline `mlx5dv_wr_set_dc_addr*` rely on (verbs-abi.md §1.5).
+static_assertions::const_assert_eq!(std::mem::offset_of!(mlx5dv_qp_ex, wr_set_dc_addr), 8);
+static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_qp_init_attr>(), 40);
+static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_dc_init_attr>(), 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_not_loaded_is_never_mapped() {
+        // SAFETY: NOLOAD maps nothing; no such object is in the process.
+        let err = unsafe { loaded(Path::new("libmlx5-not-here.so.1")) }.err().unwrap();
+        assert!(matches!(err, Mlx5LoadError::Open { .. }), "{err:?}");
+        assert!(err.to_string().contains("libmlx5-not-here.so.1"), "{err}");
+    }
+
+    #[test]
+    fn a_loaded_object_without_mlx5dv_is_named_with_the_missing_symbol() {
+        // libc is in every process; it has no mlx5dv functions.
+        // SAFETY: NOLOAD maps nothing new; nothing of libc is called.
+        let err = unsafe { loaded(Path::new("libc.so.6")) }.err().unwrap();
+        assert_eq!(
+            err,
+            Mlx5LoadError::MissingSymbol {
+                path: "libc.so.6".into(),
+                symbol: "mlx5dv_query_device"
+            }
+        );
+    }
+}

@@ -1,0 +1,748 @@
+//! A mock libmlx5 for the DC transport, and the libibverbs pieces DC needs that the base mock
+//! does not model (SRQs, address handles, DC QP transitions).
+//!
+//! - [`library`]: an [`Mlx5`] whose `mlx5dv_is_supported` says yes or no, whose
+//!   `mlx5dv_query_device` reports DC ODP and DCI stream capabilities, and whose
+//!   `mlx5dv_create_qp` makes DCTs and DCIs with the rules of libmlx5 and the kernel
+//!   (`IBV_QPT_DRIVER`, the DC mask, a DCT only with an SRQ and a receive CQ and without send
+//!   ops, DCI streams within the capabilities).
+//! - [`ibverbs_library`]: the base mock libibverbs with SRQs and AHs modelled, and
+//!   `ibv_modify_qp` / `ibv_destroy_qp` / `ibv_qp_to_qp_ex` that know DC QPs: DCT transitions
+//!   RESET→INIT→RTR only (the DCT number appears at RTR), DCI RESET→INIT→RTR→RTS, each
+//!   refusing (`EINVAL`) a missing or extra mask bit as mlx5_ib does (its `mlx5_ib_modify_dct`
+//!   and `modify_dci_qp_is_ok`). Other QPs go to the base mock.
+//! - A DCI's `ibv_qp_ex` and `mlx5dv_qp_ex` members record each builder call
+//!   ([`Mlx5Call`]), so tests see the order and arguments of a posted work request.
+//!
+//! Calls are recorded in the thread's [`Mock`](super::Mock) log as [`Call::Mlx5`]; failures
+//! are injected with [`Verb::Mlx5`]. The DC objects live in a registry of their own, per
+//! thread, freed when the thread ends.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::mem::offset_of;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::bindings::*;
+use crate::loader::Ibverbs;
+use crate::mlx5::{Mlx5, Mlx5Fns};
+
+use super::call::{Call, QpAttr, Verb};
+use super::state::{serve, Kind};
+use super::{verbs, Optional};
+
+/// What a mock libmlx5 reports as its path.
+pub const LIBRARY_PATH: &str = "mock/libmlx5.so.1";
+
+/// The DCI stream capabilities the mock device reports: 2⁴ concurrent, 2³ errored.
+pub const DCI_STREAMS_CAPS: mlx5dv_dci_streams_caps =
+    mlx5dv_dci_streams_caps { max_log_num_concurent: 4, max_log_num_errored: 3 };
+
+/// The DC on-demand-paging capabilities the mock device reports (`IBV_ODP_SUPPORT_SEND |
+/// IBV_ODP_SUPPORT_RECV`).
+pub const DC_ODP_CAPS: u32 = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+
+/// A mock libmlx5 function whose next call can fail ([`Verb::Mlx5`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mlx5Verb {
+    /// `mlx5dv_query_device`
+    QueryDevice,
+    /// `mlx5dv_create_qp`
+    CreateQp,
+    /// `ibv_create_ah`
+    CreateAh,
+    /// `ibv_create_srq`
+    CreateSrq,
+    /// The DCI's `wr_complete` member.
+    WrComplete,
+}
+
+/// One recorded call of the mock libmlx5, of a DCI member, or of the SRQ/AH verbs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mlx5Call {
+    /// `mlx5dv_is_supported`
+    IsSupported,
+    /// `mlx5dv_query_device`
+    QueryDevice {
+        /// The capability bits asked for.
+        comp_mask: u64,
+    },
+    /// `mlx5dv_create_qp`, with what was asked.
+    CreateQp {
+        /// `attr->qp_type`.
+        qp_type: ibv_qp_type,
+        /// `attr->comp_mask` (`IBV_QP_INIT_ATTR_*`).
+        comp_mask: u32,
+        /// `attr->send_ops_flags` (`IBV_QP_EX_WITH_*`).
+        send_ops_flags: u64,
+        /// Whether an SRQ was given.
+        srq: bool,
+        /// Whether a receive CQ was given.
+        recv_cq: bool,
+        /// `mlx5_attr->comp_mask` (`MLX5DV_QP_INIT_ATTR_MASK_*`).
+        dv_comp_mask: u64,
+        /// `mlx5_attr->create_flags`.
+        create_flags: u32,
+        /// `dc_init_attr.dc_type`.
+        dc_type: mlx5dv_dc_type,
+        /// `dc_init_attr.dct_access_key`, for a DCT.
+        dct_access_key: Option<u64>,
+        /// `dc_init_attr.dci_streams` (log concurrent, log errored), when its mask bit is set.
+        dci_streams: Option<(u8, u8)>,
+    },
+    /// `mlx5dv_qp_ex_from_ibv_qp_ex`
+    QpExFromIbvQpEx,
+    /// `ibv_create_ah`
+    CreateAh {
+        /// The AH's address, to match with [`Mlx5Call::WrSetDcAddr::ah`].
+        ah: usize,
+        /// The attributes, as [`QpAttr`] shows an `ah_attr` (only its AV fields are set).
+        attr: QpAttr,
+    },
+    /// `ibv_destroy_ah`
+    DestroyAh,
+    /// `ibv_create_srq`
+    CreateSrq {
+        /// `attr.max_wr`.
+        max_wr: u32,
+        /// `attr.max_sge`.
+        max_sge: u32,
+    },
+    /// `ibv_destroy_srq`
+    DestroySrq,
+    /// `wr_start`
+    WrStart,
+    /// `wr_send`, with the `wr_id` and `wr_flags` fields as they were then.
+    WrSend {
+        /// `qp_ex->wr_id`.
+        wr_id: u64,
+        /// `qp_ex->wr_flags`.
+        wr_flags: u32,
+    },
+    /// `wr_rdma_write`, with the `wr_id` and `wr_flags` fields as they were then.
+    WrRdmaWrite {
+        /// `qp_ex->wr_id`.
+        wr_id: u64,
+        /// `qp_ex->wr_flags`.
+        wr_flags: u32,
+        /// The remote key.
+        rkey: u32,
+        /// The remote address.
+        remote_addr: u64,
+    },
+    /// `mlx5dv_qp_ex.wr_set_dc_addr`
+    WrSetDcAddr {
+        /// The AH's address.
+        ah: usize,
+        /// The remote DCT number.
+        remote_dctn: u32,
+        /// The remote DC access key.
+        remote_dc_key: u64,
+    },
+    /// `mlx5dv_qp_ex.wr_set_dc_addr_stream`
+    WrSetDcAddrStream {
+        /// The AH's address.
+        ah: usize,
+        /// The remote DCT number.
+        remote_dctn: u32,
+        /// The remote DC access key.
+        remote_dc_key: u64,
+        /// The DCI stream.
+        stream_id: u16,
+    },
+    /// `wr_set_sge`
+    WrSetSge {
+        /// The local key.
+        lkey: u32,
+        /// The address.
+        addr: u64,
+        /// The length.
+        length: u32,
+    },
+    /// `wr_complete`
+    WrComplete,
+    /// `wr_abort`
+    WrAbort,
+}
+
+/// A DC QP as libmlx5 lays one out: the `ibv_qp_ex` (whose first member is the `ibv_qp`) and,
+/// further on, the `mlx5dv_qp_ex` that `mlx5dv_qp_ex_from_ibv_qp_ex` finds by `container_of`.
+#[repr(C)]
+struct DcQp {
+    qp_ex: ibv_qp_ex,
+    dv: mlx5dv_qp_ex,
+    dc_type: mlx5dv_dc_type,
+    send_ops: bool,
+}
+
+#[derive(Default)]
+struct Registry {
+    qps: HashMap<usize, Box<DcQp>>,
+    srqs: HashMap<usize, Box<ibv_srq>>,
+    ahs: HashMap<usize, Box<ibv_ah>>,
+}
+
+thread_local! {
+    static DC: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+fn is_dc_qp(qp: *mut ibv_qp) -> bool {
+    DC.with_borrow(|r| r.qps.contains_key(&(qp as usize)))
+}
+
+/// Whether `object` is a live DC QP, SRQ or AH of this thread's mock.
+pub fn is_live<T>(object: *mut T) -> bool {
+    let key = object as usize;
+    DC.with_borrow(|r| {
+        r.qps.contains_key(&key) || r.srqs.contains_key(&key) || r.ahs.contains_key(&key)
+    })
+}
+
+fn set_errno(errno: c_int) {
+    // SAFETY: `__errno_location` returns this thread's errno, always writable.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
+    result.unwrap_or_else(|errno| {
+        set_errno(errno);
+        std::ptr::null_mut()
+    })
+}
+
+fn record(call: Mlx5Call) {
+    let _ = serve(|s| {
+        s.record(Call::Mlx5(call));
+        Ok(())
+    });
+}
+
+/// The mock libmlx5; `supported` is what `mlx5dv_is_supported` answers.
+pub fn fns(supported: bool) -> Mlx5Fns {
+    Mlx5Fns {
+        mlx5dv_query_device,
+        mlx5dv_is_supported: if supported { is_supported_yes } else { is_supported_no },
+        mlx5dv_create_qp,
+        mlx5dv_qp_ex_from_ibv_qp_ex,
+    }
+}
+
+/// The mock libmlx5 as a process-wide library; `supported` is what `mlx5dv_is_supported`
+/// answers for every device.
+pub fn library(supported: bool) -> &'static Mlx5 {
+    static LIBRARIES: [OnceLock<Mlx5>; 2] = [const { OnceLock::new() }; 2];
+    LIBRARIES[usize::from(supported)].get_or_init(|| {
+        // SAFETY: each function keeps the contract of its libmlx5 namesake over the mock's
+        // objects.
+        unsafe { Mlx5::from_fns(fns(supported), PathBuf::from(LIBRARY_PATH)) }
+    })
+}
+
+/// The mock libibverbs (every optional symbol) with SRQs, AHs and DC QPs modelled.
+pub fn ibverbs_library() -> &'static Ibverbs {
+    static LIBRARY: OnceLock<Ibverbs> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let base = super::fns(Optional::ALL);
+        let fns = crate::IbverbsFns {
+            ibv_create_srq,
+            ibv_destroy_srq,
+            ibv_create_ah,
+            ibv_destroy_ah,
+            ibv_modify_qp,
+            ibv_destroy_qp,
+            ibv_qp_to_qp_ex: Some(ibv_qp_to_qp_ex),
+            ..base
+        };
+        // SAFETY: each function keeps the contract of its libibverbs namesake.
+        unsafe { Ibverbs::from_fns(fns, PathBuf::from(super::LIBRARY_PATH)) }
+    })
+}
+
+extern "C" fn is_supported_yes(_device: *mut ibv_device) -> bool {
+    record(Mlx5Call::IsSupported);
+    true
+}
+
+extern "C" fn is_supported_no(_device: *mut ibv_device) -> bool {
+    record(Mlx5Call::IsSupported);
+    false
+}
+
+/// `mlx5dv_query_device`: the DC ODP and DCI stream capabilities, when asked for; other
+/// bits are cleared, as the library clears what it does not know.
+///
+/// # Safety
+///
+/// `attr` must be valid for reads and writes.
+unsafe extern "C" fn mlx5dv_query_device(
+    ctx: *mut ibv_context,
+    attr: *mut mlx5dv_context,
+) -> c_int {
+    // SAFETY: the caller passes a valid struct.
+    let attr = unsafe { &mut *attr };
+    let asked = attr.comp_mask;
+    let result = serve(|s| {
+        s.begin(
+            Call::Mlx5(Mlx5Call::QueryDevice { comp_mask: asked }),
+            Verb::Mlx5(Mlx5Verb::QueryDevice),
+        )?;
+        s.expect(ctx, Kind::Context)
+    });
+    if let Err(errno) = result {
+        return errno;
+    }
+    let known = u64::from(MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | MLX5DV_CONTEXT_MASK_DCI_STREAMS);
+    attr.version = 1;
+    attr.comp_mask = asked & known;
+    attr.dc_odp_caps = DC_ODP_CAPS;
+    attr.dci_streams_caps = DCI_STREAMS_CAPS;
+    0
+}
+
+/// `mlx5dv_create_qp`: DC QPs only (`EOPNOTSUPP` otherwise, as for a driver QP without DC).
+///
+/// # Safety
+///
+/// `attr` and `mlx5_attr` must be valid for reads and writes.
+unsafe extern "C" fn mlx5dv_create_qp(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+    mlx5_attr: *mut mlx5dv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller passes valid structs.
+    let (attr, dv) = unsafe { (&mut *attr, &*mlx5_attr) };
+    let dc = dv.comp_mask & u64::from(MLX5DV_QP_INIT_ATTR_MASK_DC) != 0;
+    let dct = dc && dv.dc_init_attr.dc_type == MLX5DV_DCTYPE_DCT;
+    let streams = dv.comp_mask & u64::from(MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) != 0;
+    // SAFETY: both union members are plain integers, valid whichever one the caller set;
+    // only the one the DC type and mask select is used.
+    let (key, streams_attr) = unsafe {
+        let u = dv.dc_init_attr.__bindgen_anon_1;
+        (u.dct_access_key, u.dci_streams)
+    };
+    let s = streams_attr;
+    let call = Mlx5Call::CreateQp {
+        qp_type: attr.qp_type,
+        comp_mask: attr.comp_mask,
+        send_ops_flags: attr.send_ops_flags,
+        srq: !attr.srq.is_null(),
+        recv_cq: !attr.recv_cq.is_null(),
+        dv_comp_mask: dv.comp_mask,
+        create_flags: dv.create_flags,
+        dc_type: dv.dc_init_attr.dc_type,
+        dct_access_key: dct.then_some(key),
+        dci_streams: streams.then_some((s.log_num_concurent, s.log_num_errored)),
+    };
+    let srq_live = DC.with_borrow(|r| r.srqs.contains_key(&(attr.srq as usize)));
+    let checked = serve(|st| {
+        st.begin(Call::Mlx5(call), Verb::Mlx5(Mlx5Verb::CreateQp))?;
+        st.expect(ctx, Kind::Context)?;
+        st.expect(attr.pd, Kind::Pd)?;
+        if attr.qp_type != IBV_QPT_DRIVER {
+            return Err(libc::EINVAL);
+        }
+        if !dc {
+            return Err(libc::EOPNOTSUPP);
+        }
+        match dv.dc_init_attr.dc_type {
+            MLX5DV_DCTYPE_DCT => {
+                let only_pd = attr.comp_mask == IBV_QP_INIT_ATTR_PD;
+                if !only_pd || streams || !srq_live || attr.recv_cq.is_null() {
+                    return Err(libc::EINVAL);
+                }
+                st.expect(attr.recv_cq, Kind::Cq)?;
+            }
+            MLX5DV_DCTYPE_DCI => {
+                st.expect(attr.send_cq, Kind::Cq)?;
+                let caps = DCI_STREAMS_CAPS;
+                if streams
+                    && (s.log_num_concurent > caps.max_log_num_concurent
+                        || s.log_num_errored > caps.max_log_num_errored)
+                {
+                    return Err(libc::EINVAL);
+                }
+            }
+            _ => return Err(libc::EINVAL),
+        }
+        Ok(st.next_id())
+    });
+    let id = match checked {
+        Ok(id) => id,
+        Err(errno) => return or_null(Err(errno)),
+    };
+    let qp_base = ibv_qp {
+        context: ctx,
+        pd: attr.pd,
+        send_cq: attr.send_cq,
+        recv_cq: attr.recv_cq,
+        srq: attr.srq,
+        handle: id,
+        // A DCT gets its number at RTR; until then libmlx5 leaves the creation's value.
+        qp_num: if dct { 0 } else { 0x200 + id },
+        state: IBV_QPS_RESET,
+        qp_type: IBV_QPT_DRIVER,
+        ..Default::default()
+    };
+    let send_ops = attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    // SAFETY: an all-zero ibv_qp_ex is valid: NULL pointers and members.
+    let zeroed_ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let mut qp = Box::new(DcQp {
+        qp_ex: ibv_qp_ex { qp_base, ..zeroed_ex },
+        // SAFETY: as above, for mlx5dv_qp_ex.
+        dv: unsafe { std::mem::zeroed() },
+        dc_type: dv.dc_init_attr.dc_type,
+        send_ops,
+    });
+    if !dct && send_ops {
+        let ops = attr.send_ops_flags;
+        let q = &mut qp.qp_ex;
+        q.wr_start = Some(wr_start);
+        q.wr_complete = Some(wr_complete);
+        q.wr_abort = Some(wr_abort);
+        q.wr_set_sge = Some(wr_set_sge);
+        q.wr_send = (ops & u64::from(IBV_QP_EX_WITH_SEND) != 0).then_some(wr_send);
+        q.wr_rdma_write =
+            (ops & u64::from(IBV_QP_EX_WITH_RDMA_WRITE) != 0).then_some(wr_rdma_write);
+        qp.dv.wr_set_dc_addr = Some(wr_set_dc_addr);
+        qp.dv.wr_set_dc_addr_stream = streams.then_some(wr_set_dc_addr_stream);
+    }
+    let raw: *mut ibv_qp = &mut qp.qp_ex.qp_base;
+    DC.with_borrow_mut(|r| r.qps.insert(raw as usize, qp));
+    raw
+}
+
+/// `mlx5dv_qp_ex_from_ibv_qp_ex`: `container_of`, as libmlx5 does (no check, like the real
+/// one; the record lets tests prove it is never reached for a non-mlx5 QP).
+extern "C" fn mlx5dv_qp_ex_from_ibv_qp_ex(qp: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex {
+    record(Mlx5Call::QpExFromIbvQpEx);
+    qp.wrapping_byte_add(offset_of!(DcQp, dv) - offset_of!(DcQp, qp_ex)).cast()
+}
+
+/// `ibv_qp_to_qp_ex`: a DC QP's `ibv_qp_ex` when it was created with send ops, else what
+/// the base mock answers.
+unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    let found = DC.with_borrow(|r| {
+        r.qps.get(&(qp as usize)).map(|q| q.send_ops.then_some(qp.cast::<ibv_qp_ex>()))
+    });
+    match found {
+        Some(Some(qp_ex)) => qp_ex,
+        Some(None) => std::ptr::null_mut(),
+        None => match super::fns(Optional::ALL).ibv_qp_to_qp_ex {
+            // SAFETY: not a DC QP: forwarded to the base mock under the caller's guarantees.
+            Some(base) => unsafe { base(qp) },
+            None => std::ptr::null_mut(),
+        },
+    }
+}
+
+/// The attributes each DC transition requires, and those it also accepts: mlx5_ib's
+/// `mlx5_ib_modify_dct` (exact masks) and `modify_dci_qp_is_ok` (DCI RTR also takes
+/// `PKEY_INDEX`, and `AV` in newer kernels; RTS also takes `MIN_RNR_TIMER`).
+fn dc_transition(
+    dc_type: mlx5dv_dc_type,
+    current: ibv_qp_state,
+    target: ibv_qp_state,
+) -> Option<(u32, u32)> {
+    let required = match (dc_type, current, target) {
+        (_, _, IBV_QPS_RESET | IBV_QPS_ERR) => IBV_QP_STATE,
+        (MLX5DV_DCTYPE_DCT, IBV_QPS_RESET, IBV_QPS_INIT) => {
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
+        }
+        (MLX5DV_DCTYPE_DCT, IBV_QPS_INIT, IBV_QPS_RTR) => {
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER
+        }
+        (MLX5DV_DCTYPE_DCI, IBV_QPS_RESET, IBV_QPS_INIT) => {
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT
+        }
+        (MLX5DV_DCTYPE_DCI, IBV_QPS_INIT, IBV_QPS_RTR) => {
+            return Some((IBV_QP_STATE | IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX | IBV_QP_AV));
+        }
+        (MLX5DV_DCTYPE_DCI, IBV_QPS_RTR, IBV_QPS_RTS) => {
+            let required = IBV_QP_STATE
+                | IBV_QP_TIMEOUT
+                | IBV_QP_RETRY_CNT
+                | IBV_QP_RNR_RETRY
+                | IBV_QP_SQ_PSN
+                | IBV_QP_MAX_QP_RD_ATOMIC;
+            return Some((required, IBV_QP_MIN_RNR_TIMER));
+        }
+        _ => return None,
+    };
+    Some((required, 0))
+}
+
+/// `ibv_modify_qp`: DC QPs as [`dc_transition`] allows (the DCT number is assigned at RTR);
+/// others go to the base mock.
+///
+/// # Safety
+///
+/// `attr` must be valid for reads.
+unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    if !is_dc_qp(qp) {
+        // SAFETY: forwarded under the caller's guarantees.
+        return unsafe { verbs::ibv_modify_qp(qp, attr, mask) };
+    }
+    // SAFETY: the caller passes a valid attribute struct.
+    let attr = unsafe { &*attr };
+    let result = serve(|s| {
+        s.begin(Call::ModifyQp { mask, attr: QpAttr::from_raw(attr) }, Verb::ModifyQp)?;
+        let id = s.next_id();
+        DC.with_borrow_mut(|r| {
+            let dc = r.qps.get_mut(&(qp as usize)).expect("checked above");
+            let base = &mut dc.qp_ex.qp_base;
+            let mask = mask as u32;
+            let target = if mask & IBV_QP_STATE != 0 { attr.qp_state } else { base.state };
+            let (required, optional) =
+                dc_transition(dc.dc_type, base.state, target).ok_or(libc::EINVAL)?;
+            if mask & required != required || mask & !(required | optional) != 0 {
+                return Err(libc::EINVAL);
+            }
+            if mask & IBV_QP_AV != 0 && attr.ah_attr.is_global == 0 {
+                return Err(libc::EINVAL);
+            }
+            if dc.dc_type == MLX5DV_DCTYPE_DCT && target == IBV_QPS_RTR {
+                base.qp_num = 0x300 + id;
+            }
+            base.state = target;
+            Ok(())
+        })
+    });
+    result.err().unwrap_or(0)
+}
+
+/// `ibv_destroy_qp`: DC QPs here, others in the base mock.
+extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    if !is_dc_qp(qp) {
+        return verbs::ibv_destroy_qp(qp);
+    }
+    let result = serve(|s| s.begin(Call::DestroyQp, Verb::DestroyQp));
+    if let Err(errno) = result {
+        return errno;
+    }
+    DC.with_borrow_mut(|r| r.qps.remove(&(qp as usize)));
+    0
+}
+
+/// `ibv_create_srq`: an SRQ of a live PD, within the device's limits.
+///
+/// # Safety
+///
+/// `attr` must be valid for reads and writes.
+unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    // SAFETY: the caller passes a valid struct.
+    let attr = unsafe { &mut *attr };
+    let (max_wr, max_sge) = (attr.attr.max_wr, attr.attr.max_sge);
+    let result = serve(|s| {
+        s.begin(
+            Call::Mlx5(Mlx5Call::CreateSrq { max_wr, max_sge }),
+            Verb::Mlx5(Mlx5Verb::CreateSrq),
+        )?;
+        s.expect(pd, Kind::Pd)?;
+        // The mock device reports no SRQ limits of its own: those of a QP apply.
+        let limits = super::device_attr();
+        if max_wr > limits.max_qp_wr as u32 || max_sge > limits.max_sge as u32 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `pd` is a live mock PD (checked above).
+        Ok((unsafe { (*pd).context }, s.next_id()))
+    });
+    or_null(result.map(|(context, handle)| {
+        let mut srq = Box::new(ibv_srq {
+            context,
+            srq_context: attr.srq_context,
+            pd,
+            handle,
+            ..Default::default()
+        });
+        let raw: *mut ibv_srq = &mut *srq;
+        DC.with_borrow_mut(|r| r.srqs.insert(raw as usize, srq));
+        raw
+    }))
+}
+
+/// `ibv_destroy_srq`: `EINVAL` for an SRQ this mock does not hold.
+extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    record(Mlx5Call::DestroySrq);
+    match DC.with_borrow_mut(|r| r.srqs.remove(&(srq as usize))) {
+        Some(_) => 0,
+        None => libc::EINVAL,
+    }
+}
+
+/// `ibv_create_ah`: an AH of a live PD; on the Ethernet port it needs a GRH (`EINVAL`).
+///
+/// # Safety
+///
+/// `attr` must be valid for reads.
+unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    // SAFETY: the caller passes a valid struct.
+    let ah_attr = unsafe { *attr };
+    let as_qp = ibv_qp_attr { ah_attr, ..Default::default() };
+    let mut ah = Box::new(ibv_ah::default());
+    let raw: *mut ibv_ah = &mut *ah;
+    let call = Mlx5Call::CreateAh { ah: raw as usize, attr: QpAttr::from_raw(&as_qp) };
+    let result = serve(|s| {
+        s.begin(Call::Mlx5(call), Verb::Mlx5(Mlx5Verb::CreateAh))?;
+        s.expect(pd, Kind::Pd)?;
+        if ah_attr.is_global == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `pd` is a live mock PD (checked above).
+        Ok(unsafe { (*pd).context })
+    });
+    or_null(result.map(|context| {
+        ah.context = context;
+        ah.pd = pd;
+        DC.with_borrow_mut(|r| r.ahs.insert(raw as usize, ah));
+        raw
+    }))
+}
+
+/// `ibv_destroy_ah`: `EINVAL` for an AH this mock does not hold.
+extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    record(Mlx5Call::DestroyAh);
+    match DC.with_borrow_mut(|r| r.ahs.remove(&(ah as usize))) {
+        Some(_) => 0,
+        None => libc::EINVAL,
+    }
+}
+
+// The DCI's builder members. Each reads the fields the caller set on the `ibv_qp_ex`.
+
+/// The `wr_id` and `wr_flags` the caller set before the operation builder.
+///
+/// # Safety
+///
+/// `qp` must be a live mock DCI.
+unsafe fn wr_fields(qp: *mut ibv_qp_ex) -> (u64, u32) {
+    // SAFETY: the caller guarantees a live DCI; plain field reads.
+    unsafe { ((*qp).wr_id, (*qp).wr_flags) }
+}
+
+unsafe extern "C" fn wr_start(_qp: *mut ibv_qp_ex) {
+    record(Mlx5Call::WrStart);
+}
+
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    // SAFETY: called by the builders on a live mock DCI.
+    let (wr_id, wr_flags) = unsafe { wr_fields(qp) };
+    record(Mlx5Call::WrSend { wr_id, wr_flags });
+}
+
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: called by the builders on a live mock DCI.
+    let (wr_id, wr_flags) = unsafe { wr_fields(qp) };
+    record(Mlx5Call::WrRdmaWrite { wr_id, wr_flags, rkey, remote_addr });
+}
+
+unsafe extern "C" fn wr_set_sge(_qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    record(Mlx5Call::WrSetSge { lkey, addr, length });
+}
+
+unsafe extern "C" fn wr_complete(_qp: *mut ibv_qp_ex) -> c_int {
+    let result =
+        serve(|s| s.begin(Call::Mlx5(Mlx5Call::WrComplete), Verb::Mlx5(Mlx5Verb::WrComplete)));
+    result.err().unwrap_or(0)
+}
+
+unsafe extern "C" fn wr_abort(_qp: *mut ibv_qp_ex) {
+    record(Mlx5Call::WrAbort);
+}
+
+unsafe extern "C" fn wr_set_dc_addr(
+    _mqp: *mut mlx5dv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_dctn: u32,
+    remote_dc_key: u64,
+) {
+    record(Mlx5Call::WrSetDcAddr { ah: ah as usize, remote_dctn, remote_dc_key });
+}
+
+unsafe extern "C" fn wr_set_dc_addr_stream(
+    _mqp: *mut mlx5dv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_dctn: u32,
+    remote_dc_key: u64,
+    stream_id: u16,
+) {
+    record(Mlx5Call::WrSetDcAddrStream { ah: ah as usize, remote_dctn, remote_dc_key, stream_id });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock::{ContextConfig, Mock};
+
+    /// A context, a PD and a CQ of `mock`, through the DC library.
+    fn objects(mock: &Mock) -> (*mut ibv_context, *mut ibv_pd, *mut ibv_cq) {
+        let fns = &ibverbs_library().fns;
+        let ctx = mock.context(ContextConfig::default()).as_ptr();
+        // SAFETY: a live mock context.
+        let pd = unsafe { (fns.ibv_alloc_pd)(ctx) };
+        // SAFETY: as above.
+        let cq =
+            unsafe { (fns.ibv_create_cq)(ctx, 8, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        (ctx, pd, cq)
+    }
+
+    fn create(
+        ctx: *mut ibv_context,
+        mut attr: ibv_qp_init_attr_ex,
+        dc_type: mlx5dv_dc_type,
+    ) -> (*mut ibv_qp, c_int) {
+        let mut dv = mlx5dv_qp_init_attr {
+            comp_mask: u64::from(MLX5DV_QP_INIT_ATTR_MASK_DC),
+            ..Default::default()
+        };
+        dv.dc_init_attr.dc_type = dc_type;
+        // SAFETY: valid attribute structs.
+        let qp = unsafe { (fns(true).mlx5dv_create_qp)(ctx, &mut attr, &mut dv) };
+        // SAFETY: this thread's errno.
+        (qp, unsafe { *libc::__errno_location() })
+    }
+
+    #[test]
+    fn a_dct_needs_an_srq_and_a_recv_cq_and_refuses_send_ops() {
+        let mock = Mock::new();
+        let (ctx, pd, cq) = objects(&mock);
+        let base = ibv_qp_init_attr_ex {
+            qp_type: IBV_QPT_DRIVER,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd,
+            recv_cq: cq,
+            ..Default::default()
+        };
+        assert_eq!(create(ctx, base, MLX5DV_DCTYPE_DCT), (std::ptr::null_mut(), libc::EINVAL));
+        let mut init = ibv_srq_init_attr::default();
+        init.attr.max_wr = 4;
+        init.attr.max_sge = 1;
+        // SAFETY: a live PD and a valid struct.
+        let srq = unsafe { (ibverbs_library().fns.ibv_create_srq)(pd, &mut init) };
+        let with_srq = ibv_qp_init_attr_ex { srq, ..base };
+        let send_ops = ibv_qp_init_attr_ex {
+            comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            ..with_srq
+        };
+        assert_eq!(create(ctx, send_ops, MLX5DV_DCTYPE_DCT).0, std::ptr::null_mut());
+        let rc = ibv_qp_init_attr_ex { qp_type: IBV_QPT_RC, ..with_srq };
+        assert_eq!(create(ctx, rc, MLX5DV_DCTYPE_DCT).0, std::ptr::null_mut());
+        let (dct, _) = create(ctx, with_srq, MLX5DV_DCTYPE_DCT);
+        assert!(is_live(dct));
+        // A DCT has no RTS, and no INIT without its access flags.
+        let fns = &ibverbs_library().fns;
+        let mut attr = ibv_qp_attr { qp_state: IBV_QPS_INIT, ..Default::default() };
+        let rc_init = (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT) as c_int;
+        // SAFETY: a live DC QP and a valid struct.
+        assert_eq!(unsafe { (fns.ibv_modify_qp)(dct, &mut attr, rc_init) }, libc::EINVAL);
+        attr.qp_state = IBV_QPS_RTS;
+        let state_only = IBV_QP_STATE as c_int;
+        // SAFETY: as above.
+        let ret = unsafe { (fns.ibv_modify_qp)(dct, &mut attr, state_only) };
+        assert_eq!(ret, libc::EINVAL);
+        // SAFETY: a live DC QP, destroyed once.
+        assert_eq!(unsafe { (fns.ibv_destroy_qp)(dct) }, 0);
+        assert!(!is_live(dct));
+    }
+}

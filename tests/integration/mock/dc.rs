@@ -1,0 +1,429 @@
+//! DC (feature `mlx5`) against the mock libmlx5: the gate, the creation attributes, the
+//! exact transition masks, the DCT number after RTR, and the order and arguments of each
+//! posted work request.
+
+use std::net::Ipv6Addr;
+
+use rdma_verbs::mlx5::{
+    DcEndpoint, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams, DctInitAttr,
+    DctRtrAttr, Mlx5Context,
+};
+use rdma_verbs::{
+    AccessFlags, Context, Error, Gid, InitAttr, Lid, Mtu, OdpTransportCaps, Psn, Qpn, RemoteAddr,
+    Reset, RtsAttr, SendFlags,
+};
+use rdma_verbs_sys as sys;
+use rdma_verbs_sys::mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
+use rdma_verbs_sys::mock::{self, Call, ContextConfig, Mock, QpAttr, Verb};
+
+use super::assert_verb_error;
+
+/// A context of the mock libibverbs that models SRQs, AHs and DC QPs. Fields drop in order.
+struct Fixture {
+    ctx: Context,
+    mock: Mock,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let mock = Mock::new();
+        let raw = mock.context(ContextConfig::default());
+        // SAFETY: a fresh context of the DC mock library, dropped before the mock.
+        let ctx = unsafe {
+            Context::from_raw(mock_mlx5::ibverbs_library(), raw, mock::DEVICE_NAME.into())
+        };
+        Fixture { ctx, mock }
+    }
+
+    /// The gate, with a mock libmlx5 whose `mlx5dv_is_supported` says `supported`.
+    fn mlx5(&self, supported: bool) -> Result<Mlx5Context<'_>, Error> {
+        // SAFETY: the mock libmlx5 keeps libmlx5's contracts over this mock's objects.
+        unsafe { Mlx5Context::with_library(&self.ctx, mock_mlx5::library(supported)) }
+    }
+
+    /// The DC calls recorded since the last time (other calls dropped).
+    fn dc_calls(&self) -> Vec<Mlx5Call> {
+        let calls = self.mock.take_calls();
+        calls
+            .into_iter()
+            .filter_map(|c| if let Call::Mlx5(c) = c { Some(c) } else { None })
+            .collect()
+    }
+
+    /// The masks and attributes of the `ibv_modify_qp` calls recorded since the last time.
+    fn modifies(&self) -> Vec<(u32, QpAttr)> {
+        let calls = self.mock.take_calls();
+        calls
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::ModifyQp { mask, attr } => Some((mask as u32, attr)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
+const SGID_INDEX: u8 = 3;
+
+fn route() -> DcRoute {
+    DcRoute { port: 1, sgid_index: Some(SGID_INDEX), path_mtu: Mtu::MTU_1024 }
+}
+
+fn token() -> DcEndpoint {
+    DcEndpoint {
+        gid: Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap()),
+        lid: Lid(0x12),
+        dctn: Qpn(0xab_cdef),
+        dc_key: DcKey(0x0123_4567_89ab_cdef),
+    }
+}
+
+#[test]
+fn a_device_mlx5dv_is_supported_refuses_is_unsupported_and_nothing_else_is_called() {
+    let f = Fixture::new();
+    f.mock.take_calls();
+    let err = f.mlx5(false).unwrap_err();
+    let Error::Unsupported { what } = &err else { panic!("{err:?}") };
+    assert!(what.contains("on device mock0"), "{err}");
+    assert!(what.contains("mlx5dv_is_supported says no"), "{err}");
+    assert!(what.contains("ConnectX"), "{err}");
+    // Only the gate ran: no capability query, no QP, no mlx5dv_qp_ex_from_ibv_qp_ex.
+    assert_eq!(f.dc_calls(), [Mlx5Call::IsSupported]);
+}
+
+#[test]
+fn open_finds_the_provider_of_a_context_and_refuses_a_non_mlx5_one() {
+    // The mock context's ops live in this test binary, which has no mlx5dv symbols: the
+    // same path a Soft-RoCE context takes to librxe.
+    let f = Fixture::new();
+    f.mock.take_calls();
+    let err = Mlx5Context::open(&f.ctx).unwrap_err();
+    let Error::Unsupported { what } = &err else { panic!("{err:?}") };
+    assert!(what.contains("on device mock0"), "{err}");
+    assert!(what.contains("not libmlx5"), "{err}");
+    assert_eq!(f.dc_calls(), []);
+}
+
+#[test]
+fn the_gate_reports_the_dc_capabilities() {
+    let f = Fixture::new();
+    f.mock.take_calls();
+    let mlx5 = f.mlx5(true).unwrap();
+    let asked =
+        u64::from(sys::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | sys::MLX5DV_CONTEXT_MASK_DCI_STREAMS);
+    assert_eq!(f.dc_calls(), [Mlx5Call::IsSupported, Mlx5Call::QueryDevice { comp_mask: asked }]);
+    let caps = mlx5.caps();
+    assert_eq!(caps.dc_odp, OdpTransportCaps::SEND | OdpTransportCaps::RECV);
+    let streams = caps.dci_streams.unwrap();
+    assert_eq!((streams.max_log_concurrent, streams.max_log_errored), (4, 3));
+}
+
+#[test]
+fn a_failed_capability_query_is_the_verbs_error() {
+    let f = Fixture::new();
+    f.mock.fail(Verb::Mlx5(Mlx5Verb::QueryDevice), libc::EIO);
+    assert_verb_error(&f.mlx5(true).unwrap_err(), "mlx5dv_query_device", libc::EIO, &[]);
+}
+
+#[test]
+fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_exact_masks() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let srq = pd.create_srq(16, 1).unwrap();
+    f.mock.take_calls();
+
+    let key = DcKey(0xfeed_beef);
+    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key }).unwrap();
+    assert_eq!(
+        f.dc_calls(),
+        [Mlx5Call::CreateQp {
+            qp_type: sys::IBV_QPT_DRIVER,
+            comp_mask: sys::IBV_QP_INIT_ATTR_PD,
+            send_ops_flags: 0,
+            srq: true,
+            recv_cq: true,
+            dv_comp_mask: u64::from(sys::MLX5DV_QP_INIT_ATTR_MASK_DC),
+            create_flags: 0,
+            dc_type: sys::MLX5DV_DCTYPE_DCT,
+            dct_access_key: Some(0xfeed_beef),
+            dci_streams: None,
+        }]
+    );
+    // SAFETY: a live QP; libmlx5 leaves the number unset until RTR.
+    assert_eq!(unsafe { (*dct.as_raw()).qp_num }, 0);
+
+    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let dct = dct.into_init(&InitAttr { port: 1, pkey_index: 0, access }).unwrap();
+    let dct = dct.into_rtr(&DctRtrAttr::new(1, Some(SGID_INDEX), Mtu::MTU_2048)).unwrap();
+    let modifies = f.modifies();
+    assert_eq!(
+        modifies.iter().map(|m| m.0).collect::<Vec<_>>(),
+        [
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_PKEY_INDEX
+                | sys::IBV_QP_PORT
+                | sys::IBV_QP_ACCESS_FLAGS,
+            sys::IBV_QP_STATE | sys::IBV_QP_AV | sys::IBV_QP_PATH_MTU | sys::IBV_QP_MIN_RNR_TIMER,
+        ]
+    );
+    let (init, rtr) = (modifies[0].1, modifies[1].1);
+    assert_eq!(
+        (init.qp_state, init.port_num, init.pkey_index, init.qp_access_flags),
+        (sys::IBV_QPS_INIT, 1, 0, sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ)
+    );
+    assert_eq!(
+        (rtr.qp_state, rtr.path_mtu, rtr.min_rnr_timer, rtr.ah_port_num, rtr.is_global),
+        (sys::IBV_QPS_RTR, sys::IBV_MTU_2048, 12, 1, 1)
+    );
+    assert_eq!(rtr.sgid_index, SGID_INDEX);
+
+    // The number appears at RTR, and the token carries it with the key.
+    let dctn = dct.dctn();
+    assert_ne!(dctn, Qpn(0));
+    let gid = token().gid;
+    let ep = dct.endpoint(gid, Lid(0));
+    assert_eq!(ep, DcEndpoint { gid, lid: Lid(0), dctn, dc_key: key });
+    assert_eq!(ep.to_string().parse::<DcEndpoint>().unwrap(), ep);
+
+    let raw = dct.as_raw();
+    dct.destroy().unwrap();
+    assert!(!mock_mlx5::is_live(raw));
+}
+
+#[test]
+fn a_failed_dct_creation_is_the_verbs_error() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let srq = pd.create_srq(16, 1).unwrap();
+    f.mock.fail(Verb::Mlx5(Mlx5Verb::CreateQp), libc::EINVAL);
+    let err =
+        mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) }).unwrap_err();
+    assert_verb_error(&err, "mlx5dv_create_qp", libc::EINVAL, &[]);
+}
+
+#[test]
+fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    f.mock.take_calls();
+
+    let dci: Dci<'_, Reset> = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap();
+    let send_ops =
+        sys::IBV_QP_EX_WITH_SEND | sys::IBV_QP_EX_WITH_RDMA_WRITE | sys::IBV_QP_EX_WITH_RDMA_READ;
+    assert_eq!(
+        f.dc_calls(),
+        [
+            Mlx5Call::CreateQp {
+                qp_type: sys::IBV_QPT_DRIVER,
+                comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                send_ops_flags: u64::from(send_ops),
+                srq: false,
+                recv_cq: true,
+                dv_comp_mask: u64::from(sys::MLX5DV_QP_INIT_ATTR_MASK_DC),
+                create_flags: 0,
+                dc_type: sys::MLX5DV_DCTYPE_DCI,
+                dct_access_key: None,
+                dci_streams: None,
+            },
+            Mlx5Call::QpExFromIbvQpEx,
+        ]
+    );
+    assert!(!dci.has_streams());
+
+    let dci = dci.into_init(1, 0).unwrap();
+    let dci = dci.into_rtr(&DciRtrAttr { path_mtu: Mtu::MTU_4096 }).unwrap();
+    let _dci = dci.into_rts(&RtsAttr::new(Psn::new(0x42))).unwrap();
+    let modifies = f.modifies();
+    assert_eq!(
+        modifies.iter().map(|m| m.0).collect::<Vec<_>>(),
+        [
+            sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT,
+            sys::IBV_QP_STATE | sys::IBV_QP_PATH_MTU,
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_TIMEOUT
+                | sys::IBV_QP_RETRY_CNT
+                | sys::IBV_QP_RNR_RETRY
+                | sys::IBV_QP_SQ_PSN
+                | sys::IBV_QP_MAX_QP_RD_ATOMIC,
+        ]
+    );
+    let rts = modifies[2].1;
+    assert_eq!(
+        (rts.qp_state, rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic),
+        (sys::IBV_QPS_RTS, 14, 7, 7, 0x42, 1)
+    );
+    // No peer: no destination QPN, no AV.
+    assert_eq!((modifies[1].1.dest_qp_num, modifies[1].1.is_global), (0, 0));
+}
+
+#[test]
+fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    f.mock.take_calls();
+
+    let text = token().to_string();
+    let peer_token: DcEndpoint = text.parse().unwrap();
+    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &peer_token).unwrap();
+    let calls = f.mock.take_calls();
+    let masks: Vec<u32> = calls
+        .iter()
+        .filter_map(|c| if let Call::ModifyQp { mask, .. } = c { Some(*mask as u32) } else { None })
+        .collect();
+    assert_eq!(masks.len(), 3, "{calls:?}");
+    // The AH comes from the token: its GID as destination, our GID index and port.
+    let ah = calls
+        .iter()
+        .find_map(|c| match c {
+            Call::Mlx5(Mlx5Call::CreateAh { ah, attr }) => Some((*ah, *attr)),
+            _ => None,
+        })
+        .expect("ibv_create_ah");
+    assert_eq!(
+        (ah.1.is_global, ah.1.dgid, ah.1.sgid_index, ah.1.ah_port_num, ah.1.dlid),
+        (1, token().gid.0, SGID_INDEX, 1, 0x12)
+    );
+    assert_eq!(peer.destination().ah.as_raw() as usize, ah.0);
+
+    let sge = mr.sge(0..64).unwrap();
+    let sge2 = mr.sge(64..192).unwrap();
+    let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey(0x99) };
+    let wrs = [
+        DcWr::send(1, std::slice::from_ref(&sge), peer.destination()).flags(SendFlags::SIGNALED),
+        DcWr::rdma_write(2, std::slice::from_ref(&sge2), remote, peer.destination()),
+    ];
+    // SAFETY: the mock reads no memory; `mr` outlives the posts.
+    unsafe { dci.post(&wrs).unwrap() };
+    let dc = |c: Call| if let Call::Mlx5(c) = c { c } else { panic!("{c:?}") };
+    let posted: Vec<Mlx5Call> = f.mock.take_calls().into_iter().map(dc).collect();
+    let addr = Mlx5Call::WrSetDcAddr {
+        ah: ah.0,
+        remote_dctn: 0xab_cdef,
+        remote_dc_key: 0x0123_4567_89ab_cdef,
+    };
+    assert_eq!(
+        posted,
+        [
+            Mlx5Call::WrStart,
+            Mlx5Call::WrSend { wr_id: 1, wr_flags: sys::IBV_SEND_SIGNALED },
+            addr.clone(),
+            Mlx5Call::WrSetSge { lkey: mr.lkey().0, addr: sge.addr(), length: 64 },
+            Mlx5Call::WrRdmaWrite { wr_id: 2, wr_flags: 0, rkey: 0x99, remote_addr: 0x7000 },
+            addr,
+            Mlx5Call::WrSetSge { lkey: mr.lkey().0, addr: sge2.addr(), length: 128 },
+            Mlx5Call::WrComplete,
+        ]
+    );
+}
+
+#[test]
+fn a_missing_builder_aborts_the_batch_and_a_failed_complete_is_the_verbs_error() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &token()).unwrap();
+    let sge = mr.sge(0..8).unwrap();
+    let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey(1) };
+    f.mock.take_calls();
+
+    // The mock DCI leaves wr_rdma_read NULL.
+    let read = DcWr::rdma_read(3, std::slice::from_ref(&sge), remote, peer.destination());
+    // SAFETY: the mock touches no memory.
+    let err = unsafe { dci.post(&[read]) }.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { what: "ibv_wr_rdma_read" }), "{err:?}");
+    assert_eq!(f.dc_calls(), [Mlx5Call::WrStart, Mlx5Call::WrAbort]);
+
+    f.mock.fail(Verb::Mlx5(Mlx5Verb::WrComplete), libc::ENOMEM);
+    let send = DcWr::send(4, std::slice::from_ref(&sge), peer.destination());
+    // SAFETY: as above.
+    let err = unsafe { dci.post(&[send]) }.unwrap_err();
+    assert_verb_error(&err, "ibv_wr_complete", libc::ENOMEM, &[]);
+}
+
+#[test]
+fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    f.mock.take_calls();
+
+    let too_many = DciInitAttr {
+        streams: Some(DciStreams { log_concurrent: 5, log_errored: 1 }),
+        ..DciInitAttr::new(&cq)
+    };
+    let err = mlx5.create_dci(&pd, &too_many).unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("2^5 concurrent")), "{err:?}");
+    assert_eq!(f.dc_calls(), [], "refused before mlx5dv_create_qp");
+
+    let attr = DciInitAttr {
+        streams: Some(DciStreams { log_concurrent: 2, log_errored: 1 }),
+        ..DciInitAttr::new(&cq)
+    };
+    let (dci, peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+    assert!(dci.has_streams());
+    let create = f.dc_calls().into_iter().next().unwrap();
+    let Mlx5Call::CreateQp { dv_comp_mask, dci_streams, .. } = create else { panic!("{create:?}") };
+    let streams_mask = sys::MLX5DV_QP_INIT_ATTR_MASK_DC | sys::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
+    assert_eq!((dv_comp_mask, dci_streams), (u64::from(streams_mask), Some((2, 1))));
+
+    let sge = mr.sge(0..8).unwrap();
+    let wr = DcWr::send(5, std::slice::from_ref(&sge), peer.destination()).stream(3);
+    // SAFETY: the mock touches no memory.
+    unsafe { dci.post(&[wr]).unwrap() };
+    let calls = f.dc_calls();
+    assert!(
+        matches!(
+            calls[2],
+            Mlx5Call::WrSetDcAddrStream { stream_id: 3, remote_dctn: 0xab_cdef, .. }
+        ),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn a_stream_on_a_dci_without_streams_is_refused_before_any_call() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &token()).unwrap();
+    let sge = mr.sge(0..8).unwrap();
+    f.mock.take_calls();
+    let wr = DcWr::send(6, std::slice::from_ref(&sge), peer.destination()).stream(0);
+    // SAFETY: refused before the device sees it.
+    let err = unsafe { dci.post(&[wr]) }.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(m) if m.contains("DciInitAttr::streams")),
+        "{err:?}"
+    );
+    assert_eq!(f.dc_calls(), []);
+}
+
+#[test]
+fn a_pd_of_another_context_is_refused() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let raw = f.mock.context(ContextConfig::default());
+    // SAFETY: a fresh context of the same mock, dropped before it.
+    let other =
+        unsafe { Context::from_raw(mock_mlx5::ibverbs_library(), raw, mock::DEVICE_NAME.into()) };
+    let pd = other.alloc_pd().unwrap();
+    let cq = other.create_cq(8).unwrap();
+    let err = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("Mlx5Context")), "{err:?}");
+}
