@@ -18,7 +18,9 @@ use std::ptr;
 use crate::bindings::*;
 use crate::loader::IbverbsFns;
 
+mod cq_ex;
 mod qp_ex;
+pub use cq_ex::*;
 pub use qp_ex::*;
 
 /// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` value of a context embedded in a
