@@ -109,41 +109,44 @@ fn missing_member(cq: &sys::ibv_cq_ex, timestamps: bool) -> Option<&'static str>
 }
 
 impl ExCq {
-    /// One polling session: up to `max` completions, each handed to `each` with its index,
-    /// its fields and its timestamp. Returns how many; a failure after the first completion
-    /// ends the session early and is left for the next poll (the provider reports it again).
+    /// Up to `max` completions, each handed to `each` with its index, its fields and its
+    /// timestamp; returns how many. A failure after the first completion ends polling early
+    /// and is left for the next poll (the provider reports it again).
+    ///
+    /// Each completion is read in a session of its own (`ibv_start_poll`, the reads,
+    /// `ibv_end_poll`), never with `ibv_next_poll`: providers disagree on the session after
+    /// `ibv_next_poll` reports `ENOENT`. rxe (rdma-core v44) then ends the session itself —
+    /// it stores the consumer index and releases the CQ lock — so the `ibv_end_poll` that
+    /// `ibv_create_cq_ex(3)` asks for would consume a completion that is not there yet and
+    /// unlock twice, while mlx5 keeps the session until `ibv_end_poll`. One session per
+    /// completion is the same on every provider.
     #[inline]
     pub(super) fn drain(
         &self,
         max: usize,
         mut each: impl FnMut(usize, WorkCompletion, Option<u64>),
     ) -> Result<usize> {
-        if max == 0 {
-            return Ok(0);
-        }
         let cq = self.raw.as_ptr();
         let mut attr = sys::ibv_poll_cq_attr::default();
-        // SAFETY: a live extended CQ whose members were checked at creation; no session is
-        // open on this thread (sessions never outlive this function).
-        match unsafe { inl::ibv_start_poll(cq, &mut attr) } {
-            0 => {}
-            // Empty, or failed: there is no session, so no `ibv_end_poll`.
-            libc::ENOENT => return Ok(0),
-            errno => return Err(super::poll_error("ibv_start_poll", errno)),
-        }
         let mut n = 0;
-        loop {
-            // SAFETY: inside the session, on a current completion.
+        while n < max {
+            // SAFETY: a live extended CQ whose members were checked at creation; no session
+            // is open on this thread (each ends below, within this loop).
+            match unsafe { inl::ibv_start_poll(cq, &mut attr) } {
+                0 => {}
+                // Empty: there is no session, so no `ibv_end_poll`.
+                libc::ENOENT => break,
+                // Failed: no session either.
+                errno if n == 0 => return Err(super::poll_error("ibv_start_poll", errno)),
+                _ => break,
+            }
+            // SAFETY: inside the session, on its completion.
             let (wc, timestamp) = unsafe { self.read(cq) };
+            // SAFETY: closes the session opened above, consuming its completion.
+            unsafe { inl::ibv_end_poll(cq) };
             each(n, wc, timestamp);
             n += 1;
-            // SAFETY: inside the session.
-            if n == max || unsafe { inl::ibv_next_poll(cq) } != 0 {
-                break;
-            }
         }
-        // SAFETY: closes the session opened above (also after a next_poll error).
-        unsafe { inl::ibv_end_poll(cq) };
         Ok(n)
     }
 

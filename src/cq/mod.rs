@@ -179,7 +179,7 @@ impl<'ctx> CompletionQueue<'ctx> {
         unsafe { (*self.raw.as_ptr()).cqe }.max(0) as u32
     }
 
-    /// `ibv_poll_cq(3)` or `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`—Reaps up to
+    /// `ibv_poll_cq(3)` or `ibv_start_poll`/`ibv_end_poll`—Reaps up to
     /// `storage.len()` completions into `storage` and returns the filled prefix (empty when
     /// none is ready). Never blocks, never allocates.
     ///
@@ -223,10 +223,6 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// carries the completion timestamp on a CQ created with [`CqAttr::timestamps`]. Returns
     /// how many were handed over. Never blocks, never allocates (the legacy path polls
     /// through a small array on the stack).
-    ///
-    /// On the extended path `f` runs inside the polling session, which holds the provider's
-    /// CQ lock: it must not poll this CQ (that would deadlock or be refused), and should be
-    /// short.
     ///
     /// # Errors
     ///

@@ -9,6 +9,11 @@
 //! `ibv_wc_read_*` members read the rest: only those whose `IBV_WC_EX_WITH_*` flag the CQ was
 //! created with (`wc_flags`), plus opcode, vendor_err and wc_flags, which always are.
 //!
+//! Providers disagree on the session after `ibv_next_poll` reports `ENOENT`: rxe (rdma-core
+//! v44) ends it there (it stores the consumer index and releases the CQ lock), so a following
+//! `ibv_end_poll` consumes a slot twice; mlx5 keeps it open until `ibv_end_poll`. A caller that
+//! must work on both reads one completion per session.
+//!
 //! The C inlines call the members blindly; these versions return `EOPNOTSUPP` (or `None` for
 //! a read) for a NULL one instead of crashing. Only members present since `ibv_cq_ex` first
 //! appeared are wrapped: the trailing `read_completion_wallclock_ns` may lie beyond the struct

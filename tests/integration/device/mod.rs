@@ -17,3 +17,5 @@ mod rc_pingpong;
 mod service;
 mod transfers;
 mod transports;
+#[cfg(feature = "rdmacm")]
+mod verbs_path;
