@@ -9,6 +9,7 @@ mod destroy;
 mod memory;
 mod qp;
 mod resources;
+mod verbs_path;
 
 use rdma_verbs::{Context, Error};
 use rdma_verbs_sys::mock::{self, ContextConfig, Mock, Optional};
