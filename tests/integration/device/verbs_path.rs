@@ -325,7 +325,7 @@ fn forcing_the_extended_verbs_on_siw_is_unsupported_naming_the_verb() {
     let err = ctx.create_cq_with(16, &forced).expect_err("siw has no extended CQ");
     assert!(matches!(err, Error::Unsupported { what: "ibv_create_cq_ex" }), "{err:?}");
     println!("{}: forced extended CQ: {err}", t.device);
-    let cq = ctx.create_cq(16).unwrap();
+    let cq = ctx.create_cq(32).unwrap();
     assert_eq!(cq.path(), VerbsPath::Legacy);
     let pd = ctx.alloc_pd().unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
@@ -341,7 +341,7 @@ fn forcing_the_extended_verbs_on_siw_is_unsupported_naming_the_verb() {
 fn rxe_takes_the_legacy_verbs_when_forced() {
     let Some(ctx) = require_device(RXE) else { return };
     let legacy = CqAttr { path: Some(VerbsPath::Legacy), ..CqAttr::default() };
-    let cq = ctx.create_cq_with(16, &legacy).unwrap();
+    let cq = ctx.create_cq_with(32, &legacy).unwrap();
     assert_eq!(
         (cq.path(), ctx.create_cq(16).unwrap().path()),
         (VerbsPath::Legacy, VerbsPath::Extended)
