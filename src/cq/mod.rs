@@ -30,13 +30,16 @@ pub struct CompletionQueue<'ctx> {
     ctx: &'ctx Context,
 }
 
-// SAFETY: providers serialise CQ access internally (ibv_poll_cq is thread-safe).
+// SAFETY: providers serialise CQ access internally (ibv_poll_cq is thread-safe, and an
+// extended CQ's polling session holds the provider's CQ lock).
 unsafe impl Send for CompletionQueue<'_> {}
 // SAFETY: as above: polling through `&self` from several threads is allowed.
 unsafe impl Sync for CompletionQueue<'_> {}
 
 impl Context {
-    /// `ibv_create_cq(3)`—Creates a completion queue for at least `cqe` entries.
+    /// `ibv_create_cq_ex(3)` or `ibv_create_cq(3)`—Creates a completion queue for at least
+    /// `cqe` entries, extended where the provider allows (see
+    /// [`Context::create_cq_with`]).
     ///
     /// Size it for every WR that can be outstanding on the QPs that share it; an overrun
     /// moves those QPs to the error state.
@@ -44,15 +47,15 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when `cqe` is 0 or above `i32::MAX`; [`Error::Verb`] from
-    /// `ibv_create_cq` (`EINVAL` when above the device's `max_cqe`).
+    /// the create verb (`EINVAL` when above the device's `max_cqe`).
     #[doc(alias = "ibv_create_cq")]
     #[doc(alias = "ibv_create_cq_ex")]
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_>> {
         self.create_cq_with(cqe, &CqAttr::default())
     }
 
-    /// `ibv_create_cq(3)`—Creates a completion queue for at least `cqe` entries whose
-    /// events go to `channel`, interrupting through completion vector `comp_vector` (below
+    /// `ibv_create_cq_ex(3)` or `ibv_create_cq(3)`—Creates a completion queue for at least
+    /// `cqe` entries (as [`Context::create_cq`]) whose events go to `channel`, interrupting through completion vector `comp_vector` (below
     /// the context's `num_comp_vectors`; 0 always exists).
     ///
     /// Events fire only once armed with [`CompletionQueue::req_notify`]. The CQ borrows the
@@ -71,7 +74,7 @@ impl Context {
     ///
     /// [`Error::InvalidInput`] when `cqe` is 0 or above `i32::MAX`, when `channel` belongs
     /// to another context, or when `comp_vector` is not below `num_comp_vectors`;
-    /// [`Error::Verb`] from `ibv_create_cq` (`EINVAL` when above the device's `max_cqe`).
+    /// [`Error::Verb`] from the create verb (`EINVAL` when above the device's `max_cqe`).
     ///
     /// # References
     ///
