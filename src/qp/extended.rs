@@ -21,10 +21,6 @@ pub(super) struct ExQp {
     send_ops: u64,
 }
 
-/// The inline buffers one WR can name on the extended path (`ibv_wr_set_inline_data_list`
-/// takes an array, built on the stack).
-const MAX_INLINE_SGES: usize = 16;
-
 /// Whether `ctx` has a `create_qp_ex` op at all (libibverbs gives every provider one, which
 /// may still fail with `EOPNOTSUPP`).
 pub(super) fn has_create_qp_ex(ctx: &Context) -> bool {
@@ -116,10 +112,6 @@ impl ExQp {
                 q.wr_set_inline_data.is_none(),
             ),
             (
-                "ibv_wr_set_inline_data_list (ibv_qp_ex.wr_set_inline_data_list)",
-                q.wr_set_inline_data_list.is_none(),
-            ),
-            (
                 "ibv_wr_set_ud_addr (ibv_qp_ex.wr_set_ud_addr)",
                 qp_type == sys::IBV_QPT_UD && q.wr_set_ud_addr.is_none(),
             ),
@@ -130,13 +122,19 @@ impl ExQp {
         }
     }
 
-    /// Posts `wrs` as one batch: `ibv_wr_start`, each WR's fields and builders, then one
-    /// `ibv_wr_complete` (one doorbell). A WR the QP cannot build aborts the whole batch
-    /// (`ibv_wr_abort`: nothing posted) with [`Error::Unsupported`] naming its builder.
+    /// Posts `wrs` with as few doorbells as the provider allows: each run of WRs with at
+    /// most one SGE as one batch (`ibv_wr_start`, each WR's fields and builders, one
+    /// `ibv_wr_complete`), and each WR with several SGEs on its own through `ibv_post_send`,
+    /// in order. rxe's `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list` (rdma-core
+    /// v44; fixed upstream by rdma-core PR 1744 for the former) get the total length wrong,
+    /// so the bytes sent would differ from those described; the legacy post of the same QP
+    /// counts them right on every provider.
     ///
-    /// On failure, how many WRs may have been posted: 0 after an abort; all of them when
-    /// `ibv_wr_complete` fails, since `ibv_wr_post(3)` does not say which WR failed or
-    /// whether earlier ones went out (so memory they name is never handed back early).
+    /// A WR the QP cannot build aborts its batch (`ibv_wr_abort`: nothing of it posted) with
+    /// [`Error::Unsupported`] naming its builder. On failure, how many WRs may have been
+    /// posted: those of earlier batches and posts, plus, when `ibv_wr_complete` fails, the
+    /// whole failed batch, since `ibv_wr_post(3)` does not say which WR failed or whether
+    /// earlier ones went out (so memory they name is never handed back early).
     ///
     /// # Safety
     ///
@@ -148,6 +146,29 @@ impl ExQp {
         wrs: &[sys::ibv_send_wr],
         ud: bool,
     ) -> Result<(), (usize, Error)> {
+        let mut done = 0;
+        while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
+            let run = rest.iter().position(|wr| wr.num_sge > 1).unwrap_or(rest.len());
+            if run == 0 {
+                // SAFETY: the caller's guarantees, for this WR.
+                unsafe { self.post_one_legacy(&rest[0]) }.map_err(|e| (done, e))?;
+                done += 1;
+            } else {
+                // SAFETY: the caller's guarantees, for these WRs.
+                unsafe { self.post_batch(&rest[..run], ud) }.map_err(|(n, e)| (done + n, e))?;
+                done += run;
+            }
+        }
+        Ok(())
+    }
+
+    /// One batch of WRs with at most one SGE each; on failure, how many may be posted.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post`].
+    #[inline]
+    unsafe fn post_batch(&self, wrs: &[sys::ibv_send_wr], ud: bool) -> Result<(), (usize, Error)> {
         let qp = self.raw.as_ptr();
         // SAFETY: a live extended QP whose batch members were checked at creation; the
         // batch is opened and closed within this call, on this thread.
@@ -161,6 +182,23 @@ impl ExQp {
             }
             check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete").map_err(|e| (wrs.len(), e))
         }
+    }
+
+    /// One WR through `ibv_post_send` on the same QP.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post`]; no batch is open.
+    #[cold]
+    unsafe fn post_one_legacy(&self, wr: &sys::ibv_send_wr) -> Result<()> {
+        let mut one = *wr;
+        one.next = std::ptr::null_mut();
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: `qp_base` is the QP itself; one WR, valid under the caller's guarantees.
+        let ret = unsafe {
+            inl::ibv_post_send(&raw mut (*self.raw.as_ptr()).qp_base, &mut one, &mut bad)
+        };
+        check_errno(ret, "ibv_post_send")
     }
 
     /// One WR of an open batch: its id and flags, its operation, its UD address, its data.
@@ -236,45 +274,30 @@ impl ExQp {
     }
 }
 
-/// The WR's data: inline (copied now) or by SGE.
+/// The WR's data, at most one buffer ([`ExQp::post`] sends the others through
+/// `ibv_post_send`): inline (copied now) or by SGE.
 ///
 /// # Safety
 ///
 /// Inside a batch of `qp`, after the WR's builder; `wr.sg_list` valid for `num_sge` SGEs.
 #[inline]
 unsafe fn set_data(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) -> Result<()> {
-    let n = usize::try_from(wr.num_sge).unwrap_or(0);
-    // SAFETY: `sg_list`/`num_sge` come from a `&[Sge]` (`SendWr`).
-    let sges = unsafe { std::slice::from_raw_parts(wr.sg_list, n) };
-    let ret = if wr.send_flags & sys::IBV_SEND_INLINE != 0 {
-        if let [sge] = sges {
-            // SAFETY: inside the batch; the bytes are copied during the call.
-            unsafe { inl::ibv_wr_set_inline_data(qp, sge.addr as *mut c_void, sge.length as usize) }
-        } else {
-            if n > MAX_INLINE_SGES {
-                return Err(Error::InvalidInput(format!(
-                    "an inline WR names at most {MAX_INLINE_SGES} buffers on the extended QP, not {n}"
-                )));
-            }
-            let empty = sys::ibv_data_buf { addr: std::ptr::null_mut(), length: 0 };
-            let mut bufs = [empty; MAX_INLINE_SGES];
-            for (buf, sge) in bufs.iter_mut().zip(sges) {
-                *buf = sys::ibv_data_buf {
-                    addr: sge.addr as *mut c_void,
-                    length: sge.length as usize,
-                };
-            }
-            // SAFETY: inside the batch; `n` initialised entries, copied during the call.
-            unsafe { inl::ibv_wr_set_inline_data_list(qp, n, bufs.as_ptr()) }
-        }
-    } else if let [sge] = sges {
-        // SAFETY: inside the batch; the SGE's memory is the caller's promise.
-        unsafe { inl::ibv_wr_set_sge(qp, sge.lkey, sge.addr, sge.length) }
-    } else {
-        // SAFETY: as above, for `n` SGEs.
-        unsafe { inl::ibv_wr_set_sge_list(qp, n, wr.sg_list) }
-    };
+    // SAFETY: `sg_list`/`num_sge` come from a `&[Sge]` (`SendWr`), here of at most one.
+    let sge = (wr.num_sge == 1).then(|| unsafe { *wr.sg_list });
     let inline = wr.send_flags & sys::IBV_SEND_INLINE != 0;
+    // SAFETY: inside the batch; inline bytes are copied during the call, and an SGE's memory
+    // is the caller's promise.
+    let ret = unsafe {
+        match (inline, sge) {
+            (true, Some(s)) => {
+                inl::ibv_wr_set_inline_data(qp, s.addr as *mut c_void, s.length as usize)
+            }
+            (true, None) => inl::ibv_wr_set_inline_data(qp, std::ptr::null_mut(), 0),
+            (false, Some(s)) => inl::ibv_wr_set_sge(qp, s.lkey, s.addr, s.length),
+            // No data: an empty list (an SGE of length 0 can mean 2 GiB to some hardware).
+            (false, None) => inl::ibv_wr_set_sge_list(qp, 0, wr.sg_list),
+        }
+    };
     check_op(ret, if inline { "ibv_wr_set_inline_data" } else { "ibv_wr_set_sge" })
 }
 

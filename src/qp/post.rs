@@ -88,7 +88,9 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// On the legacy path the WRs go as one linked list to `ibv_post_send`; on the extended
     /// path ([`QueuePair::send_path`]) as one batch: `ibv_wr_start`, each WR's builders,
-    /// one `ibv_wr_complete`.
+    /// one `ibv_wr_complete`. A WR with several SGEs goes through `ibv_post_send` on its own,
+    /// in order between batches: rxe's `ibv_wr_set_sge_list` (rdma-core v44) counts only the
+    /// first SGE's length.
     ///
     /// # Safety
     ///

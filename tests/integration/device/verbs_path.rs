@@ -1,5 +1,5 @@
 //! One suite over a device for both verbs paths (issue #7): SEND, SEND with immediate, RDMA
-//! WRITE (with immediate), RDMA READ, atomics, and a batch of many WRs per doorbell, every
+//! WRITE (with immediate, and from two SGEs), RDMA READ, atomics, and a batch of many WRs per doorbell, every
 //! completion and byte checked. Its QPs connect through rdma_cm to the device's own address,
 //! so the same code runs on rxe0 (`$RDMA_VM_IPV4`), which has the extended CQ and QP, and on
 //! siw0 (`$RDMA_VM_SIW_IPV4`, `scripts/rdma-vm --siw`), which has neither: each run asserts
@@ -103,7 +103,8 @@ fn with_connected_pair(
     let atomics = atomics(ctx);
     let pd = ctx.alloc_pd().expect("pd");
     let (cq_a, cq_b) = (ctx.create_cq(128).expect("cq"), ctx.create_cq(128).expect("cq"));
-    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 16, ..Default::default() };
+    let cap =
+        QpCapabilities { max_send_wr: 64, max_recv_wr: 16, max_send_sge: 2, ..Default::default() };
     let mut access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     if atomics {
@@ -211,9 +212,11 @@ fn suite(t: &Target, port: u16, expected: VerbsPath) {
             assert!(got == pattern(LEN, 2), "SEND with immediate: the receive buffer differs");
         }
 
-        // RDMA WRITE.
+        // RDMA WRITE from two SGEs of different lengths (rxe's extended SGE list miscounts
+        // them: the crate posts such WRs through ibv_post_send).
         local.as_mut_slice()[WRITE_AT..WRITE_AT + LEN].copy_from_slice(&pattern(LEN, 3));
-        let sge = [local.sge(WRITE_AT..WRITE_AT + LEN).unwrap()];
+        let split = WRITE_AT + LEN / 4;
+        let sge = [local.sge(WRITE_AT..split).unwrap(), local.sge(split..WRITE_AT + LEN).unwrap()];
         let mut wr = SendWr::rdma_write(3, &sge, remote(WRITE_AT)).flags(SendFlags::SIGNALED);
         // SAFETY: as above.
         unsafe { a.post_send(&mut wr).unwrap() };

@@ -137,7 +137,7 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
 }
 
 #[test]
-fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete() {
+fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_posts() {
     let f = extended();
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
@@ -163,12 +163,14 @@ fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete() {
             Call::WrStart,
             build("wr_send", 1, SendFlags::empty()),
             data("wr_set_sge", 64),
-            build("wr_rdma_write_imm", 2, SendFlags::empty()),
-            data("wr_set_sge_list", 24),
+            Call::WrComplete,
+            // Several SGEs: through ibv_post_send, between two batches.
+            Call::PostSend { wr_ids: vec![2] },
+            Call::WrStart,
             build("wr_rdma_read", 3, SendFlags::SIGNALED),
             data("wr_set_sge", 64),
             build("wr_send", 4, SendFlags::SIGNALED | SendFlags::INLINE),
-            data("wr_set_inline_data_list", 0),
+            data("wr_set_inline_data", 0),
             Call::WrComplete,
         ]
     );
