@@ -21,7 +21,7 @@ use rdma_verbs::{
     WorkCompletion,
 };
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::Mock;
+use rdma_verbs_sys::mock::{ContextConfig, Mock};
 
 use stub_data_path::{context, into_rts, DataPath};
 
@@ -90,7 +90,7 @@ unsafe extern "C" fn poll_cq(
 
 fn data_path(c: &mut Criterion) {
     let mock = Mock::new();
-    let ctx = context(&mock, DataPath { post_send, post_recv, poll_cq });
+    let ctx = context(&mock, DataPath { post_send, post_recv, poll_cq }, ContextConfig::default());
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();

@@ -218,12 +218,12 @@ fn hint(verb: &str, errno: i32) -> Option<String> {
         (v, libc::EINVAL) if v.ends_with("→RTS)") => {
             "iWARP devices (siw, irdma in iWARP mode) connect only through rdma_cm".into()
         }
-        ("ibv_post_send" | "ibv_post_recv", libc::ENOMEM) => {
+        ("ibv_post_send" | "ibv_wr_complete" | "ibv_post_recv", libc::ENOMEM) => {
             "the work queue is full: reap completions before posting more (max_send_wr / \
              max_recv_wr)"
                 .into()
         }
-        ("ibv_post_send" | "ibv_post_recv", libc::EINVAL) => {
+        ("ibv_post_send" | "ibv_wr_complete" | "ibv_post_recv", libc::EINVAL) => {
             "the QP is not in a state that allows this post, or a WR exceeds the QP's \
              max_sge / max_inline_data"
                 .into()

@@ -142,6 +142,7 @@ mod qp;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;
 mod srq;
+mod verbs_path;
 mod wc;
 mod wr;
 
@@ -156,7 +157,9 @@ pub use buffer::PostError;
 pub use buffer::SendList;
 pub use buffer::SendOp;
 pub use channel::CompletionChannel;
+pub use cq::Completion;
 pub use cq::CompletionQueue;
+pub use cq::CqAttr;
 pub use device::Context;
 pub use device::Device;
 pub use device::DeviceAttr;
@@ -224,6 +227,7 @@ pub use qp::Ud;
 pub use qp::UdInitAttr;
 pub use qp::Unknown;
 pub use srq::SharedReceiveQueue;
+pub use verbs_path::VerbsPath;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;
 pub use wc::WorkCompletion;

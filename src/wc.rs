@@ -152,6 +152,12 @@ impl WorkCompletion {
         self.0.vendor_err
     }
 
+    /// A completion read field by field from an extended CQ.
+    #[inline]
+    pub(crate) fn from_raw(raw: sys::ibv_wc) -> Self {
+        WorkCompletion(raw)
+    }
+
     /// Clears the `wr_id` once the buffer tier has taken this completion, so it cannot serve
     /// twice.
     pub(crate) fn consume_wr_id(&mut self) {

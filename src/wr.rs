@@ -309,6 +309,10 @@ impl<'a> SendWr<'a> {
         &mut self.raw
     }
 
+    pub(crate) fn as_raw(&self) -> &sys::ibv_send_wr {
+        &self.raw
+    }
+
     /// Bookkeeping once the provider accepted this WR (see [`note_posted`]).
     #[inline]
     pub(crate) fn note_posted(&self) {

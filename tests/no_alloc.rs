@@ -1,8 +1,9 @@
 //! The data path allocates nothing in steady state: each post and each poll, in the raw tier
-//! (`post_send`, `post_send_list`, `post_recv`, `poll`) and in the buffer tier
-//! (`post_send_buffer`, `post_send_buffers`, `post_recv_buffer`, `complete`), against the
-//! mock provider with stub data-path ops that keep their WRs in a fixed ring (the mock's own
-//! allocate; see `support/stub_data_path.rs`).
+//! (`post_send`, `post_send_list`, `post_recv`, `poll`, also through the extended verbs:
+//! `ibv_wr_*` batches and `ibv_start_poll`) and in the buffer tier (`post_send_buffer`,
+//! `post_send_buffers`, `post_recv_buffer`, `complete`), against the mock provider with stub
+//! data-path ops that keep their WRs in a fixed ring (the mock's own allocate; see
+//! `support/stub_data_path.rs`).
 //!
 //! A binary of its own, not a module of `integration`: a global allocator is per binary, and
 //! this one counts. It counts per thread, so the harness and the other tests, on their own
@@ -21,7 +22,7 @@ use rdma_verbs::{
     SendList, SendOp, SendWr, WorkCompletion,
 };
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::Mock;
+use rdma_verbs_sys::mock::{ContextConfig, Mock};
 
 use stub_data_path::{context, into_rts, DataPath};
 
@@ -174,6 +175,104 @@ unsafe extern "C" fn poll_cq(
 
 const STUB: DataPath = DataPath { post_send, post_recv, poll_cq };
 
+/// The stub's extended QP: each signaled WR built completes, as with `post_send`.
+unsafe extern "C" fn wr_send(qp: *mut sys::ibv_qp_ex) {
+    // SAFETY: the caller's live extended QP.
+    let (wr_id, flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+    if flags & sys::IBV_SEND_SIGNALED != 0 {
+        complete_later(wr_id, sys::IBV_WC_SEND, 0);
+    }
+}
+
+unsafe extern "C" fn wr_rdma_write(qp: *mut sys::ibv_qp_ex, _rkey: u32, _addr: u64) {
+    // SAFETY: the caller's live extended QP.
+    let (wr_id, flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+    if flags & sys::IBV_SEND_SIGNALED != 0 {
+        complete_later(wr_id, sys::IBV_WC_RDMA_WRITE, 0);
+    }
+}
+
+extern "C" fn wr_nothing(_qp: *mut sys::ibv_qp_ex) {}
+
+extern "C" fn wr_complete(_qp: *mut sys::ibv_qp_ex) -> c_int {
+    0
+}
+
+extern "C" fn wr_set_sge(_qp: *mut sys::ibv_qp_ex, _lkey: u32, _addr: u64, _length: u32) {}
+
+thread_local! {
+    /// The completion the stub's extended CQ is reading.
+    static CURRENT: Cell<(u64, sys::ibv_wc_opcode, u32)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// The stub's extended CQ: the oldest completion of the ring, one per session.
+unsafe extern "C" fn start_poll(
+    cq: *mut sys::ibv_cq_ex,
+    _attr: *mut sys::ibv_poll_cq_attr,
+) -> c_int {
+    let next = RING.with_borrow_mut(|r| {
+        (r.head < r.tail).then(|| {
+            r.head += 1;
+            r.slots[(r.head - 1) % r.slots.len()]
+        })
+    });
+    let Some(wc) = next else { return libc::ENOENT };
+    CURRENT.set(wc);
+    // SAFETY: the caller's live extended CQ.
+    unsafe { (*cq).wr_id = wc.0 };
+    0
+}
+
+extern "C" fn end_poll(_cq: *mut sys::ibv_cq_ex) {}
+
+extern "C" fn read_opcode(_cq: *mut sys::ibv_cq_ex) -> sys::ibv_wc_opcode {
+    CURRENT.get().1
+}
+
+extern "C" fn read_byte_len(_cq: *mut sys::ibv_cq_ex) -> u32 {
+    CURRENT.get().2
+}
+
+extern "C" fn read_zero(_cq: *mut sys::ibv_cq_ex) -> u32 {
+    0
+}
+
+extern "C" fn read_zero_u8(_cq: *mut sys::ibv_cq_ex) -> u8 {
+    0
+}
+
+/// Replaces the mock's members of an extended CQ and QP (which record calls, allocating)
+/// with the stub's.
+///
+/// # Safety
+///
+/// `cq` and `qp` must be live extended objects that nothing uses during the call.
+unsafe fn stub_extended(cq: *mut sys::ibv_cq_ex, qp: *mut sys::ibv_qp_ex) {
+    // SAFETY: the caller's live, unused objects; filling members is what a provider does.
+    unsafe {
+        let c = &mut *cq;
+        c.start_poll = Some(start_poll);
+        c.end_poll = Some(end_poll);
+        c.read_opcode = Some(read_opcode);
+        c.read_byte_len = Some(read_byte_len);
+        c.read_vendor_err = Some(read_zero);
+        c.read_imm_data = Some(read_zero);
+        c.read_qp_num = Some(read_zero);
+        c.read_src_qp = Some(read_zero);
+        c.read_wc_flags = Some(read_zero);
+        c.read_slid = Some(read_zero);
+        c.read_sl = Some(read_zero_u8);
+        c.read_dlid_path_bits = Some(read_zero_u8);
+        let q = &mut *qp;
+        q.wr_start = Some(wr_nothing);
+        q.wr_abort = Some(wr_nothing);
+        q.wr_complete = Some(wr_complete);
+        q.wr_send = Some(wr_send);
+        q.wr_rdma_write = Some(wr_rdma_write);
+        q.wr_set_sge = Some(wr_set_sge);
+    }
+}
+
 /// Asserts that no operation of `counts` allocated, naming those that did.
 #[track_caller]
 fn assert_none(counts: &[(&str, u64)]) {
@@ -193,7 +292,7 @@ fn the_counter_sees_an_allocation_on_this_thread_only() {
 #[test]
 fn the_raw_tier_posts_and_polls_without_allocating() {
     let mock = Mock::new();
-    let ctx = context(&mock, STUB);
+    let ctx = context(&mock, STUB, ContextConfig::default());
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
@@ -230,9 +329,56 @@ fn the_raw_tier_posts_and_polls_without_allocating() {
 }
 
 #[test]
+fn the_extended_verbs_post_and_poll_without_allocating() {
+    let mock = Mock::new();
+    let ctx = context(&mock, STUB, ContextConfig::extended_verbs());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
+    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
+    let (cq_ex, qp_ex) =
+        (cq.as_raw_ex().expect("an extended CQ"), qp.as_raw_ex().expect("an extended QP"));
+    // SAFETY: both are live and used by nothing else now.
+    unsafe { stub_extended(cq_ex, qp_ex) };
+    let sges = [mr.sge(..64).unwrap()];
+    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+    let mut one = SendWr::rdma_write(1, &sges, remote).flags(SendFlags::SIGNALED);
+    let mut list: Vec<SendWr<'_>> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
+    list[LIST - 1].set_flags(SendFlags::SIGNALED);
+    let mut wcs = [WorkCompletion::EMPTY; LIST];
+
+    let mut counts = [("post_send", 0), ("post_send_list", 0), ("poll", 0), ("poll_with", 0)];
+    for round in 0..=ROUNDS {
+        let posts = [
+            // SAFETY: the stub provider never touches the memory.
+            allocations_in(|| unsafe { qp.post_send(&mut one) }.unwrap()),
+            // SAFETY: as above.
+            allocations_in(|| unsafe { qp.post_send_list(&mut list) }.unwrap()),
+        ];
+        let mut polled = 0;
+        let poll = allocations_in(|| polled = cq.poll(&mut wcs[..1]).unwrap().len());
+        let poll_with = allocations_in(|| {
+            polled += cq
+                .poll_with(LIST, |c| {
+                    black_box(c.wr_id());
+                })
+                .unwrap()
+        });
+        assert_eq!(polled, 2, "one completion for each signaled post");
+        if round > 0 {
+            for (count, n) in counts.iter_mut().zip(posts.into_iter().chain([poll, poll_with])) {
+                count.1 += n;
+            }
+        }
+    }
+    assert_none(&counts);
+}
+
+#[test]
 fn the_buffer_tier_posts_and_completes_without_allocating() {
     let mock = Mock::new();
-    let ctx = context(&mock, STUB);
+    let ctx = context(&mock, STUB, ContextConfig::default());
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
                                           // Declared before the QP: the pool outlives every QP it lends buffers to.

@@ -12,6 +12,7 @@ use crate::gid::Gid;
 use crate::mr::AccessFlags;
 use crate::port::Mtu;
 use crate::srq::SharedReceiveQueue;
+use crate::verbs_path::VerbsPath;
 
 /// Work queue sizes (`struct ibv_qp_cap`). After creation, [`QueuePair::caps`] holds what
 /// the provider actually allocated (at least what was asked).
@@ -98,10 +99,14 @@ pub struct QpInitAttr<'res, 'srq> {
     /// A shared receive queue that feeds this QP's receives (its own receive queue is then
     /// unused: `max_recv_wr` is ignored).
     pub srq: Option<&'res SharedReceiveQueue<'srq>>,
+    /// `None`: the extended QP (`ibv_create_qp_ex(3)`, sends through `ibv_wr_post(3)`) when
+    /// the provider has it, else the legacy one. `Some` forces one (see [`VerbsPath`]).
+    pub verbs_path: Option<VerbsPath>,
 }
 
 impl<'res> QpInitAttr<'res, '_> {
-    /// Both queues on `cq`, default capabilities, selective signaling, no SRQ.
+    /// Both queues on `cq`, default capabilities, selective signaling, no SRQ, the extended
+    /// QP when the provider has it.
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         QpInitAttr {
             send_cq: cq,
@@ -109,6 +114,7 @@ impl<'res> QpInitAttr<'res, '_> {
             cap: QpCapabilities::default(),
             sq_sig_all: false,
             srq: None,
+            verbs_path: None,
         }
     }
 }

@@ -1,16 +1,29 @@
 //! Creating queue pairs.
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+use super::extended::{self, ExQp};
 use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
 use crate::error::{check_ptr, Error, Result};
 use crate::pd::ProtectionDomain;
+use crate::verbs_path::VerbsPath;
 
 impl<'res> ProtectionDomain<'res> {
-    /// `ibv_create_qp(3)`—Creates a queue pair of transport type `T` ([`Rc`],
-    /// [`Uc`](super::Uc) or [`Ud`](super::Ud)) in RESET.
+    /// `ibv_create_qp_ex(3)`, falling back to `ibv_create_qp(3)`—Creates a queue pair of
+    /// transport type `T` ([`Rc`], [`Uc`](super::Uc) or [`Ud`](super::Ud)) in RESET.
+    ///
+    /// Unless [`QpInitAttr::verbs_path`] forces the legacy verbs, the QP is created with
+    /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` naming the send operations its type allows (RC:
+    /// SEND, SEND with immediate, RDMA WRITE with and without immediate, RDMA READ, atomics
+    /// when the device's `atomic_cap` is not NONE, and bind / local invalidate / SEND with
+    /// invalidate when it has type-2 memory windows; UC: SEND and RDMA WRITE, with and without
+    /// immediate; UD: SEND with and without immediate), and its sends then go through
+    /// `ibv_wr_post(3)` ([`QueuePair::send_path`]). When the provider has no `create_qp_ex`
+    /// (`EOPNOTSUPP`), the QP is created by `ibv_create_qp`; when it has no `ibv_qp_ex` for it
+    /// (`ibv_qp_to_qp_ex` absent or NULL, a NULL batch member), it posts by `ibv_post_send`.
     ///
     /// The CQs must have room for every completion the QP can have outstanding, checked
     /// before the verb with the sizes *asked* for in `attr.cap`: `max_send_wr` on the send CQ,
@@ -28,8 +41,11 @@ impl<'res> ProtectionDomain<'res> {
     /// CQ is smaller than the WRs that can complete on it (the message names both numbers);
     /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
     /// limits, named in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
-    /// the provider lacks the transport (e.g. UC on iWARP).
+    /// the provider lacks the transport (e.g. UC on iWARP), or, with
+    /// [`VerbsPath::Extended`] forced, naming what it lacks of the extended QP
+    /// (`ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, or an `ibv_qp_ex` member).
     #[doc(alias = "ibv_create_qp")]
+    #[doc(alias = "ibv_create_qp_ex")]
     pub fn create_qp<T: QpType>(
         &'res self,
         attr: &QpInitAttr<'res, '_>,
@@ -45,6 +61,15 @@ impl<'res> ProtectionDomain<'res> {
             ));
         }
         check_cq_room(attr)?;
+        if attr.verbs_path != Some(VerbsPath::Legacy) {
+            let forced = attr.verbs_path == Some(VerbsPath::Extended);
+            match self.create_qp_ex::<T>(attr, forced) {
+                Ok(qp) => return Ok(qp),
+                Err(e) if forced || !matches!(e, Error::Unsupported { .. }) => return Err(e),
+                // The provider lacks it: the legacy verbs serve.
+                Err(_) => {}
+            }
+        }
         let mut init = sys::ibv_qp_init_attr {
             send_cq: attr.send_cq.as_raw(),
             recv_cq: attr.recv_cq.as_raw(),
@@ -59,14 +84,69 @@ impl<'res> ProtectionDomain<'res> {
         let raw = unsafe { (self.context().library().fns.ibv_create_qp)(self.as_raw(), &mut init) };
         let raw =
             check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
-        Ok(QueuePair {
+        Ok(self.adopt_qp(raw, None, &init.cap))
+    }
+
+    /// `ibv_create_qp_ex` with the send operations the QP type and device allow, then its
+    /// `ibv_qp_ex`. A QP whose extended view is missing stays a legacy one unless `forced`.
+    fn create_qp_ex<T: QpType>(
+        &'res self,
+        attr: &QpInitAttr<'res, '_>,
+        forced: bool,
+    ) -> Result<QueuePair<'res, Reset, T>> {
+        let ctx = self.context();
+        if !extended::has_create_qp_ex(ctx) {
+            // Before `send_ops`, which may query the device for nothing.
+            return Err(Error::Unsupported { what: "ibv_create_qp_ex" });
+        }
+        let send_ops = extended::send_ops(ctx, T::RAW)?;
+        let mut init = sys::ibv_qp_init_attr_ex {
+            send_cq: attr.send_cq.as_raw(),
+            recv_cq: attr.recv_cq.as_raw(),
+            srq: attr.srq.map_or(std::ptr::null_mut(), |srq| srq.as_raw()),
+            cap: attr.cap.to_raw(),
+            qp_type: T::RAW,
+            sq_sig_all: attr.sq_sig_all.into(),
+            comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            pd: self.as_raw(),
+            send_ops_flags: send_ops,
+            ..Default::default()
+        };
+        // SAFETY: a live context, PD and CQs (and SRQ) of it; `init` is a valid attribute
+        // struct, which the provider updates with the capabilities it allocated.
+        let raw =
+            unsafe { sys::inline::ibv_create_qp_ex(&ctx.library().fns, ctx.as_raw(), &mut init) };
+        let raw =
+            check_ptr(raw, "ibv_create_qp_ex").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
+        let ex = match ExQp::of(ctx, raw.as_ptr(), T::RAW, send_ops) {
+            Ok(ex) => Some(ex),
+            Err(what) if forced => {
+                // Dropping the legacy-path QP destroys it.
+                drop(self.adopt_qp::<T>(raw, None, &init.cap));
+                return Err(Error::Unsupported { what });
+            }
+            // The QP itself is fine: it posts through ibv_post_send.
+            Err(_) => None,
+        };
+        Ok(self.adopt_qp(raw, ex, &init.cap))
+    }
+
+    /// A created QP in RESET, owning `raw`.
+    fn adopt_qp<T: QpType>(
+        &'res self,
+        raw: NonNull<sys::ibv_qp>,
+        ex: Option<ExQp>,
+        cap: &sys::ibv_qp_cap,
+    ) -> QueuePair<'res, Reset, T> {
+        QueuePair {
             raw,
+            ex,
             pd: self,
-            caps: QpCapabilities::from_raw(&init.cap),
+            caps: QpCapabilities::from_raw(cap),
             limits: SendLimits::default(),
             _res: PhantomData,
             _state: PhantomData,
-        })
+        }
     }
 
     /// `ibv_create_qp(3)`—Creates a Reliable Connected queue pair in RESET: `create_qp::<Rc>`.

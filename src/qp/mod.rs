@@ -17,6 +17,7 @@
 mod attr;
 mod connect;
 mod create;
+mod extended;
 mod kind;
 mod modify;
 mod post;
@@ -39,6 +40,7 @@ use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::pd::ProtectionDomain;
+use crate::verbs_path::VerbsPath;
 
 /// A queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`, of transport type `T`
 /// ([`Rc`] unless said otherwise, [`Uc`] or [`Ud`]).
@@ -79,6 +81,8 @@ use crate::pd::ProtectionDomain;
 /// ```
 pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     raw: NonNull<sys::ibv_qp>,
+    /// The extended QP (`ibv_qp_to_qp_ex`), when sends go through the `ibv_wr_*` builders.
+    ex: Option<extended::ExQp>,
     pd: &'res ProtectionDomain<'res>,
     caps: QpCapabilities,
     /// What sends may carry, learned at INIT (the UD path MTU).
@@ -124,6 +128,23 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         self.raw.as_ptr()
     }
 
+    /// The raw extended QP (`ibv_qp_to_qp_ex(3)`), when sends go through the extended verbs.
+    pub fn as_raw_ex(&self) -> Option<*mut sys::ibv_qp_ex> {
+        self.ex.map(|ex| ex.raw.as_ptr())
+    }
+
+    /// Which verbs sends are posted with: [`VerbsPath::Extended`] (`ibv_wr_start`, the
+    /// `ibv_wr_*` builders, `ibv_wr_complete`: one doorbell per list) when the QP was created
+    /// through `ibv_create_qp_ex(3)` with send operations, [`VerbsPath::Legacy`]
+    /// (`ibv_post_send(3)`) otherwise.
+    pub fn send_path(&self) -> VerbsPath {
+        if self.ex.is_some() {
+            VerbsPath::Extended
+        } else {
+            VerbsPath::Legacy
+        }
+    }
+
     /// `ibv_destroy_qp(3)`—Destroys the QP, reporting failure (dropping logs instead).
     ///
     /// # Errors
@@ -167,6 +188,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         let this = ManuallyDrop::new(self);
         QueuePair {
             raw: this.raw,
+            ex: this.ex,
             pd: this.pd,
             caps: this.caps,
             limits: this.limits,
@@ -289,6 +311,7 @@ impl<S: QpState, T: QpType> std::fmt::Debug for QueuePair<'_, S, T> {
             .field("type", &T::NAME)
             .field("state", &S::NAME)
             .field("caps", &self.caps)
+            .field("send_path", &self.send_path())
             .finish()
     }
 }

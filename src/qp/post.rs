@@ -67,17 +67,30 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     #[inline]
     pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
         self.check_send(wr)?;
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
-        check_errno(ret, "ibv_post_send")?;
+        if let Some(ex) = &self.ex {
+            // SAFETY: a live QP in RTS; the caller upholds the memory contract.
+            unsafe { ex.post(std::slice::from_ref(wr.as_raw()), T::RAW == sys::IBV_QPT_UD) }
+                .map_err(|(_, e)| e)?;
+        } else {
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: a live QP in RTS; the caller upholds the memory contract.
+            let ret =
+                unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+            check_errno(ret, "ibv_post_send")?;
+        }
         wr.note_posted();
         Ok(())
     }
 
-    /// `ibv_post_send(3)`—Posts `wrs` as one linked list (one doorbell): perftest's post
+    /// `ibv_post_send(3)` or `ibv_wr_post(3)`—Posts `wrs` with one doorbell: perftest's post
     /// lists. Typically only the last is [`SendFlags::SIGNALED`]: on an RC send queue its
     /// completion means all before it are done.
+    ///
+    /// On the legacy path the WRs go as one linked list to `ibv_post_send`; on the extended
+    /// path ([`QueuePair::send_path`]) as one batch: `ibv_wr_start`, each WR's builders,
+    /// one `ibv_wr_complete`. A WR with several SGEs goes through `ibv_post_send` on its own,
+    /// in order between batches: rxe's `ibv_wr_set_sge_list` (rdma-core v44) counts only the
+    /// first SGE's length.
     ///
     /// # Safety
     ///
@@ -87,7 +100,11 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// `(posted, error)`: the number of WRs the provider accepted before the one it refused
     /// (those are posted), and why; [`Error::InvalidInput`] (with 0 posted) when a WR breaks
-    /// the QP's SGE or inline limits.
+    /// the QP's SGE or inline limits. On the extended path which WR failed cannot be known:
+    /// a WR the QP cannot build aborts the batch ([`Error::Unsupported`] naming its
+    /// `ibv_wr_*` builder, 0 posted), and a failed `ibv_wr_complete` (the same errnos as
+    /// `ibv_post_send`, e.g. `ENOMEM` for a full send queue) counts all of them as posted,
+    /// since `ibv_wr_post(3)` does not say which went out.
     #[doc(alias = "ibv_post_send")]
     #[inline]
     pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), (usize, Error)> {
@@ -100,8 +117,9 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
     }
 
-    /// Links `wrs` through their `next` pointers and posts them with one call; on failure,
-    /// how many were accepted before the refused one (all, when the provider does not say).
+    /// Posts `wrs` with one doorbell: linked through their `next` pointers for
+    /// `ibv_post_send`, or as one `ibv_wr_*` batch; on failure, how many were accepted before
+    /// the refused one (all, when the provider does not say).
     ///
     /// # Safety
     ///
@@ -110,9 +128,17 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         &self,
         wrs: &mut [sys::ibv_send_wr],
     ) -> Result<(), (usize, Error)> {
-        let Some(first) = wrs.first_mut().map(|wr| wr as *mut sys::ibv_send_wr) else {
+        if wrs.is_empty() {
             return Ok(());
-        };
+        }
+        if let Some(ex) = &self.ex {
+            // SAFETY: a live QP in RTS; the caller upholds the memory contract.
+            let result = unsafe { ex.post(wrs, T::RAW == sys::IBV_QPT_UD) };
+            let posted = result.as_ref().map_or_else(|(n, _)| *n, |()| wrs.len());
+            wrs[..posted].iter().for_each(note_posted);
+            return result;
+        }
+        let first: *mut sys::ibv_send_wr = &mut wrs[0];
         let base = first as usize;
         for i in 1..wrs.len() {
             let next: *mut sys::ibv_send_wr = &mut wrs[i];

@@ -35,6 +35,7 @@
 
 mod call;
 mod device;
+mod extended;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
@@ -56,6 +57,7 @@ use crate::loader::{Ibverbs, IbverbsFns};
 
 pub use call::{Call, QpAttr, Verb};
 pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID};
+pub use extended::CORE_CLOCK_KHZ;
 
 /// What a mock library reports as its path ([`Ibverbs::path`]).
 pub const LIBRARY_PATH: &str = "mock/libibverbs.so.1";
@@ -70,15 +72,21 @@ pub struct Optional {
     /// `ibv_reg_dmabuf_mr` (rdma-core v34+). The mock device, like rxe, supports no dma-buf:
     /// the function fails with `EOPNOTSUPP`.
     pub reg_dmabuf_mr: bool,
+    /// `ibv_qp_to_qp_ex` (rdma-core v24+).
+    pub qp_to_qp_ex: bool,
 }
 
 impl Optional {
     /// Every optional symbol: a current rdma-core.
     pub const ALL: Optional =
-        Optional { reg_mr_iova2: true, query_gid_ex: true, reg_dmabuf_mr: true };
-    /// None: an rdma-core older than v28.
-    pub const NONE: Optional =
-        Optional { reg_mr_iova2: false, query_gid_ex: false, reg_dmabuf_mr: false };
+        Optional { reg_mr_iova2: true, query_gid_ex: true, reg_dmabuf_mr: true, qp_to_qp_ex: true };
+    /// None: an rdma-core older than v24.
+    pub const NONE: Optional = Optional {
+        reg_mr_iova2: false,
+        query_gid_ex: false,
+        reg_dmabuf_mr: false,
+        qp_to_qp_ex: false,
+    };
 }
 
 /// The mock libibverbs: required symbols always, optional ones as `optional` says.
@@ -117,8 +125,7 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_reg_mr_iova2: optional.reg_mr_iova2.then_some(verbs::ibv_reg_mr_iova2),
         _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
         ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
-        // No extended QPs yet: every mock QP is a legacy one.
-        ibv_qp_to_qp_ex: None,
+        ibv_qp_to_qp_ex: optional.qp_to_qp_ex.then_some(extended::ibv_qp_to_qp_ex),
     }
 }
 
@@ -126,10 +133,11 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 8] = [const { OnceLock::new() }; 8];
+    static LIBRARIES: [OnceLock<Ibverbs>; 16] = [const { OnceLock::new() }; 16];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
-        | usize::from(optional.reg_dmabuf_mr) << 2;
+        | usize::from(optional.reg_dmabuf_mr) << 2
+        | usize::from(optional.qp_to_qp_ex) << 3;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.
@@ -156,10 +164,30 @@ pub struct ContextConfig {
     pub poll_cq: bool,
     /// Whether `ibv_context.ops.req_notify_cq` is set.
     pub req_notify_cq: bool,
+    /// Whether the `verbs_context.create_cq_ex` op is set (extended CQs; see the module
+    /// `extended` notes on [`CORE_CLOCK_KHZ`]).
+    pub create_cq_ex: bool,
+    /// Whether the `verbs_context.create_qp_ex` op is set (extended QPs, RC only).
+    pub create_qp_ex: bool,
+    /// Whether the `verbs_context.query_device_ex` op is set, reporting completion
+    /// timestamps (a non-zero `completion_timestamp_mask`, a clock of [`CORE_CLOCK_KHZ`]).
+    pub completion_timestamps: bool,
+    /// A member of `ibv_cq_ex` or `ibv_qp_ex` (by its field name, e.g. `"read_byte_len"` or
+    /// `"wr_send_imm"`) that this context's extended CQs and QPs leave NULL.
+    pub missing_member: Option<&'static str>,
+}
+
+impl ContextConfig {
+    /// The default with the extended CQ and QP ops set: a provider like rxe.
+    pub fn extended_verbs() -> Self {
+        ContextConfig { create_cq_ex: true, create_qp_ex: true, ..ContextConfig::default() }
+    }
 }
 
 impl Default for ContextConfig {
-    /// A current library: full size, extended, every op set.
+    /// A current library: full size, extended, every legacy op set; no extended CQ or QP
+    /// (a provider like siw), so call logs show the legacy verbs unless a test asks for the
+    /// extended ones ([`ContextConfig::extended_verbs`]).
     fn default() -> Self {
         ContextConfig {
             sz: size_of::<verbs_context>(),
@@ -169,6 +197,10 @@ impl Default for ContextConfig {
             post_recv: true,
             poll_cq: true,
             req_notify_cq: true,
+            create_cq_ex: false,
+            create_qp_ex: false,
+            completion_timestamps: false,
+            missing_member: None,
         }
     }
 }

@@ -30,9 +30,10 @@ pub struct DataPath {
     pub poll_cq: unsafe extern "C" fn(*mut sys::ibv_cq, c_int, *mut sys::ibv_wc) -> c_int,
 }
 
-/// A context of `mock` (which must outlive it) with `ops` as its data path.
-pub fn context(mock: &Mock, ops: DataPath) -> Context {
-    let raw = mock.context(ContextConfig::default());
+/// A context of `mock` (which must outlive it), shaped by `config`, with `ops` as its legacy
+/// data path.
+pub fn context(mock: &Mock, ops: DataPath, config: ContextConfig) -> Context {
+    let raw = mock.context(config);
     // SAFETY: a fresh context that nothing else uses yet: filling its op table is what a
     // provider does when it opens one.
     unsafe {

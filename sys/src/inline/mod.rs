@@ -18,7 +18,9 @@ use std::ptr;
 use crate::bindings::*;
 use crate::loader::IbverbsFns;
 
+mod cq_ex;
 mod qp_ex;
+pub use cq_ex::*;
 pub use qp_ex::*;
 #[cfg(rdma_verbs_mlx5dv)]
 mod mlx5dv;

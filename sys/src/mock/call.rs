@@ -64,6 +64,18 @@ pub enum Verb {
     /// A function of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Verb),
+    /// The `verbs_context.create_cq_ex` op.
+    CreateCqEx,
+    /// The `verbs_context.create_qp_ex` op.
+    CreateQpEx,
+    /// The `verbs_context.query_device_ex` op.
+    QueryDeviceEx,
+    /// The extended CQ's `start_poll` (`ENOENT` simulates an empty CQ).
+    StartPoll,
+    /// The extended CQ's `next_poll`.
+    NextPoll,
+    /// The extended QP's `wr_complete`.
+    WrComplete,
 }
 
 /// One recorded call of a mock function, with the arguments tests check.
@@ -223,6 +235,68 @@ pub enum Call {
     /// A call of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Call),
+    /// The `create_cq_ex` op.
+    CreateCqEx {
+        /// The entries asked for.
+        cqe: u32,
+        /// Whether a completion channel was given.
+        channel: bool,
+        /// The completion vector.
+        comp_vector: u32,
+        /// The `IBV_WC_EX_WITH_*` fields asked for.
+        wc_flags: u64,
+    },
+    /// The `create_qp_ex` op.
+    CreateQpEx {
+        /// `qp_type`.
+        qp_type: ibv_qp_type,
+        /// `comp_mask` (`IBV_QP_INIT_ATTR_*`).
+        comp_mask: u32,
+        /// `send_ops_flags` (`IBV_QP_EX_WITH_*`).
+        send_ops_flags: u64,
+    },
+    /// The `query_device_ex` op.
+    QueryDeviceEx {
+        /// The struct size the caller passed.
+        attr_size: usize,
+    },
+    /// The extended CQ's `start_poll`.
+    StartPoll,
+    /// The extended CQ's `next_poll`.
+    NextPoll,
+    /// The extended CQ's `end_poll`.
+    EndPoll,
+    /// The extended QP's `wr_start`.
+    WrStart,
+    /// An extended QP's operation builder (`wr_send`, `wr_rdma_write`, ...), with the WR's
+    /// `wr_id` and `wr_flags` as set before it.
+    WrBuild {
+        /// The member's name.
+        builder: &'static str,
+        /// `qp_ex->wr_id`.
+        wr_id: u64,
+        /// `qp_ex->wr_flags`.
+        wr_flags: u32,
+    },
+    /// An extended QP's data setter (`wr_set_sge`, `wr_set_sge_list`, `wr_set_inline_data`,
+    /// `wr_set_inline_data_list`), with the bytes it names.
+    WrData {
+        /// The member's name.
+        setter: &'static str,
+        /// The total length.
+        bytes: u64,
+    },
+    /// The extended QP's `wr_set_ud_addr`.
+    WrUdAddr {
+        /// The destination QP.
+        remote_qpn: u32,
+        /// The Q_Key.
+        remote_qkey: u32,
+    },
+    /// The extended QP's `wr_complete`.
+    WrComplete,
+    /// The extended QP's `wr_abort`.
+    WrAbort,
 }
 
 /// The fields of `struct ibv_qp_attr` an RC connection sets, as passed to `ibv_modify_qp`

@@ -8,6 +8,7 @@ use crate::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::port_attr;
+use super::extended;
 use super::state::{serve, Kind, State};
 use super::ContextConfig;
 
@@ -15,6 +16,9 @@ use super::ContextConfig;
 pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_context> {
     let mut vctx = verbs_context {
         query_port: config.query_port.then_some(query_port),
+        create_cq_ex: config.create_cq_ex.then_some(extended::create_cq_ex),
+        create_qp_ex: config.create_qp_ex.then_some(extended::create_qp_ex),
+        query_device_ex: config.completion_timestamps.then_some(extended::query_device_ex),
         sz: config.sz,
         ..Default::default()
     };
@@ -36,6 +40,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     // SAFETY: `vctx` was just allocated; this only computes a field's address.
     let ctx = unsafe { &raw mut (*vctx).context };
     s.register(ctx, Kind::Context);
+    if let Some(member) = config.missing_member {
+        s.set_missing_member(ctx, member);
+    }
     NonNull::new(ctx).expect("a field of a live allocation is not NULL")
 }
 

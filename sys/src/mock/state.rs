@@ -57,10 +57,21 @@ pub(super) enum Kind {
     Mr,
     /// A boxed `ibv_cq`.
     Cq,
+    /// A boxed extended CQ ([`MockCqEx`](super::extended::MockCqEx)); also a CQ.
+    CqEx,
     /// A boxed `ibv_qp`.
     Qp,
+    /// A boxed `ibv_qp_ex` (its `qp_base` first); also a QP.
+    QpEx,
     /// A boxed `ibv_comp_channel`, owning its eventfd.
     CompChannel,
+}
+
+impl Kind {
+    /// Whether an object of this kind serves as one of `kind`.
+    fn is(self, kind: Kind) -> bool {
+        self == kind || matches!((self, kind), (Kind::CqEx, Kind::Cq) | (Kind::QpEx, Kind::Qp))
+    }
 }
 
 pub(super) struct State {
@@ -73,6 +84,9 @@ pub(super) struct State {
     async_events: HashMap<*mut ibv_context, VecDeque<ibv_async_event>>,
     /// Async events read by `ibv_get_async_event` and not yet acknowledged.
     unacked_async_events: usize,
+    /// The member each context's extended CQs and QPs leave NULL
+    /// ([`ContextConfig::missing_member`](super::ContextConfig::missing_member)).
+    missing_members: HashMap<*mut ibv_context, &'static str>,
     next_id: u32,
 }
 
@@ -86,6 +100,7 @@ impl State {
             completions: HashMap::new(),
             async_events: HashMap::new(),
             unacked_async_events: 0,
+            missing_members: HashMap::new(),
             next_id: 0,
         }
     }
@@ -130,16 +145,17 @@ impl State {
     pub(super) fn register<T>(&mut self, object: *mut T, kind: Kind) {
         self.objects.insert(object.cast(), kind);
         match kind {
-            Kind::Cq => drop(self.completions.insert(object.cast(), VecDeque::new())),
+            Kind::Cq | Kind::CqEx => drop(self.completions.insert(object.cast(), VecDeque::new())),
             Kind::Context => drop(self.async_events.insert(object.cast(), VecDeque::new())),
             _ => {}
         }
     }
 
-    /// `EINVAL` unless `object` is a live object of `kind`: after this, it may be read.
+    /// `EINVAL` unless `object` is a live object of `kind` (an extended CQ or QP is also a
+    /// CQ or QP): after this, it may be read as one.
     pub(super) fn expect<T>(&self, object: *mut T, kind: Kind) -> Result<(), c_int> {
         match self.objects.get(&object.cast()) {
-            Some(&k) if k == kind => Ok(()),
+            Some(&k) if k.is(kind) => Ok(()),
             _ => Err(libc::EINVAL),
         }
     }
@@ -147,12 +163,26 @@ impl State {
     /// Frees the live object `object` of `kind` (`EINVAL` if it is not one).
     pub(super) fn release<T>(&mut self, object: *mut T, kind: Kind) -> Result<(), c_int> {
         self.expect(object, kind)?;
-        self.objects.remove(&object.cast());
+        let actual = self.objects.remove(&object.cast()).expect("checked live above");
         self.completions.remove(&object.cast());
         self.async_events.remove(&object.cast());
-        // SAFETY: it was live as `kind`, and is no longer registered, so it is freed once.
-        unsafe { free(object.cast(), kind) };
+        // SAFETY: it was live as `actual`, and is no longer registered, so it is freed once.
+        unsafe { free(object.cast(), actual) };
         Ok(())
+    }
+
+    /// Whether `object` is a live extended QP.
+    pub(super) fn is_qp_ex(&self, object: *mut ibv_qp) -> bool {
+        self.objects.get(&object.cast()) == Some(&Kind::QpEx)
+    }
+
+    pub(super) fn set_missing_member(&mut self, ctx: *mut ibv_context, member: &'static str) {
+        self.missing_members.insert(ctx, member);
+    }
+
+    /// The member `ctx`'s extended objects leave NULL, if any.
+    pub(super) fn missing_member(&self, ctx: *mut ibv_context) -> Option<&'static str> {
+        self.missing_members.get(&ctx).copied()
     }
 
     pub(super) fn is_live(&self, object: *mut c_void) -> bool {
@@ -164,15 +194,15 @@ impl State {
         self.objects.iter().any(|(&object, &kind)| match kind {
             // SAFETY: a live MR, allocated as one.
             Kind::Mr => pd == unsafe { (*object.cast::<ibv_mr>()).pd },
-            // SAFETY: a live QP, allocated as one.
-            Kind::Qp => pd == unsafe { (*object.cast::<ibv_qp>()).pd },
+            // SAFETY: a live QP (an extended one starts with its `ibv_qp`).
+            Kind::Qp | Kind::QpEx => pd == unsafe { (*object.cast::<ibv_qp>()).pd },
             _ => false,
         })
     }
 
     /// Whether a live QP uses `cq` (a provider refuses to destroy the CQ then).
     pub(super) fn cq_in_use(&self, cq: *mut ibv_cq) -> bool {
-        self.objects.iter().filter(|&(_, &kind)| kind == Kind::Qp).any(|(&object, _)| {
+        self.objects.iter().filter(|&(_, &kind)| kind.is(Kind::Qp)).any(|(&object, _)| {
             // SAFETY: a live QP, allocated as one.
             let qp = unsafe { &*object.cast::<ibv_qp>() };
             qp.send_cq == cq || qp.recv_cq == cq
@@ -265,7 +295,9 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::Pd => drop(Box::from_raw(object.cast::<ibv_pd>())),
             Kind::Mr => drop(Box::from_raw(object.cast::<ibv_mr>())),
             Kind::Cq => drop(Box::from_raw(object.cast::<ibv_cq>())),
+            Kind::CqEx => drop(Box::from_raw(object.cast::<super::extended::MockCqEx>())),
             Kind::Qp => drop(Box::from_raw(object.cast::<ibv_qp>())),
+            Kind::QpEx => drop(Box::from_raw(object.cast::<ibv_qp_ex>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
                 libc::close(channel.fd);

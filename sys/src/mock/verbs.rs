@@ -19,7 +19,7 @@ use super::state::{serve, Kind, State};
 use super::ContextConfig;
 
 /// The pointer, or NULL with `errno` set: how pointer-returning verbs report errors.
-fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
+pub(super) fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
     result.unwrap_or_else(|errno| {
         // errno is set last: nothing may run between this and the caller reading it.
         set_errno(errno);
@@ -386,7 +386,7 @@ pub(super) unsafe extern "C" fn ibv_create_qp(
 ) -> *mut ibv_qp {
     // SAFETY: the caller passes a valid, exclusive attribute struct.
     let init = unsafe { &mut *init_attr };
-    let cap = &mut init.cap;
+    let cap = &init.cap;
     let call = Call::CreateQp {
         qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_all,
@@ -398,38 +398,48 @@ pub(super) unsafe extern "C" fn ibv_create_qp(
     };
     or_null(serve(|s| {
         s.begin(call, Verb::CreateQp)?;
-        s.expect(pd, Kind::Pd)?;
-        s.expect(init.send_cq, Kind::Cq)?;
-        s.expect(init.recv_cq, Kind::Cq)?;
-        if init.qp_type != IBV_QPT_RC {
-            return Err(libc::EOPNOTSUPP);
-        }
-        let limits = device_attr();
-        let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
-        if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
-            || cap.max_send_sge.max(cap.max_recv_sge) > max_sge
-        {
-            return Err(libc::EINVAL);
-        }
-        cap.max_send_wr = cap.max_send_wr.next_power_of_two();
-        cap.max_recv_wr = cap.max_recv_wr.next_power_of_two();
-        // SAFETY: `pd` is a live mock PD (checked above).
-        let context = unsafe { (*pd).context };
-        let id = s.next_id();
-        let qp = ibv_qp {
-            context,
-            qp_context: init.qp_context,
-            pd,
-            send_cq: init.send_cq,
-            recv_cq: init.recv_cq,
-            handle: id,
-            qp_num: 0x100 + id,
-            state: IBV_QPS_RESET,
-            qp_type: init.qp_type,
-            ..Default::default()
-        };
+        let qp = new_qp(s, pd, init)?;
         Ok(s.adopt(qp, Kind::Qp))
     }))
+}
+
+/// What `ibv_create_qp` checks and creates, for both create verbs: see [`ibv_create_qp`].
+pub(super) fn new_qp(
+    s: &mut State,
+    pd: *mut ibv_pd,
+    init: &mut ibv_qp_init_attr,
+) -> Result<ibv_qp, c_int> {
+    s.expect(pd, Kind::Pd)?;
+    s.expect(init.send_cq, Kind::Cq)?;
+    s.expect(init.recv_cq, Kind::Cq)?;
+    if init.qp_type != IBV_QPT_RC {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let cap = &mut init.cap;
+    let limits = device_attr();
+    let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
+    if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
+        || cap.max_send_sge.max(cap.max_recv_sge) > max_sge
+    {
+        return Err(libc::EINVAL);
+    }
+    cap.max_send_wr = cap.max_send_wr.next_power_of_two();
+    cap.max_recv_wr = cap.max_recv_wr.next_power_of_two();
+    // SAFETY: `pd` is a live mock PD (checked above).
+    let context = unsafe { (*pd).context };
+    let id = s.next_id();
+    Ok(ibv_qp {
+        context,
+        qp_context: init.qp_context,
+        pd,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        handle: id,
+        qp_num: 0x100 + id,
+        state: IBV_QPS_RESET,
+        qp_type: init.qp_type,
+        ..Default::default()
+    })
 }
 
 /// The attributes `ibv_modify_qp(3)` requires for each RC transition.

@@ -22,3 +22,5 @@ mod service;
 mod service_cm;
 mod transfers;
 mod transports;
+#[cfg(feature = "rdmacm")]
+mod verbs_path;

@@ -14,6 +14,7 @@ mod qp;
 #[cfg(feature = "tokio")]
 mod reactor;
 mod resources;
+mod verbs_path;
 
 use rdma_verbs::{Context, Error};
 use rdma_verbs_sys::mock::{self, ContextConfig, Mock, Optional};

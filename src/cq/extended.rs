@@ -1,0 +1,187 @@
+//! The extended CQ (`ibv_create_cq_ex(3)`): creation, and polling sessions under the rules
+//! of its man page.
+
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+use sys::inline as inl;
+
+use crate::device::Context;
+use crate::error::{check_errno, Error, Result};
+use crate::wc::WorkCompletion;
+
+/// What the extended CQ asks every completion for: the fields of `struct ibv_wc`.
+const STANDARD: u64 = sys::IBV_WC_STANDARD_FLAGS as u64;
+const TIMESTAMP: u64 = sys::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as u64;
+
+/// The extended side of a [`CompletionQueue`](super::CompletionQueue).
+pub(super) struct ExCq {
+    pub(super) raw: NonNull<sys::ibv_cq_ex>,
+    /// The `IBV_WC_EX_WITH_*` flags it was created with: the fields that may be read.
+    wc_flags: u64,
+    /// `hca_core_clock` (kHz), when timestamps were asked for.
+    pub(super) clock_khz: Option<u64>,
+}
+
+/// `ibv_create_cq_ex` with the standard fields (and timestamps), checking that the provider
+/// filled every member polling calls.
+pub(super) fn create(
+    ctx: &Context,
+    cqe: i32,
+    channel: *mut sys::ibv_comp_channel,
+    comp_vector: i32,
+    timestamps: bool,
+) -> Result<(NonNull<sys::ibv_cq>, ExCq)> {
+    let clock_khz = if timestamps { Some(timestamp_clock(ctx)?) } else { None };
+    let wc_flags = STANDARD | if timestamps { TIMESTAMP } else { 0 };
+    let mut init = sys::ibv_cq_init_attr_ex {
+        cqe: cqe as u32,
+        cq_context: std::ptr::null_mut(),
+        channel,
+        comp_vector: comp_vector as u32,
+        wc_flags,
+        comp_mask: 0,
+        flags: 0,
+        parent_domain: std::ptr::null_mut(),
+    };
+    // SAFETY: a live context; `channel` is NULL or a live channel of it (the caller's
+    // check); `init` is a valid attribute struct.
+    let raw = unsafe { inl::ibv_create_cq_ex(ctx.as_raw(), &mut init) };
+    let Some(raw) = NonNull::new(raw) else {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        return Err(Error::verb("ibv_create_cq_ex", errno));
+    };
+    // SAFETY: a live extended CQ; its members are plain reads.
+    if let Some(member) = missing_member(unsafe { raw.as_ref() }, timestamps) {
+        let cq = inl::ibv_cq_ex_to_cq(raw.as_ptr());
+        // SAFETY: the CQ was just created and nothing else knows it.
+        let ret = unsafe { (ctx.library().fns.ibv_destroy_cq)(cq) };
+        if let Err(e) = check_errno(ret, "ibv_destroy_cq") {
+            log::warn!("leaking an extended CQ of {}: {e}", ctx.name());
+        }
+        return Err(Error::Unsupported { what: member });
+    }
+    let cq = NonNull::new(inl::ibv_cq_ex_to_cq(raw.as_ptr())).expect("a cast of a non-NULL CQ");
+    Ok((cq, ExCq { raw, wc_flags, clock_khz }))
+}
+
+/// The device's completion clock in kHz, or `Unsupported` when it has no timestamps.
+fn timestamp_clock(ctx: &Context) -> Result<u64> {
+    let mut attr = sys::ibv_device_attr_ex::default();
+    // SAFETY: a live context of this library and a writable attribute struct.
+    let ret = unsafe { inl::ibv_query_device_ex(&ctx.library().fns, ctx.as_raw(), &mut attr) };
+    check_errno(ret, "ibv_query_device_ex")?;
+    if attr.completion_timestamp_mask == 0 {
+        return Err(Error::Unsupported {
+            what: "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \
+                   completion_timestamp_mask is 0)",
+        });
+    }
+    Ok(attr.hca_core_clock)
+}
+
+/// The first member that polling calls and the provider left NULL, named for the error.
+fn missing_member(cq: &sys::ibv_cq_ex, timestamps: bool) -> Option<&'static str> {
+    [
+        ("ibv_start_poll (ibv_cq_ex.start_poll)", cq.start_poll.is_none()),
+        ("ibv_next_poll (ibv_cq_ex.next_poll)", cq.next_poll.is_none()),
+        ("ibv_end_poll (ibv_cq_ex.end_poll)", cq.end_poll.is_none()),
+        ("ibv_wc_read_opcode (ibv_cq_ex.read_opcode)", cq.read_opcode.is_none()),
+        ("ibv_wc_read_vendor_err (ibv_cq_ex.read_vendor_err)", cq.read_vendor_err.is_none()),
+        ("ibv_wc_read_byte_len (ibv_cq_ex.read_byte_len)", cq.read_byte_len.is_none()),
+        ("ibv_wc_read_imm_data (ibv_cq_ex.read_imm_data)", cq.read_imm_data.is_none()),
+        ("ibv_wc_read_qp_num (ibv_cq_ex.read_qp_num)", cq.read_qp_num.is_none()),
+        ("ibv_wc_read_src_qp (ibv_cq_ex.read_src_qp)", cq.read_src_qp.is_none()),
+        ("ibv_wc_read_wc_flags (ibv_cq_ex.read_wc_flags)", cq.read_wc_flags.is_none()),
+        ("ibv_wc_read_slid (ibv_cq_ex.read_slid)", cq.read_slid.is_none()),
+        ("ibv_wc_read_sl (ibv_cq_ex.read_sl)", cq.read_sl.is_none()),
+        (
+            "ibv_wc_read_dlid_path_bits (ibv_cq_ex.read_dlid_path_bits)",
+            cq.read_dlid_path_bits.is_none(),
+        ),
+        (
+            "ibv_wc_read_completion_ts (ibv_cq_ex.read_completion_ts)",
+            timestamps && cq.read_completion_ts.is_none(),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(name, missing)| missing.then_some(name))
+}
+
+impl ExCq {
+    /// Up to `max` completions, each handed to `each` with its index, its fields and its
+    /// timestamp; returns how many. A failure after the first completion ends polling early
+    /// and is left for the next poll (the provider reports it again).
+    ///
+    /// Each completion is read in a session of its own (`ibv_start_poll`, the reads,
+    /// `ibv_end_poll`), never with `ibv_next_poll`: providers disagree on the session after
+    /// `ibv_next_poll` reports `ENOENT`. rxe (rdma-core v44) then ends the session itself —
+    /// it stores the consumer index and releases the CQ lock — so the `ibv_end_poll` that
+    /// `ibv_create_cq_ex(3)` asks for would consume a completion that is not there yet and
+    /// unlock twice, while mlx5 keeps the session until `ibv_end_poll`. One session per
+    /// completion is the same on every provider.
+    #[inline]
+    pub(super) fn drain(
+        &self,
+        max: usize,
+        mut each: impl FnMut(usize, WorkCompletion, Option<u64>),
+    ) -> Result<usize> {
+        let cq = self.raw.as_ptr();
+        let mut attr = sys::ibv_poll_cq_attr::default();
+        let mut n = 0;
+        while n < max {
+            // SAFETY: a live extended CQ whose members were checked at creation; no session
+            // is open on this thread (each ends below, within this loop).
+            match unsafe { inl::ibv_start_poll(cq, &mut attr) } {
+                0 => {}
+                // Empty: there is no session, so no `ibv_end_poll`.
+                libc::ENOENT => break,
+                // Failed: no session either.
+                errno if n == 0 => return Err(super::poll_error("ibv_start_poll", errno)),
+                _ => break,
+            }
+            // SAFETY: inside the session, on its completion.
+            let (wc, timestamp) = unsafe { self.read(cq) };
+            // SAFETY: closes the session opened above, consuming its completion.
+            unsafe { inl::ibv_end_poll(cq) };
+            each(n, wc, timestamp);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The current completion's fields, reading only those the CQ was created with.
+    ///
+    /// # Safety
+    ///
+    /// Inside a polling session of this CQ, on a current completion.
+    #[inline]
+    unsafe fn read(&self, cq: *mut sys::ibv_cq_ex) -> (WorkCompletion, Option<u64>) {
+        // SAFETY: the caller's session; every member called was checked non-NULL at creation
+        // (so the `unwrap_or_default`s never apply) and is covered by `wc_flags`.
+        unsafe {
+            let wc_flags = inl::ibv_wc_read_wc_flags(cq).unwrap_or_default();
+            let mut raw = sys::ibv_wc {
+                wr_id: (*cq).wr_id,
+                status: (*cq).status,
+                opcode: inl::ibv_wc_read_opcode(cq).unwrap_or_default(),
+                vendor_err: inl::ibv_wc_read_vendor_err(cq).unwrap_or_default(),
+                byte_len: inl::ibv_wc_read_byte_len(cq).unwrap_or_default(),
+                qp_num: inl::ibv_wc_read_qp_num(cq).unwrap_or_default(),
+                src_qp: inl::ibv_wc_read_src_qp(cq).unwrap_or_default(),
+                wc_flags,
+                slid: inl::ibv_wc_read_slid(cq).unwrap_or_default() as u16,
+                sl: inl::ibv_wc_read_sl(cq).unwrap_or_default(),
+                dlid_path_bits: inl::ibv_wc_read_dlid_path_bits(cq).unwrap_or_default(),
+                ..Default::default()
+            };
+            // The field holds imm_data or the invalidated rkey, as the flags say.
+            if wc_flags & (sys::IBV_WC_WITH_IMM | sys::IBV_WC_WITH_INV) != 0 {
+                raw.__bindgen_anon_1.imm_data = inl::ibv_wc_read_imm_data(cq).unwrap_or_default();
+            }
+            let timestamp = (self.wc_flags & TIMESTAMP != 0)
+                .then(|| inl::ibv_wc_read_completion_ts(cq).unwrap_or_default());
+            (WorkCompletion::from_raw(raw), timestamp)
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! Completion queues, polled through the extended verbs where the provider has them.
+#![allow(unsafe_code)]
+
+mod attr;
+mod completion;
+mod extended;
+
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+pub use attr::CqAttr;
+pub use completion::Completion;
+
+use crate::channel::CompletionChannel;
+use crate::device::Context;
+use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::verbs_path::VerbsPath;
+use crate::wc::WorkCompletion;
+
+/// A completion queue (`struct ibv_cq`, or `struct ibv_cq_ex` on the extended path): where
+/// work requests report that they ended. It borrows its [`Context`].
+///
+/// Created through `ibv_create_cq_ex(3)` when the provider has it, else `ibv_create_cq(3)`
+/// ([`CompletionQueue::path`] says which); polling is the same on both paths.
+pub struct CompletionQueue<'ctx> {
+    raw: NonNull<sys::ibv_cq>,
+    /// The extended CQ (the same object as `raw`), on the extended path.
+    ex: Option<extended::ExCq>,
+    ctx: &'ctx Context,
+}
+
+// SAFETY: providers serialise CQ access internally (ibv_poll_cq is thread-safe, and an
+// extended CQ's polling session holds the provider's CQ lock).
+unsafe impl Send for CompletionQueue<'_> {}
+// SAFETY: as above: polling through `&self` from several threads is allowed.
+unsafe impl Sync for CompletionQueue<'_> {}
+
+impl Context {
+    /// `ibv_create_cq_ex(3)` or `ibv_create_cq(3)`—Creates a completion queue for at least
+    /// `cqe` entries, extended where the provider allows (see
+    /// [`Context::create_cq_with`]).
+    ///
+    /// Size it for every WR that can be outstanding on the QPs that share it; an overrun
+    /// moves those QPs to the error state.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `cqe` is 0 or above `i32::MAX`; [`Error::Verb`] from
+    /// the create verb (`EINVAL` when above the device's `max_cqe`).
+    #[doc(alias = "ibv_create_cq")]
+    #[doc(alias = "ibv_create_cq_ex")]
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_>> {
+        self.create_cq_with(cqe, &CqAttr::default())
+    }
+
+    /// `ibv_create_cq_ex(3)` or `ibv_create_cq(3)`—Creates a completion queue for at least
+    /// `cqe` entries (as [`Context::create_cq`]) whose events go to `channel`, interrupting through completion vector `comp_vector` (below
+    /// the context's `num_comp_vectors`; 0 always exists).
+    ///
+    /// Events fire only once armed with [`CompletionQueue::req_notify`]. The CQ borrows the
+    /// channel, so the channel outlives it:
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(ctx: &rdma_verbs::Context) -> rdma_verbs::Result<()> {
+    /// let cq = {
+    ///     let channel = ctx.create_comp_channel()?;
+    ///     ctx.create_cq_with_channel(16, &channel, 0)?
+    /// }; // error: `channel` dropped while still borrowed
+    /// # drop(cq); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `cqe` is 0 or above `i32::MAX`, when `channel` belongs
+    /// to another context, or when `comp_vector` is not below `num_comp_vectors`;
+    /// [`Error::Verb`] from the create verb (`EINVAL` when above the device's `max_cqe`).
+    ///
+    /// # References
+    ///
+    /// <https://man7.org/linux/man-pages/man3/ibv_create_cq.3.html>
+    #[doc(alias = "ibv_create_cq")]
+    pub fn create_cq_with_channel<'a>(
+        &'a self,
+        cqe: u32,
+        channel: &'a CompletionChannel<'_>,
+        comp_vector: u32,
+    ) -> Result<CompletionQueue<'a>> {
+        self.create_cq_with(
+            cqe,
+            &CqAttr { channel: Some(channel), comp_vector, ..CqAttr::default() },
+        )
+    }
+
+    /// `ibv_create_cq_ex(3)`, falling back to `ibv_create_cq(3)`—Creates a completion queue
+    /// for at least `cqe` entries as `attr` says: its channel and completion vector, whether
+    /// completions carry timestamps, and which verbs to use.
+    ///
+    /// The extended CQ is asked for the standard completion fields (`IBV_WC_STANDARD_FLAGS`:
+    /// byte_len, imm_data, qp_num, src_qp, slid, sl, dlid_path_bits), plus
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` with [`CqAttr::timestamps`]. When the provider
+    /// has no extended CQ (`EOPNOTSUPP`), or leaves a polling member NULL, and neither
+    /// timestamps nor [`VerbsPath::Extended`] were asked for, the CQ is a legacy one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `cqe` is 0 or above `i32::MAX`, when the channel belongs
+    /// to another context, when `comp_vector` is not below `num_comp_vectors`, or when
+    /// timestamps are asked of a forced legacy CQ; [`Error::Unsupported`] naming what is
+    /// missing when timestamps or the extended path were asked for and the device lacks them
+    /// (`ibv_create_cq_ex`, an `ibv_cq_ex` member, or completion timestamps);
+    /// [`Error::Verb`] from the create verb (`EINVAL` when above the device's `max_cqe`).
+    ///
+    /// # References
+    ///
+    /// <https://man7.org/linux/man-pages/man3/ibv_create_cq_ex.3.html>
+    #[doc(alias = "ibv_create_cq_ex")]
+    pub fn create_cq_with<'a>(
+        &'a self,
+        cqe: u32,
+        attr: &CqAttr<'a>,
+    ) -> Result<CompletionQueue<'a>> {
+        let n = i32::try_from(cqe).ok().filter(|&n| n > 0).ok_or_else(|| {
+            Error::InvalidInput(format!("a CQ needs 1..={} entries, not {cqe}", i32::MAX))
+        })?;
+        let (channel, vector) = match attr.channel {
+            Some(channel) => (channel.as_raw(), self.check_channel(channel, attr.comp_vector)?),
+            None => (std::ptr::null_mut(), 0),
+        };
+        if attr.timestamps && attr.path == Some(VerbsPath::Legacy) {
+            return Err(Error::InvalidInput(
+                "completion timestamps need the extended CQ: do not force VerbsPath::Legacy".into(),
+            ));
+        }
+        if attr.path != Some(VerbsPath::Legacy) {
+            let strict = attr.timestamps || attr.path == Some(VerbsPath::Extended);
+            match extended::create(self, n, channel, vector, attr.timestamps) {
+                Ok((raw, ex)) => return Ok(CompletionQueue { raw, ex: Some(ex), ctx: self }),
+                Err(e) if strict || !matches!(e, Error::Unsupported { .. }) => return Err(e),
+                // The provider lacks it: the legacy verbs serve.
+                Err(_) => {}
+            }
+        }
+        // SAFETY: a live context; `channel` is NULL or a live channel of this context that
+        // the caller keeps alive as long as the CQ; no user context.
+        let raw = unsafe {
+            (self.library().fns.ibv_create_cq)(
+                self.as_raw(),
+                n,
+                std::ptr::null_mut(),
+                channel,
+                vector,
+            )
+        };
+        Ok(CompletionQueue { raw: check_ptr(raw, "ibv_create_cq")?, ex: None, ctx: self })
+    }
+
+    /// The completion vector as a C int, checking `channel` is this context's.
+    fn check_channel(&self, channel: &CompletionChannel<'_>, comp_vector: u32) -> Result<i32> {
+        if !std::ptr::eq(channel.context(), self) {
+            return Err(Error::InvalidInput(format!(
+                "the completion channel belongs to device {}, not to this context of {}",
+                channel.context().name(),
+                self.name()
+            )));
+        }
+        // SAFETY: a live context; a plain field read.
+        let vectors = unsafe { (*self.as_raw()).num_comp_vectors };
+        i32::try_from(comp_vector).ok().filter(|&v| v < vectors).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "completion vector {comp_vector} does not exist: {} has vectors 0..{vectors}",
+                self.name()
+            ))
+        })
+    }
+}
+
+impl<'ctx> CompletionQueue<'ctx> {
+    /// The number of entries actually allocated (at least what was asked).
+    pub fn capacity(&self) -> u32 {
+        // SAFETY: a live CQ; a plain field read.
+        unsafe { (*self.raw.as_ptr()).cqe }.max(0) as u32
+    }
+
+    /// `ibv_poll_cq(3)` or `ibv_start_poll`/`ibv_end_poll`—Reaps up to
+    /// `storage.len()` completions into `storage` and returns the filled prefix (empty when
+    /// none is ready). Never blocks, never allocates.
+    ///
+    /// On the extended path the completions are read field by field (`ibv_wc_read_*`); the
+    /// result is the same, except `pkey_index`, which the extended CQ does not report (0).
+    /// When polling fails after some completions were read, those are returned and the
+    /// failure is left for the next call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] when the provider reports a polling failure.
+    #[doc(alias = "ibv_poll_cq")]
+    #[doc(alias = "ibv_start_poll")]
+    #[inline]
+    pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
+        if let Some(ex) = &self.ex {
+            let n = ex.drain(storage.len(), |i, wc, _| storage[i] = wc)?;
+            return Ok(&mut storage[..n]);
+        }
+        self.poll_legacy(storage)
+    }
+
+    /// `poll` through `ibv_poll_cq`.
+    #[inline]
+    fn poll_legacy<'a>(
+        &self,
+        storage: &'a mut [WorkCompletion],
+    ) -> Result<&'a mut [WorkCompletion]> {
+        let n = i32::try_from(storage.len()).unwrap_or(i32::MAX);
+        // SAFETY: a live CQ; `storage` is writable for `n` entries, and WorkCompletion is a
+        // transparent ibv_wc.
+        let ret =
+            unsafe { sys::inline::ibv_poll_cq(self.as_raw(), n, storage.as_mut_ptr().cast()) };
+        if ret < 0 {
+            return Err(poll_error("ibv_poll_cq", -ret));
+        }
+        Ok(&mut storage[..ret as usize])
+    }
+
+    /// Reaps up to `max` completions and hands each to `f` as a [`Completion`], which also
+    /// carries the completion timestamp on a CQ created with [`CqAttr::timestamps`]. Returns
+    /// how many were handed over. Never blocks, never allocates (the legacy path polls
+    /// through a small array on the stack).
+    ///
+    /// # Errors
+    ///
+    /// As [`CompletionQueue::poll`].
+    #[doc(alias = "ibv_wc_read_completion_ts")]
+    #[inline]
+    pub fn poll_with(&self, max: usize, mut f: impl FnMut(&Completion)) -> Result<usize> {
+        if let Some(ex) = &self.ex {
+            return ex.drain(max, |_, wc, timestamp| f(&Completion::new(wc, timestamp)));
+        }
+        let mut chunk: [WorkCompletion; 16] = Default::default();
+        let mut done = 0;
+        while done < max {
+            let want = (max - done).min(chunk.len());
+            let polled = self.poll_legacy(&mut chunk[..want])?;
+            let got = polled.len();
+            for wc in polled {
+                f(&Completion::new(std::mem::take(wc), None));
+            }
+            done += got;
+            if got < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Which verbs this CQ was created and is polled with.
+    pub fn path(&self) -> VerbsPath {
+        if self.ex.is_some() {
+            VerbsPath::Extended
+        } else {
+            VerbsPath::Legacy
+        }
+    }
+
+    /// The device clock that [`Completion::timestamp`] counts in, in kHz
+    /// (`ibv_device_attr_ex.hca_core_clock`), when this CQ was created with
+    /// [`CqAttr::timestamps`].
+    pub fn timestamp_clock_khz(&self) -> Option<u64> {
+        self.ex.as_ref().and_then(|ex| ex.clock_khz)
+    }
+
+    /// `ibv_req_notify_cq(3)`—Arms the CQ: its next completion (with `solicited_only`, its
+    /// next solicited or error completion) raises one event on its
+    /// [`CompletionChannel`], and disarms it again.
+    ///
+    /// Re-arm before polling, never after (see
+    /// [the event loop](CompletionChannel#the-event-loop)). On a CQ without a channel the
+    /// event goes nowhere.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from the provider's `req_notify_cq`; [`Error::Unsupported`] when it
+    /// has none.
+    ///
+    /// # References
+    ///
+    /// <https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html>
+    #[doc(alias = "ibv_req_notify_cq")]
+    #[inline]
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        // SAFETY: a live CQ.
+        let ret = unsafe { sys::inline::ibv_req_notify_cq(self.as_raw(), solicited_only.into()) };
+        check_errno(ret, "ibv_req_notify_cq")
+    }
+
+    /// The context.
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The raw CQ pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_cq {
+        self.raw.as_ptr()
+    }
+
+    /// The raw extended CQ (the same object as [`as_raw`](Self::as_raw)), on the extended
+    /// path.
+    pub fn as_raw_ex(&self) -> Option<*mut sys::ibv_cq_ex> {
+        self.ex.as_ref().map(|ex| ex.raw.as_ptr())
+    }
+
+    /// `ibv_destroy_cq(3)`—Destroys the CQ, reporting failure (dropping logs instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`]: `EBUSY` while a QP created by other means still uses it; the CQ is
+    /// then leaked.
+    #[doc(alias = "ibv_destroy_cq")]
+    pub fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).destroy_raw()
+    }
+
+    fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: every QP using it borrows it, so none is alive; destroyed once.
+        let ret = unsafe { (self.ctx.library().fns.ibv_destroy_cq)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_cq")
+    }
+}
+
+impl Drop for CompletionQueue<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_raw() {
+            log::warn!("leaking a completion queue of {}: {e}", self.ctx.name());
+        }
+    }
+}
+
+impl std::fmt::Debug for CompletionQueue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("device", &self.ctx.name())
+            .field("capacity", &self.capacity())
+            .field("path", &self.path())
+            .finish()
+    }
+}
+
+/// The error of a failed poll verb: `errno` is what it reported (positive).
+#[cold]
+fn poll_error(verb: &'static str, errno: i32) -> Error {
+    match errno {
+        libc::EOPNOTSUPP => Error::verb(verb, libc::EOPNOTSUPP),
+        // ibv_poll_cq(3) promises only "a negative value" (mlx5 returns -2, not an errno).
+        _ => Error::verb(verb, libc::EIO).with_hint(format!(
+            "the provider returned {errno}: the CQ is broken (overrun, or the device \
+             failed); check the QPs' state and the kernel log"
+        )),
+    }
+}

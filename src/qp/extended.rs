@@ -1,0 +1,312 @@
+//! The extended QP (`ibv_create_qp_ex(3)`, `ibv_wr_post(3)`): which send operations to ask
+//! for, and posting a batch of work requests with one doorbell.
+
+use std::ffi::c_void;
+use std::mem::offset_of;
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+use sys::inline as inl;
+
+use crate::device::Context;
+use crate::error::{check_errno, Error, Result};
+
+/// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
+/// operations it was created with.
+#[derive(Clone, Copy)]
+pub(super) struct ExQp {
+    pub(super) raw: NonNull<sys::ibv_qp_ex>,
+    /// `IBV_QP_EX_WITH_*`: only these builders may be used (a provider may fill members it
+    /// was not asked for, and must not be relied on for them).
+    send_ops: u64,
+}
+
+/// Whether `ctx` has a `create_qp_ex` op at all (libibverbs gives every provider one, which
+/// may still fail with `EOPNOTSUPP`).
+pub(super) fn has_create_qp_ex(ctx: &Context) -> bool {
+    // SAFETY: a live context.
+    let op = unsafe {
+        inl::verbs_ctx_op(ctx.as_raw(), offset_of!(sys::verbs_context, create_qp_ex), |v| {
+            &v.create_qp_ex
+        })
+    };
+    op.is_some()
+}
+
+/// The send operations to ask of a QP of type `qp_type` on `ctx`: what the transport allows,
+/// atomics only when the device has them, memory-window operations only when it has type-2
+/// windows.
+pub(super) fn send_ops(ctx: &Context, qp_type: sys::ibv_qp_type) -> Result<u64> {
+    let basic = sys::IBV_QP_EX_WITH_SEND | sys::IBV_QP_EX_WITH_SEND_WITH_IMM;
+    let write = sys::IBV_QP_EX_WITH_RDMA_WRITE | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+    let ops = match qp_type {
+        sys::IBV_QPT_UD => basic,
+        sys::IBV_QPT_UC => basic | write,
+        _ => {
+            let attr = ctx.cached_attr()?.as_raw();
+            let mut ops = basic | write | sys::IBV_QP_EX_WITH_RDMA_READ;
+            if attr.atomic_cap != sys::IBV_ATOMIC_NONE {
+                ops |= sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                    | sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+            }
+            let type2 = sys::IBV_DEVICE_MEM_WINDOW_TYPE_2A | sys::IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+            if attr.device_cap_flags & type2 != 0 {
+                ops |= sys::IBV_QP_EX_WITH_BIND_MW
+                    | sys::IBV_QP_EX_WITH_LOCAL_INV
+                    | sys::IBV_QP_EX_WITH_SEND_WITH_INV;
+            }
+            ops
+        }
+    };
+    Ok(u64::from(ops))
+}
+
+/// Each `ibv_wr_opcode` this crate builds: its `IBV_QP_EX_WITH_*` bit and builder name.
+fn op_of(opcode: sys::ibv_wr_opcode) -> (u32, &'static str) {
+    match opcode {
+        sys::IBV_WR_SEND => (sys::IBV_QP_EX_WITH_SEND, "ibv_wr_send"),
+        sys::IBV_WR_SEND_WITH_IMM => (sys::IBV_QP_EX_WITH_SEND_WITH_IMM, "ibv_wr_send_imm"),
+        sys::IBV_WR_SEND_WITH_INV => (sys::IBV_QP_EX_WITH_SEND_WITH_INV, "ibv_wr_send_inv"),
+        sys::IBV_WR_RDMA_WRITE => (sys::IBV_QP_EX_WITH_RDMA_WRITE, "ibv_wr_rdma_write"),
+        sys::IBV_WR_RDMA_WRITE_WITH_IMM => {
+            (sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, "ibv_wr_rdma_write_imm")
+        }
+        sys::IBV_WR_RDMA_READ => (sys::IBV_QP_EX_WITH_RDMA_READ, "ibv_wr_rdma_read"),
+        sys::IBV_WR_ATOMIC_CMP_AND_SWP => {
+            (sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, "ibv_wr_atomic_cmp_swp")
+        }
+        sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            (sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, "ibv_wr_atomic_fetch_add")
+        }
+        sys::IBV_WR_LOCAL_INV => (sys::IBV_QP_EX_WITH_LOCAL_INV, "ibv_wr_local_inv"),
+        sys::IBV_WR_BIND_MW => (sys::IBV_QP_EX_WITH_BIND_MW, "ibv_wr_bind_mw"),
+        _ => (0, "this work request opcode on the extended QP"),
+    }
+}
+
+impl ExQp {
+    /// The extended view of `qp`, or the name of what is missing for posting through it:
+    /// the `ibv_qp_to_qp_ex` symbol, its result, or a member every batch calls.
+    pub(super) fn of(
+        ctx: &Context,
+        qp: *mut sys::ibv_qp,
+        qp_type: sys::ibv_qp_type,
+        send_ops: u64,
+    ) -> Result<ExQp, &'static str> {
+        if ctx.library().fns.ibv_qp_to_qp_ex.is_none() {
+            return Err("ibv_qp_to_qp_ex (rdma-core v24+)");
+        }
+        // SAFETY: a live QP of this library.
+        let raw = unsafe { inl::ibv_qp_to_qp_ex(&ctx.library().fns, qp) };
+        let raw = NonNull::new(raw).ok_or("ibv_qp_to_qp_ex (it returned NULL)")?;
+        // SAFETY: a live extended QP; its members are plain reads.
+        let q = unsafe { raw.as_ref() };
+        let missing = [
+            ("ibv_wr_start (ibv_qp_ex.wr_start)", q.wr_start.is_none()),
+            ("ibv_wr_complete (ibv_qp_ex.wr_complete)", q.wr_complete.is_none()),
+            ("ibv_wr_abort (ibv_qp_ex.wr_abort)", q.wr_abort.is_none()),
+            ("ibv_wr_set_sge (ibv_qp_ex.wr_set_sge)", q.wr_set_sge.is_none()),
+            ("ibv_wr_set_sge_list (ibv_qp_ex.wr_set_sge_list)", q.wr_set_sge_list.is_none()),
+            (
+                "ibv_wr_set_inline_data (ibv_qp_ex.wr_set_inline_data)",
+                q.wr_set_inline_data.is_none(),
+            ),
+            (
+                "ibv_wr_set_ud_addr (ibv_qp_ex.wr_set_ud_addr)",
+                qp_type == sys::IBV_QPT_UD && q.wr_set_ud_addr.is_none(),
+            ),
+        ];
+        match missing.into_iter().find_map(|(name, missing)| missing.then_some(name)) {
+            Some(name) => Err(name),
+            None => Ok(ExQp { raw, send_ops }),
+        }
+    }
+
+    /// Posts `wrs` with as few doorbells as the provider allows: each run of WRs with at
+    /// most one SGE as one batch (`ibv_wr_start`, each WR's fields and builders, one
+    /// `ibv_wr_complete`), and each WR with several SGEs on its own through `ibv_post_send`,
+    /// in order. rxe's `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list` (rdma-core
+    /// v44; fixed upstream by rdma-core PR 1744 for the former) get the total length wrong,
+    /// so the bytes sent would differ from those described; the legacy post of the same QP
+    /// counts them right on every provider.
+    ///
+    /// A WR the QP cannot build aborts its batch (`ibv_wr_abort`: nothing of it posted) with
+    /// [`Error::Unsupported`] naming its builder. On failure, how many WRs may have been
+    /// posted: those of earlier batches and posts, plus, when `ibv_wr_complete` fails, the
+    /// whole failed batch, since `ibv_wr_post(3)` does not say which WR failed or whether
+    /// earlier ones went out (so memory they name is never handed back early).
+    ///
+    /// # Safety
+    ///
+    /// A live QP in RTS; every WR valid under [`QueuePair::post_send`](super::QueuePair::post_send)'s
+    /// contract, UD WRs addressed when `ud`.
+    #[inline]
+    pub(super) unsafe fn post(
+        &self,
+        wrs: &[sys::ibv_send_wr],
+        ud: bool,
+    ) -> Result<(), (usize, Error)> {
+        let mut done = 0;
+        while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
+            let run = rest.iter().position(|wr| wr.num_sge > 1).unwrap_or(rest.len());
+            if run == 0 {
+                // SAFETY: the caller's guarantees, for this WR.
+                unsafe { self.post_one_legacy(&rest[0]) }.map_err(|e| (done, e))?;
+                done += 1;
+            } else {
+                // SAFETY: the caller's guarantees, for these WRs.
+                unsafe { self.post_batch(&rest[..run], ud) }.map_err(|(n, e)| (done + n, e))?;
+                done += run;
+            }
+        }
+        Ok(())
+    }
+
+    /// One batch of WRs with at most one SGE each; on failure, how many may be posted.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post`].
+    #[inline]
+    unsafe fn post_batch(&self, wrs: &[sys::ibv_send_wr], ud: bool) -> Result<(), (usize, Error)> {
+        let qp = self.raw.as_ptr();
+        // SAFETY: a live extended QP whose batch members were checked at creation; the
+        // batch is opened and closed within this call, on this thread.
+        unsafe {
+            inl::ibv_wr_start(qp);
+            for wr in wrs {
+                if let Err(error) = self.build(qp, wr, ud) {
+                    inl::ibv_wr_abort(qp);
+                    return Err((0, error));
+                }
+            }
+            check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete").map_err(|e| (wrs.len(), e))
+        }
+    }
+
+    /// One WR through `ibv_post_send` on the same QP.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post`]; no batch is open.
+    #[cold]
+    unsafe fn post_one_legacy(&self, wr: &sys::ibv_send_wr) -> Result<()> {
+        let mut one = *wr;
+        one.next = std::ptr::null_mut();
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: `qp_base` is the QP itself; one WR, valid under the caller's guarantees.
+        let ret = unsafe {
+            inl::ibv_post_send(&raw mut (*self.raw.as_ptr()).qp_base, &mut one, &mut bad)
+        };
+        check_errno(ret, "ibv_post_send")
+    }
+
+    /// One WR of an open batch: its id and flags, its operation, its UD address, its data.
+    ///
+    /// # Safety
+    ///
+    /// Inside a batch of this QP opened on this thread; `wr` valid as for [`ExQp::post`].
+    #[inline]
+    unsafe fn build(&self, qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) -> Result<()> {
+        let (bit, name) = op_of(wr.opcode);
+        if self.send_ops & u64::from(bit) == 0 {
+            return Err(Error::Unsupported { what: name });
+        }
+        // SAFETY: inside the caller's batch; the union members read are the ones the WR's
+        // opcode set (the constructors of `SendWr` zero the rest).
+        let ret = unsafe {
+            (*qp).wr_id = wr.wr_id;
+            (*qp).wr_flags = wr.send_flags;
+            let (rdma, atomic) = (wr.wr.rdma, wr.wr.atomic);
+            match wr.opcode {
+                sys::IBV_WR_SEND => inl::ibv_wr_send(qp),
+                sys::IBV_WR_SEND_WITH_IMM => inl::ibv_wr_send_imm(qp, wr.__bindgen_anon_1.imm_data),
+                sys::IBV_WR_SEND_WITH_INV => {
+                    inl::ibv_wr_send_inv(qp, wr.__bindgen_anon_1.invalidate_rkey)
+                }
+                sys::IBV_WR_RDMA_WRITE => inl::ibv_wr_rdma_write(qp, rdma.rkey, rdma.remote_addr),
+                sys::IBV_WR_RDMA_WRITE_WITH_IMM => inl::ibv_wr_rdma_write_imm(
+                    qp,
+                    rdma.rkey,
+                    rdma.remote_addr,
+                    wr.__bindgen_anon_1.imm_data,
+                ),
+                sys::IBV_WR_RDMA_READ => inl::ibv_wr_rdma_read(qp, rdma.rkey, rdma.remote_addr),
+                sys::IBV_WR_ATOMIC_CMP_AND_SWP => inl::ibv_wr_atomic_cmp_swp(
+                    qp,
+                    atomic.rkey,
+                    atomic.remote_addr,
+                    atomic.compare_add,
+                    atomic.swap,
+                ),
+                sys::IBV_WR_ATOMIC_FETCH_AND_ADD => inl::ibv_wr_atomic_fetch_add(
+                    qp,
+                    atomic.rkey,
+                    atomic.remote_addr,
+                    atomic.compare_add,
+                ),
+                sys::IBV_WR_LOCAL_INV => {
+                    return check_op(
+                        inl::ibv_wr_local_inv(qp, wr.__bindgen_anon_1.invalidate_rkey),
+                        name,
+                    )
+                }
+                _ => {
+                    let bind = wr.__bindgen_anon_2.bind_mw;
+                    return check_op(
+                        inl::ibv_wr_bind_mw(qp, bind.mw, bind.rkey, &bind.bind_info),
+                        name,
+                    );
+                }
+            }
+        };
+        check_op(ret, name)?;
+        if ud {
+            // SAFETY: inside the batch; a UD WR was addressed by `SendWr::to` (checked
+            // before posting), whose AH the caller keeps alive.
+            let ud = unsafe { wr.wr.ud };
+            // SAFETY: as above.
+            let ret = unsafe { inl::ibv_wr_set_ud_addr(qp, ud.ah, ud.remote_qpn, ud.remote_qkey) };
+            check_op(ret, "ibv_wr_set_ud_addr")?;
+        }
+        // SAFETY: inside the batch; the SGE list is the WR's own.
+        unsafe { set_data(qp, wr) }
+    }
+}
+
+/// The WR's data, at most one buffer ([`ExQp::post`] sends the others through
+/// `ibv_post_send`): inline (copied now) or by SGE.
+///
+/// # Safety
+///
+/// Inside a batch of `qp`, after the WR's builder; `wr.sg_list` valid for `num_sge` SGEs.
+#[inline]
+unsafe fn set_data(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) -> Result<()> {
+    // SAFETY: `sg_list`/`num_sge` come from a `&[Sge]` (`SendWr`), here of at most one.
+    let sge = (wr.num_sge == 1).then(|| unsafe { *wr.sg_list });
+    let inline = wr.send_flags & sys::IBV_SEND_INLINE != 0;
+    // SAFETY: inside the batch; inline bytes are copied during the call, and an SGE's memory
+    // is the caller's promise.
+    let ret = unsafe {
+        match (inline, sge) {
+            (true, Some(s)) => {
+                inl::ibv_wr_set_inline_data(qp, s.addr as *mut c_void, s.length as usize)
+            }
+            (true, None) => inl::ibv_wr_set_inline_data(qp, std::ptr::null_mut(), 0),
+            (false, Some(s)) => inl::ibv_wr_set_sge(qp, s.lkey, s.addr, s.length),
+            // No data: an empty list (an SGE of length 0 can mean 2 GiB to some hardware).
+            (false, None) => inl::ibv_wr_set_sge_list(qp, 0, wr.sg_list),
+        }
+    };
+    check_op(ret, if inline { "ibv_wr_set_inline_data" } else { "ibv_wr_set_sge" })
+}
+
+/// A builder's `EOPNOTSUPP` (a NULL member) as [`Error::Unsupported`] naming it.
+#[inline]
+fn check_op(ret: i32, name: &'static str) -> Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Error::Unsupported { what: name })
+    }
+}

@@ -1,0 +1,361 @@
+//! The extended verbs and their fallback (issue #7): which path a CQ and a QP take for each
+//! provider, the calls a batch of work requests and a poll make on the extended path, and a
+//! missing member or `EOPNOTSUPP` surfacing as `Unsupported` naming it.
+
+use std::net::Ipv6Addr;
+
+use rdma_verbs::{
+    AccessFlags, CompletionQueue, CqAttr, Endpoint, Error, Gid, InitAttr, Lid, Mtu,
+    ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, RtrAttr,
+    Rts, RtsAttr, SendFlags, SendWr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
+};
+use rdma_verbs_sys as sys;
+use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
+
+use super::{assert_unsupported, assert_verb_error, open, Fixture};
+
+/// A provider with the extended CQ and QP (like rxe).
+fn extended() -> Fixture {
+    Fixture::with(Optional::ALL, ContextConfig::extended_verbs())
+}
+
+/// `extended()` whose extended CQs and QPs leave `member` NULL.
+fn lacking(member: &'static str) -> Fixture {
+    let config = ContextConfig { missing_member: Some(member), ..ContextConfig::extended_verbs() };
+    Fixture::with(Optional::ALL, config)
+}
+
+fn forced(path: VerbsPath) -> CqAttr<'static> {
+    CqAttr { path: Some(path), ..CqAttr::default() }
+}
+
+/// An RC QP on `cq` with room for 4 sends of 2 SGEs, taken to RTS towards a RoCE peer.
+fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
+    let cap = QpCapabilities { max_send_wr: 4, max_send_sge: 2, ..Default::default() };
+    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
+    let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
+    let peer = Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid };
+    let qp = qp.into_init(&InitAttr::default()).unwrap();
+    // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
+    let qp = qp.into_rtr(&RtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
+    qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap()
+}
+
+const RC_OPS: u64 = (sys::IBV_QP_EX_WITH_SEND
+    | sys::IBV_QP_EX_WITH_SEND_WITH_IMM
+    | sys::IBV_QP_EX_WITH_RDMA_WRITE
+    | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | sys::IBV_QP_EX_WITH_RDMA_READ) as u64;
+
+#[test]
+fn a_provider_without_the_extended_ops_gets_legacy_cqs_and_qps() {
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+    assert_eq!((cq.path(), qp.send_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
+    assert_eq!((cq.as_raw_ex(), qp.as_raw_ex()), (None, None));
+    let calls = f.mock.take_calls();
+    assert!(matches!(calls[0], Call::CreateCq { cqe: 32, .. }), "{calls:?}");
+    assert!(matches!(calls[2], Call::CreateQp { .. }), "{calls:?}");
+    // Forcing the extended verbs names what is missing.
+    let err = f.ctx.create_cq_with(16, &forced(VerbsPath::Extended)).unwrap_err();
+    assert_unsupported(&err, "ibv_create_cq_ex");
+    let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
+    assert_unsupported(&pd.create_rc_qp(&attr).unwrap_err(), "ibv_create_qp_ex");
+}
+
+#[test]
+fn a_provider_with_them_gets_extended_ones_asking_for_what_the_device_allows() {
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+    assert_eq!((cq.path(), qp.send_path()), (VerbsPath::Extended, VerbsPath::Extended));
+    assert_eq!(cq.as_raw_ex().map(|c| c.cast()), Some(cq.as_raw()));
+    let calls = f.mock.take_calls();
+    let standard = u64::from(sys::IBV_WC_STANDARD_FLAGS);
+    assert_eq!(
+        calls[0],
+        Call::CreateCqEx { cqe: 32, channel: false, comp_vector: 0, wc_flags: standard }
+    );
+    // The mock device has no atomics and no memory windows: SEND, WRITE, READ only.
+    let create = Call::CreateQpEx {
+        qp_type: sys::IBV_QPT_RC,
+        comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+        send_ops_flags: RC_OPS,
+    };
+    assert_eq!(calls[2..], [Call::QueryDevice, create]);
+    // Forcing the legacy verbs skips them.
+    let legacy = f.ctx.create_cq_with(32, &forced(VerbsPath::Legacy)).unwrap();
+    let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&legacy) };
+    let qp = pd.create_rc_qp(&attr).unwrap();
+    assert_eq!((legacy.path(), qp.send_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
+    let calls = f.mock.take_calls();
+    assert!(matches!(calls[..], [Call::CreateCq { .. }, Call::CreateQp { .. }]), "{calls:?}");
+}
+
+#[test]
+fn eopnotsupp_from_the_extended_create_verbs_falls_back_unless_forced() {
+    let f = extended();
+    f.mock.fail(Verb::CreateCqEx, libc::EOPNOTSUPP);
+    let cq = f.ctx.create_cq(32).unwrap();
+    assert_eq!(cq.path(), VerbsPath::Legacy);
+    let pd = f.ctx.alloc_pd().unwrap();
+    f.mock.take_calls();
+    f.mock.fail(Verb::CreateQpEx, libc::EOPNOTSUPP);
+    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+    assert_eq!(qp.send_path(), VerbsPath::Legacy);
+    let calls = f.mock.take_calls();
+    assert!(
+        matches!(calls[..], [Call::QueryDevice, Call::CreateQpEx { .. }, Call::CreateQp { .. }]),
+        "{calls:?}"
+    );
+    f.mock.fail(Verb::CreateCqEx, libc::EOPNOTSUPP);
+    let err = f.ctx.create_cq_with(16, &forced(VerbsPath::Extended)).unwrap_err();
+    assert_unsupported(&err, "ibv_create_cq_ex");
+    // Other errors are errors on either path, not a reason to fall back.
+    f.mock.fail(Verb::CreateQpEx, libc::ENOMEM);
+    let err = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap_err();
+    assert_verb_error(&err, "ibv_create_qp_ex", libc::ENOMEM, &[]);
+}
+
+#[test]
+fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when_forced() {
+    let f = Fixture::with(
+        Optional { qp_to_qp_ex: false, ..Optional::ALL },
+        ContextConfig::extended_verbs(),
+    );
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    assert_eq!(rts_qp(&pd, &cq).send_path(), VerbsPath::Legacy);
+    f.mock.take_calls();
+    let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
+    assert_unsupported(&pd.create_rc_qp(&attr).unwrap_err(), "ibv_qp_to_qp_ex (rdma-core v24+)");
+    let calls = f.mock.take_calls();
+    assert!(matches!(calls[..], [Call::CreateQpEx { .. }, Call::DestroyQp]), "{calls:?}");
+}
+
+#[test]
+fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_posts() {
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    f.mock.take_calls();
+    let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
+    let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
+    let mut wrs = [
+        SendWr::send(1, &one),
+        SendWr::rdma_write_with_imm(2, &two, remote, 9),
+        SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
+        SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
+    ];
+    // SAFETY: the mock provider never touches the memory.
+    unsafe { qp.post_send_list(&mut wrs) }.unwrap();
+    let build =
+        |builder, wr_id, flags: SendFlags| Call::WrBuild { builder, wr_id, wr_flags: flags.bits() };
+    let data = |setter, bytes| Call::WrData { setter, bytes };
+    assert_eq!(
+        f.mock.take_calls(),
+        [
+            Call::WrStart,
+            build("wr_send", 1, SendFlags::empty()),
+            data("wr_set_sge", 64),
+            Call::WrComplete,
+            // Several SGEs: through ibv_post_send, between two batches.
+            Call::PostSend { wr_ids: vec![2] },
+            Call::WrStart,
+            build("wr_rdma_read", 3, SendFlags::SIGNALED),
+            data("wr_set_sge", 64),
+            build("wr_send", 4, SendFlags::SIGNALED | SendFlags::INLINE),
+            data("wr_set_inline_data", 0),
+            Call::WrComplete,
+        ]
+    );
+    // One WR is a batch of one.
+    // SAFETY: as above.
+    unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
+    let calls = f.mock.take_calls();
+    assert_eq!(calls.first(), Some(&Call::WrStart));
+    assert_eq!(calls.last(), Some(&Call::WrComplete));
+    assert_eq!(calls.len(), 4, "{calls:?}");
+}
+
+#[test]
+fn a_failed_wr_complete_counts_every_wr_as_posted_with_the_post_send_hints() {
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    let sge = [mr.sge(..64).unwrap()];
+    let mut wrs = [SendWr::send(1, &sge), SendWr::send(2, &sge)];
+    f.mock.fail(Verb::WrComplete, libc::ENOMEM);
+    // SAFETY: the mock provider never touches the memory.
+    let (posted, err) = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+    assert_eq!(posted, 2, "which WR failed cannot be known: all may have gone out");
+    assert_verb_error(&err, "ibv_wr_complete", libc::ENOMEM, &["work queue is full"]);
+}
+
+#[test]
+fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    f.mock.take_calls();
+    let sge = [mr.sge(..64).unwrap()];
+    // The mock device has no memory windows, so the QP was not created for invalidation.
+    let mut wrs = [SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))];
+    // SAFETY: the mock provider never touches the memory.
+    let (posted, err) = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+    assert_eq!(posted, 0);
+    assert_unsupported(&err, "ibv_wr_local_inv");
+    let calls = f.mock.take_calls();
+    assert_eq!(calls.first(), Some(&Call::WrStart));
+    assert_eq!(calls.last(), Some(&Call::WrAbort));
+    assert!(!calls.contains(&Call::WrComplete), "{calls:?}");
+}
+
+#[test]
+fn a_null_builder_aborts_the_batch_as_unsupported_naming_it() {
+    let f = lacking("wr_send_imm");
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    assert_eq!(qp.send_path(), VerbsPath::Extended, "SEND with immediate is not needed to post");
+    f.mock.take_calls();
+    let sge = [mr.sge(..64).unwrap()];
+    // SAFETY: the mock provider never touches the memory.
+    let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
+    assert_unsupported(&err, "ibv_wr_send_imm");
+    assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
+}
+
+#[test]
+fn a_null_member_every_post_or_poll_needs_falls_back_or_is_unsupported_when_forced() {
+    {
+        let f = lacking("read_byte_len");
+        let cq = f.ctx.create_cq(32).unwrap();
+        assert_eq!(cq.path(), VerbsPath::Legacy);
+        let err = f.ctx.create_cq_with(16, &forced(VerbsPath::Extended)).unwrap_err();
+        assert_unsupported(&err, "ibv_wc_read_byte_len (ibv_cq_ex.read_byte_len)");
+        let calls = f.mock.take_calls();
+        // The incomplete CQ was destroyed again each time.
+        assert_eq!(calls.iter().filter(|c| **c == Call::DestroyCq).count(), 2, "{calls:?}");
+    }
+
+    let f = lacking("wr_complete");
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    assert_eq!(rts_qp(&pd, &cq).send_path(), VerbsPath::Legacy);
+    let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
+    let err = pd.create_rc_qp(&attr).unwrap_err();
+    assert_unsupported(&err, "ibv_wr_complete (ibv_qp_ex.wr_complete)");
+}
+
+/// A receive completion with immediate data, as a provider reports it.
+fn recv_with_imm(wr_id: u64) -> sys::ibv_wc {
+    let mut wc = sys::ibv_wc {
+        wr_id,
+        opcode: sys::IBV_WC_RECV,
+        byte_len: 100 + wr_id as u32,
+        qp_num: 0x101,
+        wc_flags: sys::IBV_WC_WITH_IMM,
+        ..Default::default()
+    };
+    wc.__bindgen_anon_1.imm_data = (0xab00 + wr_id as u32).to_be();
+    wc
+}
+
+#[test]
+fn polling_reads_each_completion_in_a_session_and_never_ends_an_empty_one() {
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let flushed = sys::ibv_wc { wr_id: 3, status: sys::IBV_WC_WR_FLUSH_ERR, ..Default::default() };
+    for wc in [recv_with_imm(1), recv_with_imm(2), flushed] {
+        f.mock.push_completion(cq.as_raw(), wc);
+    }
+    f.mock.take_calls();
+    let mut storage: [WorkCompletion; 2] = Default::default();
+    let got: Vec<_> = cq
+        .poll(&mut storage)
+        .unwrap()
+        .iter()
+        .map(|wc| (wc.wr_id(), wc.opcode(), wc.byte_len(), wc.imm_data(), wc.qp_num().0))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcOpcode::RECV, 101, Some(0xab01), 0x101),
+            (2, WcOpcode::RECV, 102, Some(0xab02), 0x101)
+        ]
+    );
+    let session = [Call::StartPoll, Call::EndPoll];
+    assert_eq!(f.mock.take_calls(), [session.clone(), session].concat());
+    let got: Vec<_> =
+        cq.poll(&mut storage).unwrap().iter().map(|wc| (wc.wr_id(), wc.status())).collect();
+    assert_eq!(got, [(3, WcStatus::WR_FLUSH_ERR)]);
+    // The second start_poll found nothing (ENOENT): no end_poll for it.
+    assert_eq!(f.mock.take_calls(), [Call::StartPoll, Call::EndPoll, Call::StartPoll]);
+    assert!(cq.poll(&mut storage).unwrap().is_empty());
+    assert_eq!(f.mock.take_calls(), [Call::StartPoll]);
+
+    f.mock.fail(Verb::StartPoll, libc::EIO);
+    let err = cq.poll(&mut storage).unwrap_err();
+    assert_verb_error(&err, "ibv_start_poll", libc::EIO, &["the CQ is broken"]);
+    assert_eq!(f.mock.take_calls(), [Call::StartPoll], "a failed start_poll has no session");
+}
+
+#[test]
+fn timestamps_come_with_completions_where_the_device_has_them() {
+    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
+    let f = Fixture::with(Optional::ALL, config);
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let cq = f.ctx.create_cq_with(16, &attr).unwrap();
+    assert_eq!(cq.timestamp_clock_khz(), Some(CORE_CLOCK_KHZ));
+    for wr_id in [1, 2, 3] {
+        f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
+    }
+    let mut got = Vec::new();
+    let n = cq.poll_with(2, |c| got.push((c.wr_id(), c.imm_data(), c.timestamp()))).unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(got, [(1, Some(0xab01), Some(1000)), (2, Some(0xab02), Some(2000))]);
+    let n = cq.poll_with(8, |c| got.push((c.wr_id(), c.imm_data(), c.timestamp()))).unwrap();
+    assert_eq!((n, got.len()), (1, 3));
+
+    // Without timestamps (or on the legacy path) there are none, through the same call.
+    let plain = f.ctx.create_cq(32).unwrap();
+    let legacy = f.ctx.create_cq_with(16, &forced(VerbsPath::Legacy)).unwrap();
+    for cq in [&plain, &legacy] {
+        f.mock.push_completion(cq.as_raw(), recv_with_imm(4));
+        let mut seen = None;
+        assert_eq!(cq.poll_with(4, |c| seen = Some((c.wr_id(), c.timestamp()))).unwrap(), 1);
+        assert_eq!(seen, Some((4, None)), "{:?}", cq.path());
+        assert_eq!(cq.timestamp_clock_khz(), None);
+    }
+}
+
+#[test]
+fn timestamps_where_the_device_has_none_are_unsupported_naming_them() {
+    let f = extended();
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
+    assert_unsupported(
+        &err,
+        "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \
+         completion_timestamp_mask is 0)",
+    );
+    let attr = CqAttr { timestamps: true, path: Some(VerbsPath::Legacy), ..CqAttr::default() };
+    let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    // A context without an extended CQ cannot have them either.
+    let legacy_only = open(&f.mock, Optional::ALL, ContextConfig::default());
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let err = legacy_only.create_cq_with(16, &attr).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+}
