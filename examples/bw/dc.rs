@@ -35,7 +35,7 @@ mod with_mlx5 {
 
     use super::super::report::Report;
     use super::super::traffic::{self, Plan, Tier};
-    use super::super::{check_limits, local_route, open_control, PeerMemory};
+    use super::super::{check_limits, each_size, local_route, open_control, PeerMemory};
     use super::{Args, Error, Mode};
 
     /// The DC test; see the module docs.
@@ -117,6 +117,16 @@ mod with_mlx5 {
         }
         let qpns: Vec<Qpn> = dcis.iter().map(|d| d.qp_num()).collect();
 
+        let plan = |size| Plan {
+            size,
+            iters: args.duration.is_none().then_some(args.iters),
+            duration: args.duration.map(Duration::from_secs),
+            tx_depth: args.tx_depth,
+            post_list: args.post_list,
+            cq_mod: args.cq_mod(),
+            initiate,
+            receive,
+        };
         let report = Report {
             gbits: args.report_gbits,
             json: args.json,
@@ -124,44 +134,16 @@ mod with_mlx5 {
             tier: "raw, DC",
             qps: args.qps,
         };
-        if initiate || receive {
-            report.header();
-        }
-        for &size in &sizes {
-            let plan = Plan {
-                size,
-                iters: args.duration.is_none().then_some(args.iters),
-                duration: args.duration.map(Duration::from_secs),
-                tx_depth: args.tx_depth,
-                post_list: args.post_list,
-                cq_mod: args.cq_mod(),
-                initiate,
-                receive,
-            };
-            control.barrier(&format!("size {size}"))?;
+        each_size(&sizes, &report, &mut control, plan, |plan, control| {
+            let size = plan.size;
             let sges: Vec<[Sge; 1]> = send_regions
                 .iter()
                 .map(|r| Ok([r.sge(..size as usize)?]))
                 .collect::<Result<_>>()?;
             let lists = DcTier::lists(&targets, &sges, &remotes, mode, args.post_list);
             let mut tier = DcTier { dcis: &dcis, lists, srq: &srq, recv_sge: &recv_sge };
-            let stats = traffic::run(&mut tier, &cq, &qpns, None, &plan, &mut control)?;
-            control.barrier(&format!("done {size}"))?;
-            if stats.posted != stats.completed {
-                return Err(format!(
-                    "{} WRs posted but {} completed: work was lost",
-                    stats.posted, stats.completed
-                )
-                .into());
-            }
-            if initiate || receive {
-                report.line(size, &stats);
-            }
-        }
-        if initiate || receive {
-            report.footer();
-        }
-        Ok(())
+            traffic::run(&mut tier, &cq, &qpns, None, plan, control)
+        })
     }
 
     /// A peer's line: `dc <token or -> <addr hex> <rkey hex>`.

@@ -35,7 +35,7 @@ use rdma_verbs::*;
 use args::Args;
 use exchange::Control;
 use report::Report;
-use traffic::{Plan, Raw, Safe};
+use traffic::{Plan, Raw, Safe, Stats};
 
 pub type Error = Box<dyn std::error::Error>;
 
@@ -329,29 +329,21 @@ fn run_on(
     let qpns: Vec<Qpn> = qps_rts.iter().map(|qp| qp.qp_num()).collect();
     let max_inline = qps_rts[0].caps().max_inline_data;
 
-    let report = Report {
-        gbits: args.report_gbits,
-        json: args.json,
-        mode,
-        tier: if args.raw { "raw" } else { "safe" },
-        qps,
+    let tier = if args.raw { "raw" } else { "safe" };
+    let plan = |size| Plan {
+        size,
+        iters: args.duration.is_none().then_some(args.iters),
+        duration: args.duration.map(Duration::from_secs),
+        tx_depth: depth,
+        post_list: args.post_list,
+        cq_mod: args.cq_mod().min(depth),
+        initiate,
+        receive,
     };
-    if initiate || receive {
-        report.header();
-    }
-    for &size in &sizes {
-        let plan = Plan {
-            size,
-            iters: args.duration.is_none().then_some(args.iters),
-            duration: args.duration.map(Duration::from_secs),
-            tx_depth: depth,
-            post_list: args.post_list,
-            cq_mod: args.cq_mod().min(depth),
-            initiate,
-            receive,
-        };
-        control.barrier(&format!("size {size}"))?;
-        let stats = if args.raw {
+    let report = Report { gbits: args.report_gbits, json: args.json, mode, tier, qps };
+    each_size(&sizes, &report, control, plan, |plan, control| {
+        let size = plan.size;
+        if args.raw {
             let send_sges: Vec<[Sge; 1]> = raw_regions
                 .iter()
                 .take(qps as usize)
@@ -360,14 +352,36 @@ fn run_on(
             let inline = size <= max_inline && mode != Mode::Read;
             let mut tier =
                 Raw::new(&qps_rts, &send_sges, &recv_sges, mode, &remotes, args.post_list, inline);
-            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), &plan, control)?
+            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)
         } else {
             let lists =
                 (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
             let mut tier =
                 Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
-            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), &plan, control)?
-        };
+            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)
+        }
+    })
+}
+
+/// The per-size loop of perftest: a barrier, the run `traffic` makes of `plan(size)`, a
+/// barrier, the check that nothing was lost, and the report's line; its header and footer
+/// around it (on the sides that report).
+pub fn each_size(
+    sizes: &[u32],
+    report: &Report,
+    control: &mut Control,
+    plan: impl Fn(u32) -> Plan,
+    mut traffic: impl FnMut(&Plan, &mut Control) -> Result<Stats, Error>,
+) -> Result<(), Error> {
+    let plan0 = plan(sizes[0]);
+    let reports = plan0.initiate || plan0.receive;
+    if reports {
+        report.header();
+    }
+    for &size in sizes {
+        let plan = plan(size);
+        control.barrier(&format!("size {size}"))?;
+        let stats = traffic(&plan, control)?;
         control.barrier(&format!("done {size}"))?;
         if stats.posted != stats.completed {
             return Err(format!(
@@ -376,11 +390,11 @@ fn run_on(
             )
             .into());
         }
-        if initiate || receive {
+        if reports {
             report.line(size, &stats);
         }
     }
-    if initiate || receive {
+    if reports {
         report.footer();
     }
     Ok(())
