@@ -10,24 +10,7 @@ use super::{bytes, Out};
 
 /// Runs the layer's checks.
 pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
-    let mlx5: Vec<&str> = devices.iter().filter(|d| d.is_mlx5()).map(|d| d.name.as_str()).collect();
-    let libmlx5 = match (&library.libmlx5, &library.verbs) {
-        (Some(path), _) => format!("libmlx5 at {}", path.display()),
-        (None, Ok(_)) => "no libmlx5 found".into(),
-        (None, Err(_)) => "libmlx5 not looked for (see Library)".into(),
-    };
-    let mlx5 = if mlx5.is_empty() {
-        "no mlx5 device".into()
-    } else {
-        format!("mlx5 devices: {}", mlx5.join(", "))
-    };
-    out.skip(
-        "mlx5dv",
-        format!(
-            "mlx5dv_is_supported is not called: this build does not load libmlx5 yet (the mlx5 \
-             feature is planned); {mlx5}; {libmlx5}"
-        ),
-    );
+    mlx5dv(out, devices, library);
 
     let gpu = Path::new("/sys/module/nvidia").exists();
     match &library.verbs {
@@ -166,6 +149,46 @@ fn cgroup_marker(text: &str) -> Option<&str> {
     text.lines()
         .filter_map(|line| line.rsplit(':').next())
         .find(|path| MANAGERS.iter().any(|m| path.contains(m)))
+}
+
+/// mlx5dv: with the `mlx5` feature, whether each mlx5 device passes `mlx5dv_is_supported` (the
+/// gate of DC); otherwise what there is to say about libmlx5.
+fn mlx5dv(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
+    let mlx5: Vec<&str> = devices.iter().filter(|d| d.is_mlx5()).map(|d| d.name.as_str()).collect();
+    let libmlx5 = match (&library.libmlx5, &library.verbs) {
+        (Some(path), _) => format!("libmlx5 at {}", path.display()),
+        (None, Ok(_)) => "no libmlx5 found".into(),
+        (None, Err(_)) => "libmlx5 not looked for (see Library)".into(),
+    };
+    if mlx5.is_empty() {
+        return out.skip("mlx5dv", format!("no mlx5 device; {libmlx5}"));
+    }
+    #[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
+    for name in mlx5 {
+        let gate = crate::Context::open_by_name(Some(name))
+            .and_then(|ctx| crate::mlx5::Mlx5Context::open(&ctx).map(|m| m.caps()));
+        match gate {
+            Ok(caps) => out.pass(
+                "mlx5dv",
+                format!("{name}: mlx5dv_is_supported says yes, DC is available ({caps:?})"),
+            ),
+            Err(e) => out.fail(
+                "mlx5dv",
+                format!("{name}: {e}"),
+                "check that libibverbs loaded its own libmlx5 (the Library layer's stack) and \
+                 that the device is not in a half-initialised state (dmesg)",
+            ),
+        }
+    }
+    #[cfg(not(all(feature = "mlx5", rdma_verbs_mlx5dv)))]
+    out.skip(
+        "mlx5dv",
+        format!(
+            "mlx5 devices: {}; mlx5dv_is_supported is not called: this build lacks the `mlx5` \
+             feature (DC); {libmlx5}",
+            mlx5.join(", ")
+        ),
+    );
 }
 
 #[cfg(test)]
