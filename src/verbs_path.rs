@@ -11,7 +11,8 @@
 /// naming what the provider lacks instead of falling back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VerbsPath {
-    /// `ibv_create_cq_ex(3)` with `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`, and
+    /// `ibv_create_cq_ex(3)` polled one completion per `ibv_start_poll`/`ibv_end_poll`
+    /// session (see [`CompletionQueue::poll`](crate::CompletionQueue::poll)), and
     /// `ibv_create_qp_ex(3)` with the `ibv_wr_*` builders of `ibv_wr_post(3)` (many work
     /// requests per doorbell).
     Extended,

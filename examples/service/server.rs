@@ -486,7 +486,12 @@ mod by_cm {
     use rdma_verbs::{QueuePair, Rts};
 
     use super::{Client, Connection, Server, SEND_DEPTH};
-    use crate::{new_qp, unless_timed_out, Error, PEER_TIMEOUT};
+    use crate::{new_qp, unless_timed_out, Error};
+
+    /// How long an accept may wait for the client's half of the handshake: the serving
+    /// thread waits with it, so a client that vanishes mid-handshake holds the others up at
+    /// most this long (Soft-RoCE in an emulated guest answers within a second).
+    const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// A client's rdma_cm id, which the client disconnects once it has every reply (or on
     /// an error, or the kernel when it dies). Dropping it destroys the id, which disconnects
@@ -555,7 +560,8 @@ mod by_cm {
             let buffer = self.pool.take().ok_or("the buffer pool ran out")?;
             qp.post_recv_buffer(buffer).map_err(|e| e.error)?;
             let index_data = index.to_le_bytes();
-            match request.id.accept(qp, &ConnParam::with_private_data(&index_data), PEER_TIMEOUT) {
+            match request.id.accept(qp, &ConnParam::with_private_data(&index_data), ACCEPT_TIMEOUT)
+            {
                 Ok(up) => Ok((up.qp, announced)),
                 Err(e) => {
                     self.flush(index, e.qp, 1);

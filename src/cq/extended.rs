@@ -84,7 +84,6 @@ fn timestamp_clock(ctx: &Context) -> Result<u64> {
 fn missing_member(cq: &sys::ibv_cq_ex, timestamps: bool) -> Option<&'static str> {
     [
         ("ibv_start_poll (ibv_cq_ex.start_poll)", cq.start_poll.is_none()),
-        ("ibv_next_poll (ibv_cq_ex.next_poll)", cq.next_poll.is_none()),
         ("ibv_end_poll (ibv_cq_ex.end_poll)", cq.end_poll.is_none()),
         ("ibv_wc_read_opcode (ibv_cq_ex.read_opcode)", cq.read_opcode.is_none()),
         ("ibv_wc_read_vendor_err (ibv_cq_ex.read_vendor_err)", cq.read_vendor_err.is_none()),
@@ -115,11 +114,13 @@ impl ExCq {
     ///
     /// Each completion is read in a session of its own (`ibv_start_poll`, the reads,
     /// `ibv_end_poll`), never with `ibv_next_poll`: providers disagree on the session after
-    /// `ibv_next_poll` reports `ENOENT`. rxe (rdma-core v44) then ends the session itself —
-    /// it stores the consumer index and releases the CQ lock — so the `ibv_end_poll` that
-    /// `ibv_create_cq_ex(3)` asks for would consume a completion that is not there yet and
-    /// unlock twice, while mlx5 keeps the session until `ibv_end_poll`. One session per
-    /// completion is the same on every provider.
+    /// `ibv_next_poll` reports `ENOENT`. rxe before rdma-core's fix (PR 1617, 2025; Debian
+    /// 12 ships v44) then ends the session itself — it stores the consumer index and releases
+    /// the CQ lock — so the `ibv_end_poll` that `ibv_create_cq_ex(3)` asks for would consume
+    /// a completion that is not there yet and unlock twice, while mlx5 and a fixed rxe keep
+    /// the session until `ibv_end_poll`. Which rxe is loaded cannot be told at run time; one
+    /// session per completion is right on every provider and version, at the cost of a
+    /// lock and a consumer-index update per completion instead of per batch.
     #[inline]
     pub(super) fn drain(
         &self,

@@ -334,8 +334,9 @@ impl Dci<'_, Rts> {
     ///
     /// [`Error::InvalidInput`] before any call for a WR with a stream on a DCI without
     /// streams, or with [`SendFlags::INLINE`] (not offered here); [`Error::Unsupported`] when
-    /// the provider lacks a builder; [`Error::Verb`] from `ibv_wr_complete` (then nothing of
-    /// the batch is posted, per `ibv_wr_post(3)`).
+    /// the provider lacks a builder; [`Error::Verb`] from `ibv_wr_complete` (for the whole
+    /// batch: `ibv_wr_post(3)` does not say which WR failed, so treat every WR of it as
+    /// possibly posted and keep its memory until the DCI is destroyed).
     #[doc(alias = "ibv_wr_start")]
     #[doc(alias = "mlx5dv_wr_set_dc_addr")]
     pub unsafe fn post(&self, wrs: &[DcWr<'_>]) -> Result<()> {
