@@ -5,6 +5,7 @@
 //! siw0 (`$RDMA_VM_SIW_IPV4`, `scripts/rdma-vm --siw`), which has neither: each run asserts
 //! and prints the path its CQs and QPs took. Immediate data runs only over InfiniBand
 //! transports (iWARP has none), atomics only where the device's `atomic_cap` allows them.
+//! Neither device has completion timestamps: asking for them is `Unsupported`.
 //! Ports 19040–19049.
 
 use std::net::SocketAddr;
@@ -308,4 +309,29 @@ fn rxe_takes_the_legacy_verbs_when_forced() {
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&cq) };
     assert_eq!(pd.create_rc_qp(&attr).unwrap().send_path(), VerbsPath::Legacy);
     assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().send_path(), VerbsPath::Extended);
+}
+
+/// Neither rxe nor siw stamps its completions: asking for timestamps is `Unsupported` (rxe's
+/// `completion_timestamp_mask` is 0; siw has not even the extended CQ), never a CQ without
+/// them.
+fn completion_timestamps_are_unsupported(t: &Target) {
+    let ctx = Context::open_by_name(Some(t.device)).unwrap();
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let err = ctx.create_cq_with(16, &attr).expect_err("no completion timestamps");
+    assert!(matches!(err, Error::Unsupported { .. }), "{}: {err:?}", t.device);
+    println!("{}: completion timestamps: {err}", t.device);
+}
+
+#[test]
+fn completion_timestamps_are_unsupported_on_rxe() {
+    if let Some(t) = rxe() {
+        completion_timestamps_are_unsupported(&t);
+    }
+}
+
+#[test]
+fn completion_timestamps_are_unsupported_on_siw() {
+    if let Some(t) = siw() {
+        completion_timestamps_are_unsupported(&t);
+    }
 }
