@@ -133,7 +133,7 @@ mod hardware {
         let init = InitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
         let dct = dct.into_rtr(&DctRtrAttr::new(1, sgid, Mtu::MTU_1024)).unwrap();
-        let token = dct.endpoint(gid, port.lid());
+        let token = dct.endpoint(gid, port.lid()).unwrap();
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
