@@ -88,8 +88,10 @@ mod with_mlx5 {
         let me_gid = gid.map_or(Gid::ZERO, |g| g.gid);
         let mut peers = Vec::new();
         for q in 0..qps {
-            let token =
-                dcts.get(q).map_or("-".into(), |d| d.endpoint(me_gid, port.lid()).to_string());
+            let token = match dcts.get(q) {
+                Some(d) => d.endpoint(me_gid, port.lid())?.to_string(),
+                None => "-".into(),
+            };
             let mine = peer_memory.remote;
             control.send(&format!("dc {token} {:x} {:x}", mine.addr, mine.rkey.0))?;
             let line = control.recv()?;

@@ -14,7 +14,7 @@ use crate::qp::{AddressVector, GlobalRoute, Init, InitAttr, QpState, Reset, Rtr}
 use crate::srq::SharedReceiveQueue;
 
 use super::context::Mlx5Context;
-use super::endpoint::{DcEndpoint, DcKey};
+use super::endpoint::{DcEndpoint, DcKey, DcTokenError};
 use super::qp::{dv_attr, DcQp};
 
 /// What a DCT is created with. A DCT has no receive queue of its own: the kernel requires an
@@ -221,8 +221,12 @@ impl Dct<'_, Rtr> {
 
     /// The token an initiator needs: this DCT's number and key, with the GID and LID of the
     /// port it answers on.
-    pub fn endpoint(&self, gid: Gid, lid: Lid) -> DcEndpoint {
-        DcEndpoint { gid, lid, dctn: self.dctn(), dc_key: self.key }
+    ///
+    /// # Errors
+    ///
+    /// [`DcTokenError::DctnRange`] when the provider reports a DCT number above 24 bits.
+    pub fn endpoint(&self, gid: Gid, lid: Lid) -> Result<DcEndpoint, DcTokenError> {
+        DcEndpoint::new(gid, lid, self.dctn(), self.key)
     }
 }
 

@@ -11,7 +11,9 @@ use crate::gid::Gid;
 pub struct DcKey(pub u64);
 
 /// Everything an initiator needs to reach a DCT: its port's GID and LID, its DCT number and
-/// its DC access key.
+/// its DC access key. Made by [`Dct::endpoint`](super::Dct::endpoint), [`DcEndpoint::new`] or
+/// parsing; each checks the DCT number fits in 24 bits, so every value encodes to a token
+/// that parses back to it.
 ///
 /// Two encodings, both versioned:
 ///
@@ -24,7 +26,7 @@ pub struct DcKey(pub u64);
 /// ```
 /// # use rdma_verbs::{Gid, Lid, Qpn};
 /// # use rdma_verbs::mlx5::{DcEndpoint, DcKey};
-/// let ep = DcEndpoint { gid: Gid::ZERO, lid: Lid(7), dctn: Qpn(0x1234), dc_key: DcKey(42) };
+/// let ep = DcEndpoint::new(Gid::ZERO, Lid(7), Qpn(0x1234), DcKey(42)).unwrap();
 /// let text = ep.to_string();
 /// assert_eq!(text, "dc1:00000000000000000000000000000000:0007:001234:000000000000002a");
 /// assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
@@ -32,14 +34,11 @@ pub struct DcKey(pub u64);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DcEndpoint {
-    /// The GID of the DCT's port (zero on InfiniBand without GRH).
-    pub gid: Gid,
-    /// The LID of the DCT's port (0 on RoCE).
-    pub lid: Lid,
-    /// The DCT number (24 bits).
-    pub dctn: Qpn,
-    /// The DC access key.
-    pub dc_key: DcKey,
+    pub(crate) gid: Gid,
+    pub(crate) lid: Lid,
+    /// At most 24 bits (every constructor checks).
+    pub(crate) dctn: Qpn,
+    pub(crate) dc_key: DcKey,
 }
 
 /// Why a DC endpoint token was refused.
@@ -86,6 +85,40 @@ impl DcEndpoint {
     /// The length of the byte form.
     pub const BYTES: usize = 32;
 
+    /// The endpoint of the DCT numbered `dctn` with key `dc_key`, on the port with `gid` (zero
+    /// on InfiniBand without GRH) and `lid` (0 on RoCE).
+    ///
+    /// # Errors
+    ///
+    /// [`DcTokenError::DctnRange`] when `dctn` does not fit in 24 bits (no DCT has such a
+    /// number, and no token could carry it).
+    pub fn new(gid: Gid, lid: Lid, dctn: Qpn, dc_key: DcKey) -> Result<Self, DcTokenError> {
+        if dctn.0 > 0xff_ffff {
+            return Err(DcTokenError::DctnRange { dctn: dctn.0 });
+        }
+        Ok(DcEndpoint { gid, lid, dctn, dc_key })
+    }
+
+    /// The GID of the DCT's port (zero on InfiniBand without GRH).
+    pub fn gid(&self) -> Gid {
+        self.gid
+    }
+
+    /// The LID of the DCT's port (0 on RoCE).
+    pub fn lid(&self) -> Lid {
+        self.lid
+    }
+
+    /// The DCT number (24 bits).
+    pub fn dctn(&self) -> Qpn {
+        self.dctn
+    }
+
+    /// The DC access key.
+    pub fn dc_key(&self) -> DcKey {
+        self.dc_key
+    }
+
     /// The byte form (see the type's docs).
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
@@ -110,21 +143,12 @@ impl DcEndpoint {
         let b: &[u8; Self::BYTES] = b.try_into().map_err(|_| DcTokenError::Layout {
             reason: format!("{} bytes, not {}", b.len(), Self::BYTES),
         })?;
-        let dctn = u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"));
-        let ep = DcEndpoint {
-            gid: Gid(b[2..18].try_into().expect("16 bytes")),
-            lid: Lid(u16::from_be_bytes([b[18], b[19]])),
-            dctn: Qpn(dctn),
-            dc_key: DcKey(u64::from_be_bytes(b[24..].try_into().expect("8 bytes"))),
-        };
-        ep.checked()
-    }
-
-    fn checked(self) -> Result<Self, DcTokenError> {
-        if self.dctn.0 > 0xff_ffff {
-            return Err(DcTokenError::DctnRange { dctn: self.dctn.0 });
-        }
-        Ok(self)
+        DcEndpoint::new(
+            Gid(b[2..18].try_into().expect("16 bytes")),
+            Lid(u16::from_be_bytes([b[18], b[19]])),
+            Qpn(u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"))),
+            DcKey(u64::from_be_bytes(b[24..].try_into().expect("8 bytes"))),
+        )
     }
 }
 
@@ -174,13 +198,13 @@ impl FromStr for DcEndpoint {
             *value = u128::from_str_radix(text, 16).expect("at most 32 hex digits");
         }
         let [gid, lid, dctn, key] = values;
-        DcEndpoint {
-            gid: Gid(gid.to_be_bytes()),
-            lid: Lid(lid as u16),
-            dctn: Qpn(dctn as u32),
-            dc_key: DcKey(key as u64),
-        }
-        .checked()
+        // Each value has at most its field's digits (checked above): the casts keep them whole.
+        DcEndpoint::new(
+            Gid(gid.to_be_bytes()),
+            Lid(lid as u16),
+            Qpn(dctn as u32),
+            DcKey(key as u64),
+        )
     }
 }
 
@@ -192,11 +216,8 @@ mod tests {
 
     fn endpoint() -> impl Strategy<Value = DcEndpoint> {
         (any::<[u8; 16]>(), any::<u16>(), 0u32..=0xff_ffff, any::<u64>()).prop_map(
-            |(gid, lid, dctn, key)| DcEndpoint {
-                gid: Gid(gid),
-                lid: Lid(lid),
-                dctn: Qpn(dctn),
-                dc_key: DcKey(key),
+            |(gid, lid, dctn, key)| {
+                DcEndpoint::new(Gid(gid), Lid(lid), Qpn(dctn), DcKey(key)).unwrap()
             },
         )
     }
@@ -215,6 +236,14 @@ mod tests {
         }
 
         #[test]
+        fn a_dctn_above_24_bits_makes_no_endpoint(dctn in 0x100_0000u32..) {
+            prop_assert_eq!(
+                DcEndpoint::new(Gid::ZERO, Lid(0), Qpn(dctn), DcKey(0)),
+                Err(DcTokenError::DctnRange { dctn })
+            );
+        }
+
+        #[test]
         fn any_text_is_parsed_or_refused_without_panic(s in "\\PC{0,80}") {
             let _ = s.parse::<DcEndpoint>();
         }
@@ -226,12 +255,8 @@ mod tests {
     }
 
     fn sample() -> DcEndpoint {
-        DcEndpoint {
-            gid: Gid("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets()),
-            lid: Lid(0),
-            dctn: Qpn(0xabcdef),
-            dc_key: DcKey(0x0123_4567_89ab_cdef),
-        }
+        let gid = Gid("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        DcEndpoint::new(gid, Lid(0), Qpn(0xabcdef), DcKey(0x0123_4567_89ab_cdef)).unwrap()
     }
 
     #[test]

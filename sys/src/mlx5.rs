@@ -142,8 +142,9 @@ pub unsafe fn mlx5_for(ctx: *mut ibv_context) -> Result<&'static Mlx5, Mlx5LoadE
 
 /// The libmlx5 functions of `name` (a path, or a SONAME such as `libmlx5.so.1`), an object
 /// already loaded in this process: `dlopen(name, RTLD_NOW | RTLD_NOLOAD)`, which never maps a
-/// second copy. Kept per name for the life of the process. Use [`mlx5_for`] to get a
-/// context's own provider.
+/// second copy. A table found is kept per name for the life of the process; a failure is
+/// not, since the object may be loaded later (libibverbs loads its providers on first use).
+/// Use [`mlx5_for`] to get a context's own provider.
 ///
 /// # Errors
 ///
@@ -155,17 +156,16 @@ pub unsafe fn mlx5_for(ctx: *mut ibv_context) -> Result<&'static Mlx5, Mlx5LoadE
 /// An object of that name that is loaded must implement the ABI of this build's headers for
 /// the mlx5dv symbols it exports (a genuine libmlx5, or a provider without them).
 pub unsafe fn loaded(name: &Path) -> Result<&'static Mlx5, Mlx5LoadError> {
-    type Loaded = Vec<(PathBuf, Result<&'static Mlx5, Mlx5LoadError>)>;
-    static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    static LOADED: OnceLock<Mutex<Vec<(PathBuf, &'static Mlx5)>>> = OnceLock::new();
     let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, result)) = loaded.iter().find(|(p, _)| p == name) {
-        return result.clone();
+    if let Some((_, lib)) = loaded.iter().find(|(p, _)| p == name) {
+        return Ok(lib);
     }
     // SAFETY: RTLD_NOLOAD only returns an object already in the process (no initialiser
     // runs); the caller vouches for its ABI.
-    let result = unsafe { reopen(name) }.map(|lib| &*Box::leak(Box::new(lib)));
-    loaded.push((name.to_owned(), result.clone()));
-    result
+    let lib: &'static Mlx5 = Box::leak(Box::new(unsafe { reopen(name) }?));
+    loaded.push((name.to_owned(), lib));
+    Ok(lib)
 }
 
 /// `dlopen(path, RTLD_NOW | RTLD_NOLOAD)` and the table from it.
@@ -197,12 +197,31 @@ static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_dc_init_attr>(), 
 mod tests {
     use super::*;
 
+    /// The paths of the files mapped into this process, from /proc/self/maps.
+    fn mapped() -> Vec<PathBuf> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+        maps.lines().filter_map(|l| l.split_whitespace().nth(5)).map(PathBuf::from).collect()
+    }
+
     #[test]
     fn an_object_not_loaded_is_never_mapped() {
-        // SAFETY: NOLOAD maps nothing; no such object is in the process.
-        let err = unsafe { loaded(Path::new("libmlx5-not-here.so.1")) }.err().unwrap();
+        // A copy of libc: a loadable object whose file (path and inode) the process has not
+        // loaded, so a plain dlopen would map it; NOLOAD must refuse it.
+        let libc = mapped()
+            .into_iter()
+            .find(|p| p.file_name().is_some_and(|f| f == "libc.so.6"))
+            .expect("libc.so.6 is mapped");
+        let copy =
+            std::env::temp_dir().join(format!("rdma-verbs-sys-noload-{}.so", std::process::id()));
+        std::fs::copy(&libc, &copy).expect("copy libc");
+        // SAFETY: NOLOAD maps nothing new; were it mapped, it would be a genuine libc.
+        let result = unsafe { loaded(&copy) };
+        let now_mapped = mapped().contains(&copy);
+        std::fs::remove_file(&copy).expect("remove the copy");
+        let err = result.err().expect("an object not loaded is refused");
         assert!(matches!(err, Mlx5LoadError::Open { .. }), "{err:?}");
-        assert!(err.to_string().contains("libmlx5-not-here.so.1"), "{err}");
+        assert!(err.to_string().contains(&*copy.to_string_lossy()), "{err}");
+        assert!(!now_mapped, "{} was mapped", copy.display());
     }
 
     #[test]

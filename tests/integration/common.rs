@@ -1,13 +1,17 @@
 //! Helpers shared by the integration tests.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rdma_verbs::{Context, Error};
+use rdma_verbs::{Context, DeviceList, Error, TransportType};
 
 /// The device tests' device: Soft-RoCE in the guest.
 pub const RXE: &str = "rxe0";
+
+/// The soft-iWARP device of `scripts/rdma-vm --siw`.
+pub const SIW: &str = "siw0";
 
 /// Whether a missing device must fail the test (set by `scripts/rdma-vm` in the guest).
 pub fn device_required() -> bool {
@@ -25,16 +29,60 @@ pub fn require_device(name: &str) -> Option<Context> {
             | Error::DeviceNotFound { .. }
             | Error::Load(_)),
         ) => {
+            let guest = if name == SIW { "scripts/rdma-vm --siw" } else { "scripts/rdma-vm" };
             assert!(
                 !device_required(),
-                "RDMA_VERBS_REQUIRE_DEVICE=1 but device {name} is unusable: {e}"
+                "RDMA_VERBS_REQUIRE_DEVICE=1 but device {name} is unusable: {e}; \
+                 run it in a guest that has it: {guest}"
             );
-            eprintln!(
-                "skipped: needs RDMA device {name} ({e}); run it in the guest: scripts/rdma-vm"
-            );
+            eprintln!("skipped: needs RDMA device {name} ({e}); run it in the guest: {guest}");
             None
         }
         Err(e) => panic!("opening {name}: {e}"),
+    }
+}
+
+/// A device the tests reach by address (rdma_cm binds and resolves IPs, the doctor reports
+/// them): its name, its netdev's IPv4 address, and whether it speaks iWARP (no immediate
+/// data; it connects only through rdma_cm).
+#[cfg_attr(
+    not(feature = "rdmacm"),
+    expect(
+        dead_code,
+        reason = "without rdma_cm only the doctor's tests take a Target, for its IP"
+    )
+)]
+pub struct Target {
+    pub device: &'static str,
+    pub ip: IpAddr,
+    pub iwarp: bool,
+}
+
+/// rxe0 at `$RDMA_VM_IPV4`, or `None` after failing (under `RDMA_VERBS_REQUIRE_DEVICE=1`) or
+/// skipping, saying so.
+pub fn rxe() -> Option<Target> {
+    target(RXE, "RDMA_VM_IPV4")
+}
+
+/// siw0 at `$RDMA_VM_SIW_IPV4`, likewise: under `RDMA_VERBS_REQUIRE_DEVICE=1` a guest started
+/// without `--siw` fails the test, so a run that means to skip the siw tests says so by name
+/// (`--skip siw`, as scripts/test does before running them in a `--siw` guest).
+pub fn siw() -> Option<Target> {
+    target(SIW, "RDMA_VM_SIW_IPV4")
+}
+
+fn target(device: &'static str, var: &str) -> Option<Target> {
+    require_device(device)?;
+    let list = DeviceList::new().expect("the device list that just opened the device");
+    let iwarp =
+        list.find(device).expect("the device just opened").transport() == TransportType::IWARP;
+    match std::env::var(var).ok().and_then(|v| v.parse().ok()) {
+        Some(ip) => Some(Target { device, ip, iwarp }),
+        None => {
+            assert!(!device_required(), "{device} is present but ${var} does not hold its address");
+            eprintln!("skipped: ${var} (the address of {device}'s netdev) is not set");
+            None
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! rdma_cm (feature `rdmacm`) in the Soft-RoCE guest: a client and a server in one process,
 //! on two threads, connecting to the device's own address — rxe0 at `$RDMA_VM_IPV4`, and
-//! siw0 (soft-iWARP, which connects only through rdma_cm) at `$RDMA_VM_SIW_IPV4` when the
-//! guest has it (`scripts/rdma-vm --siw`). Ports 18950–18999.
+//! siw0 (soft-iWARP, which connects only through rdma_cm) at `$RDMA_VM_SIW_IPV4` (the siw
+//! tests need `scripts/rdma-vm --siw`). Ports 18950–18999.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
@@ -9,58 +9,15 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::{
-    AccessFlags, Context, Init, InitAttr, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr,
-    WorkCompletion,
+    AccessFlags, Init, InitAttr, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, WorkCompletion,
 };
 
-use crate::common::{
-    device_required, example, output_within, require_device, spawn_server, text, wait_within, RXE,
-};
+use crate::common::{example, output_within, rxe, siw, spawn_server, text, wait_within, Target};
 
-pub(super) const SIW: &str = "siw0";
 const STEP: Duration = Duration::from_secs(20);
 const CLIENT_HELLO: &[u8] = b"client: hello over rdma_cm";
 const SERVER_HELLO: &[u8] = b"server: welcome";
 const MESSAGE: &[u8] = b"first SEND on a CM-connected QP";
-
-/// The device under test and the address rdma_cm finds it by.
-pub(super) struct Target {
-    pub(super) device: &'static str,
-    pub(super) ip: IpAddr,
-}
-
-/// rxe0 and `$RDMA_VM_IPV4`, or `None` after failing (under `RDMA_VERBS_REQUIRE_DEVICE=1`) or
-/// skipping.
-pub(super) fn rxe() -> Option<Target> {
-    require_device(RXE)?;
-    target(RXE, "RDMA_VM_IPV4")
-}
-
-/// siw0 and `$RDMA_VM_SIW_IPV4`. Missing siw0 fails the test when the guest was asked for siw
-/// (`RDMA_VM_DEVICES`) under `RDMA_VERBS_REQUIRE_DEVICE=1`; otherwise it skips, saying so.
-pub(super) fn siw() -> Option<Target> {
-    let requested = std::env::var("RDMA_VM_DEVICES").is_ok_and(|d| d.contains("siw"));
-    if let Err(e) = Context::open_by_name(Some(SIW)) {
-        assert!(
-            !(requested && device_required()),
-            "the guest was asked for siw (RDMA_VM_DEVICES), but {SIW} is unusable: {e}"
-        );
-        eprintln!("skipped: needs {SIW}; run the guest with scripts/rdma-vm --siw ({e})");
-        return None;
-    }
-    target(SIW, "RDMA_VM_SIW_IPV4")
-}
-
-fn target(device: &'static str, var: &str) -> Option<Target> {
-    match std::env::var(var).ok().and_then(|v| v.parse().ok()) {
-        Some(ip) => Some(Target { device, ip }),
-        None => {
-            assert!(!device_required(), "{device} is present but ${var} does not hold its address");
-            eprintln!("skipped: ${var} (the address of {device}'s netdev) is not set");
-            None
-        }
-    }
-}
 
 /// Polls `cq` until one completion arrives, within [`STEP`]; it must succeed. Its `wr_id`.
 fn one_completion(cq: &rdma_verbs::CompletionQueue<'_>, what: &str) -> u64 {
@@ -210,7 +167,7 @@ fn rejected(t: &Target, port: u16) {
             rejection.private_data
         );
         // IB/RoCE: 28, the CM's "consumer defined" reason; siw (iWARP): -ECONNRESET.
-        let expected = if t.device == SIW { -libc::ECONNRESET } else { 28 };
+        let expected = if t.iwarp { -libc::ECONNRESET } else { 28 };
         assert_eq!(rejection.reason, expected, "{err}");
         assert!(err.to_string().contains("rejected"), "{err}");
         let _qp_comes_back: &QueuePair<'_, rdma_verbs::Unknown> = &err.qp;

@@ -1,7 +1,8 @@
 //! mlx5 DC (feature `mlx5`).
 //!
-//! On rxe0: every DC entry point refuses cleanly with `Unsupported` (the gate is the only way
-//! in), and `dc_pingpong` exits with status 1 and one line.
+//! On rxe0: the mlx5 gate, `Mlx5Context::open` (every DC object is made from an
+//! `Mlx5Context`), refuses cleanly with `Unsupported`, as does the real libmlx5's
+//! `mlx5dv_is_supported`; `dc_pingpong` and `-c DC` exit with status 1 and one line.
 //!
 //! The `hardware` tests need an mlx5 (ConnectX) device and are `#[ignore]`d, so they visibly
 //! do not run in CI. On a host with one:
@@ -21,8 +22,9 @@ use rdma_verbs::Error;
 
 use crate::common::{example, output_within, require_device, text, RXE};
 
+/// The one way to DC objects (they are made from an `Mlx5Context`) is closed on rxe0.
 #[test]
-fn every_dc_entry_point_is_unsupported_on_rxe() {
+fn the_mlx5_gate_to_every_dc_object_is_unsupported_on_rxe() {
     let Some(ctx) = require_device(RXE) else { return };
     let err = Mlx5Context::open(&ctx).unwrap_err();
     let Error::Unsupported { what } = &err else { panic!("expected Unsupported, got {err:?}") };
@@ -133,7 +135,7 @@ mod hardware {
         let init = InitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
         let dct = dct.into_rtr(&DctRtrAttr::new(1, sgid, Mtu::MTU_1024)).unwrap();
-        let token = dct.endpoint(gid, port.lid());
+        let token = dct.endpoint(gid, port.lid()).unwrap();
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };

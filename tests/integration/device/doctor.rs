@@ -1,34 +1,10 @@
-//! The doctor in the Soft-RoCE guest: rxe0, and siw0 when the guest has it
-//! (`scripts/rdma-vm --siw`); then with the device nodes hidden, and as a user with 64 KiB
-//! of locked memory.
+//! The doctor in the Soft-RoCE guest: rxe0, and siw0 (its test needs `scripts/rdma-vm
+//! --siw`); then with the device nodes hidden, and as a user with 64 KiB of locked memory.
 
 use std::process::{Command, Output};
 
-use rdma_verbs::Context;
-
-use crate::common::{device_required, example, gid_index, require_device, text, RXE};
+use crate::common::{device_required, example, gid_index, require_device, rxe, siw, text, RXE};
 use crate::diag::{assert_finding, doctor, doctor_output};
-
-/// The soft-iWARP device of `scripts/rdma-vm --siw`.
-const SIW: &str = "siw0";
-
-/// Whether siw0 is there. Without it, the test fails when the guest was asked for siw
-/// (`RDMA_VM_DEVICES` names it) under `RDMA_VERBS_REQUIRE_DEVICE=1`; otherwise it says it
-/// skipped.
-fn require_siw() -> bool {
-    let requested = std::env::var("RDMA_VM_DEVICES").is_ok_and(|d| d.contains("siw"));
-    match Context::open_by_name(Some(SIW)) {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(
-                !(requested && device_required()),
-                "the guest was asked for siw (RDMA_VM_DEVICES), but {SIW} is unusable: {e}"
-            );
-            eprintln!("skipped: needs {SIW}; run the guest with scripts/rdma-vm --siw ({e})");
-            false
-        }
-    }
-}
 
 /// `(uverbsN, "major:minor")` of `device`'s verbs interface, from sysfs.
 fn uverbs_of(device: &str) -> (String, String) {
@@ -60,9 +36,7 @@ fn wrapped(out: &Output, what: &str) -> Option<String> {
 
 #[test]
 fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(t) = rxe() else { return };
     let out = doctor(&[], &["--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -81,9 +55,7 @@ fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
     assert_finding(&json, "port rxe0/1", "PASS", &["ACTIVE, LinkUp, Ethernet", "active MTU"]);
     let index = format!("index {} (", gid_index());
     assert_finding(&json, "routable GID rxe0/1", "PASS", &[&index, "RoCE v2"]);
-    if let Ok(ip) = std::env::var("RDMA_VM_IPV4") {
-        assert_finding(&json, "IP rxe0/1", "PASS", &[&format!("{ip}/")]);
-    }
+    assert_finding(&json, "IP rxe0/1", "PASS", &[&format!("{}/", t.ip)]);
     assert_finding(&json, "memlock", "PASS", &[]);
     assert_finding(
         &json,
@@ -100,9 +72,7 @@ fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
 
 #[test]
 fn siw_is_diagnosed_and_its_smoke_test_skips_for_want_of_rdma_cm() {
-    if !require_siw() {
-        return;
-    }
+    let Some(t) = siw() else { return };
     let out = doctor(&[], &["--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -110,9 +80,7 @@ fn siw_is_diagnosed_and_its_smoke_test_skips_for_want_of_rdma_cm() {
     assert_finding(&json, "provider siw", "PASS", &["loads: ", "libsiw-rdmav"]);
     assert_finding(&json, "port siw0/1", "PASS", &["ACTIVE, LinkUp, Ethernet"]);
     assert_finding(&json, "routable GID siw0/1", "SKIP", &["iWARP addresses peers by IP"]);
-    if let Ok(ip) = std::env::var("RDMA_VM_SIW_IPV4") {
-        assert_finding(&json, "IP siw0/1", "PASS", &[&format!("{ip}/")]);
-    }
+    assert_finding(&json, "IP siw0/1", "PASS", &[&format!("{}/", t.ip)]);
     assert_finding(
         &json,
         "smoke test siw0",

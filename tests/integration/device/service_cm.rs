@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::QpInitAttr;
 
-use super::cm::{rxe, siw, Target};
 use super::service::check_served;
-use crate::common::{example, output_within, text, wait_within};
+use crate::common::{example, output_within, rxe, siw, text, wait_within, Target};
 
 const LIMIT: Duration = Duration::from_secs(180);
 

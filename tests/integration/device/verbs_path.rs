@@ -5,18 +5,18 @@
 //! siw0 (`$RDMA_VM_SIW_IPV4`, `scripts/rdma-vm --siw`), which has neither: each run asserts
 //! and prints the path its CQs and QPs took. Immediate data runs only over InfiniBand
 //! transports (iWARP has none), atomics only where the device's `atomic_cap` allows them.
+//! Neither device has completion timestamps: asking for them is `Unsupported`.
 //! Ports 19040–19049.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::*;
 
 use super::pair::{pattern, wait_for};
-use crate::common::{device_required, require_device, RXE};
+use crate::common::{require_device, rxe, siw, Target, RXE};
 
-const SIW: &str = "siw0";
 const STEP: Duration = Duration::from_secs(20);
 /// The bytes each single operation moves, and the WRs of the batch.
 const LEN: usize = 256;
@@ -29,50 +29,6 @@ const WRITE_IMM_AT: usize = 12288;
 const READ_AT: usize = 16384;
 const ATOMIC_AT: usize = 20480;
 const BATCH_AT: usize = 32768;
-
-/// The device, its address for rdma_cm, and whether it speaks iWARP.
-struct Target {
-    device: &'static str,
-    ip: IpAddr,
-    iwarp: bool,
-}
-
-/// `device` at the address in `$var`, or `None` after failing (a device the guest was asked
-/// for, under `RDMA_VERBS_REQUIRE_DEVICE=1`) or skipping, saying so.
-fn target(device: &'static str, var: &str, required: bool) -> Option<Target> {
-    let list = match DeviceList::new() {
-        Ok(list) => list,
-        Err(e) => {
-            assert!(!required, "{device} is required but no device list: {e}");
-            eprintln!("skipped: no RDMA devices ({e})");
-            return None;
-        }
-    };
-    let Some(dev) = list.find(device) else {
-        assert!(!required, "{device} is required but missing; devices: {}", list.names());
-        eprintln!("skipped: needs {device}; run it in the guest (scripts/rdma-vm [--siw])");
-        return None;
-    };
-    let iwarp = dev.transport() == TransportType::IWARP;
-    match std::env::var(var).ok().and_then(|v| v.parse().ok()) {
-        Some(ip) => Some(Target { device, ip, iwarp }),
-        None => {
-            assert!(!required, "{device} is present but ${var} does not hold its address");
-            eprintln!("skipped: ${var} (the address of {device}'s netdev) is not set");
-            None
-        }
-    }
-}
-
-fn rxe() -> Option<Target> {
-    require_device(RXE)?;
-    target(RXE, "RDMA_VM_IPV4", device_required())
-}
-
-fn siw() -> Option<Target> {
-    let asked = std::env::var("RDMA_VM_DEVICES").is_ok_and(|d| d.contains("siw"));
-    target(SIW, "RDMA_VM_SIW_IPV4", asked && device_required())
-}
 
 /// Two RC QPs of one PD, `a` on `cq_a` and `b` on `cq_b`, connected to each other through
 /// rdma_cm on `t` at `port` (the server side on a second thread); runs `f` on them.
@@ -353,4 +309,29 @@ fn rxe_takes_the_legacy_verbs_when_forced() {
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&cq) };
     assert_eq!(pd.create_rc_qp(&attr).unwrap().send_path(), VerbsPath::Legacy);
     assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().send_path(), VerbsPath::Extended);
+}
+
+/// Neither rxe nor siw stamps its completions: asking for timestamps is `Unsupported` (rxe's
+/// `completion_timestamp_mask` is 0; siw has not even the extended CQ), never a CQ without
+/// them.
+fn completion_timestamps_are_unsupported(t: &Target) {
+    let ctx = Context::open_by_name(Some(t.device)).unwrap();
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let err = ctx.create_cq_with(16, &attr).expect_err("no completion timestamps");
+    assert!(matches!(err, Error::Unsupported { .. }), "{}: {err:?}", t.device);
+    println!("{}: completion timestamps: {err}", t.device);
+}
+
+#[test]
+fn completion_timestamps_are_unsupported_on_rxe() {
+    if let Some(t) = rxe() {
+        completion_timestamps_are_unsupported(&t);
+    }
+}
+
+#[test]
+fn completion_timestamps_are_unsupported_on_siw() {
+    if let Some(t) = siw() {
+        completion_timestamps_are_unsupported(&t);
+    }
 }

@@ -71,12 +71,8 @@ fn route() -> DcRoute {
 }
 
 fn token() -> DcEndpoint {
-    DcEndpoint {
-        gid: Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap()),
-        lid: Lid(0x12),
-        dctn: Qpn(0xab_cdef),
-        dc_key: DcKey(0x0123_4567_89ab_cdef),
-    }
+    let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
+    DcEndpoint::new(gid, Lid(0x12), Qpn(0xab_cdef), DcKey(0x0123_4567_89ab_cdef)).unwrap()
 }
 
 #[test]
@@ -183,9 +179,9 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     // The number appears at RTR, and the token carries it with the key.
     let dctn = dct.dctn();
     assert_ne!(dctn, Qpn(0));
-    let gid = token().gid;
-    let ep = dct.endpoint(gid, Lid(0));
-    assert_eq!(ep, DcEndpoint { gid, lid: Lid(0), dctn, dc_key: key });
+    let gid = token().gid();
+    let ep = dct.endpoint(gid, Lid(0)).unwrap();
+    assert_eq!((ep.gid(), ep.lid(), ep.dctn(), ep.dc_key()), (gid, Lid(0), dctn, key));
     assert_eq!(ep.to_string().parse::<DcEndpoint>().unwrap(), ep);
 
     let raw = dct.as_raw();
@@ -291,7 +287,7 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
         .expect("ibv_create_ah");
     assert_eq!(
         (ah.1.is_global, ah.1.dgid, ah.1.sgid_index, ah.1.ah_port_num, ah.1.dlid),
-        (1, token().gid.0, SGID_INDEX, 1, 0x12)
+        (1, token().gid().0, SGID_INDEX, 1, 0x12)
     );
     assert_eq!(peer.destination().ah.as_raw() as usize, ah.0);
 
