@@ -475,21 +475,21 @@ impl<'pd> DcPeer<'pd> {
         route: &DcRoute,
     ) -> Result<Self> {
         let grh =
-            route.sgid_index.filter(|_| !endpoint.gid.is_zero()).map(|sgid_index| GlobalRoute {
-                dgid: endpoint.gid,
+            route.sgid_index.filter(|_| !endpoint.gid().is_zero()).map(|sgid_index| GlobalRoute {
+                dgid: endpoint.gid(),
                 sgid_index,
                 hop_limit: 1,
                 flow_label: 0,
                 traffic_class: 0,
             });
         let av =
-            AddressVector { dlid: endpoint.lid, sl: 0, src_path_bits: 0, port: route.port, grh };
+            AddressVector { dlid: endpoint.lid(), sl: 0, src_path_bits: 0, port: route.port, grh };
         Ok(DcPeer { ah: pd.create_ah(&av)?, endpoint: *endpoint })
     }
 
     /// The destination to put in work requests.
     pub fn destination(&self) -> DcDestination<'_> {
-        DcDestination { ah: &self.ah, dctn: self.endpoint.dctn, key: self.endpoint.dc_key }
+        DcDestination { ah: &self.ah, dctn: self.endpoint.dctn(), key: self.endpoint.dc_key() }
     }
 
     /// The token it was made from.

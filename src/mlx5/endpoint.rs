@@ -34,11 +34,11 @@ pub struct DcKey(pub u64);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DcEndpoint {
-    pub(crate) gid: Gid,
-    pub(crate) lid: Lid,
+    gid: Gid,
+    lid: Lid,
     /// At most 24 bits (every constructor checks).
-    pub(crate) dctn: Qpn,
-    pub(crate) dc_key: DcKey,
+    dctn: Qpn,
+    dc_key: DcKey,
 }
 
 /// Why a DC endpoint token was refused.
