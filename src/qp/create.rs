@@ -70,18 +70,13 @@ impl<'res> ProtectionDomain<'res> {
                 Err(_) => {}
             }
         }
-        let mut init = sys::ibv_qp_init_attr {
-            send_cq: attr.send_cq.as_raw(),
-            recv_cq: attr.recv_cq.as_raw(),
-            srq: attr.srq.map_or(std::ptr::null_mut(), |srq| srq.as_raw()),
-            cap: attr.cap.to_raw(),
-            qp_type: T::RAW,
-            sq_sig_all: attr.sq_sig_all.into(),
-            ..Default::default()
-        };
+        let mut init = self.init_attr::<T>(attr);
         // SAFETY: a live PD and CQs (and SRQ) of its context; `init` is a valid attribute
-        // struct, which the provider updates with the capabilities it allocated.
-        let raw = unsafe { (self.context().library().fns.ibv_create_qp)(self.as_raw(), &mut init) };
+        // struct, which the provider updates with the capabilities it allocated; the legacy
+        // struct is its prefix (checked in the sys crate).
+        let raw = unsafe {
+            (self.context().library().fns.ibv_create_qp)(self.as_raw(), (&raw mut init).cast())
+        };
         let raw =
             check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
         Ok(self.adopt_qp(raw, None, &init.cap))
@@ -101,16 +96,9 @@ impl<'res> ProtectionDomain<'res> {
         }
         let send_ops = extended::send_ops(ctx, T::RAW)?;
         let mut init = sys::ibv_qp_init_attr_ex {
-            send_cq: attr.send_cq.as_raw(),
-            recv_cq: attr.recv_cq.as_raw(),
-            srq: attr.srq.map_or(std::ptr::null_mut(), |srq| srq.as_raw()),
-            cap: attr.cap.to_raw(),
-            qp_type: T::RAW,
-            sq_sig_all: attr.sq_sig_all.into(),
             comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-            pd: self.as_raw(),
             send_ops_flags: send_ops,
-            ..Default::default()
+            ..self.init_attr::<T>(attr)
         };
         // SAFETY: a live context, PD and CQs (and SRQ) of it; `init` is a valid attribute
         // struct, which the provider updates with the capabilities it allocated.
@@ -129,6 +117,22 @@ impl<'res> ProtectionDomain<'res> {
             Err(_) => None,
         };
         Ok(self.adopt_qp(raw, ex, &init.cap))
+    }
+
+    /// The attributes both creation verbs read: CQs, SRQ, capabilities, type and signalling,
+    /// with this PD (`ibv_create_qp` reads only the prefix, up to `sq_sig_all`).
+    fn init_attr<T: QpType>(&self, attr: &QpInitAttr<'res, '_>) -> sys::ibv_qp_init_attr_ex {
+        sys::ibv_qp_init_attr_ex {
+            send_cq: attr.send_cq.as_raw(),
+            recv_cq: attr.recv_cq.as_raw(),
+            srq: attr.srq.map_or(std::ptr::null_mut(), |srq| srq.as_raw()),
+            cap: attr.cap.to_raw(),
+            qp_type: T::RAW,
+            sq_sig_all: attr.sq_sig_all.into(),
+            comp_mask: sys::IBV_QP_INIT_ATTR_PD,
+            pd: self.as_raw(),
+            ..Default::default()
+        }
     }
 
     /// A created QP in RESET, owning `raw`.
