@@ -163,8 +163,27 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         result
     }
 
+    /// The checks before posting `wr`: a few comparisons inline for the common WR, the
+    /// whole of them, with the error's text, out of line for the rest (atomics, and any WR
+    /// the quick test doubts).
     #[inline]
     fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
+        let inline = wr.send_flags().contains(SendFlags::INLINE);
+        let common = wr.num_sge() <= self.caps.max_send_sge as usize
+            && !wr.is_atomic()
+            && (!inline || wr.total_len() <= u64::from(self.caps.max_inline_data))
+            && (T::RAW != sys::IBV_QPT_UD
+                || (wr.has_destination() && wr.total_len() <= u64::from(self.limits.ud_mtu)));
+        if common {
+            Ok(())
+        } else {
+            self.check_send_fully(wr)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_send_fully(&self, wr: &SendWr<'_>) -> Result<()> {
         if wr.num_sge() > self.caps.max_send_sge as usize {
             return Err(Error::InvalidInput(format!(
                 "the WR has {} SGEs; this QP allows {} (max_send_sge)",
