@@ -255,12 +255,16 @@ impl Context {
     }
 
     /// Wraps a context opened elsewhere (by rdma_cm, a provider's own open call, or a mock
-    /// provider); it is closed with `ibv_close_device` on drop.
+    /// provider); dropping the returned value closes it with `ibv_close_device`.
     ///
     /// # Safety
     ///
-    /// - `raw` must be a live `ibv_context` opened through `lib`, not closed elsewhere, and
-    ///   owned by the returned value from now on;
+    /// - `raw` must be a live `ibv_context` opened through `lib`, and stay live while the
+    ///   returned value (and everything made from it) is in use;
+    /// - either the returned value owns it — nothing else closes it, and the value's drop
+    ///   does — or it is *lent*: the caller keeps the value from ever being dropped
+    ///   (`ManuallyDrop`, as the `cm` module does with the context an rdma_cm id owns) and
+    ///   its owner closes it only after the value and its children are gone;
     /// - `lib` must be the library whose functions operate on it.
     pub unsafe fn from_raw(
         lib: &'static sys::Ibverbs,

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{Buffer, PostError};
+use crate::buffer::{check_pool, Buffer, PostError};
 use crate::error::{check_errno, check_ptr, Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::RecvWr;
@@ -117,17 +117,22 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the provider's [`Error`].
+    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
+    /// buffer's pool is registered in another PD than the SRQ's, else the provider's.
     #[doc(alias = "ibv_post_srq_recv")]
     pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'a,
     {
+        if let Err(error) = check_pool(&buffer, self.pd) {
+            return Err(PostError { buffer, error });
+        }
         let len = buffer.len() as u32;
-        let sge = [buffer.sge(buffer.capacity())];
+        let sge = [buffer.sge(buffer.capacity() as u32, false)];
         let flight = buffer.launch(len, false);
         // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the pool
-        // outlives this SRQ ('p: 'a, invariant), so the memory stays registered.
+        // outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in the SRQ's
+        // PD (checked), named by its IOVA.
         unsafe { self.post_recv(&mut RecvWr::new(flight.wr_id, &sge)) }
             .map_err(|error| PostError { buffer: flight.restore(), error })
     }

@@ -106,9 +106,15 @@ pub struct SendWr<'a> {
     _sges: PhantomData<&'a [Sge]>,
 }
 
-// SAFETY: the raw pointers only point into the borrowed SGE slice, which is Sync.
+// SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data);
+// `wr.ud.ah`, set only by `to` from a `&'a UdDestination` whose `AddressHandle` is Sync;
+// `bind_mw.mw`, set only by `bind_mw` from a `&'a mut MemoryWindow` (Send and Sync), whose
+// rkey `note_posted` writes through `&mut self` or after a post that had `&mut self`; and
+// `next`, which this crate sets only inside a post (`post_send_chain`) and never follows
+// otherwise (`as_single` clears it before a single post). Sharing one across threads gives
+// only reads of these.
 unsafe impl Send for SendWr<'_> {}
-// SAFETY: as above.
+// SAFETY: as above: `&SendWr` reads the request, never writes through its pointers.
 unsafe impl Sync for SendWr<'_> {}
 
 impl<'a> SendWr<'a> {
@@ -305,7 +311,11 @@ impl<'a> SendWr<'a> {
         unsafe { std::slice::from_raw_parts(self.raw.sg_list.cast(), self.raw.num_sge as usize) }
     }
 
-    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_send_wr {
+    /// The raw request alone: its `next` cleared, so a WR that was part of an earlier
+    /// [`post_send_list`](crate::QueuePair::post_send_list) posts only itself.
+    #[inline]
+    pub(crate) fn as_single(&mut self) -> *mut sys::ibv_send_wr {
+        self.raw.next = std::ptr::null_mut();
         &mut self.raw
     }
 
@@ -359,7 +369,8 @@ pub struct RecvWr<'a> {
     _sges: PhantomData<&'a [Sge]>,
 }
 
-// SAFETY: the raw pointers only point into the borrowed SGE slice, which is Sync.
+// SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data),
+// and `next`, which is always NULL (receives are posted one at a time).
 unsafe impl Send for RecvWr<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for RecvWr<'_> {}

@@ -27,7 +27,8 @@ mod pool;
 mod post;
 
 pub use pool::{Buffer, BufferPool};
-pub use post::{PostError, SendList, SendOp};
+pub(crate) use post::check_pool;
+pub use post::{ListOp, PostError, SendList, SendOp, UdSend};
 
 /// Bit 63 marks the `wr_id`s of this tier.
 pub(crate) const BUFFER_WR_ID_BIT: u64 = 1 << 63;

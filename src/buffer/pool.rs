@@ -264,9 +264,24 @@ impl<'p> Buffer<'p> {
         unsafe { std::slice::from_raw_parts_mut(self.pool.chunk_ptr(self.index), self.capacity()) }
     }
 
-    /// An SGE over the first `len` bytes.
-    pub(crate) fn sge(&self, len: usize) -> Sge {
-        Sge::new(self.pool.chunk_ptr(self.index) as u64, len as u32, self.pool.lkey())
+    /// An SGE over the first `len` bytes: by the chunk's CPU address when `inline` (the
+    /// provider copies the bytes through it during the post), else by its address in the
+    /// region's IOVA space, which is how the NIC addresses the region (they differ for a
+    /// region registered at a chosen IOVA).
+    #[inline]
+    pub(crate) fn sge(&self, len: u32, inline: bool) -> Sge {
+        let addr = if inline {
+            self.pool.chunk_ptr(self.index) as u64
+        } else {
+            self.pool.mr.iova() + u64::from(self.index) * self.pool.chunk as u64
+        };
+        Sge::new(addr, len, self.pool.lkey())
+    }
+
+    /// The PD its pool's region is registered in.
+    #[inline]
+    pub(crate) fn pd_raw(&self) -> *mut crate::sys::ibv_pd {
+        self.pool.mr.pd().as_raw()
     }
 
     /// Hands the chunk to the NIC with a new `wr_id`: in flight (completed by that `wr_id`),

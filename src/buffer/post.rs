@@ -3,7 +3,8 @@
 use super::pool::{Buffer, Flight};
 use crate::ah::UdDestination;
 use crate::error::{Error, Result};
-use crate::qp::{QpType, QueuePair, ReceiveReady, Rts, Ud};
+use crate::pd::ProtectionDomain;
+use crate::qp::{Connected, QpState, QpType, QueuePair, ReceiveReady, Rts, Ud};
 use crate::sys;
 use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, Sge};
 
@@ -41,20 +42,22 @@ pub enum SendOp {
 }
 
 impl SendOp {
-    /// The WR for `len` bytes in `sge` (none when `len` is 0), with `flags` plus INLINE when
-    /// the bytes fit `max_inline` (never for RDMA READ, which writes the buffer).
-    fn work_request(
-        self,
-        wr_id: u64,
-        sge: &Sge,
-        len: u32,
-        max_inline: u32,
-        mut flags: SendFlags,
-    ) -> SendWr<'_> {
+    /// Whether `len` bytes go inline on a QP allowing `max_inline`: they fit, and the NIC
+    /// does not write the buffer (RDMA READ and atomics do).
+    #[inline]
+    fn goes_inline(self, len: u32, max_inline: u32) -> bool {
+        len <= max_inline
+            && !matches!(
+                self,
+                SendOp::RdmaRead(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
+            )
+    }
+
+    /// The WR for `len` bytes in `sge` (none when `len` is 0), with `flags` (INLINE among
+    /// them when [`goes_inline`](Self::goes_inline) said so).
+    #[inline]
+    fn work_request(self, wr_id: u64, sge: &Sge, len: u32, flags: SendFlags) -> SendWr<'_> {
         let sges = if len == 0 { &[][..] } else { std::slice::from_ref(sge) };
-        if len <= max_inline && !self.writes_buffer() {
-            flags |= SendFlags::INLINE;
-        }
         match self {
             SendOp::Send => SendWr::send(wr_id, sges),
             SendOp::SendWithImm(imm) => SendWr::send_with_imm(wr_id, sges, imm),
@@ -70,10 +73,69 @@ impl SendOp {
         }
         .flags(flags)
     }
+}
 
-    /// Whether the NIC writes the buffer (so it cannot go inline).
-    fn writes_buffer(self) -> bool {
-        matches!(self, SendOp::RdmaRead(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+/// A UD datagram in a [`SendList`]: where it goes, and its immediate data if any.
+#[derive(Clone, Copy, Debug)]
+pub struct UdSend<'p> {
+    /// The peer's address handle, QP number and Q_Key.
+    pub dest: UdDestination<'p>,
+    /// Immediate data (`IBV_WR_SEND_WITH_IMM`), or a plain SEND.
+    pub imm: Option<u32>,
+}
+
+/// What a [`SendList`] entry asks of the send queue: a [`SendOp`] on a connected QP (RC, UC),
+/// or a [`UdSend`] on a UD QP. Sealed: the list posts only what these two describe.
+pub trait ListOp<'p>: Copy + sealed::Sealed {
+    /// The WR for `len` bytes of `sge`, with `flags` (the caller decided INLINE).
+    #[doc(hidden)]
+    fn work_request<'s>(self, wr_id: u64, sge: &'s Sge, len: u32, flags: SendFlags) -> SendWr<'s>
+    where
+        'p: 's;
+    /// Whether `len` bytes go inline under `max_inline`.
+    #[doc(hidden)]
+    fn goes_inline(self, len: u32, max_inline: u32) -> bool;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::SendOp {}
+    impl Sealed for super::UdSend<'_> {}
+}
+
+impl<'p> ListOp<'p> for SendOp {
+    #[inline]
+    fn work_request<'s>(self, wr_id: u64, sge: &'s Sge, len: u32, flags: SendFlags) -> SendWr<'s>
+    where
+        'p: 's,
+    {
+        SendOp::work_request(self, wr_id, sge, len, flags)
+    }
+
+    #[inline]
+    fn goes_inline(self, len: u32, max_inline: u32) -> bool {
+        SendOp::goes_inline(self, len, max_inline)
+    }
+}
+
+impl<'p> ListOp<'p> for UdSend<'p> {
+    #[inline]
+    fn work_request<'s>(self, wr_id: u64, sge: &'s Sge, len: u32, flags: SendFlags) -> SendWr<'s>
+    where
+        'p: 's,
+    {
+        self.op().work_request(wr_id, sge, len, flags).to(&self.dest)
+    }
+
+    #[inline]
+    fn goes_inline(self, len: u32, max_inline: u32) -> bool {
+        self.op().goes_inline(len, max_inline)
+    }
+}
+
+impl UdSend<'_> {
+    fn op(self) -> SendOp {
+        self.imm.map_or(SendOp::Send, SendOp::SendWithImm)
     }
 }
 
@@ -98,30 +160,58 @@ impl std::error::Error for PostError<'_> {
     }
 }
 
-impl<'res, T: QpType> QueuePair<'res, Rts, T> {
+impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
     /// the buffer comes back from [`BufferPool::complete`](super::BufferPool::complete) with
-    /// the completion. Bytes that fit the QP's `max_inline_data` go inline.
+    /// the completion. Bytes that fit the QP's `max_inline_data` go inline. RC and UC only: a
+    /// UD QP sends with [`QueuePair::post_send_buffer_to`].
+    ///
+    /// ```compile_fail,E0599
+    /// # use rdma_verbs::*;
+    /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, pool: &'a BufferPool<'a>) {
+    /// qp.post_send_buffer(pool.take().unwrap(), SendOp::Send); // error: UD needs a destination
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_send`] (e.g.
-    /// `ENOMEM` when the send queue is full).
+    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
+    /// buffer's pool is registered in another PD than the QP's, else those of
+    /// [`QueuePair::post_send`] (its checks, e.g. an atomic on UC or not 8-byte aligned; then
+    /// the provider's, e.g. `ENOMEM` when the send queue is full).
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<(), PostError<'p>>
     where
         'p: 'res,
     {
-        let len = buffer.len() as u32;
-        let sge = buffer.sge(len as usize);
-        let flight = buffer.launch(len, false);
-        let max_inline = self.caps().max_inline_data;
-        let mut wr = op.work_request(flight.wr_id, &sge, len, max_inline, SendFlags::SIGNALED);
-        // SAFETY: the chunk is the NIC's alone (its token was consumed by `launch`) until
-        // `complete` sees this WR's completion (it is signaled); it stays registered while this
-        // QP lives because the pool outlives 'res ('p: 'res); `wr_id` is the tier's own.
-        unsafe { self.post_send(&mut wr) }
-            .map_err(|error| PostError { buffer: flight.restore(), error })
+        self.post_buffer(buffer, op)
+    }
+
+    /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
+    /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
+    /// back with the next signaled WR of this list on this QP. No allocation. Every WR passes
+    /// the checks of [`QueuePair::post_send`] before any is posted.
+    ///
+    /// ```compile_fail,E0599
+    /// # use rdma_verbs::*;
+    /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, list: &mut SendList<'a>) {
+    /// qp.post_send_buffers(list, true); // error: UD lists carry destinations (post_send_buffers_to)
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP,
+    /// or when a buffer's pool is in another PD or a WR fails [`QueuePair::post_send`]'s
+    /// checks: then nothing is posted and the list is as it was. Otherwise the [`Error`] of
+    /// the provider: buffers from the first refused WR on are back in `list`; those it
+    /// accepted join the open chain, released by a later signaled post.
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>, signal_last: bool) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_list(list, signal_last)
     }
 }
 
@@ -144,16 +234,135 @@ impl<'res> QueuePair<'res, Rts, Ud> {
     where
         'p: 'res,
     {
+        self.post_buffer(buffer, UdSend { dest: *dest, imm })
+    }
+
+    /// `ibv_post_send(3)`—Posts every datagram of `list`, each to its own
+    /// [`UdSend::dest`], with one call, as [`QueuePair::post_send_buffers`] does on a
+    /// connected QP. The address handles outlive the QP (`'p: 'res`).
+    ///
+    /// # Errors
+    ///
+    /// As [`QueuePair::post_send_buffers`], and the UD checks of [`QueuePair::post_send`]
+    /// (a datagram above the path MTU).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffers_to<'p>(
+        &self,
+        list: &mut SendList<'p, UdSend<'p>>,
+        signal_last: bool,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_list(list, signal_last)
+    }
+}
+
+impl<'res, T: QpType> QueuePair<'res, Rts, T> {
+    /// One buffer with `op`, signaled: the path of every single-buffer send.
+    #[inline]
+    fn post_buffer<'p, Op: ListOp<'p>>(
+        &self,
+        buffer: Buffer<'p>,
+        op: Op,
+    ) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        if let Err(error) = self.check_pool(&buffer) {
+            return Err(PostError { buffer, error });
+        }
         let len = buffer.len() as u32;
-        let sge = buffer.sge(len as usize);
+        let inline = op.goes_inline(len, self.caps().max_inline_data);
+        let sge = buffer.sge(len, inline);
         let flight = buffer.launch(len, false);
-        let op = imm.map_or(SendOp::Send, SendOp::SendWithImm);
-        let max_inline = self.caps().max_inline_data;
-        let wr = op.work_request(flight.wr_id, &sge, len, max_inline, SendFlags::SIGNALED);
-        let mut wr = wr.to(dest);
-        // SAFETY: as in `post_send_buffer`; the AH outlives this QP ('p: 'res).
+        let mut wr = op.work_request(flight.wr_id, &sge, len, send_flags(true, inline));
+        // SAFETY: the chunk is the NIC's alone (its token was consumed by `launch`) until
+        // `complete` sees this WR's completion (it is signaled); it stays registered while this
+        // QP lives because the pool outlives 'res ('p: 'res), in this QP's PD (checked); an
+        // inline SGE holds the chunk's CPU address, any other its IOVA; `wr_id` is the
+        // tier's own; a UD destination's AH outlives the QP ('p: 'res).
         unsafe { self.post_send(&mut wr) }
             .map_err(|error| PostError { buffer: flight.restore(), error })
+    }
+
+    /// Posts a list: every WR is built and checked first, so a refused check leaves the list
+    /// as it was; then the buffers are launched and the WRs posted with one call.
+    fn post_list<'p, Op: ListOp<'p>>(
+        &self,
+        list: &mut SendList<'p, Op>,
+        signal_last: bool,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        let n = list.entries.len();
+        let qp = self.as_raw() as usize;
+        if list.open.as_ref().is_some_and(|(open_qp, _)| *open_qp != qp) {
+            return Err(Error::InvalidInput(
+                "this SendList has unsignaled buffers in flight on another QP: post a signaled \
+                 WR there first"
+                    .into(),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let max_inline = self.caps().max_inline_data;
+        list.sges.clear();
+        for (buffer, op) in &list.entries {
+            self.check_pool(buffer)?;
+            let len = buffer.len() as u32;
+            list.sges.push(buffer.sge(len, op.goes_inline(len, max_inline)));
+        }
+        list.wrs.clear();
+        for (i, ((buffer, op), sge)) in list.entries.iter().zip(&list.sges).enumerate() {
+            let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
+            let flags = send_flags(signaled, op.goes_inline(len, max_inline));
+            // The wr_id is set at launch below; the checks do not read it.
+            let wr = op.work_request(0, sge, len, flags);
+            if let Err(error) = self.check_send(&wr) {
+                list.wrs.clear();
+                return Err(error);
+            }
+            list.wrs.push(wr.into_raw());
+        }
+        for (i, (buffer, op)) in list.entries.drain(..).enumerate() {
+            let signaled = signal_last && i + 1 == n;
+            let len = buffer.len() as u32;
+            let flight = buffer.launch(len, !signaled);
+            match list.flights.last() {
+                Some((before, _)) => before.chain_before(&flight),
+                None => {
+                    if let Some((_, tail)) = &list.open {
+                        tail.chain_before(&flight);
+                    }
+                }
+            }
+            list.wrs[i].wr_id = flight.wr_id;
+            list.flights.push((flight, op));
+        }
+        // SAFETY: as in `post_buffer`, for every chunk: each is the NIC's alone until a later
+        // signaled WR of this QP completes (on a send queue, after all before it); every WR
+        // passed `check_send` and every pool is in this QP's PD; `wrs` and `sges` are not
+        // touched until the next post; the wr_ids are the tier's own.
+        let refused = unsafe { self.post_send_chain(&mut list.wrs) };
+        let (posted, result) = match refused {
+            Ok(()) => (n, Ok(())),
+            Err((posted, error)) => (posted, Err(error)),
+        };
+        for (flight, op) in list.flights.drain(posted..).rev() {
+            list.entries.insert(0, (flight.restore(), op));
+        }
+        // The chain stays open unless its last posted WR was the signaled one.
+        let fully_signaled = posted == n && signal_last;
+        if let Some((tail, _)) = list.flights.pop().filter(|_| !fully_signaled) {
+            list.open = Some((qp, tail));
+        } else if fully_signaled {
+            list.open = None;
+        }
+        list.flights.clear();
+        result
     }
 }
 
@@ -164,40 +373,79 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_recv`] (e.g.
-    /// `ENOMEM` when the receive queue is full).
+    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
+    /// buffer's pool is registered in another PD than the QP's, else that of
+    /// [`QueuePair::post_recv`] (e.g. `ENOMEM` when the receive queue is full).
     #[doc(alias = "ibv_post_recv")]
     pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'res,
     {
+        if let Err(error) = self.check_pool(&buffer) {
+            return Err(PostError { buffer, error });
+        }
         let len = buffer.len() as u32;
-        let sge = [buffer.sge(buffer.capacity())];
+        let sge = [buffer.sge(buffer.capacity() as u32, false)];
         let flight = buffer.launch(len, false);
-        // SAFETY: as in `post_send_buffer`: the chunk is the NIC's alone until `complete`.
+        // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and its
+        // SGE names it by IOVA in a region of this QP's PD.
         unsafe { self.post_recv(&mut RecvWr::new(flight.wr_id, &sge)) }
             .map_err(|error| PostError { buffer: flight.restore(), error })
     }
 }
 
+impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
+    #[inline]
+    fn check_pool(&self, buffer: &Buffer<'_>) -> Result<()> {
+        check_pool(buffer, self.pd())
+    }
+}
+
+/// The NIC checks an SGE's lkey against the PD of the queue it is posted to; a pool of
+/// another PD would only fail there (or, on the strict mock, count as a violation), so it is
+/// refused here, where the error can say why.
+#[inline]
+pub(crate) fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>) -> Result<()> {
+    if buffer.pd_raw() == pd.as_raw() {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(
+            "the buffer's pool is registered in another protection domain than the queue it \
+             is posted to: use a pool of that queue's PD"
+                .into(),
+        ))
+    }
+}
+
+/// SIGNALED and INLINE as asked.
+#[inline]
+fn send_flags(signaled: bool, inline: bool) -> SendFlags {
+    let mut flags = SendFlags::empty();
+    flags.set(SendFlags::SIGNALED, signaled);
+    flags.set(SendFlags::INLINE, inline);
+    flags
+}
+
 /// Buffers to post with one `ibv_post_send` (a post list), signaling at most the last
-/// (selective signaling, perftest's method). Its storage is allocated once, by
+/// (selective signaling, perftest's method): each with a [`SendOp`] on a connected QP
+/// ([`QueuePair::post_send_buffers`]), or a [`UdSend`] on a UD QP
+/// ([`QueuePair::post_send_buffers_to`]). Its storage is allocated once, by
 /// [`with_capacity`](Self::with_capacity), and reused by every post.
 ///
 /// Unsignaled buffers are chained: when a signaled WR posted after them through this list
 /// *on the same QP* is [completed](super::BufferPool::complete), they all return to their
 /// pool, free for [`take`](super::BufferPool::take). While such a chain is open the list
 /// refuses to post on another QP.
-pub struct SendList<'p> {
-    entries: Vec<(Buffer<'p>, SendOp)>,
+pub struct SendList<'p, Op = SendOp> {
+    entries: Vec<(Buffer<'p>, Op)>,
     sges: Vec<Sge>,
     wrs: Vec<sys::ibv_send_wr>,
-    flights: Vec<(Flight<'p>, SendOp)>,
+    flights: Vec<(Flight<'p>, Op)>,
     /// The last unsignaled chunk posted, and on which QP: the tail of the open chain.
     open: Option<(usize, Flight<'p>)>,
 }
 
-impl<'p> SendList<'p> {
+impl<'p, Op> SendList<'p, Op> {
     /// An empty list for up to `capacity` buffers.
     pub fn with_capacity(capacity: usize) -> Self {
         SendList {
@@ -214,7 +462,7 @@ impl<'p> SendList<'p> {
     /// # Errors
     ///
     /// The buffer, when the list holds [`capacity`](Self::capacity) buffers already.
-    pub fn push(&mut self, buffer: Buffer<'p>, op: SendOp) -> std::result::Result<(), Buffer<'p>> {
+    pub fn push(&mut self, buffer: Buffer<'p>, op: Op) -> std::result::Result<(), Buffer<'p>> {
         if self.entries.len() == self.entries.capacity() {
             return Err(buffer);
         }
@@ -243,83 +491,11 @@ impl<'p> SendList<'p> {
     }
 }
 
-impl std::fmt::Debug for SendList<'_> {
+impl<Op> std::fmt::Debug for SendList<'_, Op> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendList")
             .field("len", &self.len())
             .field("capacity", &self.capacity())
             .finish()
-    }
-}
-
-impl<'res, T: QpType> QueuePair<'res, Rts, T> {
-    /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
-    /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
-    /// back with the next signaled WR of this list on this QP. No allocation.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP.
-    /// Otherwise the [`Error`] of the provider: buffers from the first refused WR on are back
-    /// in `list`; those it accepted join the open chain, released by a later signaled post.
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>, signal_last: bool) -> Result<()>
-    where
-        'p: 'res,
-    {
-        let n = list.entries.len();
-        let qp = self.as_raw() as usize;
-        if list.open.as_ref().is_some_and(|(open_qp, _)| *open_qp != qp) {
-            return Err(Error::InvalidInput(
-                "this SendList has unsignaled buffers in flight on another QP: post a signaled \
-                 WR there first"
-                    .into(),
-            ));
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let max_inline = self.caps().max_inline_data;
-        list.sges.clear();
-        list.sges.extend(list.entries.iter().map(|(buf, _)| buf.sge(buf.len())));
-        list.wrs.clear();
-        for (i, (buffer, op)) in list.entries.drain(..).enumerate() {
-            let signaled = signal_last && i + 1 == n;
-            let len = buffer.len() as u32;
-            let flight = buffer.launch(len, !signaled);
-            match list.flights.last() {
-                Some((before, _)) => before.chain_before(&flight),
-                None => {
-                    if let Some((_, tail)) = &list.open {
-                        tail.chain_before(&flight);
-                    }
-                }
-            }
-            let flags = if signaled { SendFlags::SIGNALED } else { SendFlags::empty() };
-            list.wrs.push(
-                op.work_request(flight.wr_id, &list.sges[i], len, max_inline, flags).into_raw(),
-            );
-            list.flights.push((flight, op));
-        }
-        // SAFETY: as in `post_send_buffer`, for every chunk: each is the NIC's alone until a
-        // later signaled WR of this QP completes (on a send queue, after all before it); `wrs`
-        // and `sges` are not touched until the next post; the wr_ids are the tier's own.
-        let refused = unsafe { self.post_send_chain(&mut list.wrs) };
-        let (posted, result) = match refused {
-            Ok(()) => (n, Ok(())),
-            Err((posted, error)) => (posted, Err(error)),
-        };
-        for (flight, op) in list.flights.drain(posted..).rev() {
-            list.entries.insert(0, (flight.restore(), op));
-        }
-        // The chain stays open unless its last posted WR was the signaled one.
-        let fully_signaled = posted == n && signal_last;
-        if let Some((tail, _)) = list.flights.pop().filter(|_| !fully_signaled) {
-            list.open = Some((qp, tail));
-        } else if fully_signaled {
-            list.open = None;
-        }
-        list.flights.clear();
-        result
     }
 }

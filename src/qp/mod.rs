@@ -100,8 +100,13 @@ struct SendLimits {
     ud_mtu: u32,
 }
 
-// SAFETY: verbs on a QP are thread-safe (providers lock their queues); the handle is
-// immutable after creation.
+// SAFETY: verbs on a QP are thread-safe (providers lock their queues), and the fields of
+// this handle are not changed after creation. Through `&self` the provider's objects are
+// written in two places only: the legacy posts, which the provider serialises with its queue
+// lock, and the extended builders, which write `ibv_qp_ex.wr_id`/`wr_flags` and call the
+// `wr_*` members strictly between `ibv_wr_start` and `ibv_wr_complete`/`ibv_wr_abort` — the
+// provider holds the send queue's lock for that whole span (`ibv_wr_post(3)`), unless the QP
+// was created with a thread domain, which this crate never does.
 unsafe impl<S: QpState, T: QpType> Send for QueuePair<'_, S, T> {}
 // SAFETY: as above: posting through `&self` from several threads is allowed by rdma-core.
 unsafe impl<S: QpState, T: QpType> Sync for QueuePair<'_, S, T> {}

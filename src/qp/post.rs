@@ -41,13 +41,23 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// Unless the WR is [`SendFlags::INLINE`] (its bytes are copied during this call), until
-    /// its completion has been polled — for an unsignaled WR, until a later signaled WR of
-    /// this QP has completed — or the QP has been destroyed:
-    /// - the memory each SGE describes must stay allocated and registered, in a region of
-    ///   this QP's PD;
+    /// For a [`SendFlags::INLINE`] WR the provider copies the bytes during this call, reading
+    /// each SGE's `addr` as a **CPU pointer** (not through the region: the lkey is ignored).
+    /// So, for the duration of the call:
+    /// - each SGE's `addr..addr + length` must be memory of this process that is allocated,
+    ///   initialised and not written by anyone else — a CPU address, which differs from the
+    ///   [`MemoryRegion::sge`](crate::MemoryRegion::sge) address of a region registered at
+    ///   a chosen IOVA ([`register_with_iova`](crate::ProtectionDomain::register_with_iova)):
+    ///   build inline SGEs from [`MemoryRegion::addr`](crate::MemoryRegion::addr) there.
+    ///
+    /// For every other WR, until its completion has been polled — for an unsignaled WR, until
+    /// a later signaled WR of this QP has completed — or the QP has been destroyed or reset:
+    /// - the memory each SGE describes (an address in the region's IOVA space) must stay
+    ///   allocated and registered, in a region of this QP's PD;
     /// - for SEND and RDMA WRITE the program must not write those bytes (the NIC reads them);
-    ///   for RDMA READ it must not read or write them (the NIC writes them);
+    ///   for RDMA READ and atomics it must not read or write them (the NIC writes them).
+    ///
+    /// For every WR:
     /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
     ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release;
     /// - on a UD QP, the address handle must stay alive until the WR completes (the WR
@@ -73,9 +83,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 .map_err(|(_, e)| e)?;
         } else {
             let mut bad = std::ptr::null_mut();
-            // SAFETY: a live QP in RTS; the caller upholds the memory contract.
+            // SAFETY: a live QP in RTS; one WR (`as_single` clears a `next` left by an earlier
+            // list post); the caller upholds the memory contract.
             let ret =
-                unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
+                unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_single(), &mut bad) };
             check_errno(ret, "ibv_post_send")?;
         }
         wr.note_posted();
@@ -138,14 +149,17 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             wrs[..posted].iter().for_each(note_posted);
             return result;
         }
-        let first: *mut sys::ibv_send_wr = &mut wrs[0];
+        // Every link, and the head the provider walks from, derive from one pointer, and the
+        // slice is not used again until the provider returns: the links stay valid under
+        // Stacked and Tree Borrows. (No Miri toolchain can be installed on the machines this
+        // is built on, so this is argued, not checked by Miri.)
+        let n = wrs.len();
+        let first = wrs.as_mut_ptr();
         let base = first as usize;
-        for i in 1..wrs.len() {
-            let next: *mut sys::ibv_send_wr = &mut wrs[i];
-            wrs[i - 1].next = next;
-        }
-        if let Some(last) = wrs.last_mut() {
-            last.next = std::ptr::null_mut();
+        for i in 0..n {
+            let next = if i + 1 < n { first.wrapping_add(i + 1) } else { std::ptr::null_mut() };
+            // SAFETY: `i < n`, inside the slice `first` came from.
+            unsafe { (*first.add(i)).next = next };
         }
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP in RTS; the list is linked within `wrs`; the caller upholds the
@@ -167,7 +181,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// whole of them, with the error's text, out of line for the rest (atomics, and any WR
     /// the quick test doubts).
     #[inline]
-    fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
+    pub(crate) fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
         let inline = wr.send_flags().contains(SendFlags::INLINE);
         let common = wr.num_sge() <= self.caps.max_send_sge as usize
             && !wr.is_atomic()

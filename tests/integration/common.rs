@@ -42,6 +42,24 @@ pub fn require_device(name: &str) -> Option<Context> {
     }
 }
 
+/// Runs `body` in a child process of this test binary when `test` (the test's path, e.g.
+/// `device::soundness::x`) runs in the parent: a crash inside a provider (a segfault) then
+/// fails this one test, not the whole run. The parent asserts the child ran that one test and
+/// passed; the child, started with `RDMA_VERBS_TEST_CHILD` naming the test, runs `body`.
+pub fn crash_isolated(test: &str, body: impl FnOnce()) {
+    const CHILD: &str = "RDMA_VERBS_TEST_CHILD";
+    if std::env::var(CHILD).as_deref() == Ok(test) {
+        return body();
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new(exe);
+    cmd.args([test, "--exact", "--test-threads=1", "--nocapture"]).env(CHILD, test);
+    let out = output_within(cmd, Duration::from_secs(120));
+    let text = text(&out);
+    assert!(out.status.success(), "the child process running {test} failed:\n{text}");
+    assert!(text.contains("1 passed"), "the child process ran no test:\n{text}");
+}
+
 /// A device the tests reach by address (rdma_cm binds and resolves IPs, the doctor reports
 /// them): its name, its netdev's IPv4 address, and whether it speaks iWARP (no immediate
 /// data; it connects only through rdma_cm).

@@ -18,6 +18,7 @@ mod memory;
 mod pair;
 mod rc_pingpong;
 mod service;
+mod soundness;
 #[cfg(feature = "rdmacm")]
 mod service_cm;
 mod transfers;
