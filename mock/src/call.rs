@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_uint};
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 /// A mock function whose next call can be made to fail ([`Mock::fail`](super::Mock::fail)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

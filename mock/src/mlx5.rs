@@ -25,9 +25,9 @@ use std::mem::offset_of;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::bindings::*;
-use crate::loader::Ibverbs;
-use crate::mlx5::{Mlx5, Mlx5Fns};
+use rdma_verbs_sys::bindings::*;
+use rdma_verbs_sys::loader::Ibverbs;
+use rdma_verbs_sys::mlx5::{Mlx5, Mlx5Fns};
 
 use super::call::{Call, QpAttr, Verb};
 use super::state::{serve, Kind};
@@ -245,7 +245,7 @@ pub fn ibverbs_library() -> &'static Ibverbs {
     static LIBRARY: OnceLock<Ibverbs> = OnceLock::new();
     LIBRARY.get_or_init(|| {
         let base = super::fns(Optional::ALL);
-        let fns = crate::IbverbsFns {
+        let fns = rdma_verbs_sys::IbverbsFns {
             ibv_create_srq,
             ibv_destroy_srq,
             ibv_create_ah,
@@ -673,7 +673,7 @@ unsafe extern "C" fn wr_set_dc_addr_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::{ContextConfig, Mock};
+    use crate::{ContextConfig, Mock};
 
     /// A context, a PD and a CQ of `mock`, through the DC library.
     fn objects(mock: &Mock) -> (*mut ibv_context, *mut ibv_pd, *mut ibv_cq) {

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::ptr;
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::{device, ops};

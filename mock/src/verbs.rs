@@ -1,4 +1,4 @@
-//! The mock's exported verbs: the functions of its [`IbverbsFns`](crate::IbverbsFns).
+//! The mock's exported verbs: the functions of its [`IbverbsFns`](rdma_verbs_sys::IbverbsFns).
 //!
 //! Each records its call, then fails if a failure was injected for it, then checks its
 //! objects are live mock objects of the right kind (`EINVAL` otherwise: nothing unknown is
@@ -10,7 +10,7 @@ use std::io;
 use std::mem::size_of;
 use std::ptr;
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, QpAttr, Verb};
 use super::device::{device_attr, gid_table, NODE_GUID};

@@ -4,7 +4,7 @@ use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::ptr::{self, NonNull};
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::port_attr;

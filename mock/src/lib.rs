@@ -1,5 +1,5 @@
-//! Test support, not for production: a fake libibverbs provider for host-tier tests, which
-//! need no device and no kernel support (cargo feature `mock`).
+//! Test scaffolding, not for production (this crate is never published): a fake libibverbs
+//! provider for rdma-verbs' host-tier tests, which need no device and no kernel support.
 //!
 //! It builds in Rust what a provider would:
 //!
@@ -41,8 +41,6 @@ mod extended;
 pub mod mlx5;
 mod ops;
 mod state;
-#[cfg(test)]
-mod tests;
 mod verbs;
 
 use std::ffi::c_int;
@@ -52,8 +50,8 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-use crate::bindings::*;
-use crate::loader::{Ibverbs, IbverbsFns};
+use rdma_verbs_sys::bindings::*;
+use rdma_verbs_sys::loader::{Ibverbs, IbverbsFns};
 
 pub use call::{Call, QpAttr, Verb};
 pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID};
