@@ -31,7 +31,7 @@ use rdma_verbs_sys::mlx5::{Mlx5, Mlx5Fns};
 
 use super::call::{Call, QpAttr, Verb};
 use super::state::{serve, Kind};
-use super::{verbs, Optional};
+use super::{qp, Optional};
 
 /// What a mock libmlx5 reports as its path.
 pub const LIBRARY_PATH: &str = "mock/libmlx5.so.1";
@@ -482,7 +482,7 @@ fn dc_transition(
 unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     if !is_dc_qp(qp) {
         // SAFETY: forwarded under the caller's guarantees.
-        return unsafe { verbs::ibv_modify_qp(qp, attr, mask) };
+        return unsafe { qp::ibv_modify_qp(qp, attr, mask) };
     }
     // SAFETY: the caller passes a valid attribute struct.
     let attr = unsafe { &*attr };
@@ -515,7 +515,7 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
 /// `ibv_destroy_qp`: DC QPs here, others in the base mock.
 extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if !is_dc_qp(qp) {
-        return verbs::ibv_destroy_qp(qp);
+        return qp::ibv_destroy_qp(qp);
     }
     let result = serve(|s| s.begin(Call::DestroyQp, Verb::DestroyQp));
     if let Err(errno) = result {
