@@ -22,8 +22,38 @@
 //! provider gives, what tests rely on being refused: unknown objects (`EINVAL`), destroying a
 //! PD or CQ still used by a QP or MR (`EBUSY`), sizes above [`device_attr`]'s limits
 //! (`EINVAL`), QP transitions from the wrong state or without the attributes `ibv_modify_qp(3)`
-//! requires for RC (`EINVAL`), and RTR without a GRH naming a valid GID on the Ethernet port
-//! (`EINVAL`, as RoCE providers do). Only RC QPs exist (`EOPNOTSUPP` for other types).
+//! requires for each QP type (RC, UC, UD; `EINVAL`), and RTR or an AH without a GRH naming a
+//! valid GID on the Ethernet port (`EINVAL`, as RoCE providers do). RC, UC and UD QPs exist
+//! (`EOPNOTSUPP` for other types), on the legacy and the extended verbs, with or without an
+//! SRQ; so do address handles.
+//!
+//! # Strictness
+//!
+//! The mock is strict by default: a paranoid NIC, the oracle of the safe crate's soundness
+//! tests. It keeps a registry of every live PD, MR (keys, PD, IOVA and CPU ranges, access), AH,
+//! QP, SRQ and CQ, and checks every posted work request (legacy lists and extended batches)
+//! against the [`Rule`]s: SGEs inside live MRs of the QP's PD with the access the opcode needs,
+//! inline data read from CPU memory (and copied at post time), a live AH of the PD for UD,
+//! atomics only on RC with one aligned 8-byte SGE, the SGE limit, a declared list length
+//! ([`Mock::expect_chain_len`]), and no buffer-tier `wr_id` (bit 63) posted twice while
+//! outstanding. A broken rule is a [`Violation`], and the post fails with `EINVAL` (`*bad_wr`
+//! at the offending WR; an extended batch posts nothing) unless the test allowed the rule
+//! ([`Mock::allow`]). Violations not taken ([`Mock::take_violations`]) fail the test when the
+//! `Mock` is dropped.
+//!
+//! Work requests between QPs of the same mock (loopback: RC/UC by the RTR `dest_qp_num`, UD by
+//! the WR's `remote_qpn`) are executed, with the data moved through the MRs' CPU ranges and
+//! completions produced on the QPs' CQs (legacy `poll_cq` and the extended CQ alike); see the
+//! `exec` module notes. ERROR flushes, RESET and destroy discard, [`Mock::fail_next_wr`] makes
+//! an error completion. A work request naming an MR deregistered before it executed is a
+//! [`Rule::MrGoneBeforeExecution`] violation and touches nothing. Work requests to a QP that
+//! is not one of this mock's are accepted and never executed (tests may queue completions
+//! with [`Mock::push_completion`]).
+//!
+//! Not modelled: send queue and receive queue depths (no `ENOMEM` when full), RNR and retry
+//! timing (an RC SEND waits for a receive as long as it takes), Q_Keys and P_Keys, memory
+//! windows and `SEND_WITH_INV`/`LOCAL_INV` semantics (they execute as no-ops), SRQ limits,
+//! CQ events on completion channels, and DC QPs (the `mlx5` mock records them unchecked).
 //!
 //! # Threads
 //!
