@@ -3,9 +3,9 @@
 //! provider function pointer, read from `(*(*qp).context).ops` at each call as the C inline
 //! verbs do, in the same run. Compare each `ours` with its `direct` (target: ≤ 1.05×).
 //!
-//! The provider is the sys crate's mock with stub data-path ops that do the least a provider
-//! must (see `stub_data_path.rs` for why not the mock's own): posts read every WR of the list,
-//! polls write every completion they return. No device needed.
+//! The provider is the mock (crate `rdma-verbs-mock`) with stub data-path ops that do the least
+//! a provider must (see `stub_data_path.rs` for why not the mock's own): posts read every WR of
+//! the list, polls write every completion they return. No device needed.
 //!
 //! `cargo bench --bench data_path`
 
@@ -20,8 +20,8 @@ use rdma_verbs::{
     AccessFlags, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags, SendWr,
     WorkCompletion,
 };
+use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::{ContextConfig, Mock};
 
 use stub_data_path::{context, into_rts, DataPath};
 

@@ -21,8 +21,8 @@ use rdma_verbs::{
     AccessFlags, BufferPool, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags,
     SendList, SendOp, SendWr, WorkCompletion,
 };
+use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::{ContextConfig, Mock};
 
 use stub_data_path::{context, into_rts, DataPath};
 

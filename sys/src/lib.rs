@@ -12,9 +12,10 @@
 //! - `rdmacm` (when the system has `rdma/rdma_cma.h`): librdmacm, loaded the same way on first
 //!   use;
 //! - [`inline`]: Rust versions of the `static inline` verbs of `verbs.h`, which no library
-//!   exports;
-//! - `mock` (feature `mock`): test support, a fake provider that runs the inline verbs and
-//!   the safe crate without a device.
+//!   exports.
+//!
+//! The fake provider the host-tier tests run against is the unpublished workspace crate
+//! `rdma-verbs-mock`, built on this crate's public API.
 //!
 //! # Safety
 //!
@@ -48,9 +49,6 @@ pub mod mlx5;
 /// librdmacm, loaded at run time on first use (only when the system has `rdma/rdma_cma.h`).
 #[cfg(rdma_verbs_rdma_cma)]
 pub mod rdmacm;
-// Test support only: a recording fake provider. Its own unit tests always build it.
-#[cfg(any(test, feature = "mock"))]
-pub mod mock;
 
 pub use bindings::*;
 pub use loader::{ibverbs, Ibverbs, IbverbsFns, LoadError};

@@ -3,8 +3,8 @@
 //! - `host`: need only the host (and libibverbs where installed); run everywhere.
 //! - `device`: need an RDMA device; they run in the Soft-RoCE guest (`scripts/rdma-vm`), where
 //!   `RDMA_VERBS_REQUIRE_DEVICE=1` makes a missing device a failure, not a skip.
-//! - `mock`: the safe crate against the sys crate's mock provider (errors, masks, fallbacks,
-//!   failed destroys); run everywhere, no libibverbs needed.
+//! - `mock`: the safe crate against the mock provider, crate `rdma-verbs-mock` (errors, masks,
+//!   fallbacks, failed destroys); run everywhere, no libibverbs needed.
 
 mod common;
 mod device;

@@ -12,8 +12,8 @@ use std::net::Ipv6Addr;
 use rdma_verbs::{
     Context, Endpoint, Gid, InitAttr, Lid, Mtu, Psn, Qpn, QueuePair, Reset, RtrAttr, Rts, RtsAttr,
 };
+use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::{self, ContextConfig, Mock, Optional};
 
 /// The provider functions a context gets for its data path.
 pub struct DataPath {

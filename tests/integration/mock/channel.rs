@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use log::Level;
 use rdma_verbs::Error;
-use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb};
+use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
 use super::{assert_verb_error, capture, errno_text, open, Fixture};
 

@@ -4,7 +4,7 @@ use std::mem::size_of;
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{Error, Gid, GidType, LinkLayer, Mtu, PortState};
-use rdma_verbs_sys::mock::{self, Call, ContextConfig, Optional, Verb};
+use rdma_verbs_mock::{self as mock, Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys::{ibv_port_attr, verbs_context};
 
 use super::{assert_unsupported, assert_verb_error, open, Fixture};

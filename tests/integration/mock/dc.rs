@@ -12,9 +12,9 @@ use rdma_verbs::{
     AccessFlags, Context, Error, Gid, InitAttr, Lid, Mtu, OdpTransportCaps, Psn, Qpn, RemoteAddr,
     Reset, RtsAttr, SendFlags,
 };
+use rdma_verbs_mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
+use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, QpAttr, Verb};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
-use rdma_verbs_sys::mock::{self, Call, ContextConfig, Mock, QpAttr, Verb};
 
 use super::assert_verb_error;
 

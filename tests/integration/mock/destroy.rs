@@ -3,7 +3,7 @@
 
 use log::Level;
 use rdma_verbs::{AccessFlags, QpInitAttr};
-use rdma_verbs_sys::mock::{Call, Verb};
+use rdma_verbs_mock::{Call, Verb};
 
 use super::{assert_verb_error, capture, errno_text, Fixture};
 

@@ -5,8 +5,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use rdma_verbs::{AsyncEvent, AsyncEventType, QpInitAttr};
+use rdma_verbs_mock::{Call, Verb};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::{Call, Verb};
 
 use super::{assert_verb_error, Fixture};
 

@@ -4,7 +4,7 @@
 use std::os::fd::AsFd;
 
 use rdma_verbs::{AccessFlags, Error, MwBind, MwType};
-use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb};
+use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
 use super::{assert_unsupported, assert_verb_error, Fixture};
 

@@ -1,5 +1,5 @@
-//! The safe crate against the sys crate's mock provider: each verb's errors as the caller
-//! sees them, the attributes the typed transitions compute, the fallbacks for older
+//! The safe crate against the mock provider (crate `rdma-verbs-mock`): each verb's errors as
+//! the caller sees them, the attributes the typed transitions compute, the fallbacks for older
 //! libraries, and failed destroys. No device, no libibverbs.
 
 mod capture;
@@ -17,7 +17,7 @@ mod resources;
 mod verbs_path;
 
 use rdma_verbs::{Context, Error};
-use rdma_verbs_sys::mock::{self, ContextConfig, Mock, Optional};
+use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 
 /// A context of this thread's mock provider. Fields drop in order: the context closes before
 /// the mock goes, and every object borrowing the context is dropped before both.

@@ -8,8 +8,8 @@ use rdma_verbs::{
     Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset, Rtr, RtrAttr,
     RtsAttr, SendWr, WcStatus, WorkCompletion,
 };
+use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 
 use super::{assert_unsupported, assert_verb_error, open, Fixture};
 

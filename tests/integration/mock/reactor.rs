@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use rdma_verbs::reactor::{AsyncCompletionChannel, AsyncEventStream, CompletionStream};
 use rdma_verbs::{AsyncEvent, Error, WorkCompletion};
+use rdma_verbs_mock::Call;
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::Call;
 
 use super::Fixture;
 

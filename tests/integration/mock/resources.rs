@@ -1,7 +1,7 @@
 //! Creating PDs, MRs, CQs and QPs: what reaches the provider, and each verb's errors.
 
 use rdma_verbs::{AccessFlags, Error, QpCapabilities, QpInitAttr};
-use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb};
+use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys::{IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_QPT_RC};
 
 use super::{assert_unsupported, assert_verb_error, open, Fixture};

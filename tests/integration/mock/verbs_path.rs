@@ -9,8 +9,8 @@ use rdma_verbs::{
     ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, RtrAttr,
     Rts, RtsAttr, SendFlags, SendWr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
 };
+use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
-use rdma_verbs_sys::mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
 
 use super::{assert_unsupported, assert_verb_error, open, Fixture};
 

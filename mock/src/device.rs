@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 use std::net::Ipv6Addr;
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 /// The mock device's name.
 pub const DEVICE_NAME: &str = "mock0";

@@ -1,5 +1,5 @@
-//! Test support, not for production: a fake libibverbs provider for host-tier tests, which
-//! need no device and no kernel support (cargo feature `mock`).
+//! Test scaffolding, not for production (this crate is never published): a fake libibverbs
+//! provider for rdma-verbs' host-tier tests, which need no device and no kernel support.
 //!
 //! It builds in Rust what a provider would:
 //!
@@ -22,8 +22,38 @@
 //! provider gives, what tests rely on being refused: unknown objects (`EINVAL`), destroying a
 //! PD or CQ still used by a QP or MR (`EBUSY`), sizes above [`device_attr`]'s limits
 //! (`EINVAL`), QP transitions from the wrong state or without the attributes `ibv_modify_qp(3)`
-//! requires for RC (`EINVAL`), and RTR without a GRH naming a valid GID on the Ethernet port
-//! (`EINVAL`, as RoCE providers do). Only RC QPs exist (`EOPNOTSUPP` for other types).
+//! requires for each QP type (RC, UC, UD; `EINVAL`), and RTR or an AH without a GRH naming a
+//! valid GID on the Ethernet port (`EINVAL`, as RoCE providers do). RC, UC and UD QPs exist
+//! (`EOPNOTSUPP` for other types), on the legacy and the extended verbs, with or without an
+//! SRQ; so do address handles.
+//!
+//! # Strictness
+//!
+//! The mock is strict by default: a paranoid NIC, the oracle of the safe crate's soundness
+//! tests. It keeps a registry of every live PD, MR (keys, PD, IOVA and CPU ranges, access), AH,
+//! QP, SRQ and CQ, and checks every posted work request (legacy lists and extended batches)
+//! against the [`Rule`]s: SGEs inside live MRs of the QP's PD with the access the opcode needs,
+//! inline data read from CPU memory (and copied at post time), a live AH of the PD for UD,
+//! atomics only on RC with one aligned 8-byte SGE, the SGE limit, a declared list length
+//! ([`Mock::expect_chain_len`]), and no buffer-tier `wr_id` (bit 63) posted twice while
+//! outstanding. A broken rule is a [`Violation`], and the post fails with `EINVAL` (`*bad_wr`
+//! at the offending WR; an extended batch posts nothing) unless the test allowed the rule
+//! ([`Mock::allow`]). Violations not taken ([`Mock::take_violations`]) fail the test when the
+//! `Mock` is dropped.
+//!
+//! Work requests between QPs of the same mock (loopback: RC/UC by the RTR `dest_qp_num`, UD by
+//! the WR's `remote_qpn`) are executed, with the data moved through the MRs' CPU ranges and
+//! completions produced on the QPs' CQs (legacy `poll_cq` and the extended CQ alike); see the
+//! `exec` module notes. ERROR flushes, RESET and destroy discard, [`Mock::fail_next_wr`] makes
+//! an error completion. A work request naming an MR deregistered before it executed is a
+//! [`Rule::MrGoneBeforeExecution`] violation and touches nothing. Work requests to a QP that
+//! is not one of this mock's are accepted and never executed (tests may queue completions
+//! with [`Mock::push_completion`]).
+//!
+//! Not modelled: send queue and receive queue depths (no `ENOMEM` when full), RNR and retry
+//! timing (an RC SEND waits for a receive as long as it takes), Q_Keys and P_Keys, memory
+//! windows and `SEND_WITH_INV`/`LOCAL_INV` semantics (they execute as no-ops), SRQ limits,
+//! CQ events on completion channels, and DC QPs (the `mlx5` mock records them unchecked).
 //!
 //! # Threads
 //!
@@ -33,16 +63,22 @@
 //! Dropping the `Mock` frees every object still alive (those a failed destroy leaked), so
 //! objects must not be used after it.
 
+mod ah;
 mod call;
 mod device;
+mod exec;
 mod extended;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
 mod ops;
+mod post;
+mod qp;
+mod registry;
+mod rule;
+mod srq;
 mod state;
-#[cfg(test)]
-mod tests;
+mod strict;
 mod verbs;
 
 use std::ffi::c_int;
@@ -52,12 +88,14 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-use crate::bindings::*;
-use crate::loader::{Ibverbs, IbverbsFns};
+use rdma_verbs_sys::bindings::*;
+use rdma_verbs_sys::loader::{Ibverbs, IbverbsFns};
 
 pub use call::{Call, QpAttr, Verb};
 pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID};
+pub use exec::GRH_LEN;
 pub use extended::CORE_CLOCK_KHZ;
+pub use rule::{Queue, Rule, Violation};
 
 /// What a mock library reports as its path ([`Ibverbs::path`]).
 pub const LIBRARY_PATH: &str = "mock/libibverbs.so.1";
@@ -107,21 +145,21 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_dereg_mr: verbs::ibv_dereg_mr,
         ibv_create_cq: verbs::ibv_create_cq,
         ibv_destroy_cq: verbs::ibv_destroy_cq,
-        ibv_create_qp: verbs::ibv_create_qp,
-        ibv_modify_qp: verbs::ibv_modify_qp,
-        ibv_query_qp: verbs::ibv_query_qp,
-        ibv_destroy_qp: verbs::ibv_destroy_qp,
+        ibv_create_qp: qp::ibv_create_qp,
+        ibv_modify_qp: qp::ibv_modify_qp,
+        ibv_query_qp: qp::ibv_query_qp,
+        ibv_destroy_qp: qp::ibv_destroy_qp,
         ibv_create_comp_channel: verbs::ibv_create_comp_channel,
         ibv_destroy_comp_channel: verbs::ibv_destroy_comp_channel,
         ibv_get_cq_event: verbs::ibv_get_cq_event,
         ibv_ack_cq_events: verbs::ibv_ack_cq_events,
         ibv_get_async_event: verbs::ibv_get_async_event,
         ibv_ack_async_event: verbs::ibv_ack_async_event,
-        ibv_create_ah: verbs::ibv_create_ah,
-        ibv_destroy_ah: verbs::unmodelled_destroy,
-        ibv_create_srq: verbs::ibv_create_srq,
-        ibv_modify_srq: verbs::ibv_modify_srq,
-        ibv_destroy_srq: verbs::unmodelled_destroy,
+        ibv_create_ah: ah::ibv_create_ah,
+        ibv_destroy_ah: ah::ibv_destroy_ah,
+        ibv_create_srq: srq::ibv_create_srq,
+        ibv_modify_srq: srq::ibv_modify_srq,
+        ibv_destroy_srq: srq::ibv_destroy_srq,
         ibv_reg_mr_iova2: optional.reg_mr_iova2.then_some(verbs::ibv_reg_mr_iova2),
         _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
         ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
@@ -167,7 +205,7 @@ pub struct ContextConfig {
     /// Whether the `verbs_context.create_cq_ex` op is set (extended CQs; see the module
     /// `extended` notes on [`CORE_CLOCK_KHZ`]).
     pub create_cq_ex: bool,
-    /// Whether the `verbs_context.create_qp_ex` op is set (extended QPs, RC only).
+    /// Whether the `verbs_context.create_qp_ex` op is set (extended QPs).
     pub create_qp_ex: bool,
     /// Whether the `verbs_context.query_device_ex` op is set, reporting completion
     /// timestamps (a non-zero `completion_timestamp_mask`, a clock of [`CORE_CLOCK_KHZ`]).
@@ -271,6 +309,61 @@ impl Mock {
         state::with(|s| s.unacked_async_events())
     }
 
+    /// Lets work requests that break `rule` through: each is still recorded as a
+    /// [`Violation`] (not fatal at drop), the post succeeds as a lenient provider's would, and
+    /// the work request is poisoned: it never touches memory, and completes with
+    /// `IBV_WC_LOC_PROT_ERR` (its QP going to ERROR) if it executes. Tests that break a rule on
+    /// purpose name it here.
+    pub fn allow(&self, rule: Rule) {
+        state::with(|s| s.allow(rule));
+    }
+
+    /// The violations recorded since the last time, oldest first; taken ones no longer fail
+    /// the test when the mock is dropped.
+    pub fn take_violations(&self) -> Vec<Violation> {
+        state::with(|s| s.take_violations())
+    }
+
+    /// Declares the length of the next posted list (legacy `post_send`, `post_recv`,
+    /// `post_srq_recv`, or an extended batch): another length is a [`Rule::ChainLength`]
+    /// violation and the post fails with `EINVAL`, posting nothing. (Every list's length is
+    /// also in the call log: [`Call::PostSend`]'s `wr_ids`.)
+    pub fn expect_chain_len(&self, len: usize) {
+        state::with(|s| s.chain_len = Some(len));
+    }
+
+    /// Makes the next send that QP `qp` executes complete with `status` (signaled or not)
+    /// and move the QP to ERROR, flushing the rest, as an error completion on a real NIC
+    /// does. On a QP without a loopback peer the next send posted (in RTS) is the one.
+    ///
+    /// # Panics
+    ///
+    /// When `qp` is not a live QP of this mock.
+    pub fn fail_next_wr(&self, qp: *mut ibv_qp, status: ibv_wc_status) {
+        state::with(|s| {
+            let qpn = s.reg.qpn_of(qp).expect("fail_next_wr wants a live mock QP");
+            s.reg.qps.get_mut(&qpn).expect("live").fail_next = Some(status);
+            exec::progress(s);
+        });
+    }
+
+    /// How many work requests posted on `qp` (its send queue and its own receive queue) are
+    /// outstanding: posted and not yet retired (their completion, or for an unsignaled send
+    /// a later signaled completion, not polled yet; not flushed-and-polled; not discarded by
+    /// RESET). 0 for anything that is not a live QP of this mock.
+    pub fn outstanding(&self, qp: *mut ibv_qp) -> usize {
+        state::with(|s| {
+            let qp = s.reg.qpn_of(qp).and_then(|n| s.reg.qps.get(&n));
+            qp.map_or(0, |qp| qp.sq_inflight.len() + qp.rq_inflight.len())
+        })
+    }
+
+    /// How many completions were queued on `cq` while it already held its capacity (`cqe`)
+    /// of them: a CQ overrun (the test's problem, not a violation; the completions are kept).
+    pub fn cq_overruns(&self, cq: *mut ibv_cq) -> usize {
+        state::with(|s| s.cq_overruns(cq))
+    }
+
     /// Whether `object` is a live object of this mock: created and not (successfully)
     /// destroyed.
     pub fn is_live<T>(&self, object: *mut T) -> bool {
@@ -285,7 +378,17 @@ impl Default for Mock {
 }
 
 impl Drop for Mock {
+    /// Frees every object still alive; then, unless the thread is already panicking, panics
+    /// if violations of rules not allowed were recorded and never taken.
+    ///
+    /// This is test scaffolding that exists to fail tests: a test that made the "NIC" touch
+    /// memory it should not have fails here even if it never looked. (The rule that `Drop`
+    /// never panics binds the published crates, not this one.)
     fn drop(&mut self) {
+        let fatal = state::with(|s| s.fatal_violations());
         state::uninstall();
+        if !fatal.is_empty() && !std::thread::panicking() {
+            panic!("the strict mock recorded violations never taken:\n{}", fatal.join("\n"));
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_uint};
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 /// A mock function whose next call can be made to fail ([`Mock::fail`](super::Mock::fail)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,6 +76,18 @@ pub enum Verb {
     NextPoll,
     /// The extended QP's `wr_complete`.
     WrComplete,
+    /// `ibv_create_srq`
+    CreateSrq,
+    /// `ibv_modify_srq`
+    ModifySrq,
+    /// `ibv_destroy_srq`
+    DestroySrq,
+    /// The `ibv_context.ops.post_srq_recv` op.
+    PostSrqRecv,
+    /// `ibv_create_ah`
+    CreateAh,
+    /// `ibv_destroy_ah`
+    DestroyAh,
 }
 
 /// One recorded call of a mock function, with the arguments tests check.
@@ -297,6 +309,32 @@ pub enum Call {
     WrComplete,
     /// The extended QP's `wr_abort`.
     WrAbort,
+    /// `ibv_create_srq`
+    CreateSrq {
+        /// `attr.max_wr` asked for.
+        max_wr: u32,
+        /// `attr.max_sge` asked for.
+        max_sge: u32,
+    },
+    /// `ibv_modify_srq`
+    ModifySrq {
+        /// The attribute mask (`IBV_SRQ_*` bits).
+        mask: c_int,
+    },
+    /// `ibv_destroy_srq`
+    DestroySrq,
+    /// The `post_srq_recv` op.
+    PostSrqRecv {
+        /// The `wr_id` of each WR of the list, in order.
+        wr_ids: Vec<u64>,
+    },
+    /// `ibv_create_ah`
+    CreateAh {
+        /// The attributes, as [`QpAttr`] shows an `ah_attr` (only its AV fields are set).
+        attr: QpAttr,
+    },
+    /// `ibv_destroy_ah`
+    DestroyAh,
 }
 
 /// The fields of `struct ibv_qp_attr` an RC connection sets, as passed to `ibv_modify_qp`
@@ -355,7 +393,7 @@ pub struct QpAttr {
 }
 
 impl QpAttr {
-    pub(super) fn from_raw(a: &ibv_qp_attr) -> QpAttr {
+    pub(crate) fn from_raw(a: &ibv_qp_attr) -> QpAttr {
         let ah = &a.ah_attr;
         QpAttr {
             qp_state: a.qp_state,

@@ -5,8 +5,9 @@ use std::io;
 use std::mem::{offset_of, size_of};
 use std::ptr::{self, NonNull};
 
-use super::*;
-use crate::inline;
+use rdma_verbs_mock::*;
+use rdma_verbs_sys::bindings::*;
+use rdma_verbs_sys::{inline, IbverbsFns};
 
 fn errno() -> Option<i32> {
     io::Error::last_os_error().raw_os_error()

@@ -4,11 +4,12 @@ use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::ptr::{self, NonNull};
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::port_attr;
 use super::extended;
+use super::post::{post_recv, post_send, post_srq_recv};
 use super::state::{serve, Kind, State};
 use super::ContextConfig;
 
@@ -34,6 +35,7 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     ctx.abi_compat = if config.extended { usize::MAX as *mut c_void } else { ptr::null_mut() };
     ctx.ops.post_send = config.post_send.then_some(post_send);
     ctx.ops.post_recv = config.post_recv.then_some(post_recv);
+    ctx.ops.post_srq_recv = Some(post_srq_recv);
     ctx.ops.poll_cq = config.poll_cq.then_some(poll_cq);
     ctx.ops.req_notify_cq = config.req_notify_cq.then_some(req_notify_cq);
     let vctx = Box::into_raw(Box::new(vctx));
@@ -49,75 +51,6 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
 /// The `verbs_context` a mock context is embedded in (`container_of`).
 pub(super) fn verbs_context_of(ctx: *mut ibv_context) -> *mut verbs_context {
     ctx.wrapping_byte_sub(offset_of!(verbs_context, context)).cast()
-}
-
-/// The `wr_id` of each WR of a list.
-///
-/// # Safety
-///
-/// `wr` must be NULL or the head of a valid NULL-terminated list.
-unsafe fn wr_ids<W>(mut wr: *const W, id_and_next: impl Fn(&W) -> (u64, *const W)) -> Vec<u64> {
-    let mut ids = Vec::new();
-    while !wr.is_null() {
-        // SAFETY: a non-NULL element of the caller's valid list.
-        let (id, next) = id_and_next(unsafe { &*wr });
-        ids.push(id);
-        wr = next;
-    }
-    ids
-}
-
-/// `ibv_context.ops.post_send`: records the list; accepts it unless a failure is injected
-/// or `qp` is not a live QP.
-///
-/// # Safety
-///
-/// As `ibv_post_send(3)`: `wr` a valid list, `bad_wr` writable.
-unsafe extern "C" fn post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
-) -> c_int {
-    // SAFETY: the caller passes a valid list.
-    let wr_ids = unsafe { wr_ids(wr, |w: &ibv_send_wr| (w.wr_id, w.next)) };
-    let result = serve(|s| {
-        s.begin(Call::PostSend { wr_ids }, Verb::PostSend)?;
-        s.expect(qp, Kind::Qp)
-    });
-    match result {
-        Ok(()) => 0,
-        Err(errno) => {
-            // SAFETY: the caller guarantees `bad_wr` is writable.
-            unsafe { bad_wr.write(wr) };
-            errno
-        }
-    }
-}
-
-/// `ibv_context.ops.post_recv`: as [`post_send`], for receive WRs.
-///
-/// # Safety
-///
-/// As `ibv_post_recv(3)`: `wr` a valid list, `bad_wr` writable.
-unsafe extern "C" fn post_recv(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    // SAFETY: the caller passes a valid list.
-    let wr_ids = unsafe { wr_ids(wr, |w: &ibv_recv_wr| (w.wr_id, w.next)) };
-    let result = serve(|s| {
-        s.begin(Call::PostRecv { wr_ids }, Verb::PostRecv)?;
-        s.expect(qp, Kind::Qp)
-    });
-    match result {
-        Ok(()) => 0,
-        Err(errno) => {
-            // SAFETY: the caller guarantees `bad_wr` is writable.
-            unsafe { bad_wr.write(wr) };
-            errno
-        }
-    }
 }
 
 /// `ibv_context.ops.poll_cq`: returns the completions queued by

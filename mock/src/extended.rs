@@ -4,20 +4,27 @@
 //! An extended CQ shares the completions queued by
 //! [`Mock::push_completion`](super::Mock::push_completion) with `poll_cq`; the `n`th
 //! completion polled from it (from 1) carries the timestamp `n * 1000`. An extended QP's
-//! `wr_*` members record what they are called with and post nothing; `wr_complete` fails as
-//! [`Verb::WrComplete`] was told to. A member named by
+//! `wr_*` members record what they are called with and build the batch: `wr_complete` checks
+//! every work request of it as the legacy `post_send` does (a violation not allowed fails it
+//! with `EINVAL`, posting nothing of the batch), then posts them all; it fails as
+//! [`Verb::WrComplete`] was told to (posting nothing). A member named by
 //! [`ContextConfig::missing_member`](super::ContextConfig::missing_member) is left NULL.
 
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::ptr;
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::device_attr;
-use super::state::{serve, Kind};
-use super::verbs::{new_qp, or_null};
+use super::post::{after_post, check_chain, enqueue_send};
+use super::qp::{new_qp, track};
+use super::registry::SendWork;
+use super::rule::{Queue, Violation};
+use super::state::{serve, Kind, State};
+use super::strict::{check_send, read_inline};
+use super::verbs::or_null;
 
 /// The device clock the mock's `query_device_ex` reports, in kHz.
 pub const CORE_CLOCK_KHZ: u64 = 1_000_000;
@@ -227,6 +234,7 @@ pub(super) unsafe extern "C" fn create_qp_ex(
         // SAFETY: `ibv_qp_init_attr` is the prefix of `ibv_qp_init_attr_ex`.
         let init = unsafe { &mut *attr.cast::<ibv_qp_init_attr>() };
         let qp_base = new_qp(s, a.pd, init)?;
+        let qpn = qp_base.qp_num;
         let m = s.missing_member(context);
         // SAFETY: all-zero is a valid ibv_qp_ex (NULL pointers and members).
         let mut ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
@@ -249,7 +257,11 @@ pub(super) unsafe extern "C" fn create_qp_ex(
         ex.wr_set_inline_data = member(m, "wr_set_inline_data", wr_set_inline_data);
         ex.wr_set_inline_data_list = member(m, "wr_set_inline_data_list", wr_set_inline_data_list);
         ex.wr_set_ud_addr = member(m, "wr_set_ud_addr", wr_set_ud_addr);
-        Ok(s.adopt(ex, Kind::QpEx).cast::<ibv_qp>())
+        let qp = s.adopt(ex, Kind::QpEx).cast::<ibv_qp>();
+        // SAFETY: as above.
+        track(s, qp, unsafe { &*attr.cast::<ibv_qp_init_attr>() });
+        debug_assert_eq!(s.reg.qpn_of(qp), Some(qpn));
+        Ok(qp)
     }))
 }
 
@@ -269,74 +281,182 @@ fn record(call: Call) {
     });
 }
 
-/// Records an operation builder with the WR's id and flags as set before it.
+/// Runs `f` on the batch of the live extended QP `qp`, if one is open (`wr_start` called).
+fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut State, u32, &mut Vec<SendWork>)) {
+    let _ = serve(|s| {
+        let Some(qpn) = s.reg.qpn_of(qp.cast()) else { return Ok(()) };
+        let Some(mut batch) = s.reg.qps.get_mut(&qpn).and_then(|q| q.batch.take()) else {
+            return Ok(());
+        };
+        f(s, qpn, &mut batch);
+        if let Some(info) = s.reg.qps.get_mut(&qpn) {
+            info.batch = Some(batch);
+        }
+        Ok(())
+    });
+}
+
+/// Runs `f` on the work request being built (the last of the batch).
+fn with_last(qp: *mut ibv_qp_ex, f: impl FnOnce(&State, &mut SendWork)) {
+    with_batch(qp, |s, _, batch| {
+        if let Some(last) = batch.last_mut() {
+            f(s, last);
+        }
+    });
+}
+
+/// Records an operation builder with the WR's id and flags as set before it, and opens a
+/// work request of `opcode` in the batch, `fill`ed with the builder's arguments.
 ///
 /// # Safety
 ///
 /// `qp` must be a live mock extended QP.
-unsafe fn build(qp: *mut ibv_qp_ex, builder: &'static str) {
+unsafe fn build(
+    qp: *mut ibv_qp_ex,
+    builder: &'static str,
+    opcode: ibv_wr_opcode,
+    fill: impl FnOnce(&mut SendWork),
+) {
     // SAFETY: the caller's live QP.
     let (wr_id, wr_flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
     record(Call::WrBuild { builder, wr_id, wr_flags });
+    let mut work = SendWork {
+        wr_id,
+        opcode,
+        signaled: wr_flags & IBV_SEND_SIGNALED != 0,
+        ..Default::default()
+    };
+    fill(&mut work);
+    with_batch(qp, |_, _, batch| batch.push(work));
 }
 
-extern "C" fn wr_start(_qp: *mut ibv_qp_ex) {
+extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
     record(Call::WrStart);
+    let _ = serve(|s| {
+        if let Some(info) = s.reg.qpn_of(qp.cast()).and_then(|n| s.reg.qps.get_mut(&n)) {
+            info.batch = Some(Vec::new());
+        }
+        Ok(())
+    });
 }
 
+/// `wr_complete`: checks the batch, then posts all of it or (`EINVAL`) none.
 extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     let result = serve(|s| {
+        let batch =
+            s.reg.qpn_of(qp.cast()).and_then(|n| Some((n, s.reg.qps.get_mut(&n)?.batch.take()?)));
         s.begin(Call::WrComplete, Verb::WrComplete)?;
-        s.expect(qp.cast::<ibv_qp>(), Kind::QpEx)
+        s.expect(qp.cast::<ibv_qp>(), Kind::QpEx)?;
+        let Some((qpn, batch)) = batch else { return Ok(()) };
+        complete_batch(s, qpn, batch)
     });
     result.err().unwrap_or(0)
 }
 
-extern "C" fn wr_abort(_qp: *mut ibv_qp_ex) {
-    record(Call::WrAbort);
+/// Checks every work request of `batch` for QP `qpn`, then posts them all, or none when one
+/// breaks a rule that is not allowed (`EINVAL`).
+fn complete_batch(s: &mut State, qpn: u32, mut batch: Vec<SendWork>) -> Result<(), c_int> {
+    let queue = Queue::Send(qpn);
+    let ids: Vec<u64> = batch.iter().map(|w| w.wr_id).collect();
+    let mut fatal = !check_chain(s, queue, &ids);
+    for (position, work) in batch.iter_mut().enumerate() {
+        // A failed inline read was recorded when its setter ran.
+        fatal |= work.fatal;
+        if work.poisoned {
+            continue;
+        }
+        if let Err((rule, detail)) = check_send(&s.reg, &s.reg.qps[&qpn], work, &ids[..position]) {
+            let wr_id = work.wr_id;
+            fatal |= !s.violate(Violation { rule, queue, wr_id, position, detail });
+            work.poisoned = true;
+        }
+    }
+    if fatal {
+        return Err(libc::EINVAL);
+    }
+    for work in batch {
+        enqueue_send(s, qpn, work);
+    }
+    after_post(s, qpn);
+    Ok(())
 }
 
-/// Declares operation builders that record themselves.
+extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    record(Call::WrAbort);
+    with_batch(qp, |_, _, batch| batch.clear());
+    let _ = serve(|s| {
+        if let Some(info) = s.reg.qpn_of(qp.cast()).and_then(|n| s.reg.qps.get_mut(&n)) {
+            info.batch = None;
+        }
+        Ok(())
+    });
+}
+
+/// Declares operation builders that record themselves and open a work request.
 macro_rules! builders {
-    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+    ($($name:ident($($arg:ident: $ty:ty),*) => $opcode:ident |$w:ident| $fill:expr;)*) => {$(
         unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $arg: $ty)*) {
-            $(let _ = $arg;)*
             // SAFETY: the caller's live QP.
-            unsafe { build(qp, stringify!($name)) };
+            unsafe { build(qp, stringify!($name), $opcode, |$w| $fill) };
         }
     )*};
 }
 
 builders! {
-    wr_send();
-    wr_send_imm(imm: __be32);
-    wr_send_inv(rkey: u32);
-    wr_rdma_write(rkey: u32, addr: u64);
-    wr_rdma_write_imm(rkey: u32, addr: u64, imm: __be32);
-    wr_rdma_read(rkey: u32, addr: u64);
-    wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64);
-    wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64);
-    wr_local_inv(rkey: u32);
-    wr_bind_mw(mw: *mut ibv_mw, rkey: u32, info: *const ibv_mw_bind_info);
+    wr_send() => IBV_WR_SEND |_w| ();
+    wr_send_imm(imm: __be32) => IBV_WR_SEND_WITH_IMM |w| w.imm = imm;
+    wr_send_inv(rkey: u32) => IBV_WR_SEND_WITH_INV |w| w.rkey = rkey;
+    wr_rdma_write(rkey: u32, addr: u64) => IBV_WR_RDMA_WRITE |w| (w.rkey, w.remote_addr) = (rkey, addr);
+    wr_rdma_write_imm(rkey: u32, addr: u64, imm: __be32) => IBV_WR_RDMA_WRITE_WITH_IMM
+        |w| (w.rkey, w.remote_addr, w.imm) = (rkey, addr, imm);
+    wr_rdma_read(rkey: u32, addr: u64) => IBV_WR_RDMA_READ |w| (w.rkey, w.remote_addr) = (rkey, addr);
+    wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) => IBV_WR_ATOMIC_CMP_AND_SWP
+        |w| (w.rkey, w.remote_addr, w.compare_add, w.swap) = (rkey, addr, compare, swap);
+    wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => IBV_WR_ATOMIC_FETCH_AND_ADD
+        |w| (w.rkey, w.remote_addr, w.compare_add) = (rkey, addr, add);
+    wr_local_inv(rkey: u32) => IBV_WR_LOCAL_INV |w| w.rkey = rkey;
+    wr_bind_mw(mw: *mut ibv_mw, rkey: u32, info: *const ibv_mw_bind_info) => IBV_WR_BIND_MW
+        |w| { let _ = (mw, info); w.rkey = rkey };
 }
 
-extern "C" fn wr_set_sge(_qp: *mut ibv_qp_ex, _lkey: u32, _addr: u64, length: u32) {
+extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     record(Call::WrData { setter: "wr_set_sge", bytes: u64::from(length) });
+    with_last(qp, |_, w| w.sges = vec![ibv_sge { addr, length, lkey }]);
 }
 
-unsafe extern "C" fn wr_set_sge_list(_qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
     // SAFETY: the caller passes `num_sge` valid SGEs (none when 0).
     let sges = unsafe { slice_or_empty(sg_list, num_sge) };
     let bytes = sges.iter().map(|s| u64::from(s.length)).sum();
     record(Call::WrData { setter: "wr_set_sge_list", bytes });
+    with_last(qp, |_, w| w.sges = sges.to_vec());
 }
 
-extern "C" fn wr_set_inline_data(_qp: *mut ibv_qp_ex, _addr: *mut c_void, length: usize) {
+/// Copies inline data into the work request being built, as a provider does at once; an
+/// address that is not CPU memory poisons it with the violation recorded at `wr_complete`.
+fn set_inline(qp: *mut ibv_qp_ex, chunks: &[(usize, usize)]) {
+    with_batch(qp, |s, qpn, batch| {
+        let position = batch.len().saturating_sub(1);
+        let Some(w) = batch.last_mut() else { return };
+        match read_inline(&s.reg, chunks) {
+            Ok(bytes) => w.inline = Some(bytes),
+            Err((rule, detail)) => {
+                let (queue, wr_id) = (Queue::Send(qpn), w.wr_id);
+                w.poisoned = true;
+                w.inline = Some(Vec::new());
+                w.fatal = !s.violate(Violation { rule, queue, wr_id, position, detail });
+            }
+        }
+    });
+}
+
+extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
     record(Call::WrData { setter: "wr_set_inline_data", bytes: length as u64 });
+    set_inline(qp, &[(addr as usize, length)]);
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(
-    _qp: *mut ibv_qp_ex,
+    qp: *mut ibv_qp_ex,
     num_buf: usize,
     buf_list: *const ibv_data_buf,
 ) {
@@ -344,15 +464,18 @@ unsafe extern "C" fn wr_set_inline_data_list(
     let bufs = unsafe { slice_or_empty(buf_list, num_buf) };
     let bytes = bufs.iter().map(|b| b.length as u64).sum();
     record(Call::WrData { setter: "wr_set_inline_data_list", bytes });
+    let chunks: Vec<_> = bufs.iter().map(|b| (b.addr as usize, b.length)).collect();
+    set_inline(qp, &chunks);
 }
 
 extern "C" fn wr_set_ud_addr(
-    _qp: *mut ibv_qp_ex,
-    _ah: *mut ibv_ah,
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
     remote_qpn: u32,
     remote_qkey: u32,
 ) {
     record(Call::WrUdAddr { remote_qpn, remote_qkey });
+    with_last(qp, |_, w| (w.ah, w.remote_qpn) = (ah as usize, remote_qpn));
 }
 
 /// `len` elements at `ptr`, or none (`ptr` may then be NULL).

@@ -25,13 +25,13 @@ use std::mem::offset_of;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::bindings::*;
-use crate::loader::Ibverbs;
-use crate::mlx5::{Mlx5, Mlx5Fns};
+use rdma_verbs_sys::bindings::*;
+use rdma_verbs_sys::loader::Ibverbs;
+use rdma_verbs_sys::mlx5::{Mlx5, Mlx5Fns};
 
 use super::call::{Call, QpAttr, Verb};
 use super::state::{serve, Kind};
-use super::{verbs, Optional};
+use super::{qp, Optional};
 
 /// What a mock libmlx5 reports as its path.
 pub const LIBRARY_PATH: &str = "mock/libmlx5.so.1";
@@ -245,7 +245,7 @@ pub fn ibverbs_library() -> &'static Ibverbs {
     static LIBRARY: OnceLock<Ibverbs> = OnceLock::new();
     LIBRARY.get_or_init(|| {
         let base = super::fns(Optional::ALL);
-        let fns = crate::IbverbsFns {
+        let fns = rdma_verbs_sys::IbverbsFns {
             ibv_create_srq,
             ibv_destroy_srq,
             ibv_create_ah,
@@ -482,7 +482,7 @@ fn dc_transition(
 unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     if !is_dc_qp(qp) {
         // SAFETY: forwarded under the caller's guarantees.
-        return unsafe { verbs::ibv_modify_qp(qp, attr, mask) };
+        return unsafe { qp::ibv_modify_qp(qp, attr, mask) };
     }
     // SAFETY: the caller passes a valid attribute struct.
     let attr = unsafe { &*attr };
@@ -515,7 +515,7 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
 /// `ibv_destroy_qp`: DC QPs here, others in the base mock.
 extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if !is_dc_qp(qp) {
-        return verbs::ibv_destroy_qp(qp);
+        return qp::ibv_destroy_qp(qp);
     }
     let result = serve(|s| s.begin(Call::DestroyQp, Verb::DestroyQp));
     if let Err(errno) = result {
@@ -673,7 +673,7 @@ unsafe extern "C" fn wr_set_dc_addr_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::{ContextConfig, Mock};
+    use crate::{ContextConfig, Mock};
 
     /// A context, a PD and a CQ of `mock`, through the DC library.
     fn objects(mock: &Mock) -> (*mut ibv_context, *mut ibv_pd, *mut ibv_cq) {

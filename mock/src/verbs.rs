@@ -1,4 +1,4 @@
-//! The mock's exported verbs: the functions of its [`IbverbsFns`](crate::IbverbsFns).
+//! The mock's exported verbs: the functions of its [`IbverbsFns`](rdma_verbs_sys::IbverbsFns).
 //!
 //! Each records its call, then fails if a failure was injected for it, then checks its
 //! objects are live mock objects of the right kind (`EINVAL` otherwise: nothing unknown is
@@ -10,11 +10,12 @@ use std::io;
 use std::mem::size_of;
 use std::ptr;
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
-use super::call::{Call, QpAttr, Verb};
+use super::call::{Call, Verb};
 use super::device::{device_attr, gid_table, NODE_GUID};
 use super::ops::{check_port, new_context, write_prefix};
+use super::registry::MrInfo;
 use super::state::{serve, Kind, State};
 use super::ContextConfig;
 
@@ -28,7 +29,7 @@ pub(super) fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
 }
 
 /// 0, or the errno: how `int` verbs report errors.
-fn status(result: Result<(), c_int>) -> c_int {
+pub(super) fn status(result: Result<(), c_int>) -> c_int {
     result.err().unwrap_or(0)
 }
 
@@ -153,7 +154,7 @@ pub(super) unsafe extern "C" fn ibv_query_port(
 }
 
 /// Entry `index` of the mock port's GID table: `EINVAL` past it, `ENODATA` when empty.
-fn gid_entry(port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
+pub(super) fn gid_entry(port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
     check_port(port)?;
     let table = gid_table();
     let entry = *table.get(index as usize).ok_or(libc::EINVAL)?;
@@ -261,6 +262,7 @@ fn register(
     pd: *mut ibv_pd,
     addr: *mut c_void,
     length: usize,
+    iova: u64,
     access: c_uint,
 ) -> Result<*mut ibv_mr, c_int> {
     s.expect(pd, Kind::Pd)?;
@@ -274,7 +276,10 @@ fn register(
     // SAFETY: `pd` is a live mock PD (checked above).
     let context = unsafe { (*pd).context };
     let id = s.next_id();
-    let mr = ibv_mr { context, pd, addr, length, handle: id, lkey: 0x1000 + id, rkey: 0x2000 + id };
+    let (lkey, rkey) = (0x1000 + id, 0x2000 + id);
+    let mr = ibv_mr { context, pd, addr, length, handle: id, lkey, rkey };
+    let info = MrInfo { pd, rkey, iova, addr: addr as usize, len: length, access };
+    s.reg.mrs.insert(lkey, info);
     Ok(s.adopt(mr, Kind::Mr))
 }
 
@@ -287,7 +292,7 @@ pub(super) extern "C" fn ibv_reg_mr(
 ) -> *mut ibv_mr {
     or_null(serve(|s| {
         s.begin(Call::RegMr { addr: addr as usize, length, access }, Verb::RegMr)?;
-        register(s, pd, addr, length, access as c_uint)
+        register(s, pd, addr, length, addr as u64, access as c_uint)
     }))
 }
 
@@ -301,7 +306,7 @@ pub(super) extern "C" fn ibv_reg_mr_iova2(
 ) -> *mut ibv_mr {
     or_null(serve(|s| {
         s.begin(Call::RegMrIova2 { addr: addr as usize, length, iova, access }, Verb::RegMrIova2)?;
-        register(s, pd, addr, length, access)
+        register(s, pd, addr, length, iova, access)
     }))
 }
 
@@ -321,10 +326,14 @@ pub(super) extern "C" fn ibv_reg_dmabuf_mr(
     }))
 }
 
-/// `ibv_dereg_mr`.
+/// `ibv_dereg_mr`: the MR leaves the registry, so work requests still naming it are
+/// violations when they execute.
 pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     status(serve(|s| {
         s.begin(Call::DeregMr, Verb::DeregMr)?;
+        s.expect(mr, Kind::Mr)?;
+        // SAFETY: a live mock MR (checked above).
+        s.reg.mrs.remove(&unsafe { (*mr).lkey });
         s.release(mr, Kind::Mr)
     }))
 }
@@ -370,194 +379,6 @@ pub(super) extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             return Err(libc::EBUSY);
         }
         s.release(cq, Kind::Cq)
-    }))
-}
-
-/// `ibv_create_qp`: RC only (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
-/// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
-/// to powers of two, as providers do.
-///
-/// # Safety
-///
-/// `init_attr` must be valid for reads and writes.
-pub(super) unsafe extern "C" fn ibv_create_qp(
-    pd: *mut ibv_pd,
-    init_attr: *mut ibv_qp_init_attr,
-) -> *mut ibv_qp {
-    // SAFETY: the caller passes a valid, exclusive attribute struct.
-    let init = unsafe { &mut *init_attr };
-    let cap = &init.cap;
-    let call = Call::CreateQp {
-        qp_type: init.qp_type,
-        sq_sig_all: init.sq_sig_all,
-        max_send_wr: cap.max_send_wr,
-        max_recv_wr: cap.max_recv_wr,
-        max_send_sge: cap.max_send_sge,
-        max_recv_sge: cap.max_recv_sge,
-        max_inline_data: cap.max_inline_data,
-    };
-    or_null(serve(|s| {
-        s.begin(call, Verb::CreateQp)?;
-        let qp = new_qp(s, pd, init)?;
-        Ok(s.adopt(qp, Kind::Qp))
-    }))
-}
-
-/// What `ibv_create_qp` checks and creates, for both create verbs: see [`ibv_create_qp`].
-pub(super) fn new_qp(
-    s: &mut State,
-    pd: *mut ibv_pd,
-    init: &mut ibv_qp_init_attr,
-) -> Result<ibv_qp, c_int> {
-    s.expect(pd, Kind::Pd)?;
-    s.expect(init.send_cq, Kind::Cq)?;
-    s.expect(init.recv_cq, Kind::Cq)?;
-    if init.qp_type != IBV_QPT_RC {
-        return Err(libc::EOPNOTSUPP);
-    }
-    let cap = &mut init.cap;
-    let limits = device_attr();
-    let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
-    if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
-        || cap.max_send_sge.max(cap.max_recv_sge) > max_sge
-    {
-        return Err(libc::EINVAL);
-    }
-    cap.max_send_wr = cap.max_send_wr.next_power_of_two();
-    cap.max_recv_wr = cap.max_recv_wr.next_power_of_two();
-    // SAFETY: `pd` is a live mock PD (checked above).
-    let context = unsafe { (*pd).context };
-    let id = s.next_id();
-    Ok(ibv_qp {
-        context,
-        qp_context: init.qp_context,
-        pd,
-        send_cq: init.send_cq,
-        recv_cq: init.recv_cq,
-        handle: id,
-        qp_num: 0x100 + id,
-        state: IBV_QPS_RESET,
-        qp_type: init.qp_type,
-        ..Default::default()
-    })
-}
-
-/// The attributes `ibv_modify_qp(3)` requires for each RC transition.
-const RC_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-const RC_RTR: u32 = IBV_QP_STATE
-    | IBV_QP_AV
-    | IBV_QP_PATH_MTU
-    | IBV_QP_DEST_QPN
-    | IBV_QP_RQ_PSN
-    | IBV_QP_MAX_DEST_RD_ATOMIC
-    | IBV_QP_MIN_RNR_TIMER;
-const RC_RTS: u32 = IBV_QP_STATE
-    | IBV_QP_SQ_PSN
-    | IBV_QP_MAX_QP_RD_ATOMIC
-    | IBV_QP_RETRY_CNT
-    | IBV_QP_RNR_RETRY
-    | IBV_QP_TIMEOUT;
-
-/// The state an RC QP in `current` moves to, or `EINVAL` when the transition does not exist,
-/// lacks a required attribute, or names a port or GID the device does not have (on the
-/// Ethernet port, a route without GRH, as RoCE providers refuse).
-fn rc_transition(
-    current: ibv_qp_state,
-    attr: &ibv_qp_attr,
-    mask: u32,
-) -> Result<ibv_qp_state, c_int> {
-    if mask & IBV_QP_STATE == 0 {
-        return Ok(current);
-    }
-    let required = match (current, attr.qp_state) {
-        (_, IBV_QPS_RESET | IBV_QPS_ERR) => IBV_QP_STATE,
-        (IBV_QPS_RESET, IBV_QPS_INIT) => RC_INIT,
-        (IBV_QPS_INIT, IBV_QPS_RTR) => RC_RTR,
-        (IBV_QPS_RTR, IBV_QPS_RTS) => RC_RTS,
-        _ => return Err(libc::EINVAL),
-    };
-    if mask & required != required {
-        return Err(libc::EINVAL);
-    }
-    if mask & IBV_QP_PORT != 0 {
-        check_port(attr.port_num)?;
-    }
-    if mask & IBV_QP_AV != 0 {
-        let ah = &attr.ah_attr;
-        check_port(ah.port_num)?;
-        if ah.is_global == 0 {
-            return Err(libc::EINVAL);
-        }
-        gid_entry(1, ah.grh.sgid_index.into()).map_err(|_| libc::EINVAL)?;
-    }
-    Ok(attr.qp_state)
-}
-
-/// `ibv_modify_qp`: RC transitions as [`rc_transition`] checks them; on failure nothing
-/// changes.
-///
-/// # Safety
-///
-/// `attr` must be valid for reads.
-pub(super) unsafe extern "C" fn ibv_modify_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    attr_mask: c_int,
-) -> c_int {
-    // SAFETY: the caller passes a valid attribute struct.
-    let attr = unsafe { &*attr };
-    status(serve(|s| {
-        s.begin(Call::ModifyQp { mask: attr_mask, attr: QpAttr::from_raw(attr) }, Verb::ModifyQp)?;
-        s.expect(qp, Kind::Qp)?;
-        // SAFETY: `qp` is a live mock QP (checked above), only reached through the registry.
-        let qp = unsafe { &mut *qp };
-        qp.state = rc_transition(qp.state, attr, attr_mask as u32)?;
-        Ok(())
-    }))
-}
-
-/// `ibv_query_qp`: the state, type and CQs.
-///
-/// # Safety
-///
-/// `attr` and `init_attr` must be writable.
-pub(super) unsafe extern "C" fn ibv_query_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    attr_mask: c_int,
-    init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    let result = serve(|s| {
-        s.begin(Call::QueryQp { mask: attr_mask }, Verb::QueryQp)?;
-        s.expect(qp, Kind::Qp)?;
-        // SAFETY: `qp` is a live mock QP (checked above).
-        Ok(unsafe { *qp })
-    });
-    let qp = match result {
-        Ok(qp) => qp,
-        Err(errno) => return errno,
-    };
-    let state = ibv_qp_attr { qp_state: qp.state, cur_qp_state: qp.state, ..Default::default() };
-    let init = ibv_qp_init_attr {
-        qp_context: qp.qp_context,
-        send_cq: qp.send_cq,
-        recv_cq: qp.recv_cq,
-        qp_type: qp.qp_type,
-        ..Default::default()
-    };
-    // SAFETY: the caller made both writable.
-    unsafe {
-        attr.write(state);
-        init_attr.write(init);
-    }
-    0
-}
-
-/// `ibv_destroy_qp`.
-pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyQp, Verb::DestroyQp)?;
-        s.release(qp, Kind::Qp)
     }))
 }
 
@@ -655,31 +476,4 @@ pub(super) unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event)
         s.ack_async_event();
         Ok(())
     });
-}
-
-/// `ibv_create_ah`: address handles are not modelled; fails with `EOPNOTSUPP`.
-pub(super) extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    or_null(Err(libc::EOPNOTSUPP))
-}
-
-/// `ibv_create_srq`: shared receive queues are not modelled; fails with `EOPNOTSUPP`.
-pub(super) extern "C" fn ibv_create_srq(
-    _pd: *mut ibv_pd,
-    _attr: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
-    or_null(Err(libc::EOPNOTSUPP))
-}
-
-/// `ibv_modify_srq`: not modelled; `EOPNOTSUPP`.
-pub(super) extern "C" fn ibv_modify_srq(
-    _srq: *mut ibv_srq,
-    _attr: *mut ibv_srq_attr,
-    _mask: c_int,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_destroy_ah` / `ibv_destroy_srq` of objects the mock never creates: `EINVAL`.
-pub(super) extern "C" fn unmodelled_destroy<T>(_object: *mut T) -> c_int {
-    libc::EINVAL
 }

@@ -1,14 +1,16 @@
 //! The per-thread state of the mock: live objects, the call log, pending failures.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::ptr;
 
-use crate::bindings::*;
+use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
+use super::registry::Registry;
+use super::rule::{Queue, Rule, Violation};
 use super::{device, ops};
 
 thread_local! {
@@ -65,6 +67,10 @@ pub(super) enum Kind {
     QpEx,
     /// A boxed `ibv_comp_channel`, owning its eventfd.
     CompChannel,
+    /// A boxed `ibv_srq`.
+    Srq,
+    /// A boxed `ibv_ah`.
+    Ah,
 }
 
 impl Kind {
@@ -74,13 +80,33 @@ impl Kind {
     }
 }
 
+/// A completion queued on a CQ, with the outstanding work requests its poll retires.
+struct Entry {
+    wc: ibv_wc,
+    retires: Vec<(Queue, u64)>,
+}
+
+/// The completions of one CQ.
+#[derive(Default)]
+struct CqQueue {
+    entries: VecDeque<Entry>,
+    /// Completions queued while the CQ already held `cqe` of them.
+    overruns: usize,
+}
+
 pub(super) struct State {
     /// Boxed so its address, stored in contexts and device lists, never moves.
     device: Box<ibv_device>,
     calls: Vec<Call>,
     failures: HashMap<Verb, c_int>,
     objects: HashMap<*mut c_void, Kind>,
-    completions: HashMap<*mut ibv_cq, VecDeque<ibv_wc>>,
+    completions: HashMap<*mut ibv_cq, CqQueue>,
+    /// The strict mock's view of the live objects and their work requests.
+    pub(super) reg: Registry,
+    violations: Vec<Violation>,
+    allowed: HashSet<Rule>,
+    /// The length the next posted list must have ([`Mock::expect_chain_len`](super::Mock)).
+    pub(super) chain_len: Option<usize>,
     async_events: HashMap<*mut ibv_context, VecDeque<ibv_async_event>>,
     /// Async events read by `ibv_get_async_event` and not yet acknowledged.
     unacked_async_events: usize,
@@ -98,6 +124,10 @@ impl State {
             failures: HashMap::new(),
             objects: HashMap::new(),
             completions: HashMap::new(),
+            reg: Registry::default(),
+            violations: Vec::new(),
+            allowed: HashSet::new(),
+            chain_len: None,
             async_events: HashMap::new(),
             unacked_async_events: 0,
             missing_members: HashMap::new(),
@@ -145,7 +175,9 @@ impl State {
     pub(super) fn register<T>(&mut self, object: *mut T, kind: Kind) {
         self.objects.insert(object.cast(), kind);
         match kind {
-            Kind::Cq | Kind::CqEx => drop(self.completions.insert(object.cast(), VecDeque::new())),
+            Kind::Cq | Kind::CqEx => {
+                drop(self.completions.insert(object.cast(), CqQueue::default()))
+            }
             Kind::Context => drop(self.async_events.insert(object.cast(), VecDeque::new())),
             _ => {}
         }
@@ -189,13 +221,17 @@ impl State {
         self.objects.contains_key(&object)
     }
 
-    /// Whether a live MR or QP belongs to `pd` (a provider refuses to free the PD then).
+    /// Whether a live MR, QP, SRQ or AH belongs to `pd` (a provider refuses to free the PD then).
     pub(super) fn pd_in_use(&self, pd: *mut ibv_pd) -> bool {
         self.objects.iter().any(|(&object, &kind)| match kind {
             // SAFETY: a live MR, allocated as one.
             Kind::Mr => pd == unsafe { (*object.cast::<ibv_mr>()).pd },
             // SAFETY: a live QP (an extended one starts with its `ibv_qp`).
             Kind::Qp | Kind::QpEx => pd == unsafe { (*object.cast::<ibv_qp>()).pd },
+            // SAFETY: a live SRQ, allocated as one.
+            Kind::Srq => pd == unsafe { (*object.cast::<ibv_srq>()).pd },
+            // SAFETY: a live AH, allocated as one.
+            Kind::Ah => pd == unsafe { (*object.cast::<ibv_ah>()).pd },
             _ => false,
         })
     }
@@ -209,9 +245,52 @@ impl State {
         })
     }
 
+    /// Queues a test's completion; its poll retires the oldest outstanding work request
+    /// with its `wr_id` on a queue reporting to `cq`.
     pub(super) fn push_completion(&mut self, cq: *mut ibv_cq, wc: ibv_wc) {
-        let queue = self.completions.get_mut(&cq).expect("push_completion wants a live mock CQ");
-        queue.push_back(wc);
+        assert!(self.completions.contains_key(&cq), "push_completion wants a live mock CQ");
+        let queue =
+            self.reg.queues_of(cq).into_iter().find(|&q| self.reg.is_outstanding(q, wc.wr_id));
+        self.push_entry(cq, wc, queue.map(|q| (q, wc.wr_id)).into_iter().collect());
+    }
+
+    /// Queues `wc` on the live CQ `cq`, counting an overrun when it is full; polling it
+    /// retires `retires`.
+    pub(super) fn push_entry(&mut self, cq: *mut ibv_cq, wc: ibv_wc, retires: Vec<(Queue, u64)>) {
+        let Some(queue) = self.completions.get_mut(&cq) else { return };
+        // SAFETY: a live CQ; an extended one starts with the same fields as an `ibv_cq`.
+        let cqe = unsafe { (*cq).cqe };
+        if queue.entries.len() >= usize::try_from(cqe).unwrap_or(0) {
+            queue.overruns += 1;
+        }
+        queue.entries.push_back(Entry { wc, retires });
+    }
+
+    /// The overruns counted on `cq`.
+    pub(super) fn cq_overruns(&self, cq: *mut ibv_cq) -> usize {
+        self.completions.get(&cq).map_or(0, |q| q.overruns)
+    }
+
+    /// Records `violation`; whether its rule is allowed (the work request then goes on,
+    /// poisoned).
+    pub(super) fn violate(&mut self, violation: Violation) -> bool {
+        let allowed = self.allowed.contains(&violation.rule);
+        self.violations.push(violation);
+        allowed
+    }
+
+    pub(super) fn allow(&mut self, rule: Rule) {
+        self.allowed.insert(rule);
+    }
+
+    pub(super) fn take_violations(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.violations)
+    }
+
+    /// The violations of rules not allowed, recorded and never taken.
+    pub(super) fn fatal_violations(&self) -> Vec<String> {
+        let fatal = self.violations.iter().filter(|v| !self.allowed.contains(&v.rule));
+        fatal.map(ToString::to_string).collect()
     }
 
     /// Queues `event` on `ctx` and makes its async_fd readable for one more event.
@@ -255,11 +334,15 @@ impl State {
         self.unacked_async_events
     }
 
-    /// Removes up to `n` completions of `cq`, oldest first.
+    /// Removes up to `n` completions of `cq`, oldest first, retiring what they report.
     pub(super) fn pop_completions(&mut self, cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
         let Some(queue) = self.completions.get_mut(&cq) else { return Vec::new() };
-        let n = n.min(queue.len());
-        queue.drain(..n).collect()
+        let n = n.min(queue.entries.len());
+        let entries: Vec<Entry> = queue.entries.drain(..n).collect();
+        for &(queue, wr_id) in entries.iter().flat_map(|e| &e.retires) {
+            self.reg.retire(queue, wr_id);
+        }
+        entries.into_iter().map(|e| e.wc).collect()
     }
 }
 
@@ -298,6 +381,8 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::CqEx => drop(Box::from_raw(object.cast::<super::extended::MockCqEx>())),
             Kind::Qp => drop(Box::from_raw(object.cast::<ibv_qp>())),
             Kind::QpEx => drop(Box::from_raw(object.cast::<ibv_qp_ex>())),
+            Kind::Srq => drop(Box::from_raw(object.cast::<ibv_srq>())),
+            Kind::Ah => drop(Box::from_raw(object.cast::<ibv_ah>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
                 libc::close(channel.fd);

@@ -1,0 +1,252 @@
+//! The mock's QP verbs: creation (RC, UC, UD, with or without an SRQ), the per-type state
+//! machine of `ibv_modify_qp(3)`, queries and destruction.
+
+use std::ffi::c_int;
+
+use rdma_verbs_sys::bindings::*;
+
+use super::call::{Call, QpAttr, Verb};
+use super::device::device_attr;
+use super::exec;
+use super::ops::check_port;
+use super::registry::QpInfo;
+use super::state::{serve, Kind, State};
+use super::verbs::{gid_entry, or_null, status};
+
+/// `ibv_create_qp`: RC, UC or UD (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
+/// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
+/// to powers of two, as providers do.
+///
+/// # Safety
+///
+/// `init_attr` must be valid for reads and writes.
+pub(super) unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller passes a valid, exclusive attribute struct.
+    let init = unsafe { &mut *init_attr };
+    let cap = &init.cap;
+    let call = Call::CreateQp {
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_all,
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    or_null(serve(|s| {
+        s.begin(call, Verb::CreateQp)?;
+        let qp = new_qp(s, pd, init)?;
+        let qp = s.adopt(qp, Kind::Qp);
+        track(s, qp, init);
+        Ok(qp)
+    }))
+}
+
+/// What `ibv_create_qp` checks and creates, for both create verbs: see [`ibv_create_qp`].
+pub(super) fn new_qp(
+    s: &mut State,
+    pd: *mut ibv_pd,
+    init: &mut ibv_qp_init_attr,
+) -> Result<ibv_qp, c_int> {
+    s.expect(pd, Kind::Pd)?;
+    s.expect(init.send_cq, Kind::Cq)?;
+    s.expect(init.recv_cq, Kind::Cq)?;
+    if !matches!(init.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD) {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if !init.srq.is_null() {
+        s.expect(init.srq, Kind::Srq)?;
+    }
+    let cap = &mut init.cap;
+    let limits = device_attr();
+    let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
+    if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
+        || cap.max_send_sge.max(cap.max_recv_sge) > max_sge
+    {
+        return Err(libc::EINVAL);
+    }
+    cap.max_send_wr = cap.max_send_wr.next_power_of_two();
+    cap.max_recv_wr = cap.max_recv_wr.next_power_of_two();
+    // SAFETY: `pd` is a live mock PD (checked above).
+    let context = unsafe { (*pd).context };
+    let id = s.next_id();
+    Ok(ibv_qp {
+        context,
+        qp_context: init.qp_context,
+        pd,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        srq: init.srq,
+        handle: id,
+        qp_num: 0x100 + id,
+        state: IBV_QPS_RESET,
+        qp_type: init.qp_type,
+        ..Default::default()
+    })
+}
+
+/// Enters the live QP `qp`, created from `init`, in the strict mock's registry.
+pub(super) fn track(s: &mut State, qp: *mut ibv_qp, init: &ibv_qp_init_attr) {
+    // SAFETY: `init.srq` is NULL or a live SRQ (checked by `new_qp`).
+    let srq = (!init.srq.is_null()).then(|| unsafe { (*init.srq).handle });
+    // SAFETY: `qp` was just adopted, live.
+    let qpn = unsafe { (*qp).qp_num };
+    s.reg.qps.insert(qpn, QpInfo::new(qp, &init.cap, init.sq_sig_all != 0, srq));
+}
+
+/// The attributes `ibv_modify_qp(3)` requires for each RC transition.
+const RC_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+const RC_RTR: u32 = IBV_QP_STATE
+    | IBV_QP_AV
+    | IBV_QP_PATH_MTU
+    | IBV_QP_DEST_QPN
+    | IBV_QP_RQ_PSN
+    | IBV_QP_MAX_DEST_RD_ATOMIC
+    | IBV_QP_MIN_RNR_TIMER;
+const RC_RTS: u32 = IBV_QP_STATE
+    | IBV_QP_SQ_PSN
+    | IBV_QP_MAX_QP_RD_ATOMIC
+    | IBV_QP_RETRY_CNT
+    | IBV_QP_RNR_RETRY
+    | IBV_QP_TIMEOUT;
+
+/// The attributes `ibv_modify_qp(3)` requires for each UC transition.
+const UC_INIT: u32 = RC_INIT;
+const UC_RTR: u32 = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+const UC_RTS: u32 = IBV_QP_STATE | IBV_QP_SQ_PSN;
+/// The attributes `ibv_modify_qp(3)` requires for each UD transition.
+const UD_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+const UD_RTR: u32 = IBV_QP_STATE;
+const UD_RTS: u32 = IBV_QP_STATE | IBV_QP_SQ_PSN;
+
+/// The state a QP of `qp_type` in `current` moves to, or `EINVAL` when the transition does
+/// not exist, lacks a required attribute, or names a port or GID the device does not have
+/// (on the Ethernet port, a route without GRH, as RoCE providers refuse).
+fn transition(
+    qp_type: ibv_qp_type,
+    current: ibv_qp_state,
+    attr: &ibv_qp_attr,
+    mask: u32,
+) -> Result<ibv_qp_state, c_int> {
+    let [init, rtr, rts] = match qp_type {
+        IBV_QPT_UC => [UC_INIT, UC_RTR, UC_RTS],
+        IBV_QPT_UD => [UD_INIT, UD_RTR, UD_RTS],
+        _ => [RC_INIT, RC_RTR, RC_RTS],
+    };
+    if mask & IBV_QP_STATE == 0 {
+        return Ok(current);
+    }
+    let required = match (current, attr.qp_state) {
+        (_, IBV_QPS_RESET | IBV_QPS_ERR) => IBV_QP_STATE,
+        (IBV_QPS_RESET, IBV_QPS_INIT) => init,
+        (IBV_QPS_INIT, IBV_QPS_RTR) => rtr,
+        (IBV_QPS_RTR, IBV_QPS_RTS) => rts,
+        _ => return Err(libc::EINVAL),
+    };
+    if mask & required != required {
+        return Err(libc::EINVAL);
+    }
+    if mask & IBV_QP_PORT != 0 {
+        check_port(attr.port_num)?;
+    }
+    if mask & IBV_QP_AV != 0 {
+        let ah = &attr.ah_attr;
+        check_port(ah.port_num)?;
+        if ah.is_global == 0 {
+            return Err(libc::EINVAL);
+        }
+        gid_entry(1, ah.grh.sgid_index.into()).map_err(|_| libc::EINVAL)?;
+    }
+    Ok(attr.qp_state)
+}
+
+/// `ibv_modify_qp`: transitions as [`transition`] checks them; on failure nothing changes.
+/// RTR records an RC or UC QP's `dest_qp_num` (its loopback peer, when that is a QP of this
+/// mock); ERROR flushes what is outstanding, RESET discards it; then whatever can execute
+/// does.
+///
+/// # Safety
+///
+/// `attr` must be valid for reads.
+pub(super) unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    // SAFETY: the caller passes a valid attribute struct.
+    let attr = unsafe { &*attr };
+    status(serve(|s| {
+        s.begin(Call::ModifyQp { mask: attr_mask, attr: QpAttr::from_raw(attr) }, Verb::ModifyQp)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above), only reached through the registry.
+        let raw = unsafe { &mut *qp };
+        let state = transition(raw.qp_type, raw.state, attr, attr_mask as u32)?;
+        raw.state = state;
+        let qpn = raw.qp_num;
+        if let Some(info) = s.reg.qps.get_mut(&qpn) {
+            if state == IBV_QPS_RTR && raw.qp_type != IBV_QPT_UD {
+                info.dest_qpn = Some(attr.dest_qp_num);
+            }
+        }
+        match state {
+            IBV_QPS_ERR => exec::flush(s, qpn),
+            IBV_QPS_RESET => exec::discard(s, qpn),
+            _ => {}
+        }
+        exec::progress(s);
+        Ok(())
+    }))
+}
+
+/// `ibv_query_qp`: the state, type and CQs.
+///
+/// # Safety
+///
+/// `attr` and `init_attr` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryQp { mask: attr_mask }, Verb::QueryQp)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above).
+        Ok(unsafe { *qp })
+    });
+    let qp = match result {
+        Ok(qp) => qp,
+        Err(errno) => return errno,
+    };
+    let state = ibv_qp_attr { qp_state: qp.state, cur_qp_state: qp.state, ..Default::default() };
+    let init = ibv_qp_init_attr {
+        qp_context: qp.qp_context,
+        send_cq: qp.send_cq,
+        recv_cq: qp.recv_cq,
+        qp_type: qp.qp_type,
+        ..Default::default()
+    };
+    // SAFETY: the caller made both writable.
+    unsafe {
+        attr.write(state);
+        init_attr.write(init);
+    }
+    0
+}
+
+/// `ibv_destroy_qp`: what is outstanding is discarded, without completions.
+pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    status(serve(|s| {
+        s.begin(Call::DestroyQp, Verb::DestroyQp)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: a live mock QP (checked above).
+        let qpn = unsafe { (*qp).qp_num };
+        exec::discard(s, qpn);
+        s.reg.qps.remove(&qpn);
+        s.release(qp, Kind::Qp)
+    }))
+}

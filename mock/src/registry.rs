@@ -1,0 +1,225 @@
+//! What the strict mock knows of each live MR, QP, SRQ and AH, and the work requests posted
+//! to them and not yet retired.
+//!
+//! A work request is *outstanding* from its post until it is retired: when the completion
+//! that reports it is polled (an unsignaled send by the next signaled completion of its send
+//! queue, polled), when its QP goes to ERROR after it executed unsignaled, or when RESET or a
+//! destroy discards it.
+
+use std::collections::{HashMap, VecDeque};
+
+use rdma_verbs_sys::bindings::*;
+
+use crate::rule::Queue;
+
+/// A live MR.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MrInfo {
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    /// The first byte's I/O virtual address (SGEs and peers address the MR by it).
+    pub iova: u64,
+    /// The first byte's CPU address.
+    pub addr: usize,
+    pub len: usize,
+    pub access: u32,
+}
+
+impl MrInfo {
+    /// The CPU address of `len` bytes at IOVA `iova`, when they lie inside this MR.
+    pub fn cpu(&self, iova: u64, len: u64) -> Option<*mut u8> {
+        let offset = iova.checked_sub(self.iova)?;
+        let end = offset.checked_add(len)?;
+        (end <= self.len as u64).then(|| (self.addr + offset as usize) as *mut u8)
+    }
+
+    /// Whether `addr..addr + len`, as CPU addresses, lie inside this MR's memory.
+    pub fn holds_cpu(&self, addr: usize, len: usize) -> bool {
+        addr >= self.addr && addr.checked_add(len).is_some_and(|end| end <= self.addr + self.len)
+    }
+}
+
+/// A send work request as the mock keeps it: read from an `ibv_send_wr` or built by the
+/// extended QP's members.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SendWork {
+    pub wr_id: u64,
+    pub opcode: ibv_wr_opcode,
+    pub signaled: bool,
+    pub sges: Vec<ibv_sge>,
+    /// The bytes of inline data, copied at post time.
+    pub inline: Option<Vec<u8>>,
+    /// As given (network order).
+    pub imm: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub ah: usize,
+    pub remote_qpn: u32,
+    /// Broke an allowed rule: completes with `IBV_WC_LOC_PROT_ERR`, touching nothing.
+    pub poisoned: bool,
+    /// Broke a rule that is not allowed while the extended QP built it: fails the batch.
+    pub fatal: bool,
+}
+
+/// A receive work request.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RecvWork {
+    pub wr_id: u64,
+    pub sges: Vec<ibv_sge>,
+    /// Broke an allowed rule: completes with `IBV_WC_LOC_PROT_ERR`, touching nothing.
+    pub poisoned: bool,
+}
+
+/// A live QP of the base mock.
+#[derive(Debug)]
+pub(crate) struct QpInfo {
+    pub ptr: *mut ibv_qp,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub sq_sig_all: bool,
+    /// The SRQ's handle, when receives come from one.
+    pub srq: Option<u32>,
+    /// `dest_qp_num`, from RTR on (RC, UC).
+    pub dest_qpn: Option<u32>,
+    /// Sends posted, not executed yet, in order.
+    pub sq: VecDeque<SendWork>,
+    /// Receives posted (without an SRQ), not consumed yet, in order.
+    pub rq: VecDeque<RecvWork>,
+    /// Sends executed unsignaled, retired by the next signaled completion.
+    pub unsignaled: Vec<u64>,
+    /// The status the next executed send completes with ([`crate::Mock::fail_next_wr`]).
+    pub fail_next: Option<ibv_wc_status>,
+    /// The extended QP's batch between `wr_start` and `wr_complete`.
+    pub batch: Option<Vec<SendWork>>,
+    /// The outstanding wr_ids of each queue.
+    pub sq_inflight: Vec<u64>,
+    pub rq_inflight: Vec<u64>,
+}
+
+impl QpInfo {
+    /// A QP with nothing posted.
+    pub fn new(ptr: *mut ibv_qp, cap: &ibv_qp_cap, sq_sig_all: bool, srq: Option<u32>) -> Self {
+        QpInfo {
+            ptr,
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: cap.max_recv_sge,
+            sq_sig_all,
+            srq,
+            dest_qpn: None,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            unsignaled: Vec::new(),
+            fail_next: None,
+            batch: None,
+            sq_inflight: Vec::new(),
+            rq_inflight: Vec::new(),
+        }
+    }
+
+    /// The `ibv_qp` the verbs see.
+    pub fn raw(&self) -> &ibv_qp {
+        // SAFETY: the registry holds only live QPs, removed before they are freed.
+        unsafe { &*self.ptr }
+    }
+}
+
+/// A live SRQ.
+#[derive(Debug)]
+pub(crate) struct SrqInfo {
+    pub pd: *mut ibv_pd,
+    pub max_sge: u32,
+    pub rq: VecDeque<RecvWork>,
+    pub inflight: Vec<u64>,
+}
+
+/// Every live object the checks and the execution need, keyed by numbers that are never
+/// reused (QP numbers, lkeys, SRQ handles), so a stale completion never retires a newer
+/// object's work.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    /// By lkey.
+    pub mrs: HashMap<u32, MrInfo>,
+    /// By QP number.
+    pub qps: HashMap<u32, QpInfo>,
+    /// By handle.
+    pub srqs: HashMap<u32, SrqInfo>,
+    /// Each live AH's PD, by the AH's address.
+    pub ahs: HashMap<usize, *mut ibv_pd>,
+}
+
+/// The bit the safe crate's buffer tier sets in its wr_ids.
+pub(crate) const BUFFER_TIER_BIT: u64 = 1 << 63;
+
+impl Registry {
+    /// The QP whose `ibv_qp` is `qp`.
+    pub fn qpn_of(&self, qp: *mut ibv_qp) -> Option<u32> {
+        self.qps.iter().find(|(_, info)| info.ptr == qp).map(|(&qpn, _)| qpn)
+    }
+
+    /// The live MR whose rkey is `rkey`.
+    pub fn mr_by_rkey(&self, rkey: u32) -> Option<&MrInfo> {
+        self.mrs.values().find(|mr| mr.rkey == rkey)
+    }
+
+    /// The outstanding wr_ids of `queue` (empty once its object is gone).
+    fn inflight_mut(&mut self, queue: Queue) -> Option<&mut Vec<u64>> {
+        match queue {
+            Queue::Send(qpn) => self.qps.get_mut(&qpn).map(|q| &mut q.sq_inflight),
+            Queue::Recv(qpn) => self.qps.get_mut(&qpn).map(|q| &mut q.rq_inflight),
+            Queue::Srq(handle) => self.srqs.get_mut(&handle).map(|s| &mut s.inflight),
+        }
+    }
+
+    /// Counts `wr_id` outstanding on `queue`.
+    pub fn post(&mut self, queue: Queue, wr_id: u64) {
+        if let Some(inflight) = self.inflight_mut(queue) {
+            inflight.push(wr_id);
+        }
+    }
+
+    /// Retires the oldest outstanding `wr_id` of `queue`, if any.
+    pub fn retire(&mut self, queue: Queue, wr_id: u64) {
+        if let Some(inflight) = self.inflight_mut(queue) {
+            if let Some(i) = inflight.iter().position(|&id| id == wr_id) {
+                inflight.remove(i);
+            }
+        }
+    }
+
+    /// Whether the buffer-tier `wr_id` is outstanding anywhere in this mock.
+    pub fn in_flight(&self, wr_id: u64) -> bool {
+        wr_id & BUFFER_TIER_BIT != 0
+            && (self
+                .qps
+                .values()
+                .any(|q| q.sq_inflight.contains(&wr_id) || q.rq_inflight.contains(&wr_id))
+                || self.srqs.values().any(|s| s.inflight.contains(&wr_id)))
+    }
+
+    /// The queues that report their completions on `cq`.
+    pub fn queues_of(&self, cq: *mut ibv_cq) -> Vec<Queue> {
+        let mut queues = Vec::new();
+        for (&qpn, qp) in &self.qps {
+            let raw = qp.raw();
+            if raw.send_cq == cq {
+                queues.push(Queue::Send(qpn));
+            }
+            if raw.recv_cq == cq {
+                queues.push(queue_of_receives(qpn, qp));
+            }
+        }
+        queues
+    }
+
+    /// Whether `wr_id` is outstanding on `queue`.
+    pub fn is_outstanding(&mut self, queue: Queue, wr_id: u64) -> bool {
+        self.inflight_mut(queue).is_some_and(|ids| ids.contains(&wr_id))
+    }
+}
+
+/// Where `qp`'s receives are posted: its SRQ or its own receive queue.
+pub(crate) fn queue_of_receives(qpn: u32, qp: &QpInfo) -> Queue {
+    qp.srq.map_or(Queue::Recv(qpn), Queue::Srq)
+}
