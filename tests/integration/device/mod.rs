@@ -18,9 +18,9 @@ mod memory;
 mod pair;
 mod rc_pingpong;
 mod service;
-mod soundness;
 #[cfg(feature = "rdmacm")]
 mod service_cm;
+mod soundness;
 mod transfers;
 mod transports;
 #[cfg(feature = "rdmacm")]

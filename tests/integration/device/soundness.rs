@@ -85,9 +85,8 @@ fn a_ud_send_list_carries_a_destination_per_datagram() {
         let Some(ctx) = require_device(RXE) else { return };
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(32).unwrap();
-        let pool =
-            BufferPool::new(pd.register(8 * 2048, AccessFlags::LOCAL_WRITE).unwrap(), 2048)
-                .unwrap();
+        let pool = BufferPool::new(pd.register(8 * 2048, AccessFlags::LOCAL_WRITE).unwrap(), 2048)
+            .unwrap();
         let ah = loopback_ah(&ctx, &pd);
         const QKEY: u32 = 0x5151;
         for path in [VerbsPath::Legacy, VerbsPath::Extended] {
@@ -128,10 +127,12 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
         let Some(ctx) = require_device(RXE) else { return };
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(32).unwrap();
-        let mr = pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap();
+        let mr = pd.register(16 * 64, AccessFlags::LOCAL_WRITE).unwrap();
         for path in [VerbsPath::Legacy, VerbsPath::Extended] {
             let (a, b) = pair::<Rc>(&ctx, &pd, &cq, path, AccessFlags::empty());
-            let recv: Vec<_> = (4..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
+            // Receives for every send the stale links could post (an RC send without one
+            // would wait in RNR retries, unseen).
+            let recv: Vec<_> = (8..16).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
             for (i, sge) in recv.iter().enumerate() {
                 // SAFETY: the receive areas are not touched until the test ends.
                 unsafe { b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap() };

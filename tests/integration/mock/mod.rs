@@ -14,6 +14,7 @@ mod qp;
 #[cfg(feature = "tokio")]
 mod reactor;
 mod resources;
+mod soundness;
 mod verbs_path;
 
 use rdma_verbs::{Context, Error};

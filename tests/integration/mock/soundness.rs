@@ -1,0 +1,420 @@
+//! The soundness proof's property suite (DESIGN §4.10, issue #13): random sequences of *safe*
+//! calls — buffer receives on QPs and an SRQ, single and list sends of every `SendOp` on RC,
+//! UC and UD, polls that hand buffers back, resets, drops and destroys, and faults the mock
+//! injects — against the strict mock provider, which checks every work request it receives
+//! (SGEs inside a live MR of that lkey and the queue's PD with the access the opcode needs,
+//! inline bytes in CPU memory, a live AH on UD, atomics RC-only and aligned, no buffer-tier
+//! `wr_id` in flight twice, registrations still live when queued work executes). Any
+//! violation fails the case, and proptest shrinks it to a short sequence.
+//!
+//! The rig: one context (legacy or extended verbs, drawn per case), two PDs, one CQ, an SRQ,
+//! a pool per PD (the first one at a chosen IOVA or not, drawn per case), a remote-writable
+//! target, an AH, and three connected pairs — RC (its second QP fed by the SRQ), UC, UD — that
+//! the mock executes loopback. `PROPTEST_CASES` sets the number of cases (scripts/test runs
+//! 10,000).
+
+use proptest::prelude::*;
+use rdma_verbs::{
+    AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
+    Endpoint, InitAttr, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
+    QueuePair, Rc, RemoteAddr, RemoteWritableRegion, Reset, RtrAttr, Rts, RtsAttr, SendList,
+    SendOp, SharedReceiveQueue, Uc, Ud, UdDestination, UdInitAttr, UdSend, VerbsPath,
+    WorkCompletion,
+};
+use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
+use rdma_verbs_sys as sys;
+
+use super::open;
+
+const CHUNK: usize = 256;
+const TARGET: usize = 4096;
+const QKEY: u32 = 0x0d0d;
+const PORT: u8 = 1;
+/// The mock port's RoCE v2 IPv4-mapped GID.
+const SGID_INDEX: u8 = 3;
+
+/// One safe call (or a fault the mock injects before the next one).
+#[derive(Clone, Debug)]
+enum Step {
+    /// `post_recv_buffer` on QP `qp` with a buffer of pool `pool` (1: the other PD's).
+    Recv { qp: usize, pool: usize },
+    /// `SharedReceiveQueue::post_recv_buffer`.
+    SrqRecv { pool: usize },
+    /// `post_send_buffer` (`post_send_buffer_to` on UD) of `len` bytes with `op`.
+    Send { qp: usize, pool: usize, op: Op, len: usize },
+    /// `post_send_buffers` (`post_send_buffers_to` on UD) of `n` buffers.
+    List { qp: usize, pool: usize, op: Op, len: usize, n: usize, signal_last: bool },
+    /// `poll`, then `complete` on both pools; the buffers are dropped.
+    Poll,
+    /// The next WR executed on `qp` completes with an error (the QP goes to ERROR).
+    FailNextWr { qp: usize },
+    /// The next post (legacy verb or extended batch) fails with ENOMEM.
+    FailPost,
+    /// `reset`, then connected to its peer again.
+    Reset { qp: usize },
+    /// Dropped, or `destroy`ed.
+    Drop { qp: usize, destroy: bool },
+}
+
+/// A `SendOp` with a remote offset into the target (which may be out of range or
+/// misaligned: the safe API refuses or the "NIC" fails it, never a violation).
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Send,
+    SendWithImm,
+    Write(usize),
+    WriteWithImm(usize),
+    Read(usize),
+    CompareSwap(usize),
+    FetchAdd(usize),
+}
+
+impl Op {
+    fn send_op(self, target: RemoteAddr) -> SendOp {
+        let at = |offset: usize| RemoteAddr { addr: target.addr + offset as u64, ..target };
+        match self {
+            Op::Send => SendOp::Send,
+            Op::SendWithImm => SendOp::SendWithImm(7),
+            Op::Write(o) => SendOp::RdmaWrite(at(o)),
+            Op::WriteWithImm(o) => SendOp::RdmaWriteWithImm(at(o), 9),
+            Op::Read(o) => SendOp::RdmaRead(at(o)),
+            Op::CompareSwap(o) => SendOp::CompareSwap { remote: at(o), compare: 0, swap: 1 },
+            Op::FetchAdd(o) => SendOp::FetchAdd { remote: at(o), add: 1 },
+        }
+    }
+
+    fn imm(self) -> Option<u32> {
+        matches!(self, Op::SendWithImm | Op::WriteWithImm(_)).then_some(7)
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    // Offsets past the target's end and odd ones included.
+    let offset = prop_oneof![(0..TARGET / 8).prop_map(|w| w * 8), 0..TARGET + CHUNK];
+    prop_oneof![
+        Just(Op::Send),
+        Just(Op::SendWithImm),
+        offset.clone().prop_map(Op::Write),
+        offset.clone().prop_map(Op::WriteWithImm),
+        offset.clone().prop_map(Op::Read),
+        offset.clone().prop_map(Op::CompareSwap),
+        offset.prop_map(Op::FetchAdd),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let qp = 0..QPS;
+    // Mostly the QPs' own PD; sometimes the other one.
+    let pool = prop_oneof![4 => Just(0usize), 1 => Just(1usize)];
+    // Atomics want 8 bytes; 0 is an empty message.
+    let len = prop_oneof![Just(8usize), Just(0usize), 0..=CHUNK];
+    prop_oneof![
+        3 => (qp.clone(), pool.clone()).prop_map(|(qp, pool)| Step::Recv { qp, pool }),
+        1 => pool.clone().prop_map(|pool| Step::SrqRecv { pool }),
+        4 => (qp.clone(), pool.clone(), op(), len.clone())
+            .prop_map(|(qp, pool, op, len)| Step::Send { qp, pool, op, len }),
+        2 => (qp.clone(), pool, op(), len, 1..5usize, any::<bool>()).prop_map(
+            |(qp, pool, op, len, n, signal_last)| Step::List { qp, pool, op, len, n, signal_last }
+        ),
+        4 => Just(Step::Poll),
+        1 => qp.clone().prop_map(|qp| Step::FailNextWr { qp }),
+        1 => Just(Step::FailPost),
+        1 => qp.clone().prop_map(|qp| Step::Reset { qp }),
+        1 => (qp, any::<bool>()).prop_map(|(qp, destroy)| Step::Drop { qp, destroy }),
+    ]
+}
+
+/// RC a, RC b (on the SRQ), UC a, UC b, UD a, UD b; each pair's peer is `i ^ 1`.
+const QPS: usize = 6;
+
+/// A QP of the rig in RTS, or gone.
+enum Slot<'a> {
+    Rc(QueuePair<'a, Rts, Rc>),
+    Uc(QueuePair<'a, Rts, Uc>),
+    Ud(QueuePair<'a, Rts, Ud>),
+    Gone,
+}
+
+/// What the QPs are made from (they borrow it, so it outlives them).
+struct Parts<'a, 's> {
+    ctx: &'a Context,
+    pd: &'a ProtectionDomain<'a>,
+    cq: &'a CompletionQueue<'a>,
+    srq: &'a SharedReceiveQueue<'s>,
+    path: VerbsPath,
+}
+
+impl<'a, 's> Parts<'a, 's> {
+    fn attr(&self, srq: bool) -> QpInitAttr<'a, 's> {
+        let cap = QpCapabilities {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_inline_data: 32,
+            ..Default::default()
+        };
+        QpInitAttr {
+            cap,
+            srq: srq.then_some(self.srq),
+            verbs_path: Some(self.path),
+            ..QpInitAttr::new(self.cq)
+        }
+    }
+
+    fn rtr(&self, peer: Qpn) -> RtrAttr {
+        let gid = self.ctx.routable_gid(PORT).unwrap().gid;
+        let lid = self.ctx.query_port(PORT).unwrap().lid();
+        let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0), gid };
+        RtrAttr::to_endpoint(&endpoint, PORT, Some(SGID_INDEX), Mtu::MTU_1024)
+    }
+
+    /// RESET → RTS towards `peer`; `None` when a transition fails (the QP is dropped: the
+    /// "NIC" may have moved it to ERROR meanwhile, e.g. a peer's queued work failing).
+    fn connect<T: Connected>(
+        &self,
+        qp: QueuePair<'a, Reset, T>,
+        peer: Qpn,
+    ) -> Option<QueuePair<'a, Rts, T>> {
+        let access =
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+        let qp = qp.into_init(&InitAttr { port: PORT, access, ..Default::default() }).ok()?;
+        qp.into_rtr(&self.rtr(peer)).ok()?.into_rts(&RtsAttr::new(Psn::new(0))).ok()
+    }
+
+    fn ud_up(&self, qp: QueuePair<'a, Reset, Ud>) -> Option<QueuePair<'a, Rts, Ud>> {
+        let qp = qp.into_init(&UdInitAttr { port: PORT, pkey_index: 0, qkey: QKEY }).ok()?;
+        qp.into_rtr().ok()?.into_rts(Psn::new(0)).ok()
+    }
+
+    fn create<T: QpType>(&self, srq: bool) -> QueuePair<'a, Reset, T> {
+        self.pd.create_qp::<T>(&self.attr(srq)).unwrap()
+    }
+
+    /// The six QPs, each pair connected to each other.
+    fn slots(&self) -> Vec<Slot<'a>> {
+        let (ra, rb) = (self.create::<Rc>(false), self.create::<Rc>(true));
+        let (ua, ub) = (self.create::<Uc>(false), self.create::<Uc>(false));
+        let (ra_n, rb_n, ua_n, ub_n) = (ra.qp_num(), rb.qp_num(), ua.qp_num(), ub.qp_num());
+        let up = |slot: Option<Slot<'a>>| slot.expect("a fresh QP connects");
+        vec![
+            up(self.connect(ra, rb_n).map(Slot::Rc)),
+            up(self.connect(rb, ra_n).map(Slot::Rc)),
+            up(self.connect(ua, ub_n).map(Slot::Uc)),
+            up(self.connect(ub, ua_n).map(Slot::Uc)),
+            up(self.ud_up(self.create::<Ud>(false)).map(Slot::Ud)),
+            up(self.ud_up(self.create::<Ud>(false)).map(Slot::Ud)),
+        ]
+    }
+
+    /// `slot` reset and reconnected to `peer` (a UD QP has none); gone when a transition
+    /// fails.
+    fn reconnect(&self, slot: Slot<'a>, peer: Qpn) -> Slot<'a> {
+        let slot = match slot {
+            Slot::Rc(qp) => qp.reset().ok().and_then(|qp| self.connect(qp, peer)).map(Slot::Rc),
+            Slot::Uc(qp) => qp.reset().ok().and_then(|qp| self.connect(qp, peer)).map(Slot::Uc),
+            Slot::Ud(qp) => qp.reset().ok().and_then(|qp| self.ud_up(qp)).map(Slot::Ud),
+            Slot::Gone => None,
+        };
+        slot.unwrap_or(Slot::Gone)
+    }
+}
+
+impl Slot<'_> {
+    fn qp_num(&self) -> Option<Qpn> {
+        match self {
+            Slot::Rc(qp) => Some(qp.qp_num()),
+            Slot::Uc(qp) => Some(qp.qp_num()),
+            Slot::Ud(qp) => Some(qp.qp_num()),
+            Slot::Gone => None,
+        }
+    }
+
+    fn raw(&self) -> Option<*mut sys::ibv_qp> {
+        match self {
+            Slot::Rc(qp) => Some(qp.as_raw()),
+            Slot::Uc(qp) => Some(qp.as_raw()),
+            Slot::Ud(qp) => Some(qp.as_raw()),
+            Slot::Gone => None,
+        }
+    }
+
+    /// Drops it, or destroys it (a failed destroy leaks the QP, as a drop does).
+    fn remove(self, destroy: bool) {
+        if !destroy {
+            return;
+        }
+        // Errors are outcomes here: only violations fail the case.
+        let _ = match self {
+            Slot::Rc(qp) => qp.destroy(),
+            Slot::Uc(qp) => qp.destroy(),
+            Slot::Ud(qp) => qp.destroy(),
+            Slot::Gone => Ok(()),
+        };
+    }
+}
+
+/// Runs `steps` against a fresh strict mock: how many buffers completions handed back, or
+/// the first step after which the mock recorded a violation.
+fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
+    let mock = Mock::new();
+    let config = if extended { ContextConfig::extended_verbs() } else { ContextConfig::default() };
+    let ctx = open(&mock, Optional::ALL, config);
+    let path = if extended { VerbsPath::Extended } else { VerbsPath::Legacy };
+    let (pd, other_pd) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
+    let cq = ctx.create_cq(256).unwrap();
+    let region = if iova {
+        pd.register_with_iova(16 * CHUNK, 0x4000_0000, AccessFlags::LOCAL_WRITE).unwrap()
+    } else {
+        pd.register(16 * CHUNK, AccessFlags::LOCAL_WRITE).unwrap()
+    };
+    let pools = [
+        BufferPool::new(region, CHUNK).unwrap(),
+        BufferPool::new(other_pd.register(4 * CHUNK, AccessFlags::LOCAL_WRITE).unwrap(), CHUNK)
+            .unwrap(),
+    ];
+    // After the pools: buffers lent to the SRQ outlive it.
+    let srq = pd.create_srq(64, 1).unwrap();
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let target: RemoteWritableRegion<'_> = pd.register_remote_writable(TARGET, access).unwrap();
+    let remote = target.remote(..).unwrap();
+    let ah: AddressHandle<'_> = {
+        let gid = ctx.routable_gid(PORT).unwrap().gid;
+        let me = Endpoint {
+            lid: ctx.query_port(PORT).unwrap().lid(),
+            qpn: Qpn(0),
+            psn: Psn::new(0),
+            gid,
+        };
+        pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
+    };
+    let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path };
+    let mut slots = parts.slots();
+    let qpns: Vec<Qpn> = slots.iter().map(|s| s.qp_num().unwrap()).collect();
+    let mut list = SendList::with_capacity(4);
+    let mut ud_list = SendList::with_capacity(4);
+    let mut wcs = [WorkCompletion::EMPTY; 16];
+    let mut handed_back = 0;
+
+    for (i, step) in steps.iter().enumerate() {
+        match *step {
+            Step::Recv { qp, pool } => {
+                if let Some(buf) = pools[pool].take() {
+                    let _ = match &slots[qp] {
+                        Slot::Rc(q) => q.post_recv_buffer(buf).map_err(drop),
+                        Slot::Uc(q) => q.post_recv_buffer(buf).map_err(drop),
+                        Slot::Ud(q) => q.post_recv_buffer(buf).map_err(drop),
+                        Slot::Gone => Ok(()),
+                    };
+                }
+            }
+            Step::SrqRecv { pool } => {
+                if let Some(buf) = pools[pool].take() {
+                    let _ = srq.post_recv_buffer(buf);
+                }
+            }
+            Step::Send { qp, pool, op, len } => {
+                let Some(mut buf) = pools[pool].take() else { continue };
+                buf.set_len(len).unwrap();
+                let dest = UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
+                let _ = match &slots[qp] {
+                    Slot::Rc(q) => q.post_send_buffer(buf, op.send_op(remote)).map_err(drop),
+                    Slot::Uc(q) => q.post_send_buffer(buf, op.send_op(remote)).map_err(drop),
+                    Slot::Ud(q) => q.post_send_buffer_to(buf, &dest, op.imm()).map_err(drop),
+                    Slot::Gone => Ok(()),
+                };
+            }
+            Step::List { qp, pool, op, len, n, signal_last } => {
+                let dest = UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
+                for _ in 0..n {
+                    let Some(mut buf) = pools[pool].take() else { break };
+                    buf.set_len(len).unwrap();
+                    let _ = match &slots[qp] {
+                        Slot::Ud(_) => ud_list.push(buf, UdSend { dest, imm: op.imm() }),
+                        _ => list.push(buf, op.send_op(remote)),
+                    };
+                }
+                let _ = match &slots[qp] {
+                    Slot::Rc(q) => q.post_send_buffers(&mut list, signal_last),
+                    Slot::Uc(q) => q.post_send_buffers(&mut list, signal_last),
+                    Slot::Ud(q) => q.post_send_buffers_to(&mut ud_list, signal_last),
+                    Slot::Gone => Ok(()),
+                };
+                // What the list kept (refused, or its QP gone) goes back to the pools.
+                while list.pop().is_some() {}
+                while ud_list.pop().is_some() {}
+            }
+            Step::Poll => {
+                if let Ok(polled) = cq.poll(&mut wcs) {
+                    for wc in polled.iter_mut() {
+                        let back = pools.iter().filter_map(|p| p.complete(wc)).count();
+                        assert!(back <= 1, "one completion handed back {back} buffers");
+                        handed_back += back;
+                    }
+                }
+            }
+            Step::FailNextWr { qp } => {
+                if let Some(raw) = slots[qp].raw() {
+                    mock.fail_next_wr(raw, sys::IBV_WC_REM_ACCESS_ERR);
+                }
+            }
+            Step::FailPost => {
+                let verb = if extended { Verb::WrComplete } else { Verb::PostSend };
+                mock.fail(verb, libc::ENOMEM);
+            }
+            Step::Reset { qp } => {
+                let slot = std::mem::replace(&mut slots[qp], Slot::Gone);
+                slots[qp] = parts.reconnect(slot, qpns[qp ^ 1]);
+            }
+            Step::Drop { qp, destroy } => {
+                std::mem::replace(&mut slots[qp], Slot::Gone).remove(destroy);
+            }
+        }
+        let violations = mock.take_violations();
+        if !violations.is_empty() {
+            let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
+            return Err(format!("after step {i} ({step:?}): {}", list.join("; ")));
+        }
+    }
+    drop(slots);
+    let violations = mock.take_violations();
+    if violations.is_empty() {
+        Ok(handed_back)
+    } else {
+        Err(format!("at teardown: {violations:?}"))
+    }
+}
+
+#[test]
+fn the_rig_executes_loopback_work_on_both_paths() {
+    // A receive on the SRQ (RC b takes its receives there), a SEND from RC a, an RDMA WRITE of a UC pair's, a UD datagram: the
+    // mock executes each, and every buffer comes back with its completion (RC: send and
+    // receive; UC WRITE: send only; UD: send and receive).
+    let steps = [
+        Step::SrqRecv { pool: 0 },
+        Step::Send { qp: 0, pool: 0, op: Op::Send, len: 100 },
+        Step::Send { qp: 2, pool: 0, op: Op::Write(64), len: 200 },
+        Step::Recv { qp: 5, pool: 0 },
+        Step::Send { qp: 4, pool: 0, op: Op::SendWithImm, len: 50 },
+        Step::Poll,
+    ];
+    for (extended, iova) in [(false, false), (true, true)] {
+        assert_eq!(run(&steps, extended, iova), Ok(5), "extended {extended}, iova {iova}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { max_shrink_iters: 4096, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_sequence_of_safe_calls_makes_the_provider_touch_memory_it_does_not_own(
+        steps in proptest::collection::vec(step(), 1..40),
+        extended in any::<bool>(),
+        iova in any::<bool>(),
+    ) {
+        if let Err(violation) = run(&steps, extended, iova) {
+            return Err(TestCaseError::fail(violation));
+        }
+    }
+}
