@@ -20,6 +20,22 @@
 //! every QP it lends chunks to (`'p: 'res` on the post methods, with `QueuePair` invariant in
 //! `'res`), so the memory stays registered while any QP could still use it.
 //!
+//! What the NIC is told is right by construction, so no safe caller can make it reach other
+//! memory:
+//! - each SGE covers exactly one chunk (at most its capacity) of the pool's region, by the
+//!   region's lkey and its address in the region's IOVA space; an inline SGE carries the
+//!   chunk's CPU address instead, which the provider copies from during the post;
+//! - the pool's region is in the PD of the queue it is posted to (checked before posting:
+//!   the lkey would not be valid there);
+//! - every send, single or in a list, passes the raw tier's checks
+//!   (`QueuePair::check_send`: SGE count, inline size, atomics RC-only with one 8-byte
+//!   aligned SGE and remote word, UD destination and MTU) before any is posted; a UD send
+//!   always has a destination (lists of [`UdSend`]) whose address handle outlives the QP;
+//! - the `wr_id`s carry bit 63 and a fresh generation, so no two flights share one.
+//!
+//! Remote addresses and rkeys are plain values: a wrong one makes the WR complete with an
+//! error status, and the peer's NIC checks them against its own registrations.
+//!
 //! The one residual case: a completion kept *unconsumed* while its chunk is posted again
 //! 2^27 times could match the chunk's current flight (the generation has 27 bits).
 

@@ -149,7 +149,7 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
             // Move the WRs to a new allocation (the old one is freed) and post the first one
             // alone: its `next` from the list must not be followed.
             let mut moved = Vec::with_capacity(16);
-            moved.extend(wrs.drain(..));
+            moved.append(&mut wrs);
             drop(wrs);
             // SAFETY: as above.
             unsafe { a.post_send(&mut moved[0]).unwrap() };

@@ -18,10 +18,10 @@ use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
     Endpoint, InitAttr, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
     QueuePair, Rc, RemoteAddr, RemoteWritableRegion, Reset, RtrAttr, Rts, RtsAttr, SendList,
-    SendOp, SharedReceiveQueue, Uc, Ud, UdDestination, UdInitAttr, UdSend, VerbsPath,
+    SendOp, SendWr, SharedReceiveQueue, Uc, Ud, UdDestination, UdInitAttr, UdSend, VerbsPath,
     WorkCompletion,
 };
-use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
+use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
 
 use super::open;
@@ -402,6 +402,71 @@ fn the_rig_executes_loopback_work_on_both_paths() {
     for (extended, iova) in [(false, false), (true, true)] {
         assert_eq!(run(&steps, extended, iova), Ok(5), "extended {extended}, iova {iova}");
     }
+}
+
+/// Issue #13's holes, each a sequence the strict mock flagged before the fix: a list that
+/// skipped `post_send`'s checks (an atomic on UC, a misaligned atomic), and a pool over a
+/// region at a chosen IOVA whose SGEs carried CPU addresses (receive, send, read).
+#[test]
+fn the_holes_of_issue_13_stay_closed() {
+    let list = |qp, op| Step::List { qp, pool: 0, op, len: 8, n: 2, signal_last: true };
+    let holes = [
+        ("an atomic on UC in a list", vec![list(2, Op::FetchAdd(0))], false),
+        ("a misaligned atomic in a list", vec![list(0, Op::CompareSwap(4))], false),
+        (
+            "a pool over an IOVA region",
+            vec![
+                Step::SrqRecv { pool: 0 },
+                Step::Send { qp: 0, pool: 0, op: Op::Send, len: 200 },
+                Step::Send { qp: 0, pool: 0, op: Op::Read(0), len: 100 },
+                Step::Poll,
+            ],
+            true,
+        ),
+    ];
+    for (hole, steps, iova) in holes {
+        for extended in [false, true] {
+            let back = run(&steps, extended, iova);
+            assert!(back.is_ok(), "{hole} (extended {extended}): {back:?}");
+        }
+    }
+}
+
+/// Hole 2: after a list post, a WR of the list posted alone posts only itself (its `next`
+/// from the list is not followed), on the legacy verbs where `next` is the list.
+#[test]
+fn a_wr_once_posted_in_a_list_posts_only_itself() {
+    let mock = Mock::new();
+    let ctx = open(&mock, Optional::ALL, ContextConfig::default());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let srq = pd.create_srq(4, 1).unwrap();
+    let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path: VerbsPath::Legacy };
+    let mr = pd.register(3 * 64, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = parts.connect(parts.create::<Rc>(false), Qpn(0xab_cdef)).unwrap();
+    let sges: Vec<_> = (0..3).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
+    let mut wrs: Vec<_> =
+        sges.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();
+    mock.take_calls();
+    // SAFETY: the QP's peer is no QP of the mock: nothing executes, and the bytes are never
+    // written while the QP lives.
+    unsafe { qp.post_send_list(&mut wrs).unwrap() };
+    // Moved to a new allocation, the old one freed: a stale `next` would point there (which
+    // memcheck reports as an invalid read).
+    let mut moved = Vec::with_capacity(16);
+    moved.append(&mut wrs);
+    drop(wrs);
+    // SAFETY: as above.
+    unsafe { qp.post_send(&mut moved[0]).unwrap() };
+    let posts: Vec<_> = mock
+        .take_calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::PostSend { wr_ids } => Some(wr_ids),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(posts, [vec![0, 1, 2], vec![0]]);
 }
 
 proptest! {
