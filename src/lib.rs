@@ -91,6 +91,10 @@
 //!   the device's own libmlx5 is used at run time, only by DC. Needs `infiniband/mlx5dv.h` at
 //!   build time (libibverbs-dev / rdma-core-devel).
 //!
+//! - `diag`: the doctor, a layered diagnosis of the RDMA stack (module `diag`, used by
+//!   `examples/doctor`). Off by default, so a program that only does verbs compiles none of
+//!   it; the stack's kind and rdma-core version are in the core ([`Stack`]).
+//!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
 //! # Requirements
@@ -127,6 +131,8 @@ compile_error!(
      (RHEL/Rocky/Fedora; MLNX_OFED/DOCA-OFED: its rdma-core-devel), or point \
      RDMA_CORE_INCLUDE_DIR at the directory holding infiniband/mlx5dv.h"
 );
+#[cfg(feature = "diag")]
+#[cfg_attr(docsrs, doc(cfg(feature = "diag")))]
 pub mod diag;
 mod endpoint;
 mod error;
@@ -142,6 +148,7 @@ mod qp;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;
 mod srq;
+mod stack;
 mod verbs_path;
 mod wc;
 mod wr;
@@ -229,6 +236,8 @@ pub use qp::Ud;
 pub use qp::UdInitAttr;
 pub use qp::Unknown;
 pub use srq::SharedReceiveQueue;
+pub use stack::Stack;
+pub use stack::StackKind;
 pub use verbs_path::VerbsPath;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;

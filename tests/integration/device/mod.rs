@@ -7,6 +7,7 @@ mod buffers;
 mod cm;
 #[cfg(feature = "mlx5")]
 mod dc;
+#[cfg(feature = "diag")]
 mod doctor;
 mod events;
 mod examples;
@@ -18,9 +19,9 @@ mod memory;
 mod pair;
 mod rc_pingpong;
 mod service;
-mod soundness;
 #[cfg(feature = "rdmacm")]
 mod service_cm;
+mod soundness;
 mod transfers;
 mod transports;
 #[cfg(feature = "rdmacm")]

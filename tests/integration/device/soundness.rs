@@ -85,9 +85,8 @@ fn a_ud_send_list_carries_a_destination_per_datagram() {
         let Some(ctx) = require_device(RXE) else { return };
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(32).unwrap();
-        let pool =
-            BufferPool::new(pd.register(8 * 2048, AccessFlags::LOCAL_WRITE).unwrap(), 2048)
-                .unwrap();
+        let pool = BufferPool::new(pd.register(8 * 2048, AccessFlags::LOCAL_WRITE).unwrap(), 2048)
+            .unwrap();
         let ah = loopback_ah(&ctx, &pd);
         const QKEY: u32 = 0x5151;
         for path in [VerbsPath::Legacy, VerbsPath::Extended] {
@@ -148,7 +147,7 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
             // Move the WRs to a new allocation (the old one is freed) and post the first one
             // alone: its `next` from the list must not be followed.
             let mut moved = Vec::with_capacity(16);
-            moved.extend(wrs.drain(..));
+            moved.append(&mut wrs);
             drop(wrs);
             // SAFETY: as above.
             unsafe { a.post_send(&mut moved[0]).unwrap() };
