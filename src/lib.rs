@@ -106,6 +106,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
+mod access;
 mod ah;
 mod buffer;
 mod c_enum;
@@ -113,6 +114,7 @@ mod channel;
 #[cfg(all(feature = "rdmacm", rdma_verbs_rdma_cma))]
 #[cfg_attr(docsrs, doc(cfg(feature = "rdmacm")))]
 pub mod cm;
+mod context;
 #[cfg(all(feature = "rdmacm", not(rdma_verbs_rdma_cma)))]
 compile_error!(
     "rdma-verbs: feature `rdmacm` needs rdma/rdma_cma.h, which rdma-verbs-sys did not find: \
@@ -141,6 +143,7 @@ mod fd;
 mod gid;
 mod mr;
 mod mw;
+mod odp;
 mod pd;
 mod port;
 mod qp;
@@ -155,6 +158,7 @@ mod wr;
 
 pub use rdma_verbs_sys as sys;
 
+pub use access::AccessFlags;
 pub use ah::AddressHandle;
 pub use ah::Grh;
 pub use ah::UdDestination;
@@ -166,12 +170,12 @@ pub use buffer::SendList;
 pub use buffer::SendOp;
 pub use buffer::UdSend;
 pub use channel::CompletionChannel;
+pub use context::Context;
+pub use context::DeviceAttr;
 pub use cq::Completion;
 pub use cq::CompletionQueue;
 pub use cq::CqAttr;
-pub use device::Context;
 pub use device::Device;
-pub use device::DeviceAttr;
 pub use device::DeviceList;
 pub use device::NodeType;
 pub use device::TransportType;
@@ -193,20 +197,19 @@ pub use gid::routable_gid;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
-pub use mr::AccessFlags;
-pub use mr::BindableRegion;
 pub use mr::DmabufRegion;
 pub use mr::LKey;
 pub use mr::MemoryRegion;
-pub use mr::OdpCaps;
-pub use mr::OdpGeneralCaps;
-pub use mr::OdpTransportCaps;
 pub use mr::RKey;
 pub use mr::RegionMemory;
 pub use mr::RemoteWritableRegion;
+pub use mw::BindableRegion;
 pub use mw::MemoryWindow;
 pub use mw::MwBind;
 pub use mw::MwType;
+pub use odp::OdpCaps;
+pub use odp::OdpGeneralCaps;
+pub use odp::OdpTransportCaps;
 pub use pd::ProtectionDomain;
 pub use port::LinkLayer;
 pub use port::Mtu;
