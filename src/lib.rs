@@ -136,7 +136,7 @@ compile_error!(
 #[cfg(feature = "diag")]
 #[cfg_attr(docsrs, doc(cfg(feature = "diag")))]
 pub mod diag;
-mod endpoint;
+pub mod endpoint;
 mod error;
 mod event;
 mod fd;
@@ -183,8 +183,6 @@ pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
 pub use endpoint::Qpn;
-pub use endpoint::WireError;
-pub use endpoint::PINGPONG_MESSAGE_LEN;
 pub use error::Error;
 pub use error::Result;
 pub use error::TransitionError;

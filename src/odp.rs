@@ -17,7 +17,8 @@ bitflags! {
     #[repr(transparent)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct OdpGeneralCaps: u64 {
-        /// `IBV_ODP_SUPPORT`: [`AccessFlags::ON_DEMAND`] registrations work.
+        /// `IBV_ODP_SUPPORT`: [`AccessFlags::ON_DEMAND`](crate::AccessFlags::ON_DEMAND)
+        /// registrations work.
         const SUPPORT = sys::IBV_ODP_SUPPORT as u64;
         /// `IBV_ODP_SUPPORT_IMPLICIT`: an implicit ODP region may cover the whole address
         /// space.
