@@ -28,6 +28,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
 
 /// How long to wait for the peer over TCP, and for a completion once running.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs_sys as sys;
 
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Result};
 use crate::fd;
 

@@ -1,4 +1,7 @@
-//! What two peers exchange to connect their queue pairs, and its wire formats.
+//! What two peers exchange to connect their queue pairs ([`Endpoint`]: [`Lid`], [`Qpn`],
+//! [`Psn`], a GID; all four also at the crate root), and its wire formats: ibv_rc_pingpong's
+//! address message ([`PINGPONG_MESSAGE_LEN`] bytes, [`Endpoint::to_pingpong_message`],
+//! [`Endpoint::from_pingpong_message`], which fails with a [`WireError`]).
 
 use std::fmt;
 

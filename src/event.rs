@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
+use crate::context::Context;
 use crate::cq::CompletionQueue;
-use crate::device::Context;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, Result};
 use crate::fd;

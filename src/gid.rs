@@ -1,5 +1,11 @@
-//! GIDs and the GID table.
-#![allow(unsafe_code)] // reading the bytes of `union ibv_gid`
+//! GIDs and the GID table: [`Gid`], [`GidEntry`], the queries of a port's table
+//! ([`Context::query_gid`], [`Context::gid_table`], with the fallback for rdma-core before
+//! v32), and the choice of the routable GID ([`routable_gid`], [`Context::routable_gid`]).
+#![allow(unsafe_code)]
+//! # Safety
+//!
+//! The bytes of `union ibv_gid` are read as the plain 16 bytes they are; the queries pass a
+//! live context of its own library and writable structs of this build's layout.
 
 use std::fmt;
 use std::net::Ipv6Addr;
@@ -7,6 +13,8 @@ use std::net::Ipv6Addr;
 use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
+use crate::context::Context;
+use crate::error::{check_errno, Error, Result};
 
 /// A 128-bit Global Identifier (`union ibv_gid`): an InfiniBand port GID, or on RoCE an IPv6
 /// address (IPv4 addresses appear IPv4-mapped, `::ffff:a.b.c.d`).
@@ -120,6 +128,116 @@ pub fn routable_gid(table: &[GidEntry]) -> Option<&GidEntry> {
         }
     };
     table.iter().filter(|e| !e.gid.is_zero()).filter(roce).min_by_key(|e| (rank(e), e.index))
+}
+
+impl Context {
+    /// `ibv_query_gid_ex(3)`—Entry `index` of `port`'s GID table, `None` when it is empty.
+    ///
+    /// With an rdma-core older than v32 (no `ibv_query_gid_ex`), the GID comes from
+    /// `ibv_query_gid(3)` and its type from sysfs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from the query (e.g. `EINVAL` for an index past the table).
+    #[doc(alias = "ibv_query_gid_ex")]
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Option<GidEntry>> {
+        let mut raw = sys::ibv_gid_entry::default();
+        // SAFETY: a live context of `lib` and a writable entry of this build's size.
+        let ret = unsafe {
+            sys::inline::ibv_query_gid_ex(
+                &self.library().fns,
+                self.as_raw(),
+                port.into(),
+                index,
+                &mut raw,
+                0,
+            )
+        };
+        let entry = match ret {
+            0 => GidEntry {
+                gid: Gid::from_raw(&raw.gid),
+                index,
+                port,
+                gid_type: GidType(raw.gid_type),
+                ndev_ifindex: raw.ndev_ifindex,
+            },
+            libc::ENODATA => return Ok(None),
+            libc::EOPNOTSUPP => return self.query_gid_compat(port, index),
+            e => return Err(Error::verb("ibv_query_gid_ex", e)),
+        };
+        Ok((!entry.gid.is_zero()).then_some(entry))
+    }
+
+    fn query_gid_compat(&self, port: u8, index: u32) -> Result<Option<GidEntry>> {
+        let mut gid = sys::ibv_gid::default();
+        let c_index =
+            i32::try_from(index).map_err(|_| Error::verb("ibv_query_gid", libc::EINVAL))?;
+        // SAFETY: a live context and a writable GID.
+        let ret =
+            unsafe { (self.library().fns.ibv_query_gid)(self.as_raw(), port, c_index, &mut gid) };
+        check_errno(ret, "ibv_query_gid")?;
+        let gid = Gid::from_raw(&gid);
+        let path =
+            format!("/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{index}", self.name());
+        let gid_type = match std::fs::read_to_string(path).as_deref().map(str::trim) {
+            Ok("RoCE v2") => GidType::ROCE_V2,
+            Ok("IB/RoCE v1") if self.query_port(port)?.is_ethernet() => GidType::ROCE_V1,
+            _ => GidType::IB,
+        };
+        Ok((!gid.is_zero()).then_some(GidEntry { gid, index, port, gid_type, ndev_ifindex: 0 }))
+    }
+
+    /// The non-empty entries of `port`'s GID table.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::query_port`] and [`Context::query_gid`].
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        let len = self.query_port(port)?.gid_tbl_len();
+        let mut table = Vec::new();
+        for index in 0..len {
+            table.extend(self.query_gid(port, index)?);
+        }
+        Ok(table)
+    }
+
+    /// The non-empty GID entry `index` of `port`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::GidIndexInvalid`], naming the valid indexes, when `index` is past the table
+    /// or its entry is empty; otherwise as [`Context::gid_table`].
+    pub fn gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        let table = self.gid_table(port)?;
+        table.iter().find(|e| e.index == index).copied().ok_or_else(|| Error::GidIndexInvalid {
+            device: self.name().to_owned(),
+            port,
+            index,
+            valid: if table.is_empty() {
+                "none (the table is empty)".into()
+            } else {
+                table.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            },
+        })
+    }
+
+    /// The GID to use by default on `port`: on Ethernet (RoCE) the routable one (RoCE v2 with
+    /// an IPv4-mapped address, else RoCE v2 global IPv6, else link-local); on InfiniBand
+    /// index 0.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoRoutableGid`] on an Ethernet port without a RoCE GID; otherwise as
+    /// [`Context::gid_table`].
+    pub fn routable_gid(&self, port: u8) -> Result<GidEntry> {
+        let table = self.gid_table(port)?;
+        let pick = if self.query_port(port)?.is_ethernet() {
+            routable_gid(&table)
+        } else {
+            table.iter().find(|e| e.index == 0)
+        };
+        pick.copied().ok_or_else(|| Error::NoRoutableGid { device: self.name().to_owned(), port })
+    }
 }
 
 #[cfg(test)]

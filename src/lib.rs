@@ -91,6 +91,10 @@
 //!   the device's own libmlx5 is used at run time, only by DC. Needs `infiniband/mlx5dv.h` at
 //!   build time (libibverbs-dev / rdma-core-devel).
 //!
+//! - `diag`: the doctor, a layered diagnosis of the RDMA stack (module `diag`, used by
+//!   `examples/doctor`). Off by default, so a program that only does verbs compiles none of
+//!   it; the stack's kind and rdma-core version are in the core ([`Stack`]).
+//!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
 //! # Requirements
@@ -102,6 +106,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
+mod access;
 mod ah;
 mod buffer;
 mod c_enum;
@@ -109,6 +114,7 @@ mod channel;
 #[cfg(all(feature = "rdmacm", rdma_verbs_rdma_cma))]
 #[cfg_attr(docsrs, doc(cfg(feature = "rdmacm")))]
 pub mod cm;
+mod context;
 #[cfg(all(feature = "rdmacm", not(rdma_verbs_rdma_cma)))]
 compile_error!(
     "rdma-verbs: feature `rdmacm` needs rdma/rdma_cma.h, which rdma-verbs-sys did not find: \
@@ -127,14 +133,17 @@ compile_error!(
      (RHEL/Rocky/Fedora; MLNX_OFED/DOCA-OFED: its rdma-core-devel), or point \
      RDMA_CORE_INCLUDE_DIR at the directory holding infiniband/mlx5dv.h"
 );
+#[cfg(feature = "diag")]
+#[cfg_attr(docsrs, doc(cfg(feature = "diag")))]
 pub mod diag;
-mod endpoint;
+pub mod endpoint;
 mod error;
 mod event;
 mod fd;
 mod gid;
 mod mr;
 mod mw;
+mod odp;
 mod pd;
 mod port;
 mod qp;
@@ -142,12 +151,14 @@ mod qp;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;
 mod srq;
+mod stack;
 mod verbs_path;
 mod wc;
 mod wr;
 
 pub use rdma_verbs_sys as sys;
 
+pub use access::AccessFlags;
 pub use ah::AddressHandle;
 pub use ah::Grh;
 pub use ah::UdDestination;
@@ -159,12 +170,12 @@ pub use buffer::SendList;
 pub use buffer::SendOp;
 pub use buffer::UdSend;
 pub use channel::CompletionChannel;
+pub use context::Context;
+pub use context::DeviceAttr;
 pub use cq::Completion;
 pub use cq::CompletionQueue;
 pub use cq::CqAttr;
-pub use device::Context;
 pub use device::Device;
-pub use device::DeviceAttr;
 pub use device::DeviceList;
 pub use device::NodeType;
 pub use device::TransportType;
@@ -172,8 +183,6 @@ pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
 pub use endpoint::Qpn;
-pub use endpoint::WireError;
-pub use endpoint::PINGPONG_MESSAGE_LEN;
 pub use error::Error;
 pub use error::Result;
 pub use error::TransitionError;
@@ -186,20 +195,19 @@ pub use gid::routable_gid;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
-pub use mr::AccessFlags;
-pub use mr::BindableRegion;
 pub use mr::DmabufRegion;
 pub use mr::LKey;
 pub use mr::MemoryRegion;
-pub use mr::OdpCaps;
-pub use mr::OdpGeneralCaps;
-pub use mr::OdpTransportCaps;
 pub use mr::RKey;
 pub use mr::RegionMemory;
 pub use mr::RemoteWritableRegion;
+pub use mw::BindableRegion;
 pub use mw::MemoryWindow;
 pub use mw::MwBind;
 pub use mw::MwType;
+pub use odp::OdpCaps;
+pub use odp::OdpGeneralCaps;
+pub use odp::OdpTransportCaps;
 pub use pd::ProtectionDomain;
 pub use port::LinkLayer;
 pub use port::Mtu;
@@ -229,6 +237,8 @@ pub use qp::Ud;
 pub use qp::UdInitAttr;
 pub use qp::Unknown;
 pub use srq::SharedReceiveQueue;
+pub use stack::Stack;
+pub use stack::StackKind;
 pub use verbs_path::VerbsPath;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;

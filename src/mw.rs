@@ -1,7 +1,8 @@
 //! Memory windows: rkeys to parts of a registered region, bound and invalidated cheaply on a
 //! queue pair's send queue (`ibv_alloc_mw(3)`, `ibv_bind_mw(3)`, `ibv_post_send(3)`).
 //!
-//! The overview is on [`MemoryWindow`].
+//! The overview is on [`MemoryWindow`]; [`BindableRegion`] is what a window needs of the
+//! region it is bound to.
 #![allow(unsafe_code)]
 
 use std::ops::RangeBounds;
@@ -9,11 +10,40 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, Result};
-use crate::mr::{bounds, AccessFlags, BindParts, BindableRegion, RKey};
+use crate::mr::{bounds, RKey};
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, Rts};
 use crate::wr::{RemoteAddr, SendFlags, SendWr};
+
+/// The region types a [`MemoryWindow`] can be bound to:
+/// [`MemoryRegion`](crate::MemoryRegion), [`RemoteWritableRegion`](crate::RemoteWritableRegion)
+/// and [`DmabufRegion`](crate::DmabufRegion).
+pub trait BindableRegion<'a>: sealed::Region {
+    #[doc(hidden)]
+    fn bind_parts(&self) -> BindParts<'a>;
+}
+
+/// What binding a window needs to know of its region.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct BindParts<'a> {
+    pub(crate) mr: NonNull<sys::ibv_mr>,
+    pub(crate) iova: u64,
+    pub(crate) len: usize,
+    pub(crate) access: AccessFlags,
+    pub(crate) pd: &'a ProtectionDomain<'a>,
+}
+
+mod sealed {
+    use crate::mr::{DmabufRegion, MemoryRegion, RemoteWritableRegion};
+
+    pub trait Region {}
+    impl Region for MemoryRegion<'_> {}
+    impl Region for RemoteWritableRegion<'_> {}
+    impl Region for DmabufRegion<'_> {}
+}
 
 /// The type of a memory window (`enum ibv_mw_type`), chosen at allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

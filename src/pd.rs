@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Result};
 
 /// A protection domain (`struct ibv_pd`): groups the memory regions and queue pairs that may

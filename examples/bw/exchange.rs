@@ -4,7 +4,8 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-use rdma_verbs::{Endpoint, RKey, RemoteAddr, PINGPONG_MESSAGE_LEN};
+use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
+use rdma_verbs::{Endpoint, RKey, RemoteAddr};
 
 use super::Error;
 

@@ -44,6 +44,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
 
 /// How long to wait for a peer: its address message, or a completion once connected.

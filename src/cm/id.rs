@@ -14,7 +14,7 @@ use super::channel::EventChannel;
 use super::event::{CmEventKind, IdPtr, RawEvent};
 use super::{check, explain};
 use crate::c_enum::c_enum;
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{Error, Result};
 
 /// Extra time a wait allows beyond the CM's own timeout, which should end it with an event.

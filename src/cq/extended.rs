@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
 use crate::wc::WorkCompletion;
 

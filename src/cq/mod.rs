@@ -13,7 +13,7 @@ pub use attr::CqAttr;
 pub use completion::Completion;
 
 use crate::channel::CompletionChannel;
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Error, Result};
 use crate::verbs_path::VerbsPath;
 use crate::wc::WorkCompletion;

@@ -10,7 +10,8 @@ use rdma_verbs_sys as sys;
 
 use super::sysfs::{self, SysDevice, CLASS_INFINIBAND, CLASS_VERBS};
 use super::{named, process, Gate, Out, Targets};
-use crate::device::{Context, DeviceList, TransportType};
+use crate::context::Context;
+use crate::device::{DeviceList, TransportType};
 
 /// A device libibverbs opened, for the layers above.
 pub(super) struct Opened {

@@ -7,6 +7,7 @@ use rdma_verbs_sys as sys;
 
 use super::sysfs::SysDevice;
 use super::{providers, Gate, Out, ProviderProbe};
+use crate::stack::{Stack, StackKind};
 
 /// What later layers need from this one.
 pub(super) struct Library {
@@ -116,22 +117,24 @@ fn stack(out: &mut Out<'_>, verbs: &sys::Ibverbs) {
         },
         None => "no ofed_info on PATH".into(),
     };
-    match verbs.rdma_core_version() {
+    match Stack::of(verbs) {
         None => {
             out.pass("stack", format!("unknown: the library's file name has no version; {tool}"))
         }
-        Some(v) if is_nvidia_numbering(&v) => out.pass(
+        Some(stack) if stack.kind() == StackKind::MlnxOfed => out.pass(
             "stack",
             format!(
-                "MLNX_OFED / DOCA-OFED: rdma-core {v} has NVIDIA's numbering (a 'mlnx' tag or a \
-                 YYMM-based release of 4+ digits; upstream releases have 2-3); {tool}"
+                "MLNX_OFED / DOCA-OFED: rdma-core {} has NVIDIA's numbering (a 'mlnx' tag or a \
+                 YYMM-based release of 4+ digits; upstream releases have 2-3); {tool}",
+                stack.release()
             ),
         ),
-        Some(v) if ofed_info.is_some() => out.warn(
+        Some(stack) if ofed_info.is_some() => out.warn(
             "stack",
             format!(
-                "mixed: libibverbs is upstream (inbox) rdma-core {v}, but MLNX_OFED / DOCA-OFED \
-                 is installed ({tool})"
+                "mixed: libibverbs is upstream (inbox) rdma-core {}, but MLNX_OFED / DOCA-OFED \
+                 is installed ({tool})",
+                stack.release()
             ),
             format!(
                 "use one stack: load MLNX_OFED's libibverbs ({}=<its libibverbs.so.1>) or \
@@ -140,19 +143,14 @@ fn stack(out: &mut Out<'_>, verbs: &sys::Ibverbs) {
                 sys::loader::LIBIBVERBS_ENV
             ),
         ),
-        Some(v) => out.pass(
+        Some(stack) => out.pass(
             "stack",
-            format!("inbox (distribution) rdma-core {v}: upstream numbering, and {tool}"),
+            format!(
+                "inbox (distribution) rdma-core {}: upstream numbering, and {tool}",
+                stack.release()
+            ),
         ),
     }
-}
-
-/// Whether an rdma-core version follows MLNX_OFED / DOCA-OFED numbering: a `mlnx` tag
-/// (`2307mlnx47`) or a release number of 4+ digits (`2410068.0`); upstream releases are
-/// `44.0`, `56.1`.
-fn is_nvidia_numbering(version: &str) -> bool {
-    let release = version.split('.').next().unwrap_or_default();
-    version.contains("mlnx") || (release.len() >= 4 && release.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The release `ofed_info` (a shell script) prints, read from its text without running it.
@@ -213,15 +211,6 @@ fn sibling(out: &mut Out<'_>, check: &str, path: &Path, version: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nvidia_numbering_is_told_from_upstream() {
-        assert!(!is_nvidia_numbering("44.0"));
-        assert!(!is_nvidia_numbering("56.1"));
-        assert!(is_nvidia_numbering("2410068.0"));
-        assert!(is_nvidia_numbering("2307mlnx47"));
-        assert!(!is_nvidia_numbering(""));
-    }
 
     #[test]
     fn ofed_info_release_is_read_from_the_script() {

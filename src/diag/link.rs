@@ -3,7 +3,8 @@
 
 use super::kernel::Opened;
 use super::{named, Gate, Out, Targets};
-use crate::device::{Context, TransportType};
+use crate::context::Context;
+use crate::device::TransportType;
 use crate::port::{PortAttr, PortState};
 
 /// A port whose link is up, for the layers above.

@@ -6,11 +6,11 @@ use super::addressing::Route;
 use super::link::Port;
 use super::process::{self, Memlock};
 use super::{bytes, named, Out, Targets};
+use crate::access::AccessFlags;
 use crate::buffer::{BufferPool, SendOp};
 use crate::endpoint::{Endpoint, Psn};
 use crate::error::Error;
 use crate::gid::GidEntry;
-use crate::mr::AccessFlags;
 use crate::qp::{InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr};
 use crate::wc::{WcOpcode, WorkCompletion};
 

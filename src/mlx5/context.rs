@@ -4,9 +4,9 @@ use std::sync::Mutex;
 
 use rdma_verbs_sys as sys;
 
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
-use crate::mr::OdpTransportCaps;
+use crate::odp::OdpTransportCaps;
 
 /// A device context that `mlx5dv_is_supported` accepted, with its libmlx5 and DC
 /// capabilities. Every DC object is created through one, so none exists on another device.

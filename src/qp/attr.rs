@@ -6,10 +6,10 @@
 
 use rdma_verbs_sys as sys;
 
+use crate::access::AccessFlags;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Endpoint, Lid, Psn, Qpn};
 use crate::gid::Gid;
-use crate::mr::AccessFlags;
 use crate::port::Mtu;
 use crate::srq::SharedReceiveQueue;
 use crate::verbs_path::VerbsPath;

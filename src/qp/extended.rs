@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
-use crate::device::Context;
+use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send

@@ -1,11 +1,10 @@
 //! Helpers shared by the integration tests.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rdma_verbs::{Context, DeviceList, Error, TransportType};
+use rdma_verbs::{Context, Error};
 
 /// The device tests' device: Soft-RoCE in the guest.
 pub const RXE: &str = "rxe0";
@@ -63,6 +62,7 @@ pub fn crash_isolated(test: &str, body: impl FnOnce()) {
 /// A device the tests reach by address (rdma_cm binds and resolves IPs, the doctor reports
 /// them): its name, its netdev's IPv4 address, and whether it speaks iWARP (no immediate
 /// data; it connects only through rdma_cm).
+#[cfg(any(feature = "diag", feature = "rdmacm"))]
 #[cfg_attr(
     not(feature = "rdmacm"),
     expect(
@@ -72,12 +72,13 @@ pub fn crash_isolated(test: &str, body: impl FnOnce()) {
 )]
 pub struct Target {
     pub device: &'static str,
-    pub ip: IpAddr,
+    pub ip: std::net::IpAddr,
     pub iwarp: bool,
 }
 
 /// rxe0 at `$RDMA_VM_IPV4`, or `None` after failing (under `RDMA_VERBS_REQUIRE_DEVICE=1`) or
 /// skipping, saying so.
+#[cfg(any(feature = "diag", feature = "rdmacm"))]
 pub fn rxe() -> Option<Target> {
     target(RXE, "RDMA_VM_IPV4")
 }
@@ -85,15 +86,17 @@ pub fn rxe() -> Option<Target> {
 /// siw0 at `$RDMA_VM_SIW_IPV4`, likewise: under `RDMA_VERBS_REQUIRE_DEVICE=1` a guest started
 /// without `--siw` fails the test, so a run that means to skip the siw tests says so by name
 /// (`--skip siw`, as scripts/test does before running them in a `--siw` guest).
+#[cfg(any(feature = "diag", feature = "rdmacm"))]
 pub fn siw() -> Option<Target> {
     target(SIW, "RDMA_VM_SIW_IPV4")
 }
 
+#[cfg(any(feature = "diag", feature = "rdmacm"))]
 fn target(device: &'static str, var: &str) -> Option<Target> {
     require_device(device)?;
-    let list = DeviceList::new().expect("the device list that just opened the device");
-    let iwarp =
-        list.find(device).expect("the device just opened").transport() == TransportType::IWARP;
+    let list = rdma_verbs::DeviceList::new().expect("the device list that just opened the device");
+    let iwarp = list.find(device).expect("the device just opened").transport()
+        == rdma_verbs::TransportType::IWARP;
     match std::env::var(var).ok().and_then(|v| v.parse().ok()) {
         Some(ip) => Some(Target { device, ip, iwarp }),
         None => {

@@ -8,6 +8,7 @@
 
 mod common;
 mod device;
+#[cfg(feature = "diag")]
 mod diag;
 mod host;
 mod mock;

@@ -7,6 +7,7 @@ mod buffers;
 mod cm;
 #[cfg(feature = "mlx5")]
 mod dc;
+#[cfg(feature = "diag")]
 mod doctor;
 mod events;
 mod examples;

@@ -1,0 +1,236 @@
+//! Device contexts: an open device ([`Context`], the parent of every other verbs object) and
+//! its attributes and limits ([`DeviceAttr`]). Its GID queries are in `gid`, its on-demand
+//! paging capabilities in `odp`.
+#![allow(unsafe_code)]
+//! # Safety
+//!
+//! A [`Context`] owns an `ibv_context` until `ibv_close_device`, and every child (PD, CQ, ...)
+//! borrows the context.
+
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use crate::device::DeviceList;
+use crate::error::{check_errno, Error, Result};
+use crate::port::PortAttr;
+
+/// An open device (`struct ibv_context`): the parent of every other verbs object.
+pub struct Context {
+    raw: NonNull<sys::ibv_context>,
+    lib: &'static sys::Ibverbs,
+    name: String,
+    /// The device attributes, queried once when a check first needs them.
+    attr: std::sync::OnceLock<DeviceAttr>,
+}
+
+// SAFETY: libibverbs verbs are thread-safe (rdma-core's documented guarantee); the context
+// is only mutated by the library under its own locks.
+unsafe impl Send for Context {}
+// SAFETY: as above: every method takes `&self` and calls thread-safe verbs.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Opens the device named `name`, or the first device when `name` is `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoKernelSupport`] / [`Error::NoDevices`] when there is no device,
+    /// [`Error::DeviceNotFound`] (naming the devices present) when none has that name, and the
+    /// errors of [`Device::open`](crate::Device::open).
+    pub fn open_by_name(name: Option<&str>) -> Result<Context> {
+        let list = DeviceList::new()?;
+        let device = match name {
+            None => list.iter().next().ok_or(Error::NoDevices)?,
+            Some(name) => list.find(name).ok_or_else(|| Error::DeviceNotFound {
+                name: name.to_owned(),
+                available: list.names(),
+            })?,
+        };
+        device.open()
+    }
+
+    /// Wraps a context opened elsewhere (by rdma_cm, a provider's own open call, or a mock
+    /// provider); dropping the returned value closes it with `ibv_close_device`.
+    ///
+    /// # Safety
+    ///
+    /// - `raw` must be a live `ibv_context` opened through `lib`, and stay live while the
+    ///   returned value (and everything made from it) is in use;
+    /// - either the returned value owns it — nothing else closes it, and the value's drop
+    ///   does — or it is *lent*: the caller keeps the value from ever being dropped
+    ///   (`ManuallyDrop`, as the `cm` module does with the context an rdma_cm id owns) and
+    ///   its owner closes it only after the value and its children are gone;
+    /// - `lib` must be the library whose functions operate on it.
+    pub unsafe fn from_raw(
+        lib: &'static sys::Ibverbs,
+        raw: NonNull<sys::ibv_context>,
+        name: String,
+    ) -> Context {
+        Context { raw, lib, name, attr: Default::default() }
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The loaded libibverbs this context belongs to.
+    pub fn library(&self) -> &'static sys::Ibverbs {
+        self.lib
+    }
+
+    /// The raw context pointer.
+    pub fn as_raw(&self) -> *mut sys::ibv_context {
+        self.raw.as_ptr()
+    }
+
+    /// `ibv_query_device(3)`—The device's attributes and limits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_query_device`.
+    #[doc(alias = "ibv_query_device")]
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        let mut attr = sys::ibv_device_attr::default();
+        // SAFETY: a live context and a writable attribute struct of this build's layout.
+        let ret = unsafe { (self.lib.fns.ibv_query_device)(self.as_raw(), &mut attr) };
+        check_errno(ret, "ibv_query_device")?;
+        Ok(DeviceAttr(attr))
+    }
+
+    /// The device attributes, queried on first use and kept (they do not change).
+    pub(crate) fn cached_attr(&self) -> Result<&DeviceAttr> {
+        if let Some(attr) = self.attr.get() {
+            return Ok(attr);
+        }
+        let attr = self.query_device()?;
+        Ok(self.attr.get_or_init(|| attr))
+    }
+
+    /// `ibv_query_port(3)`—The attributes of `port` (from 1).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PortNotFound`] when the device has no such port; [`Error::Verb`] from
+    /// `ibv_query_port` or `ibv_query_device`.
+    #[doc(alias = "ibv_query_port")]
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let count = self.query_device()?.phys_port_cnt();
+        if port == 0 || port > count {
+            return Err(Error::PortNotFound { device: self.name.clone(), port, count });
+        }
+        let mut attr = sys::ibv_port_attr::default();
+        // SAFETY: a live context of `lib` and a writable attribute struct.
+        let ret =
+            unsafe { sys::inline::ibv_query_port(&self.lib.fns, self.as_raw(), port, &mut attr) };
+        check_errno(ret, "ibv_query_port")?;
+        Ok(PortAttr(attr))
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: every child borrows the context, so none is alive; closed once.
+        let ret = unsafe { (self.lib.fns.ibv_close_device)(self.as_raw()) };
+        if let Err(e) = check_errno(ret, "ibv_close_device") {
+            log::warn!("leaking the context of {}: {e}", self.name);
+        }
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("device", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// A device's attributes and limits (`struct ibv_device_attr`).
+#[derive(Clone, Copy)]
+pub struct DeviceAttr(sys::ibv_device_attr);
+
+impl DeviceAttr {
+    /// The firmware version string.
+    pub fn fw_ver(&self) -> String {
+        let bytes: Vec<u8> =
+            self.0.fw_ver.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The node GUID, in host order.
+    pub fn node_guid(&self) -> u64 {
+        u64::from_be(self.0.node_guid)
+    }
+
+    /// The IEEE vendor ID.
+    pub fn vendor_id(&self) -> u32 {
+        self.0.vendor_id
+    }
+
+    /// The vendor's part ID.
+    pub fn vendor_part_id(&self) -> u32 {
+        self.0.vendor_part_id
+    }
+
+    /// The largest memory region, in bytes.
+    pub fn max_mr_size(&self) -> u64 {
+        self.0.max_mr_size
+    }
+
+    /// The most QPs.
+    pub fn max_qp(&self) -> i32 {
+        self.0.max_qp
+    }
+
+    /// The most outstanding WRs per work queue.
+    pub fn max_qp_wr(&self) -> i32 {
+        self.0.max_qp_wr
+    }
+
+    /// The most SGEs per WR.
+    pub fn max_sge(&self) -> i32 {
+        self.0.max_sge
+    }
+
+    /// The most CQs.
+    pub fn max_cq(&self) -> i32 {
+        self.0.max_cq
+    }
+
+    /// The most entries per CQ.
+    pub fn max_cqe(&self) -> i32 {
+        self.0.max_cqe
+    }
+
+    /// The most memory regions.
+    pub fn max_mr(&self) -> i32 {
+        self.0.max_mr
+    }
+
+    /// The most outstanding RDMA READ / atomic operations a QP can be the target of.
+    pub fn max_qp_rd_atom(&self) -> i32 {
+        self.0.max_qp_rd_atom
+    }
+
+    /// The number of physical ports.
+    pub fn phys_port_cnt(&self) -> u8 {
+        self.0.phys_port_cnt
+    }
+
+    /// The raw attributes.
+    pub fn as_raw(&self) -> &sys::ibv_device_attr {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DeviceAttr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceAttr")
+            .field("fw_ver", &self.fw_ver())
+            .field("max_qp", &self.max_qp())
+            .field("max_qp_wr", &self.max_qp_wr())
+            .field("max_cqe", &self.max_cqe())
+            .field("phys_port_cnt", &self.phys_port_cnt())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,334 @@
+//! Registration: the `ibv_reg_mr*` verbs ([`ProtectionDomain::register`] and its siblings),
+//! the access rights each region type accepts, and the `ibv_mr` they create, which the region
+//! types share ([`Registration`]).
+#![allow(unsafe_code)]
+//! # Safety
+//!
+//! A registration covers [`Memory`] that stays valid until it deregisters: owned, or
+//! borrowed for the region's lifetime. It deregisters before freeing owned memory, and leaks
+//! the memory when deregistration fails.
+
+use std::ops::RangeBounds;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+
+use rdma_verbs_sys as sys;
+
+use super::memory::{Memory, RegionMemory};
+use super::{bounds, DmabufRegion, LKey, MemoryRegion, RKey, RemoteWritableRegion};
+use crate::access::AccessFlags;
+use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::pd::ProtectionDomain;
+use crate::wr::{RemoteAddr, Sge};
+
+/// One `ibv_mr` over [`Memory`]: what the region types share.
+///
+/// Two addresses name its first byte: `local`, where the CPU sees it (its virtual address; for
+/// dma-buf memory, which the CPU does not map, the IOVA), and `iova`, where the NIC sees it:
+/// the address in SGEs (with the lkey) *and* for peers (with the rkey), as `ibv_reg_mr(3)`
+/// says of `ibv_reg_mr_iova2` and as rxe enforces. They are equal unless a registration chose
+/// an IOVA.
+pub(super) struct Registration<'a> {
+    pub(super) raw: NonNull<sys::ibv_mr>,
+    pub(super) memory: Memory<'a>,
+    local: u64,
+    pub(super) iova: u64,
+    pub(super) access: AccessFlags,
+    pub(super) pd: &'a ProtectionDomain<'a>,
+}
+
+// SAFETY: the memory is owned or exclusively borrowed, reachable only through the region
+// types' own methods; MR verbs are thread-safe.
+unsafe impl Send for Registration<'_> {}
+// SAFETY: shared methods only read (or copy out of) the memory.
+unsafe impl Sync for Registration<'_> {}
+
+impl<'a> Registration<'a> {
+    /// Registers `memory` at its own address (`iova: None`) or at a chosen IOVA, which needs
+    /// `ibv_reg_mr_iova2`.
+    fn new(
+        pd: &'a ProtectionDomain<'a>,
+        memory: impl RegionMemory<'a>,
+        access: AccessFlags,
+        iova: Option<u64>,
+    ) -> Result<Self> {
+        let fns = &pd.context().library().fns;
+        let reg_iova2 = match (iova, fns.ibv_reg_mr_iova2) {
+            (Some(_), None) => {
+                return Err(Error::Unsupported { what: "ibv_reg_mr_iova2 (rdma-core v28+)" })
+            }
+            (_, reg) => reg,
+        };
+        let mut memory = memory.into_memory()?;
+        let addr = memory.ptr.as_ptr();
+        let raw = match (iova, reg_iova2) {
+            // SAFETY: a live PD; the memory stays valid until `dereg` (owned, or borrowed for
+            // 'a).
+            (Some(iova), Some(reg)) => unsafe {
+                reg(pd.as_raw(), addr.cast(), memory.len, iova, access.bits())
+            },
+            // SAFETY: as above.
+            _ => unsafe {
+                sys::inline::ibv_reg_mr(fns, pd.as_raw(), addr.cast(), memory.len, access.bits())
+            },
+        };
+        let verb = if iova.is_some() { "ibv_reg_mr_iova2" } else { "ibv_reg_mr" };
+        match check_ptr(raw, verb).map_err(|e| odp_hint(e, access)) {
+            Ok(raw) => {
+                let local = addr as u64;
+                let iova = iova.unwrap_or(local);
+                Ok(Registration { raw, memory, local, iova, access, pd })
+            }
+            Err(e) => {
+                // SAFETY: never registered, never used again.
+                unsafe { memory.free() };
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn addr(&self) -> u64 {
+        self.local
+    }
+
+    pub(super) fn lkey(&self) -> LKey {
+        // SAFETY: a live MR; a plain field read.
+        LKey(unsafe { (*self.raw.as_ptr()).lkey })
+    }
+
+    pub(super) fn rkey(&self) -> RKey {
+        // SAFETY: a live MR; a plain field read.
+        RKey(unsafe { (*self.raw.as_ptr()).rkey })
+    }
+
+    /// `start..end` of `range`, checked to be a non-empty part of the memory.
+    pub(super) fn bounds(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
+        bounds(self.memory.len, range)
+    }
+
+    pub(super) fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge> {
+        let (start, end) = self.bounds(range)?;
+        let len = u32::try_from(end - start)
+            .map_err(|_| Error::InvalidInput(format!("an SGE holds at most {} bytes", u32::MAX)))?;
+        Ok(Sge::new(self.iova + start as u64, len, self.lkey()))
+    }
+
+    pub(super) fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteAddr> {
+        let (start, _) = self.bounds(range)?;
+        Ok(RemoteAddr { addr: self.iova + start as u64, rkey: self.rkey() })
+    }
+
+    /// Deregisters, then frees owned memory; on failure the memory is leaked, never freed
+    /// while the NIC may map it. Called once: by `Drop`, or by `destroy` (which skips Drop).
+    fn dereg(&mut self) -> Result<()> {
+        // SAFETY: a live MR, deregistered once.
+        let ret = unsafe { (self.pd.context().library().fns.ibv_dereg_mr)(self.raw.as_ptr()) };
+        check_errno(ret, "ibv_dereg_mr")?;
+        // SAFETY: the registration is gone and this is the only call.
+        unsafe { self.memory.free() };
+        Ok(())
+    }
+
+    pub(super) fn destroy(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).dereg()
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.dereg() {
+            log::warn!("leaking a {}-byte memory region: {e}", self.memory.len);
+        }
+    }
+}
+
+impl std::fmt::Debug for Registration<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("addr", &format_args!("{:#x}", self.local))
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.memory.len)
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .field("access", &self.access)
+            .field("owned", &self.memory.owned.is_some())
+            .finish()
+    }
+}
+
+impl<'a> ProtectionDomain<'a> {
+    /// `ibv_reg_mr(3)`—Registers `memory` — a length (a zeroed, page-aligned buffer the
+    /// region allocates and owns) or a `&mut [u8]` (borrowed while registered) — with
+    /// `access`.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for empty memory, or `access` with `REMOTE_WRITE` /
+    ///   `REMOTE_ATOMIC`: memory a peer may write is a [`RemoteWritableRegion`]
+    ///   ([`ProtectionDomain::register_remote_writable`]).
+    /// - [`Error::Verb`] from `ibv_reg_mr`: `ENOMEM`/`EPERM`/`EAGAIN` usually mean the
+    ///   locked-memory limit (the message gives `RLIMIT_MEMLOCK` and how to raise it);
+    ///   `EINVAL` rights the device refuses.
+    /// - [`Error::Unsupported`] when the device refuses an access bit with `EOPNOTSUPP`.
+    ///   [`AccessFlags::ON_DEMAND`] on a device without on-demand paging fails with
+    ///   `EOPNOTSUPP` or, on older kernels (rxe in Linux 6.1), `EINVAL`, whose message then
+    ///   says so.
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn register(
+        &'a self,
+        memory: impl RegionMemory<'a>,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<'a>> {
+        check_local_only(access)?;
+        Ok(MemoryRegion { reg: Registration::new(self, memory, access, None)? })
+    }
+
+    /// `ibv_reg_mr_iova2(3)`—Registers `memory` as [`ProtectionDomain::register`] does, but
+    /// at `iova`: the NIC addresses its first byte as `iova`, both in this process's SGEs
+    /// (with the lkey) and for peers (with the rkey) — "the virtual base address of the MR
+    /// when accessed through a lkey or rkey" (`ibv_reg_mr(3)`). [`MemoryRegion::sge`],
+    /// [`MemoryRegion::remote`] and [`MemoryRegion::iova`] use the IOVA; only
+    /// [`MemoryRegion::addr`] and the slices are the CPU's view. An IOVA lets addresses a
+    /// peer holds stay valid across re-registrations, or start at 0 (a zero-based region).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] when the loaded rdma-core lacks `ibv_reg_mr_iova2` (before
+    /// v28); otherwise as [`ProtectionDomain::register`] (the verb named `ibv_reg_mr_iova2`).
+    #[doc(alias = "ibv_reg_mr_iova2")]
+    pub fn register_with_iova(
+        &'a self,
+        memory: impl RegionMemory<'a>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<'a>> {
+        check_local_only(access)?;
+        Ok(MemoryRegion { reg: Registration::new(self, memory, access, Some(iova))? })
+    }
+
+    /// `ibv_reg_mr(3)`—Registers `memory` (as [`ProtectionDomain::register`]) for peers to
+    /// write: `access` must hold `REMOTE_WRITE` or `REMOTE_ATOMIC`, and with them
+    /// `LOCAL_WRITE`, which the verbs require.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when `access` lacks remote-write rights or `LOCAL_WRITE`, or
+    /// the memory is empty; otherwise as [`ProtectionDomain::register`].
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn register_remote_writable(
+        &'a self,
+        memory: impl RegionMemory<'a>,
+        access: AccessFlags,
+    ) -> Result<RemoteWritableRegion<'a>> {
+        check_remote_writable(access)?;
+        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, None)? })
+    }
+
+    /// `ibv_reg_mr_iova2(3)`—[`ProtectionDomain::register_remote_writable`] at `iova`, with
+    /// the addresses of [`ProtectionDomain::register_with_iova`].
+    ///
+    /// # Errors
+    ///
+    /// As [`ProtectionDomain::register_remote_writable`] and
+    /// [`ProtectionDomain::register_with_iova`].
+    #[doc(alias = "ibv_reg_mr_iova2")]
+    pub fn register_remote_writable_with_iova(
+        &'a self,
+        memory: impl RegionMemory<'a>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<RemoteWritableRegion<'a>> {
+        check_remote_writable(access)?;
+        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, Some(iova))? })
+    }
+
+    /// `ibv_reg_dmabuf_mr(3)`—Registers `len` bytes at `offset` of the dma-buf `fd` (memory
+    /// another driver exports, e.g. a GPU's), addressed as `iova` by this process's SGEs and
+    /// by peers (the CPU does not map it: [`DmabufRegion::addr`] is the IOVA too).
+    ///
+    /// The kernel takes its own reference to the dma-buf, so `fd` may be closed afterwards.
+    /// The CPU never touches the bytes through the region, so any rights may be asked for
+    /// (remote writes still need `LOCAL_WRITE`).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for `len == 0`, or `REMOTE_WRITE` / `REMOTE_ATOMIC` without
+    ///   `LOCAL_WRITE`.
+    /// - [`Error::Unsupported`] when the loaded rdma-core lacks `ibv_reg_dmabuf_mr` (before
+    ///   v34) or the provider refuses with `EOPNOTSUPP` (e.g. rxe, siw).
+    /// - [`Error::Verb`] from `ibv_reg_dmabuf_mr`: e.g. `EINVAL` when `fd` is not a dma-buf
+    ///   or the range is outside it.
+    #[doc(alias = "ibv_reg_dmabuf_mr")]
+    pub fn register_dmabuf(
+        &'a self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<DmabufRegion<'a>> {
+        if len == 0 {
+            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
+        }
+        if access.intersects(AccessFlags::REMOTE_WRITES) {
+            check_remote_writable(access)?;
+        }
+        let reg = self
+            .context()
+            .library()
+            .fns
+            .ibv_reg_dmabuf_mr
+            .ok_or(Error::Unsupported { what: "ibv_reg_dmabuf_mr (rdma-core v34+)" })?;
+        let access_bits = access.bits() as std::ffi::c_int;
+        // SAFETY: a live PD; the kernel validates the fd and range and keeps its own
+        // reference to the dma-buf; no CPU memory is involved.
+        let raw = unsafe { reg(self.as_raw(), offset, len, iova, fd.as_raw_fd(), access_bits) };
+        let raw = check_ptr(raw, "ibv_reg_dmabuf_mr")?;
+        let memory = Memory::unmapped(len);
+        Ok(DmabufRegion { reg: Registration { raw, memory, local: iova, iova, access, pd: self } })
+    }
+}
+
+/// Explains `EINVAL` for an on-demand registration: kernels before 6.x report a device
+/// without ODP that way (rxe in Linux 6.1 does), newer ones with `EOPNOTSUPP`.
+fn odp_hint(e: Error, access: AccessFlags) -> Error {
+    if access.contains(AccessFlags::ON_DEMAND) && e.errno() == Some(libc::EINVAL) {
+        return e.with_hint(
+            "the device may lack on-demand paging (ON_DEMAND): Context::odp_caps (or \
+             `ibv_devinfo -v`) lists its ODP capabilities; register without \
+             AccessFlags::ON_DEMAND"
+                .into(),
+        );
+    }
+    e
+}
+
+/// Refuses remote-write rights for memory exposed as plain slices.
+fn check_local_only(access: AccessFlags) -> Result<()> {
+    if access.intersects(AccessFlags::REMOTE_WRITES) {
+        return Err(Error::InvalidInput(
+            "REMOTE_WRITE / REMOTE_ATOMIC memory cannot be read as a plain slice: register \
+             it with register_remote_writable, which gives copy-only access"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Remote-write rights, and the `LOCAL_WRITE` they need.
+fn check_remote_writable(access: AccessFlags) -> Result<()> {
+    if !access.intersects(AccessFlags::REMOTE_WRITES) {
+        return Err(Error::InvalidInput(
+            "register_remote_writable needs REMOTE_WRITE or REMOTE_ATOMIC; use register \
+             for memory peers only read"
+                .into(),
+        ));
+    }
+    if !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(Error::InvalidInput(format!(
+            "{access:?} lacks LOCAL_WRITE, which REMOTE_WRITE and REMOTE_ATOMIC require \
+             (ibv_reg_mr(3)): add AccessFlags::LOCAL_WRITE"
+        )));
+    }
+    Ok(())
+}
