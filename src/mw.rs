@@ -14,7 +14,7 @@ use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, Result};
 use crate::mr::{bounds, RKey};
 use crate::pd::ProtectionDomain;
-use crate::qp::{QpType, QueuePair, Rts};
+use crate::qp::{Connected, QueuePair, Rts};
 use crate::wr::{RemoteAddr, SendFlags, SendWr};
 
 /// The region types a [`MemoryWindow`] can be bound to:
@@ -344,9 +344,9 @@ impl std::fmt::Debug for MemoryWindow<'_> {
     }
 }
 
-impl<T: QpType> QueuePair<'_, Rts, T> {
+impl<T: Connected> QueuePair<'_, Rts, T> {
     /// `ibv_bind_mw(3)`—Binds the type-1 window `mw` to `bind` by posting a bind WR on this
-    /// QP's send queue, and returns the window's new rkey (also [`MemoryWindow::rkey`] from
+    /// (RC or UC: the verbs bind windows only on connected QPs) QP's send queue, and returns the window's new rkey (also [`MemoryWindow::rkey`] from
     /// now on). The bind completes on the send CQ (`WcOpcode::BIND_MW`, reported with `wr_id`
     /// when `flags` has [`SendFlags::SIGNALED`] or the QP signals every WR); peers may use the
     /// rkey once it has completed. A provider that refuses the binding itself reports it in

@@ -88,6 +88,12 @@ pub enum Verb {
     CreateAh,
     /// `ibv_destroy_ah`
     DestroyAh,
+    /// The `ibv_context.ops.alloc_mw` op.
+    AllocMw,
+    /// The `ibv_context.ops.dealloc_mw` op.
+    DeallocMw,
+    /// The `ibv_context.ops.bind_mw` op (type-1 binds).
+    BindMw,
 }
 
 /// One recorded call of a mock function, with the arguments tests check.
@@ -335,6 +341,18 @@ pub enum Call {
     },
     /// `ibv_destroy_ah`
     DestroyAh,
+    /// The `alloc_mw` op.
+    AllocMw {
+        /// `IBV_MW_TYPE_1` or `IBV_MW_TYPE_2`.
+        mw_type: ibv_mw_type,
+    },
+    /// The `dealloc_mw` op.
+    DeallocMw,
+    /// The `bind_mw` op (a type-1 bind).
+    BindMw {
+        /// The bind's `wr_id`.
+        wr_id: u64,
+    },
 }
 
 /// The fields of `struct ibv_qp_attr` an RC connection sets, as passed to `ibv_modify_qp`

@@ -17,6 +17,7 @@ use std::ptr;
 
 use rdma_verbs_sys::bindings::*;
 
+use crate::mw;
 use crate::registry::{queue_of_receives, RecvWork, SendWork};
 use crate::rule::{Queue, Rule, Violation};
 use crate::state::State;
@@ -59,6 +60,16 @@ fn step(s: &mut State, qpn: u32) -> bool {
         return true;
     }
     let w = qp.sq.front().expect("not empty").clone();
+    if matches!(w.opcode, IBV_WR_BIND_MW | IBV_WR_LOCAL_INV) {
+        // Local operations: no peer involved.
+        s.reg.qps.get_mut(&qpn).expect("live").sq.pop_front();
+        let status = execute_local(s, qpn, &w);
+        finish_send(s, qpn, &w, status, 0);
+        if status != IBV_WC_SUCCESS {
+            to_error(s, qpn);
+        }
+        return true;
+    }
     let Some(peer) = peer_of(s, qpn, &w) else { return false };
     match execute(s, qpn, peer, &w) {
         Outcome::Wait => false,
@@ -70,6 +81,16 @@ fn step(s: &mut State, qpn: u32) -> bool {
             }
             true
         }
+    }
+}
+
+/// A memory-window bind or a local invalidation on QP `qpn`: its status.
+fn execute_local(s: &mut State, qpn: u32, w: &SendWork) -> ibv_wc_status {
+    let pd = s.reg.qps[&qpn].raw().pd;
+    match w.bind {
+        Some(bind) => mw::execute_bind(s, &bind),
+        None if mw::invalidate(&mut s.reg, pd, w.rkey) => IBV_WC_SUCCESS,
+        None => IBV_WC_MW_BIND_ERR,
     }
 }
 
@@ -167,6 +188,9 @@ fn execute(s: &mut State, qpn: u32, peer: u32, w: &SendWork) -> Outcome {
     if !needs_recv {
         return Outcome::ok(payload.len());
     }
+    if w.opcode == IBV_WR_SEND_WITH_INV {
+        mw::invalidate(&mut s.reg, peer_pd, w.rkey);
+    }
     deliver(s, qpn, peer, recv_queue, w, &payload)
 }
 
@@ -236,11 +260,12 @@ fn take_receive(s: &mut State, queue: Queue) -> Option<RecvWork> {
     }
 }
 
-/// The CPU address of `len` bytes at `w`'s remote address, inside a live MR of `pd` with
-/// `w`'s rkey that grants `access`.
+/// The CPU address of `len` bytes at `w`'s remote address that `w`'s rkey reaches on a QP of
+/// `pd` with `access` (an MR's or a bound window's, [`Registry::remote_cpu`]).
+///
+/// [`Registry::remote_cpu`]: crate::registry::Registry::remote_cpu
 fn remote(s: &State, pd: *mut ibv_pd, w: &SendWork, len: usize, access: u32) -> Option<*mut u8> {
-    let mr = s.reg.mr_by_rkey(w.rkey).filter(|mr| mr.pd == pd && mr.access & access != 0)?;
-    mr.cpu(w.remote_addr, len as u64)
+    s.reg.remote_cpu(pd, w.rkey, w.remote_addr, len as u64, access)
 }
 
 /// Records that `sges` of a queued work request name memory no longer registered.

@@ -18,6 +18,7 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::device_attr;
+use super::mw::request;
 use super::post::{after_post, check_chain, enqueue_send};
 use super::qp::{new_qp, track};
 use super::registry::SendWork;
@@ -415,8 +416,29 @@ builders! {
     wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => IBV_WR_ATOMIC_FETCH_AND_ADD
         |w| (w.rkey, w.remote_addr, w.compare_add) = (rkey, addr, add);
     wr_local_inv(rkey: u32) => IBV_WR_LOCAL_INV |w| w.rkey = rkey;
-    wr_bind_mw(mw: *mut ibv_mw, rkey: u32, info: *const ibv_mw_bind_info) => IBV_WR_BIND_MW
-        |w| { let _ = (mw, info); w.rkey = rkey };
+}
+
+/// `wr_bind_mw`: a type-2 bind, with what it names read now (checked at `wr_complete`).
+///
+/// # Safety
+///
+/// `info` must be valid for reads.
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: the caller's valid bind info.
+    let info = unsafe { *info };
+    let bind = serve(|s| Ok(request(s, mw, rkey, &info))).ok();
+    // SAFETY: the caller's live QP.
+    unsafe {
+        build(qp, "wr_bind_mw", IBV_WR_BIND_MW, |w| {
+            w.rkey = rkey;
+            w.bind = bind;
+        })
+    };
 }
 
 extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {

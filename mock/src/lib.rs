@@ -50,10 +50,16 @@
 //! is not one of this mock's are accepted and never executed (tests may queue completions
 //! with [`Mock::push_completion`]).
 //!
+//! Memory windows (`alloc_mw`, `dealloc_mw`, type-1 `bind_mw`, type-2 `IBV_WR_BIND_MW`):
+//! a bind is checked like a work request ([`Rule::BindOutsideMr`]) and, once executed, lets
+//! peers reach its range through the window's rkey with its rights; `LOCAL_INV` and
+//! `SEND_WITH_INV` invalidate it; as rxe, an MR with a window bound cannot be deregistered.
+//! The mock device reports no type-2 windows, so extended QPs are not created with bind ops.
+//!
 //! Not modelled: send queue and receive queue depths (no `ENOMEM` when full), RNR and retry
-//! timing (an RC SEND waits for a receive as long as it takes), Q_Keys and P_Keys, memory
-//! windows and `SEND_WITH_INV`/`LOCAL_INV` semantics (they execute as no-ops), SRQ limits,
-//! CQ events on completion channels, and DC QPs (the `mlx5` mock records them unchecked).
+//! timing (an RC SEND waits for a receive as long as it takes), Q_Keys and P_Keys, zero-based
+//! windows, SRQ limits, CQ events on completion channels, and DC QPs (the `mlx5` mock records
+//! them unchecked).
 //!
 //! # Threads
 //!
@@ -71,6 +77,7 @@ mod extended;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
+mod mw;
 mod ops;
 mod post;
 mod qp;

@@ -13,6 +13,7 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::exec;
+use super::mw::request;
 use super::registry::{RecvWork, SendWork};
 use super::rule::{Broken, Queue, Rule, Violation};
 use super::state::{serve, Kind, State};
@@ -91,6 +92,11 @@ unsafe fn read_send(s: &State, wr: &ibv_send_wr) -> (SendWork, Option<Broken>) {
         remote_qpn: ud.remote_qpn,
         ..SendWork::default()
     };
+    if wr.opcode == IBV_WR_BIND_MW {
+        // SAFETY: the union member a BIND_MW request sets; plain fields and pointers.
+        let bind = unsafe { wr.__bindgen_anon_2.bind_mw };
+        work.bind = Some(request(s, bind.mw, bind.rkey, &bind.bind_info));
+    }
     let mut broken = None;
     if wr.send_flags & IBV_SEND_INLINE != 0 {
         let chunks: Vec<_> = sges.iter().map(|g| (g.addr as usize, g.length as usize)).collect();

@@ -39,6 +39,29 @@ impl MrInfo {
     }
 }
 
+/// A memory-window bind: the window, its new rkey, and the MR range (with the window's rights)
+/// peers reach through it once it executed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BindRequest {
+    /// The `ibv_mw`'s address.
+    pub mw: usize,
+    pub rkey: u32,
+    /// The MR's lkey, when the bind named a live MR.
+    pub lkey: Option<u32>,
+    /// In the MR's IOVA space.
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
+}
+
+/// A live memory window.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MwInfo {
+    pub pd: *mut ibv_pd,
+    /// Its binding, once a bind executed (until invalidated).
+    pub bound: Option<BindRequest>,
+}
+
 /// A send work request as the mock keeps it: read from an `ibv_send_wr` or built by the
 /// extended QP's members.
 #[derive(Clone, Debug, Default)]
@@ -57,6 +80,8 @@ pub(crate) struct SendWork {
     pub swap: u64,
     pub ah: usize,
     pub remote_qpn: u32,
+    /// A memory-window bind's request (`IBV_WR_BIND_MW`).
+    pub bind: Option<BindRequest>,
     /// Broke an allowed rule: completes with `IBV_WC_LOC_PROT_ERR`, touching nothing.
     pub poisoned: bool,
     /// Broke a rule that is not allowed while the extended QP built it: fails the batch.
@@ -147,6 +172,8 @@ pub(crate) struct Registry {
     pub srqs: HashMap<u32, SrqInfo>,
     /// Each live AH's PD, by the AH's address.
     pub ahs: HashMap<usize, *mut ibv_pd>,
+    /// By the window's address.
+    pub mws: HashMap<usize, MwInfo>,
 }
 
 /// The bit the safe crate's buffer tier sets in its wr_ids.
@@ -161,6 +188,37 @@ impl Registry {
     /// The live MR whose rkey is `rkey`.
     pub fn mr_by_rkey(&self, rkey: u32) -> Option<&MrInfo> {
         self.mrs.values().find(|mr| mr.rkey == rkey)
+    }
+
+    /// The CPU address of `len` bytes at `addr` that a peer reaches with `rkey` on a QP of
+    /// `pd` for `access`: inside a live MR of `pd` with that rkey granting it, or inside the
+    /// binding of a live window of `pd` with that rkey granting it (and its MR still live).
+    pub fn remote_cpu(
+        &self,
+        pd: *mut ibv_pd,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Option<*mut u8> {
+        if let Some(mr) = self.mr_by_rkey(rkey) {
+            return (mr.pd == pd && mr.access & access != 0).then(|| mr.cpu(addr, len)).flatten();
+        }
+        let bind = self
+            .mws
+            .values()
+            .filter(|mw| mw.pd == pd)
+            .find_map(|mw| mw.bound.filter(|b| b.rkey == rkey))?;
+        let end = addr.checked_add(len)?;
+        if bind.access & access == 0 || addr < bind.addr || end > bind.addr + bind.len {
+            return None;
+        }
+        self.mrs.get(&bind.lkey?)?.cpu(addr, len)
+    }
+
+    /// Whether a window is bound to the MR with `lkey`.
+    pub fn has_windows(&self, lkey: u32) -> bool {
+        self.mws.values().any(|mw| mw.bound.is_some_and(|b| b.lkey == Some(lkey)))
     }
 
     /// The outstanding wr_ids of `queue` (empty once its object is gone).

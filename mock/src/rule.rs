@@ -39,6 +39,10 @@ pub enum Rule {
     /// A queued work request, when the mock came to execute it, named memory that is no
     /// longer registered: the NIC would access memory the program may have freed.
     MrGoneBeforeExecution,
+    /// A memory-window bind of a window that is not live or not of the QP's PD, or over a
+    /// range that is not inside a live MR of that PD: peers would reach memory the program
+    /// did not register for them.
+    BindOutsideMr,
 }
 
 impl Rule {
@@ -60,6 +64,7 @@ impl Rule {
             Rule::MrGoneBeforeExecution => {
                 "the NIC would access memory that is no longer registered"
             }
+            Rule::BindOutsideMr => "a memory-window bind outside a live MR of the QP's PD",
         }
     }
 }

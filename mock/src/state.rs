@@ -71,6 +71,8 @@ pub(super) enum Kind {
     Srq,
     /// A boxed `ibv_ah`.
     Ah,
+    /// A boxed `ibv_mw`.
+    Mw,
 }
 
 impl Kind {
@@ -232,6 +234,8 @@ impl State {
             Kind::Srq => pd == unsafe { (*object.cast::<ibv_srq>()).pd },
             // SAFETY: a live AH, allocated as one.
             Kind::Ah => pd == unsafe { (*object.cast::<ibv_ah>()).pd },
+            // SAFETY: a live window, allocated as one.
+            Kind::Mw => pd == unsafe { (*object.cast::<ibv_mw>()).pd },
             _ => false,
         })
     }
@@ -383,6 +387,7 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::QpEx => drop(Box::from_raw(object.cast::<ibv_qp_ex>())),
             Kind::Srq => drop(Box::from_raw(object.cast::<ibv_srq>())),
             Kind::Ah => drop(Box::from_raw(object.cast::<ibv_ah>())),
+            Kind::Mw => drop(Box::from_raw(object.cast::<ibv_mw>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
                 libc::close(channel.fd);

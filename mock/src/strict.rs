@@ -5,6 +5,7 @@ use std::ptr;
 
 use rdma_verbs_sys::bindings::*;
 
+use crate::mw::check_bind;
 use crate::registry::{MrInfo, QpInfo, RecvWork, Registry, SendWork};
 use crate::rule::{Broken, Rule};
 
@@ -96,6 +97,12 @@ pub(crate) fn check_send(
     }
     if is_atomic(wr.opcode) {
         check_atomic(raw.qp_type, wr)?;
+    }
+    if wr.opcode == IBV_WR_BIND_MW {
+        let Some(bind) = &wr.bind else {
+            return Err((Rule::BindOutsideMr, "a bind whose request could not be read".into()));
+        };
+        check_bind(reg, raw.pd, bind)?;
     }
     let write = wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode);
     if wr.inline.is_none() {

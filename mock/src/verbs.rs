@@ -333,7 +333,12 @@ pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         s.begin(Call::DeregMr, Verb::DeregMr)?;
         s.expect(mr, Kind::Mr)?;
         // SAFETY: a live mock MR (checked above).
-        s.reg.mrs.remove(&unsafe { (*mr).lkey });
+        let lkey = unsafe { (*mr).lkey };
+        // As rxe: not while a window is bound to it.
+        if s.reg.has_windows(lkey) {
+            return Err(libc::EINVAL);
+        }
+        s.reg.mrs.remove(&lkey);
         s.release(mr, Kind::Mr)
     }))
 }

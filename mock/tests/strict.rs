@@ -586,3 +586,64 @@ fn a_qp_of_an_srq_takes_its_receives_from_it() {
     assert_eq!(got, [(60, IBV_WC_SUCCESS, qc), (61, IBV_WC_SUCCESS, qa)]);
     assert_eq!(&dst.buf[..4], &[7; 4]);
 }
+
+/// A type-1 bind (the `bind_mw` op) of `len` bytes at IOVA `addr` of `mr` with `rights`.
+fn bind_type1(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mr: &Mr,
+    addr: u64,
+    len: u64,
+    rights: u32,
+) -> c_int {
+    let mut bind = ibv_mw_bind {
+        wr_id: 77,
+        send_flags: IBV_SEND_SIGNALED,
+        bind_info: ibv_mw_bind_info { mr: mr.mr, addr, length: len, mw_access_flags: rights },
+    };
+    // SAFETY: a live mock QP and window and a valid bind struct.
+    unsafe { inline::ibv_bind_mw(qp, mw, &mut bind) }
+}
+
+#[test]
+fn a_window_bound_outside_its_mr_is_a_violation_and_a_bound_one_carries_peers_to_it() {
+    let mock = Mock::new();
+    let rig = Rig::new(&mock, Path::Legacy, IBV_QPT_RC);
+    let target = rig.register(256, REMOTE | IBV_ACCESS_MW_BIND);
+    let local = rig.register(64, LOCAL);
+    // SAFETY: a live mock PD.
+    let mw = unsafe { inline::ibv_alloc_mw(rig.pd, IBV_MW_TYPE_1) };
+    assert!(!mw.is_null());
+
+    let past_end = bind_type1(rig.b, mw, &target, target.iova + 200, 100, IBV_ACCESS_REMOTE_WRITE);
+    assert_eq!(past_end, libc::EINVAL);
+    assert_violation(&mock, Rule::BindOutsideMr, "a window past its MR's end");
+
+    assert_eq!(bind_type1(rig.b, mw, &target, target.iova + 64, 64, IBV_ACCESS_REMOTE_WRITE), 0);
+    assert_eq!(rig.poll().iter().map(|wc| (wc.wr_id, wc.status)).collect::<Vec<_>>(), [(77, 0)]);
+    // SAFETY: a live mock window: the bind gave it its next rkey.
+    let rkey = unsafe { (*mw).rkey };
+    let mut src = local;
+    src.buf[..8].copy_from_slice(b"windowed");
+    let write = Wr {
+        remote_addr: target.iova + 64,
+        rkey,
+        ..Wr::new(5, IBV_WR_RDMA_WRITE, vec![src.sge(0, 8)])
+    };
+    assert_eq!(rig.post(rig.a, &[write]), 0);
+    assert_eq!(rig.poll().iter().map(|wc| (wc.wr_id, wc.status)).collect::<Vec<_>>(), [(5, 0)]);
+    assert_eq!(&target.buf[64..72], b"windowed");
+    // Outside the window (inside the MR): a remote access error, nothing written.
+    let outside =
+        Wr { remote_addr: target.iova, rkey, ..Wr::new(6, IBV_WR_RDMA_WRITE, vec![src.sge(0, 8)]) };
+    assert_eq!(rig.post(rig.a, &[outside]), 0);
+    let statuses: Vec<_> = rig.poll().iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    assert_eq!(statuses, [(6, IBV_WC_REM_ACCESS_ERR)]);
+    assert_eq!(target.buf[..8], [0; 8]);
+    // As rxe: the MR cannot go while the window is bound to it.
+    // SAFETY: a live mock MR.
+    assert_eq!(unsafe { (fns().ibv_dereg_mr)(target.mr) }, libc::EINVAL);
+    // SAFETY: a live mock window, freed once.
+    assert_eq!(unsafe { inline::ibv_dealloc_mw(mw) }, 0);
+    assert!(mock.take_violations().is_empty());
+}

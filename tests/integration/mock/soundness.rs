@@ -1,6 +1,6 @@
 //! The soundness proof's property suite (DESIGN §4.10, issue #13): random sequences of *safe*
 //! calls — buffer receives on QPs and an SRQ, single and list sends of every `SendOp` on RC,
-//! UC and UD, polls that hand buffers back, resets, drops and destroys, and faults the mock
+//! UC and UD (to the target by its own rkey or a type-1 window's), window binds, polls that hand buffers back, resets, drops and destroys, and faults the mock
 //! injects — against the strict mock provider, which checks every work request it receives
 //! (SGEs inside a live MR of that lkey and the queue's PD with the access the opcode needs,
 //! inline bytes in CPU memory, a live AH on UD, atomics RC-only and aligned, no buffer-tier
@@ -16,10 +16,10 @@
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, InitAttr, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
-    QueuePair, Rc, RemoteAddr, RemoteWritableRegion, Reset, RtrAttr, Rts, RtsAttr, SendList,
-    SendOp, SendWr, SharedReceiveQueue, Uc, Ud, UdDestination, UdInitAttr, UdSend, VerbsPath,
-    WorkCompletion,
+    Endpoint, InitAttr, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr,
+    QpType, Qpn, QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, RtrAttr, Rts,
+    RtsAttr, SendFlags, SendList, SendOp, SendWr, SharedReceiveQueue, Uc, Ud, UdDestination,
+    UdInitAttr, UdSend, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -40,8 +40,11 @@ enum Step {
     Recv { qp: usize, pool: usize },
     /// `SharedReceiveQueue::post_recv_buffer`.
     SrqRecv { pool: usize },
-    /// `post_send_buffer` (`post_send_buffer_to` on UD) of `len` bytes with `op`.
-    Send { qp: usize, pool: usize, op: Op, len: usize },
+    /// `post_send_buffer` (`post_send_buffer_to` on UD) of `len` bytes with `op`, reaching
+    /// the target through the memory window's rkey when `window`.
+    Send { qp: usize, pool: usize, op: Op, len: usize, window: bool },
+    /// `bind_mw`: the type-1 window over `len` bytes of the target from `start`, with `rights`.
+    Bind { qp: usize, start: usize, len: usize, rights: AccessFlags },
     /// `post_send_buffers` (`post_send_buffers_to` on UD) of `n` buffers.
     List { qp: usize, pool: usize, op: Op, len: usize, n: usize, signal_last: bool },
     /// `poll`, then `complete` on both pools; the buffers are dropped.
@@ -70,7 +73,9 @@ enum Op {
 }
 
 impl Op {
-    fn send_op(self, target: RemoteAddr) -> SendOp {
+    /// The `SendOp` against `target`; `rkey` replaces the target's when given (a window's).
+    fn send_op(self, target: RemoteAddr, rkey: Option<RKey>) -> SendOp {
+        let target = RemoteAddr { rkey: rkey.unwrap_or(target.rkey), ..target };
         let at = |offset: usize| RemoteAddr { addr: target.addr + offset as u64, ..target };
         match self {
             Op::Send => SendOp::Send,
@@ -111,8 +116,12 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (qp.clone(), pool.clone()).prop_map(|(qp, pool)| Step::Recv { qp, pool }),
         1 => pool.clone().prop_map(|pool| Step::SrqRecv { pool }),
-        4 => (qp.clone(), pool.clone(), op(), len.clone())
-            .prop_map(|(qp, pool, op, len)| Step::Send { qp, pool, op, len }),
+        4 => (qp.clone(), pool.clone(), op(), len.clone(), any::<bool>())
+            .prop_map(|(qp, pool, op, len, window)| Step::Send { qp, pool, op, len, window }),
+        1 => (qp.clone(), 0..TARGET + CHUNK, 0..TARGET, 0..8u32).prop_map(|(qp, start, len, r)| {
+            let rights = AccessFlags::from_bits_truncate(r << 1) & WINDOW_RIGHTS;
+            Step::Bind { qp, start, len, rights }
+        }),
         2 => (qp.clone(), pool, op(), len, 1..5usize, any::<bool>()).prop_map(
             |(qp, pool, op, len, n, signal_last)| Step::List { qp, pool, op, len, n, signal_last }
         ),
@@ -123,6 +132,11 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (qp, any::<bool>()).prop_map(|(qp, destroy)| Step::Drop { qp, destroy }),
     ]
 }
+
+/// The remote rights a window may grant (`REMOTE_WRITE`, `REMOTE_READ`, `REMOTE_ATOMIC` are
+/// bits 1..=3 of `IBV_ACCESS_*`).
+const WINDOW_RIGHTS: AccessFlags =
+    AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_READ).union(AccessFlags::REMOTE_ATOMIC);
 
 /// RC a, RC b (on the SRQ), UC a, UC b, UD a, UD b; each pair's peer is `i ^ 1`.
 const QPS: usize = 6;
@@ -273,12 +287,10 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
     ];
     // After the pools: buffers lent to the SRQ outlive it.
     let srq = pd.create_srq(64, 1).unwrap();
-    let access = AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND | WINDOW_RIGHTS;
     let target: RemoteWritableRegion<'_> = pd.register_remote_writable(TARGET, access).unwrap();
     let remote = target.remote(..).unwrap();
+    let mut window = pd.alloc_mw(MwType::Type1).unwrap();
     let ah: AddressHandle<'_> = {
         let gid = ctx.routable_gid(PORT).unwrap().gid;
         let me = Endpoint {
@@ -314,13 +326,14 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                     let _ = srq.post_recv_buffer(buf);
                 }
             }
-            Step::Send { qp, pool, op, len } => {
+            Step::Send { qp, pool, op, len, window: through_window } => {
                 let Some(mut buf) = pools[pool].take() else { continue };
                 buf.set_len(len).unwrap();
                 let dest = UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
+                let send_op = op.send_op(remote, through_window.then(|| window.rkey()));
                 let _ = match &slots[qp] {
-                    Slot::Rc(q) => q.post_send_buffer(buf, op.send_op(remote)).map_err(drop),
-                    Slot::Uc(q) => q.post_send_buffer(buf, op.send_op(remote)).map_err(drop),
+                    Slot::Rc(q) => q.post_send_buffer(buf, send_op).map_err(drop),
+                    Slot::Uc(q) => q.post_send_buffer(buf, send_op).map_err(drop),
                     Slot::Ud(q) => q.post_send_buffer_to(buf, &dest, op.imm()).map_err(drop),
                     Slot::Gone => Ok(()),
                 };
@@ -332,7 +345,7 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                     buf.set_len(len).unwrap();
                     let _ = match &slots[qp] {
                         Slot::Ud(_) => ud_list.push(buf, UdSend { dest, imm: op.imm() }),
-                        _ => list.push(buf, op.send_op(remote)),
+                        _ => list.push(buf, op.send_op(remote, None)),
                     };
                 }
                 let _ = match &slots[qp] {
@@ -344,6 +357,17 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 // What the list kept (refused, or its QP gone) goes back to the pools.
                 while list.pop().is_some() {}
                 while ud_list.pop().is_some() {}
+            }
+            Step::Bind { qp, start, len, rights } => {
+                // A range past the target or rights it lacks are refused before the verb.
+                let Ok(bind) = MwBind::new(&target, start..start + len, rights) else { continue };
+                let flags = SendFlags::SIGNALED;
+                let _ = match &slots[qp] {
+                    Slot::Rc(q) => q.bind_mw(&mut window, &bind, 1, flags),
+                    Slot::Uc(q) => q.bind_mw(&mut window, &bind, 1, flags),
+                    // Windows bind on connected QPs only (the method does not exist on UD).
+                    Slot::Ud(_) | Slot::Gone => continue,
+                };
             }
             Step::Poll => {
                 if let Ok(polled) = cq.poll(&mut wcs) {
@@ -393,14 +417,17 @@ fn the_rig_executes_loopback_work_on_both_paths() {
     // receive; UC WRITE: send only; UD: send and receive).
     let steps = [
         Step::SrqRecv { pool: 0 },
-        Step::Send { qp: 0, pool: 0, op: Op::Send, len: 100 },
-        Step::Send { qp: 2, pool: 0, op: Op::Write(64), len: 200 },
+        Step::Send { qp: 0, pool: 0, op: Op::Send, len: 100, window: false },
+        Step::Send { qp: 2, pool: 0, op: Op::Write(64), len: 200, window: false },
         Step::Recv { qp: 5, pool: 0 },
-        Step::Send { qp: 4, pool: 0, op: Op::SendWithImm, len: 50 },
+        Step::Send { qp: 4, pool: 0, op: Op::SendWithImm, len: 50, window: false },
+        // And an RDMA READ through a window bound to the target: one more.
+        Step::Bind { qp: 1, start: 0, len: 512, rights: AccessFlags::REMOTE_READ },
+        Step::Send { qp: 0, pool: 0, op: Op::Read(128), len: 64, window: true },
         Step::Poll,
     ];
     for (extended, iova) in [(false, false), (true, true)] {
-        assert_eq!(run(&steps, extended, iova), Ok(5), "extended {extended}, iova {iova}");
+        assert_eq!(run(&steps, extended, iova), Ok(6), "extended {extended}, iova {iova}");
     }
 }
 
@@ -417,8 +444,8 @@ fn the_holes_of_issue_13_stay_closed() {
             "a pool over an IOVA region",
             vec![
                 Step::SrqRecv { pool: 0 },
-                Step::Send { qp: 0, pool: 0, op: Op::Send, len: 200 },
-                Step::Send { qp: 0, pool: 0, op: Op::Read(0), len: 100 },
+                Step::Send { qp: 0, pool: 0, op: Op::Send, len: 200, window: false },
+                Step::Send { qp: 0, pool: 0, op: Op::Read(0), len: 100, window: false },
                 Step::Poll,
             ],
             true,
