@@ -217,6 +217,9 @@ pub struct ContextConfig {
     /// Whether the `verbs_context.query_device_ex` op is set, reporting completion
     /// timestamps (a non-zero `completion_timestamp_mask`, a clock of [`CORE_CLOCK_KHZ`]).
     pub completion_timestamps: bool,
+    /// Whether the `ibv_context.ops` memory-window ops (`alloc_mw`, `dealloc_mw`,
+    /// `bind_mw`) are set, as rxe's are.
+    pub memory_windows: bool,
     /// A member of `ibv_cq_ex` or `ibv_qp_ex` (by its field name, e.g. `"read_byte_len"` or
     /// `"wr_send_imm"`) that this context's extended CQs and QPs leave NULL.
     pub missing_member: Option<&'static str>,
@@ -245,6 +248,7 @@ impl Default for ContextConfig {
             create_cq_ex: false,
             create_qp_ex: false,
             completion_timestamps: false,
+            memory_windows: true,
             missing_member: None,
         }
     }

@@ -37,9 +37,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     ctx.ops.post_send = config.post_send.then_some(post_send);
     ctx.ops.post_recv = config.post_recv.then_some(post_recv);
     ctx.ops.post_srq_recv = Some(post_srq_recv);
-    ctx.ops.alloc_mw = Some(mw::alloc_mw);
-    ctx.ops.dealloc_mw = Some(mw::dealloc_mw);
-    ctx.ops.bind_mw = Some(mw::bind_mw);
+    ctx.ops.alloc_mw = config.memory_windows.then_some(mw::alloc_mw);
+    ctx.ops.dealloc_mw = config.memory_windows.then_some(mw::dealloc_mw);
+    ctx.ops.bind_mw = config.memory_windows.then_some(mw::bind_mw);
     ctx.ops.poll_cq = config.poll_cq.then_some(poll_cq);
     ctx.ops.req_notify_cq = config.req_notify_cq.then_some(req_notify_cq);
     let vctx = Box::into_raw(Box::new(vctx));

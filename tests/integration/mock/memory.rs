@@ -82,7 +82,8 @@ fn dmabuf_registration_checks_its_arguments_first() {
 
 #[test]
 fn alloc_mw_without_the_provider_op_is_unsupported() {
-    let f = Fixture::new();
+    let config = ContextConfig { memory_windows: false, ..ContextConfig::default() };
+    let f = Fixture::with(Optional::ALL, config);
     let pd = f.ctx.alloc_pd().unwrap();
     for kind in [MwType::Type1, MwType::Type2] {
         assert_unsupported(&pd.alloc_mw(kind).unwrap_err(), "ibv_alloc_mw");
