@@ -13,7 +13,10 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let ctx = Context::open_by_name(std::env::args().nth(1).as_deref())?;
+    let ctx = match std::env::args().nth(1) {
+        Some(name) => Context::open(&name)?,
+        None => Context::open_first()?,
+    };
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(8)?);
     let mut mr = pd.register(64, AccessFlags::LOCAL_WRITE)?;
     mr.as_mut_slice()[..5].copy_from_slice(b"hello");
@@ -21,17 +24,17 @@ fn run() -> Result<()> {
     let new_qp = || -> Result<_> {
         Ok(pd
             .create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?
-            .into_init(&InitAttr::default())?)
+            .into_init(&ToInitAttr::default())?)
     };
     let (a, b) = (new_qp()?, new_qp()?);
 
     let (port, gid) = (ctx.query_port(1)?, ctx.routable_gid(1)?);
     let endpoint = |qpn| Endpoint { lid: port.lid(), qpn, psn: Psn::new(0), gid: gid.gid };
     let rtr =
-        |peer| RtrAttr::to_endpoint(&endpoint(peer), 1, Some(gid.index as u8), port.active_mtu());
+        |peer| ToRtrAttr::to_endpoint(&endpoint(peer), 1, Some(gid.index), port.active_mtu());
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
-    let a = a.into_rtr(&rtr(b_qpn))?.into_rts(&RtsAttr::new(Psn::new(0)))?;
-    let b = b.into_rtr(&rtr(a_qpn))?.into_rts(&RtsAttr::new(Psn::new(0)))?;
+    let a = a.into_rtr(&rtr(b_qpn))?.into_rts(&ToRtsAttr::new(Psn::new(0)))?;
+    let b = b.into_rtr(&rtr(a_qpn))?.into_rts(&ToRtsAttr::new(Psn::new(0)))?;
 
     let (send, recv) = ([mr.sge(..5)?], [mr.sge(32..)?]);
     // SAFETY: `mr` outlives both QPs, and its bytes are not touched until both completions

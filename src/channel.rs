@@ -44,7 +44,7 @@ use crate::fd;
 /// use rdma_verbs::*;
 ///
 /// # fn main() -> Result<()> {
-/// let ctx = Context::open_by_name(Some("rxe0"))?;
+/// let ctx = Context::open("rxe0")?;
 /// let channel = ctx.create_comp_channel()?;
 /// let cq = ctx.create_cq_with_channel(64, &channel, 0)?;
 /// // ... create QPs on `cq` and post work ...

@@ -64,7 +64,7 @@ pub enum Error {
         /// The port.
         port: u8,
         /// The requested index.
-        index: u32,
+        index: u8,
         /// The non-empty entries, as `index (type address)`, comma-separated.
         valid: String,
     },

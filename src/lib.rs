@@ -13,12 +13,12 @@
 //! use rdma_verbs::*;
 //!
 //! # fn main() -> Result<()> {
-//! let ctx = Context::open_by_name(Some("rxe0"))?;
+//! let ctx = Context::open("rxe0")?;
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(32)?;
 //! let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
 //! let qp = pd.create_rc_qp(&QpInitAttr::new(&cq))?;
-//! let qp = qp.into_init(&InitAttr::default())?;
+//! let qp = qp.into_init(&ToInitAttr::default())?;
 //!
 //! // Exchange endpoints with the peer out of band (e.g. TCP), then:
 //! let gid = ctx.routable_gid(1)?;
@@ -26,8 +26,8 @@
 //! let me = Endpoint { lid: ctx.query_port(1)?.lid(), qpn: qp.qp_num(), psn, gid: gid.gid };
 //! let peer: Endpoint = me; // stand-in for the peer's endpoint
 //! let mtu = ctx.query_port(1)?.active_mtu();
-//! let qp = qp.into_rtr(&RtrAttr::to_endpoint(&peer, 1, Some(gid.index as u8), mtu))?;
-//! let qp = qp.into_rts(&RtsAttr::new(psn))?;
+//! let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(gid.index), mtu))?;
+//! let qp = qp.into_rts(&ToRtsAttr::new(psn))?;
 //!
 //! mr.as_mut_slice()[..5].copy_from_slice(b"hello");
 //! let (send, recv) = ([mr.sge(..5)?], [mr.sge(2048..)?]);
@@ -217,7 +217,7 @@ pub use qp::AddressVector;
 pub use qp::Connected;
 pub use qp::GlobalRoute;
 pub use qp::Init;
-pub use qp::InitAttr;
+pub use qp::ToInitAttr;
 pub use qp::QpAttrMask;
 pub use qp::QpCapabilities;
 pub use qp::QpInitAttr;
@@ -229,12 +229,12 @@ pub use qp::Rc;
 pub use qp::ReceiveReady;
 pub use qp::Reset;
 pub use qp::Rtr;
-pub use qp::RtrAttr;
+pub use qp::ToRtrAttr;
 pub use qp::Rts;
-pub use qp::RtsAttr;
+pub use qp::ToRtsAttr;
 pub use qp::Uc;
 pub use qp::Ud;
-pub use qp::UdInitAttr;
+pub use qp::UdToInitAttr;
 pub use qp::Unknown;
 pub use srq::SharedReceiveQueue;
 pub use stack::Stack;

@@ -18,7 +18,7 @@
 //! use rdma_verbs::{reactor::CompletionStream, *};
 //!
 //! # async fn f() -> Result<()> {
-//! let ctx = Context::open_by_name(Some("rxe0"))?;
+//! let ctx = Context::open("rxe0")?;
 //! let channel = ctx.create_comp_channel()?;
 //! let cq = ctx.create_cq_with_channel(64, &channel, 0)?;
 //! let mut completions = CompletionStream::new(&cq, &channel)?;

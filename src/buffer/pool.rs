@@ -39,7 +39,7 @@ const NO_PREV: u32 = u32::MAX;
 /// ```compile_fail,E0597
 /// # use rdma_verbs::*;
 /// # fn f(pd: &ProtectionDomain<'_>, cq: &CompletionQueue<'_>) -> Result<()> {
-/// let qp = pd.create_rc_qp(&QpInitAttr::new(cq))?.into_init(&InitAttr::default())?;
+/// let qp = pd.create_rc_qp(&QpInitAttr::new(cq))?.into_init(&ToInitAttr::default())?;
 /// {
 ///     let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE)?, 1024)?;
 ///     qp.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error)?;

@@ -127,13 +127,13 @@ impl Context {
             Some(channel) => (channel.as_raw(), self.check_channel(channel, attr.comp_vector)?),
             None => (std::ptr::null_mut(), 0),
         };
-        if attr.timestamps && attr.path == Some(VerbsPath::Legacy) {
+        if attr.timestamps && attr.verbs_path == Some(VerbsPath::Legacy) {
             return Err(Error::InvalidInput(
                 "completion timestamps need the extended CQ: do not force VerbsPath::Legacy".into(),
             ));
         }
-        if attr.path != Some(VerbsPath::Legacy) {
-            let strict = attr.timestamps || attr.path == Some(VerbsPath::Extended);
+        if attr.verbs_path != Some(VerbsPath::Legacy) {
+            let strict = attr.timestamps || attr.verbs_path == Some(VerbsPath::Extended);
             match extended::create(self, n, channel, vector, attr.timestamps) {
                 Ok((raw, ex)) => return Ok(CompletionQueue { raw, ex: Some(ex), ctx: self }),
                 Err(e) if strict || !matches!(e, Error::Unsupported { .. }) => return Err(e),

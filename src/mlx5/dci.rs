@@ -13,7 +13,7 @@ use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
 use crate::qp::{
-    AddressVector, GlobalRoute, Init, QpCapabilities, QpState, Reset, Rtr, Rts, RtsAttr,
+    AddressVector, GlobalRoute, Init, QpCapabilities, QpState, Reset, Rtr, Rts, ToRtsAttr,
 };
 use crate::wr::{RemoteAddr, SendFlags, Sge};
 
@@ -63,7 +63,7 @@ pub struct DciStreams {
 /// optional but older ones refuse (their DCI check allows only `PKEY_INDEX` beside
 /// `PATH_MTU`); `PATH_MTU` alone suits both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DciRtrAttr {
+pub struct DciToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
 }
@@ -210,8 +210,8 @@ impl<'ctx> Mlx5Context<'ctx> {
         let dci = self
             .create_dci(pd, attr)?
             .into_init(route.port, 0)?
-            .into_rtr(&DciRtrAttr { path_mtu: route.path_mtu })?
-            .into_rts(&RtsAttr::new(Psn::new(0)))?;
+            .into_rtr(&DciToRtrAttr { path_mtu: route.path_mtu })?
+            .into_rts(&ToRtsAttr::new(Psn::new(0)))?;
         let peer = DcPeer::new(pd, peer, route)?;
         Ok((dci, peer))
     }
@@ -289,7 +289,7 @@ impl<'res> Dci<'res, Init> {
     /// # Errors
     ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rtr(self, attr: &DciRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
+    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
         self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
     }
@@ -302,7 +302,7 @@ impl<'res> Dci<'res, Rtr> {
     /// # Errors
     ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rts(self, attr: &RtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
+    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             timeout: attr.timeout,
             retry_cnt: attr.retry_cnt,

@@ -49,7 +49,7 @@ mod qp;
 
 pub use context::{DcCaps, DciStreamsCaps, Mlx5Context};
 pub use dci::{
-    DcDestination, DcOpcode, DcPeer, DcRoute, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams,
+    DcDestination, DcOpcode, DcPeer, DcRoute, DcWr, Dci, DciInitAttr, DciToRtrAttr, DciStreams,
 };
-pub use dct::{Dct, DctInitAttr, DctRtrAttr};
+pub use dct::{Dct, DctInitAttr, DctToRtrAttr};
 pub use endpoint::{DcEndpoint, DcKey, DcTokenError};

@@ -121,7 +121,7 @@ impl<'res> QpInitAttr<'res, '_> {
 
 /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InitAttr {
+pub struct ToInitAttr {
     /// The port, from 1.
     pub port: u8,
     /// The P_Key table index.
@@ -130,16 +130,16 @@ pub struct InitAttr {
     pub access: AccessFlags,
 }
 
-impl Default for InitAttr {
+impl Default for ToInitAttr {
     /// Port 1, P_Key index 0, no remote access.
     fn default() -> Self {
-        InitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() }
+        ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() }
     }
 }
 
 /// RESET → INIT of a UD QP (`IBV_QP_STATE | PKEY_INDEX | PORT | QKEY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdInitAttr {
+pub struct UdToInitAttr {
     /// The port, from 1.
     pub port: u8,
     /// The P_Key table index.
@@ -219,7 +219,7 @@ impl AddressVector {
 /// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
 /// MIN_RNR_TIMER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RtrAttr {
+pub struct ToRtrAttr {
     /// The path MTU: at most both ports' active MTU.
     pub path_mtu: Mtu,
     /// The peer's QP number.
@@ -234,11 +234,11 @@ pub struct RtrAttr {
     pub av: AddressVector,
 }
 
-impl RtrAttr {
+impl ToRtrAttr {
     /// The RTR attributes for connecting to `remote` from `port`, ibv_rc_pingpong's values
     /// otherwise (one outstanding read, RNR timer 12).
     pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
-        RtrAttr {
+        ToRtrAttr {
             path_mtu,
             dest_qpn: remote.qpn,
             rq_psn: remote.psn,
@@ -251,7 +251,7 @@ impl RtrAttr {
 
 /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RtsAttr {
+pub struct ToRtsAttr {
     /// The local ACK timeout code: 4.096 µs × 2^timeout (14 ≈ 67 ms).
     pub timeout: u8,
     /// Transport retries before an error completion (0–7).
@@ -264,10 +264,10 @@ pub struct RtsAttr {
     pub max_rd_atomic: u8,
 }
 
-impl RtsAttr {
+impl ToRtsAttr {
     /// ibv_rc_pingpong's values (timeout 14, 7 retries, RNR retry forever, one outstanding
     /// read) with send PSN `sq_psn`.
     pub fn new(sq_psn: Psn) -> Self {
-        RtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
+        ToRtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
     }
 }

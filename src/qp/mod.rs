@@ -30,7 +30,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 pub use attr::{
-    AddressVector, GlobalRoute, InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr, UdInitAttr,
+    AddressVector, GlobalRoute, ToInitAttr, QpCapabilities, QpInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr,
 };
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};

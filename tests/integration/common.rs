@@ -20,7 +20,7 @@ pub fn device_required() -> bool {
 /// Opens `name`, or — when there is no such device — fails under
 /// `RDMA_VERBS_REQUIRE_DEVICE=1` and otherwise prints that the test skipped and returns `None`.
 pub fn require_device(name: &str) -> Option<Context> {
-    match Context::open_by_name(Some(name)) {
+    match Context::open(name) {
         Ok(ctx) => Some(ctx),
         Err(
             e @ (Error::NoKernelSupport

@@ -5,12 +5,12 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::mlx5::{
-    DcEndpoint, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams, DctInitAttr,
-    DctRtrAttr, Mlx5Context,
+    DcEndpoint, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciToRtrAttr, DciStreams, DctInitAttr,
+    DctToRtrAttr, Mlx5Context,
 };
 use rdma_verbs::{
-    AccessFlags, Context, Error, Gid, InitAttr, Lid, Mtu, OdpTransportCaps, Psn, Qpn, RemoteAddr,
-    Reset, RtsAttr, SendFlags,
+    AccessFlags, Context, Error, Gid, ToInitAttr, Lid, Mtu, OdpTransportCaps, Psn, Qpn, RemoteAddr,
+    Reset, ToRtsAttr, SendFlags,
 };
 use rdma_verbs_mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, QpAttr, Verb};
@@ -152,8 +152,8 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     assert_eq!(unsafe { (*dct.as_raw()).qp_num }, 0);
 
     let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let dct = dct.into_init(&InitAttr { port: 1, pkey_index: 0, access }).unwrap();
-    let dct = dct.into_rtr(&DctRtrAttr::new(1, Some(SGID_INDEX), Mtu::MTU_2048)).unwrap();
+    let dct = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).unwrap();
+    let dct = dct.into_rtr(&DctToRtrAttr::new(1, Some(SGID_INDEX), Mtu::MTU_2048)).unwrap();
     let modifies = f.modifies();
     assert_eq!(
         modifies.iter().map(|m| m.0).collect::<Vec<_>>(),
@@ -234,8 +234,8 @@ fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
     assert!(!dci.has_streams());
 
     let dci = dci.into_init(1, 0).unwrap();
-    let dci = dci.into_rtr(&DciRtrAttr { path_mtu: Mtu::MTU_4096 }).unwrap();
-    let _dci = dci.into_rts(&RtsAttr::new(Psn::new(0x42))).unwrap();
+    let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_4096 }).unwrap();
+    let _dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0x42))).unwrap();
     let modifies = f.modifies();
     assert_eq!(
         modifies.iter().map(|m| m.0).collect::<Vec<_>>(),

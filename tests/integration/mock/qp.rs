@@ -4,9 +4,9 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InitAttr, Lid, Mtu, ProtectionDomain,
-    Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset, Rtr, RtrAttr,
-    RtsAttr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, ToInitAttr, Lid, Mtu, ProtectionDomain,
+    Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset, Rtr, ToRtrAttr,
+    ToRtsAttr, SendWr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -22,8 +22,8 @@ fn remote() -> Endpoint {
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
 const SGID_INDEX: u8 = 3;
 
-fn rtr_attr() -> RtrAttr {
-    RtrAttr::to_endpoint(&remote(), 1, Some(SGID_INDEX), Mtu::MTU_1024)
+fn rtr_attr() -> ToRtrAttr {
+    ToRtrAttr::to_endpoint(&remote(), 1, Some(SGID_INDEX), Mtu::MTU_1024)
 }
 
 fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Reset> {
@@ -38,10 +38,10 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let qp = rc_qp(&pd, &cq);
     f.mock.take_calls();
 
-    let init = InitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
+    let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
     let qp = qp.into_init(&init).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
-    let qp = qp.into_rts(&RtsAttr::new(Psn::new(0x65_4321))).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321))).unwrap();
     let calls = f.mock.take_calls();
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
 
@@ -103,14 +103,14 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
-    let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let gid_hint = ["global route", "source GID index"];
     // No source GID index, then a peer that sent no GID: either way, no GRH.
     let no_gid = Endpoint { gid: Gid::ZERO, ..remote() };
     let mut qp = qp;
     for attr in [
-        RtrAttr::to_endpoint(&remote(), 1, None, Mtu::MTU_1024),
-        RtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
+        ToRtrAttr::to_endpoint(&remote(), 1, None, Mtu::MTU_1024),
+        ToRtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
     ] {
         f.mock.take_calls();
         let err = qp.into_rtr(&attr).unwrap_err();
@@ -136,12 +136,12 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     let mut qp = qp;
     for (errno, hint) in [(libc::EINVAL, &[][..]), (libc::ENOMEM, &[][..])] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_init(&InitAttr::default()).unwrap_err();
+        let err = qp.into_init(&ToInitAttr::default()).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RESET→INIT)", errno, hint);
         qp = err.qp;
     }
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
-    let mut qp = qp.into_init(&InitAttr::default()).unwrap();
+    let mut qp = qp.into_init(&ToInitAttr::default()).unwrap();
 
     for (errno, hint) in
         [(libc::EINVAL, &gid[..]), (libc::ENOMEM, &[][..]), (libc::ETIMEDOUT, &[][..])]
@@ -161,7 +161,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
     for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap_err();
+        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
         qp = err.qp;
     }
@@ -175,7 +175,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
 
     // For `?`, a failed transition converts into its error (dropping the QP).
     f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
-    let err = Error::from(qp.into_rts(&RtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
+    let err = Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
     assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
 }
 
@@ -184,10 +184,10 @@ fn einval_at_rts_gets_the_iwarp_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
-    let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
-    let err = qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap_err();
+    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
     assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
 }
 
@@ -197,8 +197,8 @@ macro_rules! connected {
         let $pd = $f.ctx.alloc_pd().unwrap();
         let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let $qp = rc_qp(&$pd, &$cq).into_init(&InitAttr::default()).unwrap();
-        let $qp = $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&RtsAttr::new(Psn::new(1))).unwrap();
+        let $qp = rc_qp(&$pd, &$cq).into_init(&ToInitAttr::default()).unwrap();
+        let $qp = $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
         $f.mock.take_calls();
     };
 }

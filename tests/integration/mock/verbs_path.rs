@@ -5,9 +5,9 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, CqAttr, Endpoint, Error, Gid, InitAttr, Lid, Mtu,
-    ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, RtrAttr,
-    Rts, RtsAttr, SendFlags, SendWr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, CqAttr, Endpoint, Error, Gid, ToInitAttr, Lid, Mtu,
+    ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, ToRtrAttr,
+    Rts, ToRtsAttr, SendFlags, SendWr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
@@ -26,7 +26,7 @@ fn lacking(member: &'static str) -> Fixture {
 }
 
 fn forced(path: VerbsPath) -> CqAttr<'static> {
-    CqAttr { path: Some(path), ..CqAttr::default() }
+    CqAttr { verbs_path: Some(path), ..CqAttr::default() }
 }
 
 /// An RC QP on `cq` with room for 4 sends of 2 SGEs, taken to RTS towards a RoCE peer.
@@ -35,10 +35,10 @@ fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queu
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
     let peer = Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid };
-    let qp = qp.into_init(&InitAttr::default()).unwrap();
+    let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
-    let qp = qp.into_rtr(&RtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
-    qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap()
+    let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
+    qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap()
 }
 
 const RC_OPS: u64 = (sys::IBV_QP_EX_WITH_SEND
@@ -350,7 +350,7 @@ fn timestamps_where_the_device_has_none_are_unsupported_naming_them() {
         "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \
          completion_timestamp_mask is 0)",
     );
-    let attr = CqAttr { timestamps: true, path: Some(VerbsPath::Legacy), ..CqAttr::default() };
+    let attr = CqAttr { timestamps: true, verbs_path: Some(VerbsPath::Legacy), ..CqAttr::default() };
     let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     // A context without an extended CQ cannot have them either.
