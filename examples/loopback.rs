@@ -30,8 +30,7 @@ fn run() -> Result<()> {
 
     let (port, gid) = (ctx.query_port(1)?, ctx.routable_gid(1)?);
     let endpoint = |qpn| Endpoint { lid: port.lid(), qpn, psn: Psn::new(0), gid: gid.gid };
-    let rtr =
-        |peer| ToRtrAttr::to_endpoint(&endpoint(peer), 1, Some(gid.index), port.active_mtu());
+    let rtr = |peer| ToRtrAttr::to_endpoint(&endpoint(peer), 1, Some(gid.index), port.active_mtu());
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
     let a = a.into_rtr(&rtr(b_qpn))?.into_rts(&ToRtsAttr::new(Psn::new(0)))?;
     let b = b.into_rtr(&rtr(a_qpn))?.into_rts(&ToRtsAttr::new(Psn::new(0)))?;

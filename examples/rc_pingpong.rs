@@ -119,13 +119,8 @@ fn run(args: &Args) -> Result<(), Error> {
                 gid: gid.map_or(Gid::ZERO, |g| g.gid),
             };
             println!("  local address:  {me}");
-            let link = Link {
-                port: args.ib_port,
-                sgid: gid.map(|g| g.index),
-                mtu,
-                sl: args.sl,
-                psn,
-            };
+            let link =
+                Link { port: args.ib_port, sgid: gid.map(|g| g.index), mtu, sl: args.sl, psn };
             let (qp, remote) = exchange(qp, args, &me, &link)?;
             println!("  remote address: {remote}");
             Ok(qp)

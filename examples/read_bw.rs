@@ -1,10 +1,10 @@
 //! RDMA READ bandwidth, perftest style: `ib_read_bw`'s options, method and table.
 //! See `examples/bw/mod.rs` for the tool shared by write_bw, read_bw and send_bw.
 
-#[path = "common/mod.rs"]
-mod common;
 #[path = "bw/mod.rs"]
 mod bw;
+#[path = "common/mod.rs"]
+mod common;
 
 fn main() -> std::process::ExitCode {
     bw::main("read")

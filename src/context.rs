@@ -41,9 +41,10 @@ impl Context {
     #[must_use = "the device is closed again when the context is dropped"]
     pub fn open(name: &str) -> Result<Context> {
         let list = DeviceList::new()?;
-        let device = list
-            .find(name)
-            .ok_or_else(|| Error::DeviceNotFound { name: name.to_owned(), available: list.names() })?;
+        let device = list.find(name).ok_or_else(|| Error::DeviceNotFound {
+            name: name.to_owned(),
+            available: list.names(),
+        })?;
         device.open()
     }
 

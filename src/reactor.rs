@@ -43,6 +43,7 @@ use ::tokio::io::Interest;
 
 use crate::channel::CompletionChannel;
 use crate::cq::CompletionQueue;
+use crate::error::InvalidInputKind;
 use crate::error::{Error, Result};
 use crate::event::{AsyncEvent, AsyncEvents};
 use crate::wc::WorkCompletion;
@@ -64,10 +65,13 @@ impl AsRawFd for Watched {
 unsafe fn register(fd: RawFd, what: &str) -> Result<AsyncFd<Watched>> {
     // Checked first: tokio's own registration panics outside a runtime.
     if ::tokio::runtime::Handle::try_current().is_err() {
-        return Err(Error::InvalidInput(format!(
-            "{what} can be awaited only inside a tokio runtime: create it within one (with \
+        return Err(Error::invalid(
+            InvalidInputKind::NoRuntime,
+            format!(
+                "{what} can be awaited only inside a tokio runtime: create it within one (with \
              I/O enabled: Builder::enable_io or enable_all)"
-        )));
+            ),
+        ));
     }
     // SAFETY: the caller keeps `fd` open as the same file until the AsyncFd is dropped.
     let fd = unsafe { AsyncFd::register_with_interest(Watched(fd), Interest::READABLE) };
@@ -180,7 +184,8 @@ impl<'a> CompletionStream<'a> {
         // SAFETY: a live CQ; a plain field read (the channel it was created on, or NULL).
         let cq_channel = unsafe { (*cq.as_raw()).channel };
         if cq_channel != channel.as_raw() {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::OtherChannel,
                 "this CQ does not report to this completion channel: create it with \
                  Context::create_cq_with_channel on that channel"
                     .into(),
@@ -203,7 +208,8 @@ impl<'a> CompletionStream<'a> {
         storage: &'s mut [WorkCompletion],
     ) -> Result<&'s mut [WorkCompletion]> {
         if storage.is_empty() {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::EmptyStorage,
                 "polling into empty storage could never return a completion: pass at least \
                  one slot"
                     .into(),

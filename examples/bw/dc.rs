@@ -54,8 +54,7 @@ mod with_mlx5 {
         let target = server || args.bidirectional;
         let receive = mode == Mode::Send && target;
         let qps = args.qps as usize;
-        let route =
-            DcRoute { port: args.ib_port, sgid_index: gid.map(|g| g.index), path_mtu: mtu };
+        let route = DcRoute { port: args.ib_port, sgid_index: gid.map(|g| g.index), path_mtu: mtu };
 
         let pd = ctx.alloc_pd()?;
         let rx_depth = if receive { args.qps * args.tx_depth } else { 0 };

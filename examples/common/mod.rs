@@ -29,7 +29,11 @@ pub fn source_gid(
 }
 
 /// Refuses an InfiniBand port without a LID: no subnet manager has configured it.
-pub fn require_lid(ctx: &Context, port_num: u8, port: &PortAttr) -> std::result::Result<(), String> {
+pub fn require_lid(
+    ctx: &Context,
+    port_num: u8,
+    port: &PortAttr,
+) -> std::result::Result<(), String> {
     if !port.is_ethernet() && port.lid().0 == 0 {
         return Err(format!(
             "{} port {port_num} has no LID: is the subnet manager running?",

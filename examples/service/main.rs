@@ -35,9 +35,9 @@
 //! service --rdma-cm -n 100 198.51.100.1               # client
 //! ```
 
+mod client;
 #[path = "../common/mod.rs"]
 mod common;
-mod client;
 mod server;
 
 use std::io::{ErrorKind, Read};

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::BUFFER_WR_ID_BIT;
+use crate::error::InvalidInputKind;
 use crate::error::{Error, Result};
 use crate::mr::{LKey, MemoryRegion};
 use crate::wc::{WcOpcode, WorkCompletion};
@@ -73,7 +74,7 @@ impl<'a> BufferPool<'a> {
     pub fn new(mr: MemoryRegion<'a>, chunk_size: usize) -> Result<Self> {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         if chunk_size == 0 || chunk_size > u32::MAX as usize || chunk_size > mr.len() {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid(InvalidInputKind::Size, format!(
                 "a buffer pool over a {}-byte region needs a chunk size of 1..={} bytes, not {chunk_size}",
                 mr.len(),
                 mr.len().min(u32::MAX as usize)
@@ -81,17 +82,20 @@ impl<'a> BufferPool<'a> {
         }
         let count = mr.len() / chunk_size;
         if count > 1 << INDEX_BITS {
-            return Err(Error::InvalidInput(format!(
-                "{count} chunks: a pool holds at most {} (use larger chunks or several pools)",
-                1 << INDEX_BITS
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!(
+                    "{count} chunks: a pool holds at most {} (use larger chunks or several pools)",
+                    1 << INDEX_BITS
+                ),
+            ));
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         if id >= 1 << POOL_BITS {
-            return Err(Error::InvalidInput(format!(
-                "more than {} buffer pools were created",
-                1 << POOL_BITS
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!("more than {} buffer pools were created", 1 << POOL_BITS),
+            ));
         }
         let atomics = |v| (0..count).map(|_| AtomicU32::new(v)).collect();
         Ok(BufferPool {
@@ -225,10 +229,10 @@ impl<'p> Buffer<'p> {
     /// [`Error::InvalidInput`] when `len` exceeds the capacity.
     pub fn set_len(&mut self, len: usize) -> Result<()> {
         if len > self.capacity() {
-            return Err(Error::InvalidInput(format!(
-                "{len} bytes exceed the {}-byte buffer",
-                self.capacity()
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::BufferTooSmall,
+                format!("{len} bytes exceed the {}-byte buffer", self.capacity()),
+            ));
         }
         self.len = len as u32;
         Ok(())

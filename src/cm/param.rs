@@ -2,6 +2,7 @@
 
 use rdma_verbs_sys as sys;
 
+use crate::error::InvalidInputKind;
 use crate::error::{Error, Result};
 
 /// What a connect or accept asks of the connection (`struct rdma_conn_param`, see
@@ -69,11 +70,14 @@ impl<'a> ConnParam<'a> {
 /// The length of `data` as rdma_cm's `u8`, refused when longer.
 pub(crate) fn private_data_len(data: &[u8]) -> Result<u8> {
     u8::try_from(data.len()).map_err(|_| {
-        Error::InvalidInput(format!(
-            "{} bytes of private data; rdma_cm carries at most 255 (56 with an IB/RoCE \
+        Error::invalid(
+            InvalidInputKind::Size,
+            format!(
+                "{} bytes of private data; rdma_cm carries at most 255 (56 with an IB/RoCE \
              connect, 196 with an accept, 148 with a reject)",
-            data.len()
-        ))
+                data.len()
+            ),
+        )
     })
 }
 

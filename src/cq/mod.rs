@@ -14,6 +14,7 @@ pub use completion::Completion;
 
 use crate::channel::CompletionChannel;
 use crate::context::Context;
+use crate::error::InvalidInputKind;
 use crate::error::{check_errno, check_ptr, Error, Result};
 use crate::verbs_path::VerbsPath;
 use crate::wc::WorkCompletion;
@@ -121,14 +122,18 @@ impl Context {
         attr: &CqAttr<'a>,
     ) -> Result<CompletionQueue<'a>> {
         let n = i32::try_from(cqe).ok().filter(|&n| n > 0).ok_or_else(|| {
-            Error::InvalidInput(format!("a CQ needs 1..={} entries, not {cqe}", i32::MAX))
+            Error::invalid(
+                InvalidInputKind::Size,
+                format!("a CQ needs 1..={} entries, not {cqe}", i32::MAX),
+            )
         })?;
         let (channel, vector) = match attr.channel {
             Some(channel) => (channel.as_raw(), self.check_channel(channel, attr.comp_vector)?),
             None => (std::ptr::null_mut(), 0),
         };
         if attr.timestamps && attr.verbs_path == Some(VerbsPath::Legacy) {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::NeedsExtendedVerbs,
                 "completion timestamps need the extended CQ: do not force VerbsPath::Legacy".into(),
             ));
         }
@@ -158,19 +163,25 @@ impl Context {
     /// The completion vector as a C int, checking `channel` is this context's.
     fn check_channel(&self, channel: &CompletionChannel<'_>, comp_vector: u32) -> Result<i32> {
         if !std::ptr::eq(channel.context(), self) {
-            return Err(Error::InvalidInput(format!(
-                "the completion channel belongs to device {}, not to this context of {}",
-                channel.context().name(),
-                self.name()
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::OtherContext,
+                format!(
+                    "the completion channel belongs to device {}, not to this context of {}",
+                    channel.context().name(),
+                    self.name()
+                ),
+            ));
         }
         // SAFETY: a live context; a plain field read.
         let vectors = unsafe { (*self.as_raw()).num_comp_vectors };
         i32::try_from(comp_vector).ok().filter(|&v| v < vectors).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "completion vector {comp_vector} does not exist: {} has vectors 0..{vectors}",
-                self.name()
-            ))
+            Error::invalid(
+                InvalidInputKind::Range,
+                format!(
+                    "completion vector {comp_vector} does not exist: {} has vectors 0..{vectors}",
+                    self.name()
+                ),
+            )
         })
     }
 }

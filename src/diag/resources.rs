@@ -11,7 +11,7 @@ use crate::buffer::{BufferPool, SendOp};
 use crate::endpoint::{Endpoint, Psn};
 use crate::error::Error;
 use crate::gid::GidEntry;
-use crate::qp::{ToInitAttr, QpCapabilities, QpInitAttr, ToRtrAttr, ToRtsAttr};
+use crate::qp::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr};
 use crate::wc::{WcOpcode, WorkCompletion};
 
 /// What the smoke test registers: a small real run's buffer, so that a locked-memory limit

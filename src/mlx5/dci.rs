@@ -9,6 +9,7 @@ use rdma_verbs_sys as sys;
 use crate::ah::AddressHandle;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Psn, Qpn};
+use crate::error::InvalidInputKind;
 use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
@@ -180,14 +181,17 @@ impl<'ctx> Mlx5Context<'ctx> {
         if asked.log_concurrent > caps.max_log_concurrent
             || asked.log_errored > caps.max_log_errored
         {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid(
+                InvalidInputKind::DciStreams,
+                format!(
                 "DCI streams 2^{} concurrent / 2^{} errored exceed {}'s 2^{} / 2^{}: ask for less",
                 asked.log_concurrent,
                 asked.log_errored,
                 self.context().name(),
                 caps.max_log_concurrent,
                 caps.max_log_errored
-            )));
+            ),
+            ));
         }
         Ok(())
     }
@@ -342,14 +346,16 @@ impl Dci<'_, Rts> {
     pub unsafe fn post(&self, wrs: &[DcWr<'_>]) -> Result<()> {
         for wr in wrs {
             if wr.stream.is_some() && !self.streams {
-                return Err(Error::InvalidInput(
+                return Err(Error::invalid(
+                    InvalidInputKind::DciStreams,
                     "a DC work request names a DCI stream, but this DCI was created without \
                      streams: set DciInitAttr::streams"
                         .into(),
                 ));
             }
             if wr.flags.contains(SendFlags::INLINE) {
-                return Err(Error::InvalidInput(
+                return Err(Error::invalid(
+                    InvalidInputKind::InlineTooLarge,
                     "SendFlags::INLINE is not offered on a DCI: post the payload by SGE".into(),
                 ));
             }

@@ -10,7 +10,7 @@ use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, GlobalRoute, Init, ToInitAttr, QpState, Reset, Rtr};
+use crate::qp::{AddressVector, GlobalRoute, Init, QpState, Reset, Rtr, ToInitAttr};
 use crate::srq::SharedReceiveQueue;
 
 use super::context::Mlx5Context;

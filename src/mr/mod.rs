@@ -22,6 +22,7 @@ pub use memory::RegionMemory;
 use registration::Registration;
 
 use crate::access::AccessFlags;
+use crate::error::InvalidInputKind;
 use crate::error::{Error, Result};
 use crate::mw::{BindParts, BindableRegion};
 use crate::pd::ProtectionDomain;
@@ -49,9 +50,10 @@ pub(crate) fn bounds(len: usize, range: impl RangeBounds<usize>) -> Result<(usiz
         Bound::Unbounded => len,
     };
     if start >= end || end > len {
-        return Err(Error::InvalidInput(format!(
-            "range {start}..{end} is empty or outside the {len}-byte memory region"
-        )));
+        return Err(Error::invalid(
+            InvalidInputKind::Range,
+            format!("range {start}..{end} is empty or outside the {len}-byte memory region"),
+        ));
     }
     Ok((start, end))
 }

@@ -3,7 +3,7 @@
 use rdma_verbs_sys as sys;
 
 use super::{
-    Connected, Init, ToInitAttr, QueuePair, Reset, Rtr, ToRtrAttr, Rts, ToRtsAttr, Ud, UdToInitAttr,
+    Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdToInitAttr,
 };
 use crate::endpoint::Psn;
 use crate::error::TransitionError;

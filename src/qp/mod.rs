@@ -30,7 +30,8 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 pub use attr::{
-    AddressVector, GlobalRoute, ToInitAttr, QpCapabilities, QpInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr,
+    AddressVector, GlobalRoute, QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr,
+    UdToInitAttr,
 };
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
@@ -38,6 +39,7 @@ pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
+use crate::error::InvalidInputKind;
 use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
@@ -293,7 +295,10 @@ impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
         match self.query_state() {
             Ok(state) if Some(state) == N::STATE => Ok(self.retype()),
             Ok(state) => {
-                let error = Error::InvalidInput(format!("the QP is in {state}, not {}", N::NAME));
+                let error = Error::invalid(
+                    InvalidInputKind::QpState,
+                    format!("the QP is in {state}, not {}", N::NAME),
+                );
                 Err(TransitionError { qp: self, error })
             }
             Err(error) => Err(TransitionError { qp: self, error }),

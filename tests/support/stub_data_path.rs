@@ -10,7 +10,8 @@ use std::ffi::c_int;
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    Context, Endpoint, Gid, ToInitAttr, Lid, Mtu, Psn, Qpn, QueuePair, Reset, ToRtrAttr, Rts, ToRtsAttr,
+    Context, Endpoint, Gid, Lid, Mtu, Psn, Qpn, QueuePair, Reset, Rts, ToInitAttr, ToRtrAttr,
+    ToRtsAttr,
 };
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;

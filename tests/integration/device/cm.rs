@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::{
-    AccessFlags, Init, ToInitAttr, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, WorkCompletion,
+    AccessFlags, Init, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr, WorkCompletion,
 };
 
 use crate::common::{example, output_within, rxe, siw, spawn_server, text, wait_within, Target};

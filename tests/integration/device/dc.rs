@@ -98,7 +98,7 @@ mod hardware {
         DcKey, DcRoute, DcWr, DciInitAttr, DctInitAttr, DctToRtrAttr, Mlx5Context,
     };
     use rdma_verbs::{
-        AccessFlags, Context, Gid, ToInitAttr, Mtu, RecvWr, SendFlags, WcOpcode, WorkCompletion,
+        AccessFlags, Context, Gid, Mtu, RecvWr, SendFlags, ToInitAttr, WcOpcode, WorkCompletion,
     };
 
     use crate::common::{example, output_within, spawn_server, text, wait_within};
@@ -120,8 +120,8 @@ mod hardware {
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
         eprintln!("{mlx5:?}");
         let port = ctx.query_port(1).unwrap();
-        let sgid = gid_index()
-            .or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
+        let sgid =
+            gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
         let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i.into()).unwrap().gid);
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();

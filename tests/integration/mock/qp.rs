@@ -4,14 +4,14 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, ToInitAttr, Lid, Mtu, ProtectionDomain,
-    Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset, Rtr, ToRtrAttr,
-    ToRtsAttr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid, Mtu,
+    ProtectionDomain, Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset,
+    Rtr, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
 
-use super::{assert_unsupported, assert_verb_error, open, Fixture};
+use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixture};
 
 /// The peer: a RoCE endpoint with an IPv4-mapped GID.
 fn remote() -> Endpoint {
@@ -198,7 +198,8 @@ macro_rules! connected {
         let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let $qp = rc_qp(&$pd, &$cq).into_init(&ToInitAttr::default()).unwrap();
-        let $qp = $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+        let $qp =
+            $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
         $f.mock.take_calls();
     };
 }
@@ -208,19 +209,20 @@ fn post_recv_and_post_send_errors() {
     let f = Fixture::new();
     connected!(f, pd, cq, mr, qp);
     let sges = [mr.sge(..64).unwrap()];
-    let full = ["work queue is full"];
     let state = ["not in a state that allows this post"];
     for (errno, hint) in
-        [(libc::ENOMEM, &full[..]), (libc::EINVAL, &state[..]), (libc::EFAULT, &[][..])]
+        [(libc::ENOMEM, None), (libc::EINVAL, Some(&state[..])), (libc::EFAULT, Some(&[][..]))]
     {
+        let check = |err: &Error, verb| match hint {
+            None => assert_queue_full(err, verb, errno),
+            Some(hint) => assert_verb_error(err, verb, errno, hint),
+        };
         f.mock.fail(Verb::PostRecv, errno);
         // SAFETY: the mock provider never touches the memory.
-        let err = unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err();
-        assert_verb_error(&err, "ibv_post_recv", errno, hint);
+        check(&unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err(), "ibv_post_recv");
         f.mock.fail(Verb::PostSend, errno);
         // SAFETY: as above.
-        let err = unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err();
-        assert_verb_error(&err, "ibv_post_send", errno, hint);
+        check(&unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err(), "ibv_post_send");
     }
     // SAFETY: as above.
     unsafe { qp.post_send(&mut SendWr::send(42, &sges)) }.unwrap();
@@ -236,7 +238,7 @@ fn post_send_checks_the_capabilities_before_the_provider() {
     let sges = [mr.sge(..64).unwrap(), mr.sge(64..128).unwrap()];
     // SAFETY: the mock provider never touches the memory.
     let err = unsafe { qp.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{err:?}");
     assert_eq!(err.to_string(), "the WR has 2 SGEs; this QP allows 1 (max_send_sge)");
     assert_eq!(f.mock.take_calls(), []);
 }
@@ -318,7 +320,12 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
     // RESET→RTR is no RC transition: refused before the provider.
     let rtr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_RTR, ..Default::default() };
     let err = qp.modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
-    assert!(matches!(err.error, Error::InvalidInput(_)), "{:?}", err.error);
+    assert_eq!(
+        err.error.invalid_input_kind(),
+        Some(InvalidInputKind::Transition),
+        "{:?}",
+        err.error
+    );
     assert_eq!(f.mock.take_calls(), []);
 
     let init = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..Default::default() };

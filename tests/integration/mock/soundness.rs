@@ -16,9 +16,9 @@
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, ToInitAttr, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
-    QueuePair, Rc, RemoteAddr, RemoteWritableRegion, Reset, ToRtrAttr, Rts, ToRtsAttr, SendList,
-    SendOp, SendWr, SharedReceiveQueue, Uc, Ud, UdDestination, UdToInitAttr, UdSend, VerbsPath,
+    Endpoint, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn, QueuePair, Rc,
+    RemoteAddr, RemoteWritableRegion, Reset, Rts, SendList, SendOp, SendWr, SharedReceiveQueue,
+    ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend, UdToInitAttr, VerbsPath,
     WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
