@@ -69,6 +69,7 @@ use crate::fd;
 ///
 /// The descriptor ([`AsFd`]) can also go into an `epoll` set or an async runtime's reactor:
 /// when it is readable, call [`try_get_events`](Self::try_get_events).
+#[must_use = "the channel is destroyed when dropped"]
 pub struct CompletionChannel<'ctx> {
     raw: NonNull<sys::ibv_comp_channel>,
     ctx: &'ctx Context,

@@ -16,6 +16,7 @@ use crate::error::{check_errno, Error, Result};
 use crate::port::PortAttr;
 
 /// An open device (`struct ibv_context`): the parent of every other verbs object.
+#[must_use = "the device is closed when the context is dropped"]
 pub struct Context {
     raw: NonNull<sys::ibv_context>,
     lib: &'static sys::Ibverbs,
@@ -38,7 +39,6 @@ impl Context {
     /// [`Error::NoKernelSupport`] / [`Error::NoDevices`] when there is no device,
     /// [`Error::DeviceNotFound`] (naming the devices present) when none has that name, and the
     /// errors of [`Device::open`](crate::Device::open).
-    #[must_use = "the device is closed again when the context is dropped"]
     pub fn open(name: &str) -> Result<Context> {
         let list = DeviceList::new()?;
         let device = list.find(name).ok_or_else(|| Error::DeviceNotFound {
@@ -54,7 +54,6 @@ impl Context {
     ///
     /// [`Error::NoKernelSupport`] / [`Error::NoDevices`] when there is no device, and the
     /// errors of [`Device::open`](crate::Device::open).
-    #[must_use = "the device is closed again when the context is dropped"]
     pub fn open_first() -> Result<Context> {
         DeviceList::new()?.iter().next().ok_or(Error::NoDevices)?.open()
     }

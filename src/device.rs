@@ -59,6 +59,7 @@ fn lib() -> Result<&'static sys::Ibverbs> {
 }
 
 /// The RDMA devices libibverbs sees (`ibv_get_device_list(3)`).
+#[must_use = "the list is freed when dropped"]
 pub struct DeviceList {
     list: NonNull<*mut sys::ibv_device>,
     len: usize,

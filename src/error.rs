@@ -72,7 +72,7 @@ pub enum Error {
     /// An Ethernet (RoCE) port has no GID usable for routing.
     #[error(
         "{device} port {port} has no usable RoCE GID: give its netdev an IP address \
-         (ip addr add ... dev <netdev>) or pick an index with -g"
+         (ip addr add ... dev <netdev>) or pick a GID index yourself (Context::gid_table)"
     )]
     NoRoutableGid {
         /// The device name.
@@ -314,8 +314,9 @@ fn hint(verb: &str, errno: i32) -> Option<String> {
                 .into()
         }
         (v, libc::EINVAL) if v.ends_with("→RTR)") => {
-            "on RoCE the RTR transition needs a global route: check the source GID index (-g) \
-             exists on this port and the remote GID, MTU and QPN are right"
+            "on RoCE the RTR transition needs a global route: check the source GID index \
+             (GlobalRoute::sgid_index) exists on this port and the remote GID, MTU and QPN \
+             are right"
                 .into()
         }
         (v, libc::EINVAL) if v.ends_with("→RTS)") => {

@@ -280,6 +280,7 @@ impl std::fmt::Display for AsyncEvent {
 /// }
 /// # Ok(()) }
 /// ```
+#[must_use = "the events are read only through this stream"]
 pub struct AsyncEvents<'ctx> {
     ctx: &'ctx Context,
 }

@@ -36,6 +36,7 @@ impl Gid {
     }
 
     /// The GID as an IPv6 address.
+    #[must_use]
     pub fn to_ipv6(&self) -> Ipv6Addr {
         Ipv6Addr::from(self.0)
     }

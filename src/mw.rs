@@ -11,8 +11,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::access::AccessFlags;
-use crate::error::InvalidInputKind;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::mr::{bounds, RKey};
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, Rts};
@@ -262,6 +261,7 @@ impl<'r> MwBind<'r> {
 /// drop(region); // error: cannot move out of `region` because it is borrowed
 /// # let _ = bind; Ok(()) }
 /// ```
+#[must_use = "the window is deallocated when dropped"]
 pub struct MemoryWindow<'a> {
     raw: NonNull<sys::ibv_mw>,
     kind: MwType,

@@ -19,6 +19,7 @@ use crate::error::{check_errno, check_ptr, Result};
 /// }; // error: `ctx` dropped while still borrowed
 /// # drop(pd); Ok(()) }
 /// ```
+#[must_use = "the protection domain is deallocated when dropped"]
 pub struct ProtectionDomain<'ctx> {
     raw: NonNull<sys::ibv_pd>,
     ctx: &'ctx Context,

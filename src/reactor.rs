@@ -43,8 +43,7 @@ use ::tokio::io::Interest;
 
 use crate::channel::CompletionChannel;
 use crate::cq::CompletionQueue;
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::event::{AsyncEvent, AsyncEvents};
 use crate::wc::WorkCompletion;
 
@@ -107,6 +106,7 @@ async fn read_when_readable<T>(
 }
 
 /// A [`CompletionChannel`] whose events are awaited on tokio's reactor.
+#[must_use = "the channel is deregistered from the reactor when dropped"]
 pub struct AsyncCompletionChannel<'a> {
     channel: &'a CompletionChannel<'a>,
     fd: AsyncFd<Watched>,
@@ -162,6 +162,7 @@ impl std::fmt::Debug for AsyncCompletionChannel<'_> {
 /// before the arming raises no event); only when that is empty too, await the channel, drain
 /// its events, and start over. The channel should serve only this CQ: its events are read
 /// here, so another CQ's would be taken too.
+#[must_use = "completions are read only through the stream"]
 pub struct CompletionStream<'a> {
     cq: &'a CompletionQueue<'a>,
     channel: AsyncCompletionChannel<'a>,
@@ -257,6 +258,7 @@ impl std::fmt::Debug for CompletionStream<'_> {
 }
 
 /// A context's [`AsyncEvents`], awaited on tokio's reactor.
+#[must_use = "events are read only through the stream"]
 pub struct AsyncEventStream<'ctx> {
     events: AsyncEvents<'ctx>,
     fd: AsyncFd<Watched>,

@@ -7,8 +7,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::buffer::{check_pool, Buffer, PostError};
-use crate::error::InvalidInputKind;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::RecvWr;
 
@@ -17,6 +16,7 @@ use crate::wr::RecvWr;
 /// does not flush the SRQ: its receives stay for the other QPs.
 ///
 /// Like a QP it is invariant in `'a`, so buffers lent to it outlive it.
+#[must_use = "the SRQ is destroyed when dropped"]
 pub struct SharedReceiveQueue<'a> {
     raw: NonNull<sys::ibv_srq>,
     pd: &'a ProtectionDomain<'a>,

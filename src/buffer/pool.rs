@@ -3,8 +3,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::BUFFER_WR_ID_BIT;
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::mr::{LKey, MemoryRegion};
 use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::Sge;
@@ -48,6 +47,7 @@ const NO_PREV: u32 = u32::MAX;
 /// drop(qp);
 /// # Ok(()) }
 /// ```
+#[must_use = "the pool's region is deregistered when dropped"]
 pub struct BufferPool<'a> {
     mr: MemoryRegion<'a>,
     chunk: usize,
@@ -189,6 +189,7 @@ impl std::fmt::Debug for BufferPool<'_> {
 
 /// One chunk of a [`BufferPool`], exclusively the program's until posted. It holds `len`
 /// meaningful bytes out of [`capacity`](Self::capacity); dropping it frees the chunk.
+#[must_use = "the buffer goes back to its pool when dropped"]
 pub struct Buffer<'p> {
     pool: &'p BufferPool<'p>,
     index: u32,

@@ -438,6 +438,7 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 /// *on the same QP* is [completed](super::BufferPool::complete), they all return to their
 /// pool, free for [`take`](super::BufferPool::take). While such a chain is open the list
 /// refuses to post on another QP.
+#[must_use = "a list does nothing until it is posted"]
 pub struct SendList<'p, Op = SendOp> {
     entries: Vec<(Buffer<'p>, Op)>,
     sges: Vec<Sge>,

@@ -9,8 +9,7 @@ use super::check;
 use super::event::CmEventKind;
 use super::id::{event_error, CmId};
 use super::param::ConnParam;
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::qp::{Init, QpState, QueuePair, Rc, Reset, Rts, Unknown};
 
 /// The QP states rdma_cm can connect from: [`Reset`] and [`Init`] (post receives in INIT

@@ -15,8 +15,7 @@ use super::event::{CmEventKind, IdPtr, RawEvent};
 use super::{check, explain};
 use crate::c_enum::c_enum;
 use crate::context::Context;
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 /// Extra time a wait allows beyond the CM's own timeout, which should end it with an event.
 const WAIT_SLACK: Duration = Duration::from_secs(5);
@@ -40,6 +39,7 @@ c_enum! {
 ///
 /// Dropping it runs `rdma_destroy_id(3)`, which cannot hang: every event is acknowledged
 /// as it is read.
+#[must_use = "the rdma_cm id is destroyed when dropped"]
 pub struct CmId<'ch> {
     raw: NonNull<sys::rdma_cm_id>,
     channel: &'ch EventChannel,

@@ -2,8 +2,7 @@
 
 use rdma_verbs_sys as sys;
 
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 /// What a connect or accept asks of the connection (`struct rdma_conn_param`, see
 /// `rdma_connect(3)` and `rdma_accept(3)`).
@@ -42,6 +41,7 @@ impl Default for ConnParam<'_> {
 
 impl<'a> ConnParam<'a> {
     /// The defaults with `private_data`.
+    #[must_use]
     pub fn with_private_data(private_data: &'a [u8]) -> Self {
         ConnParam { private_data, ..Default::default() }
     }

@@ -14,8 +14,7 @@ pub use completion::Completion;
 
 use crate::channel::CompletionChannel;
 use crate::context::Context;
-use crate::error::InvalidInputKind;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::verbs_path::VerbsPath;
 use crate::wc::WorkCompletion;
 
@@ -24,6 +23,7 @@ use crate::wc::WorkCompletion;
 ///
 /// Created through `ibv_create_cq_ex(3)` when the provider has it, else `ibv_create_cq(3)`
 /// ([`CompletionQueue::path`] says which); polling is the same on both paths.
+#[must_use = "the completion queue is destroyed when dropped"]
 pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
     /// The extended CQ (the same object as `raw`), on the extended path.

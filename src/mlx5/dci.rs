@@ -9,8 +9,7 @@ use rdma_verbs_sys as sys;
 use crate::ah::AddressHandle;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Psn, Qpn};
-use crate::error::InvalidInputKind;
-use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
 use crate::qp::{
@@ -37,6 +36,7 @@ pub struct DciInitAttr<'res> {
 
 impl<'res> DciInitAttr<'res> {
     /// Sends on `cq`, 64 send WRs of one SGE, selective signaling, no streams.
+    #[must_use]
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         DciInitAttr {
             send_cq: cq,
@@ -92,6 +92,7 @@ pub struct DcRoute {
 /// unsafe { dci.post(std::slice::from_ref(wr))? }; // error: no method `post` on `Dci<Rtr>`
 /// # Ok(()) }
 /// ```
+#[must_use = "the DCI is destroyed when dropped"]
 pub struct Dci<'res, S: QpState> {
     qp: DcQp<'res>,
     qp_ex: NonNull<sys::ibv_qp_ex>,
@@ -535,6 +536,7 @@ pub struct DcWr<'a> {
 
 impl<'a> DcWr<'a> {
     /// A SEND of `sges` to `dest`.
+    #[must_use]
     pub fn send(wr_id: u64, sges: &'a [Sge], dest: DcDestination<'a>) -> Self {
         DcWr { wr_id, flags: SendFlags::empty(), opcode: DcOpcode::Send, sges, dest, stream: None }
     }
@@ -560,11 +562,13 @@ impl<'a> DcWr<'a> {
     }
 
     /// With these flags.
+    #[must_use]
     pub fn flags(self, flags: SendFlags) -> Self {
         DcWr { flags, ..self }
     }
 
     /// On DCI stream `id`.
+    #[must_use]
     pub fn stream(self, id: u16) -> Self {
         DcWr { stream: Some(id), ..self }
     }

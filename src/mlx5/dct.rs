@@ -45,6 +45,7 @@ pub struct DctToRtrAttr {
 impl DctToRtrAttr {
     /// RTR on `port`, with a GRH from source GID `sgid_index` when one is given (RoCE),
     /// RNR timer 12.
+    #[must_use]
     pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
         let grh = sgid_index.map(|sgid_index| GlobalRoute {
             dgid: Gid::ZERO,
@@ -88,6 +89,7 @@ impl DctToRtrAttr {
 /// let n = dct.dctn(); // error: no method `dctn` on `Dct<Init>`
 /// # }
 /// ```
+#[must_use = "the DCT is destroyed when dropped"]
 pub struct Dct<'res, S: QpState> {
     qp: DcQp<'res>,
     key: DcKey,

@@ -5,8 +5,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::endpoint::Qpn;
-use crate::error::InvalidInputKind;
-use crate::error::{check_errno, check_ptr, Result};
+use crate::error::{check_errno, check_ptr, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 
 use super::context::Mlx5Context;

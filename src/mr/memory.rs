@@ -11,8 +11,7 @@ use std::alloc::{self, Layout};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 /// Memory a region can be registered over: a length (a zeroed, page-aligned buffer the
 /// region allocates and owns) or a `&mut [u8]` (borrowed for the region's life).

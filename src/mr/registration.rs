@@ -17,8 +17,7 @@ use rdma_verbs_sys as sys;
 use super::memory::{Memory, RegionMemory};
 use super::{bounds, DmabufRegion, LKey, MemoryRegion, RKey, RemoteWritableRegion};
 use crate::access::AccessFlags;
-use crate::error::InvalidInputKind;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RemoteAddr, Sge};
 

@@ -107,6 +107,7 @@ pub struct QpInitAttr<'res, 'srq> {
 impl<'res> QpInitAttr<'res, '_> {
     /// Both queues on `cq`, default capabilities, selective signaling, no SRQ, the extended
     /// QP when the provider has it.
+    #[must_use]
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         QpInitAttr {
             send_cq: cq,
@@ -183,6 +184,7 @@ impl AddressVector {
     /// The route to `remote` from `port`: by LID, plus a GRH from our GID `sgid_index` when
     /// one is given and the remote GID is not zero (the rule of ibv_rc_pingpong, where
     /// RoCE peers always send a GID).
+    #[must_use]
     pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>) -> Self {
         let grh = sgid_index.filter(|_| !remote.gid.is_zero()).map(|sgid_index| GlobalRoute {
             dgid: remote.gid,
@@ -237,6 +239,7 @@ pub struct ToRtrAttr {
 impl ToRtrAttr {
     /// The RTR attributes for connecting to `remote` from `port`, ibv_rc_pingpong's values
     /// otherwise (one outstanding read, RNR timer 12).
+    #[must_use]
     pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
         ToRtrAttr {
             path_mtu,
@@ -267,6 +270,7 @@ pub struct ToRtsAttr {
 impl ToRtsAttr {
     /// ibv_rc_pingpong's values (timeout 14, 7 retries, RNR retry forever, one outstanding
     /// read) with send PSN `sq_psn`.
+    #[must_use]
     pub fn new(sq_psn: Psn) -> Self {
         ToRtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
     }

@@ -7,8 +7,7 @@ use rdma_verbs_sys as sys;
 
 use super::extended::{self, ExQp};
 use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
-use crate::error::InvalidInputKind;
-use crate::error::{check_ptr, Error, Result};
+use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
 

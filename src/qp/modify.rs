@@ -4,8 +4,7 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
-use crate::error::InvalidInputKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 c_enum! {
     /// A QP state as the device reports it (`enum ibv_qp_state`), from

@@ -122,7 +122,7 @@ mod hardware {
         let port = ctx.query_port(1).unwrap();
         let sgid =
             gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
-        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i.into()).unwrap().gid);
+        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i).unwrap().gid);
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();
         let srq = pd.create_srq(4, 1).unwrap();

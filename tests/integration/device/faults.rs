@@ -225,7 +225,7 @@ fn a_cq_smaller_than_the_wrs_it_may_hold_is_refused_at_qp_creation() {
     );
     // Exactly full is enough.
     let cap = QpCapabilities { max_send_wr: room - 1, ..cap };
-    pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
+    drop(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
 
     // An SRQ's receives may all complete through one of its QPs: its size counts.
     let srq = pd.create_srq(4 * room, 1).unwrap();

@@ -119,7 +119,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
         assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
         qp = err.qp;
     }
-    qp.into_rtr(&rtr_attr()).expect("the same QP connects once the route has a GRH");
+    drop(qp.into_rtr(&rtr_attr()).expect("the same QP connects once the route has a GRH"));
 }
 
 #[test]

@@ -97,6 +97,6 @@ fn streams_refuse_a_foreign_channel_a_second_registration_and_no_runtime() {
         let err = AsyncCompletionChannel::new(&channel).unwrap_err();
         assert_eq!(err.errno(), Some(libc::EEXIST), "{err}");
         drop(first);
-        AsyncCompletionChannel::new(&channel).unwrap();
+        drop(AsyncCompletionChannel::new(&channel).unwrap());
     });
 }

@@ -196,7 +196,7 @@ fn create_qp_refuses_a_cq_too_small_for_its_work_requests_before_the_provider() 
     assert_eq!(f.mock.take_calls(), [], "refused before the provider");
     // Exactly full is enough.
     let cap = QpCapabilities { max_send_wr: 16, max_recv_wr: 16, ..cap };
-    pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap();
+    drop(pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap());
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 15, ..cap };
-    pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
+    drop(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
 }
