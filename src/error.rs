@@ -109,6 +109,21 @@ pub enum Error {
         message: String,
     },
 
+    /// Fewer completions than awaited arrived before the timeout
+    /// ([`CompletionQueue::wait_for`](crate::CompletionQueue::wait_for)).
+    #[error(
+        "{arrived} of {expected} completions arrived within {timeout:?}: check that every \
+         awaited work request was posted signaled and that the peer QP is connected"
+    )]
+    CompletionTimeout {
+        /// How many were awaited.
+        expected: usize,
+        /// How many arrived (the prefix of the storage they were polled into).
+        arrived: usize,
+        /// How long was waited.
+        timeout: std::time::Duration,
+    },
+
     /// The work queue is full (`ENOMEM` from `ibv_post_send(3)` / `ibv_post_recv(3)`,
     /// `ENOMEM` or `ENOSPC` from `ibv_wr_complete(3)`): reap completions before posting more.
     #[error(

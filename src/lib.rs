@@ -17,8 +17,10 @@
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(32)?;
 //! let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
+//! // What a peer may RDMA WRITE: a region registered for it, on a QP that allows it.
+//! let target = pd.register_remote_writable(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
 //! let qp = pd.create_rc_qp(&QpInitAttr::new(&cq))?;
-//! let qp = qp.into_init(&ToInitAttr::default())?;
+//! let qp = qp.into_init(&ToInitAttr { access: AccessFlags::REMOTE_WRITE, ..ToInitAttr::default() })?;
 //!
 //! // Exchange endpoints with the peer out of band (e.g. TCP), then:
 //! let gid = ctx.routable_gid(1)?;
@@ -31,20 +33,23 @@
 //!
 //! mr.as_mut_slice()[..5].copy_from_slice(b"hello");
 //! let (send, recv) = ([mr.sge(..5)?], [mr.sge(2048..)?]);
-//! // SAFETY: `mr` outlives the QP, and its bytes are not touched until both completions
-//! // below have been polled. (Connected to itself, the QP receives its own SEND.)
+//! // SAFETY: `mr` and `target` outlive the QP, and their bytes are not touched until the
+//! // three completions below have been polled. (Connected to itself, the QP receives its
+//! // own SEND and is the target of its own WRITE.)
 //! unsafe {
 //!     qp.post_recv(&mut RecvWr::new(1, &recv))?;
-//!     qp.post_send(&mut SendWr::send(2, &send).flags(SendFlags::SIGNALED))?;
+//!     let write = SendWr::rdma_write(2, &send, target.remote(..5)?);
+//!     qp.post_send(&mut write.flags(SendFlags::SIGNALED))?;
+//!     qp.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED))?;
 //! }
-//! let (mut wcs, mut done) = ([WorkCompletion::EMPTY; 4], 0);
-//! while done < 2 {
-//!     for wc in cq.poll(&mut wcs)?.iter() {
-//!         assert!(wc.is_success(), "{}", wc.status());
-//!         done += 1;
-//!     }
+//! let mut wcs = [WorkCompletion::EMPTY; 3];
+//! for wc in cq.wait_for(3, std::time::Duration::from_secs(5), &mut wcs)?.iter() {
+//!     assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());
 //! }
 //! assert_eq!(&mr.as_slice()[2048..2053], b"hello");
+//! let mut written = [0; 5];
+//! target.read(0, &mut written)?;
+//! assert_eq!(&written, b"hello");
 //! # Ok(()) }
 //! ```
 //!

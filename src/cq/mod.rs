@@ -264,6 +264,39 @@ impl<'ctx> CompletionQueue<'ctx> {
         Ok(done)
     }
 
+    /// Busy-polls until `n` completions have arrived in `storage` or `timeout` passes;
+    /// returns the `n` completions (the prefix of `storage` they fill). For tests, examples
+    /// and set-up steps that know how many completions are due; a data path sleeps on a
+    /// [`CompletionChannel`](crate::CompletionChannel) instead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CompletionTimeout`] naming how many arrived (they are `storage[..arrived]`)
+    /// when `timeout` passes first; [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when
+    /// `storage` has room for fewer than `n`; otherwise as [`CompletionQueue::poll`].
+    pub fn wait_for<'a>(
+        &self,
+        n: usize,
+        timeout: std::time::Duration,
+        storage: &'a mut [WorkCompletion],
+    ) -> Result<&'a mut [WorkCompletion]> {
+        if storage.len() < n {
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!("waiting for {n} completions needs room for {n}, not {}", storage.len()),
+            ));
+        }
+        let start = std::time::Instant::now();
+        let mut arrived = 0;
+        while arrived < n {
+            arrived += self.poll(&mut storage[arrived..n])?.len();
+            if arrived < n && start.elapsed() >= timeout {
+                return Err(Error::CompletionTimeout { expected: n, arrived, timeout });
+            }
+        }
+        Ok(&mut storage[..n])
+    }
+
     /// Which verbs this CQ was created and is polled with.
     pub fn path(&self) -> VerbsPath {
         if self.ex.is_some() {

@@ -2,6 +2,7 @@
 //! polling.
 
 use std::net::Ipv6Addr;
+use std::time::Duration;
 
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid, Mtu,
@@ -290,6 +291,33 @@ fn poll_returns_the_filled_prefix_and_reports_errors() {
     let null = open(&f.mock, Optional::ALL, ContextConfig { poll_cq: false, ..Default::default() });
     let cq = null.create_cq(16).unwrap();
     assert_unsupported(&cq.poll(&mut storage).unwrap_err(), "ibv_poll_cq");
+}
+
+#[test]
+fn wait_for_returns_n_completions_or_says_how_many_came() {
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(16).unwrap();
+    for wr_id in 1..=3 {
+        f.mock.push_completion(cq.as_raw(), sys::ibv_wc { wr_id, ..Default::default() });
+    }
+    let mut storage: [WorkCompletion; 4] = Default::default();
+    let timeout = Duration::from_millis(20);
+    let ids: Vec<_> =
+        cq.wait_for(2, timeout, &mut storage).unwrap().iter().map(|wc| wc.wr_id()).collect();
+    assert_eq!(ids, [1, 2]);
+    let err = cq.wait_for(2, timeout, &mut storage).unwrap_err();
+    assert!(
+        matches!(err, Error::CompletionTimeout { expected: 2, arrived: 1, timeout: t } if t == timeout),
+        "{err:?}"
+    );
+    assert_eq!(storage[0].wr_id(), 3, "what arrived is the storage's prefix");
+    assert_eq!(
+        err.to_string(),
+        "1 of 2 completions arrived within 20ms: check that every awaited work request was \
+         posted signaled and that the peer QP is connected"
+    );
+    let err = cq.wait_for(5, timeout, &mut storage).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size), "{err:?}");
 }
 
 #[test]
