@@ -17,6 +17,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -55,7 +58,7 @@ struct Args {
     iters: u64,
     /// Local port GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u32>,
+    gid_idx: Option<u8>,
     /// Server to connect to (none: act as the server)
     servername: Option<String>,
 }
@@ -83,16 +86,12 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let ctx = common::open_device(args.ib_dev.as_deref())?;
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
     let port = ctx.query_port(args.ib_port)?;
-    let gid = match args.gid_idx {
-        Some(index) => Some(ctx.gid(args.ib_port, index)?),
-        None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
-        None => None,
-    };
-    let sgid_index = gid.map(|g| g.index as u8);
+    let gid = common::source_gid(&ctx, args.ib_port, &port, args.gid_idx)?;
+    let sgid_index = gid.map(|g| g.index);
     let route = DcRoute { port: args.ib_port, sgid_index, path_mtu: mtu };
 
     let size = args.size as usize;
@@ -108,9 +107,10 @@ fn run(args: &Args) -> Result<(), Error> {
     // A key only the peer learns (24 random bits from each of two draws; not a secret).
     let key = DcKey(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
     let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
-    let init = InitAttr { port: args.ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
+    let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
     let dct = dct.into_init(&init).map_err(|e| e.error)?;
-    let dct = dct.into_rtr(&DctRtrAttr::new(args.ib_port, sgid_index, mtu)).map_err(|e| e.error)?;
+    let dct =
+        dct.into_rtr(&DctToRtrAttr::new(args.ib_port, sgid_index, mtu)).map_err(|e| e.error)?;
     let me = Peer {
         token: dct.endpoint(gid.map_or(Gid::ZERO, |g| g.gid), port.lid())?,
         write_to: region.remote(written_at..written_at + size)?,

@@ -22,6 +22,9 @@
 //! rc_pingpong --rdma-cm 198.51.100.1     # client (siw0's address in the guest)
 //! ```
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -72,7 +75,7 @@ struct Args {
     events: bool,
     /// Local port GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u32>,
+    gid_idx: Option<u8>,
     /// Connect through rdma_cm instead of the TCP exchange (needs --features rdmacm)
     #[arg(long = "rdma-cm")]
     rdma_cm: bool,
@@ -100,16 +103,9 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.rdma_cm {
         return run_cm(args);
     }
-    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let ctx = common::open_device(args.ib_dev.as_deref())?;
     let port = ctx.query_port(args.ib_port)?;
-    if !port.is_ethernet() && port.lid().0 == 0 {
-        return Err(format!(
-            "{} port {} has no LID: is the subnet manager running?",
-            ctx.name(),
-            args.ib_port
-        )
-        .into());
-    }
+    common::require_lid(&ctx, args.ib_port, &port)?;
     let gid = local_gid(&ctx, args, &port)?;
     pingpong(
         &ctx,
@@ -123,13 +119,8 @@ fn run(args: &Args) -> Result<(), Error> {
                 gid: gid.map_or(Gid::ZERO, |g| g.gid),
             };
             println!("  local address:  {me}");
-            let link = Link {
-                port: args.ib_port,
-                sgid: gid.map(|g| g.index as u8),
-                mtu,
-                sl: args.sl,
-                psn,
-            };
+            let link =
+                Link { port: args.ib_port, sgid: gid.map(|g| g.index), mtu, sl: args.sl, psn };
             let (qp, remote) = exchange(qp, args, &me, &link)?;
             println!("  remote address: {remote}");
             Ok(qp)
@@ -287,7 +278,7 @@ fn pingpong(
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
     let qp = qp
-        .into_init(&InitAttr { port: args.ib_port, ..Default::default() })
+        .into_init(&ToInitAttr { port: args.ib_port, ..Default::default() })
         .map_err(|e| e.error)?;
 
     while let Some(buf) = pool.take() {
@@ -393,11 +384,11 @@ fn connect<'a>(
     remote: &Endpoint,
     link: &Link,
 ) -> Result<QueuePair<'a, Rts>, Error> {
-    let mut rtr = RtrAttr::to_endpoint(remote, link.port, link.sgid, link.mtu);
+    let mut rtr = ToRtrAttr::to_endpoint(remote, link.port, link.sgid, link.mtu);
     rtr.av.sl = link.sl;
     // A TransitionError holds the QP, which borrows locals: keep only the error.
     let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-    Ok(qp.into_rts(&RtsAttr::new(link.psn)).map_err(|e| e.error)?)
+    Ok(qp.into_rts(&ToRtsAttr::new(link.psn)).map_err(|e| e.error)?)
 }
 
 /// Posts the message, which must be back from its previous trip (the C tool's `pending`
@@ -413,17 +404,11 @@ fn send_message<'a>(
 
 /// The GID to send, with its index: `-g` if given; else on Ethernet the routable one.
 fn local_gid(ctx: &Context, args: &Args, port: &PortAttr) -> Result<Option<GidEntry>, Error> {
-    Ok(match args.gid_idx {
-        Some(index) => Some(ctx.gid(args.ib_port, index)?),
-        None if port.is_ethernet() => {
-            let gid = ctx.routable_gid(args.ib_port)?;
-            eprintln!(
-                "rc_pingpong: no -g on an Ethernet (RoCE) port: using GID index {gid}, the routable one"
-            );
-            Some(gid)
-        }
-        None => None,
-    })
+    let gid = common::source_gid(ctx, args.ib_port, port, args.gid_idx)?;
+    if let (None, Some(gid)) = (args.gid_idx, gid) {
+        eprintln!("rc_pingpong: no -g on an Ethernet (RoCE) port: using GID index {gid}, the routable one");
+    }
+    Ok(gid)
 }
 
 /// Waits for one client, on IPv6 and IPv4 where the system allows both.

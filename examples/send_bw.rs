@@ -3,6 +3,8 @@
 
 #[path = "bw/mod.rs"]
 mod bw;
+#[path = "common/mod.rs"]
+mod common;
 
 fn main() -> std::process::ExitCode {
     bw::main("send")

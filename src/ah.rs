@@ -13,6 +13,7 @@ use crate::qp::AddressVector;
 
 /// An address handle (`struct ibv_ah`, `ibv_create_ah(3)`): the route to one peer port, for
 /// UD sends. On RoCE its [`AddressVector`] needs a GRH.
+#[must_use = "the address handle is destroyed when dropped"]
 pub struct AddressHandle<'pd> {
     raw: NonNull<sys::ibv_ah>,
     pd: &'pd ProtectionDomain<'pd>,

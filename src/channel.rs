@@ -44,7 +44,7 @@ use crate::fd;
 /// use rdma_verbs::*;
 ///
 /// # fn main() -> Result<()> {
-/// let ctx = Context::open_by_name(Some("rxe0"))?;
+/// let ctx = Context::open("rxe0")?;
 /// let channel = ctx.create_comp_channel()?;
 /// let cq = ctx.create_cq_with_channel(64, &channel, 0)?;
 /// // ... create QPs on `cq` and post work ...
@@ -69,6 +69,7 @@ use crate::fd;
 ///
 /// The descriptor ([`AsFd`]) can also go into an `epoll` set or an async runtime's reactor:
 /// when it is readable, call [`try_get_events`](Self::try_get_events).
+#[must_use = "the channel is destroyed when dropped"]
 pub struct CompletionChannel<'ctx> {
     raw: NonNull<sys::ibv_comp_channel>,
     ctx: &'ctx Context,

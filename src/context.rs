@@ -16,6 +16,7 @@ use crate::error::{check_errno, Error, Result};
 use crate::port::PortAttr;
 
 /// An open device (`struct ibv_context`): the parent of every other verbs object.
+#[must_use = "the device is closed when the context is dropped"]
 pub struct Context {
     raw: NonNull<sys::ibv_context>,
     lib: &'static sys::Ibverbs,
@@ -31,23 +32,30 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
-    /// Opens the device named `name`, or the first device when `name` is `None`.
+    /// Opens the device named `name` (as `ibv_devices` lists it, e.g. `mlx5_0` or `rxe0`).
     ///
     /// # Errors
     ///
     /// [`Error::NoKernelSupport`] / [`Error::NoDevices`] when there is no device,
     /// [`Error::DeviceNotFound`] (naming the devices present) when none has that name, and the
     /// errors of [`Device::open`](crate::Device::open).
-    pub fn open_by_name(name: Option<&str>) -> Result<Context> {
+    pub fn open(name: &str) -> Result<Context> {
         let list = DeviceList::new()?;
-        let device = match name {
-            None => list.iter().next().ok_or(Error::NoDevices)?,
-            Some(name) => list.find(name).ok_or_else(|| Error::DeviceNotFound {
-                name: name.to_owned(),
-                available: list.names(),
-            })?,
-        };
+        let device = list.find(name).ok_or_else(|| Error::DeviceNotFound {
+            name: name.to_owned(),
+            available: list.names(),
+        })?;
         device.open()
+    }
+
+    /// Opens the first device `ibv_get_device_list(3)` returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoKernelSupport`] / [`Error::NoDevices`] when there is no device, and the
+    /// errors of [`Device::open`](crate::Device::open).
+    pub fn open_first() -> Result<Context> {
+        DeviceList::new()?.iter().next().ok_or(Error::NoDevices)?.open()
     }
 
     /// Wraps a context opened elsewhere (by rdma_cm, a provider's own open call, or a mock

@@ -59,6 +59,7 @@ fn lib() -> Result<&'static sys::Ibverbs> {
 }
 
 /// The RDMA devices libibverbs sees (`ibv_get_device_list(3)`).
+#[must_use = "the list is freed when dropped"]
 pub struct DeviceList {
     list: NonNull<*mut sys::ibv_device>,
     len: usize,
@@ -75,7 +76,7 @@ impl DeviceList {
     /// `ibv_get_device_list(3)`—Lists the RDMA devices.
     ///
     /// An empty list means the kernel has RDMA but no device (the caller decides what that
-    /// means; [`Context::open_by_name`] turns it into [`Error::NoDevices`]).
+    /// means; [`Context::open_first`] turns it into [`Error::NoDevices`]).
     ///
     /// # Errors
     ///

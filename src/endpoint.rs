@@ -24,11 +24,13 @@ impl Psn {
     pub const MAX: u32 = 0xff_ffff;
 
     /// A PSN from its low 24 bits.
+    #[must_use]
     pub fn new(value: u32) -> Psn {
         Psn(value & Psn::MAX)
     }
 
     /// A random PSN, as ibv_rc_pingpong picks (`lrand48() & 0xffffff`).
+    #[must_use]
     pub fn random() -> Psn {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -40,6 +42,27 @@ impl Psn {
     /// The value.
     pub fn get(self) -> u32 {
         self.0
+    }
+}
+
+/// `0x%04x`, as ibv_rc_pingpong prints a LID.
+impl fmt::Display for Lid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#06x}", self.0)
+    }
+}
+
+/// `0x%06x`, as ibv_rc_pingpong prints a QPN.
+impl fmt::Display for Qpn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#08x}", self.0)
+    }
+}
+
+/// `0x%06x`, as ibv_rc_pingpong prints a PSN.
+impl fmt::Display for Psn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#08x}", self.0)
     }
 }
 
@@ -146,11 +169,7 @@ impl Endpoint {
 /// As ibv_rc_pingpong prints an address: `LID 0x0000, QPN 0x000011, PSN 0x3c8a4d, GID ::ffff:192.0.2.1`.
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            self.lid.0, self.qpn.0, self.psn.0, self.gid
-        )
+        write!(f, "LID {}, QPN {}, PSN {}, GID {}", self.lid, self.qpn, self.psn, self.gid)
     }
 }
 
@@ -166,6 +185,14 @@ mod tests {
             psn: Psn::new(0x3c8a4d),
             gid: Gid::from("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap()),
         }
+    }
+
+    #[test]
+    fn numbers_print_as_ibv_rc_pingpong_prints_them() {
+        let shown = (Lid(0x12).to_string(), Qpn(0x11).to_string(), Psn::new(0x3c8a4d).to_string());
+        assert_eq!(shown, ("0x0012".into(), "0x000011".into(), "0x3c8a4d".into()));
+        let keys = (crate::LKey(0x1a2b).to_string(), crate::RKey(0xdead_beef).to_string());
+        assert_eq!(keys, ("0x00001a2b".into(), "0xdeadbeef".into()));
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub enum Error {
         /// The port.
         port: u8,
         /// The requested index.
-        index: u32,
+        index: u8,
         /// The non-empty entries, as `index (type address)`, comma-separated.
         valid: String,
     },
@@ -72,7 +72,7 @@ pub enum Error {
     /// An Ethernet (RoCE) port has no GID usable for routing.
     #[error(
         "{device} port {port} has no usable RoCE GID: give its netdev an IP address \
-         (ip addr add ... dev <netdev>) or pick an index with -g"
+         (ip addr add ... dev <netdev>) or pick a GID index yourself (Context::gid_table)"
     )]
     NoRoutableGid {
         /// The device name.
@@ -101,17 +101,123 @@ pub enum Error {
     },
 
     /// An argument was refused before any verb was called.
-    #[error("{0}")]
-    InvalidInput(String),
+    #[error("{message}")]
+    InvalidInput {
+        /// What was wrong with it, to match on.
+        kind: InvalidInputKind,
+        /// What was wrong with it and what to do, for people.
+        message: String,
+    },
+
+    /// Fewer completions than awaited arrived before the timeout
+    /// ([`CompletionQueue::wait_for`](crate::CompletionQueue::wait_for)).
+    #[error(
+        "{arrived} of {expected} completions arrived within {timeout:?}: check that every \
+         awaited work request was posted signaled and that the peer QP is connected"
+    )]
+    CompletionTimeout {
+        /// How many were awaited.
+        expected: usize,
+        /// How many arrived (the prefix of the storage they were polled into).
+        arrived: usize,
+        /// How long was waited.
+        timeout: std::time::Duration,
+    },
+
+    /// The work queue is full (`ENOMEM` from `ibv_post_send(3)` / `ibv_post_recv(3)`,
+    /// `ENOMEM` or `ENOSPC` from `ibv_wr_complete(3)`): reap completions before posting more.
+    #[error(
+        "{verb} failed: {}; the work queue is full: reap completions before posting more \
+         (max_send_wr / max_recv_wr)",
+        errno_text(source)
+    )]
+    WorkQueueFull {
+        /// The verb that refused the post.
+        verb: &'static str,
+        /// The errno it returned.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why an argument was refused ([`Error::InvalidInput`]'s `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InvalidInputKind {
+    /// A work request has more SGEs than the QP's `max_send_sge`.
+    TooManySges,
+    /// Inline data larger than the QP's `max_inline_data` (none on a DCI).
+    InlineTooLarge,
+    /// An atomic on a QP that is not RC.
+    AtomicNotRc,
+    /// An atomic whose SGE is not one 8-byte aligned word, or whose remote address is not
+    /// 8-byte aligned.
+    AtomicShape,
+    /// A UD work request that is not a SEND with a destination.
+    UdNoDestination,
+    /// A UD message longer than the path MTU.
+    UdTooLarge,
+    /// Objects of different protection domains (a pool and a queue, a window and a region).
+    OtherPd,
+    /// Objects of different device contexts (a QP's CQs and PD, a CQ and its channel).
+    OtherContext,
+    /// A CQ that is not the completion channel's.
+    OtherChannel,
+    /// More bytes than a buffer holds.
+    BufferTooSmall,
+    /// An offset, range, index or limit outside what exists.
+    Range,
+    /// A size or count outside what is allowed (0 bytes, CQ entries, chunk sizes, private
+    /// data, …).
+    Size,
+    /// A CQ smaller than the work requests a QP may have outstanding on it.
+    CqTooSmall,
+    /// Access flags that do not go together, or that a region or window lacks.
+    Access,
+    /// A memory window of the other type than the call binds.
+    MwType,
+    /// A QP in another state than the call needs.
+    QpState,
+    /// A state transition or attribute mask the QP type's state table does not allow.
+    Transition,
+    /// A list posted with unsignaled buffers still in flight on another QP.
+    UnsignaledInFlight,
+    /// An option that needs the extended verbs, with the legacy ones forced.
+    NeedsExtendedVerbs,
+    /// DCI streams the device does not offer, or that the DCI was created without.
+    DciStreams,
+    /// Async I/O outside a tokio runtime.
+    NoRuntime,
+    /// Polling into storage with no room.
+    EmptyStorage,
+    /// An rdma_cm id not bound to a device yet.
+    NotBound,
+    /// An rdma_cm event other than the one the call waits for.
+    UnexpectedEvent,
 }
 
 impl Error {
     /// The errno of a failed verb, if this is one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Verb { source, .. } => source.raw_os_error(),
+            Error::Verb { source, .. } | Error::WorkQueueFull { source, .. } => {
+                source.raw_os_error()
+            }
             _ => None,
         }
+    }
+
+    /// The kind of an [`Error::InvalidInput`], `None` for other errors.
+    pub fn invalid_input_kind(&self) -> Option<InvalidInputKind> {
+        match self {
+            Error::InvalidInput { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    #[cold]
+    pub(crate) fn invalid(kind: InvalidInputKind, message: String) -> Self {
+        Error::InvalidInput { kind, message }
     }
 
     /// Replaces the remedy of a [`Error::Verb`] with one that knows more; other errors stay.
@@ -127,7 +233,19 @@ impl Error {
         if errno == libc::EOPNOTSUPP {
             return Error::Unsupported { what: verb };
         }
+        if is_queue_full(verb, errno) {
+            return Error::WorkQueueFull { verb, source: io::Error::from_raw_os_error(errno) };
+        }
         Error::Verb { verb, source: io::Error::from_raw_os_error(errno), hint: hint(verb, errno) }
+    }
+}
+
+/// Whether `errno` from `verb` means the work queue is full.
+fn is_queue_full(verb: &str, errno: i32) -> bool {
+    match verb {
+        "ibv_post_send" | "ibv_post_recv" | "ibv_post_srq_recv" => errno == libc::ENOMEM,
+        "ibv_wr_complete" => errno == libc::ENOMEM || errno == libc::ENOSPC,
+        _ => false,
     }
 }
 
@@ -211,17 +329,13 @@ fn hint(verb: &str, errno: i32) -> Option<String> {
                 .into()
         }
         (v, libc::EINVAL) if v.ends_with("→RTR)") => {
-            "on RoCE the RTR transition needs a global route: check the source GID index (-g) \
-             exists on this port and the remote GID, MTU and QPN are right"
+            "on RoCE the RTR transition needs a global route: check the source GID index \
+             (GlobalRoute::sgid_index) exists on this port and the remote GID, MTU and QPN \
+             are right"
                 .into()
         }
         (v, libc::EINVAL) if v.ends_with("→RTS)") => {
             "iWARP devices (siw, irdma in iWARP mode) connect only through rdma_cm".into()
-        }
-        ("ibv_post_send" | "ibv_wr_complete" | "ibv_post_recv", libc::ENOMEM) => {
-            "the work queue is full: reap completions before posting more (max_send_wr / \
-             max_recv_wr)"
-                .into()
         }
         ("ibv_post_send" | "ibv_wr_complete" | "ibv_post_recv", libc::EINVAL) => {
             "the QP is not in a state that allows this post, or a WR exceeds the QP's \
@@ -243,6 +357,18 @@ fn memlock_limit() -> Option<String> {
         libc::RLIM_INFINITY => "unlimited".into(),
         n => format!("{} KiB", n / 1024),
     })
+}
+
+/// A list post the provider refused part-way
+/// ([`QueuePair::post_send_list`](crate::QueuePair::post_send_list)).
+#[derive(Debug, thiserror::Error)]
+#[error("{error} (after {posted} work requests of the list were posted)")]
+pub struct PostListError {
+    /// How many work requests, from the list's start, were posted (and will complete).
+    pub posted: usize,
+    /// Why the rest were not.
+    #[source]
+    pub error: Error,
 }
 
 /// A failed QP state transition: the error and the queue pair, unchanged, to retry or drop.

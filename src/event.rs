@@ -269,7 +269,7 @@ impl std::fmt::Display for AsyncEvent {
 /// use rdma_verbs::*;
 ///
 /// # fn main() -> Result<()> {
-/// let ctx = Context::open_by_name(Some("rxe0"))?;
+/// let ctx = Context::open("rxe0")?;
 /// let events = ctx.async_events()?;
 /// while let Some(event) = events.next(Some(Duration::from_secs(1)))? {
 ///     match event {
@@ -280,6 +280,7 @@ impl std::fmt::Display for AsyncEvent {
 /// }
 /// # Ok(()) }
 /// ```
+#[must_use = "the events are read only through this stream"]
 pub struct AsyncEvents<'ctx> {
     ctx: &'ctx Context,
 }

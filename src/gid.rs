@@ -36,6 +36,7 @@ impl Gid {
     }
 
     /// The GID as an IPv6 address.
+    #[must_use]
     pub fn to_ipv6(&self) -> Ipv6Addr {
         Ipv6Addr::from(self.0)
     }
@@ -96,8 +97,9 @@ c_enum! {
 pub struct GidEntry {
     /// The GID.
     pub gid: Gid,
-    /// Its index in the port's table (the `sgid_index` / `-g` value).
-    pub index: u32,
+    /// Its index in the port's table: the `sgid_index` of a route from it
+    /// ([`GlobalRoute::sgid_index`](crate::GlobalRoute::sgid_index)).
+    pub index: u8,
     /// The port, from 1.
     pub port: u8,
     /// Its type.
@@ -140,7 +142,7 @@ impl Context {
     ///
     /// [`Error::Verb`] from the query (e.g. `EINVAL` for an index past the table).
     #[doc(alias = "ibv_query_gid_ex")]
-    pub fn query_gid(&self, port: u8, index: u32) -> Result<Option<GidEntry>> {
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<Option<GidEntry>> {
         let mut raw = sys::ibv_gid_entry::default();
         // SAFETY: a live context of `lib` and a writable entry of this build's size.
         let ret = unsafe {
@@ -148,7 +150,7 @@ impl Context {
                 &self.library().fns,
                 self.as_raw(),
                 port.into(),
-                index,
+                index.into(),
                 &mut raw,
                 0,
             )
@@ -168,10 +170,9 @@ impl Context {
         Ok((!entry.gid.is_zero()).then_some(entry))
     }
 
-    fn query_gid_compat(&self, port: u8, index: u32) -> Result<Option<GidEntry>> {
+    fn query_gid_compat(&self, port: u8, index: u8) -> Result<Option<GidEntry>> {
         let mut gid = sys::ibv_gid::default();
-        let c_index =
-            i32::try_from(index).map_err(|_| Error::verb("ibv_query_gid", libc::EINVAL))?;
+        let c_index = i32::from(index);
         // SAFETY: a live context and a writable GID.
         let ret =
             unsafe { (self.library().fns.ibv_query_gid)(self.as_raw(), port, c_index, &mut gid) };
@@ -187,7 +188,8 @@ impl Context {
         Ok((!gid.is_zero()).then_some(GidEntry { gid, index, port, gid_type, ndev_ifindex: 0 }))
     }
 
-    /// The non-empty entries of `port`'s GID table.
+    /// The non-empty entries of `port`'s GID table (the first 256: a route's `sgid_index` is
+    /// a `u8`, so entries past 255 cannot be used).
     ///
     /// # Errors
     ///
@@ -195,7 +197,7 @@ impl Context {
     pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
         let len = self.query_port(port)?.gid_tbl_len();
         let mut table = Vec::new();
-        for index in 0..len {
+        for index in (0..=u8::MAX).take(len as usize) {
             table.extend(self.query_gid(port, index)?);
         }
         Ok(table)
@@ -207,7 +209,7 @@ impl Context {
     ///
     /// [`Error::GidIndexInvalid`], naming the valid indexes, when `index` is past the table
     /// or its entry is empty; otherwise as [`Context::gid_table`].
-    pub fn gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+    pub fn gid(&self, port: u8, index: u8) -> Result<GidEntry> {
         let table = self.gid_table(port)?;
         table.iter().find(|e| e.index == index).copied().ok_or_else(|| Error::GidIndexInvalid {
             device: self.name().to_owned(),
@@ -244,7 +246,7 @@ impl Context {
 mod tests {
     use super::*;
 
-    fn entry(index: u32, ip: &str, gid_type: GidType) -> GidEntry {
+    fn entry(index: u8, ip: &str, gid_type: GidType) -> GidEntry {
         let gid = Gid::from(ip.parse::<Ipv6Addr>().unwrap());
         GidEntry { gid, index, port: 1, gid_type, ndev_ifindex: 2 }
     }

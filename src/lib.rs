@@ -13,12 +13,14 @@
 //! use rdma_verbs::*;
 //!
 //! # fn main() -> Result<()> {
-//! let ctx = Context::open_by_name(Some("rxe0"))?;
+//! let ctx = Context::open("rxe0")?;
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(32)?;
 //! let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
+//! // What a peer may RDMA WRITE: a region registered for it, on a QP that allows it.
+//! let target = pd.register_remote_writable(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
 //! let qp = pd.create_rc_qp(&QpInitAttr::new(&cq))?;
-//! let qp = qp.into_init(&InitAttr::default())?;
+//! let qp = qp.into_init(&ToInitAttr { access: AccessFlags::REMOTE_WRITE, ..ToInitAttr::default() })?;
 //!
 //! // Exchange endpoints with the peer out of band (e.g. TCP), then:
 //! let gid = ctx.routable_gid(1)?;
@@ -26,25 +28,28 @@
 //! let me = Endpoint { lid: ctx.query_port(1)?.lid(), qpn: qp.qp_num(), psn, gid: gid.gid };
 //! let peer: Endpoint = me; // stand-in for the peer's endpoint
 //! let mtu = ctx.query_port(1)?.active_mtu();
-//! let qp = qp.into_rtr(&RtrAttr::to_endpoint(&peer, 1, Some(gid.index as u8), mtu))?;
-//! let qp = qp.into_rts(&RtsAttr::new(psn))?;
+//! let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(gid.index), mtu))?;
+//! let qp = qp.into_rts(&ToRtsAttr::new(psn))?;
 //!
 //! mr.as_mut_slice()[..5].copy_from_slice(b"hello");
 //! let (send, recv) = ([mr.sge(..5)?], [mr.sge(2048..)?]);
-//! // SAFETY: `mr` outlives the QP, and its bytes are not touched until both completions
-//! // below have been polled. (Connected to itself, the QP receives its own SEND.)
+//! // SAFETY: `mr` and `target` outlive the QP, and their bytes are not touched until the
+//! // three completions below have been polled. (Connected to itself, the QP receives its
+//! // own SEND and is the target of its own WRITE.)
 //! unsafe {
 //!     qp.post_recv(&mut RecvWr::new(1, &recv))?;
-//!     qp.post_send(&mut SendWr::send(2, &send).flags(SendFlags::SIGNALED))?;
+//!     let write = SendWr::rdma_write(2, &send, target.remote(..5)?);
+//!     qp.post_send(&mut write.flags(SendFlags::SIGNALED))?;
+//!     qp.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED))?;
 //! }
-//! let (mut wcs, mut done) = ([WorkCompletion::EMPTY; 4], 0);
-//! while done < 2 {
-//!     for wc in cq.poll(&mut wcs)?.iter() {
-//!         assert!(wc.is_success(), "{}", wc.status());
-//!         done += 1;
-//!     }
+//! let mut wcs = [WorkCompletion::EMPTY; 3];
+//! for wc in cq.wait_for(3, std::time::Duration::from_secs(5), &mut wcs)?.iter() {
+//!     assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());
 //! }
 //! assert_eq!(&mr.as_slice()[2048..2053], b"hello");
+//! let mut written = [0; 5];
+//! target.read(0, &mut written)?;
+//! assert_eq!(&written, b"hello");
 //! # Ok(()) }
 //! ```
 //!
@@ -183,9 +188,9 @@ pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
 pub use endpoint::Qpn;
-pub use error::Error;
 pub use error::Result;
 pub use error::TransitionError;
+pub use error::{Error, InvalidInputKind, PostListError};
 pub use event::AsyncEvent;
 pub use event::AsyncEventType;
 pub use event::AsyncEvents;
@@ -217,7 +222,6 @@ pub use qp::AddressVector;
 pub use qp::Connected;
 pub use qp::GlobalRoute;
 pub use qp::Init;
-pub use qp::InitAttr;
 pub use qp::QpAttrMask;
 pub use qp::QpCapabilities;
 pub use qp::QpInitAttr;
@@ -229,12 +233,13 @@ pub use qp::Rc;
 pub use qp::ReceiveReady;
 pub use qp::Reset;
 pub use qp::Rtr;
-pub use qp::RtrAttr;
 pub use qp::Rts;
-pub use qp::RtsAttr;
+pub use qp::ToInitAttr;
+pub use qp::ToRtrAttr;
+pub use qp::ToRtsAttr;
 pub use qp::Uc;
 pub use qp::Ud;
-pub use qp::UdInitAttr;
+pub use qp::UdToInitAttr;
 pub use qp::Unknown;
 pub use srq::SharedReceiveQueue;
 pub use stack::Stack;

@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::access::AccessFlags;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::mr::{bounds, RKey};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QueuePair, Rts};
@@ -107,26 +107,35 @@ impl<'r> MwBind<'r> {
         let region = region.bind_parts();
         let extra = rights - WINDOW_RIGHTS;
         if !extra.is_empty() {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid(
+                InvalidInputKind::Access,
+                format!(
                 "a memory window grants only REMOTE_READ, REMOTE_WRITE and REMOTE_ATOMIC, not {}",
                 names(extra)
-            )));
+            ),
+            ));
         }
         if !region.access.contains(AccessFlags::MW_BIND) {
-            return Err(Error::InvalidInput(format!(
-                "the region was registered with {}, without MW_BIND: windows cannot be bound \
+            return Err(Error::invalid(
+                InvalidInputKind::Access,
+                format!(
+                    "the region was registered with {}, without MW_BIND: windows cannot be bound \
                  to it; register it with AccessFlags::MW_BIND",
-                names(region.access)
-            )));
+                    names(region.access)
+                ),
+            ));
         }
         let lacking = rights - region.access;
         if !lacking.is_empty() {
-            return Err(Error::InvalidInput(format!(
-                "the window would grant {}, which the region (registered with {}) lacks: a \
+            return Err(Error::invalid(
+                InvalidInputKind::Access,
+                format!(
+                    "the window would grant {}, which the region (registered with {}) lacks: a \
                  window grants at most its region's rights",
-                names(lacking),
-                names(region.access)
-            )));
+                    names(lacking),
+                    names(region.access)
+                ),
+            ));
         }
         let (start, end) = bounds(region.len, range)?;
         Ok(MwBind { region, addr: region.iova + start as u64, len: (end - start) as u64, rights })
@@ -165,7 +174,8 @@ impl<'r> MwBind<'r> {
     /// The window's PD must be the region's.
     fn check_pd(&self, mw: &MemoryWindow<'_>) -> Result<()> {
         if !std::ptr::eq(self.region.pd.as_raw(), mw.pd.as_raw()) {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::OtherPd,
                 "the window and the region belong to different protection domains".into(),
             ));
         }
@@ -251,6 +261,7 @@ impl<'r> MwBind<'r> {
 /// drop(region); // error: cannot move out of `region` because it is borrowed
 /// # let _ = bind; Ok(()) }
 /// ```
+#[must_use = "the window is deallocated when dropped"]
 pub struct MemoryWindow<'a> {
     raw: NonNull<sys::ibv_mw>,
     kind: MwType,
@@ -367,7 +378,8 @@ impl<T: Connected> QueuePair<'_, Rts, T> {
         flags: SendFlags,
     ) -> Result<RKey> {
         if mw.kind != MwType::Type1 {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::MwType,
                 "a type-2 memory window is bound with a send WR (SendWr::bind_mw), not \
                  ibv_bind_mw"
                     .into(),
@@ -400,7 +412,8 @@ impl<'a> SendWr<'a> {
     #[doc(alias = "IBV_WR_BIND_MW")]
     pub fn bind_mw(wr_id: u64, mw: &'a mut MemoryWindow<'_>, bind: &MwBind<'a>) -> Result<Self> {
         if mw.kind != MwType::Type2 {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::MwType,
                 "a type-1 memory window is bound with QueuePair::bind_mw (ibv_bind_mw), not a \
                  send WR"
                     .into(),

@@ -14,11 +14,12 @@ use crate::error::{check_errno, check_ptr, Result};
 /// ```compile_fail,E0597
 /// # fn f() -> rdma_verbs::Result<()> {
 /// let pd = {
-///     let ctx = rdma_verbs::Context::open_by_name(None)?;
+///     let ctx = rdma_verbs::Context::open_first()?;
 ///     ctx.alloc_pd()?
 /// }; // error: `ctx` dropped while still borrowed
 /// # drop(pd); Ok(()) }
 /// ```
+#[must_use = "the protection domain is deallocated when dropped"]
 pub struct ProtectionDomain<'ctx> {
     raw: NonNull<sys::ibv_pd>,
     ctx: &'ctx Context,

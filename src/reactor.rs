@@ -18,7 +18,7 @@
 //! use rdma_verbs::{reactor::CompletionStream, *};
 //!
 //! # async fn f() -> Result<()> {
-//! let ctx = Context::open_by_name(Some("rxe0"))?;
+//! let ctx = Context::open("rxe0")?;
 //! let channel = ctx.create_comp_channel()?;
 //! let cq = ctx.create_cq_with_channel(64, &channel, 0)?;
 //! let mut completions = CompletionStream::new(&cq, &channel)?;
@@ -43,7 +43,7 @@ use ::tokio::io::Interest;
 
 use crate::channel::CompletionChannel;
 use crate::cq::CompletionQueue;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::event::{AsyncEvent, AsyncEvents};
 use crate::wc::WorkCompletion;
 
@@ -64,10 +64,13 @@ impl AsRawFd for Watched {
 unsafe fn register(fd: RawFd, what: &str) -> Result<AsyncFd<Watched>> {
     // Checked first: tokio's own registration panics outside a runtime.
     if ::tokio::runtime::Handle::try_current().is_err() {
-        return Err(Error::InvalidInput(format!(
-            "{what} can be awaited only inside a tokio runtime: create it within one (with \
+        return Err(Error::invalid(
+            InvalidInputKind::NoRuntime,
+            format!(
+                "{what} can be awaited only inside a tokio runtime: create it within one (with \
              I/O enabled: Builder::enable_io or enable_all)"
-        )));
+            ),
+        ));
     }
     // SAFETY: the caller keeps `fd` open as the same file until the AsyncFd is dropped.
     let fd = unsafe { AsyncFd::register_with_interest(Watched(fd), Interest::READABLE) };
@@ -103,6 +106,7 @@ async fn read_when_readable<T>(
 }
 
 /// A [`CompletionChannel`] whose events are awaited on tokio's reactor.
+#[must_use = "the channel is deregistered from the reactor when dropped"]
 pub struct AsyncCompletionChannel<'a> {
     channel: &'a CompletionChannel<'a>,
     fd: AsyncFd<Watched>,
@@ -158,6 +162,7 @@ impl std::fmt::Debug for AsyncCompletionChannel<'_> {
 /// before the arming raises no event); only when that is empty too, await the channel, drain
 /// its events, and start over. The channel should serve only this CQ: its events are read
 /// here, so another CQ's would be taken too.
+#[must_use = "completions are read only through the stream"]
 pub struct CompletionStream<'a> {
     cq: &'a CompletionQueue<'a>,
     channel: AsyncCompletionChannel<'a>,
@@ -180,7 +185,8 @@ impl<'a> CompletionStream<'a> {
         // SAFETY: a live CQ; a plain field read (the channel it was created on, or NULL).
         let cq_channel = unsafe { (*cq.as_raw()).channel };
         if cq_channel != channel.as_raw() {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::OtherChannel,
                 "this CQ does not report to this completion channel: create it with \
                  Context::create_cq_with_channel on that channel"
                     .into(),
@@ -203,7 +209,8 @@ impl<'a> CompletionStream<'a> {
         storage: &'s mut [WorkCompletion],
     ) -> Result<&'s mut [WorkCompletion]> {
         if storage.is_empty() {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::EmptyStorage,
                 "polling into empty storage could never return a completion: pass at least \
                  one slot"
                     .into(),
@@ -251,6 +258,7 @@ impl std::fmt::Debug for CompletionStream<'_> {
 }
 
 /// A context's [`AsyncEvents`], awaited on tokio's reactor.
+#[must_use = "events are read only through the stream"]
 pub struct AsyncEventStream<'ctx> {
     events: AsyncEvents<'ctx>,
     fd: AsyncFd<Watched>,

@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::buffer::{check_pool, Buffer, PostError};
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::RecvWr;
 
@@ -16,6 +16,7 @@ use crate::wr::RecvWr;
 /// does not flush the SRQ: its receives stay for the other QPs.
 ///
 /// Like a QP it is invariant in `'a`, so buffers lent to it outlive it.
+#[must_use = "the SRQ is destroyed when dropped"]
 pub struct SharedReceiveQueue<'a> {
     raw: NonNull<sys::ibv_srq>,
     pd: &'a ProtectionDomain<'a>,
@@ -76,10 +77,13 @@ impl<'a> SharedReceiveQueue<'a> {
     #[doc(alias = "ibv_modify_srq")]
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
         if limit >= self.max_wr {
-            return Err(Error::InvalidInput(format!(
-                "an SRQ limit must be below the SRQ's {} receives, not {limit}",
-                self.max_wr
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::Range,
+                format!(
+                    "an SRQ limit must be below the SRQ's {} receives, not {limit}",
+                    self.max_wr
+                ),
+            ));
         }
         let mut attr = sys::ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: limit };
         let mask = sys::IBV_SRQ_LIMIT as i32;

@@ -5,7 +5,7 @@
 ///
 /// Both families serve the same public methods; the extended one is taken when the provider
 /// has it, the legacy one otherwise (siw, for one, has neither the extended CQ nor the
-/// extended QP). Ask for one at creation with `CqAttr::path` or `QpInitAttr::verbs_path`: a
+/// extended QP). Ask for one at creation with `CqAttr::verbs_path` or `QpInitAttr::verbs_path`: a
 /// forced [`Legacy`](Self::Legacy) never tries the extended verbs, a forced
 /// [`Extended`](Self::Extended) fails with [`Error::Unsupported`](crate::Error::Unsupported)
 /// naming what the provider lacks instead of falling back.

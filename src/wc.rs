@@ -27,9 +27,10 @@ c_enum! {
         BAD_RESP_ERR = sys::IBV_WC_BAD_RESP_ERR => "bad response",
         /// Local access error.
         LOC_ACCESS_ERR = sys::IBV_WC_LOC_ACCESS_ERR => "local access error",
-        /// Remote invalid request: e.g. an operation the remote QP does not allow.
+        /// Remote invalid request: e.g. an operation the remote QP does not allow (see
+        /// [`WcStatus::usual_cause`]).
         REM_INV_REQ_ERR = sys::IBV_WC_REM_INV_REQ_ERR => "remote invalid request",
-        /// Remote access error: wrong rkey, range or rights.
+        /// Remote access error: wrong rkey, range or rights (see [`WcStatus::usual_cause`]).
         REM_ACCESS_ERR = sys::IBV_WC_REM_ACCESS_ERR => "remote access error",
         /// Remote operation error.
         REM_OP_ERR = sys::IBV_WC_REM_OP_ERR => "remote operation error",
@@ -53,6 +54,35 @@ c_enum! {
         RESP_TIMEOUT_ERR = sys::IBV_WC_RESP_TIMEOUT_ERR => "response timeout",
         /// General error.
         GENERAL_ERR = sys::IBV_WC_GENERAL_ERR => "general error",
+    }
+}
+
+impl WcStatus {
+    /// What usually causes this status, for the statuses whose cause is usually one access
+    /// flag or key; `None` for the others.
+    ///
+    /// - [`WcStatus::REM_INV_REQ_ERR`]: the target QP's INIT attributes
+    ///   ([`ToInitAttr::access`](crate::ToInitAttr::access)) lack `REMOTE_WRITE`,
+    ///   `REMOTE_READ` or `REMOTE_ATOMIC` for an RDMA WRITE, READ or atomic, or a SEND is
+    ///   longer than the receive buffer posted for it;
+    /// - [`WcStatus::REM_ACCESS_ERR`]: the rkey or remote address is wrong, the remote range
+    ///   is outside the peer's region, or the region was registered without that remote
+    ///   access flag.
+    #[must_use]
+    pub fn usual_cause(self) -> Option<&'static str> {
+        Some(match self {
+            WcStatus::REM_INV_REQ_ERR => {
+                "the target QP's INIT access flags (ToInitAttr::access) lack REMOTE_WRITE / \
+                 REMOTE_READ / REMOTE_ATOMIC for this operation, or a SEND is longer than the \
+                 receive buffer posted for it"
+            }
+            WcStatus::REM_ACCESS_ERR => {
+                "the rkey or remote address is wrong, the range is outside the peer's region, \
+                 or the region was registered without the remote access flag (REMOTE_WRITE, \
+                 REMOTE_READ, REMOTE_ATOMIC) the operation needs"
+            }
+            _ => return None,
+        })
     }
 }
 
@@ -186,6 +216,13 @@ impl std::fmt::Debug for WorkCompletion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remote_errors_name_the_usual_access_flag() {
+        assert!(WcStatus::REM_INV_REQ_ERR.usual_cause().unwrap().contains("ToInitAttr::access"));
+        assert!(WcStatus::REM_ACCESS_ERR.usual_cause().unwrap().contains("rkey"));
+        assert_eq!(WcStatus::SUCCESS.usual_cause(), None);
+    }
 
     #[test]
     fn unknown_status_is_kept_and_shown() {

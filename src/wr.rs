@@ -31,6 +31,7 @@ pub struct Sge(sys::ibv_sge);
 
 impl Sge {
     /// An SGE of `length` bytes at `addr`, in the region whose local key is `lkey`.
+    #[must_use]
     pub fn new(addr: u64, length: u32, lkey: LKey) -> Sge {
         Sge(sys::ibv_sge { addr, length, lkey: lkey.0 })
     }
@@ -130,12 +131,14 @@ impl<'a> SendWr<'a> {
     }
 
     /// `IBV_WR_SEND`: the peer consumes a receive.
+    #[must_use]
     pub fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
         Self::new(wr_id, sges, sys::IBV_WR_SEND)
     }
 
     /// `IBV_WR_SEND_WITH_IMM`: a SEND carrying 32 bits of immediate data (host order here;
     /// sent big-endian).
+    #[must_use]
     pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
         let mut wr = Self::new(wr_id, sges, sys::IBV_WR_SEND_WITH_IMM);
         wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
@@ -143,6 +146,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// `IBV_WR_RDMA_WRITE`: write the SGEs' bytes to `remote`; the peer sees no completion.
+    #[must_use]
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
         let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_WRITE);
         wr.set_remote(remote);
@@ -151,6 +155,7 @@ impl<'a> SendWr<'a> {
 
     /// `IBV_WR_RDMA_WRITE_WITH_IMM`: an RDMA WRITE that also consumes a receive at the peer,
     /// which completes with `imm`.
+    #[must_use]
     pub fn rdma_write_with_imm(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, imm: u32) -> Self {
         let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_WRITE_WITH_IMM);
         wr.set_remote(remote);
@@ -159,6 +164,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// `IBV_WR_RDMA_READ`: read from `remote` into the SGEs (which need `LOCAL_WRITE`).
+    #[must_use]
     pub fn rdma_read(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
         let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_READ);
         wr.set_remote(remote);
@@ -186,6 +192,7 @@ impl<'a> SendWr<'a> {
 
     /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `add` to the 8 bytes at `remote`; the old value
     /// lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
+    #[must_use]
     pub fn fetch_add(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, add: u64) -> Self {
         let mut wr = Self::new(wr_id, sges, sys::IBV_WR_ATOMIC_FETCH_AND_ADD);
         wr.raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
@@ -201,6 +208,7 @@ impl<'a> SendWr<'a> {
     /// [`MemoryWindow::rkey`](crate::MemoryWindow::rkey)) when it executes; from then on
     /// peers using it fail with a remote access error, and the window may be bound again.
     #[doc(alias = "IBV_WR_LOCAL_INV")]
+    #[must_use]
     pub fn local_inv(wr_id: u64, rkey: RKey) -> Self {
         let mut wr = Self::new(wr_id, &[], sys::IBV_WR_LOCAL_INV);
         wr.raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
@@ -211,6 +219,7 @@ impl<'a> SendWr<'a> {
     /// window it bound, e.g. for this exchange) before the peer sees the receive complete
     /// (its completion has `IBV_WC_WITH_INV` in `wc_flags`). RC only.
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
+    #[must_use]
     pub fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: RKey) -> Self {
         let mut wr = Self::new(wr_id, sges, sys::IBV_WR_SEND_WITH_INV);
         wr.raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
@@ -233,6 +242,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// Addresses a SEND on a UD QP to `dest`.
+    #[must_use]
     pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
         self.raw.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
             ah: dest.ah.as_raw(),
@@ -275,6 +285,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// Sets the send flags (replacing earlier ones).
+    #[must_use]
     pub fn flags(mut self, flags: SendFlags) -> Self {
         self.set_flags(flags);
         self
@@ -292,6 +303,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// The send flags.
+    #[must_use]
     pub fn send_flags(&self) -> SendFlags {
         SendFlags::from_bits_retain(self.raw.send_flags)
     }
@@ -377,6 +389,7 @@ unsafe impl Sync for RecvWr<'_> {}
 
 impl<'a> RecvWr<'a> {
     /// A receive into `sges`, reported with `wr_id`.
+    #[must_use]
     pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
         let raw = sys::ibv_recv_wr {
             wr_id,

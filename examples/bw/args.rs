@@ -17,7 +17,7 @@ pub struct Args {
     pub ib_port: u8,
     /// GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'x', long = "gid-index")]
-    pub gid_index: Option<u32>,
+    pub gid_index: Option<u8>,
     /// Message size in bytes
     #[arg(short = 's', long = "size", default_value_t = 65536)]
     pub size: u32,

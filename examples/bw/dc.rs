@@ -40,7 +40,7 @@ mod with_mlx5 {
 
     /// The DC test; see the module docs.
     pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
-        let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+        let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
         // The gate first: on a non-mlx5 device nothing else is created and no peer awaited.
         let mlx5 = Mlx5Context::open(&ctx)?;
         let (port, gid, mtu) = local_route(&ctx, args)?;
@@ -54,8 +54,7 @@ mod with_mlx5 {
         let target = server || args.bidirectional;
         let receive = mode == Mode::Send && target;
         let qps = args.qps as usize;
-        let route =
-            DcRoute { port: args.ib_port, sgid_index: gid.map(|g| g.index as u8), path_mtu: mtu };
+        let route = DcRoute { port: args.ib_port, sgid_index: gid.map(|g| g.index), path_mtu: mtu };
 
         let pd = ctx.alloc_pd()?;
         let rx_depth = if receive { args.qps * args.tx_depth } else { 0 };
@@ -70,8 +69,8 @@ mod with_mlx5 {
 
         let mut dcts = Vec::new();
         if target {
-            let init = InitAttr { port: args.ib_port, pkey_index: 0, access: mode.peer_access() };
-            let rtr = DctRtrAttr::new(args.ib_port, route.sgid_index, mtu);
+            let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: mode.peer_access() };
+            let rtr = DctToRtrAttr::new(args.ib_port, route.sgid_index, mtu);
             for q in 0..qps {
                 let key = DcKey(0xdc00 + q as u64);
                 let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;

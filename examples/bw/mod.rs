@@ -133,7 +133,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     if args.is_dc() {
         return dc::run(mode, args);
     }
-    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
     let (port, gid, mtu) = local_route(&ctx, args)?;
     // Refuse what the device cannot do before waiting for the peer.
     check_limits(&ctx, args)?;
@@ -146,11 +146,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
 /// (`-m`, or the port's active MTU).
 pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEntry>, Mtu), Error> {
     let port = ctx.query_port(args.ib_port)?;
-    let gid = match args.gid_index {
-        Some(index) => Some(ctx.gid(args.ib_port, index)?),
-        None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
-        None => None,
-    };
+    let gid = crate::common::source_gid(ctx, args.ib_port, &port, args.gid_index)?;
     let mtu = match args.mtu {
         Some(bytes) => Mtu::from_bytes(bytes)
             .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
@@ -196,9 +192,9 @@ impl Connect for ByHand {
             gid: self.gid.map_or(Gid::ZERO, |g| g.gid),
         };
         let (peer, remote) = control.swap_endpoint(&me, mine)?;
-        let rtr = RtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index as u8), self.mtu);
+        let rtr = ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu);
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        Ok((qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?, remote))
+        Ok((qp.into_rts(&ToRtsAttr::new(psn)).map_err(|e| e.error)?, remote))
     }
 }
 
@@ -309,7 +305,7 @@ fn run_on(
         max_inline_data: inline,
         ..Default::default()
     };
-    let init = InitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
+    let init = ToInitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
     let mut ready = Vec::new();
     for _ in 0..qps {
         let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;

@@ -289,7 +289,7 @@ impl Tier for Raw<'_, '_> {
         // SAFETY: the QP's region outlives it (declared before it); the program never reads or
         // writes it while WRs are outstanding (the bytes are meaningless here), and every WR's
         // wr_id is small (never the buffer tier's).
-        unsafe { self.qps[q].post_send_list(list) }.map_err(|(_, e)| e.into())
+        unsafe { self.qps[q].post_send_list(list) }.map_err(|e| e.into())
     }
 
     fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {

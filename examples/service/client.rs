@@ -13,7 +13,7 @@ use crate::{
 /// Connects to the server at `host` by the TCP exchange, sends the requests, checks the
 /// replies.
 pub fn run(args: &Args, host: &str) -> Result<(), Error> {
-    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
     let link = Link::new(&ctx, args)?;
     let stream = TcpStream::connect((host, args.port))
         .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;

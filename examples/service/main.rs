@@ -36,6 +36,8 @@
 //! ```
 
 mod client;
+#[path = "../common/mod.rs"]
+mod common;
 mod server;
 
 use std::io::{ErrorKind, Read};
@@ -70,7 +72,7 @@ struct Args {
     ib_port: u8,
     /// Local port GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u32>,
+    gid_idx: Option<u8>,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<u32>,
@@ -190,33 +192,14 @@ struct Link {
 impl Link {
     fn new(ctx: &Context, args: &Args) -> Result<Link, Error> {
         let port = ctx.query_port(args.ib_port)?;
-        if !port.is_ethernet() && port.lid().0 == 0 {
-            return Err(format!(
-                "{} port {} has no LID: is the subnet manager running?",
-                ctx.name(),
-                args.ib_port
-            )
-            .into());
-        }
+        common::require_lid(ctx, args.ib_port, &port)?;
         let mtu = match args.mtu {
             Some(bytes) => Mtu::from_bytes(bytes)
                 .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
             None => port.active_mtu(),
         };
-        let entry = match args.gid_idx {
-            Some(index) => Some(ctx.gid(args.ib_port, index)?),
-            None if port.is_ethernet() => Some(ctx.routable_gid(args.ib_port)?),
-            None => None,
-        };
-        let gid = match entry {
-            Some(e) => {
-                let index = u8::try_from(e.index).map_err(|_| {
-                    format!("GID index {} cannot be a source GID: the limit is 255", e.index)
-                })?;
-                Some((e.gid, index))
-            }
-            None => None,
-        };
+        let entry = common::source_gid(ctx, args.ib_port, &port, args.gid_idx)?;
+        let gid = entry.map(|e| (e.gid, e.index));
         Ok(Link { port: args.ib_port, lid: port.lid(), gid, mtu })
     }
 
@@ -234,11 +217,11 @@ impl Link {
         psn: Psn,
     ) -> Result<QueuePair<'r, Rts>, Error> {
         let sgid = self.gid.map(|(_, index)| index);
-        let rtr = RtrAttr::to_endpoint(remote, self.port, sgid, self.mtu);
+        let rtr = ToRtrAttr::to_endpoint(remote, self.port, sgid, self.mtu);
         // A TransitionError holds the QP, which borrows the caller's resources: keep only
         // the error.
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        Ok(qp.into_rts(&RtsAttr::new(psn)).map_err(|e| e.error)?)
+        Ok(qp.into_rts(&ToRtsAttr::new(psn)).map_err(|e| e.error)?)
     }
 }
 
@@ -252,7 +235,7 @@ fn new_qp<'r>(
 ) -> Result<QueuePair<'r, Init>, Error> {
     let cap = QpCapabilities { max_send_wr, max_recv_wr: 1, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
-    Ok(qp.into_init(&InitAttr { port, ..Default::default() }).map_err(|e| e.error)?)
+    Ok(qp.into_init(&ToInitAttr { port, ..Default::default() }).map_err(|e| e.error)?)
 }
 
 /// A CQ of `n` entries that wakes `channel`, armed: [`poll_within`] keeps it so.

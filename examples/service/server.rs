@@ -32,7 +32,7 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// Serves `--clients` clients, then reports.
 pub fn run(args: &Args) -> Result<(), Error> {
-    let ctx = Context::open_by_name(args.ib_dev.as_deref())?;
+    let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
     let link = Link::new(&ctx, args)?;
     let listener = TcpListener::bind(("::", args.port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))

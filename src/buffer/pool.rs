@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::BUFFER_WR_ID_BIT;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::mr::{LKey, MemoryRegion};
 use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::Sge;
@@ -39,7 +39,7 @@ const NO_PREV: u32 = u32::MAX;
 /// ```compile_fail,E0597
 /// # use rdma_verbs::*;
 /// # fn f(pd: &ProtectionDomain<'_>, cq: &CompletionQueue<'_>) -> Result<()> {
-/// let qp = pd.create_rc_qp(&QpInitAttr::new(cq))?.into_init(&InitAttr::default())?;
+/// let qp = pd.create_rc_qp(&QpInitAttr::new(cq))?.into_init(&ToInitAttr::default())?;
 /// {
 ///     let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE)?, 1024)?;
 ///     qp.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error)?;
@@ -47,6 +47,7 @@ const NO_PREV: u32 = u32::MAX;
 /// drop(qp);
 /// # Ok(()) }
 /// ```
+#[must_use = "the pool's region is deregistered when dropped"]
 pub struct BufferPool<'a> {
     mr: MemoryRegion<'a>,
     chunk: usize,
@@ -73,7 +74,7 @@ impl<'a> BufferPool<'a> {
     pub fn new(mr: MemoryRegion<'a>, chunk_size: usize) -> Result<Self> {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         if chunk_size == 0 || chunk_size > u32::MAX as usize || chunk_size > mr.len() {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid(InvalidInputKind::Size, format!(
                 "a buffer pool over a {}-byte region needs a chunk size of 1..={} bytes, not {chunk_size}",
                 mr.len(),
                 mr.len().min(u32::MAX as usize)
@@ -81,17 +82,20 @@ impl<'a> BufferPool<'a> {
         }
         let count = mr.len() / chunk_size;
         if count > 1 << INDEX_BITS {
-            return Err(Error::InvalidInput(format!(
-                "{count} chunks: a pool holds at most {} (use larger chunks or several pools)",
-                1 << INDEX_BITS
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!(
+                    "{count} chunks: a pool holds at most {} (use larger chunks or several pools)",
+                    1 << INDEX_BITS
+                ),
+            ));
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         if id >= 1 << POOL_BITS {
-            return Err(Error::InvalidInput(format!(
-                "more than {} buffer pools were created",
-                1 << POOL_BITS
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!("more than {} buffer pools were created", 1 << POOL_BITS),
+            ));
         }
         let atomics = |v| (0..count).map(|_| AtomicU32::new(v)).collect();
         Ok(BufferPool {
@@ -185,6 +189,7 @@ impl std::fmt::Debug for BufferPool<'_> {
 
 /// One chunk of a [`BufferPool`], exclusively the program's until posted. It holds `len`
 /// meaningful bytes out of [`capacity`](Self::capacity); dropping it frees the chunk.
+#[must_use = "the buffer goes back to its pool when dropped"]
 pub struct Buffer<'p> {
     pool: &'p BufferPool<'p>,
     index: u32,
@@ -225,10 +230,10 @@ impl<'p> Buffer<'p> {
     /// [`Error::InvalidInput`] when `len` exceeds the capacity.
     pub fn set_len(&mut self, len: usize) -> Result<()> {
         if len > self.capacity() {
-            return Err(Error::InvalidInput(format!(
-                "{len} bytes exceed the {}-byte buffer",
-                self.capacity()
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::BufferTooSmall,
+                format!("{len} bytes exceed the {}-byte buffer", self.capacity()),
+            ));
         }
         self.len = len as u32;
         Ok(())

@@ -2,7 +2,7 @@
 
 use super::pool::{Buffer, Flight};
 use crate::ah::UdDestination;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QpState, QpType, QueuePair, ReceiveReady, Rts, Ud};
 use crate::sys;
@@ -299,7 +299,8 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let n = list.entries.len();
         let qp = self.as_raw() as usize;
         if list.open.as_ref().is_some_and(|(open_qp, _)| *open_qp != qp) {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::UnsignaledInFlight,
                 "this SendList has unsignaled buffers in flight on another QP: post a signaled \
                  WR there first"
                     .into(),
@@ -349,7 +350,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let refused = unsafe { self.post_send_chain(&mut list.wrs) };
         let (posted, result) = match refused {
             Ok(()) => (n, Ok(())),
-            Err((posted, error)) => (posted, Err(error)),
+            Err(PostListError { posted, error }) => (posted, Err(error)),
         };
         for (flight, op) in list.flights.drain(posted..).rev() {
             list.entries.insert(0, (flight.restore(), op));
@@ -409,7 +410,8 @@ pub(crate) fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>) -> Resu
     if buffer.pd_raw() == pd.as_raw() {
         Ok(())
     } else {
-        Err(Error::InvalidInput(
+        Err(Error::invalid(
+            InvalidInputKind::OtherPd,
             "the buffer's pool is registered in another protection domain than the queue it \
              is posted to: use a pool of that queue's PD"
                 .into(),
@@ -436,6 +438,7 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 /// *on the same QP* is [completed](super::BufferPool::complete), they all return to their
 /// pool, free for [`take`](super::BufferPool::take). While such a chain is open the list
 /// refuses to post on another QP.
+#[must_use = "a list does nothing until it is posted"]
 pub struct SendList<'p, Op = SendOp> {
     entries: Vec<(Buffer<'p>, Op)>,
     sges: Vec<Sge>,

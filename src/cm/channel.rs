@@ -22,6 +22,7 @@ const POLL_SLICE: Duration = Duration::from_millis(50);
 /// Its descriptor is non-blocking; waits poll it with a timeout. Events read while waiting
 /// for another id's are kept in a backlog, in order, for their own waits or
 /// [`EventChannel::get_event`].
+#[must_use = "the event channel is destroyed when dropped"]
 pub struct EventChannel {
     raw: NonNull<sys::rdma_event_channel>,
     pub(crate) lib: &'static sys::Rdmacm,

@@ -9,7 +9,7 @@ use super::check;
 use super::event::CmEventKind;
 use super::id::{event_error, CmId};
 use super::param::ConnParam;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::qp::{Init, QpState, QueuePair, Rc, Reset, Rts, Unknown};
 
 /// The QP states rdma_cm can connect from: [`Reset`] and [`Init`] (post receives in INIT
@@ -158,7 +158,8 @@ impl CmId<'_> {
         };
         let own_context = self.context().map(|c| c.as_raw()).ok();
         if own_context != Some(qp.pd().context().as_raw()) {
-            let error = Error::InvalidInput(
+            let error = Error::invalid(
+                InvalidInputKind::OtherContext,
                 "the QP must be created from the rdma_cm id's own context (CmId::context)".into(),
             );
             return fail(qp, error, None);

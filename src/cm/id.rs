@@ -15,7 +15,7 @@ use super::event::{CmEventKind, IdPtr, RawEvent};
 use super::{check, explain};
 use crate::c_enum::c_enum;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 /// Extra time a wait allows beyond the CM's own timeout, which should end it with an event.
 const WAIT_SLACK: Duration = Duration::from_secs(5);
@@ -39,6 +39,7 @@ c_enum! {
 ///
 /// Dropping it runs `rdma_destroy_id(3)`, which cannot hang: every event is acknowledged
 /// as it is read.
+#[must_use = "the rdma_cm id is destroyed when dropped"]
 pub struct CmId<'ch> {
     raw: NonNull<sys::rdma_cm_id>,
     channel: &'ch EventChannel,
@@ -118,7 +119,8 @@ impl<'ch> CmId<'ch> {
         }
         // SAFETY: a live id; a plain field read.
         let verbs = NonNull::new(unsafe { (*self.as_raw()).verbs }).ok_or_else(|| {
-            Error::InvalidInput(
+            Error::invalid(
+                InvalidInputKind::NotBound,
                 "the rdma_cm id is not bound to a device yet: resolve an address, bind to a \
                  device's address, or take the id of a connect request first"
                     .into(),
@@ -185,9 +187,10 @@ impl<'ch> CmId<'ch> {
             Some(id) => {
                 Ok(ConnectRequest { id, private_data, responder_resources, initiator_depth })
             }
-            None => Err(Error::InvalidInput(format!(
-                "the listener got {kind} instead of a connect request"
-            ))),
+            None => Err(Error::invalid(
+                InvalidInputKind::UnexpectedEvent,
+                format!("the listener got {kind} instead of a connect request"),
+            )),
         }
     }
 
@@ -265,10 +268,10 @@ pub(crate) fn event_error(event: &RawEvent, verb: &'static str) -> Error {
     if event.status < 0 {
         return explain(Error::verb(verb, -event.status), verb);
     }
-    Error::InvalidInput(format!(
-        "{verb}: unexpected rdma_cm event {} (status {})",
-        event.kind, event.status
-    ))
+    Error::invalid(
+        InvalidInputKind::UnexpectedEvent,
+        format!("{verb}: unexpected rdma_cm event {} (status {})", event.kind, event.status),
+    )
 }
 
 impl Drop for CmId<'_> {

@@ -2,7 +2,7 @@
 
 use rdma_verbs_sys as sys;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 /// What a connect or accept asks of the connection (`struct rdma_conn_param`, see
 /// `rdma_connect(3)` and `rdma_accept(3)`).
@@ -41,6 +41,7 @@ impl Default for ConnParam<'_> {
 
 impl<'a> ConnParam<'a> {
     /// The defaults with `private_data`.
+    #[must_use]
     pub fn with_private_data(private_data: &'a [u8]) -> Self {
         ConnParam { private_data, ..Default::default() }
     }
@@ -69,11 +70,14 @@ impl<'a> ConnParam<'a> {
 /// The length of `data` as rdma_cm's `u8`, refused when longer.
 pub(crate) fn private_data_len(data: &[u8]) -> Result<u8> {
     u8::try_from(data.len()).map_err(|_| {
-        Error::InvalidInput(format!(
-            "{} bytes of private data; rdma_cm carries at most 255 (56 with an IB/RoCE \
+        Error::invalid(
+            InvalidInputKind::Size,
+            format!(
+                "{} bytes of private data; rdma_cm carries at most 255 (56 with an IB/RoCE \
              connect, 196 with an accept, 148 with a reject)",
-            data.len()
-        ))
+                data.len()
+            ),
+        )
     })
 }
 

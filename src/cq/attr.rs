@@ -27,5 +27,5 @@ pub struct CqAttr<'a> {
     pub timestamps: bool,
     /// `None`: the extended CQ when the provider has it, else the legacy one. `Some` forces
     /// one (see [`VerbsPath`]).
-    pub path: Option<VerbsPath>,
+    pub verbs_path: Option<VerbsPath>,
 }

@@ -14,7 +14,7 @@ pub use completion::Completion;
 
 use crate::channel::CompletionChannel;
 use crate::context::Context;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::verbs_path::VerbsPath;
 use crate::wc::WorkCompletion;
 
@@ -23,6 +23,7 @@ use crate::wc::WorkCompletion;
 ///
 /// Created through `ibv_create_cq_ex(3)` when the provider has it, else `ibv_create_cq(3)`
 /// ([`CompletionQueue::path`] says which); polling is the same on both paths.
+#[must_use = "the completion queue is destroyed when dropped"]
 pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
     /// The extended CQ (the same object as `raw`), on the extended path.
@@ -121,19 +122,23 @@ impl Context {
         attr: &CqAttr<'a>,
     ) -> Result<CompletionQueue<'a>> {
         let n = i32::try_from(cqe).ok().filter(|&n| n > 0).ok_or_else(|| {
-            Error::InvalidInput(format!("a CQ needs 1..={} entries, not {cqe}", i32::MAX))
+            Error::invalid(
+                InvalidInputKind::Size,
+                format!("a CQ needs 1..={} entries, not {cqe}", i32::MAX),
+            )
         })?;
         let (channel, vector) = match attr.channel {
             Some(channel) => (channel.as_raw(), self.check_channel(channel, attr.comp_vector)?),
             None => (std::ptr::null_mut(), 0),
         };
-        if attr.timestamps && attr.path == Some(VerbsPath::Legacy) {
-            return Err(Error::InvalidInput(
+        if attr.timestamps && attr.verbs_path == Some(VerbsPath::Legacy) {
+            return Err(Error::invalid(
+                InvalidInputKind::NeedsExtendedVerbs,
                 "completion timestamps need the extended CQ: do not force VerbsPath::Legacy".into(),
             ));
         }
-        if attr.path != Some(VerbsPath::Legacy) {
-            let strict = attr.timestamps || attr.path == Some(VerbsPath::Extended);
+        if attr.verbs_path != Some(VerbsPath::Legacy) {
+            let strict = attr.timestamps || attr.verbs_path == Some(VerbsPath::Extended);
             match extended::create(self, n, channel, vector, attr.timestamps) {
                 Ok((raw, ex)) => return Ok(CompletionQueue { raw, ex: Some(ex), ctx: self }),
                 Err(e) if strict || !matches!(e, Error::Unsupported { .. }) => return Err(e),
@@ -158,19 +163,25 @@ impl Context {
     /// The completion vector as a C int, checking `channel` is this context's.
     fn check_channel(&self, channel: &CompletionChannel<'_>, comp_vector: u32) -> Result<i32> {
         if !std::ptr::eq(channel.context(), self) {
-            return Err(Error::InvalidInput(format!(
-                "the completion channel belongs to device {}, not to this context of {}",
-                channel.context().name(),
-                self.name()
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::OtherContext,
+                format!(
+                    "the completion channel belongs to device {}, not to this context of {}",
+                    channel.context().name(),
+                    self.name()
+                ),
+            ));
         }
         // SAFETY: a live context; a plain field read.
         let vectors = unsafe { (*self.as_raw()).num_comp_vectors };
         i32::try_from(comp_vector).ok().filter(|&v| v < vectors).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "completion vector {comp_vector} does not exist: {} has vectors 0..{vectors}",
-                self.name()
-            ))
+            Error::invalid(
+                InvalidInputKind::Range,
+                format!(
+                    "completion vector {comp_vector} does not exist: {} has vectors 0..{vectors}",
+                    self.name()
+                ),
+            )
         })
     }
 }
@@ -251,6 +262,39 @@ impl<'ctx> CompletionQueue<'ctx> {
             }
         }
         Ok(done)
+    }
+
+    /// Busy-polls until `n` completions have arrived in `storage` or `timeout` passes;
+    /// returns the `n` completions (the prefix of `storage` they fill). For tests, examples
+    /// and set-up steps that know how many completions are due; a data path sleeps on a
+    /// [`CompletionChannel`](crate::CompletionChannel) instead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CompletionTimeout`] naming how many arrived (they are `storage[..arrived]`)
+    /// when `timeout` passes first; [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when
+    /// `storage` has room for fewer than `n`; otherwise as [`CompletionQueue::poll`].
+    pub fn wait_for<'a>(
+        &self,
+        n: usize,
+        timeout: std::time::Duration,
+        storage: &'a mut [WorkCompletion],
+    ) -> Result<&'a mut [WorkCompletion]> {
+        if storage.len() < n {
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!("waiting for {n} completions needs room for {n}, not {}", storage.len()),
+            ));
+        }
+        let start = std::time::Instant::now();
+        let mut arrived = 0;
+        while arrived < n {
+            arrived += self.poll(&mut storage[arrived..n])?.len();
+            if arrived < n && start.elapsed() >= timeout {
+                return Err(Error::CompletionTimeout { expected: n, arrived, timeout });
+            }
+        }
+        Ok(&mut storage[..n])
     }
 
     /// Which verbs this CQ was created and is polled with.

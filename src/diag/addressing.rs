@@ -222,7 +222,7 @@ mod tests {
         Netdev { name: name.into(), ifindex, mac: Some(mac), addrs: Vec::new() }
     }
 
-    fn entry(index: u32, gid: Gid, ndev_ifindex: u32) -> GidEntry {
+    fn entry(index: u8, gid: Gid, ndev_ifindex: u32) -> GidEntry {
         GidEntry { gid, index, port: 1, gid_type: GidType::ROCE_V2, ndev_ifindex }
     }
 

@@ -165,7 +165,7 @@ fn mlx5dv(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
     }
     #[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
     for name in mlx5 {
-        let gate = crate::Context::open_by_name(Some(name))
+        let gate = crate::Context::open(name)
             .and_then(|ctx| crate::mlx5::Mlx5Context::open(&ctx).map(|m| m.caps()));
         match gate {
             Ok(caps) => out.pass(

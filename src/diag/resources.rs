@@ -11,7 +11,7 @@ use crate::buffer::{BufferPool, SendOp};
 use crate::endpoint::{Endpoint, Psn};
 use crate::error::Error;
 use crate::gid::GidEntry;
-use crate::qp::{InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr};
+use crate::qp::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr};
 use crate::wc::{WcOpcode, WorkCompletion};
 
 /// What the smoke test registers: a small real run's buffer, so that a locked-memory limit
@@ -162,12 +162,8 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
     let cq = ctx.create_cq(4).map_err(at("ibv_create_cq"))?;
     let mr = pd.register(SMOKE_BYTES, AccessFlags::LOCAL_WRITE).map_err(at(REGISTER))?;
     let pool = BufferPool::new(mr, 4096).map_err(at("cut the region into buffers"))?;
-    let sgid_index = u8::try_from(gid.index).map_err(|_| Failure {
-        step: "connect",
-        error: format!("GID index {} does not fit the 8-bit sgid_index", gid.index),
-    })?;
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
-    let init = InitAttr { port: port.num, ..InitAttr::default() };
+    let init = ToInitAttr { port: port.num, ..ToInitAttr::default() };
     let new_qp = || -> crate::Result<_> {
         Ok(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?.into_init(&init)?)
     };
@@ -175,9 +171,9 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
     let (a, b) = (new_qp().map_err(&create)?, new_qp().map_err(&create)?);
     let endpoint = |qpn| Endpoint { lid: port.attr.lid(), qpn, psn: Psn::new(0), gid: gid.gid };
     let rtr = |peer| {
-        RtrAttr::to_endpoint(&endpoint(peer), port.num, Some(sgid_index), port.attr.active_mtu())
+        ToRtrAttr::to_endpoint(&endpoint(peer), port.num, Some(gid.index), port.attr.active_mtu())
     };
-    let rts = RtsAttr::new(Psn::new(0));
+    let rts = ToRtsAttr::new(Psn::new(0));
     let connect = at("connect the QPs (INIT→RTR→RTS)");
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
     let a = a.into_rtr(&rtr(b_qpn)).map_err(|e| connect(e.into()))?;

@@ -9,11 +9,11 @@ use rdma_verbs_sys as sys;
 use crate::ah::AddressHandle;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Psn, Qpn};
-use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
 use crate::qp::{
-    AddressVector, GlobalRoute, Init, QpCapabilities, QpState, Reset, Rtr, Rts, RtsAttr,
+    AddressVector, GlobalRoute, Init, QpCapabilities, QpState, Reset, Rtr, Rts, ToRtsAttr,
 };
 use crate::wr::{RemoteAddr, SendFlags, Sge};
 
@@ -36,6 +36,7 @@ pub struct DciInitAttr<'res> {
 
 impl<'res> DciInitAttr<'res> {
     /// Sends on `cq`, 64 send WRs of one SGE, selective signaling, no streams.
+    #[must_use]
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         DciInitAttr {
             send_cq: cq,
@@ -63,7 +64,7 @@ pub struct DciStreams {
 /// optional but older ones refuse (their DCI check allows only `PKEY_INDEX` beside
 /// `PATH_MTU`); `PATH_MTU` alone suits both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DciRtrAttr {
+pub struct DciToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
 }
@@ -91,6 +92,7 @@ pub struct DcRoute {
 /// unsafe { dci.post(std::slice::from_ref(wr))? }; // error: no method `post` on `Dci<Rtr>`
 /// # Ok(()) }
 /// ```
+#[must_use = "the DCI is destroyed when dropped"]
 pub struct Dci<'res, S: QpState> {
     qp: DcQp<'res>,
     qp_ex: NonNull<sys::ibv_qp_ex>,
@@ -180,14 +182,17 @@ impl<'ctx> Mlx5Context<'ctx> {
         if asked.log_concurrent > caps.max_log_concurrent
             || asked.log_errored > caps.max_log_errored
         {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid(
+                InvalidInputKind::DciStreams,
+                format!(
                 "DCI streams 2^{} concurrent / 2^{} errored exceed {}'s 2^{} / 2^{}: ask for less",
                 asked.log_concurrent,
                 asked.log_errored,
                 self.context().name(),
                 caps.max_log_concurrent,
                 caps.max_log_errored
-            )));
+            ),
+            ));
         }
         Ok(())
     }
@@ -210,8 +215,8 @@ impl<'ctx> Mlx5Context<'ctx> {
         let dci = self
             .create_dci(pd, attr)?
             .into_init(route.port, 0)?
-            .into_rtr(&DciRtrAttr { path_mtu: route.path_mtu })?
-            .into_rts(&RtsAttr::new(Psn::new(0)))?;
+            .into_rtr(&DciToRtrAttr { path_mtu: route.path_mtu })?
+            .into_rts(&ToRtsAttr::new(Psn::new(0)))?;
         let peer = DcPeer::new(pd, peer, route)?;
         Ok((dci, peer))
     }
@@ -289,7 +294,7 @@ impl<'res> Dci<'res, Init> {
     /// # Errors
     ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rtr(self, attr: &DciRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
+    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
         self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
     }
@@ -302,7 +307,7 @@ impl<'res> Dci<'res, Rtr> {
     /// # Errors
     ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rts(self, attr: &RtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
+    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             timeout: attr.timeout,
             retry_cnt: attr.retry_cnt,
@@ -342,14 +347,16 @@ impl Dci<'_, Rts> {
     pub unsafe fn post(&self, wrs: &[DcWr<'_>]) -> Result<()> {
         for wr in wrs {
             if wr.stream.is_some() && !self.streams {
-                return Err(Error::InvalidInput(
+                return Err(Error::invalid(
+                    InvalidInputKind::DciStreams,
                     "a DC work request names a DCI stream, but this DCI was created without \
                      streams: set DciInitAttr::streams"
                         .into(),
                 ));
             }
             if wr.flags.contains(SendFlags::INLINE) {
-                return Err(Error::InvalidInput(
+                return Err(Error::invalid(
+                    InvalidInputKind::InlineTooLarge,
                     "SendFlags::INLINE is not offered on a DCI: post the payload by SGE".into(),
                 ));
             }
@@ -529,6 +536,7 @@ pub struct DcWr<'a> {
 
 impl<'a> DcWr<'a> {
     /// A SEND of `sges` to `dest`.
+    #[must_use]
     pub fn send(wr_id: u64, sges: &'a [Sge], dest: DcDestination<'a>) -> Self {
         DcWr { wr_id, flags: SendFlags::empty(), opcode: DcOpcode::Send, sges, dest, stream: None }
     }
@@ -554,11 +562,13 @@ impl<'a> DcWr<'a> {
     }
 
     /// With these flags.
+    #[must_use]
     pub fn flags(self, flags: SendFlags) -> Self {
         DcWr { flags, ..self }
     }
 
     /// On DCI stream `id`.
+    #[must_use]
     pub fn stream(self, id: u16) -> Self {
         DcWr { stream: Some(id), ..self }
     }

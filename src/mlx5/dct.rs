@@ -10,7 +10,7 @@ use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, GlobalRoute, Init, InitAttr, QpState, Reset, Rtr};
+use crate::qp::{AddressVector, GlobalRoute, Init, QpState, Reset, Rtr, ToInitAttr};
 use crate::srq::SharedReceiveQueue;
 
 use super::context::Mlx5Context;
@@ -33,7 +33,7 @@ pub struct DctInitAttr<'res, 'srq> {
 /// DCT's own side of the route: its port, and on RoCE a GRH naming its source GID index
 /// (the GRH's destination GID is unused and left zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DctRtrAttr {
+pub struct DctToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
     /// The RNR NAK timer code (12 = 0.64 ms; see `ibv_modify_qp(3)`).
@@ -42,9 +42,10 @@ pub struct DctRtrAttr {
     pub av: AddressVector,
 }
 
-impl DctRtrAttr {
+impl DctToRtrAttr {
     /// RTR on `port`, with a GRH from source GID `sgid_index` when one is given (RoCE),
     /// RNR timer 12.
+    #[must_use]
     pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
         let grh = sgid_index.map(|sgid_index| GlobalRoute {
             dgid: Gid::ZERO,
@@ -53,7 +54,7 @@ impl DctRtrAttr {
             flow_label: 0,
             traffic_class: 0,
         });
-        DctRtrAttr {
+        DctToRtrAttr {
             path_mtu,
             min_rnr_timer: 12,
             av: AddressVector { dlid: Lid(0), sl: 0, src_path_bits: 0, port, grh },
@@ -88,6 +89,7 @@ impl DctRtrAttr {
 /// let n = dct.dctn(); // error: no method `dctn` on `Dct<Init>`
 /// # }
 /// ```
+#[must_use = "the DCT is destroyed when dropped"]
 pub struct Dct<'res, S: QpState> {
     qp: DcQp<'res>,
     key: DcKey,
@@ -182,7 +184,7 @@ impl<'res> Dct<'res, Reset> {
     ///
     /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
     /// `ibv_modify_qp`.
-    pub fn into_init(self, attr: &InitAttr) -> Result<Dct<'res, Init>, TransitionError<Self>> {
+    pub fn into_init(self, attr: &ToInitAttr) -> Result<Dct<'res, Init>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             pkey_index: attr.pkey_index,
             port_num: attr.port,
@@ -201,7 +203,7 @@ impl<'res> Dct<'res, Init> {
     ///
     /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
     /// `ibv_modify_qp` (`EINVAL` on RoCE without a GRH).
-    pub fn into_rtr(self, attr: &DctRtrAttr) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
+    pub fn into_rtr(self, attr: &DctToRtrAttr) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
             min_rnr_timer: attr.min_rnr_timer,

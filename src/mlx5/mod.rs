@@ -22,11 +22,11 @@
 //! ```no_run
 //! # use rdma_verbs::*;
 //! # use rdma_verbs::mlx5::*;
-//! # fn f(ctx: &Context, token: &str) -> Result<()> {
+//! # fn f(ctx: &Context, token: &str) -> std::result::Result<(), Box<dyn std::error::Error>> {
 //! let mlx5 = Mlx5Context::open(ctx)?; // Error::Unsupported on a non-mlx5 device
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(64)?;
-//! let peer: DcEndpoint = token.parse().map_err(|e| Error::InvalidInput(format!("{e}")))?;
+//! let peer: DcEndpoint = token.parse()?;
 //! let route = DcRoute { port: 1, sgid_index: Some(3), path_mtu: Mtu::MTU_1024 };
 //! let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer)?;
 //! # drop((dci, target)); Ok(()) }
@@ -49,7 +49,7 @@ mod qp;
 
 pub use context::{DcCaps, DciStreamsCaps, Mlx5Context};
 pub use dci::{
-    DcDestination, DcOpcode, DcPeer, DcRoute, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams,
+    DcDestination, DcOpcode, DcPeer, DcRoute, DcWr, Dci, DciInitAttr, DciStreams, DciToRtrAttr,
 };
-pub use dct::{Dct, DctInitAttr, DctRtrAttr};
+pub use dct::{Dct, DctInitAttr, DctToRtrAttr};
 pub use endpoint::{DcEndpoint, DcKey, DcTokenError};

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::endpoint::Qpn;
-use crate::error::{check_errno, check_ptr, Result};
+use crate::error::{check_errno, check_ptr, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 
 use super::context::Mlx5Context;
@@ -25,12 +25,15 @@ impl<'res> DcQp<'res> {
         mut dv: sys::mlx5dv_qp_init_attr,
     ) -> Result<Self> {
         if !std::ptr::eq(pd.context(), mlx5.context()) {
-            return Err(crate::Error::InvalidInput(format!(
+            return Err(crate::Error::invalid(
+                InvalidInputKind::OtherContext,
+                format!(
                 "the protection domain belongs to {}, not to {}: create DC QPs with a PD of the \
                  Mlx5Context's own device context",
                 pd.context().name(),
                 mlx5.context().name()
-            )));
+            ),
+            ));
         }
         attr.pd = pd.as_raw();
         attr.comp_mask |= sys::IBV_QP_INIT_ATTR_PD;

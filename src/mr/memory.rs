@@ -11,7 +11,7 @@ use std::alloc::{self, Layout};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 /// Memory a region can be registered over: a length (a zeroed, page-aligned buffer the
 /// region allocates and owns) or a `&mut [u8]` (borrowed for the region's life).
@@ -29,14 +29,23 @@ mod sealed {
 impl<'a> RegionMemory<'a> for usize {
     fn into_memory(self) -> Result<Memory<'a>> {
         if self == 0 {
-            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                "a memory region needs at least 1 byte".into(),
+            ));
         }
         let layout = Layout::from_size_align(self, page_size()).map_err(|_| {
-            Error::InvalidInput(format!("a {self}-byte buffer cannot be allocated"))
+            Error::invalid(
+                InvalidInputKind::Size,
+                format!("a {self}-byte buffer cannot be allocated"),
+            )
         })?;
         // SAFETY: the layout is not zero-sized (checked above).
         let ptr = NonNull::new(unsafe { alloc::alloc_zeroed(layout) }).ok_or_else(|| {
-            Error::InvalidInput(format!("out of memory allocating a {self}-byte buffer"))
+            Error::invalid(
+                InvalidInputKind::Size,
+                format!("out of memory allocating a {self}-byte buffer"),
+            )
         })?;
         Ok(Memory { ptr, len: self, owned: Some(layout), _borrow: PhantomData })
     }
@@ -45,7 +54,10 @@ impl<'a> RegionMemory<'a> for usize {
 impl<'a> RegionMemory<'a> for &'a mut [u8] {
     fn into_memory(self) -> Result<Memory<'a>> {
         if self.is_empty() {
-            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                "a memory region needs at least 1 byte".into(),
+            ));
         }
         let len = self.len();
         let ptr = NonNull::from(self).cast();

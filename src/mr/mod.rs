@@ -22,7 +22,7 @@ pub use memory::RegionMemory;
 use registration::Registration;
 
 use crate::access::AccessFlags;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::mw::{BindParts, BindableRegion};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RemoteAddr, Sge};
@@ -35,6 +35,20 @@ pub struct LKey(pub u32);
 /// A remote key: what a peer needs to RDMA READ / WRITE a region (`ibv_mr.rkey`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RKey(pub u32);
+
+/// `0x%08x`, as ibv_rc_pingpong and perftest print keys.
+impl std::fmt::Display for LKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#010x}", self.0)
+    }
+}
+
+/// `0x%08x`, as ibv_rc_pingpong and perftest print keys.
+impl std::fmt::Display for RKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#010x}", self.0)
+    }
+}
 
 /// `start..end` of `range`, checked to be a non-empty part of a `len`-byte region.
 pub(crate) fn bounds(len: usize, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
@@ -49,9 +63,10 @@ pub(crate) fn bounds(len: usize, range: impl RangeBounds<usize>) -> Result<(usiz
         Bound::Unbounded => len,
     };
     if start >= end || end > len {
-        return Err(Error::InvalidInput(format!(
-            "range {start}..{end} is empty or outside the {len}-byte memory region"
-        )));
+        return Err(Error::invalid(
+            InvalidInputKind::Range,
+            format!("range {start}..{end} is empty or outside the {len}-byte memory region"),
+        ));
     }
     Ok((start, end))
 }
@@ -191,6 +206,7 @@ macro_rules! region_common {
 /// drop(bytes); // error: cannot move out of `bytes` because it is borrowed
 /// # drop(mr); Ok(()) }
 /// ```
+#[must_use = "the region is deregistered when dropped"]
 pub struct MemoryRegion<'a> {
     reg: Registration<'a>,
 }
@@ -233,6 +249,7 @@ impl std::fmt::Debug for MemoryRegion<'_> {
 /// let first = mr.as_mut_slice()[0]; // error: no safe slice view
 /// # Ok(()) }
 /// ```
+#[must_use = "the region is deregistered when dropped"]
 pub struct RemoteWritableRegion<'a> {
     reg: Registration<'a>,
 }

@@ -17,7 +17,7 @@ use rdma_verbs_sys as sys;
 use super::memory::{Memory, RegionMemory};
 use super::{bounds, DmabufRegion, LKey, MemoryRegion, RKey, RemoteWritableRegion};
 use crate::access::AccessFlags;
-use crate::error::{check_errno, check_ptr, Error, Result};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RemoteAddr, Sge};
 
@@ -108,8 +108,12 @@ impl<'a> Registration<'a> {
 
     pub(super) fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge> {
         let (start, end) = self.bounds(range)?;
-        let len = u32::try_from(end - start)
-            .map_err(|_| Error::InvalidInput(format!("an SGE holds at most {} bytes", u32::MAX)))?;
+        let len = u32::try_from(end - start).map_err(|_| {
+            Error::invalid(
+                InvalidInputKind::Size,
+                format!("an SGE holds at most {} bytes", u32::MAX),
+            )
+        })?;
         Ok(Sge::new(self.iova + start as u64, len, self.lkey()))
     }
 
@@ -268,7 +272,10 @@ impl<'a> ProtectionDomain<'a> {
         access: AccessFlags,
     ) -> Result<DmabufRegion<'a>> {
         if len == 0 {
-            return Err(Error::InvalidInput("a memory region needs at least 1 byte".into()));
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                "a memory region needs at least 1 byte".into(),
+            ));
         }
         if access.intersects(AccessFlags::REMOTE_WRITES) {
             check_remote_writable(access)?;
@@ -306,7 +313,8 @@ fn odp_hint(e: Error, access: AccessFlags) -> Error {
 /// Refuses remote-write rights for memory exposed as plain slices.
 fn check_local_only(access: AccessFlags) -> Result<()> {
     if access.intersects(AccessFlags::REMOTE_WRITES) {
-        return Err(Error::InvalidInput(
+        return Err(Error::invalid(
+            InvalidInputKind::Access,
             "REMOTE_WRITE / REMOTE_ATOMIC memory cannot be read as a plain slice: register \
              it with register_remote_writable, which gives copy-only access"
                 .into(),
@@ -318,17 +326,21 @@ fn check_local_only(access: AccessFlags) -> Result<()> {
 /// Remote-write rights, and the `LOCAL_WRITE` they need.
 fn check_remote_writable(access: AccessFlags) -> Result<()> {
     if !access.intersects(AccessFlags::REMOTE_WRITES) {
-        return Err(Error::InvalidInput(
+        return Err(Error::invalid(
+            InvalidInputKind::Access,
             "register_remote_writable needs REMOTE_WRITE or REMOTE_ATOMIC; use register \
              for memory peers only read"
                 .into(),
         ));
     }
     if !access.contains(AccessFlags::LOCAL_WRITE) {
-        return Err(Error::InvalidInput(format!(
-            "{access:?} lacks LOCAL_WRITE, which REMOTE_WRITE and REMOTE_ATOMIC require \
+        return Err(Error::invalid(
+            InvalidInputKind::Access,
+            format!(
+                "{access:?} lacks LOCAL_WRITE, which REMOTE_WRITE and REMOTE_ATOMIC require \
              (ibv_reg_mr(3)): add AccessFlags::LOCAL_WRITE"
-        )));
+            ),
+        ));
     }
     Ok(())
 }

@@ -107,6 +107,7 @@ pub struct QpInitAttr<'res, 'srq> {
 impl<'res> QpInitAttr<'res, '_> {
     /// Both queues on `cq`, default capabilities, selective signaling, no SRQ, the extended
     /// QP when the provider has it.
+    #[must_use]
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         QpInitAttr {
             send_cq: cq,
@@ -121,7 +122,7 @@ impl<'res> QpInitAttr<'res, '_> {
 
 /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InitAttr {
+pub struct ToInitAttr {
     /// The port, from 1.
     pub port: u8,
     /// The P_Key table index.
@@ -130,16 +131,16 @@ pub struct InitAttr {
     pub access: AccessFlags,
 }
 
-impl Default for InitAttr {
+impl Default for ToInitAttr {
     /// Port 1, P_Key index 0, no remote access.
     fn default() -> Self {
-        InitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() }
+        ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() }
     }
 }
 
 /// RESET → INIT of a UD QP (`IBV_QP_STATE | PKEY_INDEX | PORT | QKEY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdInitAttr {
+pub struct UdToInitAttr {
     /// The port, from 1.
     pub port: u8,
     /// The P_Key table index.
@@ -183,6 +184,7 @@ impl AddressVector {
     /// The route to `remote` from `port`: by LID, plus a GRH from our GID `sgid_index` when
     /// one is given and the remote GID is not zero (the rule of ibv_rc_pingpong, where
     /// RoCE peers always send a GID).
+    #[must_use]
     pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>) -> Self {
         let grh = sgid_index.filter(|_| !remote.gid.is_zero()).map(|sgid_index| GlobalRoute {
             dgid: remote.gid,
@@ -219,7 +221,7 @@ impl AddressVector {
 /// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
 /// MIN_RNR_TIMER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RtrAttr {
+pub struct ToRtrAttr {
     /// The path MTU: at most both ports' active MTU.
     pub path_mtu: Mtu,
     /// The peer's QP number.
@@ -234,11 +236,12 @@ pub struct RtrAttr {
     pub av: AddressVector,
 }
 
-impl RtrAttr {
+impl ToRtrAttr {
     /// The RTR attributes for connecting to `remote` from `port`, ibv_rc_pingpong's values
     /// otherwise (one outstanding read, RNR timer 12).
+    #[must_use]
     pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
-        RtrAttr {
+        ToRtrAttr {
             path_mtu,
             dest_qpn: remote.qpn,
             rq_psn: remote.psn,
@@ -251,7 +254,7 @@ impl RtrAttr {
 
 /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RtsAttr {
+pub struct ToRtsAttr {
     /// The local ACK timeout code: 4.096 µs × 2^timeout (14 ≈ 67 ms).
     pub timeout: u8,
     /// Transport retries before an error completion (0–7).
@@ -264,10 +267,11 @@ pub struct RtsAttr {
     pub max_rd_atomic: u8,
 }
 
-impl RtsAttr {
+impl ToRtsAttr {
     /// ibv_rc_pingpong's values (timeout 14, 7 retries, RNR retry forever, one outstanding
     /// read) with send PSN `sq_psn`.
+    #[must_use]
     pub fn new(sq_psn: Psn) -> Self {
-        RtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
+        ToRtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
     }
 }

@@ -3,7 +3,7 @@
 use rdma_verbs_sys as sys;
 
 use super::{
-    Connected, Init, InitAttr, QueuePair, Reset, Rtr, RtrAttr, Rts, RtsAttr, Ud, UdInitAttr,
+    Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdToInitAttr,
 };
 use crate::endpoint::Psn;
 use crate::error::TransitionError;
@@ -18,7 +18,7 @@ impl<'res, T: Connected> QueuePair<'res, Reset, T> {
     /// `ibv_modify_qp` (`EINVAL`: a port or P_Key index that does not exist).
     pub fn into_init(
         self,
-        attr: &InitAttr,
+        attr: &ToInitAttr,
     ) -> Result<QueuePair<'res, Init, T>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             pkey_index: attr.pkey_index,
@@ -41,7 +41,7 @@ impl<'res> QueuePair<'res, Reset, Ud> {
     /// `ibv_modify_qp`.
     pub fn into_init(
         mut self,
-        attr: &UdInitAttr,
+        attr: &UdToInitAttr,
     ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>> {
         match self.pd.context().query_port(attr.port) {
             Ok(port) => self.limits.ud_mtu = port.active_mtu().bytes().unwrap_or(0),
@@ -69,7 +69,7 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
     /// index).
     pub fn into_rtr(
         self,
-        attr: &RtrAttr,
+        attr: &ToRtrAttr,
     ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
@@ -110,7 +110,7 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
     /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm).
     pub fn into_rts(
         self,
-        attr: &RtsAttr,
+        attr: &ToRtsAttr,
     ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             timeout: attr.timeout,

@@ -7,7 +7,7 @@ use rdma_verbs_sys as sys;
 
 use super::extended::{self, ExQp};
 use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
-use crate::error::{check_ptr, Error, Result};
+use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
 
@@ -56,7 +56,8 @@ impl<'res> ProtectionDomain<'res> {
             || attr.recv_cq.context().as_raw() != ctx
             || srq_ctx.is_some_and(|c| c != ctx)
         {
-            return Err(Error::InvalidInput(
+            return Err(Error::invalid(
+                InvalidInputKind::OtherContext,
                 "the QP's CQs and SRQ must belong to the same device context as its PD".into(),
             ));
         }
@@ -201,11 +202,14 @@ fn check_cq_room(attr: &QpInitAttr<'_, '_>) -> Result<()> {
         None => (u64::from(attr.cap.max_recv_wr), format!("max_recv_wr {}", attr.cap.max_recv_wr)),
     };
     let refuse = |cq: &str, room: u32, need: u64, what: String| {
-        Err(Error::InvalidInput(format!(
-            "the {cq} holds {room} completions but this QP can have {need} work requests \
+        Err(Error::invalid(
+            InvalidInputKind::CqTooSmall,
+            format!(
+                "the {cq} holds {room} completions but this QP can have {need} work requests \
              outstanding on it ({what}): create the CQ with at least {need} entries or lower \
              the QP's capacities"
-        )))
+            ),
+        ))
     };
     if attr.send_cq.as_raw() == attr.recv_cq.as_raw() {
         let room = attr.send_cq.capacity();

@@ -9,7 +9,7 @@ use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
 use crate::context::Context;
-use crate::error::{check_errno, Error, Result};
+use crate::error::{check_errno, Error, PostListError, Result};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -145,17 +145,19 @@ impl ExQp {
         &self,
         wrs: &[sys::ibv_send_wr],
         ud: bool,
-    ) -> Result<(), (usize, Error)> {
+    ) -> Result<(), PostListError> {
         let mut done = 0;
         while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
             let run = rest.iter().position(|wr| wr.num_sge > 1).unwrap_or(rest.len());
             if run == 0 {
                 // SAFETY: the caller's guarantees, for this WR.
-                unsafe { self.post_one_legacy(&rest[0]) }.map_err(|e| (done, e))?;
+                unsafe { self.post_one_legacy(&rest[0]) }
+                    .map_err(|error| PostListError { posted: done, error })?;
                 done += 1;
             } else {
                 // SAFETY: the caller's guarantees, for these WRs.
-                unsafe { self.post_batch(&rest[..run], ud) }.map_err(|(n, e)| (done + n, e))?;
+                unsafe { self.post_batch(&rest[..run], ud) }
+                    .map_err(|e| PostListError { posted: done + e.posted, ..e })?;
                 done += run;
             }
         }
@@ -168,7 +170,7 @@ impl ExQp {
     ///
     /// As [`ExQp::post`].
     #[inline]
-    unsafe fn post_batch(&self, wrs: &[sys::ibv_send_wr], ud: bool) -> Result<(), (usize, Error)> {
+    unsafe fn post_batch(&self, wrs: &[sys::ibv_send_wr], ud: bool) -> Result<(), PostListError> {
         let qp = self.raw.as_ptr();
         // SAFETY: a live extended QP whose batch members were checked at creation; the
         // batch is opened and closed within this call, on this thread.
@@ -177,10 +179,11 @@ impl ExQp {
             for wr in wrs {
                 if let Err(error) = self.build(qp, wr, ud) {
                     inl::ibv_wr_abort(qp);
-                    return Err((0, error));
+                    return Err(PostListError { posted: 0, error });
                 }
             }
-            check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete").map_err(|e| (wrs.len(), e))
+            check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete")
+                .map_err(|error| PostListError { posted: wrs.len(), error })
         }
     }
 

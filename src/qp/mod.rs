@@ -30,7 +30,8 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 pub use attr::{
-    AddressVector, GlobalRoute, InitAttr, QpCapabilities, QpInitAttr, RtrAttr, RtsAttr, UdInitAttr,
+    AddressVector, GlobalRoute, QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr,
+    UdToInitAttr,
 };
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
@@ -38,7 +39,7 @@ pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
-use crate::error::{check_errno, Error, Result, TransitionError};
+use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
 
@@ -79,6 +80,7 @@ use crate::verbs_path::VerbsPath;
 /// unsafe { qp.post_send(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
 /// # Ok(()) }
 /// ```
+#[must_use = "the queue pair is destroyed when dropped"]
 pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     raw: NonNull<sys::ibv_qp>,
     /// The extended QP (`ibv_qp_to_qp_ex`), when sends go through the `ibv_wr_*` builders.
@@ -142,6 +144,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// `ibv_wr_*` builders, `ibv_wr_complete`: one doorbell per list) when the QP was created
     /// through `ibv_create_qp_ex(3)` with send operations, [`VerbsPath::Legacy`]
     /// (`ibv_post_send(3)`) otherwise.
+    #[must_use]
     pub fn send_path(&self) -> VerbsPath {
         if self.ex.is_some() {
             VerbsPath::Extended
@@ -293,7 +296,10 @@ impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
         match self.query_state() {
             Ok(state) if Some(state) == N::STATE => Ok(self.retype()),
             Ok(state) => {
-                let error = Error::InvalidInput(format!("the QP is in {state}, not {}", N::NAME));
+                let error = Error::invalid(
+                    InvalidInputKind::QpState,
+                    format!("the QP is in {state}, not {}", N::NAME),
+                );
                 Err(TransitionError { qp: self, error })
             }
             Err(error) => Err(TransitionError { qp: self, error }),

@@ -4,7 +4,7 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInputKind, Result};
 
 c_enum! {
     /// A QP state as the device reports it (`enum ibv_qp_state`), from
@@ -139,8 +139,12 @@ pub(crate) fn check_mask(
     to: QueuePairState,
     mask: QpAttrMask,
 ) -> Result<()> {
-    let (required, optional) = transition_masks(qp_type, from, to)
-        .ok_or_else(|| Error::InvalidInput(format!("{name} QPs cannot go from {from} to {to}")))?;
+    let (required, optional) = transition_masks(qp_type, from, to).ok_or_else(|| {
+        Error::invalid(
+            InvalidInputKind::Transition,
+            format!("{name} QPs cannot go from {from} to {to}"),
+        )
+    })?;
     let mask = mask - QpAttrMask::STATE;
     let missing = required - mask;
     let extra = mask - required - optional;
@@ -154,7 +158,10 @@ pub(crate) fn check_mask(
     if !extra.is_empty() {
         why.push(format!("bits not allowed in this transition: {}", names(extra)));
     }
-    Err(Error::InvalidInput(format!("modify_raw {from}→{to} ({name} QP): {}", why.join("; "))))
+    Err(Error::invalid(
+        InvalidInputKind::Transition,
+        format!("modify_raw {from}→{to} ({name} QP): {}", why.join("; ")),
+    ))
 }
 
 fn names(mask: QpAttrMask) -> String {

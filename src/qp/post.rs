@@ -3,7 +3,7 @@
 use rdma_verbs_sys as sys;
 
 use super::{QpType, QueuePair, ReceiveReady, Rts};
-use crate::error::{check_errno, Error, Result};
+use crate::error::{check_errno, Error, InvalidInputKind, PostListError, Result};
 use crate::wr::{note_posted, RecvWr, SendFlags, SendWr, Sge};
 
 impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
@@ -80,7 +80,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
             unsafe { ex.post(std::slice::from_ref(wr.as_raw()), T::RAW == sys::IBV_QPT_UD) }
-                .map_err(|(_, e)| e)?;
+                .map_err(|e| e.error)?;
         } else {
             let mut bad = std::ptr::null_mut();
             // SAFETY: a live QP in RTS; one WR (`as_single` clears a `next` left by an earlier
@@ -109,18 +109,19 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Errors
     ///
-    /// `(posted, error)`: the number of WRs the provider accepted before the one it refused
-    /// (those are posted), and why; [`Error::InvalidInput`] (with 0 posted) when a WR breaks
+    /// [`PostListError`]: the number of WRs the provider accepted before the one it refused
+    /// (those are posted), and why ([`Error::WorkQueueFull`] when the send queue has no
+    /// room); [`Error::InvalidInput`] (with 0 posted) when a WR breaks
     /// the QP's SGE or inline limits. On the extended path which WR failed cannot be known:
     /// a WR the QP cannot build aborts the batch ([`Error::Unsupported`] naming its
     /// `ibv_wr_*` builder, 0 posted), and a failed `ibv_wr_complete` (the same errnos as
-    /// `ibv_post_send`, e.g. `ENOMEM` for a full send queue) counts all of them as posted,
+    /// `ibv_post_send`, e.g. `ENOMEM` or `ENOSPC` for a full send queue) counts all of them as posted,
     /// since `ibv_wr_post(3)` does not say which went out.
     #[doc(alias = "ibv_post_send")]
     #[inline]
-    pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), (usize, Error)> {
+    pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), PostListError> {
         for wr in wrs.iter() {
-            self.check_send(wr).map_err(|e| (0, e))?;
+            self.check_send(wr).map_err(|error| PostListError { posted: 0, error })?;
         }
         // SAFETY: SendWr is a transparent ibv_send_wr; the caller upholds the memory contract.
         unsafe {
@@ -138,14 +139,14 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     pub(crate) unsafe fn post_send_chain(
         &self,
         wrs: &mut [sys::ibv_send_wr],
-    ) -> Result<(), (usize, Error)> {
+    ) -> Result<(), PostListError> {
         if wrs.is_empty() {
             return Ok(());
         }
         if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
             let result = unsafe { ex.post(wrs, T::RAW == sys::IBV_QPT_UD) };
-            let posted = result.as_ref().map_or_else(|(n, _)| *n, |()| wrs.len());
+            let posted = result.as_ref().map_or_else(|e| e.posted, |()| wrs.len());
             wrs[..posted].iter().for_each(note_posted);
             return result;
         }
@@ -170,9 +171,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 (bad as usize).wrapping_sub(base) / std::mem::size_of::<sys::ibv_send_wr>();
             // A provider that names no refused WR may have posted any of them: assume all
             // (the buffer tier then never hands back memory the NIC might use).
-            (if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset }, error)
+            let posted = if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset };
+            PostListError { posted, error }
         });
-        let posted = result.as_ref().map_or_else(|(n, _)| *n, |()| wrs.len());
+        let posted = result.as_ref().map_or_else(|e| e.posted, |()| wrs.len());
         wrs[..posted].iter().for_each(note_posted);
         result
     }
@@ -199,36 +201,46 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     #[inline(never)]
     fn check_send_fully(&self, wr: &SendWr<'_>) -> Result<()> {
         if wr.num_sge() > self.caps.max_send_sge as usize {
-            return Err(Error::InvalidInput(format!(
-                "the WR has {} SGEs; this QP allows {} (max_send_sge)",
-                wr.num_sge(),
-                self.caps.max_send_sge
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::TooManySges,
+                format!(
+                    "the WR has {} SGEs; this QP allows {} (max_send_sge)",
+                    wr.num_sge(),
+                    self.caps.max_send_sge
+                ),
+            ));
         }
         if wr.send_flags().contains(SendFlags::INLINE)
             && wr.total_len() > u64::from(self.caps.max_inline_data)
         {
-            return Err(Error::InvalidInput(format!(
-                "{} bytes cannot be sent inline; this QP allows {} (max_inline_data)",
-                wr.total_len(),
-                self.caps.max_inline_data
-            )));
+            return Err(Error::invalid(
+                InvalidInputKind::InlineTooLarge,
+                format!(
+                    "{} bytes cannot be sent inline; this QP allows {} (max_inline_data)",
+                    wr.total_len(),
+                    self.caps.max_inline_data
+                ),
+            ));
         }
         if wr.is_atomic() {
             self.check_atomic(wr)?;
         }
         if T::RAW == sys::IBV_QPT_UD {
             if !wr.has_destination() {
-                return Err(Error::InvalidInput(
+                return Err(Error::invalid(
+                    InvalidInputKind::UdNoDestination,
                     "a UD QP posts only SENDs addressed with SendWr::to(&UdDestination)".into(),
                 ));
             }
             if wr.total_len() > u64::from(self.limits.ud_mtu) {
-                return Err(Error::InvalidInput(format!(
-                    "a UD message carries at most the path MTU, {} bytes, not {}",
-                    self.limits.ud_mtu,
-                    wr.total_len()
-                )));
+                return Err(Error::invalid(
+                    InvalidInputKind::UdTooLarge,
+                    format!(
+                        "a UD message carries at most the path MTU, {} bytes, not {}",
+                        self.limits.ud_mtu,
+                        wr.total_len()
+                    ),
+                ));
             }
         }
         Ok(())
@@ -239,7 +251,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     #[cold]
     fn check_atomic(&self, wr: &SendWr<'_>) -> Result<()> {
         if T::RAW != sys::IBV_QPT_RC {
-            return Err(Error::InvalidInput(format!("atomics need an RC QP, not {}", T::NAME)));
+            return Err(Error::invalid(
+                InvalidInputKind::AtomicNotRc,
+                format!("atomics need an RC QP, not {}", T::NAME),
+            ));
         }
         // Queried once per context, on the first atomic.
         if self.pd.context().cached_attr()?.as_raw().atomic_cap == sys::IBV_ATOMIC_NONE {
@@ -254,13 +269,16 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             || local.is_some_and(|a| a % 8 != 0)
             || remote % 8 != 0
         {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::invalid(
+                InvalidInputKind::AtomicShape,
+                format!(
                 "an atomic needs one 8-byte SGE at an 8-byte-aligned address and an 8-byte-aligned \
                  remote address; got {} SGE(s) of {} bytes at {:#x}, remote {remote:#x}",
                 sge.len(),
                 wr.total_len(),
                 local.unwrap_or(0)
-            )));
+            ),
+            ));
         }
         Ok(())
     }

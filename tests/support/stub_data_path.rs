@@ -10,7 +10,8 @@ use std::ffi::c_int;
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    Context, Endpoint, Gid, InitAttr, Lid, Mtu, Psn, Qpn, QueuePair, Reset, RtrAttr, Rts, RtsAttr,
+    Context, Endpoint, Gid, Lid, Mtu, Psn, Qpn, QueuePair, Reset, Rts, ToInitAttr, ToRtrAttr,
+    ToRtsAttr,
 };
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -52,8 +53,8 @@ pub fn into_rts(qp: QueuePair<'_, Reset>) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().expect("an IPv6 address"));
     let peer = Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid };
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry (RoCE needs a GRH).
-    let rtr = RtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024);
-    let qp = qp.into_init(&InitAttr::default()).map_err(|e| e.error).expect("RESET→INIT");
+    let rtr = ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024);
+    let qp = qp.into_init(&ToInitAttr::default()).map_err(|e| e.error).expect("RESET→INIT");
     let qp = qp.into_rtr(&rtr).map_err(|e| e.error).expect("INIT→RTR");
-    qp.into_rts(&RtsAttr::new(Psn::new(1))).map_err(|e| e.error).expect("RTR→RTS")
+    qp.into_rts(&ToRtsAttr::new(Psn::new(1))).map_err(|e| e.error).expect("RTR→RTS")
 }

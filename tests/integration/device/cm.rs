@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::{
-    AccessFlags, Init, InitAttr, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, WorkCompletion,
+    AccessFlags, Init, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr, WorkCompletion,
 };
 
 use crate::common::{example, output_within, rxe, siw, spawn_server, text, wait_within, Target};
@@ -33,8 +33,8 @@ fn one_completion(cq: &rdma_verbs::CompletionQueue<'_>, what: &str) -> u64 {
     }
 }
 
-fn init_attr() -> InitAttr {
-    InitAttr { access: AccessFlags::empty(), ..InitAttr::default() }
+fn init_attr() -> ToInitAttr {
+    ToInitAttr { access: AccessFlags::empty(), ..ToInitAttr::default() }
 }
 
 /// Server: accept one client, check its private data, answer with ours, receive one SEND,
@@ -58,7 +58,7 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     let cq = ctx.create_cq(64).expect("cq");
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).expect("qp");
     let qp: QueuePair<'_, Init> =
-        qp.into_init(&InitAttr { port: id.port_num(), ..init_attr() }).expect("INIT");
+        qp.into_init(&ToInitAttr { port: id.port_num(), ..init_attr() }).expect("INIT");
     let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE).expect("mr");
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     // SAFETY: `mr` stays registered and untouched until the completion is polled below.

@@ -95,10 +95,10 @@ mod hardware {
     use std::time::{Duration, Instant};
 
     use rdma_verbs::mlx5::{
-        DcKey, DcRoute, DcWr, DciInitAttr, DctInitAttr, DctRtrAttr, Mlx5Context,
+        DcKey, DcRoute, DcWr, DciInitAttr, DctInitAttr, DctToRtrAttr, Mlx5Context,
     };
     use rdma_verbs::{
-        AccessFlags, Context, Gid, InitAttr, Mtu, RecvWr, SendFlags, WcOpcode, WorkCompletion,
+        AccessFlags, Context, Gid, Mtu, RecvWr, SendFlags, ToInitAttr, WcOpcode, WorkCompletion,
     };
 
     use crate::common::{example, output_within, spawn_server, text, wait_within};
@@ -116,13 +116,13 @@ mod hardware {
     #[test]
     #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
     fn dc_loopback_write_then_send_arrives_with_the_right_bytes() {
-        let ctx = Context::open_by_name(Some(&device())).unwrap();
+        let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
         eprintln!("{mlx5:?}");
         let port = ctx.query_port(1).unwrap();
-        let sgid = gid_index()
-            .or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index as u8));
-        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i.into()).unwrap().gid);
+        let sgid =
+            gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
+        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i).unwrap().gid);
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();
         let srq = pd.create_srq(4, 1).unwrap();
@@ -132,9 +132,9 @@ mod hardware {
 
         let key = DcKey(0x1234_5678_9abc_def0);
         let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key }).unwrap();
-        let init = InitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
+        let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
-        let dct = dct.into_rtr(&DctRtrAttr::new(1, sgid, Mtu::MTU_1024)).unwrap();
+        let dct = dct.into_rtr(&DctToRtrAttr::new(1, sgid, Mtu::MTU_1024)).unwrap();
         let token = dct.endpoint(gid, port.lid()).unwrap();
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.

@@ -103,7 +103,7 @@ fn one_wait_drains_the_events_of_every_cq_and_each_arming_fires_once() {
                 ..QpInitAttr::new(&send_cq)
             };
             let qp = pd.create_rc_qp(&attr).unwrap();
-            qp.into_init(&InitAttr { port: PORT, ..Default::default() }).unwrap()
+            qp.into_init(&ToInitAttr { port: PORT, ..Default::default() }).unwrap()
         };
         let (a, b) = connect(&ctx, init(), init());
         let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);

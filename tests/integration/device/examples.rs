@@ -18,7 +18,10 @@ fn loopback_sends_hello() {
     if require_device(RXE).is_none() {
         return;
     }
-    assert_eq!(run_example("loopback", &[RXE]), "rxe0 received \"hello\" with immediate 7\n");
+    assert_eq!(
+        run_example("loopback", &[RXE]),
+        "rxe0 wrote \"hello\" and received \"hello\" with immediate 7\n"
+    );
 }
 
 #[test]

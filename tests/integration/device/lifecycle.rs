@@ -33,7 +33,7 @@ fn a_qp_in_error_is_reset_and_reused() {
     let a = a.reset().unwrap();
     let b = b.reset().unwrap();
     assert_eq!(a.query_state().unwrap(), QueuePairState::RESET);
-    let init = InitAttr { port: PORT, ..Default::default() };
+    let init = ToInitAttr { port: PORT, ..Default::default() };
     let (a, b) = connect(&ctx, a.into_init(&init).unwrap(), b.into_init(&init).unwrap());
     let (recv, send) = ([mr.sge(2048..).unwrap()], [good]);
     // SAFETY: the receive area is not touched, the send area not written, until both complete.

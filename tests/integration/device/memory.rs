@@ -300,7 +300,7 @@ fn a_window_bound_with_rights_the_region_lacks_is_refused_before_the_verb() {
     let read_only = pd.register(LEN, AccessFlags::REMOTE_READ | AccessFlags::MW_BIND).unwrap();
     let err = MwBind::new(&read_only, .., AccessFlags::REMOTE_WRITE).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err:?}");
     assert!(msg.contains("would grant REMOTE_WRITE") && msg.contains("lacks"), "{msg}");
     let no_bind = pd
         .register_remote_writable(LEN, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)

@@ -26,7 +26,7 @@ pub fn init_qp<'a, T: Connected>(
     access: AccessFlags,
 ) -> QueuePair<'a, Init, T> {
     let qp = pd.create_qp::<T>(attr).unwrap();
-    qp.into_init(&InitAttr { port: PORT, access, ..Default::default() }).unwrap()
+    qp.into_init(&ToInitAttr { port: PORT, access, ..Default::default() }).unwrap()
 }
 
 /// The endpoint of `qp` on `ctx`'s port, through the routable GID, with `psn`.
@@ -41,7 +41,7 @@ pub fn endpoint<S: QpState, T: QpType>(
 
 /// The routable GID's index, as an AV's source GID index.
 pub fn sgid_index(ctx: &Context) -> u8 {
-    ctx.routable_gid(PORT).unwrap().index as u8
+    ctx.routable_gid(PORT).unwrap().index
 }
 
 /// INIT → RTR → RTS towards `peer`, sending from `me.psn`.
@@ -51,7 +51,7 @@ pub fn up<'a, T: Connected>(
     me: &Endpoint,
     peer: &Endpoint,
 ) -> QueuePair<'a, Rts, T> {
-    up_with(ctx, qp, peer, &RtsAttr::new(me.psn))
+    up_with(ctx, qp, peer, &ToRtsAttr::new(me.psn))
 }
 
 /// INIT → RTR towards `peer` → RTS with `rts` (its `sq_psn` is what the peer expects).
@@ -59,10 +59,10 @@ pub fn up_with<'a, T: Connected>(
     ctx: &Context,
     qp: QueuePair<'a, Init, T>,
     peer: &Endpoint,
-    rts: &RtsAttr,
+    rts: &ToRtsAttr,
 ) -> QueuePair<'a, Rts, T> {
     let mtu = ctx.query_port(PORT).unwrap().active_mtu();
-    let rtr = RtrAttr::to_endpoint(peer, PORT, Some(sgid_index(ctx)), mtu);
+    let rtr = ToRtrAttr::to_endpoint(peer, PORT, Some(sgid_index(ctx)), mtu);
     qp.into_rtr(&rtr).unwrap().into_rts(rts).unwrap()
 }
 
@@ -83,7 +83,7 @@ pub fn ud_in_rts<'a>(
     qkey: u32,
 ) -> QueuePair<'a, Rts, Ud> {
     let qp = pd.create_qp::<Ud>(attr).unwrap();
-    let qp = qp.into_init(&UdInitAttr { port: PORT, pkey_index: 0, qkey }).unwrap();
+    let qp = qp.into_init(&UdToInitAttr { port: PORT, pkey_index: 0, qkey }).unwrap();
     qp.into_rtr().unwrap().into_rts(Psn::new(0)).unwrap()
 }
 

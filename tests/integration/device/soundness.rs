@@ -68,7 +68,11 @@ fn a_send_list_refuses_what_post_send_refuses_and_posts_nothing() {
         let (rc, rc_peer) = pair::<Rc>(&ctx, &pd, &cq, path, AccessFlags::REMOTE_ATOMIC);
         let mut list = list_of(&pool, &[SendOp::FetchAdd { remote: misaligned, add: 1 }], 8);
         let err = rc.post_send_buffers(&mut list, true).unwrap_err();
-        assert!(matches!(err, Error::InvalidInput(_)), "{path}: {err:?}");
+        assert_eq!(
+            err.invalid_input_kind(),
+            Some(InvalidInputKind::AtomicShape),
+            "{path}: {err:?}"
+        );
         assert!(err.to_string().contains("8-byte-aligned remote address"), "{path}: {err}");
         assert_eq!(list.len(), 1, "{path}");
         drop(list);

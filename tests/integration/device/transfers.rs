@@ -66,7 +66,7 @@ fn an_inline_send_needs_no_registered_source_after_posting() {
     };
     let new_qp = || {
         let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
-        qp.into_init(&InitAttr::default()).unwrap()
+        qp.into_init(&ToInitAttr::default()).unwrap()
     };
     let (a, b) = connect(&ctx, new_qp(), new_qp());
     assert!(a.caps().max_inline_data >= 32, "asked for 32 inline bytes: {:?}", a.caps());

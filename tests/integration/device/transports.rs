@@ -467,7 +467,7 @@ fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     // SAFETY: refused before posting; nothing reaches the NIC.
     let err =
         unsafe { a.post_send(&mut SendWr::fetch_add(1, &misaligned, remote, 1)) }.unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::AtomicShape), "{err:?}");
     assert_eq!(err.to_string(), expected(local.addr() + 4, remote.addr));
 
     let aligned = [local.sge(8..16).unwrap()];

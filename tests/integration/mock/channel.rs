@@ -4,7 +4,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 use log::Level;
-use rdma_verbs::Error;
+use rdma_verbs::InvalidInputKind;
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
 use super::{assert_verb_error, capture, errno_text, open, Fixture};
@@ -40,10 +40,10 @@ fn channel_errors() {
     let other = open(&f.mock, Optional::ALL, ContextConfig::default());
     f.mock.take_calls();
     let err = f.ctx.create_cq_with_channel(16, &channel, 1).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err:?}");
     assert_eq!(err.to_string(), "completion vector 1 does not exist: mock0 has vectors 0..1");
     let err = other.create_cq_with_channel(16, &channel, 0).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherContext), "{err:?}");
     assert_eq!(f.mock.take_calls(), [], "refused before the provider");
 
     f.mock.fail(Verb::DestroyCompChannel, libc::EBUSY);

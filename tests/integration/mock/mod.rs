@@ -56,6 +56,7 @@ pub fn errno_text(errno: i32) -> &'static str {
         libc::EIO => "EIO (Input/output error)",
         libc::EAGAIN => "EAGAIN (Resource temporarily unavailable)",
         libc::ENOMEM => "ENOMEM (Cannot allocate memory)",
+        libc::ENOSPC => "ENOSPC (No space left on device)",
         libc::EACCES => "EACCES (Permission denied)",
         libc::EFAULT => "EFAULT (Bad address)",
         libc::EBUSY => "EBUSY (Device or resource busy)",
@@ -88,6 +89,23 @@ pub fn assert_verb_error(err: &Error, verb: &str, errno: i32, hint: &[&str]) {
             }
         }
     }
+}
+
+/// Asserts `err` is [`Error::WorkQueueFull`] from `verb` with `errno`, saying what to do.
+#[track_caller]
+pub fn assert_queue_full(err: &Error, verb: &str, errno: i32) {
+    let Error::WorkQueueFull { verb: got, source } = err else {
+        panic!("expected Error::WorkQueueFull from {verb}, got {err:?}");
+    };
+    assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{verb} failed: {}; the work queue is full: reap completions before posting more \
+             (max_send_wr / max_recv_wr)",
+            errno_text(errno)
+        )
+    );
 }
 
 /// Asserts `err` says the provider or library lacks `what`.

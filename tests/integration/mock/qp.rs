@@ -2,16 +2,17 @@
 //! polling.
 
 use std::net::Ipv6Addr;
+use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InitAttr, Lid, Mtu, ProtectionDomain,
-    Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset, Rtr, RtrAttr,
-    RtsAttr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid, Mtu,
+    ProtectionDomain, Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset,
+    Rtr, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
 
-use super::{assert_unsupported, assert_verb_error, open, Fixture};
+use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixture};
 
 /// The peer: a RoCE endpoint with an IPv4-mapped GID.
 fn remote() -> Endpoint {
@@ -22,8 +23,8 @@ fn remote() -> Endpoint {
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
 const SGID_INDEX: u8 = 3;
 
-fn rtr_attr() -> RtrAttr {
-    RtrAttr::to_endpoint(&remote(), 1, Some(SGID_INDEX), Mtu::MTU_1024)
+fn rtr_attr() -> ToRtrAttr {
+    ToRtrAttr::to_endpoint(&remote(), 1, Some(SGID_INDEX), Mtu::MTU_1024)
 }
 
 fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Reset> {
@@ -38,10 +39,10 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let qp = rc_qp(&pd, &cq);
     f.mock.take_calls();
 
-    let init = InitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
+    let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
     let qp = qp.into_init(&init).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
-    let qp = qp.into_rts(&RtsAttr::new(Psn::new(0x65_4321))).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321))).unwrap();
     let calls = f.mock.take_calls();
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
 
@@ -103,14 +104,14 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
-    let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let gid_hint = ["global route", "source GID index"];
     // No source GID index, then a peer that sent no GID: either way, no GRH.
     let no_gid = Endpoint { gid: Gid::ZERO, ..remote() };
     let mut qp = qp;
     for attr in [
-        RtrAttr::to_endpoint(&remote(), 1, None, Mtu::MTU_1024),
-        RtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
+        ToRtrAttr::to_endpoint(&remote(), 1, None, Mtu::MTU_1024),
+        ToRtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
     ] {
         f.mock.take_calls();
         let err = qp.into_rtr(&attr).unwrap_err();
@@ -119,7 +120,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
         assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
         qp = err.qp;
     }
-    qp.into_rtr(&rtr_attr()).expect("the same QP connects once the route has a GRH");
+    drop(qp.into_rtr(&rtr_attr()).expect("the same QP connects once the route has a GRH"));
 }
 
 #[test]
@@ -136,12 +137,12 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     let mut qp = qp;
     for (errno, hint) in [(libc::EINVAL, &[][..]), (libc::ENOMEM, &[][..])] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_init(&InitAttr::default()).unwrap_err();
+        let err = qp.into_init(&ToInitAttr::default()).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RESET→INIT)", errno, hint);
         qp = err.qp;
     }
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
-    let mut qp = qp.into_init(&InitAttr::default()).unwrap();
+    let mut qp = qp.into_init(&ToInitAttr::default()).unwrap();
 
     for (errno, hint) in
         [(libc::EINVAL, &gid[..]), (libc::ENOMEM, &[][..]), (libc::ETIMEDOUT, &[][..])]
@@ -161,7 +162,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
     for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap_err();
+        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
         qp = err.qp;
     }
@@ -175,7 +176,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
 
     // For `?`, a failed transition converts into its error (dropping the QP).
     f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
-    let err = Error::from(qp.into_rts(&RtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
+    let err = Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
     assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
 }
 
@@ -184,10 +185,10 @@ fn einval_at_rts_gets_the_iwarp_hint() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
-    let qp = rc_qp(&pd, &cq).into_init(&InitAttr::default()).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
-    let err = qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap_err();
+    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
     assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
 }
 
@@ -197,8 +198,9 @@ macro_rules! connected {
         let $pd = $f.ctx.alloc_pd().unwrap();
         let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let $qp = rc_qp(&$pd, &$cq).into_init(&InitAttr::default()).unwrap();
-        let $qp = $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&RtsAttr::new(Psn::new(1))).unwrap();
+        let $qp = rc_qp(&$pd, &$cq).into_init(&ToInitAttr::default()).unwrap();
+        let $qp =
+            $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
         $f.mock.take_calls();
     };
 }
@@ -208,19 +210,20 @@ fn post_recv_and_post_send_errors() {
     let f = Fixture::new();
     connected!(f, pd, cq, mr, qp);
     let sges = [mr.sge(..64).unwrap()];
-    let full = ["work queue is full"];
     let state = ["not in a state that allows this post"];
     for (errno, hint) in
-        [(libc::ENOMEM, &full[..]), (libc::EINVAL, &state[..]), (libc::EFAULT, &[][..])]
+        [(libc::ENOMEM, None), (libc::EINVAL, Some(&state[..])), (libc::EFAULT, Some(&[][..]))]
     {
+        let check = |err: &Error, verb| match hint {
+            None => assert_queue_full(err, verb, errno),
+            Some(hint) => assert_verb_error(err, verb, errno, hint),
+        };
         f.mock.fail(Verb::PostRecv, errno);
         // SAFETY: the mock provider never touches the memory.
-        let err = unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err();
-        assert_verb_error(&err, "ibv_post_recv", errno, hint);
+        check(&unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err(), "ibv_post_recv");
         f.mock.fail(Verb::PostSend, errno);
         // SAFETY: as above.
-        let err = unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err();
-        assert_verb_error(&err, "ibv_post_send", errno, hint);
+        check(&unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err(), "ibv_post_send");
     }
     // SAFETY: as above.
     unsafe { qp.post_send(&mut SendWr::send(42, &sges)) }.unwrap();
@@ -236,7 +239,7 @@ fn post_send_checks_the_capabilities_before_the_provider() {
     let sges = [mr.sge(..64).unwrap(), mr.sge(64..128).unwrap()];
     // SAFETY: the mock provider never touches the memory.
     let err = unsafe { qp.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{err:?}");
     assert_eq!(err.to_string(), "the WR has 2 SGEs; this QP allows 1 (max_send_sge)");
     assert_eq!(f.mock.take_calls(), []);
 }
@@ -291,6 +294,33 @@ fn poll_returns_the_filled_prefix_and_reports_errors() {
 }
 
 #[test]
+fn wait_for_returns_n_completions_or_says_how_many_came() {
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(16).unwrap();
+    for wr_id in 1..=3 {
+        f.mock.push_completion(cq.as_raw(), sys::ibv_wc { wr_id, ..Default::default() });
+    }
+    let mut storage: [WorkCompletion; 4] = Default::default();
+    let timeout = Duration::from_millis(20);
+    let ids: Vec<_> =
+        cq.wait_for(2, timeout, &mut storage).unwrap().iter().map(|wc| wc.wr_id()).collect();
+    assert_eq!(ids, [1, 2]);
+    let err = cq.wait_for(2, timeout, &mut storage).unwrap_err();
+    assert!(
+        matches!(err, Error::CompletionTimeout { expected: 2, arrived: 1, timeout: t } if t == timeout),
+        "{err:?}"
+    );
+    assert_eq!(storage[0].wr_id(), 3, "what arrived is the storage's prefix");
+    assert_eq!(
+        err.to_string(),
+        "1 of 2 completions arrived within 20ms: check that every awaited work request was \
+         posted signaled and that the peer QP is connected"
+    );
+    let err = cq.wait_for(5, timeout, &mut storage).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size), "{err:?}");
+}
+
+#[test]
 fn req_notify_arms_through_the_op_and_reports_errors() {
     let f = Fixture::new();
     let cq = f.ctx.create_cq(16).unwrap();
@@ -318,7 +348,12 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
     // RESET→RTR is no RC transition: refused before the provider.
     let rtr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_RTR, ..Default::default() };
     let err = qp.modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
-    assert!(matches!(err.error, Error::InvalidInput(_)), "{:?}", err.error);
+    assert_eq!(
+        err.error.invalid_input_kind(),
+        Some(InvalidInputKind::Transition),
+        "{:?}",
+        err.error
+    );
     assert_eq!(f.mock.take_calls(), []);
 
     let init = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..Default::default() };

@@ -1,6 +1,6 @@
 //! Creating PDs, MRs, CQs and QPs: what reaches the provider, and each verb's errors.
 
-use rdma_verbs::{AccessFlags, Error, QpCapabilities, QpInitAttr};
+use rdma_verbs::{AccessFlags, InvalidInputKind, QpCapabilities, QpInitAttr};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys::{IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_QPT_RC};
 
@@ -77,7 +77,7 @@ fn register_refuses_before_the_provider_what_it_checks_itself() {
     let pd = f.ctx.alloc_pd().unwrap();
     f.mock.take_calls();
     let err = pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err:?}");
     let err = pd.register_remote_writable(4096, AccessFlags::REMOTE_WRITE).unwrap_err();
     assert!(err.to_string().contains("lacks LOCAL_WRITE"), "{err}");
     assert_eq!(f.mock.take_calls(), []);
@@ -94,7 +94,7 @@ fn create_cq_reports_the_provider_size_and_errors() {
     f.mock.fail(Verb::CreateCq, libc::ENOMEM);
     assert_verb_error(&f.ctx.create_cq(16).unwrap_err(), "ibv_create_cq", libc::ENOMEM, &[]);
     let err = f.ctx.create_cq(0).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size), "{err:?}");
 }
 
 #[test]
@@ -160,7 +160,7 @@ fn create_rc_qp_refuses_a_cq_of_another_context_before_the_provider() {
     let foreign = other.create_cq(16).unwrap();
     f.mock.take_calls();
     let err = pd.create_rc_qp(&QpInitAttr::new(&foreign)).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherContext), "{err:?}");
     assert_eq!(f.mock.take_calls(), []);
 }
 
@@ -173,7 +173,7 @@ fn create_qp_refuses_a_cq_too_small_for_its_work_requests_before_the_provider() 
     f.mock.take_calls();
     // One CQ for both queues: the default 1 send + 16 receives do not fit 16.
     let err = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::CqTooSmall), "{err:?}");
     assert_eq!(
         err.to_string(),
         "the CQ holds 16 completions but this QP can have 17 work requests outstanding on it \
@@ -196,7 +196,7 @@ fn create_qp_refuses_a_cq_too_small_for_its_work_requests_before_the_provider() 
     assert_eq!(f.mock.take_calls(), [], "refused before the provider");
     // Exactly full is enough.
     let cap = QpCapabilities { max_send_wr: 16, max_recv_wr: 16, ..cap };
-    pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap();
+    drop(pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap());
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 15, ..cap };
-    pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
+    drop(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
 }

@@ -16,10 +16,10 @@
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, InitAttr, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr,
-    QpType, Qpn, QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, RtrAttr, Rts,
-    RtsAttr, SendFlags, SendList, SendOp, SendWr, SharedReceiveQueue, Uc, Ud, UdDestination,
-    UdInitAttr, UdSend, VerbsPath, WorkCompletion,
+    Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType,
+    Qpn, QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags, SendList,
+    SendOp, SendWr, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination,
+    UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -174,11 +174,11 @@ impl<'a, 's> Parts<'a, 's> {
         }
     }
 
-    fn rtr(&self, peer: Qpn) -> RtrAttr {
+    fn rtr(&self, peer: Qpn) -> ToRtrAttr {
         let gid = self.ctx.routable_gid(PORT).unwrap().gid;
         let lid = self.ctx.query_port(PORT).unwrap().lid();
         let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0), gid };
-        RtrAttr::to_endpoint(&endpoint, PORT, Some(SGID_INDEX), Mtu::MTU_1024)
+        ToRtrAttr::to_endpoint(&endpoint, PORT, Some(SGID_INDEX), Mtu::MTU_1024)
     }
 
     /// RESET → RTS towards `peer`; `None` when a transition fails (the QP is dropped: the
@@ -190,12 +190,12 @@ impl<'a, 's> Parts<'a, 's> {
     ) -> Option<QueuePair<'a, Rts, T>> {
         let access =
             AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-        let qp = qp.into_init(&InitAttr { port: PORT, access, ..Default::default() }).ok()?;
-        qp.into_rtr(&self.rtr(peer)).ok()?.into_rts(&RtsAttr::new(Psn::new(0))).ok()
+        let qp = qp.into_init(&ToInitAttr { port: PORT, access, ..Default::default() }).ok()?;
+        qp.into_rtr(&self.rtr(peer)).ok()?.into_rts(&ToRtsAttr::new(Psn::new(0))).ok()
     }
 
     fn ud_up(&self, qp: QueuePair<'a, Reset, Ud>) -> Option<QueuePair<'a, Rts, Ud>> {
-        let qp = qp.into_init(&UdInitAttr { port: PORT, pkey_index: 0, qkey: QKEY }).ok()?;
+        let qp = qp.into_init(&UdToInitAttr { port: PORT, pkey_index: 0, qkey: QKEY }).ok()?;
         qp.into_rtr().ok()?.into_rts(Psn::new(0)).ok()
     }
 

@@ -5,14 +5,15 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, CqAttr, Endpoint, Error, Gid, InitAttr, Lid, Mtu,
-    ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, RtrAttr,
-    Rts, RtsAttr, SendFlags, SendWr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, CqAttr, Endpoint, Error, Gid, InvalidInputKind, Lid, Mtu,
+    ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Rts,
+    SendFlags, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
 
-use super::{assert_unsupported, assert_verb_error, open, Fixture};
+use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixture};
 
 /// A provider with the extended CQ and QP (like rxe).
 fn extended() -> Fixture {
@@ -26,7 +27,7 @@ fn lacking(member: &'static str) -> Fixture {
 }
 
 fn forced(path: VerbsPath) -> CqAttr<'static> {
-    CqAttr { path: Some(path), ..CqAttr::default() }
+    CqAttr { verbs_path: Some(path), ..CqAttr::default() }
 }
 
 /// An RC QP on `cq` with room for 4 sends of 2 SGEs, taken to RTS towards a RoCE peer.
@@ -35,10 +36,10 @@ fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queu
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
     let peer = Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid };
-    let qp = qp.into_init(&InitAttr::default()).unwrap();
+    let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
-    let qp = qp.into_rtr(&RtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
-    qp.into_rts(&RtsAttr::new(Psn::new(1))).unwrap()
+    let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
+    qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap()
 }
 
 const RC_OPS: u64 = (sys::IBV_QP_EX_WITH_SEND
@@ -192,11 +193,14 @@ fn a_failed_wr_complete_counts_every_wr_as_posted_with_the_post_send_hints() {
     let qp = rts_qp(&pd, &cq);
     let sge = [mr.sge(..64).unwrap()];
     let mut wrs = [SendWr::send(1, &sge), SendWr::send(2, &sge)];
-    f.mock.fail(Verb::WrComplete, libc::ENOMEM);
-    // SAFETY: the mock provider never touches the memory.
-    let (posted, err) = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
-    assert_eq!(posted, 2, "which WR failed cannot be known: all may have gone out");
-    assert_verb_error(&err, "ibv_wr_complete", libc::ENOMEM, &["work queue is full"]);
+    for errno in [libc::ENOMEM, libc::ENOSPC] {
+        f.mock.fail(Verb::WrComplete, errno);
+        // SAFETY: the mock provider never touches the memory.
+        let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+        assert_eq!(err.posted, 2, "which WR failed cannot be known: all may have gone out");
+        assert_queue_full(&err.error, "ibv_wr_complete", errno);
+        assert!(err.to_string().ends_with("(after 2 work requests of the list were posted)"));
+    }
 }
 
 #[test]
@@ -211,9 +215,9 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
     // The mock device has no memory windows, so the QP was not created for invalidation.
     let mut wrs = [SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))];
     // SAFETY: the mock provider never touches the memory.
-    let (posted, err) = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
-    assert_eq!(posted, 0);
-    assert_unsupported(&err, "ibv_wr_local_inv");
+    let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+    assert_eq!(err.posted, 0);
+    assert_unsupported(&err.error, "ibv_wr_local_inv");
     let calls = f.mock.take_calls();
     assert_eq!(calls.first(), Some(&Call::WrStart));
     assert_eq!(calls.last(), Some(&Call::WrAbort));
@@ -350,9 +354,10 @@ fn timestamps_where_the_device_has_none_are_unsupported_naming_them() {
         "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \
          completion_timestamp_mask is 0)",
     );
-    let attr = CqAttr { timestamps: true, path: Some(VerbsPath::Legacy), ..CqAttr::default() };
+    let attr =
+        CqAttr { timestamps: true, verbs_path: Some(VerbsPath::Legacy), ..CqAttr::default() };
     let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::NeedsExtendedVerbs), "{err:?}");
     // A context without an extended CQ cannot have them either.
     let legacy_only = open(&f.mock, Optional::ALL, ContextConfig::default());
     let attr = CqAttr { timestamps: true, ..CqAttr::default() };
