@@ -140,7 +140,7 @@ mod hardware {
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
 
-        let route = DcRoute { port: 1, sgid_index: sgid, path_mtu: Mtu::MTU_1024 };
+        let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
         let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token).unwrap();
         let src = [region.sge(128..192).unwrap()];
         let remote = region.remote(64..128).unwrap();

@@ -5,8 +5,8 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::mlx5::{
-    DcEndpoint, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams, DctInitAttr,
-    DctRtrAttr, Mlx5Context,
+    DcEndpoint, DcKey, DcRoute, DcVersion, DcWr, Dci, DciInitAttr, DciRtrAttr, DciStreams,
+    DctInitAttr, DctRtrAttr, Mlx5Context,
 };
 use rdma_verbs::{
     AccessFlags, Context, Error, Gid, InitAttr, Lid, Mtu, OdpTransportCaps, Psn, Qpn, RemoteAddr,
@@ -67,12 +67,13 @@ impl Fixture {
 const SGID_INDEX: u8 = 3;
 
 fn route() -> DcRoute {
-    DcRoute { port: 1, sgid_index: Some(SGID_INDEX), path_mtu: Mtu::MTU_1024 }
+    DcRoute::new(1, Some(SGID_INDEX), Mtu::MTU_1024)
 }
 
 fn token() -> DcEndpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    DcEndpoint::new(gid, Lid(0x12), Qpn(0xab_cdef), DcKey(0x0123_4567_89ab_cdef)).unwrap()
+    let key = DcKey(0x0123_4567_89ab_cdef);
+    DcEndpoint::new(gid, Lid(0x12), Qpn(0xab_cdef), key, DcVersion::V2).unwrap()
 }
 
 #[test]
@@ -106,8 +107,11 @@ fn the_gate_reports_the_dc_capabilities() {
     let f = Fixture::new();
     f.mock.take_calls();
     let mlx5 = f.mlx5(true).unwrap();
-    let asked =
-        u64::from(sys::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | sys::MLX5DV_CONTEXT_MASK_DCI_STREAMS);
+    let asked = u64::from(
+        sys::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS
+            | sys::MLX5DV_CONTEXT_MASK_DCI_STREAMS
+            | sys::mlx5::MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM,
+    );
     assert_eq!(f.dc_calls(), [Mlx5Call::IsSupported, Mlx5Call::QueryDevice { comp_mask: asked }]);
     let caps = mlx5.caps();
     assert_eq!(caps.dc_odp, OdpTransportCaps::SEND | OdpTransportCaps::RECV);
@@ -371,7 +375,8 @@ fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
     };
     let (dci, peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
     assert!(dci.has_streams());
-    let create = f.dc_calls().into_iter().next().unwrap();
+    let calls = f.dc_calls();
+    let create = calls.into_iter().find(|c| matches!(c, Mlx5Call::CreateQp { .. })).unwrap();
     let Mlx5Call::CreateQp { dv_comp_mask, dci_streams, .. } = create else { panic!("{create:?}") };
     let streams_mask = sys::MLX5DV_QP_INIT_ATTR_MASK_DC | sys::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
     assert_eq!((dv_comp_mask, dci_streams), (u64::from(streams_mask), Some((2, 1))));
