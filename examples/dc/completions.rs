@@ -55,5 +55,4 @@ impl Completions {
             }
         }
     }
-
 }

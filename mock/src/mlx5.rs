@@ -59,8 +59,8 @@ pub const DC_RD_ATOM: (u64, u64) = (8, 4);
 /// The `vendor_part_id` the default mock device reports: 4125, a ConnectX-6 Dx (DC v2).
 pub const VENDOR_PART_ID: u32 = 4125;
 
-/// What this thread's mock mlx5 device is ([`configure`]); each test runs on its own thread,
-/// so each starts from [`DeviceConfig::default`].
+/// What this thread's mock mlx5 device is ([`configure`]): [`DeviceConfig::default`] until
+/// configured, then kept for the thread (across mocks) until configured again.
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceConfig {
     /// The `dci_streams_caps` `mlx5dv_query_device` reports (its bit is set whenever asked, as
@@ -692,7 +692,9 @@ pub fn move_to_error(qp: *mut ibv_qp) {
 ///
 /// When `qp` is not a live DC QP of this thread's mock.
 pub fn state(qp: *mut ibv_qp) -> ibv_qp_state {
-    DC.with_borrow(|r| r.qps.get(&(qp as usize)).expect("a live DC QP of this mock").qp_ex.qp_base.state)
+    DC.with_borrow(|r| {
+        r.qps.get(&(qp as usize)).expect("a live DC QP of this mock").qp_ex.qp_base.state
+    })
 }
 
 /// `ibv_destroy_qp`: DC QPs here, others in the base mock.

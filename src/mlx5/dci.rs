@@ -9,8 +9,8 @@ use rdma_verbs_sys as sys;
 use crate::ah::AddressHandle;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Lid, Psn, Qpn};
-use crate::gid::Gid;
 use crate::error::{check_errno, check_ptr, Error, Result, TransitionError};
+use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
 use crate::qp::{

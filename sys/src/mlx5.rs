@@ -147,12 +147,12 @@ impl DvContext {
     /// [`MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM`] (v47+; an older one clears the bit).
     pub fn max_dc_rd_atom(&self) -> Option<DcRdAtom> {
         let field = |at: usize| u64::from_ne_bytes(self.0[at..at + 8].try_into().expect("8"));
-        (self.context().comp_mask & u64::from(MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM) != 0).then(
-            || DcRdAtom {
+        (self.context().comp_mask & u64::from(MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM) != 0).then(|| {
+            DcRdAtom {
                 responder: field(MAX_DC_RD_ATOM_OFFSET),
                 init: field(MAX_DC_INIT_RD_ATOM_OFFSET),
-            },
-        )
+            }
+        })
     }
 }
 
