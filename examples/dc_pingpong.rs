@@ -17,15 +17,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-#[path = "common/mod.rs"]
-mod common;
-
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_verbs::mlx5::*;
 use rdma_verbs::*;
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "dc/completions.rs"]
+mod completions;
+use completions::Completions;
 
 /// How long to wait for the peer over TCP, and for a completion once running.
 const PEER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -59,6 +62,13 @@ struct Args {
     /// Local port GID index (default on Ethernet ports: the routable GID)
     #[arg(short = 'g', long = "gid-idx")]
     gid_idx: Option<u8>,
+    /// GRH traffic class of DCT and DCI packets (on RoCE v2: DSCP << 2 | ECN); set the
+    /// DSCP of the fabric's lossless class there
+    #[arg(long = "tclass", default_value_t = 0)]
+    tclass: u8,
+    /// Service level of DCT and DCI packets
+    #[arg(long = "sl", default_value_t = 0)]
+    sl: u8,
     /// Server to connect to (none: act as the server)
     servername: Option<String>,
 }
@@ -92,7 +102,12 @@ fn run(args: &Args) -> Result<(), Error> {
     let port = ctx.query_port(args.ib_port)?;
     let gid = common::source_gid(&ctx, args.ib_port, &port, args.gid_idx)?;
     let sgid_index = gid.map(|g| g.index);
-    let route = DcRoute { port: args.ib_port, sgid_index, path_mtu: mtu };
+    // Hop limit 255 (DcRoute::new): routed RoCE crosses routers.
+    let route = DcRoute {
+        traffic_class: args.tclass,
+        sl: args.sl,
+        ..DcRoute::new(args.ib_port, sgid_index, mtu)
+    };
 
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
@@ -109,8 +124,7 @@ fn run(args: &Args) -> Result<(), Error> {
     let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
     let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
     let dct = dct.into_init(&init).map_err(|e| e.error)?;
-    let dct =
-        dct.into_rtr(&DctToRtrAttr::new(args.ib_port, sgid_index, mtu)).map_err(|e| e.error)?;
+    let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route)).map_err(|e| e.error)?;
     let me = Peer {
         token: dct.endpoint(gid.map_or(Gid::ZERO, |g| g.gid), port.lid())?,
         write_to: region.remote(written_at..written_at + size)?,
@@ -131,14 +145,18 @@ fn run(args: &Args) -> Result<(), Error> {
     let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer.token)?;
     let outgoing = (write_at, send_at, size);
     let (mine, theirs) = if server { (1u8, 0u8) } else { (0, 1) };
+    // The DCT's receives and the DCI's sends share `cq`, unordered against each other: a
+    // wait keeps what it polls for the other (see `completions`).
+    let mut done = Completions::default();
     let start = Instant::now();
     for i in 0..args.iters {
+        let incoming = (recv_at, written_at, size);
         if server {
-            receive(&cq, &srq, &region, (recv_at, written_at, size), (i, theirs))?;
-            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), &cq)?;
+            receive(&cq, &mut done, &srq, &region, incoming, (i, theirs))?;
+            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), (&cq, &mut done))?;
         } else {
-            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), &cq)?;
-            receive(&cq, &srq, &region, (recv_at, written_at, size), (i, theirs))?;
+            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), (&cq, &mut done))?;
+            receive(&cq, &mut done, &srq, &region, incoming, (i, theirs))?;
         }
     }
     let secs = start.elapsed().as_secs_f64();
@@ -197,12 +215,13 @@ fn post_recv(
 /// Waits for the peer's SEND, checks it and the bytes it wrote, and posts the next receive.
 fn receive(
     cq: &CompletionQueue<'_>,
+    done: &mut Completions,
     srq: &SharedReceiveQueue<'_>,
     region: &RemoteWritableRegion<'_>,
     (recv_at, written_at, size): (usize, usize, usize),
     from: (u64, u8),
 ) -> Result<(), Error> {
-    wait(cq, RECV_WRID)?;
+    done.wait(cq, RECV_WRID, PEER_TIMEOUT)?;
     let mut buf = vec![0; size];
     region.read(recv_at, &mut buf)?;
     check(&buf, from, b'S', "SEND")?;
@@ -220,7 +239,7 @@ fn send(
     (write_at, send_at, size): (usize, usize, usize),
     write_to: RemoteAddr,
     me: (u64, u8),
-    cq: &CompletionQueue<'_>,
+    (cq, done): (&CompletionQueue<'_>, &mut Completions),
 ) -> Result<(), Error> {
     let mut buf = vec![0; size];
     fill(&mut buf, me, b'W');
@@ -236,26 +255,7 @@ fn send(
     // SAFETY: the region outlives the DCI; its outgoing bytes are written again only in the
     // next call, after this batch's signaled last WR has completed (below).
     unsafe { dci.post(&wrs)? };
-    wait(cq, SEND_WRID)
-}
-
-/// Polls `cq` until the completion `wr_id` arrives (an error completion is an error).
-fn wait(cq: &CompletionQueue<'_>, wr_id: u64) -> Result<(), Error> {
-    let start = Instant::now();
-    let mut wcs: [WorkCompletion; 4] = Default::default();
-    loop {
-        for wc in cq.poll(&mut wcs)?.iter() {
-            if !wc.is_success() {
-                return Err(format!("work request {} failed: {}", wc.wr_id(), wc.status()).into());
-            }
-            if wc.wr_id() == wr_id {
-                return Ok(());
-            }
-        }
-        if start.elapsed() > PEER_TIMEOUT {
-            return Err(format!("no completion of work request {wr_id} in {PEER_TIMEOUT:?}").into());
-        }
-    }
+    done.wait(cq, SEND_WRID, PEER_TIMEOUT)
 }
 
 /// Waits for one client, on IPv6 and IPv4 where the system allows both.

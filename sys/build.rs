@@ -33,7 +33,9 @@ fn main() {
     let decls = builder(&include_dirs, &Arc::new(Mutex::new(Vec::new())))
         .allowlist_function("ibv_.*|_ibv_.*|rdma_.*")
         // Only the mlx5dv functions src/mlx5.rs loads: others name types outside the bindings.
-        .allowlist_function("mlx5dv_(query_device|is_supported|create_qp|qp_ex_from_ibv_qp_ex)")
+        .allowlist_function(
+            "mlx5dv_(query_device|is_supported|create_qp|qp_ex_from_ibv_qp_ex|dci_stream_id_reset)",
+        )
         .allowlist_recursively(false);
     write(generate(decls), &out.join("decls.rs"));
 

@@ -54,7 +54,8 @@ mod with_mlx5 {
         let target = server || args.bidirectional;
         let receive = mode == Mode::Send && target;
         let qps = args.qps as usize;
-        let route = DcRoute { port: args.ib_port, sgid_index: gid.map(|g| g.index), path_mtu: mtu };
+        // Hop limit 255, as perftest's DC; RDMA READ depth: the device's DC limit.
+        let route = DcRoute::new(args.ib_port, gid.map(|g| g.index), mtu);
 
         let pd = ctx.alloc_pd()?;
         let rx_depth = if receive { args.qps * args.tx_depth } else { 0 };
@@ -70,7 +71,7 @@ mod with_mlx5 {
         let mut dcts = Vec::new();
         if target {
             let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: mode.peer_access() };
-            let rtr = DctToRtrAttr::new(args.ib_port, route.sgid_index, mtu);
+            let rtr = DctToRtrAttr::from_route(&route);
             for q in 0..qps {
                 let key = DcKey(0xdc00 + q as u64);
                 let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;

@@ -2,15 +2,22 @@
 //! does not model (SRQs, address handles, DC QP transitions).
 //!
 //! - [`library`]: an [`Mlx5`] whose `mlx5dv_is_supported` says yes or no, whose
-//!   `mlx5dv_query_device` reports DC ODP and DCI stream capabilities, and whose
-//!   `mlx5dv_create_qp` makes DCTs and DCIs with the rules of libmlx5 and the kernel
+//!   `mlx5dv_query_device` reports DC ODP, DCI stream and DC read/atomic capabilities, and
+//!   whose `mlx5dv_create_qp` makes DCTs and DCIs with the rules of libmlx5 and the kernel
 //!   (`IBV_QPT_DRIVER`, the DC mask, a DCT only with an SRQ and a receive CQ and without send
-//!   ops, DCI streams within the capabilities).
+//!   ops, DCI streams within the capabilities, `EOPNOTSUPP` on a device without DC).
+//!   [`library_without_stream_reset`] lacks the optional `mlx5dv_dci_stream_id_reset`.
 //! - [`ibverbs_library`]: the base mock libibverbs with SRQs and AHs modelled, and
-//!   `ibv_modify_qp` / `ibv_destroy_qp` / `ibv_qp_to_qp_ex` that know DC QPs: DCT transitions
-//!   RESET→INIT→RTR only (the DCT number appears at RTR), DCI RESET→INIT→RTR→RTS, each
-//!   refusing (`EINVAL`) a missing or extra mask bit as mlx5_ib does (its `mlx5_ib_modify_dct`
-//!   and `modify_dci_qp_is_ok`). Other QPs go to the base mock.
+//!   `ibv_modify_qp` / `ibv_destroy_qp` / `ibv_qp_to_qp_ex` / `ibv_query_device` that know DC
+//!   QPs and the [`DeviceConfig`]: a DCT goes RESET→INIT→RTR and nowhere else (the DCT number
+//!   appears at RTR; `mlx5_ib_modify_dct` refuses every other transition), a DCI
+//!   RESET→INIT→RTR→RTS, and back to RESET from any state (mainline kernels; refused when
+//!   [`DeviceConfig::dci_reset`] is `false`, as older ones do), each refusing (`EINVAL`) a
+//!   missing or extra mask bit as mlx5_ib does (its `mlx5_ib_modify_dct` and
+//!   `modify_dci_qp_is_ok`). An AV (DCT RTR) or AH needs a GRH only on an Ethernet (RoCE)
+//!   port ([`DeviceConfig::link_layer`]), as the kernel; libmlx5 makes InfiniBand AHs
+//!   without one. Other QPs go to the base mock.
+//! - [`configure`]: what this thread's mock device is ([`DeviceConfig`]).
 //! - A DCI's `ibv_qp_ex` and `mlx5dv_qp_ex` members record each builder call
 //!   ([`Mlx5Call`]), so tests see the order and arguments of a posted work request.
 //!
@@ -18,7 +25,7 @@
 //! are injected with [`Verb::Mlx5`]. The DC objects live in a registry of their own, per
 //! thread, freed when the thread ends.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::mem::offset_of;
@@ -27,7 +34,7 @@ use std::sync::OnceLock;
 
 use rdma_verbs_sys::bindings::*;
 use rdma_verbs_sys::loader::Ibverbs;
-use rdma_verbs_sys::mlx5::{Mlx5, Mlx5Fns};
+use rdma_verbs_sys::mlx5::{self, Mlx5, Mlx5Fns};
 
 use super::call::{Call, QpAttr, Verb};
 use super::state::{serve, Kind};
@@ -44,6 +51,59 @@ pub const DCI_STREAMS_CAPS: mlx5dv_dci_streams_caps =
 /// IBV_ODP_SUPPORT_RECV`).
 pub const DC_ODP_CAPS: u32 = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
 
+/// The DC read/atomic limits the default mock device reports with
+/// `MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM` (`max_dc_rd_atom`, `max_dc_init_rd_atom`): fewer than
+/// its RC limits (16), so tests see which one is used.
+pub const DC_RD_ATOM: (u64, u64) = (8, 4);
+
+/// The `vendor_part_id` the default mock device reports: 4125, a ConnectX-6 Dx (DC v2).
+pub const VENDOR_PART_ID: u32 = 4125;
+
+/// What this thread's mock mlx5 device is ([`configure`]): [`DeviceConfig::default`] until
+/// configured, then kept for the thread (across mocks) until configured again.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceConfig {
+    /// The `dci_streams_caps` `mlx5dv_query_device` reports (its bit is set whenever asked, as
+    /// libmlx5 v37+ does, also with `max_log_num_concurent` 0: a device without streams).
+    pub dci_streams: mlx5dv_dci_streams_caps,
+    /// `max_dc_rd_atom` and `max_dc_init_rd_atom`, reported when asked; `None`: a libmlx5
+    /// before v47, which clears `MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM`.
+    pub dc_rd_atom: Option<(u64, u64)>,
+    /// The `vendor_part_id` of `ibv_query_device` (the PCI device ID).
+    pub vendor_part_id: u32,
+    /// Whether the device offers DC; without it `mlx5dv_create_qp` of a DC QP is
+    /// `EOPNOTSUPP`, as mlx5_ib answers.
+    pub dc: bool,
+    /// The link layer of the port (`IBV_LINK_LAYER_*`) for the GRH rule of AVs and AHs.
+    pub link_layer: u32,
+    /// Whether a DCI may go back to RESET from any state (mainline kernels); `false`
+    /// refuses it (`EINVAL`) from every state but RESET, as older kernels do.
+    pub dci_reset: bool,
+}
+
+impl Default for DeviceConfig {
+    /// A ConnectX-6 Dx on RoCE with DCI streams, DC read limits and a mainline kernel.
+    fn default() -> Self {
+        DeviceConfig {
+            dci_streams: DCI_STREAMS_CAPS,
+            dc_rd_atom: Some(DC_RD_ATOM),
+            vendor_part_id: VENDOR_PART_ID,
+            dc: true,
+            link_layer: IBV_LINK_LAYER_ETHERNET,
+            dci_reset: true,
+        }
+    }
+}
+
+/// Makes this thread's mock mlx5 device `config`.
+pub fn configure(config: DeviceConfig) {
+    CONFIG.set(config);
+}
+
+fn config() -> DeviceConfig {
+    CONFIG.get()
+}
+
 /// A mock libmlx5 function whose next call can fail ([`Verb::Mlx5`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mlx5Verb {
@@ -57,6 +117,8 @@ pub enum Mlx5Verb {
     CreateSrq,
     /// The DCI's `wr_complete` member.
     WrComplete,
+    /// `mlx5dv_dci_stream_id_reset`
+    DciStreamIdReset,
 }
 
 /// One recorded call of the mock libmlx5, of a DCI member, or of the SRQ/AH verbs.
@@ -165,6 +227,11 @@ pub enum Mlx5Call {
     WrComplete,
     /// `wr_abort`
     WrAbort,
+    /// `mlx5dv_dci_stream_id_reset`
+    DciStreamIdReset {
+        /// The stream.
+        stream_id: u16,
+    },
 }
 
 /// A DC QP as libmlx5 lays one out: the `ibv_qp_ex` (whose first member is the `ibv_qp`) and,
@@ -175,6 +242,8 @@ struct DcQp {
     dv: mlx5dv_qp_ex,
     dc_type: mlx5dv_dc_type,
     send_ops: bool,
+    /// log₂ of its concurrent DCI streams, when created with streams.
+    log_streams: Option<u8>,
 }
 
 #[derive(Default)]
@@ -186,6 +255,7 @@ struct Registry {
 
 thread_local! {
     static DC: RefCell<Registry> = RefCell::new(Registry::default());
+    static CONFIG: Cell<DeviceConfig> = Cell::new(DeviceConfig::default());
 }
 
 fn is_dc_qp(qp: *mut ibv_qp) -> bool {
@@ -219,13 +289,15 @@ fn record(call: Mlx5Call) {
     });
 }
 
-/// The mock libmlx5; `supported` is what `mlx5dv_is_supported` answers.
+/// The mock libmlx5 (every optional symbol); `supported` is what `mlx5dv_is_supported`
+/// answers.
 pub fn fns(supported: bool) -> Mlx5Fns {
     Mlx5Fns {
         mlx5dv_query_device,
         mlx5dv_is_supported: if supported { is_supported_yes } else { is_supported_no },
         mlx5dv_create_qp,
         mlx5dv_qp_ex_from_ibv_qp_ex,
+        mlx5dv_dci_stream_id_reset: Some(mlx5dv_dci_stream_id_reset),
     }
 }
 
@@ -237,6 +309,16 @@ pub fn library(supported: bool) -> &'static Mlx5 {
         // SAFETY: each function keeps the contract of its libmlx5 namesake over the mock's
         // objects.
         unsafe { Mlx5::from_fns(fns(supported), PathBuf::from(LIBRARY_PATH)) }
+    })
+}
+
+/// As [`library`]`(true)` without `mlx5dv_dci_stream_id_reset`: a libmlx5 before v37.
+pub fn library_without_stream_reset() -> &'static Mlx5 {
+    static LIBRARY: OnceLock<Mlx5> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let fns = Mlx5Fns { mlx5dv_dci_stream_id_reset: None, ..fns(true) };
+        // SAFETY: as in `library`.
+        unsafe { Mlx5::from_fns(fns, PathBuf::from(LIBRARY_PATH)) }
     })
 }
 
@@ -253,6 +335,7 @@ pub fn ibverbs_library() -> &'static Ibverbs {
             ibv_modify_qp,
             ibv_destroy_qp,
             ibv_qp_to_qp_ex: Some(ibv_qp_to_qp_ex),
+            ibv_query_device,
             ..base
         };
         // SAFETY: each function keeps the contract of its libibverbs namesake.
@@ -270,8 +353,10 @@ extern "C" fn is_supported_no(_device: *mut ibv_device) -> bool {
     false
 }
 
-/// `mlx5dv_query_device`: the DC ODP and DCI stream capabilities, when asked for; other
-/// bits are cleared, as the library clears what it does not know.
+/// `mlx5dv_query_device`: the DC ODP, DCI stream and DC read/atomic capabilities of the
+/// [`DeviceConfig`], when asked for; other bits are cleared, as the library clears what it
+/// does not know. The read/atomic limits are written at their rdma-core v47 offsets, past the
+/// struct of older headers: the caller's buffer must reach them when it asks for them.
 ///
 /// # Safety
 ///
@@ -293,12 +378,61 @@ unsafe extern "C" fn mlx5dv_query_device(
     if let Err(errno) = result {
         return errno;
     }
-    let known = u64::from(MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | MLX5DV_CONTEXT_MASK_DCI_STREAMS);
+    let config = config();
+    let rd_atom_bit = u64::from(mlx5::MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM);
+    let mut known = u64::from(MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | MLX5DV_CONTEXT_MASK_DCI_STREAMS);
+    if let Some((responder, init)) = config.dc_rd_atom.filter(|_| asked & rd_atom_bit != 0) {
+        known |= rd_atom_bit;
+        let base = (attr as *mut mlx5dv_context).cast::<u8>();
+        // SAFETY: the caller asked for the v47 fields, so its buffer reaches them (see above);
+        // unaligned writes need no alignment.
+        unsafe {
+            base.add(mlx5::MAX_DC_RD_ATOM_OFFSET).cast::<u64>().write_unaligned(responder);
+            base.add(mlx5::MAX_DC_INIT_RD_ATOM_OFFSET).cast::<u64>().write_unaligned(init);
+        }
+    }
     attr.version = 1;
     attr.comp_mask = asked & known;
     attr.dc_odp_caps = DC_ODP_CAPS;
-    attr.dci_streams_caps = DCI_STREAMS_CAPS;
+    attr.dci_streams_caps = config.dci_streams;
     0
+}
+
+/// `ibv_query_device`: the base mock's answer, with the [`DeviceConfig`]'s `vendor_part_id`.
+///
+/// # Safety
+///
+/// `attr` must be writable.
+unsafe extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
+    // SAFETY: forwarded under the caller's guarantees.
+    let ret = unsafe { (super::fns(Optional::ALL).ibv_query_device)(ctx, attr) };
+    if ret == 0 {
+        // SAFETY: the caller made `attr` writable; the base mock filled it.
+        unsafe { (*attr).vendor_part_id = config().vendor_part_id };
+    }
+    ret
+}
+
+/// `mlx5dv_dci_stream_id_reset`: `EINVAL` unless `qp` is a DCI with streams in RTS and
+/// `stream_id` one of them.
+extern "C" fn mlx5dv_dci_stream_id_reset(qp: *mut ibv_qp, stream_id: u16) -> c_int {
+    let result = serve(|s| {
+        s.begin(
+            Call::Mlx5(Mlx5Call::DciStreamIdReset { stream_id }),
+            Verb::Mlx5(Mlx5Verb::DciStreamIdReset),
+        )?;
+        DC.with_borrow(|r| match r.qps.get(&(qp as usize)) {
+            Some(q)
+                if q.dc_type == MLX5DV_DCTYPE_DCI
+                    && q.qp_ex.qp_base.state == IBV_QPS_RTS
+                    && q.log_streams.is_some_and(|log| u32::from(stream_id) < 1 << log) =>
+            {
+                Ok(())
+            }
+            _ => Err(libc::EINVAL),
+        })
+    });
+    result.err().unwrap_or(0)
 }
 
 /// `mlx5dv_create_qp`: DC QPs only (`EOPNOTSUPP` otherwise, as for a driver QP without DC).
@@ -343,7 +477,7 @@ unsafe extern "C" fn mlx5dv_create_qp(
         if attr.qp_type != IBV_QPT_DRIVER {
             return Err(libc::EINVAL);
         }
-        if !dc {
+        if !dc || !config().dc {
             return Err(libc::EOPNOTSUPP);
         }
         match dv.dc_init_attr.dc_type {
@@ -356,7 +490,7 @@ unsafe extern "C" fn mlx5dv_create_qp(
             }
             MLX5DV_DCTYPE_DCI => {
                 st.expect(attr.send_cq, Kind::Cq)?;
-                let caps = DCI_STREAMS_CAPS;
+                let caps = config().dci_streams;
                 if streams
                     && (s.log_num_concurent > caps.max_log_num_concurent
                         || s.log_num_errored > caps.max_log_num_errored)
@@ -394,6 +528,7 @@ unsafe extern "C" fn mlx5dv_create_qp(
         dv: unsafe { std::mem::zeroed() },
         dc_type: dv.dc_init_attr.dc_type,
         send_ops,
+        log_streams: (!dct && streams).then_some(s.log_num_concurent),
     });
     if !dct && send_ops {
         let ops = attr.send_ops_flags;
@@ -438,15 +573,20 @@ unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 }
 
 /// The attributes each DC transition requires, and those it also accepts: mlx5_ib's
-/// `mlx5_ib_modify_dct` (exact masks) and `modify_dci_qp_is_ok` (DCI RTR also takes
-/// `PKEY_INDEX`, and `AV` in newer kernels; RTS also takes `MIN_RNR_TIMER`).
+/// `mlx5_ib_modify_dct` (RESET→INIT→RTR with exact masks, nothing else) and
+/// `modify_dci_qp_is_ok` (DCI RTR also takes `PKEY_INDEX`, and `AV` in newer kernels; RTS
+/// also takes `MIN_RNR_TIMER`; RESET and ERROR from any state, RESET only when
+/// [`DeviceConfig::dci_reset`]).
 fn dc_transition(
     dc_type: mlx5dv_dc_type,
     current: ibv_qp_state,
     target: ibv_qp_state,
 ) -> Option<(u32, u32)> {
     let required = match (dc_type, current, target) {
-        (_, _, IBV_QPS_RESET | IBV_QPS_ERR) => IBV_QP_STATE,
+        (MLX5DV_DCTYPE_DCI, IBV_QPS_RESET, IBV_QPS_RESET) | (MLX5DV_DCTYPE_DCI, _, IBV_QPS_ERR) => {
+            IBV_QP_STATE
+        }
+        (MLX5DV_DCTYPE_DCI, _, IBV_QPS_RESET) if config().dci_reset => IBV_QP_STATE,
         (MLX5DV_DCTYPE_DCT, IBV_QPS_RESET, IBV_QPS_INIT) => {
             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
         }
@@ -499,7 +639,13 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
             if mask & required != required || mask & !(required | optional) != 0 {
                 return Err(libc::EINVAL);
             }
-            if mask & IBV_QP_AV != 0 && attr.ah_attr.is_global == 0 {
+            if mask & IBV_QP_AV != 0 && needs_grh(&attr.ah_attr) {
+                return Err(libc::EINVAL);
+            }
+            if dc.dc_type == MLX5DV_DCTYPE_DCI
+                && mask & IBV_QP_MAX_QP_RD_ATOMIC != 0
+                && u64::from(attr.max_rd_atomic) > dci_rd_atom_limit()
+            {
                 return Err(libc::EINVAL);
             }
             if dc.dc_type == MLX5DV_DCTYPE_DCT && target == IBV_QPS_RTR {
@@ -510,6 +656,45 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
         })
     });
     result.err().unwrap_or(0)
+}
+
+/// Whether `ah_attr` lacks the GRH the port needs: on Ethernet (RoCE) every AV has one; on
+/// InfiniBand none is needed.
+fn needs_grh(ah_attr: &ibv_ah_attr) -> bool {
+    config().link_layer == IBV_LINK_LAYER_ETHERNET && ah_attr.is_global == 0
+}
+
+/// The most outstanding RDMA READs and atomics a DCI may have: the configured DC limit, else
+/// the device's `max_qp_init_rd_atom`.
+fn dci_rd_atom_limit() -> u64 {
+    match config().dc_rd_atom {
+        Some((_, init)) => init,
+        None => super::device_attr().max_qp_init_rd_atom as u64,
+    }
+}
+
+/// What the device does to a DCI when one of its work requests fails: it moves the QP to
+/// ERROR (its later WRs flush), whatever state its owner believes it in.
+///
+/// # Panics
+///
+/// When `qp` is not a live DC QP of this thread's mock.
+pub fn move_to_error(qp: *mut ibv_qp) {
+    DC.with_borrow_mut(|r| {
+        let dc = r.qps.get_mut(&(qp as usize)).expect("a live DC QP of this mock");
+        dc.qp_ex.qp_base.state = IBV_QPS_ERR;
+    });
+}
+
+/// The state of the live DC QP `qp`, as the device holds it.
+///
+/// # Panics
+///
+/// When `qp` is not a live DC QP of this thread's mock.
+pub fn state(qp: *mut ibv_qp) -> ibv_qp_state {
+    DC.with_borrow(|r| {
+        r.qps.get(&(qp as usize)).expect("a live DC QP of this mock").qp_ex.qp_base.state
+    })
 }
 
 /// `ibv_destroy_qp`: DC QPs here, others in the base mock.
@@ -571,7 +756,8 @@ extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     }
 }
 
-/// `ibv_create_ah`: an AH of a live PD; on the Ethernet port it needs a GRH (`EINVAL`).
+/// `ibv_create_ah`: an AH of a live PD; on an Ethernet port it needs a GRH (`EINVAL`), on
+/// InfiniBand not (libmlx5 makes IB AHs without one).
 ///
 /// # Safety
 ///
@@ -586,7 +772,7 @@ unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *
     let result = serve(|s| {
         s.begin(Call::Mlx5(call), Verb::Mlx5(Mlx5Verb::CreateAh))?;
         s.expect(pd, Kind::Pd)?;
-        if ah_attr.is_global == 0 {
+        if needs_grh(&ah_attr) {
             return Err(libc::EINVAL);
         }
         // SAFETY: `pd` is a live mock PD (checked above).

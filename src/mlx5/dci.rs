@@ -8,8 +8,9 @@ use rdma_verbs_sys as sys;
 
 use crate::ah::AddressHandle;
 use crate::cq::CompletionQueue;
-use crate::endpoint::{Psn, Qpn};
+use crate::endpoint::{Lid, Psn, Qpn};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result, TransitionError};
+use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
 use crate::qp::{
@@ -17,7 +18,7 @@ use crate::qp::{
 };
 use crate::wr::{RemoteAddr, SendFlags, Sge};
 
-use super::context::{unsupported, Mlx5Context};
+use super::context::{unsupported, unsupported_text, Mlx5Context};
 use super::endpoint::{DcEndpoint, DcKey};
 use super::qp::{dv_attr, DcQp};
 
@@ -32,10 +33,16 @@ pub struct DciInitAttr<'res> {
     pub sq_sig_all: bool,
     /// DCI streams, when wanted (see [`DcCaps::dci_streams`](super::DcCaps::dci_streams)).
     pub streams: Option<DciStreams>,
+    /// The most RDMA READs (and atomics) outstanding at once, set at RTS by
+    /// [`Mlx5Context::connect_dci`]: `None` for the device's DC limit
+    /// ([`DcCaps::dci_max_rd_atomic`](super::DcCaps::dci_max_rd_atomic)); a larger value is
+    /// lowered to that limit. A DCI with 1 serves one READ at a time.
+    pub max_rd_atomic: Option<u8>,
 }
 
 impl<'res> DciInitAttr<'res> {
-    /// Sends on `cq`, 64 send WRs of one SGE, selective signaling, no streams.
+    /// Sends on `cq`, 64 send WRs of one SGE, selective signaling, no streams, as many
+    /// outstanding RDMA READs as the device allows.
     #[must_use]
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         DciInitAttr {
@@ -43,6 +50,7 @@ impl<'res> DciInitAttr<'res> {
             cap: QpCapabilities { max_send_wr: 64, max_recv_wr: 0, ..QpCapabilities::default() },
             sq_sig_all: false,
             streams: None,
+            max_rd_atomic: None,
         }
     }
 }
@@ -69,9 +77,10 @@ pub struct DciToRtrAttr {
     pub path_mtu: Mtu,
 }
 
-/// The local side of a DC route, for [`Mlx5Context::connect_dci`] and [`DcPeer::new`]: our
-/// port, the source GID index for the GRH (RoCE; `None` on InfiniBand without GRH), and the
-/// path MTU.
+/// The local side of a DC route, for [`Mlx5Context::connect_dci`], [`DcPeer::new`] and
+/// [`DctToRtrAttr::from_route`](super::DctToRtrAttr::from_route): our port, the source GID index
+/// for the GRH (RoCE; `None` on InfiniBand without GRH), the path MTU, and the class of
+/// service of the packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DcRoute {
     /// Our port, from 1.
@@ -80,6 +89,37 @@ pub struct DcRoute {
     pub sgid_index: Option<u8>,
     /// The path MTU.
     pub path_mtu: Mtu,
+    /// The GRH hop limit (IPv6 hop limit / IPv4 TTL on RoCE v2): how many routers a packet
+    /// may cross. [`DcRoute::new`] sets 255, as perftest and UCX do; 1 drops every packet
+    /// past the first router.
+    pub hop_limit: u8,
+    /// The GRH traffic class (on RoCE v2 the IP DSCP and ECN bits: DSCP = class >> 2). A
+    /// DSCP-based lossless fabric maps only its configured DSCP to the lossless priority:
+    /// with 0, DC traffic rides the lossy class there. 0 by [`DcRoute::new`].
+    pub traffic_class: u8,
+    /// The service level (InfiniBand SL; on RoCE the kernel may map it to a VLAN priority).
+    /// 0 by [`DcRoute::new`].
+    pub sl: u8,
+}
+
+impl DcRoute {
+    /// `port`, `sgid_index` and `path_mtu`, with hop limit 255, traffic class 0 and SL 0.
+    #[must_use]
+    pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
+        DcRoute { port, sgid_index, path_mtu, hop_limit: 255, traffic_class: 0, sl: 0 }
+    }
+
+    /// The AV of this route to `dlid`, with a GRH to `dgid` when it has a source GID index.
+    pub(super) fn address_vector(&self, dlid: Lid, dgid: Gid) -> AddressVector {
+        let grh = self.sgid_index.map(|sgid_index| GlobalRoute {
+            dgid,
+            sgid_index,
+            hop_limit: self.hop_limit,
+            flow_label: 0,
+            traffic_class: self.traffic_class,
+        });
+        AddressVector { dlid, sl: self.sl, src_path_bits: 0, port: self.port, grh }
+    }
 }
 
 /// A DC initiator (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCI`) in state `S`. It posts
@@ -97,6 +137,7 @@ pub struct Dci<'res, S: QpState> {
     qp: DcQp<'res>,
     qp_ex: NonNull<sys::ibv_qp_ex>,
     mqp: NonNull<sys::mlx5dv_qp_ex>,
+    lib: &'static sys::Mlx5,
     streams: bool,
     _state: PhantomData<S>,
 }
@@ -130,8 +171,10 @@ impl<'ctx> Mlx5Context<'ctx> {
     ///
     /// # Errors
     ///
-    /// [`Error::Unsupported`] when streams are asked of a device that reports none, or when
-    /// libibverbs lacks `ibv_qp_to_qp_ex` (rdma-core v24+); [`Error::InvalidInput`] for more
+    /// [`Error::Unsupported`] when streams are asked of a device that reports none, when
+    /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware; the
+    /// message names the device), or when libibverbs lacks `ibv_qp_to_qp_ex` (rdma-core
+    /// v24+); [`Error::InvalidInput`] for more
     /// streams than [`DcCaps::dci_streams`](super::DcCaps::dci_streams) allows or a PD of
     /// another context; [`Error::Verb`] from `mlx5dv_create_qp`.
     #[doc(alias = "mlx5dv_create_qp")]
@@ -171,7 +214,14 @@ impl<'ctx> Mlx5Context<'ctx> {
         // (the gate passed), so libmlx5's `container_of` finds its `mlx5dv_qp_ex`.
         let mqp = unsafe { (self.library().fns.mlx5dv_qp_ex_from_ibv_qp_ex)(qp_ex.as_ptr()) };
         let mqp = check_ptr(mqp, "mlx5dv_qp_ex_from_ibv_qp_ex")?;
-        Ok(Dci { qp, qp_ex, mqp, streams: attr.streams.is_some(), _state: PhantomData })
+        Ok(Dci {
+            qp,
+            qp_ex,
+            mqp,
+            lib: self.library(),
+            streams: attr.streams.is_some(),
+            _state: PhantomData,
+        })
     }
 
     fn check_streams(&self, asked: DciStreams) -> Result<()> {
@@ -185,26 +235,29 @@ impl<'ctx> Mlx5Context<'ctx> {
             return Err(Error::invalid(
                 InvalidInputKind::DciStreams,
                 format!(
-                "DCI streams 2^{} concurrent / 2^{} errored exceed {}'s 2^{} / 2^{}: ask for less",
-                asked.log_concurrent,
-                asked.log_errored,
-                self.context().name(),
-                caps.max_log_concurrent,
-                caps.max_log_errored
-            ),
+                    "DCI streams 2^{} concurrent / 2^{} errored exceed {}'s 2^{} / 2^{}: ask for \
+                     less",
+                    asked.log_concurrent,
+                    asked.log_errored,
+                    self.context().name(),
+                    caps.max_log_concurrent,
+                    caps.max_log_errored
+                ),
             ));
         }
         Ok(())
     }
 
     /// A DCI on `pd` taken straight to RTS (`route.port`, P_Key index 0, `route.path_mtu`,
-    /// ibv_rc_pingpong's RTS values with send PSN 0), and the destination `peer` describes,
-    /// with its address handle made from the token and `route`: what a client needs to post
-    /// to a DCT whose token it received.
+    /// ibv_rc_pingpong's RTS values with send PSN 0 and
+    /// [`Mlx5Context::dci_max_rd_atomic`]`(attr.max_rd_atomic)` outstanding READs), and the
+    /// destination `peer` describes, with its address handle made from the token and `route`:
+    /// what a client needs to post to a DCT whose token it received.
     ///
     /// # Errors
     ///
-    /// As [`Mlx5Context::create_dci`], the transitions, and [`DcPeer::new`].
+    /// As [`Mlx5Context::create_dci`], the transitions, and [`DcPeer::new`] (which is called
+    /// first, so a peer of the other DC version is refused before any QP is made).
     pub fn connect_dci<'res>(
         &self,
         pd: &'res ProtectionDomain<'res>,
@@ -212,13 +265,52 @@ impl<'ctx> Mlx5Context<'ctx> {
         route: &DcRoute,
         peer: &DcEndpoint,
     ) -> Result<(Dci<'res, Rts>, DcPeer<'res>)> {
+        let peer = DcPeer::new(self, pd, peer, route)?;
+        let rts = ToRtsAttr {
+            max_rd_atomic: self.dci_max_rd_atomic(attr.max_rd_atomic),
+            ..ToRtsAttr::new(Psn::new(0))
+        };
         let dci = self
             .create_dci(pd, attr)?
             .into_init(route.port, 0)?
             .into_rtr(&DciToRtrAttr { path_mtu: route.path_mtu })?
-            .into_rts(&ToRtsAttr::new(Psn::new(0)))?;
-        let peer = DcPeer::new(pd, peer, route)?;
+            .into_rts(&rts)?;
         Ok((dci, peer))
+    }
+
+    /// The outstanding RDMA READs (and atomics) to give a DCI at RTS (`max_rd_atomic`) when
+    /// `asked` is wanted: the smaller of `asked` and the device's DC limit
+    /// ([`DcCaps::dci_max_rd_atomic`](super::DcCaps::dci_max_rd_atomic)), the limit for
+    /// `None`, and at least 1.
+    pub fn dci_max_rd_atomic(&self, asked: Option<u8>) -> u8 {
+        let limit = u8::try_from(self.caps().dci_max_rd_atomic).unwrap_or(u8::MAX);
+        asked.map_or(limit, |asked| asked.min(limit)).max(1)
+    }
+
+    /// A DCI in RESET from `dci`, in whatever state the device holds it (after an error
+    /// completion it is in ERROR, and every later WR would flush): `ibv_modify_qp(3)` to
+    /// RESET, which mainline kernels accept from any state; where the kernel refuses it
+    /// (older mlx5_ib), `dci` is destroyed and a new DCI created with `attr`, which has
+    /// another QP number. Either way, bring it to RTS again before posting.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mlx5Context::create_dci`], when the reset was refused and the new DCI cannot
+    /// be made (the old one is then destroyed, or leaked as its drop logs).
+    pub fn renew_dci<'res, S: QpState>(
+        &self,
+        dci: Dci<'res, S>,
+        attr: &DciInitAttr<'res>,
+    ) -> Result<Dci<'res, Reset>> {
+        match dci.reset() {
+            Ok(dci) => Ok(dci),
+            Err(refused) => {
+                log::debug!("DCI reset refused ({}): recreating the DCI", refused.error);
+                let pd = refused.qp.pd();
+                drop(refused.qp);
+                self.create_dci(pd, attr)
+            }
+        }
     }
 }
 
@@ -252,6 +344,19 @@ impl<'res, S: QpState> Dci<'res, S> {
         self.qp.destroy()
     }
 
+    /// `ibv_modify_qp(3)` to RESET (`IBV_QP_STATE` only), from whatever state the device
+    /// holds the DCI in: the way back after an error completion moved it to ERROR. Mainline
+    /// mlx5_ib accepts it from any state; older kernels refuse it (`EINVAL`) — then destroy
+    /// the DCI and create another, or let [`Mlx5Context::renew_dci`] do either.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+    pub fn reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr::default();
+        self.transition(raw, 0, sys::IBV_QPS_RESET, "ibv_modify_qp (DCI →RESET)")
+    }
+
     fn transition<N: QpState>(
         self,
         attr: sys::ibv_qp_attr,
@@ -264,6 +369,7 @@ impl<'res, S: QpState> Dci<'res, S> {
                 qp: self.qp,
                 qp_ex: self.qp_ex,
                 mqp: self.mqp,
+                lib: self.lib,
                 streams: self.streams,
                 _state: PhantomData,
             }),
@@ -321,6 +427,33 @@ impl<'res> Dci<'res, Rtr> {
 }
 
 impl Dci<'_, Rts> {
+    /// `mlx5dv_dci_stream_id_reset(3)`—Takes DCI stream `stream_id` out of error, so that
+    /// its later WRs run again (the DCI stays in RTS while fewer than
+    /// 2^[`DciStreams::log_errored`] streams are in error).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] on a DCI without streams, before any call;
+    /// [`Error::Unsupported`] when libmlx5 lacks the function (`MLX5_1.21`, rdma-core v37);
+    /// [`Error::Verb`] from it (`EINVAL` for a stream the DCI does not have).
+    #[doc(alias = "mlx5dv_dci_stream_id_reset")]
+    pub fn reset_stream(&self, stream_id: u16) -> Result<()> {
+        if !self.streams {
+            return Err(Error::invalid(
+                InvalidInputKind::DciStreams,
+                "reset_stream on a DCI created without streams: set DciInitAttr::streams".into(),
+            ));
+        }
+        let Some(reset) = self.lib.fns.mlx5dv_dci_stream_id_reset else {
+            return Err(Error::Unsupported {
+                what: "mlx5dv_dci_stream_id_reset (libmlx5 of rdma-core v37+)",
+            });
+        };
+        // SAFETY: a live DCI with streams, created by this library's `mlx5dv_create_qp`.
+        let ret = unsafe { reset(self.as_raw(), stream_id) };
+        check_errno(ret, "mlx5dv_dci_stream_id_reset")
+    }
+
     /// `ibv_wr_post(3)`—Posts `wrs` with one doorbell through the extended work request API,
     /// each built as `ibv_wr_start` → `wr_id`/`wr_flags` → the operation →
     /// `mlx5dv_wr_set_dc_addr` (or its stream variant) → `ibv_wr_set_sge`/`_sge_list` →
@@ -469,28 +602,38 @@ pub struct DcPeer<'pd> {
 }
 
 impl<'pd> DcPeer<'pd> {
-    /// `ibv_create_ah(3)` on `pd` for the port `endpoint` names, from `route.port`: by LID,
-    /// plus a GRH from `route.sgid_index` to the token's GID when both are present (RoCE
-    /// needs it; the path MTU is not used here).
+    /// `ibv_create_ah(3)` on `pd` for the port `endpoint` names, from `route.port` with
+    /// `route.sl`: by LID, plus a GRH from `route.sgid_index` to the token's GID with
+    /// `route.hop_limit` and `route.traffic_class` when both are present (RoCE needs it;
+    /// InfiniBand does without; the path MTU is not used here). First it checks that the
+    /// token's DC version is `mlx5`'s device's.
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] from `ibv_create_ah` (`EINVAL` on RoCE without a GRH).
+    /// [`Error::Unsupported`] when the token's DCT is on a device of the other DC version
+    /// ([`DcVersion`](super::DcVersion): v1 and v2 do not interoperate, and a DCI would only
+    /// time out); [`Error::Verb`] from `ibv_create_ah` (`EINVAL` on RoCE without a GRH).
     pub fn new(
+        mlx5: &Mlx5Context<'_>,
         pd: &'pd ProtectionDomain<'pd>,
         endpoint: &DcEndpoint,
         route: &DcRoute,
     ) -> Result<Self> {
-        let grh =
-            route.sgid_index.filter(|_| !endpoint.gid().is_zero()).map(|sgid_index| GlobalRoute {
-                dgid: endpoint.gid(),
-                sgid_index,
-                hop_limit: 1,
-                flow_label: 0,
-                traffic_class: 0,
-            });
-        let av =
-            AddressVector { dlid: endpoint.lid(), sl: 0, src_path_bits: 0, port: route.port, grh };
+        let (ours, theirs) = (mlx5.caps().dc_version, endpoint.dc_version());
+        if ours != theirs {
+            return Err(unsupported_text(format!(
+                "mlx5 DC between {} (device {}) and a DCT of {}: the two DC versions do not \
+                 interoperate (a DCI would only time out); pair devices of one DC version",
+                ours,
+                mlx5.context().name(),
+                theirs
+            )));
+        }
+        let route = match endpoint.gid().is_zero() {
+            true => DcRoute { sgid_index: None, ..*route },
+            false => *route,
+        };
+        let av = route.address_vector(endpoint.lid(), endpoint.gid());
         Ok(DcPeer { ah: pd.create_ah(&av)?, endpoint: *endpoint })
     }
 

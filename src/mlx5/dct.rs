@@ -10,10 +10,11 @@ use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, GlobalRoute, Init, QpState, Reset, Rtr, ToInitAttr};
+use crate::qp::{AddressVector, Init, QpState, Reset, Rtr, ToInitAttr};
 use crate::srq::SharedReceiveQueue;
 
-use super::context::Mlx5Context;
+use super::context::{DcVersion, Mlx5Context};
+use super::dci::DcRoute;
 use super::endpoint::{DcEndpoint, DcKey, DcTokenError};
 use super::qp::{dv_attr, DcQp};
 
@@ -30,8 +31,9 @@ pub struct DctInitAttr<'res, 'srq> {
 }
 
 /// INIT → RTR of a DCT (`IBV_QP_STATE | AV | PATH_MTU | MIN_RNR_TIMER`). The AV is the
-/// DCT's own side of the route: its port, and on RoCE a GRH naming its source GID index
-/// (the GRH's destination GID is unused and left zero).
+/// DCT's own side of the route: its port and service level, and on RoCE a GRH naming its
+/// source GID index, hop limit and traffic class, which its answers carry (the GRH's
+/// destination GID is unused and left zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DctToRtrAttr {
     /// The path MTU.
@@ -44,20 +46,21 @@ pub struct DctToRtrAttr {
 
 impl DctToRtrAttr {
     /// RTR on `port`, with a GRH from source GID `sgid_index` when one is given (RoCE),
-    /// RNR timer 12.
+    /// RNR timer 12, and the defaults of [`DcRoute::new`]: hop limit 255, traffic class 0,
+    /// service level 0.
     #[must_use]
     pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
-        let grh = sgid_index.map(|sgid_index| GlobalRoute {
-            dgid: Gid::ZERO,
-            sgid_index,
-            hop_limit: 1,
-            flow_label: 0,
-            traffic_class: 0,
-        });
+        DctToRtrAttr::from_route(&DcRoute::new(port, sgid_index, path_mtu))
+    }
+
+    /// RTR on `route`: its port, path MTU and service level, and, when it has a source GID
+    /// index, a GRH with its hop limit and traffic class; RNR timer 12.
+    #[must_use]
+    pub fn from_route(route: &DcRoute) -> Self {
         DctToRtrAttr {
-            path_mtu,
+            path_mtu: route.path_mtu,
             min_rnr_timer: 12,
-            av: AddressVector { dlid: Lid(0), sl: 0, src_path_bits: 0, port, grh },
+            av: route.address_vector(Lid(0), Gid::ZERO),
         }
     }
 }
@@ -93,6 +96,7 @@ impl DctToRtrAttr {
 pub struct Dct<'res, S: QpState> {
     qp: DcQp<'res>,
     key: DcKey,
+    dc_version: DcVersion,
     _state: PhantomData<S>,
 }
 
@@ -109,7 +113,9 @@ impl<'ctx> Mlx5Context<'ctx> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when `pd` is not of this device
-    /// context; [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.
+    /// context; [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
+    /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware);
+    /// [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.
     #[doc(alias = "mlx5dv_create_qp")]
     pub fn create_dct<'res>(
         &self,
@@ -126,7 +132,7 @@ impl<'ctx> Mlx5Context<'ctx> {
         let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCT);
         dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.0;
         let qp = DcQp::create(self, pd, init, dv)?;
-        Ok(Dct { qp, key: attr.key, _state: PhantomData })
+        Ok(Dct { qp, key: attr.key, dc_version: self.caps().dc_version, _state: PhantomData })
     }
 }
 
@@ -170,7 +176,12 @@ impl<'res, S: QpState> Dct<'res, S> {
         verb: &'static str,
     ) -> Result<Dct<'res, N>, TransitionError<Self>> {
         match self.qp.modify(attr, mask, state, verb) {
-            Ok(()) => Ok(Dct { qp: self.qp, key: self.key, _state: PhantomData }),
+            Ok(()) => Ok(Dct {
+                qp: self.qp,
+                key: self.key,
+                dc_version: self.dc_version,
+                _state: PhantomData,
+            }),
             Err(error) => Err(TransitionError { qp: self, error }),
         }
     }
@@ -222,13 +233,13 @@ impl Dct<'_, Rtr> {
     }
 
     /// The token an initiator needs: this DCT's number and key, with the GID and LID of the
-    /// port it answers on.
+    /// port it answers on and the DC version of its device.
     ///
     /// # Errors
     ///
     /// [`DcTokenError::DctnRange`] when the provider reports a DCT number above 24 bits.
     pub fn endpoint(&self, gid: Gid, lid: Lid) -> Result<DcEndpoint, DcTokenError> {
-        DcEndpoint::new(gid, lid, self.dctn(), self.key)
+        DcEndpoint::new(gid, lid, self.dctn(), self.key, self.dc_version)
     }
 }
 

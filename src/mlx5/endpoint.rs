@@ -6,29 +6,32 @@ use std::str::FromStr;
 use crate::endpoint::{Lid, Qpn};
 use crate::gid::Gid;
 
+use super::context::DcVersion;
+
 /// A DC access key (`dct_access_key`): a DCT accepts only work requests that carry it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DcKey(pub u64);
 
-/// Everything an initiator needs to reach a DCT: its port's GID and LID, its DCT number and
-/// its DC access key. Made by [`Dct::endpoint`](super::Dct::endpoint), [`DcEndpoint::new`] or
-/// parsing; each checks the DCT number fits in 24 bits, so every value encodes to a token
-/// that parses back to it.
+/// Everything an initiator needs to reach a DCT: its port's GID and LID, its DCT number, its
+/// DC access key, and the [`DcVersion`] its device speaks (so that a DCI of the other
+/// version is refused with a clear error instead of timing out). Made by
+/// [`Dct::endpoint`](super::Dct::endpoint), [`DcEndpoint::new`] or parsing; each checks the
+/// DCT number fits in 24 bits, so every value encodes to a token that parses back to it.
 ///
-/// Two encodings, both versioned:
+/// Two encodings, both versioned (format 2; format 1, without the DC version, is refused):
 ///
-/// - text, 65 characters: `dc1:` then the GID as 32 hex digits, the LID as 4, the DCT number
-///   as 6 and the key as 16, separated by `:` (`Display` / `FromStr`);
-/// - bytes, [`DcEndpoint::BYTES`] long: `0xdc 0x01`, then the GID (16), the LID (2), the DCT
-///   number (4) and the key (8), big-endian ([`DcEndpoint::to_bytes`] /
+/// - text, 67 characters: `dc2:` then the GID as 32 hex digits, the LID as 4, the DCT number
+///   as 6, the key as 16 and the DC version as 1, separated by `:` (`Display` / `FromStr`);
+/// - bytes, [`DcEndpoint::BYTES`] long: `0xdc 0x02`, then the GID (16), the LID (2), the DCT
+///   number (4), the key (8), big-endian, and the DC version (1) ([`DcEndpoint::to_bytes`] /
 ///   [`DcEndpoint::from_bytes`]).
 ///
 /// ```
 /// # use rdma_verbs::{Gid, Lid, Qpn};
-/// # use rdma_verbs::mlx5::{DcEndpoint, DcKey};
-/// let ep = DcEndpoint::new(Gid::ZERO, Lid(7), Qpn(0x1234), DcKey(42)).unwrap();
+/// # use rdma_verbs::mlx5::{DcEndpoint, DcKey, DcVersion};
+/// let ep = DcEndpoint::new(Gid::ZERO, Lid(7), Qpn(0x1234), DcKey(42), DcVersion::V2).unwrap();
 /// let text = ep.to_string();
-/// assert_eq!(text, "dc1:00000000000000000000000000000000:0007:001234:000000000000002a");
+/// assert_eq!(text, "dc2:00000000000000000000000000000000:0007:001234:000000000000002a:2");
 /// assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
 /// assert_eq!(DcEndpoint::from_bytes(&ep.to_bytes()).unwrap(), ep);
 /// ```
@@ -39,21 +42,23 @@ pub struct DcEndpoint {
     /// At most 24 bits (every constructor checks).
     dctn: Qpn,
     dc_key: DcKey,
+    dc_version: DcVersion,
 }
 
 /// Why a DC endpoint token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcTokenError {
-    /// The text does not start with `dc1:`, or the bytes with `0xdc 0x01`.
-    #[error("not a DC endpoint token (version 1): it must start with {expected}, got {got:?}")]
+    /// The text does not start with `dc2:`, or the bytes with `0xdc 0x02` (a format-1 token,
+    /// `dc1:`, carries no DC version: make it again with this release).
+    #[error("not a DC endpoint token (format 2): it must start with {expected}, got {got:?}")]
     Version {
         /// The expected prefix.
         expected: &'static str,
         /// What the token starts with.
         got: String,
     },
-    /// The token is not `dc1:` + four `:`-separated fields of 32, 4, 6 and 16 hex digits,
+    /// The token is not `dc2:` + five `:`-separated fields of 32, 4, 6, 16 and 1 hex digits,
     /// or not [`DcEndpoint::BYTES`] bytes.
     #[error("malformed DC endpoint token: {reason}")]
     Layout {
@@ -63,10 +68,16 @@ pub enum DcTokenError {
     /// A field holds something other than hex digits.
     #[error("the {field} field of the DC endpoint token is not hexadecimal: {text:?}")]
     NotHex {
-        /// `gid`, `lid`, `dctn` or `key`.
+        /// `gid`, `lid`, `dctn`, `key` or `dc version`.
         field: &'static str,
         /// The field's text.
         text: String,
+    },
+    /// The DC version is neither 1 nor 2.
+    #[error("the DC version {value} of the DC endpoint token is neither 1 nor 2")]
+    DcVersion {
+        /// The value found.
+        value: u8,
     },
     /// The DCT number does not fit in 24 bits.
     #[error("the DCT number {dctn:#x} of the DC endpoint token exceeds 24 bits")]
@@ -76,27 +87,39 @@ pub enum DcTokenError {
     },
 }
 
-const TEXT_PREFIX: &str = "dc1:";
-const BYTES_PREFIX: [u8; 2] = [0xdc, 0x01];
+const TEXT_PREFIX: &str = "dc2:";
+const BYTES_PREFIX: [u8; 2] = [0xdc, 0x02];
 /// The field widths of the text form, in hex digits.
-const WIDTHS: [(&str, usize); 4] = [("gid", 32), ("lid", 4), ("dctn", 6), ("key", 16)];
+const WIDTHS: [(&str, usize); 5] =
+    [("gid", 32), ("lid", 4), ("dctn", 6), ("key", 16), ("dc version", 1)];
 
 impl DcEndpoint {
     /// The length of the byte form.
-    pub const BYTES: usize = 32;
+    pub const BYTES: usize = 33;
 
     /// The endpoint of the DCT numbered `dctn` with key `dc_key`, on the port with `gid` (zero
-    /// on InfiniBand without GRH) and `lid` (0 on RoCE).
+    /// on InfiniBand without GRH) and `lid` (0 on RoCE), of a device speaking `dc_version`.
     ///
     /// # Errors
     ///
     /// [`DcTokenError::DctnRange`] when `dctn` does not fit in 24 bits (no DCT has such a
     /// number, and no token could carry it).
-    pub fn new(gid: Gid, lid: Lid, dctn: Qpn, dc_key: DcKey) -> Result<Self, DcTokenError> {
+    pub fn new(
+        gid: Gid,
+        lid: Lid,
+        dctn: Qpn,
+        dc_key: DcKey,
+        dc_version: DcVersion,
+    ) -> Result<Self, DcTokenError> {
         if dctn.0 > 0xff_ffff {
             return Err(DcTokenError::DctnRange { dctn: dctn.0 });
         }
-        Ok(DcEndpoint { gid, lid, dctn, dc_key })
+        Ok(DcEndpoint { gid, lid, dctn, dc_key, dc_version })
+    }
+
+    /// The DC version of the DCT's device.
+    pub fn dc_version(&self) -> DcVersion {
+        self.dc_version
     }
 
     /// The GID of the DCT's port (zero on InfiniBand without GRH).
@@ -126,7 +149,8 @@ impl DcEndpoint {
         b[2..18].copy_from_slice(&self.gid.0);
         b[18..20].copy_from_slice(&self.lid.0.to_be_bytes());
         b[20..24].copy_from_slice(&self.dctn.0.to_be_bytes());
-        b[24..].copy_from_slice(&self.dc_key.0.to_be_bytes());
+        b[24..32].copy_from_slice(&self.dc_key.0.to_be_bytes());
+        b[32] = self.dc_version.number();
         b
     }
 
@@ -134,11 +158,12 @@ impl DcEndpoint {
     ///
     /// # Errors
     ///
-    /// [`DcTokenError`]: wrong length, wrong version prefix, or a DCT number above 24 bits.
+    /// [`DcTokenError`]: wrong length, wrong format prefix, a DCT number above 24 bits, or a
+    /// DC version other than 1 and 2.
     pub fn from_bytes(b: &[u8]) -> Result<Self, DcTokenError> {
         if !b.starts_with(&BYTES_PREFIX) {
             let got = b.iter().take(2).map(|x| format!("{x:#04x} ")).collect::<String>();
-            return Err(DcTokenError::Version { expected: "bytes 0xdc 0x01", got });
+            return Err(DcTokenError::Version { expected: "bytes 0xdc 0x02", got });
         }
         let b: &[u8; Self::BYTES] = b.try_into().map_err(|_| DcTokenError::Layout {
             reason: format!("{} bytes, not {}", b.len(), Self::BYTES),
@@ -147,7 +172,8 @@ impl DcEndpoint {
             Gid(b[2..18].try_into().expect("16 bytes")),
             Lid(u16::from_be_bytes([b[18], b[19]])),
             Qpn(u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"))),
-            DcKey(u64::from_be_bytes(b[24..].try_into().expect("8 bytes"))),
+            DcKey(u64::from_be_bytes(b[24..32].try_into().expect("8 bytes"))),
+            dc_version(u128::from(b[32]))?,
         )
     }
 }
@@ -159,7 +185,14 @@ impl fmt::Display for DcEndpoint {
         for byte in self.gid.0 {
             write!(f, "{byte:02x}")?;
         }
-        write!(f, ":{:04x}:{:06x}:{:016x}", self.lid.0, self.dctn.0, self.dc_key.0)
+        write!(
+            f,
+            ":{:04x}:{:06x}:{:016x}:{:x}",
+            self.lid.0,
+            self.dctn.0,
+            self.dc_key.0,
+            self.dc_version.number()
+        )
     }
 }
 
@@ -171,18 +204,18 @@ impl FromStr for DcEndpoint {
         let s = s.trim();
         let Some(rest) = s.strip_prefix(TEXT_PREFIX) else {
             let got = s.chars().take(TEXT_PREFIX.len()).collect();
-            return Err(DcTokenError::Version { expected: "text \"dc1:\"", got });
+            return Err(DcTokenError::Version { expected: "text \"dc2:\"", got });
         };
         let fields: Vec<&str> = rest.split(':').collect();
         if fields.len() != WIDTHS.len() {
             return Err(DcTokenError::Layout {
                 reason: format!(
-                    "{} fields after \"dc1:\", not 4 (GID:LID:DCTN:KEY): {s:?}",
+                    "{} fields after \"dc2:\", not 5 (GID:LID:DCTN:KEY:DC version): {s:?}",
                     fields.len()
                 ),
             });
         }
-        let mut values = [0u128; 4];
+        let mut values = [0u128; 5];
         for ((text, (field, width)), value) in fields.iter().zip(WIDTHS).zip(&mut values) {
             if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(DcTokenError::NotHex { field, text: (*text).to_owned() });
@@ -197,15 +230,22 @@ impl FromStr for DcEndpoint {
             }
             *value = u128::from_str_radix(text, 16).expect("at most 32 hex digits");
         }
-        let [gid, lid, dctn, key] = values;
+        let [gid, lid, dctn, key, version] = values;
         // Each value has at most its field's digits (checked above): the casts keep them whole.
         DcEndpoint::new(
             Gid(gid.to_be_bytes()),
             Lid(lid as u16),
             Qpn(dctn as u32),
             DcKey(key as u64),
+            dc_version(version)?,
         )
     }
+}
+
+/// The DC version numbered `n`, or [`DcTokenError::DcVersion`].
+fn dc_version(n: u128) -> Result<DcVersion, DcTokenError> {
+    let value = u8::try_from(n).unwrap_or(u8::MAX);
+    DcVersion::from_number(value).ok_or(DcTokenError::DcVersion { value })
 }
 
 #[cfg(test)]
@@ -215,9 +255,10 @@ mod tests {
     use super::*;
 
     fn endpoint() -> impl Strategy<Value = DcEndpoint> {
-        (any::<[u8; 16]>(), any::<u16>(), 0u32..=0xff_ffff, any::<u64>()).prop_map(
-            |(gid, lid, dctn, key)| {
-                DcEndpoint::new(Gid(gid), Lid(lid), Qpn(dctn), DcKey(key)).unwrap()
+        let version = prop_oneof![Just(DcVersion::V1), Just(DcVersion::V2)];
+        (any::<[u8; 16]>(), any::<u16>(), 0u32..=0xff_ffff, any::<u64>(), version).prop_map(
+            |(gid, lid, dctn, key, version)| {
+                DcEndpoint::new(Gid(gid), Lid(lid), Qpn(dctn), DcKey(key), version).unwrap()
             },
         )
     }
@@ -226,7 +267,7 @@ mod tests {
         #[test]
         fn text_round_trips(ep in endpoint()) {
             let text = ep.to_string();
-            prop_assert_eq!(text.len(), 65);
+            prop_assert_eq!(text.len(), 67);
             prop_assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
         }
 
@@ -238,7 +279,7 @@ mod tests {
         #[test]
         fn a_dctn_above_24_bits_makes_no_endpoint(dctn in 0x100_0000u32..) {
             prop_assert_eq!(
-                DcEndpoint::new(Gid::ZERO, Lid(0), Qpn(dctn), DcKey(0)),
+                DcEndpoint::new(Gid::ZERO, Lid(0), Qpn(dctn), DcKey(0), DcVersion::V2),
                 Err(DcTokenError::DctnRange { dctn })
             );
         }
@@ -256,30 +297,38 @@ mod tests {
 
     fn sample() -> DcEndpoint {
         let gid = Gid("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets());
-        DcEndpoint::new(gid, Lid(0), Qpn(0xabcdef), DcKey(0x0123_4567_89ab_cdef)).unwrap()
+        DcEndpoint::new(gid, Lid(0), Qpn(0xabcdef), DcKey(0x0123_4567_89ab_cdef), DcVersion::V1)
+            .unwrap()
     }
 
     #[test]
     fn bad_text_is_refused_with_the_reason() {
         let good = sample().to_string();
         assert!(matches!("rc1:x".parse::<DcEndpoint>(), Err(DcTokenError::Version { .. })));
-        let short = &good[..good.len() - 1];
+        let short = good.replacen("cdef:1", "cde:1", 1);
         let e = short.parse::<DcEndpoint>().unwrap_err();
         assert!(e.to_string().contains("key field has 15 hex digits"), "{e}");
         let e = good.replacen(":0000:", ":00g0:", 1).parse::<DcEndpoint>().unwrap_err();
         assert_eq!(e, DcTokenError::NotHex { field: "lid", text: "00g0".into() });
         let e = format!("{good}:00").parse::<DcEndpoint>().unwrap_err();
-        assert!(e.to_string().contains("5 fields"), "{e}");
+        assert!(e.to_string().contains("6 fields"), "{e}");
+        let e = good.replacen("dc2:", "dc1:", 1).parse::<DcEndpoint>().unwrap_err();
+        assert!(matches!(e, DcTokenError::Version { .. }), "a format-1 token: {e}");
+        let e = format!("{}3", &good[..good.len() - 1]).parse::<DcEndpoint>().unwrap_err();
+        assert_eq!(e, DcTokenError::DcVersion { value: 3 });
         assert_eq!(format!(" {good}\n").parse::<DcEndpoint>().unwrap(), sample());
     }
 
     #[test]
     fn bad_bytes_are_refused_with_the_reason() {
         let good = sample().to_bytes();
-        let e = DcEndpoint::from_bytes(&good[..31]).unwrap_err();
-        assert!(e.to_string().contains("31 bytes, not 32"), "{e}");
+        let e = DcEndpoint::from_bytes(&good[..32]).unwrap_err();
+        assert!(e.to_string().contains("32 bytes, not 33"), "{e}");
+        let mut unknown = good;
+        unknown[32] = 0;
+        assert_eq!(DcEndpoint::from_bytes(&unknown), Err(DcTokenError::DcVersion { value: 0 }));
         let mut wrong = good;
-        wrong[1] = 2;
+        wrong[1] = 1;
         assert!(matches!(DcEndpoint::from_bytes(&wrong), Err(DcTokenError::Version { .. })));
         let mut big = good;
         big[20] = 1;

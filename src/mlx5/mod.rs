@@ -27,7 +27,7 @@
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(64)?;
 //! let peer: DcEndpoint = token.parse()?;
-//! let route = DcRoute { port: 1, sgid_index: Some(3), path_mtu: Mtu::MTU_1024 };
+//! let route = DcRoute::new(1, Some(3), Mtu::MTU_1024); // hop limit 255, traffic class 0
 //! let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer)?;
 //! # drop((dci, target)); Ok(()) }
 //! ```
@@ -47,7 +47,7 @@ mod dct;
 mod endpoint;
 mod qp;
 
-pub use context::{DcCaps, DciStreamsCaps, Mlx5Context};
+pub use context::{DcCaps, DcVersion, DciStreamsCaps, Mlx5Context};
 pub use dci::{
     DcDestination, DcOpcode, DcPeer, DcRoute, DcWr, Dci, DciInitAttr, DciStreams, DciToRtrAttr,
 };

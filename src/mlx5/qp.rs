@@ -8,7 +8,7 @@ use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 
-use super::context::Mlx5Context;
+use super::context::{unsupported, Mlx5Context};
 
 /// A QP created by `mlx5dv_create_qp(3)`, destroyed on drop.
 pub(super) struct DcQp<'res> {
@@ -42,7 +42,15 @@ impl<'res> DcQp<'res> {
         let raw = unsafe {
             (mlx5.library().fns.mlx5dv_create_qp)(mlx5.context().as_raw(), &mut attr, &mut dv)
         };
-        Ok(DcQp { raw: check_ptr(raw, "mlx5dv_create_qp")?, pd })
+        match check_ptr(raw, "mlx5dv_create_qp") {
+            Ok(raw) => Ok(DcQp { raw, pd }),
+            // mlx5_ib answers EOPNOTSUPP for a DC QP on a device or firmware without DC.
+            Err(crate::Error::Unsupported { .. }) => Err(unsupported(
+                mlx5.context().name(),
+                "mlx5dv_create_qp answered EOPNOTSUPP: the device or its firmware offers no DC",
+            )),
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) fn as_raw(&self) -> *mut sys::ibv_qp {

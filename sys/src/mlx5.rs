@@ -17,11 +17,14 @@
 //! name it was loaded under — on Debian `libmlx5-rdmav34.so` is a symlink to
 //! `libmlx5.so.1.24.44.0`) and never maps a second one. We prefer this to
 //! `dlopen("libmlx5.so.1", RTLD_NOLOAD)` because it needs no name: it finds the provider
-//! wherever a MOFED/DOCA-OFED stack installed it, works when providers are built into
-//! libibverbs (`RDMA_STATIC_PROVIDERS`, where the symbols live in libibverbs itself), and on
-//! a host with both an mlx5 and another device it asks the provider of the device at hand: a
-//! Soft-RoCE context resolves to `librxe-rdmav34.so`, which lacks the mlx5dv symbols, so that
-//! device is refused before any mlx5dv function is called.
+//! wherever a MOFED/DOCA-OFED stack installed it, and on a host with both an mlx5 and another
+//! device it asks the provider of the device at hand: a Soft-RoCE context resolves to
+//! `librxe-rdmav34.so`, which lacks the mlx5dv symbols, so that device is refused before any
+//! mlx5dv function is called.
+//!
+//! Not covered: providers linked statically into the program (`RDMA_STATIC_PROVIDERS` with a
+//! static libibverbs). There `dladdr` names the main program, which this crate's loader does
+//! not use (it `dlopen`s a shared libibverbs), so such a setup is not one this crate runs in.
 //!
 //! Every table is kept for the life of the process, never `dlclose`d, like libibverbs'.
 
@@ -80,8 +83,87 @@ fn_table! {
         /// `container_of`: undefined behaviour on a QP libmlx5 did not create.
         mlx5dv_qp_ex_from_ibv_qp_ex: fn(*mut ibv_qp_ex) -> *mut mlx5dv_qp_ex;
     }
-    optional {}
+    optional {
+        /// `mlx5dv_dci_stream_id_reset(3)` (`MLX5_1.21`, rdma-core v37): takes a DCI stream
+        /// out of error. Returns 0 or an errno.
+        mlx5dv_dci_stream_id_reset: fn(*mut ibv_qp, u16) -> c_int;
+    }
 }
+
+/// `MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM` (`1 << 14`, rdma-core v47): ask
+/// `mlx5dv_query_device` for `max_dc_rd_atom` and `max_dc_init_rd_atom`. Defined here because
+/// the headers this crate is built against may predate it (v44 lacks it); read the fields with
+/// [`DvContext::max_dc_rd_atom`].
+pub const MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM: u32 = 1 << 14;
+
+/// The offset of `max_dc_rd_atom` (`uint64_t`) in rdma-core v47's `struct mlx5dv_context`:
+/// right after `crypto_caps`, aligned to 8. `max_dc_init_rd_atom` follows it.
+pub const MAX_DC_RD_ATOM_OFFSET: usize = 152;
+
+/// The offset of `max_dc_init_rd_atom` (`uint64_t`) in rdma-core v47's `struct mlx5dv_context`.
+pub const MAX_DC_INIT_RD_ATOM_OFFSET: usize = MAX_DC_RD_ATOM_OFFSET + 8;
+
+/// A `struct mlx5dv_context` for `mlx5dv_query_device(3)`, with room for the fields of newer
+/// libraries than this build's headers know: its first bytes are this build's
+/// `mlx5dv_context`, and it reaches past `max_dc_init_rd_atom` (rdma-core v47) whatever the
+/// headers. A library writes only the fields of the `comp_mask` bits it knows, so a larger
+/// buffer than it expects is never overrun.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+#[allow(missing_debug_implementations)]
+pub struct DvContext([u8; 256]);
+
+/// The DC read/atomic limits of rdma-core v47's `mlx5dv_context`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcRdAtom {
+    /// `max_dc_rd_atom`: the most incoming RDMA READs and atomics a DCT serves at once.
+    pub responder: u64,
+    /// `max_dc_init_rd_atom`: the most a DCI may have outstanding.
+    pub init: u64,
+}
+
+impl DvContext {
+    /// A zeroed context whose `comp_mask` asks for `comp_mask`.
+    pub fn asking(comp_mask: u64) -> DvContext {
+        let mut buf = DvContext([0; 256]);
+        let at = std::mem::offset_of!(mlx5dv_context, comp_mask);
+        buf.0[at..at + 8].copy_from_slice(&comp_mask.to_ne_bytes());
+        buf
+    }
+
+    /// The pointer to pass to `mlx5dv_query_device`.
+    pub fn as_mut_ptr(&mut self) -> *mut mlx5dv_context {
+        self.0.as_mut_ptr().cast()
+    }
+
+    /// The fields this build's headers know.
+    pub fn context(&self) -> mlx5dv_context {
+        // SAFETY: the buffer is 8-aligned and larger than `mlx5dv_context` (asserted below),
+        // whose fields are integers and one raw pointer: every bit pattern is a valid value.
+        unsafe { self.0.as_ptr().cast::<mlx5dv_context>().read() }
+    }
+
+    /// `max_dc_rd_atom` and `max_dc_init_rd_atom`, when the library answered
+    /// [`MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM`] (v47+; an older one clears the bit).
+    pub fn max_dc_rd_atom(&self) -> Option<DcRdAtom> {
+        let field = |at: usize| u64::from_ne_bytes(self.0[at..at + 8].try_into().expect("8"));
+        (self.context().comp_mask & u64::from(MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM) != 0).then(|| {
+            DcRdAtom {
+                responder: field(MAX_DC_RD_ATOM_OFFSET),
+                init: field(MAX_DC_INIT_RD_ATOM_OFFSET),
+            }
+        })
+    }
+}
+
+// The v47 fields follow `crypto_caps` (the last field of v44's struct, ending at 148), and the
+// buffer holds this build's struct and them.
+static_assertions::const_assert!(
+    std::mem::offset_of!(mlx5dv_context, crypto_caps) + std::mem::size_of::<mlx5dv_crypto_caps>()
+        <= MAX_DC_RD_ATOM_OFFSET
+);
+static_assertions::const_assert!(std::mem::size_of::<mlx5dv_context>() <= 256);
+static_assertions::const_assert!(MAX_DC_INIT_RD_ATOM_OFFSET + 8 <= 256);
 
 /// A provider's libmlx5 functions and the file they came from.
 #[allow(missing_debug_implementations)]

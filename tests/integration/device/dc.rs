@@ -95,10 +95,12 @@ mod hardware {
     use std::time::{Duration, Instant};
 
     use rdma_verbs::mlx5::{
-        DcKey, DcRoute, DcWr, DciInitAttr, DctInitAttr, DctToRtrAttr, Mlx5Context,
+        DcDestination, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciToRtrAttr, DctInitAttr,
+        DctToRtrAttr, Mlx5Context,
     };
     use rdma_verbs::{
-        AccessFlags, Context, Gid, Mtu, RecvWr, SendFlags, ToInitAttr, WcOpcode, WorkCompletion,
+        AccessFlags, Context, Gid, Mtu, Psn, RecvWr, Rts, SendFlags, ToInitAttr, ToRtsAttr,
+        WcOpcode, WorkCompletion,
     };
 
     use crate::common::{example, output_within, spawn_server, text, wait_within};
@@ -140,7 +142,7 @@ mod hardware {
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
 
-        let route = DcRoute { port: 1, sgid_index: sgid, path_mtu: Mtu::MTU_1024 };
+        let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
         let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token).unwrap();
         let src = [region.sge(128..192).unwrap()];
         let remote = region.remote(64..128).unwrap();
@@ -213,5 +215,71 @@ mod hardware {
             let json = String::from_utf8_lossy(&client.stdout);
             assert!(json.contains("\"completed\":4000"), "{tool}: {}", text(&client));
         }
+    }
+
+    #[test]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    fn dc_caps_streams_read_depth_and_version_are_consistent() {
+        let ctx = Context::open(&device()).unwrap();
+        let mlx5 = Mlx5Context::open(&ctx).unwrap();
+        let caps = mlx5.caps();
+        eprintln!("{caps:?}");
+        // Streams are reported only with at least 2^1 concurrent (#19).
+        assert!(caps.dci_streams.is_none_or(|s| s.max_log_concurrent > 0), "{caps:?}");
+        assert!(caps.dci_max_rd_atomic >= 1, "{caps:?}");
+        let part = ctx.query_device().unwrap().vendor_part_id();
+        assert_eq!(caps.dc_version, rdma_verbs::mlx5::DcVersion::from_vendor_part_id(part));
+    }
+
+    #[test]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    fn a_dci_renewed_after_an_error_completion_sends_again() {
+        let ctx = Context::open(&device()).unwrap();
+        let mlx5 = Mlx5Context::open(&ctx).unwrap();
+        let port = ctx.query_port(1).unwrap();
+        let sgid =
+            gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
+        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i).unwrap().gid);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let srq = pd.create_srq(4, 1).unwrap();
+        let region = pd.register(128, AccessFlags::LOCAL_WRITE).unwrap();
+        let key = DcKey(0x5eed);
+        let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key }).unwrap();
+        let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() };
+        let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
+        let dct = dct.into_init(&init).unwrap().into_rtr(&DctToRtrAttr::from_route(&route));
+        let token = dct.unwrap().endpoint(gid, port.lid()).unwrap();
+        let recv = [region.sge(0..64).unwrap()];
+        // SAFETY: read only after its completion; the region outlives the DCT.
+        unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+        let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token).unwrap();
+        let src = [region.sge(64..128).unwrap()];
+        let wrong = DcDestination { key: DcKey(0xbad), ..peer.destination() };
+        let poll_one = || {
+            let mut wcs: [WorkCompletion; 1] = Default::default();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(60) {
+                if let Some(wc) = cq.poll(&mut wcs).unwrap().first() {
+                    return (wc.wr_id(), wc.is_success());
+                }
+            }
+            panic!("no completion in 60 s");
+        };
+        let send = |dci: &Dci<'_, Rts>, wr_id, dest| {
+            let wr = DcWr::send(wr_id, &src, dest).flags(SendFlags::SIGNALED);
+            // SAFETY: the region outlives the WR and is not written until it completes.
+            unsafe { dci.post(&[wr]).unwrap() };
+        };
+        // A wrong key: the DCT never answers, the DCI retries out and goes to ERROR.
+        send(&dci, 2, wrong);
+        assert_eq!(poll_one(), (2, false));
+        let dci = mlx5.renew_dci(dci, &DciInitAttr::new(&cq)).unwrap().into_init(1, 0).unwrap();
+        let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 }).unwrap();
+        let dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0))).unwrap();
+        send(&dci, 3, peer.destination());
+        let mut seen = [poll_one(), poll_one()];
+        seen.sort();
+        assert_eq!(seen, [(1, true), (3, true)]);
     }
 }

@@ -3,10 +3,11 @@
 //! posted work request.
 
 use std::net::Ipv6Addr;
+use std::time::Duration;
 
 use rdma_verbs::mlx5::{
-    DcEndpoint, DcKey, DcRoute, DcWr, Dci, DciInitAttr, DciStreams, DciToRtrAttr, DctInitAttr,
-    DctToRtrAttr, Mlx5Context,
+    DcEndpoint, DcKey, DcRoute, DcVersion, DcWr, Dci, DciInitAttr, DciStreams, DciToRtrAttr,
+    DctInitAttr, DctToRtrAttr, Mlx5Context,
 };
 use rdma_verbs::{
     AccessFlags, Context, Error, Gid, InvalidInputKind, Lid, Mtu, OdpTransportCaps, Psn, Qpn,
@@ -25,8 +26,10 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// A fresh mock, whose mlx5 device is the default one.
     fn new() -> Fixture {
         let mock = Mock::new();
+        mock_mlx5::configure(mock_mlx5::DeviceConfig::default());
         let raw = mock.context(ContextConfig::default());
         // SAFETY: a fresh context of the DC mock library, dropped before the mock.
         let ctx = unsafe {
@@ -67,12 +70,13 @@ impl Fixture {
 const SGID_INDEX: u8 = 3;
 
 fn route() -> DcRoute {
-    DcRoute { port: 1, sgid_index: Some(SGID_INDEX), path_mtu: Mtu::MTU_1024 }
+    DcRoute::new(1, Some(SGID_INDEX), Mtu::MTU_1024)
 }
 
 fn token() -> DcEndpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    DcEndpoint::new(gid, Lid(0x12), Qpn(0xab_cdef), DcKey(0x0123_4567_89ab_cdef)).unwrap()
+    let key = DcKey(0x0123_4567_89ab_cdef);
+    DcEndpoint::new(gid, Lid(0x12), Qpn(0xab_cdef), key, DcVersion::V2).unwrap()
 }
 
 #[test]
@@ -106,8 +110,11 @@ fn the_gate_reports_the_dc_capabilities() {
     let f = Fixture::new();
     f.mock.take_calls();
     let mlx5 = f.mlx5(true).unwrap();
-    let asked =
-        u64::from(sys::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | sys::MLX5DV_CONTEXT_MASK_DCI_STREAMS);
+    let asked = u64::from(
+        sys::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS
+            | sys::MLX5DV_CONTEXT_MASK_DCI_STREAMS
+            | sys::mlx5::MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM,
+    );
     assert_eq!(f.dc_calls(), [Mlx5Call::IsSupported, Mlx5Call::QueryDevice { comp_mask: asked }]);
     let caps = mlx5.caps();
     assert_eq!(caps.dc_odp, OdpTransportCaps::SEND | OdpTransportCaps::RECV);
@@ -372,7 +379,8 @@ fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
     };
     let (dci, peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
     assert!(dci.has_streams());
-    let create = f.dc_calls().into_iter().next().unwrap();
+    let calls = f.dc_calls();
+    let create = calls.into_iter().find(|c| matches!(c, Mlx5Call::CreateQp { .. })).unwrap();
     let Mlx5Call::CreateQp { dv_comp_mask, dci_streams, .. } = create else { panic!("{create:?}") };
     let streams_mask = sys::MLX5DV_QP_INIT_ATTR_MASK_DC | sys::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
     assert_eq!((dv_comp_mask, dci_streams), (u64::from(streams_mask), Some((2, 1))));
@@ -425,4 +433,354 @@ fn a_pd_of_another_context_is_refused() {
     let err = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherContext), "{err:?}");
     assert!(err.to_string().contains("Mlx5Context"), "{err}");
+}
+
+// Issue #19: DC ready for its first ConnectX run.
+
+#[path = "../../../examples/dc/completions.rs"]
+mod completions;
+
+/// The token of a DCT taken to RTR on `rtr` (then destroyed), on a PD, SRQ and CQ of its own.
+fn dct_at_rtr(
+    f: &Fixture,
+    mlx5: &Mlx5Context<'_>,
+    rtr: &DctToRtrAttr,
+) -> Result<DcEndpoint, Error> {
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    let srq = pd.create_srq(4, 1).unwrap();
+    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(7) })?;
+    let access = AccessFlags::REMOTE_WRITE;
+    let dct = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).map_err(|e| e.error)?;
+    let dct = dct.into_rtr(rtr).map_err(|e| e.error)?;
+    let token = dct.endpoint(Gid::ZERO, Lid(0)).unwrap();
+    Ok(token)
+}
+
+/// The attributes of the AH that `ibv_create_ah` made, from `calls`.
+fn created_ah(calls: &[Call]) -> QpAttr {
+    calls
+        .iter()
+        .find_map(|c| match c {
+            Call::Mlx5(Mlx5Call::CreateAh { attr, .. }) => Some(*attr),
+            _ => None,
+        })
+        .expect("ibv_create_ah")
+}
+
+#[test]
+fn dc_pingpong_keeps_the_peers_send_polled_while_it_waits_for_its_own() {
+    // dc_pingpong's wr_ids: 1 for its receives, 2 for its sends. The DCT and the DCI share
+    // the CQ, and the peer's SEND (our receive) completes before our own SEND does.
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(8).unwrap();
+    for (wr_id, opcode) in [(1, sys::IBV_WC_RECV), (2, sys::IBV_WC_SEND)] {
+        f.mock.push_completion(cq.as_raw(), sys::ibv_wc { wr_id, opcode, ..Default::default() });
+    }
+    let mut done = completions::Completions::default();
+    done.wait(&cq, 2, Duration::from_secs(5)).unwrap();
+    f.mock.take_calls();
+    // The receive was polled by the first wait: the next one takes it without polling.
+    done.wait(&cq, 1, Duration::from_secs(5)).unwrap();
+    assert_eq!(f.mock.take_calls(), []);
+    // Taken once: a third wait finds nothing and says which completion it missed.
+    let err = done.wait(&cq, 1, Duration::from_millis(20)).unwrap_err();
+    assert!(err.to_string().contains("no completion of work request 1"), "{err}");
+    // An error completion is an error, whatever it is.
+    let failed = sys::ibv_wc { wr_id: 9, status: sys::IBV_WC_RETRY_EXC_ERR, ..Default::default() };
+    f.mock.push_completion(cq.as_raw(), failed);
+    let err = done.wait(&cq, 2, Duration::from_secs(5)).unwrap_err();
+    assert!(err.to_string().contains("work request 9 failed"), "{err}");
+}
+
+#[test]
+fn dci_streams_reported_with_zero_concurrent_are_absent() {
+    let f = Fixture::new();
+    // libmlx5 v37+ sets the DCI_STREAMS bit whenever asked, also on a device without.
+    let none = sys::mlx5dv_dci_streams_caps { max_log_num_concurent: 0, max_log_num_errored: 0 };
+    mock_mlx5::configure(mock_mlx5::DeviceConfig { dci_streams: none, ..Default::default() });
+    let mlx5 = f.mlx5(true).unwrap();
+    assert_eq!(mlx5.caps().dci_streams, None);
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    f.mock.take_calls();
+    let attr = DciInitAttr {
+        streams: Some(DciStreams { log_concurrent: 0, log_errored: 0 }),
+        ..DciInitAttr::new(&cq)
+    };
+    let err = mlx5.create_dci(&pd, &attr).unwrap_err();
+    let Error::Unsupported { what } = &err else { panic!("{err:?}") };
+    assert!(what.contains("reports no DCI streams"), "{err}");
+    assert_eq!(f.dc_calls(), [], "refused before mlx5dv_create_qp");
+}
+
+#[test]
+fn dc_routes_default_to_hop_limit_255_and_carry_traffic_class_and_sl() {
+    // DSCP 26, a common RoCE lossless class: traffic class 26 << 2.
+    let routed = DcRoute { traffic_class: 26 << 2, sl: 3, hop_limit: 64, ..route() };
+    for (route, expected) in [(route(), (255, 0, 0)), (routed, (64, 104, 3))] {
+        let f = Fixture::new();
+        let mlx5 = f.mlx5(true).unwrap();
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(8).unwrap();
+        f.mock.take_calls();
+        dct_at_rtr(&f, &mlx5, &DctToRtrAttr::from_route(&route)).unwrap();
+        let rtr = f.modifies()[1].1;
+        let (_dci, _peer) =
+            mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token()).unwrap();
+        let ah = created_ah(&f.mock.take_calls());
+        for (what, av) in [("DCT AV", rtr), ("DCI AH", ah)] {
+            assert_eq!(av.is_global, 1, "{what}");
+            assert_eq!((av.hop_limit, av.traffic_class, av.sl), expected, "{what}");
+        }
+    }
+    assert_eq!(DctToRtrAttr::new(1, Some(3), Mtu::MTU_1024), DctToRtrAttr::from_route(&route()));
+}
+
+#[test]
+fn a_dci_in_error_goes_back_to_reset_and_to_rts_again() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &token()).unwrap();
+    let qpn = dci.qp_num();
+    // A WR failed: the device moved the DCI to ERROR while it is still typed Rts.
+    mock_mlx5::move_to_error(dci.as_raw());
+    f.mock.take_calls();
+    let dci = dci.reset().unwrap();
+    assert_eq!(
+        f.modifies().iter().map(|m| (m.0, m.1.qp_state)).collect::<Vec<_>>(),
+        [(sys::IBV_QP_STATE, sys::IBV_QPS_RESET)]
+    );
+    assert_eq!(mock_mlx5::state(dci.as_raw()), sys::IBV_QPS_RESET);
+    let dci = dci.into_init(1, 0).unwrap().into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 });
+    let dci = dci.unwrap().into_rts(&ToRtsAttr::new(Psn::new(0))).unwrap();
+    assert_eq!((dci.qp_num(), mock_mlx5::state(dci.as_raw())), (qpn, sys::IBV_QPS_RTS));
+    let sge = mr.sge(0..8).unwrap();
+    // SAFETY: the mock touches no memory.
+    unsafe { dci.post(&[DcWr::send(1, std::slice::from_ref(&sge), peer.destination())]) }.unwrap();
+}
+
+#[test]
+fn renew_dci_resets_or_where_the_kernel_refuses_recreates_the_dci() {
+    for dci_reset in [true, false] {
+        let f = Fixture::new();
+        mock_mlx5::configure(mock_mlx5::DeviceConfig { dci_reset, ..Default::default() });
+        let mlx5 = f.mlx5(true).unwrap();
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(8).unwrap();
+        let attr = DciInitAttr::new(&cq);
+        let (dci, _peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+        let old_qpn = dci.qp_num();
+        mock_mlx5::move_to_error(dci.as_raw());
+        if !dci_reset {
+            // An older kernel: RESET only from RESET.
+            let refused = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap().0;
+            let err = refused.reset().unwrap_err();
+            assert_verb_error(&err.error, "ibv_modify_qp (DCI →RESET)", libc::EINVAL, &[]);
+        }
+        f.mock.take_calls();
+        let renewed = mlx5.renew_dci(dci, &attr).unwrap();
+        let destroyed = f.mock.take_calls().contains(&Call::DestroyQp);
+        assert_eq!(mock_mlx5::state(renewed.as_raw()), sys::IBV_QPS_RESET);
+        // Reset in place keeps the QP; recreated, the old one is destroyed and the number new.
+        assert_eq!(renewed.qp_num() == old_qpn, dci_reset, "dci_reset {dci_reset}");
+        assert_eq!(destroyed, !dci_reset, "dci_reset {dci_reset}");
+    }
+}
+
+#[test]
+fn a_dci_stream_is_reset_through_the_optional_symbol() {
+    let streams = Some(DciStreams { log_concurrent: 2, log_errored: 1 });
+    // (library, DCI streams, stream id, expected outcome)
+    let cases: [(&'static rdma_verbs_sys::mlx5::Mlx5, _, u16, Result<(), &str>); 4] = [
+        (mock_mlx5::library(true), streams, 3, Ok(())),
+        (mock_mlx5::library(true), streams, 4, Err("EINVAL")),
+        (mock_mlx5::library(true), None, 0, Err("created without streams")),
+        (mock_mlx5::library_without_stream_reset(), streams, 0, Err("rdma-core v37+")),
+    ];
+    for (lib, streams, id, expected) in cases {
+        let f = Fixture::new();
+        // SAFETY: the mock libmlx5 keeps libmlx5's contracts over this mock's objects.
+        let mlx5 = unsafe { Mlx5Context::with_library(&f.ctx, lib) }.unwrap();
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(8).unwrap();
+        let attr = DciInitAttr { streams, ..DciInitAttr::new(&cq) };
+        let (dci, _peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+        f.mock.take_calls();
+        let got = dci.reset_stream(id);
+        let calls = f.dc_calls();
+        match (expected, got) {
+            (Ok(()), Ok(())) => {
+                assert_eq!(calls, [Mlx5Call::DciStreamIdReset { stream_id: id }]);
+            }
+            (Err("EINVAL"), Err(e)) => {
+                assert_verb_error(&e, "mlx5dv_dci_stream_id_reset", libc::EINVAL, &[]);
+            }
+            (Err(text), Err(e)) => {
+                assert!(e.to_string().contains(text), "{e}");
+                assert_eq!(calls, [], "refused before any call");
+            }
+            (expected, got) => panic!("stream {id}: expected {expected:?}, got {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_dci_read_depth_is_the_smaller_of_the_dc_limit_and_the_asked_one() {
+    // (DC limit reported, asked, set at RTS); the RC fallback is the mock's 16.
+    let cases = [
+        (Some(mock_mlx5::DC_RD_ATOM), None, 4),
+        (Some(mock_mlx5::DC_RD_ATOM), Some(2), 2),
+        (Some(mock_mlx5::DC_RD_ATOM), Some(9), 4),
+        (None, None, 16),
+        (None, Some(8), 8),
+    ];
+    for (dc_rd_atom, asked, expected) in cases {
+        let f = Fixture::new();
+        mock_mlx5::configure(mock_mlx5::DeviceConfig { dc_rd_atom, ..Default::default() });
+        let mlx5 = f.mlx5(true).unwrap();
+        let caps = mlx5.caps();
+        assert_eq!(caps.dc_rd_atomic_reported, dc_rd_atom.is_some());
+        assert_eq!(u64::from(caps.dci_max_rd_atomic), dc_rd_atom.map_or(16, |(_, init)| init));
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(8).unwrap();
+        f.mock.take_calls();
+        let attr = DciInitAttr { max_rd_atomic: asked, ..DciInitAttr::new(&cq) };
+        let connected = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+        let rts = f.modifies()[2].1;
+        assert_eq!(rts.max_rd_atomic, expected, "limit {dc_rd_atom:?}, asked {asked:?}");
+        drop(connected);
+    }
+    // Above the DC limit the kernel refuses the RTS transition.
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    let dci = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap().into_init(1, 0).unwrap();
+    let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 }).unwrap();
+    let err = dci.into_rts(&ToRtsAttr { max_rd_atomic: 5, ..ToRtsAttr::new(Psn::new(0)) });
+    let rts = "ibv_modify_qp (DCI RTR→RTS)";
+    // (The generic EINVAL hint of an RTS transition names iWARP; it does not know DC.)
+    assert_verb_error(&err.unwrap_err().error, rts, libc::EINVAL, &["rdma_cm"]);
+}
+
+#[test]
+fn the_dc_version_comes_from_the_part_id_and_a_mixed_pair_is_refused_before_any_qp() {
+    for (part, version) in [
+        (4113, DcVersion::V1),  // Connect-IB
+        (4115, DcVersion::V1),  // ConnectX-4
+        (4117, DcVersion::V1),  // ConnectX-4 Lx
+        (4118, DcVersion::V1),  // ConnectX-4 Lx VF
+        (4119, DcVersion::V2),  // ConnectX-5
+        (4125, DcVersion::V2),  // ConnectX-6 Dx
+        (41686, DcVersion::V2), // BlueField-2
+    ] {
+        assert_eq!(DcVersion::from_vendor_part_id(part), version, "part {part}");
+    }
+    let f = Fixture::new();
+    mock_mlx5::configure(mock_mlx5::DeviceConfig { vendor_part_id: 4117, ..Default::default() });
+    let mlx5 = f.mlx5(true).unwrap();
+    assert_eq!(mlx5.caps().dc_version, DcVersion::V1);
+    // Our DCT's token says v1.
+    let ours = dct_at_rtr(&f, &mlx5, &DctToRtrAttr::from_route(&route())).unwrap();
+    assert_eq!(ours.dc_version(), DcVersion::V1);
+    assert!(ours.to_string().ends_with(":1"), "{ours}");
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    f.mock.take_calls();
+    let v2_peer = token();
+    let err = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &v2_peer).unwrap_err();
+    let Error::Unsupported { what } = &err else { panic!("{err:?}") };
+    assert!(what.contains("DC v1") && what.contains("DC v2"), "{err}");
+    assert!(what.contains("do not interoperate"), "{err}");
+    assert_eq!(f.dc_calls(), [], "no AH, no QP");
+}
+
+#[test]
+fn a_device_without_dc_is_unsupported_naming_it() {
+    let f = Fixture::new();
+    mock_mlx5::configure(mock_mlx5::DeviceConfig { dc: false, ..Default::default() });
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    let srq = pd.create_srq(4, 1).unwrap();
+    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) });
+    let dci = mlx5.create_dci(&pd, &DciInitAttr::new(&cq));
+    for err in [dct.unwrap_err(), dci.unwrap_err()] {
+        let Error::Unsupported { what } = &err else { panic!("{err:?}") };
+        assert!(what.contains("on device mock0"), "{err}");
+        assert!(what.contains("EOPNOTSUPP"), "{err}");
+        assert!(what.contains("Connect-IB, ConnectX-4 or later"), "{err}");
+        assert!(what.contains("DC enabled"), "{err}");
+    }
+}
+
+#[test]
+fn a_dct_refuses_every_transition_but_reset_init_rtr() {
+    let f = Fixture::new();
+    let mlx5 = f.mlx5(true).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    let srq = pd.create_srq(4, 1).unwrap();
+    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) });
+    let access = AccessFlags::REMOTE_WRITE;
+    let init = dct.unwrap().into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).unwrap();
+    let modify = |qp: *mut sys::ibv_qp, state| {
+        let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
+        let fns = &mock_mlx5::ibverbs_library().fns;
+        // SAFETY: a live DC QP of this mock and a valid attribute struct.
+        unsafe { (fns.ibv_modify_qp)(qp, &mut attr, sys::IBV_QP_STATE as i32) }
+    };
+    for state in [sys::IBV_QPS_RESET, sys::IBV_QPS_ERR] {
+        assert_eq!(modify(init.as_raw(), state), libc::EINVAL, "INIT → {state}");
+    }
+    let rtr = init.into_rtr(&DctToRtrAttr::from_route(&route())).unwrap();
+    for state in [sys::IBV_QPS_RESET, sys::IBV_QPS_ERR, sys::IBV_QPS_RTS] {
+        assert_eq!(modify(rtr.as_raw(), state), libc::EINVAL, "RTR → {state}");
+    }
+    assert_eq!(mock_mlx5::state(rtr.as_raw()), sys::IBV_QPS_RTR);
+}
+
+#[test]
+fn dc_needs_a_grh_on_roce_and_none_on_infiniband() {
+    // (link layer, GRH, whether DCT RTR and the DCI's AH succeed)
+    let cases = [
+        (sys::IBV_LINK_LAYER_ETHERNET, Some(SGID_INDEX), true),
+        (sys::IBV_LINK_LAYER_ETHERNET, None, false),
+        (sys::IBV_LINK_LAYER_INFINIBAND, None, true),
+        (sys::IBV_LINK_LAYER_INFINIBAND, Some(SGID_INDEX), true),
+    ];
+    for (link_layer, sgid_index, ok) in cases {
+        let f = Fixture::new();
+        mock_mlx5::configure(mock_mlx5::DeviceConfig { link_layer, ..Default::default() });
+        let mlx5 = f.mlx5(true).unwrap();
+        let route = DcRoute { sgid_index, ..route() };
+        let dct = dct_at_rtr(&f, &mlx5, &DctToRtrAttr::from_route(&route));
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(8).unwrap();
+        let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+        // An InfiniBand token: a LID, no GID.
+        let ib_peer = DcEndpoint::new(Gid::ZERO, Lid(0x12), Qpn(0x77), DcKey(1), DcVersion::V2);
+        let peer_token = if sgid_index.is_some() { token() } else { ib_peer.unwrap() };
+        f.mock.take_calls();
+        let dci = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer_token);
+        let case = format!("link layer {link_layer}, GRH {sgid_index:?}");
+        if !ok {
+            let rtr = "ibv_modify_qp (DCT INIT→RTR)";
+            assert_verb_error(&dct.unwrap_err(), rtr, libc::EINVAL, &["global route"]);
+            assert_verb_error(&dci.unwrap_err(), "ibv_create_ah", libc::EINVAL, &[]);
+            continue;
+        }
+        dct.unwrap();
+        let (dci, peer) = dci.unwrap();
+        let ah = created_ah(&f.mock.take_calls());
+        assert_eq!((ah.is_global, ah.dlid), (u8::from(sgid_index.is_some()), 0x12), "{case}");
+        let sge = mr.sge(0..8).unwrap();
+        // SAFETY: the mock touches no memory.
+        unsafe { dci.post(&[DcWr::send(1, std::slice::from_ref(&sge), peer.destination())]) }
+            .unwrap();
+    }
 }

@@ -16,10 +16,10 @@
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType,
-    Qpn, QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags, SendList,
-    SendOp, SendWr, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination,
-    UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
+    Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
+    QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags, SendList, SendOp,
+    SendWr, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend,
+    UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
