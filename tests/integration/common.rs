@@ -1,4 +1,6 @@
 //! Helpers shared by the integration tests.
+// Most serve the device tier, which is compiled only with the `device-tests` feature.
+#![cfg_attr(not(feature = "device-tests"), allow(dead_code))]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
