@@ -238,7 +238,6 @@ pub(super) unsafe extern "C" fn ibv_query_qp(
         cap: recorded.cap,
         qp_type: qp.qp_type,
         sq_sig_all: sq_sig_all.into(),
-        ..Default::default()
     };
     // SAFETY: the caller made both writable.
     unsafe {

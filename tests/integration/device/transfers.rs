@@ -102,7 +102,7 @@ fn two_qps_share_one_cq_and_each_completion_names_its_qp() {
         s2.post_send(&mut SendWr::send(22, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
     let mut sends: Vec<_> =
-        wait_for(&shared, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num(), wc.status())).collect();
+        wait_for(shared, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num(), wc.status())).collect();
     sends.sort_by_key(|s| s.0);
     assert_eq!(sends, [(21, s1.qp_num(), WcStatus::SUCCESS), (22, s2.qp_num(), WcStatus::SUCCESS)]);
     let mut recvs: Vec<_> =
