@@ -223,6 +223,7 @@ pub use qp::Connected;
 pub use qp::GlobalRoute;
 pub use qp::Init;
 pub use qp::QpAttrMask;
+pub use qp::QpAttributes;
 pub use qp::QpCapabilities;
 pub use qp::QpInitAttr;
 pub use qp::QpState;

@@ -164,6 +164,7 @@ fn transition(
 }
 
 /// `ibv_modify_qp`: transitions as [`transition`] checks them; on failure nothing changes.
+/// The attributes the mask names are recorded for `ibv_query_qp`.
 /// RTR records an RC or UC QP's `dest_qp_num` (its loopback peer, when that is a QP of this
 /// mock); ERROR flushes what is outstanding, RESET discards it; then whatever can execute
 /// does.
@@ -187,6 +188,7 @@ pub(super) unsafe extern "C" fn ibv_modify_qp(
         raw.state = state;
         let qpn = raw.qp_num;
         if let Some(info) = s.reg.qps.get_mut(&qpn) {
+            info.attr.apply(attr, attr_mask as u32);
             if state == IBV_QPS_RTR && raw.qp_type != IBV_QPT_UD {
                 info.dest_qpn = Some(attr.dest_qp_num);
             }
@@ -201,7 +203,9 @@ pub(super) unsafe extern "C" fn ibv_modify_qp(
     }))
 }
 
-/// `ibv_query_qp`: the state, type and CQs.
+/// `ibv_query_qp`: the state, type, CQs and SRQ, the capabilities as creation rounded them,
+/// and every attribute as the successful modifies set it (all of them, whatever the mask
+/// asks, as providers do).
 ///
 /// # Safety
 ///
@@ -216,19 +220,24 @@ pub(super) unsafe extern "C" fn ibv_query_qp(
         s.begin(Call::QueryQp { mask: attr_mask }, Verb::QueryQp)?;
         s.expect(qp, Kind::Qp)?;
         // SAFETY: `qp` is a live mock QP (checked above).
-        Ok(unsafe { *qp })
+        let qp = unsafe { *qp };
+        let info = s.reg.qps.get(&qp.qp_num);
+        let recorded = info.map_or_else(ibv_qp_attr::default, |info| info.attr.0);
+        Ok((qp, recorded, info.is_some_and(|info| info.sq_sig_all)))
     });
-    let qp = match result {
-        Ok(qp) => qp,
+    let (qp, recorded, sq_sig_all) = match result {
+        Ok(found) => found,
         Err(errno) => return errno,
     };
-    let state = ibv_qp_attr { qp_state: qp.state, cur_qp_state: qp.state, ..Default::default() };
+    let state = ibv_qp_attr { qp_state: qp.state, cur_qp_state: qp.state, ..recorded };
     let init = ibv_qp_init_attr {
         qp_context: qp.qp_context,
         send_cq: qp.send_cq,
         recv_cq: qp.recv_cq,
+        srq: qp.srq,
+        cap: recorded.cap,
         qp_type: qp.qp_type,
-        ..Default::default()
+        sq_sig_all: sq_sig_all.into(),
     };
     // SAFETY: the caller made both writable.
     unsafe {

@@ -108,6 +108,9 @@ pub(crate) struct QpInfo {
     pub srq: Option<u32>,
     /// `dest_qp_num`, from RTR on (RC, UC).
     pub dest_qpn: Option<u32>,
+    /// What `ibv_query_qp` reports: the caps at creation, then each successful modify's
+    /// attributes.
+    pub attr: RecordedAttr,
     /// Sends posted, not executed yet, in order.
     pub sq: VecDeque<SendWork>,
     /// Receives posted (without an SRQ), not consumed yet, in order.
@@ -133,6 +136,7 @@ impl QpInfo {
             sq_sig_all,
             srq,
             dest_qpn: None,
+            attr: RecordedAttr(ibv_qp_attr { cap: *cap, ..Default::default() }),
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             unsignaled: Vec::new(),
@@ -147,6 +151,91 @@ impl QpInfo {
     pub fn raw(&self) -> &ibv_qp {
         // SAFETY: the registry holds only live QPs, removed before they are freed.
         unsafe { &*self.ptr }
+    }
+}
+
+/// A QP's attributes as its modifies set them (`ibv_qp_attr` holds unions, so it has no
+/// `Debug` of its own).
+#[derive(Clone, Copy)]
+pub(crate) struct RecordedAttr(pub ibv_qp_attr);
+
+impl RecordedAttr {
+    /// Takes the fields `mask` names from `new`, as `ibv_modify_qp(3)` applies them.
+    pub fn apply(&mut self, new: &ibv_qp_attr, mask: u32) {
+        let a = &mut self.0;
+        let has = |bit: u32| mask & bit != 0;
+        if has(IBV_QP_STATE) {
+            a.qp_state = new.qp_state;
+        }
+        if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = new.en_sqd_async_notify;
+        }
+        if has(IBV_QP_ACCESS_FLAGS) {
+            a.qp_access_flags = new.qp_access_flags;
+        }
+        if has(IBV_QP_PKEY_INDEX) {
+            a.pkey_index = new.pkey_index;
+        }
+        if has(IBV_QP_PORT) {
+            a.port_num = new.port_num;
+        }
+        if has(IBV_QP_QKEY) {
+            a.qkey = new.qkey;
+        }
+        if has(IBV_QP_AV) {
+            a.ah_attr = new.ah_attr;
+        }
+        if has(IBV_QP_PATH_MTU) {
+            a.path_mtu = new.path_mtu;
+        }
+        if has(IBV_QP_TIMEOUT) {
+            a.timeout = new.timeout;
+        }
+        if has(IBV_QP_RETRY_CNT) {
+            a.retry_cnt = new.retry_cnt;
+        }
+        if has(IBV_QP_RNR_RETRY) {
+            a.rnr_retry = new.rnr_retry;
+        }
+        if has(IBV_QP_RQ_PSN) {
+            a.rq_psn = new.rq_psn;
+        }
+        if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = new.max_rd_atomic;
+        }
+        if has(IBV_QP_ALT_PATH) {
+            a.alt_ah_attr = new.alt_ah_attr;
+            a.alt_pkey_index = new.alt_pkey_index;
+            a.alt_port_num = new.alt_port_num;
+            a.alt_timeout = new.alt_timeout;
+        }
+        if has(IBV_QP_MIN_RNR_TIMER) {
+            a.min_rnr_timer = new.min_rnr_timer;
+        }
+        if has(IBV_QP_SQ_PSN) {
+            a.sq_psn = new.sq_psn;
+        }
+        if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = new.max_dest_rd_atomic;
+        }
+        if has(IBV_QP_PATH_MIG_STATE) {
+            a.path_mig_state = new.path_mig_state;
+        }
+        if has(IBV_QP_DEST_QPN) {
+            a.dest_qp_num = new.dest_qp_num;
+        }
+        if has(IBV_QP_RATE_LIMIT) {
+            a.rate_limit = new.rate_limit;
+        }
+    }
+}
+
+impl std::fmt::Debug for RecordedAttr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordedAttr")
+            .field("qp_state", &self.0.qp_state)
+            .field("cap", &self.0.cap)
+            .finish_non_exhaustive()
     }
 }
 

@@ -4,7 +4,21 @@
 use crate::wc::WorkCompletion;
 
 /// A completion with what only the extended CQ can report: its fields are those of
-/// [`WorkCompletion`] (through `Deref`), plus [`timestamp`](Self::timestamp).
+/// [`WorkCompletion`] (through `Deref`), plus [`timestamp`](Self::timestamp). Through
+/// `DerefMut` it is a `&mut WorkCompletion` where one is taken, so
+/// [`BufferPool::complete`](crate::BufferPool::complete) hands back the buffer it ended:
+///
+/// ```no_run
+/// # use rdma_verbs::*;
+/// # fn f(cq: &CompletionQueue<'_>, pool: &BufferPool<'_>) -> Result<()> {
+/// cq.poll_with(16, |c| {
+///     let at = c.timestamp();
+///     if let Some(buf) = pool.complete(c) {
+///         println!("{} bytes at {at:?}", buf.len());
+///     }
+/// })?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Completion {
     wc: WorkCompletion,
@@ -33,5 +47,12 @@ impl std::ops::Deref for Completion {
     #[inline]
     fn deref(&self) -> &WorkCompletion {
         &self.wc
+    }
+}
+
+impl std::ops::DerefMut for Completion {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut WorkCompletion {
+        &mut self.wc
     }
 }

@@ -234,7 +234,9 @@ impl<'ctx> CompletionQueue<'ctx> {
     }
 
     /// Reaps up to `max` completions and hands each to `f` as a [`Completion`], which also
-    /// carries the completion timestamp on a CQ created with [`CqAttr::timestamps`]. Returns
+    /// carries the completion timestamp on a CQ created with [`CqAttr::timestamps`] (device
+    /// clock cycles), mutable so that [`BufferPool::complete`](crate::BufferPool::complete)
+    /// takes it. Returns
     /// how many were handed over. Never blocks, never allocates (the legacy path polls
     /// through a small array on the stack).
     ///
@@ -243,9 +245,9 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// As [`CompletionQueue::poll`].
     #[doc(alias = "ibv_wc_read_completion_ts")]
     #[inline]
-    pub fn poll_with(&self, max: usize, mut f: impl FnMut(&Completion)) -> Result<usize> {
+    pub fn poll_with(&self, max: usize, mut f: impl FnMut(&mut Completion)) -> Result<usize> {
         if let Some(ex) = &self.ex {
-            return ex.drain(max, |_, wc, timestamp| f(&Completion::new(wc, timestamp)));
+            return ex.drain(max, |_, wc, timestamp| f(&mut Completion::new(wc, timestamp)));
         }
         let mut chunk: [WorkCompletion; 16] = Default::default();
         let mut done = 0;
@@ -254,7 +256,7 @@ impl<'ctx> CompletionQueue<'ctx> {
             let polled = self.poll_legacy(&mut chunk[..want])?;
             let got = polled.len();
             for wc in polled {
-                f(&Completion::new(std::mem::take(wc), None));
+                f(&mut Completion::new(std::mem::take(wc), None));
             }
             done += got;
             if got < want {

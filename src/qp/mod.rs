@@ -21,6 +21,7 @@ mod extended;
 mod kind;
 mod modify;
 mod post;
+mod query;
 mod state;
 
 use std::marker::PhantomData;
@@ -35,6 +36,7 @@ pub use attr::{
 };
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
+pub use query::QpAttributes;
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;
@@ -120,7 +122,9 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         Qpn(unsafe { (*self.raw.as_ptr()).qp_num })
     }
 
-    /// The capabilities the provider allocated.
+    /// The capabilities as creation returned them (at least what was asked);
+    /// [`QueuePair::query`] reports those the provider set, which can be more (rxe rounds
+    /// its queues up: 7 send WRs fit where 4 were asked).
     pub fn caps(&self) -> QpCapabilities {
         self.caps
     }
@@ -205,7 +209,8 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         }
     }
 
-    /// `ibv_query_qp(3)`—The state the device reports now. It differs from `S` when the QP
+    /// `ibv_query_qp(3)`—The state the device reports now (all attributes:
+    /// [`QueuePair::query`]). It differs from `S` when the QP
     /// moved to ERROR by itself (an error completion) or after [`QueuePair::modify_raw`].
     ///
     /// # Errors
@@ -213,20 +218,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// [`Error::Verb`] from `ibv_query_qp`.
     #[doc(alias = "ibv_query_qp")]
     pub fn query_state(&self) -> Result<QueuePairState> {
-        let mut attr = sys::ibv_qp_attr::default();
-        let mut init = sys::ibv_qp_init_attr::default();
-        let mask = sys::IBV_QP_STATE as i32;
-        // SAFETY: a live QP and writable attribute structs.
-        let ret = unsafe {
-            (self.pd.context().library().fns.ibv_query_qp)(
-                self.as_raw(),
-                &mut attr,
-                mask,
-                &mut init,
-            )
-        };
-        check_errno(ret, "ibv_query_qp")?;
-        Ok(QueuePairState(attr.qp_state))
+        Ok(QueuePairState(self.query_raw(sys::IBV_QP_STATE)?.qp_state))
     }
 
     /// Any state → RESET, to reuse the QP (after an error, or to connect it elsewhere).

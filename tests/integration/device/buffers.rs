@@ -2,22 +2,16 @@
 
 use rdma_verbs::*;
 
-use super::pair::{connect, qp_in_init, wait_for};
+use super::pair::{wait_for, Loopback};
 use crate::common::{require_device, RXE};
 
 #[test]
 fn buffers_move_in_on_post_and_come_back_with_their_bytes() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let pool =
-        BufferPool::new(pd.register(16 * 4096, AccessFlags::LOCAL_WRITE).unwrap(), 4096).unwrap();
+    let lo = Loopback::new(&ctx, 64);
+    let pool = lo.pool(16, 4096);
     assert_eq!((pool.count(), pool.chunk_size()), (16, 4096));
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
-    );
+    let (a, b) = lo.rc_pair(8, AccessFlags::empty());
 
     for _ in 0..4 {
         b.post_recv_buffer(pool.take().unwrap()).unwrap();
@@ -30,7 +24,7 @@ fn buffers_move_in_on_post_and_come_back_with_their_bytes() {
     }
     let mut received = Vec::new();
     let mut sent = 0;
-    for mut wc in wait_for(&cq, 8) {
+    for mut wc in wait_for(&lo.cq, 8) {
         assert!(wc.is_success(), "{wc:?}");
         let imm = wc.imm_data();
         let buf = pool.complete(&mut wc).expect("every completion names one of the pool's buffers");
@@ -54,11 +48,9 @@ fn buffers_move_in_on_post_and_come_back_with_their_bytes() {
 #[test]
 fn a_refused_post_returns_the_buffer() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let pool =
-        BufferPool::new(pd.register(8 * 256, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
-    let qp = qp_in_init(&pd, &cq, 2, AccessFlags::empty());
+    let lo = Loopback::new(&ctx, 16);
+    let pool = lo.pool(8, 256);
+    let qp = lo.rc_in_init(2, AccessFlags::empty());
     // Providers may round the queue up past the reported capacity: fill it until refused.
     let err = (0..pool.count())
         .find_map(|_| {
@@ -75,18 +67,12 @@ fn a_refused_post_returns_the_buffer() {
 #[test]
 fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let pool =
-        BufferPool::new(pd.register(8 * 1024, AccessFlags::LOCAL_WRITE).unwrap(), 1024).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let pool = lo.pool(8, 1024);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = pd.register_remote_writable(8 * 1024, access).unwrap();
+    let target = lo.pd.register_remote_writable(8 * 1024, access).unwrap();
     let remote_access = AccessFlags::REMOTE_WRITE;
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 8, remote_access),
-    );
+    let (a, b) = lo.rc_pair(8, remote_access);
 
     let mut list = SendList::with_capacity(8);
     for i in 0..8u8 {
@@ -99,7 +85,7 @@ fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
     a.post_send_buffers(&mut list, true).unwrap();
     assert!(list.is_empty());
 
-    let mut wcs = wait_for(&cq, 1);
+    let mut wcs = wait_for(&lo.cq, 1);
     assert!(wcs[0].is_success(), "{wcs:?}");
     let last = pool.complete(&mut wcs[0]).expect("the signaled last WR names its buffer");
     assert_eq!(last.as_slice(), &[7u8; 1024][..]);
@@ -113,7 +99,7 @@ fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
         assert!(chunk.iter().all(|&b| usize::from(b) == i), "chunk {i}");
     }
     assert!(
-        cq.poll(&mut [WorkCompletion::EMPTY; 4]).unwrap().is_empty(),
+        lo.cq.poll(&mut [WorkCompletion::EMPTY; 4]).unwrap().is_empty(),
         "only the last WR was signaled"
     );
     drop(b);
@@ -122,14 +108,9 @@ fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
 #[test]
 fn a_raw_list_rings_one_doorbell_for_many_sends() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mr = pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
-    );
+    let lo = Loopback::new(&ctx, 16);
+    let mr = lo.region(8 * 64);
+    let (a, b) = lo.rc_pair(8, AccessFlags::empty());
     let recv: Vec<_> = (4..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in recv.iter().enumerate() {
         // SAFETY: the receive areas are not touched until their completions.
@@ -141,7 +122,7 @@ fn a_raw_list_rings_one_doorbell_for_many_sends() {
     wrs[3] = SendWr::send(3, &send[3]).flags(SendFlags::SIGNALED);
     // SAFETY: the send areas are not written until the signaled last send completes.
     unsafe { a.post_send_list(&mut wrs).unwrap() };
-    let wcs = wait_for(&cq, 5);
+    let wcs = wait_for(&lo.cq, 5);
     let mut ids: Vec<_> = wcs.iter().map(|wc| (wc.wr_id(), wc.status())).collect();
     ids.sort_by_key(|x| x.0);
     let ok = WcStatus::SUCCESS;

@@ -2,20 +2,15 @@
 
 use rdma_verbs::*;
 
-use super::pair::{connect, endpoint, qp_in_init, up, wait_for, PORT};
+use super::pair::{connect, endpoint, up, up_with, wait_for, Loopback, PORT};
 use crate::common::{require_device, RXE};
 
 #[test]
 fn a_qp_in_error_is_reset_and_reused() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-    );
+    let lo = Loopback::new(&ctx, 16);
+    let mr = lo.region(4096);
+    let (a, b) = lo.rc_pair(4, AccessFlags::empty());
 
     // A send naming an lkey that does not exist ends in a local protection error, which
     // moves the QP to ERROR.
@@ -23,7 +18,7 @@ fn a_qp_in_error_is_reset_and_reused() {
     let bad = [Sge::new(good.addr(), 64, LKey(mr.lkey().0 ^ 0xff00))];
     // SAFETY: `mr` is not written while the WR is outstanding.
     unsafe { a.post_send(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(wc.wr_id(), 1);
     assert_ne!(wc.status(), WcStatus::SUCCESS, "{wc:?}");
     assert_eq!(a.query_state().unwrap(), QueuePairState::ERR);
@@ -41,17 +36,16 @@ fn a_qp_in_error_is_reset_and_reused() {
         b.post_recv(&mut RecvWr::new(2, &recv)).unwrap();
         a.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
-    let wcs = wait_for(&cq, 2);
+    let wcs = wait_for(&lo.cq, 2);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
 }
 
 #[test]
 fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let a = qp_in_init(&pd, &cq, 4, AccessFlags::empty());
-    let b = qp_in_init(&pd, &cq, 4, AccessFlags::empty());
+    let lo = Loopback::new(&ctx, 8);
+    let a = lo.rc_in_init(4, AccessFlags::empty());
+    let b = lo.rc_in_init(4, AccessFlags::empty());
     let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
     let a = up(&ctx, a, &ea, &eb);
 
@@ -74,5 +68,33 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     assert_eq!(err.error.to_string(), "the QP is in ERROR, not RTS");
     let a = err.qp.reset().unwrap();
     assert_eq!(a.query_state().unwrap(), QueuePairState::RESET);
+    drop(b);
+}
+
+#[test]
+fn query_reports_the_provider_caps_and_what_the_transitions_set() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let lo = Loopback::new(&ctx, 16);
+    let a = lo.rc_in_init(4, AccessFlags::REMOTE_WRITE);
+    let b = lo.rc_in_init(4, AccessFlags::empty());
+    let q = a.query().unwrap();
+    assert_eq!(
+        (q.state, q.port, q.access),
+        (QueuePairState::INIT, PORT, AccessFlags::REMOTE_WRITE)
+    );
+    let caps = q.caps;
+    assert!(caps.max_send_wr >= 4 && caps.max_recv_wr >= 4, "at least what was asked: {q:?}");
+    assert!(caps.max_send_sge >= 1 && caps.max_recv_sge >= 1, "{q:?}");
+
+    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(0x11)), endpoint(&ctx, &b, Psn::new(0x22)));
+    let rts = ToRtsAttr { timeout: 17, retry_cnt: 5, rnr_retry: 3, ..ToRtsAttr::new(ea.psn) };
+    let a = up_with(&ctx, a, &eb, &rts);
+    let q = a.query().unwrap();
+    let mtu = ctx.query_port(PORT).unwrap().active_mtu();
+    assert_eq!(q.state, QueuePairState::RTS);
+    assert_eq!((q.path_mtu, q.dest_qpn, q.rq_psn, q.sq_psn), (mtu, b.qp_num(), eb.psn, ea.psn));
+    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (17, 5, 3), "{q:?}");
+    assert_eq!((q.min_rnr_timer, q.max_dest_rd_atomic, q.max_rd_atomic), (12, 1, 1), "{q:?}");
+    assert_eq!(q.caps, caps, "the caps stay");
     drop(b);
 }

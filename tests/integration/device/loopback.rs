@@ -2,22 +2,18 @@
 
 use rdma_verbs::*;
 
-use super::pair::{connect, qp_in_init, wait_for};
+use super::pair::{connect, wait_for, Loopback};
 use crate::common::{require_device, RXE};
 
 #[test]
 fn send_with_imm_delivers_payload_and_immediate() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut mr = pd.register(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut mr = lo.region(8192);
     let payload: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
     mr.as_mut_slice()[..4096].copy_from_slice(&payload);
 
-    let (a, b) = (
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-    );
+    let (a, b) = (lo.rc_in_init(4, AccessFlags::empty()), lo.rc_in_init(4, AccessFlags::empty()));
     let recv_sge = [mr.sge(4096..).unwrap()];
     // SAFETY: the receive half of `mr` is not touched until its completion is polled.
     unsafe { b.post_recv(&mut RecvWr::new(7, &recv_sge)).unwrap() };
@@ -28,7 +24,7 @@ fn send_with_imm_delivers_payload_and_immediate() {
     // SAFETY: the send half of `mr` is not written until the send completes.
     unsafe { a.post_send(&mut wr).unwrap() };
 
-    let wcs = wait_for(&cq, 2);
+    let wcs = wait_for(&lo.cq, 2);
     let recv = wcs.iter().find(|wc| wc.wr_id() == 7).expect("receive completion");
     let send = wcs.iter().find(|wc| wc.wr_id() == 8).expect("send completion");
     assert!(send.is_success() && recv.is_success(), "{wcs:?}");
@@ -42,18 +38,15 @@ fn send_with_imm_delivers_payload_and_immediate() {
 #[test]
 fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
+    let lo = Loopback::new(&ctx, 8);
     let len = 1 << 16;
-    let mut source = pd.register(len, AccessFlags::REMOTE_READ).unwrap();
+    let mut source = lo.pd.register(len, AccessFlags::REMOTE_READ).unwrap();
     let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     source.as_mut_slice().copy_from_slice(&pattern);
-    let sink = pd.register(len + 16, AccessFlags::LOCAL_WRITE).unwrap();
+    let sink = lo.region(len + 16);
 
-    let (a, b) = (
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::REMOTE_READ),
-    );
+    let (a, b) =
+        (lo.rc_in_init(4, AccessFlags::empty()), lo.rc_in_init(4, AccessFlags::REMOTE_READ));
     let recv_sge = [sink.sge(len..).unwrap()];
     // SAFETY: the tail of `sink` is not touched until its completion is polled.
     unsafe { b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap() };
@@ -68,14 +61,14 @@ fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
     unsafe {
         a.post_send(&mut read).unwrap();
     }
-    let wcs = wait_for(&cq, 1);
+    let wcs = wait_for(&lo.cq, 1);
     assert_eq!(
         (wcs[0].wr_id(), wcs[0].status(), wcs[0].opcode()),
         (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
     );
     // SAFETY: as above.
     unsafe { a.post_send(&mut send).unwrap() };
-    let wcs = wait_for(&cq, 2);
+    let wcs = wait_for(&lo.cq, 2);
     let recv = wcs.iter().find(|wc| wc.wr_id() == 1).expect("receive completion");
     assert!(recv.is_success(), "{wcs:?}");
     assert_eq!((recv.byte_len(), recv.imm_data(), recv.qp_num()), (16, None, b.qp_num()));
@@ -86,14 +79,9 @@ fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
 #[test]
 fn too_much_inline_data_is_refused_before_posting() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mr = pd.register(1 << 16, AccessFlags::LOCAL_WRITE).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-    );
+    let lo = Loopback::new(&ctx, 8);
+    let mr = lo.region(1 << 16);
+    let (a, b) = lo.rc_pair(4, AccessFlags::empty());
     let too_big = a.caps().max_inline_data as usize + 1;
     let sge = [mr.sge(..too_big).unwrap()];
     let mut wr = SendWr::send(1, &sge).flags(SendFlags::INLINE);

@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use rdma_verbs::*;
 
-use super::pair::{connect, pattern, qp_in_init, wait_for};
+use super::pair::{pattern, wait_for, Loopback};
 use crate::common::{require_device, RXE};
 
 const LEN: usize = 4096;
@@ -52,26 +52,19 @@ fn run(
 #[test]
 fn a_region_registered_at_an_iova_is_addressed_by_that_iova_locally_and_by_peers() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut src = pd.register_with_iova(LEN, 0x7000_0000, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut src = lo.pd.register_with_iova(LEN, 0x7000_0000, AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!(src.sge(8..).unwrap().addr(), 0x7000_0008);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = pd.register_remote_writable_with_iova(LEN, 0x1_0000, access).unwrap();
+    let target = lo.pd.register_remote_writable_with_iova(LEN, 0x1_0000, access).unwrap();
     assert_eq!(target.iova(), 0x1_0000);
     assert_eq!(target.remote(256..).unwrap().addr, 0x1_0100);
     let data = pattern(512, 0x3c);
     src.as_mut_slice()[..512].copy_from_slice(&data);
-    let pair = || {
-        connect(
-            &ctx,
-            qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-            qp_in_init(&pd, &cq, 4, QP_REMOTE),
-        )
-    };
+    let pair = || lo.rc_pair(4, QP_REMOTE);
 
     let (a, _b) = pair();
-    let status = write_status(&a, &cq, src.sge(..512).unwrap(), target.remote(256..).unwrap());
+    let status = write_status(&a, &lo.cq, src.sge(..512).unwrap(), target.remote(256..).unwrap());
     assert_eq!(status, WcStatus::SUCCESS);
     let mut got = vec![0u8; 512];
     target.read(256, &mut got).unwrap();
@@ -80,12 +73,12 @@ fn a_region_registered_at_an_iova_is_addressed_by_that_iova_locally_and_by_peers
     // The virtual address means nothing to the NIC: not in a local SGE (one failure per
     // connection: it moves the QP to the error state) ...
     let by_va = Sge::new(src.addr(), 512, src.lkey());
-    let status = write_status(&a, &cq, by_va, target.remote(256..).unwrap());
+    let status = write_status(&a, &lo.cq, by_va, target.remote(256..).unwrap());
     assert_eq!(status, WcStatus::LOC_PROT_ERR);
     // ... nor for a peer.
     let (c, _d) = pair();
     let by_va = RemoteAddr { addr: target.addr() + 256, rkey: target.rkey() };
-    let status = write_status(&c, &cq, src.sge(..512).unwrap(), by_va);
+    let status = write_status(&c, &lo.cq, src.sge(..512).unwrap(), by_va);
     assert_eq!(status, WcStatus::REM_ACCESS_ERR);
 }
 
@@ -121,31 +114,26 @@ fn dmabuf_registration_is_unsupported_on_rxe() {
 #[test]
 fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut src = pd.register(LEN, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut src = lo.region(LEN);
     let data = pattern(128, 0x77);
     src.as_mut_slice()[..128].copy_from_slice(&data);
-    let target = pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Type1).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, QP_REMOTE),
-    );
+    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
+    let mut mw = lo.pd.alloc_mw(MwType::Type1).unwrap();
+    let (a, b) = lo.rc_pair(4, QP_REMOTE);
 
     let bind = MwBind::new(&target, 1024..2048, AccessFlags::REMOTE_WRITE).unwrap();
     let before = mw.rkey();
     let rkey = b.bind_mw(&mut mw, &bind, 11, SendFlags::SIGNALED).unwrap();
     assert_eq!(rkey, mw.rkey());
     assert_eq!(rkey.0, rdma_verbs::sys::inline::ibv_inc_rkey(before.0), "bind moves the key");
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (11, WcStatus::SUCCESS, WcOpcode::BIND_MW));
     assert_ne!(rkey, target.rkey());
 
     let remote = mw.remote(&bind);
     assert_eq!(remote.addr, target.iova() + 1024);
-    assert_eq!(write_status(&a, &cq, src.sge(..128).unwrap(), remote), WcStatus::SUCCESS);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..128).unwrap(), remote), WcStatus::SUCCESS);
     let mut got = vec![0u8; 128];
     target.read(1024, &mut got).unwrap();
     assert!(got == data, "the WRITE through the window did not land at offset 1024");
@@ -153,10 +141,10 @@ fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
     // Rebinding moves the rkey: the old one stops working.
     let rebind = MwBind::new(&target, 1024..2048, AccessFlags::REMOTE_WRITE).unwrap();
     let new_rkey = b.bind_mw(&mut mw, &rebind, 12, SendFlags::SIGNALED).unwrap();
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status()), (12, WcStatus::SUCCESS));
     assert_ne!(new_rkey, rkey);
-    assert_eq!(write_status(&a, &cq, src.sge(..128).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..128).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
 
     // rxe refuses to deregister a region a window is bound to (the region is then leaked).
     let err = target.destroy().unwrap_err();
@@ -166,47 +154,38 @@ fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
 #[test]
 fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut src = pd.register(LEN, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut src = lo.region(LEN);
     let data = pattern(64, 0x11);
     src.as_mut_slice()[..64].copy_from_slice(&data);
-    let target = pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Type2).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, QP_REMOTE),
-    );
+    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
+    let mut mw = lo.pd.alloc_mw(MwType::Type2).unwrap();
+    let (a, b) = lo.rc_pair(4, QP_REMOTE);
 
     let bind = MwBind::new(&target, 0..512, AccessFlags::REMOTE_WRITE).unwrap();
     let before = mw.rkey();
     let wr = SendWr::bind_mw(21, &mut mw, &bind).unwrap().flags(SendFlags::SIGNALED);
-    assert_eq!(run(&b, &cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
+    assert_eq!(run(&b, &lo.cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
     assert_eq!(mw.rkey().0, rdma_verbs::sys::inline::ibv_inc_rkey(before.0));
 
     let remote = mw.remote(&bind);
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
     let mut got = vec![0u8; 64];
     target.read(0, &mut got).unwrap();
     assert!(got == data, "the WRITE through the window did not land");
 
     let inv = SendWr::local_inv(22, mw.rkey()).flags(SendFlags::SIGNALED);
-    assert_eq!(run(&b, &cq, inv), (WcStatus::SUCCESS, WcOpcode::LOCAL_INV));
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(run(&b, &lo.cq, inv), (WcStatus::SUCCESS, WcOpcode::LOCAL_INV));
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
 
     // Invalidated, the window binds again, under a new rkey (on a new pair: the failed access
     // moved both `a` and `b` to the error state).
-    let (c, d) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, QP_REMOTE),
-    );
+    let (c, d) = lo.rc_pair(4, QP_REMOTE);
     let rebind = MwBind::new(&target, 512..1024, AccessFlags::REMOTE_WRITE).unwrap();
     let wr = SendWr::bind_mw(23, &mut mw, &rebind).unwrap().flags(SendFlags::SIGNALED);
-    assert_eq!(run(&d, &cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
+    assert_eq!(run(&d, &lo.cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
     assert_ne!(mw.rkey(), remote.rkey);
-    let status = write_status(&c, &cq, src.sge(..64).unwrap(), mw.remote(&rebind));
+    let status = write_status(&c, &lo.cq, src.sge(..64).unwrap(), mw.remote(&rebind));
     assert_eq!(status, WcStatus::SUCCESS);
     target.read(512, &mut got).unwrap();
     assert!(got == data, "the WRITE through the rebound window did not land at offset 512");
@@ -215,22 +194,17 @@ fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
 #[test]
 fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let src = pd.register(LEN, AccessFlags::LOCAL_WRITE).unwrap();
-    let inbox = pd.register(LEN, AccessFlags::LOCAL_WRITE).unwrap();
-    let target = pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Type2).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, QP_REMOTE),
-    );
+    let lo = Loopback::new(&ctx, 8);
+    let src = lo.region(LEN);
+    let inbox = lo.region(LEN);
+    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
+    let mut mw = lo.pd.alloc_mw(MwType::Type2).unwrap();
+    let (a, b) = lo.rc_pair(4, QP_REMOTE);
     let bind = MwBind::new(&target, .., AccessFlags::REMOTE_WRITE).unwrap();
     let wr = SendWr::bind_mw(51, &mut mw, &bind).unwrap().flags(SendFlags::SIGNALED);
-    assert_eq!(run(&b, &cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
+    assert_eq!(run(&b, &lo.cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
     let remote = mw.remote(&bind);
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
 
     let recv_sges = [inbox.sge(..64).unwrap()];
     // SAFETY: `inbox` is not touched until the receive's completion below.
@@ -239,7 +213,7 @@ fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
     let mut send = SendWr::send_with_inv(53, &send_sges, mw.rkey()).flags(SendFlags::SIGNALED);
     // SAFETY: `src` is not written until the completion below.
     unsafe { a.post_send(&mut send).unwrap() };
-    let mut wcs = wait_for(&cq, 2);
+    let mut wcs = wait_for(&lo.cq, 2);
     wcs.sort_by_key(|wc| wc.wr_id());
     let (recv, sent) = (&wcs[0], &wcs[1]);
     assert_eq!(
@@ -253,7 +227,7 @@ fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
     assert_eq!(recv.as_raw().wc_flags, IBV_WC_GRH | IBV_WC_IP_CSUM_OK, "{recv:?}");
     assert_eq!((sent.wr_id(), sent.status()), (53, WcStatus::SUCCESS));
 
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
 }
 
 /// Soft-RoCE in Linux 6.1 checks an access through a window against the *region's* range only
@@ -263,33 +237,28 @@ fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
 #[test]
 fn a_window_s_rkey_dies_with_it_and_rxe_checks_only_the_region_range() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut src = pd.register(LEN, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut src = lo.region(LEN);
     let data = pattern(64, 0x42);
     src.as_mut_slice()[..64].copy_from_slice(&data);
-    let target = pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Type1).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, QP_REMOTE),
-    );
+    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
+    let mut mw = lo.pd.alloc_mw(MwType::Type1).unwrap();
+    let (a, b) = lo.rc_pair(4, QP_REMOTE);
     let bind = MwBind::new(&target, 0..256, AccessFlags::REMOTE_WRITE).unwrap();
     b.bind_mw(&mut mw, &bind, 31, SendFlags::SIGNALED).unwrap();
-    assert_eq!(wait_for(&cq, 1)[0].status(), WcStatus::SUCCESS);
+    assert_eq!(wait_for(&lo.cq, 1)[0].status(), WcStatus::SUCCESS);
     let remote = mw.remote(&bind);
 
     // 64 bytes from offset 224 cross the window's end, inside the region: rxe lets them in.
     let past_end = RemoteAddr { addr: remote.addr + 224, rkey: remote.rkey };
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), past_end), WcStatus::SUCCESS);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), past_end), WcStatus::SUCCESS);
     let mut got = vec![0u8; 64];
     target.read(224, &mut got).unwrap();
     assert!(got == data, "the crossing WRITE did not land at offset 224");
 
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
     mw.destroy().unwrap();
-    assert_eq!(write_status(&a, &cq, src.sge(..64).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::REM_ACCESS_ERR);
 }
 
 #[test]

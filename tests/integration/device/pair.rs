@@ -1,11 +1,84 @@
 //! Queue pairs of one device connected to each other (RC, UC) or addressed through an AH
-//! (UD), for in-process device tests.
+//! (UD), for in-process device tests: [`Loopback`] holds what a test shares (PD, CQ) and
+//! makes its pairs, pools and regions.
 
 use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
 pub const PORT: u8 = 1;
+
+/// What a device test shares: a PD and a CQ of one context, on [`PORT`]. The QPs, pools and
+/// regions it makes borrow it, so declare it first (they drop before it).
+pub struct Loopback<'c> {
+    pub ctx: &'c Context,
+    pub pd: ProtectionDomain<'c>,
+    pub cq: CompletionQueue<'c>,
+}
+
+impl<'c> Loopback<'c> {
+    /// A PD and a CQ of `cqe` entries on `ctx`.
+    pub fn new(ctx: &'c Context, cqe: u32) -> Self {
+        Loopback { ctx, pd: ctx.alloc_pd().unwrap(), cq: ctx.create_cq(cqe).unwrap() }
+    }
+
+    /// What QPs on the CQ (both queues) with room for `depth` WRs each way are created with.
+    pub fn attr(&self, depth: u32) -> QpInitAttr<'_, '_> {
+        let cap = QpCapabilities { max_send_wr: depth, max_recv_wr: depth, ..Default::default() };
+        QpInitAttr { cap, ..QpInitAttr::new(&self.cq) }
+    }
+
+    /// An RC QP with room for `depth` WRs each way, in INIT with `access` for the peer.
+    pub fn rc_in_init(&self, depth: u32, access: AccessFlags) -> QueuePair<'_, Init> {
+        qp_in_init(&self.pd, &self.cq, depth, access)
+    }
+
+    /// Two RC QPs with room for `depth` WRs each way, connected to each other: the first
+    /// grants its peer nothing, the second `access`.
+    pub fn rc_pair(
+        &self,
+        depth: u32,
+        access: AccessFlags,
+    ) -> (QueuePair<'_, Rts>, QueuePair<'_, Rts>) {
+        self.pair(&self.attr(depth), access)
+    }
+
+    /// Two connected QPs of type `T` created with `attr`: the first grants its peer nothing,
+    /// the second `access`.
+    pub fn pair<'a, T: Connected>(
+        &'a self,
+        attr: &QpInitAttr<'a, '_>,
+        access: AccessFlags,
+    ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
+        let none = AccessFlags::empty();
+        connect(self.ctx, init_qp(&self.pd, attr, none), init_qp(&self.pd, attr, access))
+    }
+
+    /// Two UD QPs with room for `depth` WRs each way, in RTS with Q_Key `qkey`.
+    pub fn ud_pair(
+        &self,
+        depth: u32,
+        qkey: u32,
+    ) -> (QueuePair<'_, Rts, Ud>, QueuePair<'_, Rts, Ud>) {
+        let attr = self.attr(depth);
+        (ud_in_rts(&self.pd, &attr, qkey), ud_in_rts(&self.pd, &attr, qkey))
+    }
+
+    /// An address handle reaching QPs of this port.
+    pub fn ah(&self) -> AddressHandle<'_> {
+        loopback_ah(self.ctx, &self.pd)
+    }
+
+    /// `len` bytes registered for local writes.
+    pub fn region(&self, len: usize) -> MemoryRegion<'_> {
+        self.pd.register(len, AccessFlags::LOCAL_WRITE).unwrap()
+    }
+
+    /// A pool of `count` buffers of `chunk` bytes.
+    pub fn pool(&self, count: usize, chunk: usize) -> BufferPool<'_> {
+        BufferPool::new(self.region(count * chunk), chunk).unwrap()
+    }
+}
 
 /// A QP on `cq` (both queues) with room for `depth` WRs each way, taken to INIT with `access`
 /// for the peer.

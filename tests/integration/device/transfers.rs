@@ -2,7 +2,7 @@
 
 use rdma_verbs::*;
 
-use super::pair::{connect, pattern, qp_in_init, wait_for};
+use super::pair::{connect, pattern, qp_in_init, wait_for, Loopback};
 use crate::common::{require_device, RXE};
 
 const MIB: usize = 1 << 20;
@@ -10,27 +10,22 @@ const MIB: usize = 1 << 20;
 #[test]
 fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut local = pd.register(2 * MIB, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut local = lo.region(2 * MIB);
     let target_access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mut target = pd.register_remote_writable(MIB, target_access).unwrap();
+    let mut target = lo.pd.register_remote_writable(MIB, target_access).unwrap();
     let (written, stored) = (pattern(MIB, 0x5a), pattern(MIB, 0xa5));
     local.as_mut_slice()[..MIB].copy_from_slice(&written);
     let remote_access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, remote_access),
-    );
+    let (a, b) = lo.rc_pair(4, remote_access);
 
     let sge = [local.sge(..MIB).unwrap()];
     let mut write =
         SendWr::rdma_write(1, &sge, target.remote(..).unwrap()).flags(SendFlags::SIGNALED);
     // SAFETY: `local` is not written until the completion below.
     unsafe { a.post_send(&mut write).unwrap() };
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(
         (wc.wr_id(), wc.status(), wc.opcode()),
         (1, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
@@ -45,7 +40,7 @@ fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {
         SendWr::rdma_read(2, &sge, target.remote(..).unwrap()).flags(SendFlags::SIGNALED);
     // SAFETY: the second half of `local` is not touched until the completion below.
     unsafe { a.post_send(&mut read).unwrap() };
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ));
     assert!(local.as_slice()[MIB..] == stored[..], "RDMA READ: the local copy differs");
     drop(b);
@@ -54,21 +49,17 @@ fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {
 #[test]
 fn an_inline_send_needs_no_registered_source_after_posting() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let mut src = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    let dst = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 8);
+    let mut src = lo.region(64);
+    let dst = lo.region(64);
     let cap = QpCapabilities {
         max_send_wr: 4,
         max_recv_wr: 4,
         max_inline_data: 32,
         ..Default::default()
     };
-    let new_qp = || {
-        let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
-        qp.into_init(&ToInitAttr::default()).unwrap()
-    };
-    let (a, b) = connect(&ctx, new_qp(), new_qp());
+    let (a, b) =
+        lo.pair::<Rc>(&QpInitAttr { cap, ..QpInitAttr::new(&lo.cq) }, AccessFlags::empty());
     assert!(a.caps().max_inline_data >= 32, "asked for 32 inline bytes: {:?}", a.caps());
     let recv = [dst.sge(..).unwrap()];
     // SAFETY: `dst` is not touched until the receive completes.
@@ -82,7 +73,7 @@ fn an_inline_send_needs_no_registered_source_after_posting() {
     };
     // The source may change at once: the data already left.
     src.as_mut_slice().fill(0);
-    let wcs = wait_for(&cq, 2);
+    let wcs = wait_for(&lo.cq, 2);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
     let recv = wcs.iter().find(|wc| wc.wr_id() == 1).unwrap();
     assert_eq!(recv.byte_len(), 32);
@@ -92,21 +83,14 @@ fn an_inline_send_needs_no_registered_source_after_posting() {
 #[test]
 fn two_qps_share_one_cq_and_each_completion_names_its_qp() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let shared = ctx.create_cq(16).unwrap();
-    let other = ctx.create_cq(16).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    // Two pairs; both senders post their send completions to `shared`.
-    let (s1, r1) = connect(
-        &ctx,
-        qp_in_init(&pd, &shared, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &other, 4, AccessFlags::empty()),
-    );
-    let (s2, r2) = connect(
-        &ctx,
-        qp_in_init(&pd, &shared, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &other, 4, AccessFlags::empty()),
-    );
+    // The fixture's CQ is the shared one: both senders post their send completions to it.
+    let lo = Loopback::new(&ctx, 16);
+    let (shared, other) = (&lo.cq, ctx.create_cq(16).unwrap());
+    let mr = lo.region(4096);
+    let none = AccessFlags::empty();
+    let pairs = [(); 2]
+        .map(|()| connect(&ctx, lo.rc_in_init(4, none), qp_in_init(&lo.pd, &other, 4, none)));
+    let [(s1, r1), (s2, r2)] = pairs;
     let (recv1, recv2, send) =
         ([mr.sge(1024..2048).unwrap()], [mr.sge(2048..3072).unwrap()], [mr.sge(..16).unwrap()]);
     // SAFETY: the receive areas are not touched, the send area not written, until the
@@ -118,7 +102,7 @@ fn two_qps_share_one_cq_and_each_completion_names_its_qp() {
         s2.post_send(&mut SendWr::send(22, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
     let mut sends: Vec<_> =
-        wait_for(&shared, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num(), wc.status())).collect();
+        wait_for(shared, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num(), wc.status())).collect();
     sends.sort_by_key(|s| s.0);
     assert_eq!(sends, [(21, s1.qp_num(), WcStatus::SUCCESS), (22, s2.qp_num(), WcStatus::SUCCESS)]);
     let mut recvs: Vec<_> =

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use super::pair::{
-    connect, drain_for, init_qp, loopback_ah, pattern, qp_in_init, ud_in_rts, wait_for, PORT,
-};
+use super::pair::{connect, drain_for, init_qp, pattern, wait_for, Loopback, PORT};
 use crate::common::{require_device, RXE};
 
 const QKEY: u32 = 0x1111_2222;
@@ -41,14 +39,11 @@ fn assert_datagram(received: &[u8], sender: Gid, payload: &[u8]) {
 fn a_ud_send_arrives_behind_the_grh_and_a_wrong_qkey_is_dropped_raw() {
     let Some(ctx) = require_device(RXE) else { return };
     let mtu = mtu(&ctx);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mut send = pd.register(2 * mtu, AccessFlags::LOCAL_WRITE).unwrap();
-    let recv = pd.register(2 * (Grh::LEN + mtu), AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let (a, b) = (ud_in_rts(&pd, &attr, QKEY), ud_in_rts(&pd, &attr, QKEY));
-    let ah = loopback_ah(&ctx, &pd);
+    let lo = Loopback::new(&ctx, 16);
+    let mut send = lo.region(2 * mtu);
+    let recv = lo.region(2 * (Grh::LEN + mtu));
+    let (a, b) = lo.ud_pair(4, QKEY);
+    let ah = lo.ah();
 
     let slots =
         [0, 1].map(|i| [recv.sge(i * (Grh::LEN + mtu)..(i + 1) * (Grh::LEN + mtu)).unwrap()]);
@@ -70,7 +65,7 @@ fn a_ud_send_arrives_behind_the_grh_and_a_wrong_qkey_is_dropped_raw() {
         a.post_send(&mut SendWr::send(2, &right).to(&right_key).flags(SendFlags::SIGNALED))
             .unwrap();
     }
-    let wcs = wait_for(&cq, 3);
+    let wcs = wait_for(&lo.cq, 3);
     let ok = WcStatus::SUCCESS;
     assert_eq!(
         outcomes(&wcs),
@@ -83,21 +78,17 @@ fn a_ud_send_arrives_behind_the_grh_and_a_wrong_qkey_is_dropped_raw() {
     assert_eq!(wc.as_raw().src_qp, a.qp_num().0, "the completion names the sending QP");
     assert_ne!(wc.as_raw().wc_flags & sys::IBV_WC_GRH, 0, "the completion flags a GRH");
     assert_datagram(&recv.as_slice()[..Grh::LEN + mtu], own_gid(&ctx), &pattern(mtu, 2));
-    let late = drain_for(&cq, Duration::from_millis(300));
+    let late = drain_for(&lo.cq, Duration::from_millis(300));
     assert!(late.is_empty(), "the wrong-Q_Key datagram was dropped, not delivered: {late:?}");
 }
 
 #[test]
 fn a_ud_buffer_send_arrives_behind_the_grh_with_its_immediate_safe() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let pool =
-        BufferPool::new(pd.register(4 * 2048, AccessFlags::LOCAL_WRITE).unwrap(), 2048).unwrap();
-    let ah = loopback_ah(&ctx, &pd);
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let (a, b) = (ud_in_rts(&pd, &attr, QKEY), ud_in_rts(&pd, &attr, QKEY));
+    let lo = Loopback::new(&ctx, 16);
+    let pool = lo.pool(4, 2048);
+    let ah = lo.ah();
+    let (a, b) = lo.ud_pair(4, QKEY);
     let dest = UdDestination { ah: &ah, qpn: b.qp_num(), qkey: QKEY };
 
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
@@ -106,7 +97,7 @@ fn a_ud_buffer_send_arrives_behind_the_grh_with_its_immediate_safe() {
     buf.fill(&payload).unwrap();
     a.post_send_buffer_to(buf, &dest, Some(0xfeed_f00d)).unwrap();
     let mut seen = Vec::new();
-    for mut wc in wait_for(&cq, 2) {
+    for mut wc in wait_for(&lo.cq, 2) {
         assert!(wc.is_success(), "{wc:?}");
         let (opcode, imm, qp) = (wc.opcode(), wc.imm_data(), wc.qp_num());
         let buf = pool.complete(&mut wc).expect("a buffer of the pool");
@@ -126,19 +117,12 @@ fn a_ud_buffer_send_arrives_behind_the_grh_with_its_immediate_safe() {
 #[test]
 fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mut local = pd.register(8192, AccessFlags::LOCAL_WRITE).unwrap();
-    let recv = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let mut local = lo.region(8192);
+    let recv = lo.region(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = pd.register_remote_writable(4096, access).unwrap();
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let (a, b) = connect(
-        &ctx,
-        init_qp::<Uc>(&pd, &attr, AccessFlags::empty()),
-        init_qp::<Uc>(&pd, &attr, AccessFlags::REMOTE_WRITE),
-    );
+    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let (a, b) = lo.pair::<Uc>(&lo.attr(4), AccessFlags::REMOTE_WRITE);
 
     let (written, sent) = (pattern(3000, 4), pattern(2000, 5));
     local.as_mut_slice()[..3000].copy_from_slice(&written);
@@ -155,7 +139,7 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
             .unwrap();
         a.post_send(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap();
     }
-    let wcs = wait_for(&cq, 3);
+    let wcs = wait_for(&lo.cq, 3);
     let ok = WcStatus::SUCCESS;
     assert_eq!(
         outcomes(&wcs),
@@ -172,19 +156,11 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
 #[test]
 fn uc_buffers_write_with_immediate_and_send_safe() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let pool =
-        BufferPool::new(pd.register(4 * 4096, AccessFlags::LOCAL_WRITE).unwrap(), 4096).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let pool = lo.pool(4, 4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = pd.register_remote_writable(4096, access).unwrap();
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let (a, b) = connect(
-        &ctx,
-        init_qp::<Uc>(&pd, &attr, AccessFlags::empty()),
-        init_qp::<Uc>(&pd, &attr, AccessFlags::REMOTE_WRITE),
-    );
+    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let (a, b) = lo.pair::<Uc>(&lo.attr(4), AccessFlags::REMOTE_WRITE);
 
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
@@ -197,7 +173,7 @@ fn uc_buffers_write_with_immediate_and_send_safe() {
     a.post_send_buffer(buf, SendOp::Send).unwrap();
 
     let mut got = Vec::new();
-    for mut wc in wait_for(&cq, 4) {
+    for mut wc in wait_for(&lo.cq, 4) {
         assert!(wc.is_success(), "{wc:?}");
         let (opcode, imm) = (wc.opcode(), wc.imm_data());
         let buf = pool.complete(&mut wc).expect("a buffer of the pool");
@@ -338,18 +314,10 @@ fn an_srq_feeds_two_qps_with_pool_buffers_safe() {
 }
 
 /// An RC pair whose second QP lets the first run atomics on `target`'s memory.
-fn atomic_pair<'a>(
-    ctx: &Context,
-    pd: &'a ProtectionDomain<'a>,
-    cq: &'a CompletionQueue<'a>,
-) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
-    let attr = ctx.query_device().unwrap();
+fn atomic_pair<'a>(lo: &'a Loopback<'_>) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+    let attr = lo.ctx.query_device().unwrap();
     assert_ne!(attr.as_raw().atomic_cap, sys::IBV_ATOMIC_NONE, "rxe0 has atomics");
-    connect(
-        ctx,
-        qp_in_init(pd, cq, 4, AccessFlags::empty()),
-        qp_in_init(pd, cq, 4, AccessFlags::REMOTE_ATOMIC),
-    )
+    lo.rc_pair(4, AccessFlags::REMOTE_ATOMIC)
 }
 
 /// The 8-byte word at `offset` of `region`.
@@ -364,12 +332,11 @@ const ATOMIC_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::R
 #[test]
 fn compare_swap_and_fetch_add_return_the_old_value_and_update_the_word_raw() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let local = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    let mut target = pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let local = lo.region(64);
+    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
     target.write(8, &5u64.to_ne_bytes()).unwrap();
-    let (a, b) = atomic_pair(&ctx, &pd, &cq);
+    let (a, b) = atomic_pair(&lo);
     let remote = target.remote(8..).unwrap();
 
     let olds: Vec<_> = (0..3).map(|i| [local.sge(i * 8..(i + 1) * 8).unwrap()]).collect();
@@ -383,7 +350,7 @@ fn compare_swap_and_fetch_add_return_the_old_value_and_update_the_word_raw() {
         // SAFETY: `local` is not read until the completions below.
         unsafe { a.post_send(wr).unwrap() };
     }
-    let wcs = wait_for(&cq, 3);
+    let wcs = wait_for(&lo.cq, 3);
     let ok = WcStatus::SUCCESS;
     assert_eq!(
         outcomes(&wcs),
@@ -404,21 +371,20 @@ fn compare_swap_and_fetch_add_return_the_old_value_and_update_the_word_raw() {
 #[test]
 fn compare_swap_and_fetch_add_through_buffers_safe() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let mr = lo.region(64);
     let base = mr.addr();
     let pool = BufferPool::new(mr, 8).unwrap();
-    let mut target = pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
+    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
     target.write(0, &40u64.to_ne_bytes()).unwrap();
-    let (a, b) = atomic_pair(&ctx, &pd, &cq);
+    let (a, b) = atomic_pair(&lo);
     let remote = target.remote(..).unwrap();
 
     let atomic = |op| {
         let mut buf = pool.take().unwrap();
         buf.set_len(8).unwrap();
         a.post_send_buffer(buf, op).unwrap();
-        let mut wc = wait_for(&cq, 1).pop().unwrap();
+        let mut wc = wait_for(&lo.cq, 1).pop().unwrap();
         assert!(wc.is_success(), "{wc:?}");
         let buf = pool.complete(&mut wc).unwrap();
         u64::from_ne_bytes(buf.as_slice().try_into().unwrap())
@@ -449,12 +415,11 @@ fn compare_swap_and_fetch_add_through_buffers_safe() {
 #[test]
 fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let local = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    let mut target = pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let local = lo.region(64);
+    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
     target.write(0, &7u64.to_ne_bytes()).unwrap();
-    let (a, b) = atomic_pair(&ctx, &pd, &cq);
+    let (a, b) = atomic_pair(&lo);
     let remote = target.remote(..).unwrap();
     let expected = |local: u64, remote: u64| {
         format!(
@@ -478,18 +443,12 @@ fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     assert_eq!(err.to_string(), expected(local.addr() + 8, remote.addr + 4));
 
     // UC has no atomics.
-    let cap = QpCapabilities { max_send_wr: 2, max_recv_wr: 2, ..Default::default() };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let (u, v) = connect(
-        &ctx,
-        init_qp::<Uc>(&pd, &attr, AccessFlags::empty()),
-        init_qp::<Uc>(&pd, &attr, AccessFlags::empty()),
-    );
+    let (u, v) = lo.pair::<Uc>(&lo.attr(2), AccessFlags::empty());
     // SAFETY: as above.
     let err = unsafe { u.post_send(&mut SendWr::fetch_add(3, &aligned, remote, 1)) }.unwrap_err();
     assert_eq!(err.to_string(), "atomics need an RC QP, not UC");
 
-    assert!(drain_for(&cq, Duration::from_millis(200)).is_empty(), "nothing was posted");
+    assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "nothing was posted");
     assert_eq!(word(&target, 0), 7);
     drop((b, v));
 }

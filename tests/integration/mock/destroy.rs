@@ -20,62 +20,53 @@ fn assert_leaked<T>(f: &Fixture, raw: *mut T, call: Call, warning: String) {
 }
 
 #[test]
-fn a_pd_that_fails_to_deallocate_is_logged_and_leaked() {
+fn each_object_that_fails_to_be_destroyed_is_logged_and_leaked() {
     capture::start();
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let raw = pd.as_raw();
-    f.mock.take_calls();
-    f.mock.fail(Verb::DeallocPd, libc::EBUSY);
-    drop(pd);
-    let warning = format!("leaking a protection domain of mock0: {}", busy("ibv_dealloc_pd"));
-    assert_leaked(&f, raw, Call::DeallocPd, warning);
-}
-
-#[test]
-fn a_cq_that_fails_to_be_destroyed_is_logged_and_leaked() {
-    capture::start();
-    let f = Fixture::new();
-    let cq = f.ctx.create_cq(16).unwrap();
-    let raw = cq.as_raw();
-    f.mock.take_calls();
-    f.mock.fail(Verb::DestroyCq, libc::EBUSY);
-    drop(cq);
-    let warning = format!("leaking a completion queue of mock0: {}", busy("ibv_destroy_cq"));
-    assert_leaked(&f, raw, Call::DestroyCq, warning);
-}
-
-#[test]
-fn an_mr_that_fails_to_deregister_is_logged_and_leaked() {
-    capture::start();
-    let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let raw = mr.as_raw();
-    f.mock.take_calls();
-    f.mock.fail(Verb::DeregMr, libc::EBUSY);
-    drop(mr);
-    let warning = format!("leaking a 4096-byte memory region: {}", busy("ibv_dereg_mr"));
-    assert_leaked(&f, raw, Call::DeregMr, warning);
-}
-
-#[test]
-fn a_qp_that_fails_to_be_destroyed_is_logged_and_leaked() {
-    capture::start();
-    let f = Fixture::new();
+    // The PD and CQ rows use their own, so that no leaked child keeps them busy.
+    let (lone_pd, lone_cq) = (f.ctx.alloc_pd().unwrap(), f.ctx.create_cq(16).unwrap());
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    let (raw, qpn) = (qp.as_raw(), qp.qp_num().0);
-    f.mock.take_calls();
-    f.mock.fail(Verb::DestroyQp, libc::EBUSY);
-    drop(qp);
-    assert_leaked(
-        &f,
-        raw,
-        Call::DestroyQp,
-        format!("leaking QP {qpn:#x}: {}", busy("ibv_destroy_qp")),
-    );
+    let qpn = qp.qp_num().0;
+    type Row<'a> = (*mut (), Box<dyn FnOnce() + 'a>, Verb, Call, String);
+    let rows: [Row<'_>; 4] = [
+        (
+            lone_pd.as_raw().cast(),
+            Box::new(move || drop(lone_pd)),
+            Verb::DeallocPd,
+            Call::DeallocPd,
+            format!("leaking a protection domain of mock0: {}", busy("ibv_dealloc_pd")),
+        ),
+        (
+            lone_cq.as_raw().cast(),
+            Box::new(move || drop(lone_cq)),
+            Verb::DestroyCq,
+            Call::DestroyCq,
+            format!("leaking a completion queue of mock0: {}", busy("ibv_destroy_cq")),
+        ),
+        (
+            mr.as_raw().cast(),
+            Box::new(move || drop(mr)),
+            Verb::DeregMr,
+            Call::DeregMr,
+            format!("leaking a 4096-byte memory region: {}", busy("ibv_dereg_mr")),
+        ),
+        (
+            qp.as_raw().cast(),
+            Box::new(move || drop(qp)),
+            Verb::DestroyQp,
+            Call::DestroyQp,
+            format!("leaking QP {qpn:#x}: {}", busy("ibv_destroy_qp")),
+        ),
+    ];
+    for (raw, drop_it, verb, call, warning) in rows {
+        f.mock.take_calls();
+        f.mock.fail(verb, libc::EBUSY);
+        drop_it();
+        assert_leaked(&f, raw, call, warning);
+    }
 }
 
 #[test]
@@ -113,46 +104,36 @@ fn a_leaked_qp_keeps_its_cq_and_pd_busy_and_every_drop_still_only_logs() {
 }
 
 #[test]
-fn destroy_returns_the_error_and_logs_nothing() {
-    capture::start();
-    let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    let raws =
-        [mr.as_raw().cast::<()>(), qp.as_raw().cast(), cq.as_raw().cast(), pd.as_raw().cast()];
-    f.mock.take_calls();
-    f.mock.fail(Verb::DeregMr, libc::EBUSY);
-    assert_verb_error(&mr.destroy().unwrap_err(), "ibv_dereg_mr", libc::EBUSY, &[]);
-    f.mock.fail(Verb::DestroyQp, libc::EBUSY);
-    assert_verb_error(&qp.destroy().unwrap_err(), "ibv_destroy_qp", libc::EBUSY, &[]);
-    // Busy for real now: the leaked QP still uses the CQ and the PD.
-    assert_verb_error(&cq.destroy().unwrap_err(), "ibv_destroy_cq", libc::EBUSY, &[]);
-    assert_verb_error(&pd.destroy().unwrap_err(), "ibv_dealloc_pd", libc::EBUSY, &[]);
-    assert_eq!(capture::take(), []);
-    let calls = [Call::DeregMr, Call::DestroyQp, Call::DestroyCq, Call::DeallocPd];
-    assert_eq!(f.mock.take_calls(), calls);
-    assert!(raws.iter().all(|&raw| f.mock.is_live(raw)));
-}
-
-#[test]
-fn destroy_frees_and_logs_nothing_when_it_succeeds() {
-    capture::start();
-    let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    let raws =
-        [mr.as_raw().cast::<()>(), qp.as_raw().cast(), cq.as_raw().cast(), pd.as_raw().cast()];
-    f.mock.take_calls();
-    mr.destroy().unwrap();
-    qp.destroy().unwrap();
-    cq.destroy().unwrap();
-    pd.destroy().unwrap();
-    assert_eq!(capture::take(), []);
-    let calls = [Call::DeregMr, Call::DestroyQp, Call::DestroyCq, Call::DeallocPd];
-    assert_eq!(f.mock.take_calls(), calls);
-    assert!(raws.iter().all(|&raw| !f.mock.is_live(raw)));
+fn destroy_returns_the_error_or_frees_and_logs_nothing() {
+    for fails in [true, false] {
+        capture::start();
+        let f = Fixture::new();
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(32).unwrap();
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+        let raws =
+            [mr.as_raw().cast::<()>(), qp.as_raw().cast(), cq.as_raw().cast(), pd.as_raw().cast()];
+        f.mock.take_calls();
+        let fail = |verb| {
+            if fails {
+                f.mock.fail(verb, libc::EBUSY);
+            }
+        };
+        let check = |result: rdma_verbs::Result<()>, verb| match result {
+            Err(err) if fails => assert_verb_error(&err, verb, libc::EBUSY, &[]),
+            result => assert!(result.is_ok() && !fails, "{verb}: {result:?} (failing: {fails})"),
+        };
+        fail(Verb::DeregMr);
+        check(mr.destroy(), "ibv_dereg_mr");
+        fail(Verb::DestroyQp);
+        check(qp.destroy(), "ibv_destroy_qp");
+        // When failing, busy for real now: the leaked QP still uses the CQ and the PD.
+        check(cq.destroy(), "ibv_destroy_cq");
+        check(pd.destroy(), "ibv_dealloc_pd");
+        assert_eq!(capture::take(), []);
+        let calls = [Call::DeregMr, Call::DestroyQp, Call::DestroyCq, Call::DeallocPd];
+        assert_eq!(f.mock.take_calls(), calls);
+        assert!(raws.iter().all(|&raw| f.mock.is_live(raw) == fails), "failing: {fails}");
+    }
 }

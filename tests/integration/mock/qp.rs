@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid, Mtu,
-    ProtectionDomain, Psn, QpAttrMask, QpInitAttr, Qpn, QueuePair, QueuePairState, RecvWr, Reset,
-    Rtr, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
+    ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair, QueuePairState,
+    RecvWr, Reset, Rtr, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -97,6 +97,49 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         calls,
         [modify(init_mask, init_attr), modify(rtr_mask, rtr_attr), modify(rts_mask, rts_attr)]
     );
+}
+
+#[test]
+fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let cap = QpCapabilities { max_send_wr: 3, max_recv_wr: 5, ..Default::default() };
+    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
+    let q = qp.query().unwrap();
+    assert_eq!(q.state, QueuePairState::RESET);
+    let rounded = QpCapabilities { max_send_wr: 4, max_recv_wr: 8, ..cap };
+    assert_eq!(q.caps, rounded, "the work queues as the mock rounded them up");
+
+    let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
+    let qp = qp.into_init(&init).unwrap();
+    let q = qp.query().unwrap();
+    assert_eq!((q.state, q.port, q.pkey_index), (QueuePairState::INIT, 1, 0));
+    assert_eq!(q.access, AccessFlags::REMOTE_READ);
+
+    let rtr = ToRtrAttr { max_dest_rd_atomic: 4, min_rnr_timer: 9, ..rtr_attr() };
+    let qp = qp.into_rtr(&rtr).unwrap();
+    let q = qp.query().unwrap();
+    assert_eq!(q.state, QueuePairState::RTR);
+    assert_eq!((q.path_mtu, q.dest_qpn, q.rq_psn), (Mtu::MTU_1024, remote().qpn, remote().psn));
+    assert_eq!((q.max_dest_rd_atomic, q.min_rnr_timer), (4, 9));
+    assert_eq!(q.access, AccessFlags::REMOTE_READ, "what INIT set stays");
+
+    let rts = ToRtsAttr {
+        timeout: 17,
+        retry_cnt: 5,
+        rnr_retry: 3,
+        ..ToRtsAttr::new(Psn::new(0x65_4321))
+    };
+    let qp = qp.into_rts(&ToRtsAttr { max_rd_atomic: 2, ..rts }).unwrap();
+    let q = qp.query().unwrap();
+    assert_eq!(q.state, QueuePairState::RTS);
+    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (17, 5, 3));
+    assert_eq!((q.sq_psn, q.max_rd_atomic), (Psn::new(0x65_4321), 2));
+    assert_eq!((q.path_mtu, q.caps), (Mtu::MTU_1024, rounded), "what RTR and creation set stays");
+
+    let qp = qp.reset().unwrap();
+    assert_eq!(qp.query().unwrap().state, QueuePairState::RESET);
 }
 
 #[test]

@@ -5,10 +5,10 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, CqAttr, Endpoint, Error, Gid, InvalidInputKind, Lid, Mtu,
-    ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Rts,
-    SendFlags, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
-    WorkCompletion,
+    AccessFlags, BufferPool, CompletionQueue, CqAttr, Endpoint, Error, Gid, InvalidInputKind, Lid,
+    Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr,
+    Reset, Rts, SendFlags, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
@@ -32,10 +32,19 @@ fn forced(path: VerbsPath) -> CqAttr<'static> {
 
 /// An RC QP on `cq` with room for 4 sends of 2 SGEs, taken to RTS towards a RoCE peer.
 fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
+    towards(new_qp(pd, cq), Qpn(0x12))
+}
+
+/// An RC QP on `cq` with room for 4 sends of 2 SGEs.
+fn new_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Reset> {
     let cap = QpCapabilities { max_send_wr: 4, max_send_sge: 2, ..Default::default() };
-    let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
+    pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap()
+}
+
+/// `qp` taken to RTS towards QP `peer` of a RoCE peer (a QP of this mock is its loopback peer).
+fn towards(qp: QueuePair<'_, Reset>, peer: Qpn) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    let peer = Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid };
+    let peer = Endpoint { lid: Lid(0), qpn: peer, psn: Psn::new(1), gid };
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
     let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
@@ -342,6 +351,40 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
         assert_eq!(seen, Some((4, None)), "{:?}", cq.path());
         assert_eq!(cq.timestamp_clock_khz(), None);
     }
+}
+
+#[test]
+fn buffers_come_back_through_timestamped_polling() {
+    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
+    let f = Fixture::with(Optional::ALL, config);
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let cq = f.ctx.create_cq_with(64, &attr).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let pool =
+        BufferPool::new(pd.register(4 * 256, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
+    let (a, b) = (new_qp(&pd, &cq), new_qp(&pd, &cq));
+    let (a_num, b_num) = (a.qp_num(), b.qp_num());
+    let (a, b) = (towards(a, b_num), towards(b, a_num));
+
+    b.post_recv_buffer(pool.take().unwrap()).unwrap();
+    let mut buf = pool.take().unwrap();
+    buf.fill(b"stamped").unwrap();
+    a.post_send_buffer(buf, SendOp::Send).unwrap();
+    let mut back = Vec::new();
+    let n = cq
+        .poll_with(4, |c| {
+            let at = c.timestamp();
+            let buf = pool.complete(c).expect("the completion names a buffer of the pool");
+            back.push((c.opcode(), at.is_some(), buf.as_slice().to_vec()));
+            assert!(pool.complete(c).is_none(), "completing consumed the wr_id");
+        })
+        .unwrap();
+    back.sort_by_key(|(opcode, ..)| opcode.0);
+    let sent = b"stamped".to_vec();
+    assert_eq!(n, 2);
+    assert_eq!(back, [(WcOpcode::SEND, true, sent.clone()), (WcOpcode::RECV, true, sent)]);
+    let all: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(all.len(), 4, "both buffers went back to the pool");
 }
 
 #[test]
