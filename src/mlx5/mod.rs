@@ -46,10 +46,10 @@ mod dci;
 mod dct;
 mod endpoint;
 mod qp;
+mod wr;
 
 pub use context::{DcCaps, DcVersion, DciStreamsCaps, Mlx5Context};
-pub use dci::{
-    DcDestination, DcOpcode, DcPeer, DcRoute, DcWr, Dci, DciInitAttr, DciStreams, DciToRtrAttr,
-};
+pub use dci::{DcRoute, Dci, DciInitAttr, DciStreams, DciToRtrAttr};
 pub use dct::{Dct, DctInitAttr, DctToRtrAttr};
 pub use endpoint::{DcEndpoint, DcKey, DcTokenError};
+pub use wr::{DcDestination, DcOpcode, DcPeer, DcWr};
