@@ -88,7 +88,8 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
-    let attr = QpInitAttr::new(&cq);
+    let cap = QpCapabilities { max_send_wr: 8, max_recv_wr: 8, ..Default::default() };
+    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
     let mut qps = (pd.create_rc_qp(&attr).unwrap(), pd.create_rc_qp(&attr).unwrap());
     for round in 0..100 {
         let init = ToInitAttr { port: super::pair::PORT, ..Default::default() };
@@ -113,4 +114,43 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
         );
     }
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8);
+}
+
+/// How long the default RTS attributes may take to give up on rxe (7 tries of ≈ 67 ms, or
+/// 7 RNR waits of 0.64 ms, plus rxe's scheduling).
+const GIVE_UP: Duration = Duration::from_secs(10);
+
+#[test]
+fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_end_in_bounded_time()
+{
+    let Some(ctx) = require_device(RXE) else { return };
+    // (the peer's fate, the status the SEND ends with)
+    for (peer_dies, status) in
+        [(true, WcStatus::RETRY_EXC_ERR), (false, WcStatus::RNR_RETRY_EXC_ERR)]
+    {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let attr = QpInitAttr::new(&cq);
+        let (a, b) = (
+            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
+            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
+        );
+        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let a = up(&ctx, a, &ea, &eb);
+        let b = up(&ctx, b, &eb, &ea);
+        // Either b is gone, or it lives to the end of the round and never posts a receive.
+        let _b = if peer_dies {
+            b.destroy().unwrap();
+            None
+        } else {
+            Some(b)
+        };
+        let start = std::time::Instant::now();
+        // SAFETY: a zero-length SEND names no memory.
+        unsafe { a.post_send(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
+        let mut storage: [WorkCompletion; 1] = Default::default();
+        let wc = cq.wait_for(1, GIVE_UP, &mut storage).unwrap();
+        assert_eq!((wc[0].wr_id(), wc[0].status()), (1, status), "peer dies: {peer_dies}");
+        assert!(start.elapsed() < GIVE_UP);
+    }
 }
