@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use super::extended::{self, ExQp};
-use super::{QpCapabilities, QpCqs, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
+use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
@@ -80,7 +80,7 @@ impl<'res> ProtectionDomain<'res> {
         };
         let raw =
             check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
-        Ok(self.adopt_qp(raw, None, attr, &init.cap))
+        Ok(self.adopt_qp(raw, None, &init.cap))
     }
 
     /// `ibv_create_qp_ex` with the send operations the QP type and device allow, then its
@@ -111,13 +111,13 @@ impl<'res> ProtectionDomain<'res> {
             Ok(ex) => Some(ex),
             Err(what) if forced => {
                 // Dropping the legacy-path QP destroys it.
-                drop(self.adopt_qp::<T>(raw, None, attr, &init.cap));
+                drop(self.adopt_qp::<T>(raw, None, &init.cap));
                 return Err(Error::Unsupported { what });
             }
             // The QP itself is fine: it posts through ibv_post_send.
             Err(_) => None,
         };
-        Ok(self.adopt_qp(raw, ex, attr, &init.cap))
+        Ok(self.adopt_qp(raw, ex, &init.cap))
     }
 
     /// The attributes both creation verbs read: CQs, SRQ, capabilities, type and signalling,
@@ -141,14 +141,12 @@ impl<'res> ProtectionDomain<'res> {
         &'res self,
         raw: NonNull<sys::ibv_qp>,
         ex: Option<ExQp>,
-        attr: &QpInitAttr<'res, '_>,
         cap: &sys::ibv_qp_cap,
     ) -> QueuePair<'res, Reset, T> {
         QueuePair {
             raw,
             ex,
             pd: self,
-            cqs: QpCqs { send: attr.send_cq, recv: attr.recv_cq, srq: attr.srq.is_some() },
             caps: QpCapabilities::from_raw(cap),
             limits: SendLimits::default(),
             _res: PhantomData,

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use rdma_verbs_sys as sys;
 
 use super::{Connected, QpState, QueuePair, QueuePairState, Reset};
-use crate::error::{check_errno, Error, Result, TransitionError};
+use crate::cq::CompletionQueue;
+use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
 use crate::wc::WorkCompletion;
 
 /// The `wr_id` of the zero-length SEND [`QueuePair::drain`] posts after ERROR; its flush
@@ -42,20 +43,23 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     /// ([`DRAIN_SEND_WR_ID`]) and, without an SRQ, a receive without SGE
     /// ([`DRAIN_RECV_WR_ID`]); a queue flushes in order, so a marker's completion comes after
     /// every earlier WR's. It moves the QP to ERROR again after posting them (rxe flushes
-    /// what is posted in ERROR when it enters ERROR), polls the QP's CQs until both markers
-    /// completed, and moves it to RESET. Every other completion polled from those CQs goes to
-    /// `each`, other QPs' too when the CQs are shared. The markers themselves are not handed
+    /// what is posted in ERROR when it enters ERROR), polls `cqs` — which must hold the QP's
+    /// send and receive CQs — until both markers completed, and moves it to RESET. Every
+    /// other completion polled from `cqs` goes to `each`, other QPs' too when they share them. The markers themselves are not handed
     /// to `each`. An SRQ's receives are not this QP's and stay posted.
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the QP (now in ERROR, whatever `S` says, as after an error
+    /// [`TransitionError`] with the QP and [`Error::InvalidInput`]
+    /// ([`InvalidInputKind::OtherCq`]) when `cqs` lacks one of its CQs, before anything
+    /// changes; otherwise with the QP now in ERROR (whatever `S` says, as after an error
     /// completion) and [`Error::CompletionTimeout`] (expected and arrived count markers) when
     /// `timeout` passes first, or the [`Error::Verb`] of `ibv_modify_qp`, `ibv_post_send`,
     /// `ibv_post_recv` or a poll.
     #[doc(alias = "ibv_modify_qp")]
     pub fn drain(
         self,
+        cqs: &[&CompletionQueue<'_>],
         timeout: Duration,
         mut each: impl FnMut(&mut WorkCompletion),
     ) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
@@ -67,7 +71,19 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
             // Nothing is outstanding in RESET.
             return Ok(self.retype());
         }
-        if let Err(error) = self.flush_all(timeout, &mut each) {
+        // SAFETY: a live QP; plain reads of the CQ pointers it was created with.
+        let (send_cq, recv_cq) = unsafe { ((*self.as_raw()).send_cq, (*self.as_raw()).recv_cq) };
+        if let Some(missing) = [(send_cq, "send"), (recv_cq, "receive")]
+            .into_iter()
+            .find(|(cq, _)| !cqs.iter().any(|c| c.as_raw() == *cq))
+        {
+            let error = Error::invalid(
+                InvalidInputKind::OtherCq,
+                format!("drain polls the QP's CQs: pass its {} CQ too", missing.1),
+            );
+            return Err(TransitionError { qp: self, error });
+        }
+        if let Err(error) = self.flush_all(cqs, timeout, &mut each) {
             return Err(TransitionError { qp: self, error });
         }
         self.reset()
@@ -76,13 +92,16 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     /// ERROR, the markers, and every completion until both markers'.
     fn flush_all(
         &self,
+        cqs: &[&CompletionQueue<'_>],
         timeout: Duration,
         each: &mut impl FnMut(&mut WorkCompletion),
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         self.to_error()?;
         let mut send = Marker::Due;
-        let mut recv = if self.cqs.srq { Marker::Seen } else { Marker::Due };
+        // SAFETY: a live QP; a plain read of the SRQ pointer it was created with.
+        let srq = !unsafe { (*self.as_raw()).srq }.is_null();
+        let mut recv = if srq { Marker::Seen } else { Marker::Due };
         let mut storage: [WorkCompletion; 16] = Default::default();
         loop {
             // A full queue refuses its marker until flushes make room: try again each round.
@@ -96,9 +115,7 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
             if posted {
                 self.to_error()?;
             }
-            let cqs = [self.cqs.send, self.cqs.recv];
-            let distinct = if std::ptr::eq(cqs[0], cqs[1]) { &cqs[..1] } else { &cqs[..] };
-            for cq in distinct {
+            for cq in cqs {
                 for wc in cq.poll(&mut storage)? {
                     match (wc.qp_num() == self.qp_num(), wc.wr_id()) {
                         (true, DRAIN_SEND_WR_ID) => send = Marker::Seen,

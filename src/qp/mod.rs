@@ -88,8 +88,6 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     /// The extended QP (`ibv_qp_to_qp_ex`), when sends go through the `ibv_wr_*` builders.
     ex: Option<extended::ExQp>,
     pd: &'res ProtectionDomain<'res>,
-    /// The CQs it was created with, and whether an SRQ feeds it ([`QueuePair::drain`]).
-    cqs: QpCqs<'res>,
     caps: QpCapabilities,
     /// What sends may carry, learned at INIT (the UD path MTU).
     limits: SendLimits,
@@ -97,14 +95,6 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     /// it, and a covariant `'res` could be shortened at each call.
     _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
     _state: PhantomData<(S, T)>,
-}
-
-/// A QP's completion queues, and whether its receives come from an SRQ.
-#[derive(Clone, Copy)]
-struct QpCqs<'res> {
-    send: &'res CompletionQueue<'res>,
-    recv: &'res CompletionQueue<'res>,
-    srq: bool,
 }
 
 /// What the device allows a send, checked before posting.
@@ -210,7 +200,6 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
             raw: this.raw,
             ex: this.ex,
             pd: this.pd,
-            cqs: this.cqs,
             caps: this.caps,
             limits: this.limits,
             _res: PhantomData,

@@ -69,7 +69,7 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         drop(free);
         let mut returned = 0;
         let a = a
-            .drain(DRAIN, |wc| returned += usize::from(pool.complete(wc).is_some()))
+            .drain(&[&cq], DRAIN, |wc| returned += usize::from(pool.complete(wc).is_some()))
             .map_err(|e| e.error)
             .unwrap();
         assert_eq!(returned, in_flight, "{path:?}");
@@ -109,8 +109,8 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
         }
         let give_back = |wc: &mut WorkCompletion| drop(pool.complete(wc));
         qps = (
-            a.drain(DRAIN, give_back).map_err(|e| e.error).unwrap(),
-            b.drain(DRAIN, give_back).map_err(|e| e.error).unwrap(),
+            a.drain(&[&cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
+            b.drain(&[&cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
         );
     }
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8);

@@ -395,7 +395,7 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
         }
         let mut flushed = Vec::new();
         qp = rts
-            .drain(Duration::from_secs(1), |wc| {
+            .drain(&[&cq], Duration::from_secs(1), |wc| {
                 flushed.push(wc.status());
                 drop(pool.complete(wc).expect("a buffer-tier completion"));
             })
@@ -413,13 +413,21 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(64).unwrap();
-    let qp = rc_qp(&pd, &cq).drain(Duration::ZERO, |_| panic!("nothing outstanding")).unwrap();
+    let qp =
+        rc_qp(&pd, &cq).drain(&[&cq], Duration::ZERO, |_| panic!("nothing outstanding")).unwrap();
     f.mock.take_calls();
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
+    // Another CQ than the QP's: refused before anything changes.
+    let other = f.ctx.create_cq(8).unwrap();
+    let err = qp.drain(&[&other], Duration::ZERO, |_| {}).unwrap_err();
+    assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::OtherCq));
+    assert_eq!(err.error.to_string(), "drain polls the QP's CQs: pass its send CQ too");
+    assert_eq!(err.qp.query_state().unwrap(), QueuePairState::INIT);
+    let qp = err.qp;
     // The marker's post fails (as a provider refusing posts in ERROR would): the error comes
     // back with the QP.
     f.mock.fail(Verb::PostSend, libc::EINVAL);
-    let err = qp.drain(Duration::from_secs(1), |_| {}).unwrap_err();
+    let err = qp.drain(&[&cq], Duration::from_secs(1), |_| {}).unwrap_err();
     assert_verb_error(
         &err.error,
         "ibv_post_send",
