@@ -284,7 +284,7 @@ impl ToRtsAttr {
     }
 
     /// Each field against its range (timeout and the 3-bit retry counts).
-    pub(super) fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         check_ranges(&[
             ("timeout", self.timeout, 31),
             ("retry_cnt", self.retry_cnt, 7),
