@@ -163,6 +163,8 @@ pub enum InvalidInputKind {
     OtherContext,
     /// A CQ that is not the completion channel's.
     OtherChannel,
+    /// A list of CQs that lacks one of the queue pair's ([`QueuePair::drain`](crate::QueuePair::drain)).
+    OtherCq,
     /// More bytes than a buffer holds.
     BufferTooSmall,
     /// An offset, range, index or limit outside what exists.

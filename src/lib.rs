@@ -242,6 +242,8 @@ pub use qp::Uc;
 pub use qp::Ud;
 pub use qp::UdToInitAttr;
 pub use qp::Unknown;
+pub use qp::DRAIN_RECV_WR_ID;
+pub use qp::DRAIN_SEND_WR_ID;
 pub use srq::SharedReceiveQueue;
 pub use stack::Stack;
 pub use stack::StackKind;

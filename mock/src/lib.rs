@@ -223,6 +223,9 @@ pub struct ContextConfig {
     /// A member of `ibv_cq_ex` or `ibv_qp_ex` (by its field name, e.g. `"read_byte_len"` or
     /// `"wr_send_imm"`) that this context's extended CQs and QPs leave NULL.
     pub missing_member: Option<&'static str>,
+    /// `ibv_device_attr.vendor_id` of this context's `ibv_query_device` (0 by default: no
+    /// known provider; `0xFFFFFF` is rxe's, `0x02c9` Mellanox's).
+    pub vendor_id: u32,
 }
 
 impl ContextConfig {
@@ -250,6 +253,7 @@ impl Default for ContextConfig {
             completion_timestamps: false,
             memory_windows: true,
             missing_member: None,
+            vendor_id: 0,
         }
     }
 }

@@ -412,8 +412,13 @@ impl<'res> Dci<'res, Rtr> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`, or
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) naming a field out of range, as
+    /// [`QueuePair::into_rts`](crate::QueuePair::into_rts).
     pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
+        if let Err(error) = attr.check() {
+            return Err(TransitionError { qp: self, error });
+        }
         let raw = sys::ibv_qp_attr {
             timeout: attr.timeout,
             retry_cnt: attr.retry_cnt,

@@ -9,6 +9,7 @@ use rdma_verbs_sys as sys;
 use crate::access::AccessFlags;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Endpoint, Lid, Psn, Qpn};
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::gid::Gid;
 use crate::port::Mtu;
 use crate::srq::SharedReceiveQueue;
@@ -255,11 +256,15 @@ impl ToRtrAttr {
 /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToRtsAttr {
-    /// The local ACK timeout code: 4.096 µs × 2^timeout (14 ≈ 67 ms).
+    /// The local ACK timeout code, 0–31: 4.096 µs × 2^timeout (14 ≈ 67 ms); 0 means wait
+    /// forever (IBA 9.7.6.1.3). Larger values are refused before the verb.
     pub timeout: u8,
-    /// Transport retries before an error completion (0–7).
+    /// Transport retries (ACK timeouts, NAKs for sequence errors) before a
+    /// `RETRY_EXC_ERR` completion, 0–7. rxe never counts 7 down (its completer treats 7 as
+    /// "retry forever"), so 7 may never end there.
     pub retry_cnt: u8,
-    /// Receiver-not-ready retries (0–6; 7 means forever).
+    /// Receiver-not-ready retries before a `RNR_RETRY_EXC_ERR` completion, 0–7; 7 means
+    /// retry forever on every provider (IBA 9.7.5.2.8).
     pub rnr_retry: u8,
     /// Our first send PSN (the one we told the peer).
     pub sq_psn: Psn,
@@ -268,10 +273,33 @@ pub struct ToRtsAttr {
 }
 
 impl ToRtsAttr {
-    /// ibv_rc_pingpong's values (timeout 14, 7 retries, RNR retry forever, one outstanding
-    /// read) with send PSN `sq_psn`.
+    /// Values that end on every provider, with send PSN `sq_psn`: timeout 14 (≈ 67 ms per
+    /// try), 6 transport retries and 6 RNR retries (neither is "forever": a dead peer or a
+    /// receiver that never posts ends in an error completion after a bounded time), one
+    /// outstanding RDMA READ or atomic. ibv_rc_pingpong and perftest peers use 7 and 7;
+    /// these are local to each side, so they interoperate.
     #[must_use]
     pub fn new(sq_psn: Psn) -> Self {
-        ToRtsAttr { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn, max_rd_atomic: 1 }
+        ToRtsAttr { timeout: 14, retry_cnt: 6, rnr_retry: 6, sq_psn, max_rd_atomic: 1 }
+    }
+
+    /// Each field against its range (timeout and the 3-bit retry counts).
+    pub(crate) fn check(&self) -> Result<()> {
+        check_ranges(&[
+            ("timeout", self.timeout, 31),
+            ("retry_cnt", self.retry_cnt, 7),
+            ("rnr_retry", self.rnr_retry, 7),
+        ])
+    }
+}
+
+/// Each named attribute `(name, value, max)` against its maximum, before the verb.
+pub(super) fn check_ranges(fields: &[(&str, u8, u8)]) -> Result<()> {
+    match fields.iter().find(|(_, value, max)| value > max) {
+        Some((name, value, max)) => Err(Error::invalid(
+            InvalidInputKind::Range,
+            format!("{name} {value} is out of range: at most {max} (ibv_modify_qp(3))"),
+        )),
+        None => Ok(()),
     }
 }

@@ -19,6 +19,53 @@ pub(super) struct ExQp {
     /// `IBV_QP_EX_WITH_*`: only these builders may be used (a provider may fill members it
     /// was not asked for, and must not be relied on for them).
     send_ops: u64,
+    /// What a failed `ibv_wr_complete` of this provider leaves posted.
+    failed_batch: FailedBatch,
+}
+
+/// `vendor_id` of rxe (`RXE_VENDOR_ID` in the kernel's `rxe_param.h`).
+const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
+/// `vendor_id` of Mellanox (mlx5; mlx4 shares it but has no `ibv_wr_*` builders: its
+/// `create_qp_ex` refuses `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, so no batch reaches it).
+const MELLANOX_VENDOR_ID: u32 = 0x02c9;
+
+/// How much of a batch a failed `ibv_wr_complete` leaves posted: `ibv_wr_post(3)` does not
+/// say, so it is read from each provider's source, recognised by the device's `vendor_id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FailedBatch {
+    /// mlx5: `mlx5_send_wr_complete` (rdma-core `providers/mlx5/qp.c`) on any error
+    /// (`mqp->err`, set by a builder, e.g. `ENOMEM` from `mlx5_wq_overflow`) rolls
+    /// `sq.cur_post` back to where `ibv_wr_start` found it and rings no doorbell (its
+    /// `post_send_db` cannot fail): nothing of the batch is posted.
+    NothingPosted,
+    /// rxe: the builders write WQEs past the producer index and record the first failure in
+    /// `qp->err` (`ENOSPC` from `check_qp_queue_full`); `wr_complete` (rdma-core
+    /// `providers/rxe/rxe.c`) returns it without storing the producer index, so `ENOSPC`
+    /// means nothing of the batch is posted. Any other errno may come from the doorbell
+    /// write (`post_send_db`) after the index was stored: all posted.
+    NothingPostedOnEnospc,
+    /// Any other provider: which WRs went out cannot be known, so all may have (memory they
+    /// name is never handed back early).
+    AllMayBePosted,
+}
+
+impl FailedBatch {
+    fn of(vendor_id: u32) -> FailedBatch {
+        match vendor_id {
+            MELLANOX_VENDOR_ID => FailedBatch::NothingPosted,
+            RXE_VENDOR_ID => FailedBatch::NothingPostedOnEnospc,
+            _ => FailedBatch::AllMayBePosted,
+        }
+    }
+
+    /// How many of a failed batch of `len` WRs are posted after `error`.
+    fn posted(self, error: &Error, len: usize) -> usize {
+        match self {
+            FailedBatch::NothingPosted => 0,
+            FailedBatch::NothingPostedOnEnospc if error.errno() == Some(libc::ENOSPC) => 0,
+            FailedBatch::NothingPostedOnEnospc | FailedBatch::AllMayBePosted => len,
+        }
+    }
 }
 
 /// Whether `ctx` has a `create_qp_ex` op at all (libibverbs gives every provider one, which
@@ -118,7 +165,12 @@ impl ExQp {
         ];
         match missing.into_iter().find_map(|(name, missing)| missing.then_some(name)) {
             Some(name) => Err(name),
-            None => Ok(ExQp { raw, send_ops }),
+            None => {
+                // The attributes are cached at creation (`send_ops`); a failed query only
+                // makes the rule the conservative one.
+                let vendor_id = ctx.cached_attr().map_or(0, |attr| attr.vendor_id());
+                Ok(ExQp { raw, send_ops, failed_batch: FailedBatch::of(vendor_id) })
+            }
         }
     }
 
@@ -132,9 +184,9 @@ impl ExQp {
     ///
     /// A WR the QP cannot build aborts its batch (`ibv_wr_abort`: nothing of it posted) with
     /// [`Error::Unsupported`] naming its builder. On failure, how many WRs may have been
-    /// posted: those of earlier batches and posts, plus, when `ibv_wr_complete` fails, the
-    /// whole failed batch, since `ibv_wr_post(3)` does not say which WR failed or whether
-    /// earlier ones went out (so memory they name is never handed back early).
+    /// posted: those of earlier batches and posts, plus, when `ibv_wr_complete` fails, what
+    /// the provider leaves posted of the failed batch ([`FailedBatch`]: none on mlx5, none
+    /// for `ENOSPC` on rxe, all elsewhere, so memory they name is never handed back early).
     ///
     /// # Safety
     ///
@@ -182,8 +234,9 @@ impl ExQp {
                     return Err(PostListError { posted: 0, error });
                 }
             }
-            check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete")
-                .map_err(|error| PostListError { posted: wrs.len(), error })
+            check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete").map_err(|error| {
+                PostListError { posted: self.failed_batch.posted(&error, wrs.len()), error }
+            })
         }
     }
 

@@ -17,6 +17,7 @@
 mod attr;
 mod connect;
 mod create;
+mod drain;
 mod extended;
 mod kind;
 mod modify;
@@ -34,6 +35,7 @@ pub use attr::{
     AddressVector, GlobalRoute, QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr,
     UdToInitAttr,
 };
+pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;

@@ -115,8 +115,11 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// the QP's SGE or inline limits. On the extended path which WR failed cannot be known:
     /// a WR the QP cannot build aborts the batch ([`Error::Unsupported`] naming its
     /// `ibv_wr_*` builder, 0 posted), and a failed `ibv_wr_complete` (the same errnos as
-    /// `ibv_post_send`, e.g. `ENOMEM` or `ENOSPC` for a full send queue) counts all of them as posted,
-    /// since `ibv_wr_post(3)` does not say which went out.
+    /// `ibv_post_send`, e.g. `ENOMEM` or `ENOSPC` for a full send queue) counts what the
+    /// provider's source says it leaves posted: none of the batch on mlx5 (it rolls the
+    /// batch back) and none for `ENOSPC` on rxe (it never publishes a batch a builder
+    /// failed), recognised by the device's `vendor_id`; all of it on other providers, since
+    /// `ibv_wr_post(3)` does not say which went out.
     #[doc(alias = "ibv_post_send")]
     #[inline]
     pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), PostListError> {

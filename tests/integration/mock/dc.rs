@@ -260,7 +260,7 @@ fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
     let rts = modifies[2].1;
     assert_eq!(
         (rts.qp_state, rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic),
-        (sys::IBV_QPS_RTS, 14, 7, 7, 0x42, 1)
+        (sys::IBV_QPS_RTS, 14, 6, 6, 0x42, 1)
     );
     // No peer: no destination QPN, no AV.
     assert_eq!((modifies[1].1.dest_qp_num, modifies[1].1.is_global), (0, 0));

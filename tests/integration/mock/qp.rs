@@ -5,9 +5,10 @@ use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid, Mtu,
-    ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair, QueuePairState,
-    RecvWr, Reset, Rtr, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
+    AccessFlags, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid,
+    Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair,
+    QueuePairState, RecvWr, Reset, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
+    WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -86,8 +87,9 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let rts_attr = QpAttr {
         qp_state: sys::IBV_QPS_RTS,
         timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
+        // 6, not 7: neither retries forever (rxe never counts a retry_cnt of 7 down).
+        retry_cnt: 6,
+        rnr_retry: 6,
         sq_psn: 0x65_4321,
         max_rd_atomic: 1,
         ..QpAttr::default()
@@ -413,4 +415,99 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
         [Call::ModifyQp { mask: mask.bits() as i32, attr: modified }, query.clone(), query]
     );
     assert_eq!(qp.query_state().unwrap(), QueuePairState::INIT);
+}
+
+#[test]
+fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_dry() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let mut qp = rc_qp(&pd, &cq);
+    for round in 0..100 {
+        let init = qp.into_init(&ToInitAttr::default()).unwrap();
+        let rts =
+            init.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+        // Four receives and four sends to a peer that never answers: all stay outstanding.
+        for i in 0..8 {
+            let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: pool ran dry"));
+            if i % 2 == 0 {
+                rts.post_recv_buffer(buffer).map_err(|e| e.error).unwrap();
+            } else {
+                rts.post_send_buffer(buffer, SendOp::Send).map_err(|e| e.error).unwrap();
+            }
+        }
+        let mut flushed = Vec::new();
+        qp = rts
+            .drain(&[&cq], Duration::from_secs(1), |wc| {
+                flushed.push(wc.status());
+                drop(pool.complete(wc).expect("a buffer-tier completion"));
+            })
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(flushed, [WcStatus::WR_FLUSH_ERR; 8], "round {round}");
+        assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
+    }
+    assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8, "nothing stranded");
+    assert!(f.mock.take_violations().is_empty());
+}
+
+#[test]
+fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in_error() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let qp =
+        rc_qp(&pd, &cq).drain(&[&cq], Duration::ZERO, |_| panic!("nothing outstanding")).unwrap();
+    f.mock.take_calls();
+    let qp = qp.into_init(&ToInitAttr::default()).unwrap();
+    // Another CQ than the QP's: refused before anything changes.
+    let other = f.ctx.create_cq(8).unwrap();
+    let err = qp.drain(&[&other], Duration::ZERO, |_| {}).unwrap_err();
+    assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::OtherCq));
+    assert_eq!(err.error.to_string(), "drain polls the QP's CQs: pass its send CQ too");
+    assert_eq!(err.qp.query_state().unwrap(), QueuePairState::INIT);
+    let qp = err.qp;
+    // The marker's post fails (as a provider refusing posts in ERROR would): the error comes
+    // back with the QP.
+    f.mock.fail(Verb::PostSend, libc::EINVAL);
+    let err = qp.drain(&[&cq], Duration::from_secs(1), |_| {}).unwrap_err();
+    assert_verb_error(
+        &err.error,
+        "ibv_post_send",
+        libc::EINVAL,
+        &["not in a state that allows this post"],
+    );
+    assert_eq!(err.qp.query_state().unwrap(), QueuePairState::ERR);
+}
+
+#[test]
+fn attributes_out_of_range_are_refused_before_the_verb_naming_them() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let base = ToRtsAttr::new(Psn::new(1));
+    let cases = [
+        ("timeout 32", ToRtsAttr { timeout: 32, ..base }, "at most 31"),
+        ("retry_cnt 8", ToRtsAttr { retry_cnt: 8, ..base }, "at most 7"),
+        ("rnr_retry 8", ToRtsAttr { rnr_retry: 8, ..base }, "at most 7"),
+    ];
+    for (what, rts, max) in cases {
+        let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+        let qp = qp.into_rtr(&rtr_attr()).unwrap();
+        f.mock.take_calls();
+        let err = qp.into_rts(&rts).unwrap_err();
+        assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::Range), "{what}");
+        assert_eq!(
+            err.error.to_string(),
+            format!("{what} is out of range: {max} (ibv_modify_qp(3))")
+        );
+        assert!(f.mock.take_calls().is_empty(), "{what}: no verb called");
+    }
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let err = qp.into_rtr(&ToRtrAttr { min_rnr_timer: 32, ..rtr_attr() }).unwrap_err();
+    assert_eq!(
+        err.error.to_string(),
+        "min_rnr_timer 32 is out of range: at most 31 (ibv_modify_qp(3))"
+    );
 }

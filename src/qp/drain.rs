@@ -1,0 +1,178 @@
+//! Draining a connected QP before reuse: ERROR, every flush completion, then RESET.
+//!
+//! # Safety
+//!
+//! The two markers are posted through the raw verbs with no SGE, so they name no memory;
+//! everything else is the QP's own outstanding work, which the NIC completes (flushes) and
+//! the caller receives, so a buffer-tier chunk is handed back only from the completion that
+//! ended it.
+
+use std::time::{Duration, Instant};
+
+use rdma_verbs_sys as sys;
+
+use super::{Connected, QpState, QueuePair, QueuePairState, Reset};
+use crate::cq::CompletionQueue;
+use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
+use crate::wc::WorkCompletion;
+
+/// The `wr_id` of the zero-length SEND [`QueuePair::drain`] posts after ERROR; its flush
+/// completion comes after every earlier send's. Bit 63 is clear, so no buffer-tier `wr_id`
+/// has it; a raw-tier WR posted with it ends the drain early (nothing worse: what is left is
+/// discarded by the RESET, as by [`QueuePair::reset`]).
+pub const DRAIN_SEND_WR_ID: u64 = 0x7fff_ffff_ffff_fffe;
+/// The `wr_id` of the receive without SGE [`QueuePair::drain`] posts after ERROR (on a QP
+/// without an SRQ), as [`DRAIN_SEND_WR_ID`] for the receive queue.
+pub const DRAIN_RECV_WR_ID: u64 = 0x7fff_ffff_ffff_ffff;
+
+/// One queue's marker: not posted yet, posted, or its completion seen.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    Due,
+    Posted,
+    Seen,
+}
+
+impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
+    /// Any state → ERROR → RESET, handing every outstanding work request's completion to
+    /// `each` on the way, so that a reused QP strands nothing: the buffer tier's chunks come
+    /// back through [`BufferPool::complete`](crate::BufferPool::complete) in `each`, where
+    /// [`QueuePair::reset`] would discard them without completions and leave them in flight.
+    ///
+    /// After `ibv_modify_qp(3)` to ERROR it posts a zero-length signaled SEND
+    /// ([`DRAIN_SEND_WR_ID`]) and, without an SRQ, a receive without SGE
+    /// ([`DRAIN_RECV_WR_ID`]); a queue flushes in order, so a marker's completion comes after
+    /// every earlier WR's. It moves the QP to ERROR again after posting them (rxe flushes
+    /// what is posted in ERROR when it enters ERROR), polls `cqs` — which must hold the QP's
+    /// send and receive CQs — until both markers completed, and moves it to RESET. Every
+    /// other completion polled from `cqs` goes to `each`, other QPs' too when they share them. The markers themselves are not handed
+    /// to `each`. An SRQ's receives are not this QP's and stay posted.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and [`Error::InvalidInput`]
+    /// ([`InvalidInputKind::OtherCq`]) when `cqs` lacks one of its CQs, before anything
+    /// changes; otherwise with the QP now in ERROR (whatever `S` says, as after an error
+    /// completion) and [`Error::CompletionTimeout`] (expected and arrived count markers) when
+    /// `timeout` passes first, or the [`Error::Verb`] of `ibv_modify_qp`, `ibv_post_send`,
+    /// `ibv_post_recv` or a poll.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn drain(
+        self,
+        cqs: &[&CompletionQueue<'_>],
+        timeout: Duration,
+        mut each: impl FnMut(&mut WorkCompletion),
+    ) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
+        let state = match S::STATE.map_or_else(|| self.query_state(), Ok) {
+            Ok(state) => state,
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        };
+        if state == QueuePairState::RESET {
+            // Nothing is outstanding in RESET.
+            return Ok(self.retype());
+        }
+        // SAFETY: a live QP; plain reads of the CQ pointers it was created with.
+        let (send_cq, recv_cq) = unsafe { ((*self.as_raw()).send_cq, (*self.as_raw()).recv_cq) };
+        if let Some(missing) = [(send_cq, "send"), (recv_cq, "receive")]
+            .into_iter()
+            .find(|(cq, _)| !cqs.iter().any(|c| c.as_raw() == *cq))
+        {
+            let error = Error::invalid(
+                InvalidInputKind::OtherCq,
+                format!("drain polls the QP's CQs: pass its {} CQ too", missing.1),
+            );
+            return Err(TransitionError { qp: self, error });
+        }
+        if let Err(error) = self.flush_all(cqs, timeout, &mut each) {
+            return Err(TransitionError { qp: self, error });
+        }
+        self.reset()
+    }
+
+    /// ERROR, the markers, and every completion until both markers'.
+    fn flush_all(
+        &self,
+        cqs: &[&CompletionQueue<'_>],
+        timeout: Duration,
+        each: &mut impl FnMut(&mut WorkCompletion),
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        self.to_error()?;
+        let mut send = Marker::Due;
+        // SAFETY: a live QP; a plain read of the SRQ pointer it was created with.
+        let srq = !unsafe { (*self.as_raw()).srq }.is_null();
+        let mut recv = if srq { Marker::Seen } else { Marker::Due };
+        let mut storage: [WorkCompletion; 16] = Default::default();
+        loop {
+            // A full queue refuses its marker until flushes make room: try again each round.
+            let mut posted = false;
+            if send == Marker::Due && self.post_marker(true)? {
+                (send, posted) = (Marker::Posted, true);
+            }
+            if recv == Marker::Due && self.post_marker(false)? {
+                (recv, posted) = (Marker::Posted, true);
+            }
+            if posted {
+                self.to_error()?;
+            }
+            for cq in cqs {
+                for wc in cq.poll(&mut storage)? {
+                    match (wc.qp_num() == self.qp_num(), wc.wr_id()) {
+                        (true, DRAIN_SEND_WR_ID) => send = Marker::Seen,
+                        (true, DRAIN_RECV_WR_ID) => recv = Marker::Seen,
+                        _ => each(wc),
+                    }
+                }
+            }
+            if send == Marker::Seen && recv == Marker::Seen {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let arrived = usize::from(send == Marker::Seen) + usize::from(recv == Marker::Seen);
+                return Err(Error::CompletionTimeout { expected: 2, arrived, timeout });
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// `ibv_modify_qp` to ERROR, leaving the type as it is (the NIC may do the same).
+    fn to_error(&self) -> Result<()> {
+        let mut attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
+        // SAFETY: a live QP and a valid attribute struct whose one masked field is set.
+        let ret = unsafe {
+            (self.pd.context().library().fns.ibv_modify_qp)(
+                self.as_raw(),
+                &mut attr,
+                sys::IBV_QP_STATE as i32,
+            )
+        };
+        check_errno(ret, "ibv_modify_qp (→ERROR, drain)")
+    }
+
+    /// Posts the send (or receive) marker: `false` when the queue is full (`ENOMEM`).
+    fn post_marker(&self, send: bool) -> Result<bool> {
+        let ret = if send {
+            let mut wr = sys::ibv_send_wr {
+                wr_id: DRAIN_SEND_WR_ID,
+                opcode: sys::IBV_WR_SEND,
+                send_flags: sys::IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: a live connected QP; the WR has no SGE, so it names no memory, and
+            // is one WR (`next` is NULL). In ERROR it is flushed, never sent.
+            unsafe { sys::inline::ibv_post_send(self.as_raw(), &mut wr, &mut bad) }
+        } else {
+            let mut wr = sys::ibv_recv_wr { wr_id: DRAIN_RECV_WR_ID, ..Default::default() };
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: a live QP with its own receive queue; the WR has no SGE, so the NIC
+            // writes nothing, and is one WR (`next` is NULL).
+            unsafe { sys::inline::ibv_post_recv(self.as_raw(), &mut wr, &mut bad) }
+        };
+        match check_errno(ret, if send { "ibv_post_send" } else { "ibv_post_recv" }) {
+            Ok(()) => Ok(true),
+            Err(Error::WorkQueueFull { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Faults from the field (#16) on rxe0: a full send queue on both verbs paths, a refused
+//! batch that strands nothing, and draining a QP so a reconnecting service keeps its pool.
+
+use std::time::Duration;
+
+use rdma_verbs::*;
+
+use super::pair::{endpoint, init_qp, up, up_with};
+use crate::common::{require_device, RXE};
+
+/// How long a drain may take on rxe (flushes are immediate; rxe is slow, not stuck).
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// The errno and verb each path reports for a full send queue on rxe.
+const FULL: [(VerbsPath, &str, i32); 2] = [
+    (VerbsPath::Extended, "ibv_wr_complete", libc::ENOSPC),
+    (VerbsPath::Legacy, "ibv_post_send", libc::ENOMEM),
+];
+
+#[test]
+fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands_nothing() {
+    let Some(ctx) = require_device(RXE) else { return };
+    for (path, verb, errno) in FULL {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(256).unwrap();
+        let pool =
+            BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+        let cap = QpCapabilities { max_send_wr: 8, max_recv_wr: 8, ..Default::default() };
+        let attr = QpInitAttr { cap, verbs_path: Some(path), ..QpInitAttr::new(&cq) };
+        let (a, b) = (
+            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
+            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
+        );
+        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        // b never posts a receive and a retries RNR forever: every SEND stays queued.
+        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(ea.psn) };
+        let a = up_with(&ctx, a, &eb, &rts);
+        let b = up(&ctx, b, &eb, &ea);
+        assert_eq!(a.send_path(), path);
+        let mut in_flight = 0;
+        let err = loop {
+            let mut buffer = pool.take().unwrap();
+            buffer.fill(b"x").unwrap();
+            match a.post_send_buffer(buffer, SendOp::Send) {
+                Ok(()) => in_flight += 1,
+                Err(e) => break e.error,
+            }
+            assert!(
+                in_flight < 64,
+                "{path:?}: 64 SENDs fit a send queue of {}",
+                a.caps().max_send_wr
+            );
+        };
+        let Error::WorkQueueFull { verb: got, source } = &err else { panic!("{path:?}: {err:?}") };
+        assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
+        assert!(err.to_string().contains("reap completions before posting more"), "{err}");
+        let mut list = SendList::with_capacity(12);
+        for _ in 0..12 {
+            let mut buffer = pool.take().unwrap();
+            buffer.fill(b"x").unwrap();
+            list.push(buffer, SendOp::Send).unwrap();
+        }
+        let err = a.post_send_buffers(&mut list, true).unwrap_err();
+        assert!(matches!(err, Error::WorkQueueFull { .. }), "{path:?}: {err}");
+        assert_eq!(list.len(), 12, "{path:?}: the refused list is handed back whole");
+        while list.pop().is_some() {}
+        let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+        assert_eq!(free.len(), 64 - in_flight, "{path:?}: only the queued SENDs are in flight");
+        drop(free);
+        let mut returned = 0;
+        let a = a
+            .drain(&[&cq], DRAIN, |wc| returned += usize::from(pool.complete(wc).is_some()))
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(returned, in_flight, "{path:?}");
+        assert_eq!(
+            std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(),
+            64,
+            "{path:?}: 64 of 64 free"
+        );
+        drop((a, b));
+    }
+}
+
+#[test]
+fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let cap = QpCapabilities { max_send_wr: 8, max_recv_wr: 8, ..Default::default() };
+    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
+    let mut qps = (pd.create_rc_qp(&attr).unwrap(), pd.create_rc_qp(&attr).unwrap());
+    for round in 0..100 {
+        let init = ToInitAttr { port: super::pair::PORT, ..Default::default() };
+        let (a, b) = (qps.0.into_init(&init).unwrap(), qps.1.into_init(&init).unwrap());
+        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let a = up_with(&ctx, a, &eb, &ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(ea.psn) });
+        let b = up(&ctx, b, &eb, &ea);
+        // The service's receives, and sends its peer never takes: all outstanding when the
+        // connection is torn down.
+        for i in 0..8 {
+            let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: the pool ran out"));
+            if i % 2 == 0 {
+                a.post_recv_buffer(buffer).map_err(|e| e.error).unwrap();
+            } else {
+                a.post_send_buffer(buffer, SendOp::Send).map_err(|e| e.error).unwrap();
+            }
+        }
+        let give_back = |wc: &mut WorkCompletion| drop(pool.complete(wc));
+        qps = (
+            a.drain(&[&cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
+            b.drain(&[&cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
+        );
+    }
+    assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8);
+}
+
+/// How long the default RTS attributes may take to give up on rxe (7 tries of ≈ 67 ms, or
+/// 7 RNR waits of 0.64 ms, plus rxe's scheduling).
+const GIVE_UP: Duration = Duration::from_secs(10);
+
+#[test]
+fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_end_in_bounded_time()
+{
+    let Some(ctx) = require_device(RXE) else { return };
+    // (the peer's fate, the status the SEND ends with)
+    for (peer_dies, status) in
+        [(true, WcStatus::RETRY_EXC_ERR), (false, WcStatus::RNR_RETRY_EXC_ERR)]
+    {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let attr = QpInitAttr::new(&cq);
+        let (a, b) = (
+            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
+            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
+        );
+        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let a = up(&ctx, a, &ea, &eb);
+        let b = up(&ctx, b, &eb, &ea);
+        // Either b is gone, or it lives to the end of the round and never posts a receive.
+        let _b = if peer_dies {
+            b.destroy().unwrap();
+            None
+        } else {
+            Some(b)
+        };
+        let start = std::time::Instant::now();
+        // SAFETY: a zero-length SEND names no memory.
+        unsafe { a.post_send(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
+        let mut storage: [WorkCompletion; 1] = Default::default();
+        let wc = cq.wait_for(1, GIVE_UP, &mut storage).unwrap();
+        assert_eq!((wc[0].wr_id(), wc[0].status()), (1, status), "peer dies: {peer_dies}");
+        assert!(start.elapsed() < GIVE_UP);
+    }
+}
