@@ -1,6 +1,6 @@
 //! The soundness proof's property suite (DESIGN §4.10, issue #13): random sequences of *safe*
 //! calls — buffer receives on QPs and an SRQ, single and list sends of every `SendOp` on RC,
-//! UC and UD (to the target by its own rkey or a type-1 window's), window binds, polls that hand buffers back, resets, drops and destroys, and faults the mock
+//! UC and UD (to the target by its own rkey or a type-1 window's), window binds, drains, polls that hand buffers back, resets, drops and destroys, and faults the mock
 //! injects — against the strict mock provider, which checks every work request it receives
 //! (SGEs inside a live MR of that lkey and the queue's PD with the access the opcode needs,
 //! inline bytes in CPU memory, a live AH on UD, atomics RC-only and aligned, no buffer-tier
@@ -12,6 +12,8 @@
 //! target, an AH, and three connected pairs — RC (its second QP fed by the SRQ), UC, UD — that
 //! the mock executes loopback. `PROPTEST_CASES` sets the number of cases (scripts/test runs
 //! 10,000).
+
+use std::time::Duration;
 
 use proptest::prelude::*;
 use rdma_verbs::{
@@ -55,6 +57,8 @@ enum Step {
     FailPost,
     /// `reset`, then connected to its peer again.
     Reset { qp: usize },
+    /// `drain` (RC, UC: ERROR, every flush handed to the pools, RESET), then connected again.
+    Drain { qp: usize },
     /// Dropped, or `destroy`ed.
     Drop { qp: usize, destroy: bool },
 }
@@ -129,6 +133,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => qp.clone().prop_map(|qp| Step::FailNextWr { qp }),
         1 => Just(Step::FailPost),
         1 => qp.clone().prop_map(|qp| Step::Reset { qp }),
+        1 => qp.clone().prop_map(|qp| Step::Drain { qp }),
         1 => (qp, any::<bool>()).prop_map(|(qp, destroy)| Step::Drop { qp, destroy }),
     ]
 }
@@ -391,6 +396,24 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 let slot = std::mem::replace(&mut slots[qp], Slot::Gone);
                 slots[qp] = parts.reconnect(slot, qpns[qp ^ 1]);
             }
+            Step::Drain { qp } => {
+                let mut hand_back = |wc: &mut WorkCompletion| {
+                    handed_back += pools.iter().filter_map(|p| p.complete(wc)).count();
+                };
+                let (cqs, limit) = ([&cq], Duration::from_secs(5));
+                // A drain that fails hands the QP back (in ERROR): it stays as it is.
+                slots[qp] = match std::mem::replace(&mut slots[qp], Slot::Gone) {
+                    Slot::Rc(q) => match q.drain(&cqs, limit, &mut hand_back) {
+                        Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Rc),
+                        Err(e) => Slot::Rc(e.qp),
+                    },
+                    Slot::Uc(q) => match q.drain(&cqs, limit, &mut hand_back) {
+                        Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Uc),
+                        Err(e) => Slot::Uc(e.qp),
+                    },
+                    other => other,
+                };
+            }
             Step::Drop { qp, destroy } => {
                 std::mem::replace(&mut slots[qp], Slot::Gone).remove(destroy);
             }
@@ -425,9 +448,12 @@ fn the_rig_executes_loopback_work_on_both_paths() {
         Step::Bind { qp: 1, start: 0, len: 512, rights: AccessFlags::REMOTE_READ },
         Step::Send { qp: 0, pool: 0, op: Op::Read(128), len: 64, window: true },
         Step::Poll,
+        // And a receive that only a drain's flush hands back.
+        Step::Recv { qp: 3, pool: 0 },
+        Step::Drain { qp: 3 },
     ];
     for (extended, iova) in [(false, false), (true, true)] {
-        assert_eq!(run(&steps, extended, iova), Ok(6), "extended {extended}, iova {iova}");
+        assert_eq!(run(&steps, extended, iova), Ok(7), "extended {extended}, iova {iova}");
     }
 }
 
