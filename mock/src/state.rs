@@ -115,6 +115,8 @@ pub(super) struct State {
     /// The member each context's extended CQs and QPs leave NULL
     /// ([`ContextConfig::missing_member`](super::ContextConfig::missing_member)).
     missing_members: HashMap<*mut ibv_context, &'static str>,
+    /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
+    vendor_ids: HashMap<*mut ibv_context, u32>,
     next_id: u32,
 }
 
@@ -133,6 +135,7 @@ impl State {
             async_events: HashMap::new(),
             unacked_async_events: 0,
             missing_members: HashMap::new(),
+            vendor_ids: HashMap::new(),
             next_id: 0,
         }
     }
@@ -212,6 +215,15 @@ impl State {
 
     pub(super) fn set_missing_member(&mut self, ctx: *mut ibv_context, member: &'static str) {
         self.missing_members.insert(ctx, member);
+    }
+
+    pub(super) fn set_vendor_id(&mut self, ctx: *mut ibv_context, vendor_id: u32) {
+        self.vendor_ids.insert(ctx, vendor_id);
+    }
+
+    /// The `vendor_id` `ctx`'s device reports.
+    pub(super) fn vendor_id(&self, ctx: *mut ibv_context) -> u32 {
+        self.vendor_ids.get(&ctx).copied().unwrap_or_default()
     }
 
     /// The member `ctx`'s extended objects leave NULL, if any.

@@ -117,13 +117,14 @@ pub(super) unsafe extern "C" fn ibv_query_device(
 ) -> c_int {
     let result = serve(|s| {
         s.begin(Call::QueryDevice, Verb::QueryDevice)?;
-        s.expect(context, Kind::Context)
+        s.expect(context, Kind::Context)?;
+        Ok(s.vendor_id(context))
     });
-    if result.is_ok() {
+    if let Ok(vendor_id) = result {
         // SAFETY: the caller made `attr` writable.
-        unsafe { attr.write(device_attr()) };
+        unsafe { attr.write(ibv_device_attr { vendor_id, ..device_attr() }) };
     }
-    status(result)
+    status(result.map(drop))
 }
 
 /// The size of `struct _compat_ibv_port_attr`: it ends with `flags`, right before
