@@ -221,10 +221,7 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[inline]
     pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
         match &self.ex {
-            Some(ex) if ex.in_sessions() => {
-                let n = ex.drain(storage.len(), |i, wc, _| storage[i] = wc)?;
-                Ok(&mut storage[..n])
-            }
+            Some(ex) if ex.in_sessions() => poll_sessions(ex, storage),
             _ => self.poll_legacy(storage),
         }
     }
@@ -404,6 +401,17 @@ impl std::fmt::Debug for CompletionQueue<'_> {
             .field("path", &self.path())
             .finish()
     }
+}
+
+/// [`CompletionQueue::poll`] in sessions, out of line so that the `poll_cq` path's few
+/// instructions inline into the caller.
+#[inline(never)]
+fn poll_sessions<'a>(
+    ex: &extended::ExCq,
+    storage: &'a mut [WorkCompletion],
+) -> Result<&'a mut [WorkCompletion]> {
+    let n = ex.drain(storage.len(), |i, wc, _| storage[i] = wc)?;
+    Ok(&mut storage[..n])
 }
 
 /// The error of a failed poll verb: `errno` is what it reported (positive).
