@@ -115,7 +115,8 @@ fn a_burst_of_64_completions_drains_in_one_poll_call() {
     // (mock::verbs_path::the_default_poll_drains_a_batch_with_one_provider_call).
     assert_eq!(cq.path(), VerbsPath::Extended);
     let source = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let target = pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let target = pd.register_remote_writable(4096, access).unwrap();
     let (a, b) = (
         qp_in_init(&pd, &cq, BURST as u32, AccessFlags::empty()),
         qp_in_init(&pd, &cq, BURST as u32, AccessFlags::REMOTE_WRITE),
