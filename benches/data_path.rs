@@ -296,16 +296,17 @@ fn data_path(mode: &mut Mode<'_>) {
         let mut raw_storage = [sys::ibv_wc::default(); LIST];
         let (mut stamps, mut raw_stamps) = ([0u64; LIST], [0u64; LIST]);
 
-        // SAFETY (each `ours` post): the stub provider only reads the WRs.
         match qp.as_raw_ex() {
             None => {
                 mode.case(
                     &format!("{path}/post_send"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
                     || unsafe { black_box(&qp).post_send(&mut one) }.is_ok(),
                     || direct_post_send(black_box(qp_raw), &mut raw_send) == 0,
                 );
                 mode.case(
                     &format!("{path}/post_send_list_16"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
                     || unsafe { black_box(&qp).post_send_list(&mut list) }.is_ok(),
                     || direct_post_send(black_box(qp_raw), &mut raw_list[0]) == 0,
                 );
@@ -313,11 +314,13 @@ fn data_path(mode: &mut Mode<'_>) {
             Some(qpx) => {
                 mode.case(
                     &format!("{path}/post_send"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
                     || unsafe { black_box(&qp).post_send(&mut one) }.is_ok(),
                     || direct_wr_post(black_box(qpx), std::slice::from_ref(&raw_send)) == 0,
                 );
                 mode.case(
                     &format!("{path}/post_send_list_16"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
                     || unsafe { black_box(&qp).post_send_list(&mut list) }.is_ok(),
                     || direct_wr_post(black_box(qpx), &raw_list) == 0,
                 );
@@ -325,6 +328,7 @@ fn data_path(mode: &mut Mode<'_>) {
         }
         mode.case(
             &format!("{path}/post_recv"),
+            // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
             || unsafe { black_box(&qp).post_recv(&mut recv) }.is_ok(),
             || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
         );

@@ -74,7 +74,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// [`Error::Unsupported`] for atomics on a device without them. Then [`Error::Verb`] from
     /// the provider (`ENOMEM`: the send queue is full).
     #[doc(alias = "ibv_post_send")]
-    #[inline]
+    // Always inlined: the caller then tests the `Result`'s tag instead of receiving it through
+    // memory, and no frame is built (scripts/bench-counts: 85 → 66 instructions per legacy
+    // post, the direct call 28).
+    #[inline(always)]
     pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
         self.check_send(wr)?;
         if let Some(ex) = &self.ex {
