@@ -1,13 +1,21 @@
-//! The data path's cost over the provider: our `post_send` (one WR, and a 16-WR list through
-//! `post_send_list`), `post_recv` and `poll` (16 completions) against a direct call of the same
-//! provider function pointer, read from `(*(*qp).context).ops` at each call as the C inline
-//! verbs do, in the same run. Compare each `ours` with its `direct` (target: ≤ 1.05×).
+//! The data path's cost over the provider, on both verbs paths: our `post_send` (one WR, and
+//! a 16-WR list through `post_send_list`), `post_recv` and `poll` (16 completions) against a
+//! direct call of the same provider functions in the same run — on the legacy path the op
+//! read from `(*(*qp).context).ops` at each call as the C inline verbs do; on the extended
+//! path `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete` and `ibv_start_poll` /
+//! `ibv_next_poll` / `ibv_end_poll` called through the members of `ibv_qp_ex` / `ibv_cq_ex`,
+//! as C code calls them. Compare each `ours` with its `direct` (target: ≤ 1.05×).
 //!
-//! The provider is the mock (crate `rdma-verbs-mock`) with stub data-path ops that do the least
-//! a provider must (see `stub_data_path.rs` for why not the mock's own): posts read every WR of
-//! the list, polls write every completion they return. No device needed.
+//! The provider is the mock (crate `rdma-verbs-mock`) with stub data-path ops and members
+//! that do the least a provider must and record nothing (see `stub_data_path.rs` for why not
+//! the mock's own): posts read every WR, builders read their arguments, polls write every
+//! completion they return. No device needed.
 //!
-//! `cargo bench --bench data_path`
+//! `cargo bench --bench data_path` times them with criterion. `scripts/bench-counts` runs this
+//! binary under valgrind instead, with `DATA_PATH_COUNT="CASE SIDE N"` set: it then runs one
+//! case's `ours` or `direct` N times and exits (`DATA_PATH_COUNT=list` names the cases,
+//! `DATA_PATH_COUNT=calls` prints the mock provider's calls per 16-completion poll), so that
+//! instruction counts per operation can be taken, deterministically.
 
 #[path = "../tests/support/stub_data_path.rs"]
 mod stub_data_path;
@@ -15,12 +23,12 @@ mod stub_data_path;
 use std::ffi::c_int;
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::Criterion;
 use rdma_verbs::{
-    AccessFlags, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags, SendWr,
-    WorkCompletion,
+    AccessFlags, Context, CqAttr, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags,
+    SendWr, VerbsPath, WorkCompletion,
 };
-use rdma_verbs_mock::{ContextConfig, Mock};
+use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
 
 use stub_data_path::{context, into_rts, DataPath};
@@ -88,79 +96,263 @@ unsafe extern "C" fn poll_cq(
     num_entries
 }
 
-fn data_path(c: &mut Criterion) {
-    let mock = Mock::new();
-    let ctx = context(&mock, DataPath { post_send, post_recv, poll_cq }, ContextConfig::default());
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
-    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
-    let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
+extern "C" fn wr_nothing(qp: *mut sys::ibv_qp_ex) {
+    black_box(qp);
+}
 
-    // The same WRs for both sides: ours as the crate builds them, the direct side's as C
-    // code fills the structs, its list linked once (ours links at each post).
-    let sges = [mr.sge(..64).unwrap()];
-    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
-    let mut raw_sge = sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().0 };
-    let mut raw_send = sys::ibv_send_wr {
-        wr_id: 1,
-        sg_list: &mut raw_sge,
-        num_sge: 1,
-        opcode: sys::IBV_WR_RDMA_WRITE,
-        send_flags: sys::IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-        remote_addr: remote.addr,
-        rkey: remote.rkey.0,
-    };
-    let mut raw_list = [raw_send; LIST];
-    for i in 1..LIST {
-        raw_list[i - 1].next = &mut raw_list[i];
+extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
+    black_box(qp);
+    0
+}
+
+/// Reads the WR's fields as a provider's builder does.
+///
+/// # Safety
+///
+/// `qp` is a live extended QP inside a batch.
+unsafe extern "C" fn wr_rdma_write(qp: *mut sys::ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: the caller's live extended QP.
+    let q = unsafe { &*qp };
+    black_box((q.wr_id, q.wr_flags, rkey, remote_addr));
+}
+
+extern "C" fn wr_set_sge(_qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    black_box((lkey, addr, length));
+}
+
+/// A CQ that always has a completion: each makes `wr_id` and `status` current.
+///
+/// # Safety
+///
+/// `cq` is a live extended CQ.
+unsafe extern "C" fn start_poll(
+    cq: *mut sys::ibv_cq_ex,
+    _attr: *mut sys::ibv_poll_cq_attr,
+) -> c_int {
+    // SAFETY: the caller's live extended CQ.
+    unsafe { next_poll(cq) }
+}
+
+/// As [`start_poll`].
+///
+/// # Safety
+///
+/// `cq` is a live extended CQ inside a session.
+unsafe extern "C" fn next_poll(cq: *mut sys::ibv_cq_ex) -> c_int {
+    // SAFETY: the caller's live extended CQ.
+    unsafe {
+        (*cq).wr_id = black_box(1);
+        (*cq).status = sys::IBV_WC_SUCCESS;
     }
-    let mut raw_recv =
-        sys::ibv_recv_wr { wr_id: 1, sg_list: &mut raw_sge, num_sge: 1, ..Default::default() };
-    let wr = || SendWr::rdma_write(1, &sges, remote);
+    0
+}
 
-    let mut g = c.benchmark_group("post_send");
-    let mut ours = wr().flags(SendFlags::SIGNALED);
-    g.bench_function("ours", |b| {
-        // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-        b.iter(|| unsafe { black_box(&qp).post_send(&mut ours) })
-    });
-    g.bench_function("direct", |b| b.iter(|| direct_post_send(black_box(qp_raw), &mut raw_send)));
-    g.finish();
+extern "C" fn end_poll(cq: *mut sys::ibv_cq_ex) {
+    black_box(cq);
+}
 
-    let mut g = c.benchmark_group("post_send_list_16");
-    let mut ours: Vec<SendWr<'_>> = (0..LIST).map(|_| wr()).collect();
-    ours[LIST - 1].set_flags(SendFlags::SIGNALED);
-    g.bench_function("ours", |b| {
-        // SAFETY: as above.
-        b.iter(|| unsafe { black_box(&qp).post_send_list(&mut ours) })
-    });
-    g.bench_function("direct", |b| {
-        b.iter(|| direct_post_send(black_box(qp_raw), &mut raw_list[0]))
-    });
-    g.finish();
+extern "C" fn read_opcode(_cq: *mut sys::ibv_cq_ex) -> sys::ibv_wc_opcode {
+    sys::IBV_WC_RDMA_WRITE
+}
 
-    let mut g = c.benchmark_group("post_recv");
-    let mut ours = RecvWr::new(1, &sges);
-    g.bench_function("ours", |b| {
-        // SAFETY: as above.
-        b.iter(|| unsafe { black_box(&qp).post_recv(&mut ours) })
-    });
-    g.bench_function("direct", |b| b.iter(|| direct_post_recv(black_box(qp_raw), &mut raw_recv)));
-    g.finish();
+extern "C" fn read_len(_cq: *mut sys::ibv_cq_ex) -> u32 {
+    64
+}
 
-    let mut g = c.benchmark_group("poll_16");
-    let mut storage = [WorkCompletion::EMPTY; LIST];
-    let mut raw_storage = [sys::ibv_wc::default(); LIST];
-    g.bench_function("ours", |b| {
-        b.iter(|| black_box(&cq).poll(&mut storage).map(|done| done.len()))
-    });
-    g.bench_function("direct", |b| b.iter(|| direct_poll(black_box(cq_raw), &mut raw_storage)));
-    g.finish();
+extern "C" fn read_zero(_cq: *mut sys::ibv_cq_ex) -> u32 {
+    0
+}
+
+extern "C" fn read_zero_u8(_cq: *mut sys::ibv_cq_ex) -> u8 {
+    0
+}
+
+extern "C" fn read_ts(_cq: *mut sys::ibv_cq_ex) -> u64 {
+    1000
+}
+
+/// Replaces the mock's members of an extended CQ and QP (which record calls, allocating)
+/// with stubs that record nothing.
+///
+/// # Safety
+///
+/// `cq` and `qp` must be live extended objects that nothing uses during the call.
+unsafe fn stub_extended(cq: *mut sys::ibv_cq_ex, qp: *mut sys::ibv_qp_ex) {
+    // SAFETY: the caller's live, unused objects; filling members is what a provider does.
+    unsafe {
+        let c = &mut *cq;
+        c.start_poll = Some(start_poll);
+        c.next_poll = Some(next_poll);
+        c.end_poll = Some(end_poll);
+        c.read_opcode = Some(read_opcode);
+        c.read_byte_len = Some(read_len);
+        c.read_vendor_err = Some(read_zero);
+        c.read_imm_data = Some(read_zero);
+        c.read_qp_num = Some(read_zero);
+        c.read_src_qp = Some(read_zero);
+        c.read_wc_flags = Some(read_zero);
+        c.read_slid = Some(read_zero);
+        c.read_sl = Some(read_zero_u8);
+        c.read_dlid_path_bits = Some(read_zero_u8);
+        c.read_completion_ts = Some(read_ts);
+        let q = &mut *qp;
+        q.wr_start = Some(wr_nothing);
+        q.wr_abort = Some(wr_nothing);
+        q.wr_complete = Some(wr_complete);
+        q.wr_rdma_write = Some(wr_rdma_write);
+        q.wr_set_sge = Some(wr_set_sge);
+    }
+}
+
+/// What the binary does: time the cases with criterion, or run one side of one case `n`
+/// times for an instruction count.
+enum Mode<'c> {
+    Time(&'c mut Criterion),
+    Count { case: String, side: String, n: u64 },
+    List,
+}
+
+impl Mode<'_> {
+    /// Runs `ours` and `direct` of case `name` as the mode says.
+    fn case<A, B>(
+        &mut self,
+        name: &str,
+        mut ours: impl FnMut() -> A,
+        mut direct: impl FnMut() -> B,
+    ) {
+        match self {
+            Mode::Time(c) => {
+                let mut g = c.benchmark_group(name);
+                g.bench_function("ours", |b| b.iter(&mut ours));
+                g.bench_function("direct", |b| b.iter(&mut direct));
+                g.finish();
+            }
+            Mode::Count { case, side, n } if case == name => {
+                for _ in 0..*n {
+                    match side.as_str() {
+                        "ours" => drop(black_box(ours())),
+                        _ => drop(black_box(direct())),
+                    }
+                }
+            }
+            Mode::Count { .. } => {}
+            Mode::List => println!("{name}"),
+        }
+    }
+}
+
+fn data_path(mode: &mut Mode<'_>) {
+    let mock = Mock::new();
+    let ops = DataPath { post_send, post_recv, poll_cq };
+    let legacy = context(&mock, ops, ContextConfig::default());
+    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
+    let extended = context(&mock, DataPath { post_send, post_recv, poll_cq }, config);
+    for (path, ctx) in [("legacy", &legacy), ("extended", &extended)] {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
+        let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
+        let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
+        let stamped = stamped.ok().filter(|cq| cq.path() == VerbsPath::Extended);
+        if let (Some(cq), Some(qp)) =
+            (stamped.as_ref().and_then(|cq| cq.as_raw_ex()), qp.as_raw_ex())
+        {
+            // SAFETY: live extended objects that nothing else uses.
+            unsafe { stub_extended(cq, qp) };
+        }
+        assert_eq!(qp.send_path() == VerbsPath::Extended, path == "extended");
+        let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
+
+        // The same WRs for both sides: ours as the crate builds them, the direct side's as C
+        // code fills the structs, its list linked once (ours links at each post).
+        let sges = [mr.sge(..64).unwrap()];
+        let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+        let mut raw_sge = sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().0 };
+        let mut raw_send = sys::ibv_send_wr {
+            wr_id: 1,
+            sg_list: &mut raw_sge,
+            num_sge: 1,
+            opcode: sys::IBV_WR_RDMA_WRITE,
+            send_flags: sys::IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+            remote_addr: remote.addr,
+            rkey: remote.rkey.0,
+        };
+        let mut raw_list = [raw_send; LIST];
+        for i in 1..LIST {
+            raw_list[i - 1].next = &mut raw_list[i];
+        }
+        let mut raw_recv =
+            sys::ibv_recv_wr { wr_id: 1, sg_list: &mut raw_sge, num_sge: 1, ..Default::default() };
+        let wr = || SendWr::rdma_write(1, &sges, remote);
+        let mut one = wr().flags(SendFlags::SIGNALED);
+        let mut list: Vec<SendWr<'_>> = (0..LIST).map(|_| wr()).collect();
+        list[LIST - 1].set_flags(SendFlags::SIGNALED);
+        let mut recv = RecvWr::new(1, &sges);
+        let mut storage = [WorkCompletion::EMPTY; LIST];
+        let mut raw_storage = [sys::ibv_wc::default(); LIST];
+        let (mut stamps, mut raw_stamps) = ([0u64; LIST], [0u64; LIST]);
+
+        match qp.as_raw_ex() {
+            None => {
+                mode.case(
+                    &format!("{path}/post_send"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    || unsafe { black_box(&qp).post_send(&mut one) }.is_ok(),
+                    || direct_post_send(black_box(qp_raw), &mut raw_send) == 0,
+                );
+                mode.case(
+                    &format!("{path}/post_send_list_16"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    || unsafe { black_box(&qp).post_send_list(&mut list) }.is_ok(),
+                    || direct_post_send(black_box(qp_raw), &mut raw_list[0]) == 0,
+                );
+            }
+            Some(qpx) => {
+                mode.case(
+                    &format!("{path}/post_send"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    || unsafe { black_box(&qp).post_send(&mut one) }.is_ok(),
+                    || direct_wr_post(black_box(qpx), std::slice::from_ref(&raw_send)) == 0,
+                );
+                mode.case(
+                    &format!("{path}/post_send_list_16"),
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    || unsafe { black_box(&qp).post_send_list(&mut list) }.is_ok(),
+                    || direct_wr_post(black_box(qpx), &raw_list) == 0,
+                );
+            }
+        }
+        mode.case(
+            &format!("{path}/post_recv"),
+            // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+            || unsafe { black_box(&qp).post_recv(&mut recv) }.is_ok(),
+            || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
+        );
+        mode.case(
+            &format!("{path}/poll_16"),
+            || black_box(&cq).poll(&mut storage).map_or(0, |done| done.len()),
+            || direct_poll(black_box(cq_raw), &mut raw_storage),
+        );
+        if let Some(stamped) = &stamped {
+            let cqx = stamped.as_raw_ex().expect("an extended CQ");
+            mode.case(
+                &format!("{path}/poll_16_timestamps"),
+                || {
+                    let mut i = 0;
+                    let n = black_box(stamped).poll_with(LIST, |c| {
+                        stamps[i] = c.timestamp().unwrap_or_default();
+                        i += 1;
+                    });
+                    n.unwrap_or(0)
+                },
+                || direct_poll_session(black_box(cqx), &mut raw_storage, &mut raw_stamps),
+            );
+        }
+    }
 }
 
 // The C inline verbs: the provider's op, read through the object's context at each call, with
@@ -185,11 +377,138 @@ fn direct_poll(cq: *mut sys::ibv_cq, storage: &mut [sys::ibv_wc; LIST]) -> c_int
     }
 }
 
-criterion_group! {
-    name = benches;
-    // No HTML plots: plotters' ab_glyph feature (which examples/bench_report.rs enables)
-    // draws text only in fonts registered first, and criterion registers none.
-    config = Criterion::default().without_plots();
-    targets = data_path
+/// `ibv_wr_post(3)` as C code writes it for RDMA WRITEs of one SGE: `ibv_wr_start`, each
+/// WR's id, flags, builder and SGE, `ibv_wr_complete`, each member called unchecked.
+fn direct_wr_post(qp: *mut sys::ibv_qp_ex, wrs: &[sys::ibv_send_wr]) -> c_int {
+    // SAFETY: a live extended QP whose members the stubs set; each WR's one SGE is valid.
+    unsafe {
+        let q = &mut *qp;
+        q.wr_start.unwrap_unchecked()(qp);
+        for wr in wrs {
+            q.wr_id = wr.wr_id;
+            q.wr_flags = wr.send_flags;
+            q.wr_rdma_write.unwrap_unchecked()(qp, wr.wr.rdma.rkey, wr.wr.rdma.remote_addr);
+            let sge = *wr.sg_list;
+            q.wr_set_sge.unwrap_unchecked()(qp, sge.lkey, sge.addr, sge.length);
+        }
+        q.wr_complete.unwrap_unchecked()(qp)
+    }
 }
-criterion_main!(benches);
+
+/// 16 completions with their timestamps in one session, as C code reads them: every field
+/// `struct ibv_wc` has (the immediate only when the flags say), and the timestamp.
+fn direct_poll_session(
+    cq: *mut sys::ibv_cq_ex,
+    storage: &mut [sys::ibv_wc; LIST],
+    stamps: &mut [u64; LIST],
+) -> usize {
+    let mut attr = sys::ibv_poll_cq_attr::default();
+    // SAFETY: a live extended CQ whose members the stubs set; a session opened and closed
+    // here, reads inside it.
+    unsafe {
+        let c = &mut *cq;
+        if c.start_poll.unwrap_unchecked()(cq, &mut attr) != 0 {
+            return 0;
+        }
+        let mut n = 0;
+        loop {
+            let wc_flags = c.read_wc_flags.unwrap_unchecked()(cq);
+            let wc = &mut storage[n];
+            *wc = sys::ibv_wc {
+                wr_id: c.wr_id,
+                status: c.status,
+                opcode: c.read_opcode.unwrap_unchecked()(cq),
+                vendor_err: c.read_vendor_err.unwrap_unchecked()(cq),
+                byte_len: c.read_byte_len.unwrap_unchecked()(cq),
+                qp_num: c.read_qp_num.unwrap_unchecked()(cq),
+                src_qp: c.read_src_qp.unwrap_unchecked()(cq),
+                wc_flags,
+                slid: c.read_slid.unwrap_unchecked()(cq) as u16,
+                sl: c.read_sl.unwrap_unchecked()(cq),
+                dlid_path_bits: c.read_dlid_path_bits.unwrap_unchecked()(cq),
+                ..Default::default()
+            };
+            if wc_flags & (sys::IBV_WC_WITH_IMM | sys::IBV_WC_WITH_INV) != 0 {
+                wc.__bindgen_anon_1.imm_data = c.read_imm_data.unwrap_unchecked()(cq);
+            }
+            stamps[n] = c.read_completion_ts.unwrap_unchecked()(cq);
+            n += 1;
+            if n == LIST || c.next_poll.unwrap_unchecked()(cq) != 0 {
+                break;
+            }
+        }
+        c.end_poll.unwrap_unchecked()(cq);
+        n
+    }
+}
+
+/// The mock provider's own calls for a poll that drains 16 completions, on each kind of CQ.
+fn provider_calls() {
+    let configs: [(&str, &str, u32, bool, bool); 5] = [
+        ("legacy CQ", "", 0, false, false),
+        ("extended CQ", "", 0, true, false),
+        ("extended CQ, timestamps", "", 0, true, true),
+        (
+            "extended CQ, timestamps, rxe with PR 1617 (59.0)",
+            "59.0",
+            mock::RXE_VENDOR_ID,
+            true,
+            true,
+        ),
+        ("extended CQ, timestamps, rxe without it (44.0)", "44.0", mock::RXE_VENDOR_ID, true, true),
+    ];
+    println!("| CQ | poll_cq | start_poll | next_poll | end_poll |");
+    println!("|---|---|---|---|---|");
+    for (name, release, vendor_id, extended, timestamps) in configs {
+        let mock = Mock::new();
+        let base =
+            if extended { ContextConfig::extended_verbs() } else { ContextConfig::default() };
+        let raw =
+            mock.context(ContextConfig { vendor_id, completion_timestamps: timestamps, ..base });
+        let lib = if release.is_empty() {
+            mock::library(Optional::ALL)
+        } else {
+            mock::library_with_release(Optional::ALL, release)
+        };
+        // SAFETY: a fresh context of the mock library, dropped before the mock.
+        let ctx = unsafe { Context::from_raw(lib, raw, mock::DEVICE_NAME.into()) };
+        let cq = ctx.create_cq_with(32, &CqAttr { timestamps, ..CqAttr::default() }).unwrap();
+        for wr_id in 0..LIST as u64 {
+            mock.push_completion(cq.as_raw(), sys::ibv_wc { wr_id, ..Default::default() });
+        }
+        mock.take_calls();
+        assert_eq!(cq.poll_with(LIST, |_| ()).unwrap(), LIST);
+        let calls = mock.take_calls();
+        let count = |call: Call| calls.iter().filter(|c| **c == call).count();
+        let poll_cq = calls.iter().filter(|c| matches!(c, Call::PollCq { .. })).count();
+        println!(
+            "| {name} | {poll_cq} | {} | {} | {} |",
+            count(Call::StartPoll),
+            count(Call::NextPoll),
+            count(Call::EndPoll)
+        );
+        drop(cq);
+        drop(ctx);
+    }
+}
+
+fn main() {
+    match std::env::var("DATA_PATH_COUNT").as_deref() {
+        Ok("list") => data_path(&mut Mode::List),
+        Ok("calls") => provider_calls(),
+        Ok(spec) => {
+            let mut words = spec.split_whitespace();
+            let (case, side) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+            let n =
+                words.next().and_then(|n| n.parse().ok()).expect("DATA_PATH_COUNT=\"CASE SIDE N\"");
+            data_path(&mut Mode::Count { case: case.into(), side: side.into(), n });
+        }
+        Err(_) => {
+            // No HTML plots: plotters' ab_glyph feature (which examples/bench_report.rs
+            // enables) draws text only in fonts registered first, and criterion registers none.
+            let mut c = Criterion::default().without_plots().configure_from_args();
+            data_path(&mut Mode::Time(&mut c));
+            c.final_summary();
+        }
+    }
+}

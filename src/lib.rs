@@ -152,6 +152,7 @@ mod odp;
 mod pd;
 mod port;
 mod qp;
+mod quirks;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;

@@ -67,8 +67,8 @@ pub struct Args {
     /// Report Gb/sec instead of MB/sec
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
-    /// One JSON object per size on stdout instead of the table
-    #[arg(long = "json")]
+    /// One JSON object per size on stdout instead of the table (perftest's --out_json)
+    #[arg(long = "json", visible_alias = "out_json")]
     pub json: bool,
     /// Post through the unsafe raw tier (one buffer per QP, as perftest) instead of the safe
     /// buffer tier
@@ -76,6 +76,125 @@ pub struct Args {
     pub raw: bool,
     /// Server to connect to (none: act as the server)
     pub server: Option<String>,
+}
+
+/// perftest 4.5's bw options that are accepted but change nothing here: (long name, short
+/// letter, whether a value follows, why). Each one given is dropped with this note on stderr.
+const NOTED: &[(&str, Option<char>, bool, &str)] = &[
+    (
+        "CPU-freq",
+        Some('F'),
+        false,
+        "times come from the monotonic clock, not cycle counters: there is no CPU-frequency \
+         mismatch to warn about",
+    ),
+    ("noPeak", Some('N'), false, "the peak is always reported (it costs nothing extra)"),
+    (
+        "dont_xchg_versions",
+        None,
+        false,
+        "the exchange carries no perftest version string to compare",
+    ),
+    ("perform_warm_up", None, false, "no separate warm-up: every iteration is measured"),
+    (
+        "margin",
+        Some('f'),
+        true,
+        "a -D run measures the whole duration, without perftest's warm-up and cool-down margins",
+    ),
+    ("force-link", None, true, "the link layer is read from the port, not forced"),
+    ("wait_destroy", None, true, "resources are freed at once at the end"),
+];
+
+/// perftest 4.5's bw options this tool refuses, and why: (long name, short letter, reason).
+const REFUSED: &[(&str, Option<char>, &str)] = &[
+    ("use_cuda", None, "GPU memory (CUDA) is not supported: buffers are host memory"),
+    ("use_rocm", None, "GPU memory (ROCm) is not supported: buffers are host memory"),
+    ("use_neuron", None, "Neuron device memory is not supported: buffers are host memory"),
+    ("use_hl", None, "Habana device memory is not supported: buffers are host memory"),
+    ("mmap", None, "buffers from an mmap'ed file are not supported"),
+    ("mmap-offset", None, "buffers from an mmap'ed file are not supported"),
+    ("use_hugepages", None, "huge-page buffers are not supported"),
+    ("odp", None, "on-demand paging is not supported by this tool (the crate has it: odp)"),
+    ("mr_per_qp", None, "the buffer tier gives each QP its own region already (--raw: one)"),
+    ("use_old_post_send", None, "the verbs path is chosen per provider (QpInitAttr::verbs_path)"),
+    ("events", Some('e'), "completion events are not used: the CQs are busy-polled"),
+    ("vector", Some('X'), "completion vectors need -e, which is not supported"),
+    ("cpu_util", None, "CPU utilisation is not measured"),
+    ("report-counters", Some('W'), "port counters are not read"),
+    ("report-both", None, "one direction's figures only (with -b: the sum)"),
+    ("report-per-port", None, "dual-port runs are not supported"),
+    ("dualport", Some('O'), "dual-port runs are not supported"),
+    ("reversed", None, "the server never sends in this tool"),
+    ("run_infinitely", None, "runs are -n iterations or -D seconds"),
+    ("limit_bw", Some('w'), "pass/fail limits are not checked"),
+    ("limit_msgrate", Some('y'), "pass/fail limits are not checked"),
+    ("burst_size", None, "rate limiting is not supported"),
+    ("typical_pkt_size", None, "rate limiting is not supported"),
+    ("rate_limit", None, "rate limiting is not supported"),
+    ("rate_units", None, "rate limiting is not supported"),
+    ("rate_limit_type", None, "rate limiting is not supported"),
+    ("recv_post_list", None, "receives are posted one at a time"),
+    ("inline_recv", None, "inline receive (scatter to CQE) is not supported"),
+    ("use-srq", None, "receives go to each QP's own queue, not an SRQ"),
+    ("rx-depth", Some('r'), "the receive depth follows -t"),
+    ("outs", Some('o'), "the outstanding RDMA READs per QP are not settable here"),
+    ("mcg", Some('g'), "multicast is not supported"),
+    ("MGID", Some('M'), "multicast is not supported"),
+    ("sl", Some('S'), "the service level is 0 (set it in code: ToRtrAttr)"),
+    ("tos", Some('T'), "the traffic class is 0 (set it in code: ToRtrAttr)"),
+    ("tclass", None, "the traffic class is 0 (set it in code: ToRtrAttr)"),
+    ("hop_limit", Some('L'), "the hop limit is the default (set it in code: ToRtrAttr)"),
+    ("qp-timeout", Some('u'), "the QP timeout is the default (set it in code: ToRtsAttr)"),
+    ("retry_count", None, "the retry count is the default (set it in code: ToRtsAttr)"),
+    ("pkey_index", None, "P_Key index 0 is used"),
+    ("dlid", None, "the peer's LID comes from the exchange"),
+    ("source_ip", None, "rdma_cm binds to the device's address (-R)"),
+    ("ipv6", None, "the exchange connects over IPv4 or the address given"),
+    ("com_rdma_cm", Some('z'), "the exchange is TCP; -R connects the QPs through rdma_cm"),
+    ("output", None, "the table (or --json) is the only output"),
+    ("out_json_file", None, "--json writes to stdout: redirect it"),
+    ("disable_pcie_relaxed", None, "relaxed ordering is never asked for"),
+    ("log_dci_streams", None, "DCI streams are not supported by this tool"),
+    ("log_active_dci_streams", None, "DCI streams are not supported by this tool"),
+    ("aes_block_size", None, "crypto (AES-XTS) memory keys are not supported"),
+];
+
+/// What perftest's command line `argv` (program name first) means here: the arguments for
+/// [`Args`], each noted option dropped with its note on stderr; or the reason a refused option
+/// cannot be honoured.
+pub fn perftest_argv(argv: impl IntoIterator<Item = String>) -> Result<Vec<String>, String> {
+    let mut kept = Vec::new();
+    let mut argv = argv.into_iter();
+    while let Some(arg) = argv.next() {
+        let (name, inline_value) = match arg.strip_prefix("--") {
+            Some(long) => match long.split_once('=') {
+                Some((name, _)) => (name.to_owned(), true),
+                None => (long.to_owned(), false),
+            },
+            None => match arg.strip_prefix('-').map(|a| a.chars().collect::<Vec<_>>()) {
+                Some(short) if short.len() == 1 => (short[0].to_string(), false),
+                _ => {
+                    kept.push(arg);
+                    continue;
+                }
+            },
+        };
+        let is = |long: &str, short: Option<char>| {
+            name == long || (name.len() == 1 && short.is_some_and(|c| name.starts_with(c)))
+        };
+        if let Some((long, _, takes_value, why)) = NOTED.iter().find(|(l, s, ..)| is(l, *s)) {
+            eprintln!("note: --{long} changes nothing here: {why}");
+            if *takes_value && !inline_value {
+                argv.next();
+            }
+        } else if let Some((long, _, why)) = REFUSED.iter().find(|(l, s, _)| is(l, *s)) {
+            return Err(format!("--{long} is not supported: {why}"));
+        } else {
+            kept.push(arg);
+        }
+    }
+    Ok(kept)
 }
 
 impl Args {

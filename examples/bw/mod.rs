@@ -115,7 +115,13 @@ pub fn main(mode: &str) -> ExitCode {
         eprintln!("unknown bandwidth mode {mode:?}");
         return ExitCode::FAILURE;
     };
-    let args = Args::parse();
+    let args = match args::perftest_argv(std::env::args()) {
+        Ok(argv) => Args::parse_from(argv),
+        Err(e) => {
+            eprintln!("{}_bw: {e}", mode.name());
+            return ExitCode::from(2);
+        }
+    };
     match run(mode, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

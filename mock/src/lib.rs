@@ -190,6 +190,26 @@ pub fn library(optional: Optional) -> &'static Ibverbs {
     })
 }
 
+/// A mock library with `optional` symbols whose file name carries rdma-core `release`
+/// (`mock/libibverbs.so.1.14.<release>`, so [`Ibverbs::rdma_core_version`] reports it), for
+/// tests of what depends on the release. Each distinct pair is built once and kept for the
+/// process (a few bytes each).
+pub fn library_with_release(optional: Optional, release: &str) -> &'static Ibverbs {
+    type Libraries = std::sync::Mutex<Vec<((Optional, String), &'static Ibverbs)>>;
+    static LIBRARIES: OnceLock<Libraries> = OnceLock::new();
+    let mut libraries = LIBRARIES.get_or_init(Default::default).lock().expect("not poisoned");
+    let key = (optional, release.to_owned());
+    if let Some(&(_, lib)) = libraries.iter().find(|(k, _)| *k == key) {
+        return lib;
+    }
+    let path = PathBuf::from(format!("mock/libibverbs.so.1.14.{release}"));
+    // SAFETY: as in `library`.
+    let lib: &'static Ibverbs =
+        Box::leak(Box::new(unsafe { Ibverbs::from_fns(fns(optional), path) }));
+    libraries.push((key, lib));
+    lib
+}
+
 /// How a mock context looks to the inline verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContextConfig {
@@ -223,10 +243,14 @@ pub struct ContextConfig {
     /// A member of `ibv_cq_ex` or `ibv_qp_ex` (by its field name, e.g. `"read_byte_len"` or
     /// `"wr_send_imm"`) that this context's extended CQs and QPs leave NULL.
     pub missing_member: Option<&'static str>,
-    /// `ibv_device_attr.vendor_id` of this context's `ibv_query_device` (0 by default: no
-    /// known provider; `0xFFFFFF` is rxe's, `0x02c9` Mellanox's).
+    /// The `vendor_id` `ibv_query_device` reports for this context: 0 by default,
+    /// [`RXE_VENDOR_ID`] to look like Soft-RoCE (whose data-path quirks rdma-verbs applies
+    /// by this id and the library's release: see [`library_with_release`]).
     pub vendor_id: u32,
 }
+
+/// The `vendor_id` of Soft-RoCE (rxe).
+pub const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
 
 impl ContextConfig {
     /// The default with the extended CQ and QP ops set: a provider like rxe.

@@ -115,7 +115,7 @@ pub(super) struct State {
     /// The member each context's extended CQs and QPs leave NULL
     /// ([`ContextConfig::missing_member`](super::ContextConfig::missing_member)).
     missing_members: HashMap<*mut ibv_context, &'static str>,
-    /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig)).
+    /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
     vendor_ids: HashMap<*mut ibv_context, u32>,
     next_id: u32,
 }
@@ -217,18 +217,18 @@ impl State {
         self.missing_members.insert(ctx, member);
     }
 
-    /// The member `ctx`'s extended objects leave NULL, if any.
-    pub(super) fn missing_member(&self, ctx: *mut ibv_context) -> Option<&'static str> {
-        self.missing_members.get(&ctx).copied()
-    }
-
     pub(super) fn set_vendor_id(&mut self, ctx: *mut ibv_context, vendor_id: u32) {
         self.vendor_ids.insert(ctx, vendor_id);
     }
 
-    /// The `vendor_id` `ctx` reports (0 when its configuration named none).
+    /// The `vendor_id` `ctx`'s device reports.
     pub(super) fn vendor_id(&self, ctx: *mut ibv_context) -> u32 {
-        self.vendor_ids.get(&ctx).copied().unwrap_or(0)
+        self.vendor_ids.get(&ctx).copied().unwrap_or_default()
+    }
+
+    /// The member `ctx`'s extended objects leave NULL, if any.
+    pub(super) fn missing_member(&self, ctx: *mut ibv_context) -> Option<&'static str> {
+        self.missing_members.get(&ctx).copied()
     }
 
     pub(super) fn is_live(&self, object: *mut c_void) -> bool {

@@ -8,6 +8,7 @@ use sys::inline as inl;
 
 use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
+use crate::quirks::Quirks;
 use crate::wc::WorkCompletion;
 
 /// What the extended CQ asks every completion for: the fields of `struct ibv_wc`.
@@ -21,6 +22,48 @@ pub(super) struct ExCq {
     wc_flags: u64,
     /// `hca_core_clock` (kHz), when timestamps were asked for.
     pub(super) clock_khz: Option<u64>,
+    /// How it is polled.
+    reader: Reader,
+}
+
+/// How an extended CQ is polled, chosen once at creation ([`reader`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    /// The provider's legacy `poll_cq` op on the same CQ: one call, one lock and one
+    /// consumer-index update per batch.
+    PollCq,
+    /// One session per batch: `ibv_start_poll`, `ibv_next_poll` for each further
+    /// completion, `ibv_end_poll`.
+    Session,
+    /// One session per completion (`ibv_start_poll`, `ibv_end_poll`), never `ibv_next_poll`.
+    SessionPerCompletion,
+}
+
+/// How to poll an extended CQ of `ctx`, with or without `timestamps`.
+///
+/// Without timestamps, through the provider's `poll_cq` op, which fills the `ibv_wc` that
+/// [`WorkCompletion`] is in one call per batch: `ibv_cq_ex_to_cq` is a cast (the `ibv_cq` is
+/// the start of the `ibv_cq_ex`), and `ibv_poll_cq` calls the op of the CQ's context, the
+/// provider's own, which polls every CQ of that context however it was created: rxe's
+/// `verbs_cq` unions the `ibv_cq` with the `ibv_cq_ex` and `rxe_poll_cq` reads the queue both
+/// polling paths share; `mlx5_create_cq_ex` and `mlx5_create_cq` build the same `mlx5_cq`,
+/// which `mlx5_poll_cq` reads. A provider without the op (NULL) is polled in sessions.
+///
+/// Timestamps are read only inside a session, batched with `ibv_next_poll` as
+/// `ibv_create_cq_ex(3)` describes, except where the provider ends the session itself when
+/// `ibv_next_poll` finds nothing ([`Quirks::next_poll_ends_session`]: rxe without rdma-core
+/// PR 1617), where the `ibv_end_poll` the man page asks for would consume a completion that
+/// is not there and unlock twice: there each completion gets a session of its own.
+fn reader(ctx: &Context, timestamps: bool) -> Result<Reader> {
+    // SAFETY: a live context; a plain read of its op table.
+    let poll_cq = unsafe { (*ctx.as_raw()).ops.poll_cq.is_some() };
+    Ok(if !timestamps && poll_cq {
+        Reader::PollCq
+    } else if Quirks::of(ctx)?.next_poll_ends_session {
+        Reader::SessionPerCompletion
+    } else {
+        Reader::Session
+    })
 }
 
 /// `ibv_create_cq_ex` with the standard fields (and timestamps), checking that the provider
@@ -33,6 +76,7 @@ pub(super) fn create(
     timestamps: bool,
 ) -> Result<(NonNull<sys::ibv_cq>, ExCq)> {
     let clock_khz = if timestamps { Some(timestamp_clock(ctx)?) } else { None };
+    let reader = reader(ctx, timestamps)?;
     let wc_flags = STANDARD | if timestamps { TIMESTAMP } else { 0 };
     let mut init = sys::ibv_cq_init_attr_ex {
         cqe: cqe as u32,
@@ -62,7 +106,7 @@ pub(super) fn create(
         return Err(Error::Unsupported { what: member });
     }
     let cq = NonNull::new(inl::ibv_cq_ex_to_cq(raw.as_ptr())).expect("a cast of a non-NULL CQ");
-    Ok((cq, ExCq { raw, wc_flags, clock_khz }))
+    Ok((cq, ExCq { raw, wc_flags, clock_khz, reader }))
 }
 
 /// The device's completion clock in kHz, or `Unsupported` when it has no timestamps.
@@ -108,19 +152,20 @@ fn missing_member(cq: &sys::ibv_cq_ex, timestamps: bool) -> Option<&'static str>
 }
 
 impl ExCq {
-    /// Up to `max` completions, each handed to `each` with its index, its fields and its
-    /// timestamp; returns how many. A failure after the first completion ends polling early
-    /// and is left for the next poll (the provider reports it again).
+    /// Whether polling goes through sessions (`ibv_start_poll`...) rather than the
+    /// provider's `poll_cq` op.
+    #[inline]
+    pub(super) fn in_sessions(&self) -> bool {
+        self.reader != Reader::PollCq
+    }
+
+    /// Up to `max` completions read in sessions, each handed to `each` with its index, its
+    /// fields and its timestamp; returns how many. `each` runs inside the session, holding
+    /// the provider's CQ lock: it must not poll. A failure after the first completion ends
+    /// polling early and is left for the next poll (the provider reports it again).
     ///
-    /// Each completion is read in a session of its own (`ibv_start_poll`, the reads,
-    /// `ibv_end_poll`), never with `ibv_next_poll`: providers disagree on the session after
-    /// `ibv_next_poll` reports `ENOENT`. rxe before rdma-core's fix (PR 1617, 2025; Debian
-    /// 12 ships v44) then ends the session itself — it stores the consumer index and releases
-    /// the CQ lock — so the `ibv_end_poll` that `ibv_create_cq_ex(3)` asks for would consume
-    /// a completion that is not there yet and unlock twice, while mlx5 and a fixed rxe keep
-    /// the session until `ibv_end_poll`. Which rxe is loaded cannot be told at run time; one
-    /// session per completion is right on every provider and version, at the cost of a
-    /// lock and a consumer-index update per completion instead of per batch.
+    /// One session for the batch, or one per completion on a provider whose
+    /// `ibv_next_poll` ends the session ([`Reader::SessionPerCompletion`]).
     #[inline]
     pub(super) fn drain(
         &self,
@@ -141,12 +186,27 @@ impl ExCq {
                 errno if n == 0 => return Err(super::poll_error("ibv_start_poll", errno)),
                 _ => break,
             }
-            // SAFETY: inside the session, on its completion.
-            let (wc, timestamp) = unsafe { self.read(cq) };
-            // SAFETY: closes the session opened above, consuming its completion.
+            let mut more = true;
+            loop {
+                // SAFETY: inside the session, on its current completion.
+                let (wc, timestamp) = unsafe { self.read(cq) };
+                each(n, wc, timestamp);
+                n += 1;
+                if n == max || self.reader == Reader::SessionPerCompletion {
+                    break;
+                }
+                // SAFETY: inside the session. ENOENT (none left) or a failure, which the
+                // next poll reports again, ends the batch; the session stays open either way.
+                if unsafe { inl::ibv_next_poll(cq) } != 0 {
+                    more = false;
+                    break;
+                }
+            }
+            // SAFETY: closes the session opened above, consuming its completions.
             unsafe { inl::ibv_end_poll(cq) };
-            each(n, wc, timestamp);
-            n += 1;
+            if !more {
+                break;
+            }
         }
         Ok(n)
     }

@@ -103,6 +103,13 @@ impl Context {
     /// has no extended CQ (`EOPNOTSUPP`), or leaves a polling member NULL, and neither
     /// timestamps nor [`VerbsPath::Extended`] were asked for, the CQ is a legacy one.
     ///
+    /// An extended CQ without timestamps is polled through the provider's `poll_cq` op,
+    /// which every provider with extended CQs (rxe, mlx5) implements for them too:
+    /// `ibv_cq_ex_to_cq(3)` is a cast, the CQ's context ops are the provider's, and the op
+    /// fills the whole batch under one lock. With timestamps it is polled in
+    /// `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` sessions, the only calls that read
+    /// them.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when `cqe` is 0 or above `i32::MAX`, when the channel belongs
@@ -193,14 +200,18 @@ impl<'ctx> CompletionQueue<'ctx> {
         unsafe { (*self.raw.as_ptr()).cqe }.max(0) as u32
     }
 
-    /// `ibv_poll_cq(3)` or `ibv_start_poll`/`ibv_end_poll`—Reaps up to
-    /// `storage.len()` completions into `storage` and returns the filled prefix (empty when
-    /// none is ready). Never blocks, never allocates.
+    /// `ibv_poll_cq(3)`, or `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` on a CQ with
+    /// timestamps—Reaps up to `storage.len()` completions into `storage` and returns the
+    /// filled prefix (empty when none is ready). Never blocks, never allocates.
     ///
-    /// On the extended path the completions are read field by field (`ibv_wc_read_*`); the
-    /// result is the same, except `pkey_index`, which the extended CQ does not report (0).
-    /// When polling fails after some completions were read, those are returned and the
-    /// failure is left for the next call.
+    /// One provider call and one lock of the provider's CQ per batch: an extended CQ without
+    /// timestamps is polled through the provider's `poll_cq` op too (it polls the same CQ,
+    /// see [`Context::create_cq_with`]), one with timestamps in one session per batch (one
+    /// per completion on rxe without rdma-core PR 1617, whose `ibv_next_poll` ends the
+    /// session itself). In a session the completions are read field by field
+    /// (`ibv_wc_read_*`); the result is the same, except `pkey_index`, which the extended CQ
+    /// does not report (0). When polling fails after some completions were read, those are
+    /// returned and the failure is left for the next call.
     ///
     /// # Errors
     ///
@@ -209,11 +220,10 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[doc(alias = "ibv_start_poll")]
     #[inline]
     pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
-        if let Some(ex) = &self.ex {
-            let n = ex.drain(storage.len(), |i, wc, _| storage[i] = wc)?;
-            return Ok(&mut storage[..n]);
+        match &self.ex {
+            Some(ex) if ex.in_sessions() => poll_sessions(ex, storage),
+            _ => self.poll_legacy(storage),
         }
-        self.poll_legacy(storage)
     }
 
     /// `poll` through `ibv_poll_cq`.
@@ -236,9 +246,10 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// Reaps up to `max` completions and hands each to `f` as a [`Completion`], which also
     /// carries the completion timestamp on a CQ created with [`CqAttr::timestamps`] (device
     /// clock cycles), mutable so that [`BufferPool::complete`](crate::BufferPool::complete)
-    /// takes it. Returns
-    /// how many were handed over. Never blocks, never allocates (the legacy path polls
-    /// through a small array on the stack).
+    /// takes it. Returns how many were handed over. Never blocks, never allocates: the
+    /// completions are polled as [`CompletionQueue::poll`] does, 16 at a time into an array on
+    /// the stack, and `f` runs between polls (never inside a provider's polling session, so it
+    /// may poll too).
     ///
     /// # Errors
     ///
@@ -246,17 +257,20 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[doc(alias = "ibv_wc_read_completion_ts")]
     #[inline]
     pub fn poll_with(&self, max: usize, mut f: impl FnMut(&mut Completion)) -> Result<usize> {
-        if let Some(ex) = &self.ex {
-            return ex.drain(max, |_, wc, timestamp| f(&mut Completion::new(wc, timestamp)));
-        }
         let mut chunk: [WorkCompletion; 16] = Default::default();
+        let mut stamps = [None; 16];
         let mut done = 0;
         while done < max {
             let want = (max - done).min(chunk.len());
-            let polled = self.poll_legacy(&mut chunk[..want])?;
-            let got = polled.len();
-            for wc in polled {
-                f(&mut Completion::new(std::mem::take(wc), None));
+            let got = match &self.ex {
+                Some(ex) if ex.in_sessions() => ex.drain(want, |i, wc, timestamp| {
+                    chunk[i] = wc;
+                    stamps[i] = timestamp;
+                })?,
+                _ => self.poll_legacy(&mut chunk[..want])?.len(),
+            };
+            for (wc, timestamp) in chunk[..got].iter_mut().zip(stamps) {
+                f(&mut Completion::new(std::mem::take(wc), timestamp));
             }
             done += got;
             if got < want {
@@ -389,6 +403,17 @@ impl std::fmt::Debug for CompletionQueue<'_> {
             .field("path", &self.path())
             .finish()
     }
+}
+
+/// [`CompletionQueue::poll`] in sessions, out of line so that the `poll_cq` path's few
+/// instructions inline into the caller.
+#[inline(never)]
+fn poll_sessions<'a>(
+    ex: &extended::ExCq,
+    storage: &'a mut [WorkCompletion],
+) -> Result<&'a mut [WorkCompletion]> {
+    let n = ex.drain(storage.len(), |i, wc, _| storage[i] = wc)?;
+    Ok(&mut storage[..n])
 }
 
 /// The error of a failed poll verb: `errno` is what it reported (positive).

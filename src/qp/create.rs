@@ -9,6 +9,7 @@ use super::extended::{self, ExQp};
 use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
+use crate::quirks::Quirks;
 use crate::verbs_path::VerbsPath;
 
 impl<'res> ProtectionDomain<'res> {
@@ -96,6 +97,7 @@ impl<'res> ProtectionDomain<'res> {
             return Err(Error::Unsupported { what: "ibv_create_qp_ex" });
         }
         let send_ops = extended::send_ops(ctx, T::RAW)?;
+        let lists_right = !Quirks::of(ctx)?.wr_list_lengths_wrong;
         let mut init = sys::ibv_qp_init_attr_ex {
             comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             send_ops_flags: send_ops,
@@ -107,7 +109,7 @@ impl<'res> ProtectionDomain<'res> {
             unsafe { sys::inline::ibv_create_qp_ex(&ctx.library().fns, ctx.as_raw(), &mut init) };
         let raw =
             check_ptr(raw, "ibv_create_qp_ex").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
-        let ex = match ExQp::of(ctx, raw.as_ptr(), T::RAW, send_ops) {
+        let ex = match ExQp::of(ctx, raw.as_ptr(), T::RAW, send_ops, lists_right) {
             Ok(ex) => Some(ex),
             Err(what) if forced => {
                 // Dropping the legacy-path QP destroys it.

@@ -10,6 +10,7 @@ use sys::inline as inl;
 
 use crate::context::Context;
 use crate::error::{check_errno, Error, PostListError, Result};
+use crate::quirks::RXE_VENDOR_ID;
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -19,12 +20,15 @@ pub(super) struct ExQp {
     /// `IBV_QP_EX_WITH_*`: only these builders may be used (a provider may fill members it
     /// was not asked for, and must not be relied on for them).
     send_ops: u64,
+    /// Whether `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list` count the WR's
+    /// length right (not on rxe without rdma-core PRs 1744 and 1751: see
+    /// [`Quirks`](crate::quirks::Quirks)); where they do not, WRs with several buffers go
+    /// through `ibv_post_send`.
+    lists_right: bool,
     /// What a failed `ibv_wr_complete` of this provider leaves posted.
     failed_batch: FailedBatch,
 }
 
-/// `vendor_id` of rxe (`RXE_VENDOR_ID` in the kernel's `rxe_param.h`).
-const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
 /// `vendor_id` of Mellanox (mlx5; mlx4 shares it but has no `ibv_wr_*` builders: its
 /// `create_qp_ex` refuses `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, so no batch reaches it).
 const MELLANOX_VENDOR_ID: u32 = 0x02c9;
@@ -67,6 +71,10 @@ impl FailedBatch {
         }
     }
 }
+
+/// The most buffers an inline WR built in a batch may have (`ibv_wr_set_inline_data_list`
+/// takes them from an array on the stack); one with more goes through `ibv_post_send`.
+const INLINE_BUFS: usize = 32;
 
 /// Whether `ctx` has a `create_qp_ex` op at all (libibverbs gives every provider one, which
 /// may still fail with `EOPNOTSUPP`).
@@ -139,6 +147,7 @@ impl ExQp {
         qp: *mut sys::ibv_qp,
         qp_type: sys::ibv_qp_type,
         send_ops: u64,
+        lists_right: bool,
     ) -> Result<ExQp, &'static str> {
         if ctx.library().fns.ibv_qp_to_qp_ex.is_none() {
             return Err("ibv_qp_to_qp_ex (rdma-core v24+)");
@@ -169,18 +178,18 @@ impl ExQp {
                 // The attributes are cached at creation (`send_ops`); a failed query only
                 // makes the rule the conservative one.
                 let vendor_id = ctx.cached_attr().map_or(0, |attr| attr.vendor_id());
-                Ok(ExQp { raw, send_ops, failed_batch: FailedBatch::of(vendor_id) })
+                let failed_batch = FailedBatch::of(vendor_id);
+                Ok(ExQp { raw, send_ops, lists_right, failed_batch })
             }
         }
     }
 
-    /// Posts `wrs` with as few doorbells as the provider allows: each run of WRs with at
-    /// most one SGE as one batch (`ibv_wr_start`, each WR's fields and builders, one
-    /// `ibv_wr_complete`), and each WR with several SGEs on its own through `ibv_post_send`,
-    /// in order. rxe's `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list` (rdma-core
-    /// v44; fixed upstream by rdma-core PR 1744 for the former) get the total length wrong,
-    /// so the bytes sent would differ from those described; the legacy post of the same QP
-    /// counts them right on every provider.
+    /// Posts `wrs` with as few doorbells as the provider allows: one batch (`ibv_wr_start`,
+    /// each WR's fields and builders, one `ibv_wr_complete`), except that a WR with several
+    /// buffers goes on its own through `ibv_post_send`, in order between batches, where the
+    /// list setters count wrong ([`ExQp::lists_right`]; the bytes sent would differ from
+    /// those described, or an inline copy overrun the WQE) or it has more inline buffers than
+    /// [`INLINE_BUFS`]: the legacy post of the same QP counts them right on every provider.
     ///
     /// A WR the QP cannot build aborts its batch (`ibv_wr_abort`: nothing of it posted) with
     /// [`Error::Unsupported`] naming its builder. On failure, how many WRs may have been
@@ -200,7 +209,7 @@ impl ExQp {
     ) -> Result<(), PostListError> {
         let mut done = 0;
         while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
-            let run = rest.iter().position(|wr| wr.num_sge > 1).unwrap_or(rest.len());
+            let run = rest.iter().position(|wr| self.posts_alone(wr)).unwrap_or(rest.len());
             if run == 0 {
                 // SAFETY: the caller's guarantees, for this WR.
                 unsafe { self.post_one_legacy(&rest[0]) }
@@ -216,7 +225,16 @@ impl ExQp {
         Ok(())
     }
 
-    /// One batch of WRs with at most one SGE each; on failure, how many may be posted.
+    /// Whether `wr` goes through `ibv_post_send` instead of a batch (see [`ExQp::post`]).
+    #[inline]
+    fn posts_alone(&self, wr: &sys::ibv_send_wr) -> bool {
+        wr.num_sge > 1
+            && (!self.lists_right
+                || (wr.send_flags & sys::IBV_SEND_INLINE != 0 && wr.num_sge as usize > INLINE_BUFS))
+    }
+
+    /// One batch of WRs none of which [posts alone](ExQp::posts_alone); on failure, how many
+    /// may be posted.
     ///
     /// # Safety
     ///
@@ -330,31 +348,58 @@ impl ExQp {
     }
 }
 
-/// The WR's data, at most one buffer ([`ExQp::post`] sends the others through
-/// `ibv_post_send`): inline (copied now) or by SGE.
+/// The WR's data: inline (copied now) or by SGE, through the setter for one buffer where it
+/// has one, else the list setter ([`ExQp::post`] posts the WRs these cannot build alone).
 ///
 /// # Safety
 ///
 /// Inside a batch of `qp`, after the WR's builder; `wr.sg_list` valid for `num_sge` SGEs.
 #[inline]
 unsafe fn set_data(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) -> Result<()> {
-    // SAFETY: `sg_list`/`num_sge` come from a `&[Sge]` (`SendWr`), here of at most one.
-    let sge = (wr.num_sge == 1).then(|| unsafe { *wr.sg_list });
     let inline = wr.send_flags & sys::IBV_SEND_INLINE != 0;
-    // SAFETY: inside the batch; inline bytes are copied during the call, and an SGE's memory
-    // is the caller's promise.
+    let n = wr.num_sge.max(0) as usize;
+    // SAFETY: inside the batch; `sg_list`/`num_sge` come from a `&[Sge]` (`SendWr`); inline
+    // bytes are copied during the call, and an SGE's memory is the caller's promise.
     let ret = unsafe {
-        match (inline, sge) {
-            (true, Some(s)) => {
+        match (inline, n) {
+            (true, 0) => inl::ibv_wr_set_inline_data(qp, std::ptr::null_mut(), 0),
+            (true, 1) => {
+                let s = *wr.sg_list;
                 inl::ibv_wr_set_inline_data(qp, s.addr as *mut c_void, s.length as usize)
             }
-            (true, None) => inl::ibv_wr_set_inline_data(qp, std::ptr::null_mut(), 0),
-            (false, Some(s)) => inl::ibv_wr_set_sge(qp, s.lkey, s.addr, s.length),
-            // No data: an empty list (an SGE of length 0 can mean 2 GiB to some hardware).
-            (false, None) => inl::ibv_wr_set_sge_list(qp, 0, wr.sg_list),
+            (true, _) => set_inline_list(qp, std::slice::from_raw_parts(wr.sg_list, n)),
+            (false, 1) => {
+                let s = *wr.sg_list;
+                inl::ibv_wr_set_sge(qp, s.lkey, s.addr, s.length)
+            }
+            // No data is an empty list (an SGE of length 0 can mean 2 GiB to some hardware).
+            (false, _) => inl::ibv_wr_set_sge_list(qp, n, wr.sg_list),
         }
     };
-    check_op(ret, if inline { "ibv_wr_set_inline_data" } else { "ibv_wr_set_sge" })
+    let name = match (inline, n) {
+        (true, 0 | 1) => "ibv_wr_set_inline_data",
+        (true, _) => "ibv_wr_set_inline_data_list",
+        (false, 1) => "ibv_wr_set_sge",
+        (false, _) => "ibv_wr_set_sge_list",
+    };
+    check_op(ret, name)
+}
+
+/// `ibv_wr_set_inline_data_list` over the bytes `sges` name, at most [`INLINE_BUFS`] of them.
+///
+/// # Safety
+///
+/// Inside a batch of `qp`, after the WR's builder; each SGE's `addr..addr + length` is CPU
+/// memory readable for the call (the `post_send` contract for inline WRs).
+#[cold]
+unsafe fn set_inline_list(qp: *mut sys::ibv_qp_ex, sges: &[sys::ibv_sge]) -> i32 {
+    let mut bufs = [sys::ibv_data_buf { addr: std::ptr::null_mut(), length: 0 }; INLINE_BUFS];
+    for (buf, s) in bufs.iter_mut().zip(sges) {
+        *buf = sys::ibv_data_buf { addr: s.addr as *mut c_void, length: s.length as usize };
+    }
+    // SAFETY: inside the caller's batch; `bufs` holds `sges.len()` (at most INLINE_BUFS, as
+    // `posts_alone` ensures) buffers the caller made readable; copied during the call.
+    unsafe { inl::ibv_wr_set_inline_data_list(qp, sges.len(), bufs.as_ptr()) }
 }
 
 /// A builder's `EOPNOTSUPP` (a NULL member) as [`Error::Unsupported`] naming it.

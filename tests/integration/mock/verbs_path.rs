@@ -5,12 +5,12 @@
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, CompletionQueue, CqAttr, Endpoint, Error, Gid, InvalidInputKind, Lid,
-    Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr,
-    Reset, Rts, SendFlags, SendList, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath,
-    WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, BufferPool, CompletionQueue, Context, CqAttr, Endpoint, Error, Gid,
+    InvalidInputKind, LKey, Lid, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn,
+    QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr, Sge, ToInitAttr,
+    ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
 };
-use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb, CORE_CLOCK_KHZ};
+use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
 
 use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixture};
@@ -18,6 +18,22 @@ use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixt
 /// A provider with the extended CQ and QP (like rxe).
 fn extended() -> Fixture {
     Fixture::with(Optional::ALL, ContextConfig::extended_verbs())
+}
+
+/// A provider that looks like rxe (its `vendor_id`) with the extended CQ and QP and
+/// completion timestamps (which real rxe lacks: so its polling sessions can be watched),
+/// under a libibverbs of rdma-core `release`.
+fn rxe(release: &str) -> Fixture {
+    let mock = Mock::new();
+    let raw = mock.context(ContextConfig {
+        vendor_id: mock::RXE_VENDOR_ID,
+        completion_timestamps: true,
+        ..ContextConfig::extended_verbs()
+    });
+    let lib = mock::library_with_release(Optional::ALL, release);
+    // SAFETY: a fresh context of the mock library, dropped before the mock (field order).
+    let ctx = unsafe { Context::from_raw(lib, raw, mock::DEVICE_NAME.into()) };
+    Fixture { ctx, mock }
 }
 
 /// `extended()` whose extended CQs and QPs leave `member` NULL.
@@ -30,14 +46,20 @@ fn forced(path: VerbsPath) -> CqAttr<'static> {
     CqAttr { verbs_path: Some(path), ..CqAttr::default() }
 }
 
-/// An RC QP on `cq` with room for 16 sends of 2 SGEs, taken to RTS towards a RoCE peer.
+/// An RC QP on `cq` with room for 16 sends of 2 SGEs and 64 inline bytes, taken to RTS
+/// towards a RoCE peer.
 fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
     towards(new_qp(pd, cq), Qpn(0x12))
 }
 
-/// An RC QP on `cq` with room for 16 sends of 2 SGEs.
+/// An RC QP on `cq` with room for 16 sends of 2 SGEs and 64 inline bytes.
 fn new_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Reset> {
-    let cap = QpCapabilities { max_send_wr: 16, max_send_sge: 2, ..Default::default() };
+    let cap = QpCapabilities {
+        max_send_wr: 16,
+        max_send_sge: 2,
+        max_inline_data: 64,
+        ..Default::default()
+    };
     pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap()
 }
 
@@ -146,46 +168,83 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
     assert!(matches!(calls[..], [Call::CreateQpEx { .. }, Call::DestroyQp]), "{calls:?}");
 }
 
-#[test]
-fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_posts() {
-    let f = extended();
+/// The calls of posting, on `f`'s extended QP, a list with a WR of two SGEs and one of two
+/// inline buffers between WRs of one.
+fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = rts_qp(&pd, &cq);
+    assert_eq!(qp.send_path(), VerbsPath::Extended);
     f.mock.take_calls();
     let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
+    let bytes = [7u8; 24];
+    // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
+    let inline = [
+        Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
+        Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
+    ];
     let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
     let mut wrs = [
         SendWr::send(1, &one),
         SendWr::rdma_write_with_imm(2, &two, remote, 9),
         SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
         SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
+        SendWr::send(5, &inline).flags(SendFlags::INLINE),
     ];
-    // SAFETY: the mock provider never touches the memory.
+    // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
     unsafe { qp.post_send_list(&mut wrs) }.unwrap();
+    f.mock.take_calls()
+}
+
+#[test]
+fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_posts_where_rxe_needs_them(
+) {
     let build =
         |builder, wr_id, flags: SendFlags| Call::WrBuild { builder, wr_id, wr_flags: flags.bits() };
     let data = |setter, bytes| Call::WrData { setter, bytes };
-    assert_eq!(
-        f.mock.take_calls(),
-        [
-            Call::WrStart,
-            build("wr_send", 1, SendFlags::empty()),
-            data("wr_set_sge", 64),
-            Call::WrComplete,
-            // Several SGEs: through ibv_post_send, between two batches.
-            Call::PostSend { wr_ids: vec![2] },
-            Call::WrStart,
-            build("wr_rdma_read", 3, SendFlags::SIGNALED),
-            data("wr_set_sge", 64),
-            build("wr_send", 4, SendFlags::SIGNALED | SendFlags::INLINE),
-            data("wr_set_inline_data", 0),
-            Call::WrComplete,
-        ]
-    );
+    let inline = SendFlags::INLINE;
+    let head = [Call::WrStart, build("wr_send", 1, SendFlags::empty()), data("wr_set_sge", 64)];
+    let read = [build("wr_rdma_read", 3, SendFlags::SIGNALED), data("wr_set_sge", 64)];
+    let empty_inline =
+        [build("wr_send", 4, SendFlags::SIGNALED | inline), data("wr_set_inline_data", 0)];
+    // Where the list setters count right (not rxe; rxe with PRs 1744 and 1751: 64.0, and
+    // the stable 44.12): one batch.
+    let one_batch = [
+        &head[..],
+        &[build("wr_rdma_write_imm", 2, SendFlags::empty()), data("wr_set_sge_list", 24)],
+        &read,
+        &empty_inline,
+        &[build("wr_send", 5, inline), data("wr_set_inline_data_list", 24), Call::WrComplete],
+    ]
+    .concat();
+    let counting_right: [&dyn Fn() -> Fixture; 3] = [&extended, &|| rxe("64.0"), &|| rxe("44.12")];
+    for make in counting_right {
+        assert_eq!(multi_sge_list_calls(&make()), one_batch);
+    }
+    // rxe without them (Debian's 33.2, 44.0, 56.1): several SGEs through ibv_post_send,
+    // between batches.
+    let around = [
+        &head[..],
+        &[Call::WrComplete, Call::PostSend { wr_ids: vec![2] }, Call::WrStart],
+        &read,
+        &empty_inline,
+        &[Call::WrComplete, Call::PostSend { wr_ids: vec![5] }],
+    ]
+    .concat();
+    for release in ["33.2", "44.0", "56.1", "63.0"] {
+        assert_eq!(multi_sge_list_calls(&rxe(release)), around, "rdma-core {release}");
+    }
+
     // One WR is a batch of one.
-    // SAFETY: as above.
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    f.mock.take_calls();
+    let one = [mr.sge(..64).unwrap()];
+    // SAFETY: the mock provider never touches the memory.
     unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
     let calls = f.mock.take_calls();
     assert_eq!(calls.first(), Some(&Call::WrStart));
@@ -333,43 +392,124 @@ fn recv_with_imm(wr_id: u64) -> sys::ibv_wc {
     wc
 }
 
-#[test]
-fn polling_reads_each_completion_in_a_session_and_never_ends_an_empty_one() {
-    let f = extended();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let flushed = sys::ibv_wc { wr_id: 3, status: sys::IBV_WC_WR_FLUSH_ERR, ..Default::default() };
-    for wc in [recv_with_imm(1), recv_with_imm(2), flushed] {
-        f.mock.push_completion(cq.as_raw(), wc);
+/// A CQ of `f` with timestamps holding `n` receive completions, and the calls cleared.
+fn stamped_cq(f: &Fixture, n: u64) -> CompletionQueue<'_> {
+    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
+    let cq = f.ctx.create_cq_with(32, &attr).unwrap();
+    for wr_id in 1..=n {
+        f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
     f.mock.take_calls();
-    let mut storage: [WorkCompletion; 2] = Default::default();
-    let got: Vec<_> = cq
-        .poll(&mut storage)
-        .unwrap()
-        .iter()
-        .map(|wc| (wc.wr_id(), wc.opcode(), wc.byte_len(), wc.imm_data(), wc.qp_num().0))
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (1, WcOpcode::RECV, 101, Some(0xab01), 0x101),
-            (2, WcOpcode::RECV, 102, Some(0xab02), 0x101)
-        ]
-    );
-    let session = [Call::StartPoll, Call::EndPoll];
-    assert_eq!(f.mock.take_calls(), [session.clone(), session].concat());
-    let got: Vec<_> =
-        cq.poll(&mut storage).unwrap().iter().map(|wc| (wc.wr_id(), wc.status())).collect();
-    assert_eq!(got, [(3, WcStatus::WR_FLUSH_ERR)]);
-    // The second start_poll found nothing (ENOENT): no end_poll for it.
-    assert_eq!(f.mock.take_calls(), [Call::StartPoll, Call::EndPoll, Call::StartPoll]);
-    assert!(cq.poll(&mut storage).unwrap().is_empty());
-    assert_eq!(f.mock.take_calls(), [Call::StartPoll]);
+    cq
+}
 
-    f.mock.fail(Verb::StartPoll, libc::EIO);
-    let err = cq.poll(&mut storage).unwrap_err();
-    assert_verb_error(&err, "ibv_start_poll", libc::EIO, &["the CQ is broken"]);
-    assert_eq!(f.mock.take_calls(), [Call::StartPoll], "a failed start_poll has no session");
+#[test]
+fn the_default_poll_drains_a_batch_with_one_provider_call() {
+    // Without timestamps: the provider's poll_cq op on the extended CQ, once for 16.
+    let f = extended();
+    let cq = f.ctx.create_cq(32).unwrap();
+    assert_eq!(cq.path(), VerbsPath::Extended);
+    for wr_id in 1..=16 {
+        f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
+    }
+    f.mock.take_calls();
+    let mut storage = [WorkCompletion::EMPTY; 16];
+    let got: Vec<_> = cq.poll(&mut storage).unwrap().iter().map(|wc| wc.wr_id()).collect();
+    assert_eq!(got, (1..=16).collect::<Vec<_>>());
+    assert_eq!(f.mock.take_calls(), [Call::PollCq { num_entries: 16 }]);
+
+    // With timestamps, where ibv_next_poll keeps the session (not rxe, or rxe with PR 1617:
+    // 59.0, the stable 44.11): one session, 1 start + 15 next + 1 end.
+    let session: Vec<_> = std::iter::once(Call::StartPoll)
+        .chain(std::iter::repeat_n(Call::NextPoll, 15))
+        .chain([Call::EndPoll])
+        .collect();
+    drop(cq);
+    drop(f);
+    let stamped = || {
+        let config =
+            ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
+        Fixture::with(Optional::ALL, config)
+    };
+    let keeping_session: [&dyn Fn() -> Fixture; 3] = [&stamped, &|| rxe("59.0"), &|| rxe("44.11")];
+    for make in keeping_session {
+        let f = make();
+        let cq = stamped_cq(&f, 16);
+        let mut stamps = Vec::new();
+        assert_eq!(cq.poll_with(16, |c| stamps.push(c.timestamp().unwrap())).unwrap(), 16);
+        assert_eq!(stamps, (1..=16).map(|n| n * 1000).collect::<Vec<_>>());
+        assert_eq!(f.mock.take_calls(), session);
+        // `poll` too, and a batch that runs dry ends with the next_poll that found nothing.
+        for wr_id in 17..=18 {
+            f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
+        }
+        assert_eq!(cq.poll(&mut storage).unwrap().len(), 2);
+        assert_eq!(
+            f.mock.take_calls(),
+            [Call::StartPoll, Call::NextPoll, Call::NextPoll, Call::EndPoll]
+        );
+    }
+
+    // rxe without PR 1617 (Debian's 44.0, 56.1; an unknown release): one session each.
+    for release in ["44.0", "56.1", "58.0"] {
+        let f = rxe(release);
+        let cq = stamped_cq(&f, 16);
+        assert_eq!(cq.poll(&mut storage).unwrap().len(), 16);
+        assert_eq!(
+            f.mock.take_calls(),
+            (0..16).flat_map(|_| [Call::StartPoll, Call::EndPoll]).collect::<Vec<_>>(),
+            "{release}"
+        );
+    }
+}
+
+#[test]
+fn a_session_never_ends_an_empty_start_and_a_later_failure_waits_for_the_next_poll() {
+    for release in ["44.0", "59.0"] {
+        let f = rxe(release);
+        let cq = stamped_cq(&f, 0);
+        let flushed =
+            sys::ibv_wc { wr_id: 3, status: sys::IBV_WC_WR_FLUSH_ERR, ..Default::default() };
+        for wc in [recv_with_imm(1), recv_with_imm(2), flushed] {
+            f.mock.push_completion(cq.as_raw(), wc);
+        }
+        let mut storage: [WorkCompletion; 2] = Default::default();
+        let got: Vec<_> = cq
+            .poll(&mut storage)
+            .unwrap()
+            .iter()
+            .map(|wc| (wc.wr_id(), wc.opcode(), wc.byte_len(), wc.imm_data(), wc.qp_num().0))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, WcOpcode::RECV, 101, Some(0xab01), 0x101),
+                (2, WcOpcode::RECV, 102, Some(0xab02), 0x101)
+            ]
+        );
+        f.mock.take_calls();
+        let got: Vec<_> =
+            cq.poll(&mut storage).unwrap().iter().map(|wc| (wc.wr_id(), wc.status())).collect();
+        assert_eq!(got, [(3, WcStatus::WR_FLUSH_ERR)]);
+        assert!(cq.poll(&mut storage).unwrap().is_empty());
+        // An empty start_poll (ENOENT) has no session: no end_poll for it.
+        assert_eq!(f.mock.take_calls().last(), Some(&Call::StartPoll));
+
+        f.mock.fail(Verb::StartPoll, libc::EIO);
+        let err = cq.poll(&mut storage).unwrap_err();
+        assert_verb_error(&err, "ibv_start_poll", libc::EIO, &["the CQ is broken"]);
+        assert_eq!(f.mock.take_calls(), [Call::StartPoll], "a failed start_poll has no session");
+
+        // A next_poll failure ends the batch (the session is closed) and is reported next.
+        for wr_id in [4, 5] {
+            f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
+        }
+        f.mock.fail(Verb::NextPoll, libc::EIO);
+        let got: Vec<_> = cq.poll(&mut storage).unwrap().iter().map(|wc| wc.wr_id()).collect();
+        let calls = f.mock.take_calls();
+        assert_eq!(calls.last(), Some(&Call::EndPoll), "{calls:?}");
+        assert!(!got.is_empty() && got[0] == 4, "{got:?}");
+    }
 }
 
 #[test]
