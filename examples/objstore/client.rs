@@ -60,18 +60,20 @@ fn need<T>(response: &Response<Body>, name: &str, parse: impl Fn(&str) -> Option
         .ok_or_else(|| format!("the server's answer lacks a valid {name}: is it an objstore server?").into())
 }
 
-/// The verbs resources of a client.
-struct Verbs {
-    ctx: Context,
-    link: Link,
-}
-
-impl Verbs {
-    fn open(args: &RdmaArgs) -> Result<Verbs, Error> {
-        let ctx = open_device(args.ib_dev.as_deref())?;
-        let link = Link::new(&ctx, args.ib_port, args.gid_idx, None)?;
-        Ok(Verbs { ctx, link })
-    }
+/// Runs `f` with a session on `server`, its PD (for buffers) and the HTTP agent.
+fn with_session(
+    args: &RdmaArgs,
+    server: &str,
+    f: impl FnOnce(&Http, &ProtectionDomain<'_>, &Session<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let ctx = open_device(args.ib_dev.as_deref())?;
+    let link = Link::new(&ctx, args.ib_port, args.gid_idx, None)?;
+    let pd = ctx.alloc_pd()?;
+    // Room for the QP's one send and one receive, neither ever posted.
+    let cq = ctx.create_cq(2)?;
+    let http = Http::new(server, args.port);
+    let session = Session::open(&http, &link, &pd, &cq)?;
+    f(&http, &pd, &session)
 }
 
 /// An open session: our QP, connected to the server's, closed on drop.
@@ -178,14 +180,13 @@ fn region<'p>(pd: &'p ProtectionDomain<'p>, len: u64) -> Result<RemoteWritableRe
 
 /// `objstore put`: FILE into the buffer, the server READs it.
 pub fn put(args: &RdmaArgs, server: &str, object: &str, file: &Path) -> Result<(), Error> {
-    let verbs = Verbs::open(args)?;
-    let pd = verbs.ctx.alloc_pd()?;
-    let cq = verbs.ctx.create_cq(1)?;
-    let http = Http::new(server, args.port);
-    let session = Session::open(&http, &verbs.link, &pd, &cq)?;
+    with_session(args, server, |http, pd, session| put_in(http, pd, session, object, file))
+}
+
+fn put_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object: &str, file: &Path) -> Result<(), Error> {
     let mut input = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let size = input.metadata()?.len();
-    let mut region = region(&pd, size)?;
+    let mut region = region(pd, size)?;
     let mut crc = Crc32c::default();
     let mut chunk = vec![0u8; CHUNK];
     let mut at = 0;
@@ -214,17 +215,16 @@ pub fn put(args: &RdmaArgs, server: &str, object: &str, file: &Path) -> Result<(
 
 /// `objstore get`: the server WRITEs the object into the buffer, then into FILE.
 pub fn get(args: &RdmaArgs, server: &str, object: &str, file: &Path) -> Result<(), Error> {
-    let verbs = Verbs::open(args)?;
-    let pd = verbs.ctx.alloc_pd()?;
-    let cq = verbs.ctx.create_cq(1)?;
-    let http = Http::new(server, args.port);
-    let session = Session::open(&http, &verbs.link, &pd, &cq)?;
+    with_session(args, server, |http, pd, session| get_in(http, pd, session, object, file))
+}
+
+fn get_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object: &str, file: &Path) -> Result<(), Error> {
     let head = ok(http.agent.head(http.url(object)).call(), &format!("HEAD {object}"))?;
     let mut size: u64 = need(&head, SIZE, |v| v.parse().ok())?;
     let start = Instant::now();
     // Once more if the object grew between HEAD and GET (the server answers 416 then).
     let (region, response) = loop {
-        let region = region(&pd, size)?;
+        let region = region(pd, size)?;
         let send = |token: Token| http.agent.get(http.url(object)).header(TOKEN, token.to_string()).call();
         let response = session.request(send, &region, region.len() as u64, &format!("get {object}"))?;
         match response {
@@ -269,13 +269,12 @@ fn mb_s(bytes: u64, secs: f64) -> f64 {
 /// object `bench/<size>`; MB/s of each (10^6 bytes per second, each request from its send
 /// to its answer). Every transfer's CRC32C is checked.
 pub fn bench(args: &RdmaArgs, server: &str, sizes: &Sizes, iters: u32) -> Result<(), Error> {
-    let verbs = Verbs::open(args)?;
-    let pd = verbs.ctx.alloc_pd()?;
-    let cq = verbs.ctx.create_cq(1)?;
-    let http = Http::new(server, args.port);
-    let session = Session::open(&http, &verbs.link, &pd, &cq)?;
+    with_session(args, server, |http, pd, session| bench_in(http, pd, session, sizes, iters))
+}
+
+fn bench_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, sizes: &Sizes, iters: u32) -> Result<(), Error> {
     let max = sizes.0.iter().copied().max().unwrap_or(0);
-    let mut region = region(&pd, max as u64)?;
+    let mut region = region(pd, max as u64)?;
     // Bytes that differ in every position of a chunk, the same in the region and for TCP.
     let data: Vec<u8> = (0..max).map(|i| (i as u32).wrapping_mul(0x9e37_79b9).rotate_left(7) as u8).collect();
     for (i, piece) in data.chunks(CHUNK).enumerate() {

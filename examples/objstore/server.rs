@@ -44,7 +44,8 @@ pub fn run(args: &RdmaArgs, config: Config) -> Result<(), Error> {
     let link = Link::new(&ctx, args.ib_port, args.gid_idx, None)?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
-    let cq = armed_cq(&ctx, &channel, (config.max_sessions * DEPTH) as u32)?;
+    // Each session's QP: DEPTH sends and the one receive every QP must have room for.
+    let cq = armed_cq(&ctx, &channel, (config.max_sessions * (DEPTH + 1)) as u32)?;
     let chunks = config.workers * DEPTH;
     let pool = BufferPool::new(pd.register(chunks * CHUNK, AccessFlags::LOCAL_WRITE)?, CHUNK)?;
     let listener = TcpListener::bind(("0.0.0.0", args.port))
