@@ -13,7 +13,10 @@ use ureq::http::Response;
 use ureq::Body;
 
 use crate::common::{open_device, Link};
-use crate::{crc32c, human, parse_crc, Crc32c, Error, RdmaArgs, Sizes, Token, CHUNK, CRC, DEPTH, HTTP_TIMEOUT, SESSION, SIZE, TOKEN};
+use crate::{
+    crc32c, human, parse_crc, Crc32c, Error, RdmaArgs, Sizes, Token, CHUNK, CRC, DEPTH,
+    HTTP_TIMEOUT, SESSION, SIZE, TOKEN,
+};
 
 /// Objects above this size get a progress bar on stderr.
 const PROGRESS_MIN: u64 = 4 << 20;
@@ -41,7 +44,8 @@ impl Http {
 
 /// `response` when it succeeded, else its status and the server's line.
 fn ok(response: Result<Response<Body>, ureq::Error>, what: &str) -> Result<Response<Body>, Error> {
-    let mut response = response.map_err(|e| format!("{what}: {e} (is `objstore serve` running there?)"))?;
+    let mut response =
+        response.map_err(|e| format!("{what}: {e} (is `objstore serve` running there?)"))?;
     if response.status().is_success() {
         return Ok(response);
     }
@@ -54,10 +58,14 @@ fn header<'r>(response: &'r Response<Body>, name: &str) -> Option<&'r str> {
 }
 
 /// A header that must be there, parsed.
-fn need<T>(response: &Response<Body>, name: &str, parse: impl Fn(&str) -> Option<T>) -> Result<T, Error> {
-    header(response, name)
-        .and_then(parse)
-        .ok_or_else(|| format!("the server's answer lacks a valid {name}: is it an objstore server?").into())
+fn need<T>(
+    response: &Response<Body>,
+    name: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<T, Error> {
+    header(response, name).and_then(parse).ok_or_else(|| {
+        format!("the server's answer lacks a valid {name}: is it an objstore server?").into()
+    })
 }
 
 /// Runs `f` with a session on `server`, its PD (for buffers) and the HTTP agent.
@@ -95,10 +103,13 @@ impl<'a> Session<'a> {
         let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
         let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
         let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        let qp = qp.into_init(&ToInitAttr { port: link.port, access, ..Default::default() }).map_err(|e| e.error)?;
+        let qp = qp
+            .into_init(&ToInitAttr { port: link.port, access, ..Default::default() })
+            .map_err(|e| e.error)?;
         let psn = Psn::random();
         let me = link.endpoint(&qp, psn).to_pingpong_message();
-        let mut response = ok(http.agent.post(http.url("/session")).send(&me[..]), "opening a session")?;
+        let mut response =
+            ok(http.agent.post(http.url("/session")).send(&me[..]), "opening a session")?;
         let id = need(&response, SESSION, |v| v.parse().ok())?;
         let body = response.body_mut().with_config().limit(256).read_to_vec()?;
         let remote = Endpoint::from_pingpong_message(&body)
@@ -183,7 +194,13 @@ pub fn put(args: &RdmaArgs, server: &str, object: &str, file: &Path) -> Result<(
     with_session(args, server, |http, pd, session| put_in(http, pd, session, object, file))
 }
 
-fn put_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object: &str, file: &Path) -> Result<(), Error> {
+fn put_in(
+    http: &Http,
+    pd: &ProtectionDomain<'_>,
+    session: &Session<'_>,
+    object: &str,
+    file: &Path,
+) -> Result<(), Error> {
     let mut input = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let size = input.metadata()?.len();
     let mut region = region(pd, size)?;
@@ -192,7 +209,9 @@ fn put_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object:
     let mut at = 0;
     while at < size {
         let n = (size - at).min(CHUNK as u64) as usize;
-        input.read_exact(&mut chunk[..n]).map_err(|e| format!("reading {}: {e}", file.display()))?;
+        input
+            .read_exact(&mut chunk[..n])
+            .map_err(|e| format!("reading {}: {e}", file.display()))?;
         crc.update(&chunk[..n]);
         region.write(at as usize, &chunk[..n])?;
         at += n as u64;
@@ -203,13 +222,19 @@ fn put_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object:
         let put = http.agent.put(http.url(object)).header(TOKEN, token.to_string());
         put.header(CRC, format!("{crc:08x}")).send_empty()
     };
-    let response = ok(session.request(send, &region, size, &format!("put {object}"))?, &format!("PUT {object}"))?;
+    let response = ok(
+        session.request(send, &region, size, &format!("put {object}"))?,
+        &format!("PUT {object}"),
+    )?;
     let secs = start.elapsed().as_secs_f64();
     let stored = need(&response, CRC, parse_crc)?;
     if stored != crc {
         return Err(format!("the server stored CRC32C {stored:08x}, ours is {crc:08x}").into());
     }
-    println!("put {object}: {size} bytes over RDMA in {secs:.3} s ({:.1} MB/s), crc32c {crc:08x}", mb_s(size, secs));
+    println!(
+        "put {object}: {size} bytes over RDMA in {secs:.3} s ({:.1} MB/s), crc32c {crc:08x}",
+        mb_s(size, secs)
+    );
     Ok(())
 }
 
@@ -218,17 +243,30 @@ pub fn get(args: &RdmaArgs, server: &str, object: &str, file: &Path) -> Result<(
     with_session(args, server, |http, pd, session| get_in(http, pd, session, object, file))
 }
 
-fn get_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object: &str, file: &Path) -> Result<(), Error> {
+fn get_in(
+    http: &Http,
+    pd: &ProtectionDomain<'_>,
+    session: &Session<'_>,
+    object: &str,
+    file: &Path,
+) -> Result<(), Error> {
     let head = ok(http.agent.head(http.url(object)).call(), &format!("HEAD {object}"))?;
     let mut size: u64 = need(&head, SIZE, |v| v.parse().ok())?;
     let start = Instant::now();
     // Once more if the object grew between HEAD and GET (the server answers 416 then).
     let (region, response) = loop {
         let region = region(pd, size)?;
-        let send = |token: Token| http.agent.get(http.url(object)).header(TOKEN, token.to_string()).call();
-        let response = session.request(send, &region, region.len() as u64, &format!("get {object}"))?;
+        let send =
+            |token: Token| http.agent.get(http.url(object)).header(TOKEN, token.to_string()).call();
+        let response =
+            session.request(send, &region, region.len() as u64, &format!("get {object}"))?;
         match response {
-            Ok(r) if r.status() == 416 && header(&r, SIZE).and_then(|v| v.parse().ok()).is_some_and(|n: u64| n > size) => {
+            Ok(r)
+                if r.status() == 416
+                    && header(&r, SIZE)
+                        .and_then(|v| v.parse().ok())
+                        .is_some_and(|n: u64| n > size) =>
+            {
                 size = need(&r, SIZE, |v| v.parse().ok())?;
             }
             other => break (region, ok(other, &format!("GET {object}"))?),
@@ -257,7 +295,10 @@ fn get_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, object:
         )
         .into());
     }
-    println!("get {object}: {size} bytes over RDMA in {secs:.3} s ({:.1} MB/s), crc32c {expected:08x}", mb_s(size, secs));
+    println!(
+        "get {object}: {size} bytes over RDMA in {secs:.3} s ({:.1} MB/s), crc32c {expected:08x}",
+        mb_s(size, secs)
+    );
     Ok(())
 }
 
@@ -272,15 +313,25 @@ pub fn bench(args: &RdmaArgs, server: &str, sizes: &Sizes, iters: u32) -> Result
     with_session(args, server, |http, pd, session| bench_in(http, pd, session, sizes, iters))
 }
 
-fn bench_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, sizes: &Sizes, iters: u32) -> Result<(), Error> {
+fn bench_in(
+    http: &Http,
+    pd: &ProtectionDomain<'_>,
+    session: &Session<'_>,
+    sizes: &Sizes,
+    iters: u32,
+) -> Result<(), Error> {
     let max = sizes.0.iter().copied().max().unwrap_or(0);
     let mut region = region(pd, max as u64)?;
     // Bytes that differ in every position of a chunk, the same in the region and for TCP.
-    let data: Vec<u8> = (0..max).map(|i| (i as u32).wrapping_mul(0x9e37_79b9).rotate_left(7) as u8).collect();
+    let data: Vec<u8> =
+        (0..max).map(|i| (i as u32).wrapping_mul(0x9e37_79b9).rotate_left(7) as u8).collect();
     for (i, piece) in data.chunks(CHUNK).enumerate() {
         region.write(i * CHUNK, piece)?;
     }
-    println!("{:>10} {:>14} {:>14} {:>14} {:>14}", "bytes", "rdma PUT MB/s", "rdma GET MB/s", "tcp PUT MB/s", "tcp GET MB/s");
+    println!(
+        "{:>10} {:>14} {:>14} {:>14} {:>14}",
+        "bytes", "rdma PUT MB/s", "rdma GET MB/s", "tcp PUT MB/s", "tcp GET MB/s"
+    );
     for &size in &sizes.0 {
         let object = format!("bench/{size}");
         let crc = crc32c(&data[..size]);
@@ -306,7 +357,9 @@ fn bench_in(http: &Http, pd: &ProtectionDomain<'_>, session: &Session<'_>, sizes
             answer_crc(&ok(session.request(send, &region, len, "put")?, "PUT")?)
         })?;
         let rdma_get = timed(&|| {
-            let send = |token: Token| http.agent.get(http.url(&object)).header(TOKEN, token.to_string()).call();
+            let send = |token: Token| {
+                http.agent.get(http.url(&object)).header(TOKEN, token.to_string()).call()
+            };
             answer_crc(&ok(session.request(send, &region, len, "get")?, "GET")?)
         })?;
         // What the GETs wrote must be the object, byte for byte.

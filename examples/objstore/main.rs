@@ -50,9 +50,9 @@
 //! object. CRC32C (Castagnoli) is computed by [`crc32c`], a slicing-by-8 table in this
 //! example.
 
+mod client;
 #[path = "../common/mod.rs"]
 mod common;
-mod client;
 mod server;
 
 use std::fmt;
@@ -190,7 +190,8 @@ impl std::str::FromStr for Token {
         };
         let (mut session, mut addr, mut len, mut rkey) = (None, None, None, None);
         for field in s.split(';').map(str::trim) {
-            let (name, value) = field.split_once('=').ok_or_else(|| format!("{field:?} is not name=value"))?;
+            let (name, value) =
+                field.split_once('=').ok_or_else(|| format!("{field:?} is not name=value"))?;
             let (slot, parsed) = match name {
                 "session" => (&mut session, value.parse().ok()),
                 "addr" => (&mut addr, hex(value)),
@@ -313,8 +314,9 @@ impl std::str::FromStr for Sizes {
         if from > to {
             return Err(format!("{s}: the first size is larger than the last"));
         }
-        let mut sizes: Vec<usize> =
-            std::iter::successors(Some(from), |&n| n.checked_mul(2)).take_while(|&n| n <= to).collect();
+        let mut sizes: Vec<usize> = std::iter::successors(Some(from), |&n| n.checked_mul(2))
+            .take_while(|&n| n <= to)
+            .collect();
         if sizes.last() != Some(&to) {
             sizes.push(to);
         }
@@ -350,8 +352,14 @@ mod tests {
     fn tokens_round_trip_and_refuse_garbage() {
         let t = Token { session: 3, addr: 0x7f00_1234, len: 4096, rkey: 0xabc };
         assert_eq!(t.to_string().parse::<Token>(), Ok(t));
-        for bad in ["", "session=1", "session=x;addr=1;len=1;rkey=1", "session=1;addr=1;len=1;rkey=1;rkey=2",
-                    "session=1;addr=1;len=1;rkey=100000000", "session=1;addr=1;len=1;rkey=1;x=1"] {
+        for bad in [
+            "",
+            "session=1",
+            "session=x;addr=1;len=1;rkey=1",
+            "session=1;addr=1;len=1;rkey=1;rkey=2",
+            "session=1;addr=1;len=1;rkey=100000000",
+            "session=1;addr=1;len=1;rkey=1;x=1",
+        ] {
             assert!(bad.parse::<Token>().is_err(), "{bad}");
         }
     }

@@ -17,7 +17,10 @@ use rdma_verbs::*;
 use tiny_http::{Header, Method, Request, Response};
 
 use crate::common::{armed_cq, open_device, poll_within, Link};
-use crate::{parse_crc, Crc32c, Error, RdmaArgs, Token, CHUNK, CRC, DEPTH, RDMA_TIMEOUT, SESSION, SIZE, TOKEN};
+use crate::{
+    parse_crc, Crc32c, Error, RdmaArgs, Token, CHUNK, CRC, DEPTH, RDMA_TIMEOUT, SESSION, SIZE,
+    TOKEN,
+};
 
 /// How long the poller sleeps on the CQ, and a worker on tiny_http's queue, before looking
 /// whether the server is stopping.
@@ -38,7 +41,9 @@ pub struct Config {
 /// Serves until killed, or until the CQ fails.
 pub fn run(args: &RdmaArgs, config: Config) -> Result<(), Error> {
     if !config.root.is_dir() {
-        return Err(format!("--root {}: not a directory (create it first)", config.root.display()).into());
+        return Err(
+            format!("--root {}: not a directory (create it first)", config.root.display()).into()
+        );
     }
     let ctx = open_device(args.ib_dev.as_deref())?;
     let link = Link::new(&ctx, args.ib_port, args.gid_idx, None)?;
@@ -48,8 +53,9 @@ pub fn run(args: &RdmaArgs, config: Config) -> Result<(), Error> {
     let cq = armed_cq(&ctx, &channel, (config.max_sessions * (DEPTH + 1)) as u32)?;
     let chunks = config.workers * DEPTH;
     let pool = BufferPool::new(pd.register(chunks * CHUNK, AccessFlags::LOCAL_WRITE)?, CHUNK)?;
-    let listener = TcpListener::bind(("0.0.0.0", args.port))
-        .map_err(|e| format!("couldn't listen on port {}: {e} (choose another with -p)", args.port))?;
+    let listener = TcpListener::bind(("0.0.0.0", args.port)).map_err(|e| {
+        format!("couldn't listen on port {}: {e} (choose another with -p)", args.port)
+    })?;
     let sock = socket2::SockRef::from(&listener);
     sock.set_read_timeout(Some(SOCKET_TIMEOUT))?;
     sock.set_write_timeout(Some(SOCKET_TIMEOUT))?;
@@ -206,7 +212,8 @@ impl<'a> Server<'a> {
                 (200, String::new(), with_headers(r, vec![(SIZE, size.to_string())]))
             }
             Err(Fail { status, message, size }) => {
-                let mut r = Response::from_string(format!("{message}\n")).with_status_code(status).boxed();
+                let mut r =
+                    Response::from_string(format!("{message}\n")).with_status_code(status).boxed();
                 if let Some(size) = size {
                     r = with_headers(r, vec![(SIZE, size.to_string())]);
                 }
@@ -226,10 +233,14 @@ impl<'a> Server<'a> {
             return self.session_request(request, &method, rest);
         }
         let token = match header(request, TOKEN) {
-            Some(t) => Some(
-                t.parse::<Token>()
-                    .map_err(|e| fail(400, format!("malformed {TOKEN} ({e}): send session=<id>;addr=<hex>;len=<n>;rkey=<hex>")))?,
-            ),
+            Some(t) => Some(t.parse::<Token>().map_err(|e| {
+                fail(
+                    400,
+                    format!(
+                        "malformed {TOKEN} ({e}): send session=<id>;addr=<hex>;len=<n>;rkey=<hex>"
+                    ),
+                )
+            })?),
             None => None,
         };
         let object = Object::parse(&self.config.root, &url)?;
@@ -250,26 +261,33 @@ impl<'a> Server<'a> {
                 Ok(Reply::Empty(200, vec![(SIZE, size.to_string())]))
             }
             (Method::Delete, None) => object.delete(),
-            (m, _) => Err(fail(405, format!("{m} is not served here: use PUT, GET, HEAD or DELETE"))),
+            (m, _) => {
+                Err(fail(405, format!("{m} is not served here: use PUT, GET, HEAD or DELETE")))
+            }
         }
     }
 
     /// `POST /session`, `GET /session/<id>`, `DELETE /session/<id>`.
-    fn session_request(&self, request: &mut Request, method: &Method, rest: &str) -> Result<Reply, Fail> {
+    fn session_request(
+        &self,
+        request: &mut Request,
+        method: &Method,
+        rest: &str,
+    ) -> Result<Reply, Fail> {
         if rest.is_empty() {
             return match method {
                 Method::Post => self.open_session(request),
                 _ => Err(fail(405, "open a session with POST /session")),
             };
         }
-        let id = rest
-            .strip_prefix('/')
-            .and_then(|id| id.parse().ok())
-            .ok_or_else(|| fail(400, format!("bad session id {rest:?}: use /session/<decimal id>")))?;
+        let id = rest.strip_prefix('/').and_then(|id| id.parse().ok()).ok_or_else(|| {
+            fail(400, format!("bad session id {rest:?}: use /session/<decimal id>"))
+        })?;
         match method {
             Method::Get => {
                 let session = self.session(id)?;
-                let body = format!("moved={}\n", session.moved.load(Ordering::Relaxed)).into_bytes();
+                let body =
+                    format!("moved={}\n", session.moved.load(Ordering::Relaxed)).into_bytes();
                 Ok(Reply::Text(200, vec![], body))
             }
             Method::Delete => {
@@ -302,7 +320,11 @@ impl<'a> Server<'a> {
         for session in idle {
             // A session whose request is running is in use, not idle.
             if let Ok(mut io) = session.io.try_lock() {
-                println!("session {}: closed after {} s unused", session.id, self.config.idle.as_secs());
+                println!(
+                    "session {}: closed after {} s unused",
+                    session.id,
+                    self.config.idle.as_secs()
+                );
                 sessions.open.remove(&session.id);
                 self.drop_qp(&session, &mut io);
             }
@@ -315,7 +337,8 @@ impl<'a> Server<'a> {
         }
         let psn = Psn::random();
         let connect = || -> Result<QueuePair<'a, Rts>, Error> {
-            let cap = QpCapabilities { max_send_wr: DEPTH as u32, max_recv_wr: 1, ..Default::default() };
+            let cap =
+                QpCapabilities { max_send_wr: DEPTH as u32, max_recv_wr: 1, ..Default::default() };
             let qp = self.pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(self.cq) })?;
             let init = ToInitAttr { port: self.link.port, ..Default::default() };
             let qp = qp.into_init(&init).map_err(|e| e.error)?;
@@ -373,8 +396,9 @@ impl<'a> Server<'a> {
     /// PUT over RDMA: READ the client's `token.len` bytes chunk by chunk into a temporary
     /// file, then store it as `object`.
     fn rdma_put(&self, request: &Request, object: &Object, token: Token) -> Result<Reply, Fail> {
-        let expected = crc_header(request)?
-            .ok_or_else(|| fail(400, format!("a PUT over RDMA needs {CRC}: the object's CRC32C in hex")))?;
+        let expected = crc_header(request)?.ok_or_else(|| {
+            fail(400, format!("a PUT over RDMA needs {CRC}: the object's CRC32C in hex"))
+        })?;
         let (session, remote) = self.begin(&token)?;
         let mut io = lock(&session.io);
         let mut temp = object.temp(self)?;
@@ -411,7 +435,8 @@ impl<'a> Server<'a> {
         }
         let mut crc = Crc32c::default();
         let mut source = |bytes: &mut [u8]| -> Result<(), Fail> {
-            file.read_exact(bytes).map_err(|e| fail(500, format!("reading {}: {e}", object.name)))?;
+            file.read_exact(bytes)
+                .map_err(|e| fail(500, format!("reading {}: {e}", object.name)))?;
             crc.update(bytes);
             Ok(())
         };
@@ -433,7 +458,10 @@ impl<'a> Server<'a> {
     ) -> Result<(), Fail> {
         // Taken for the transfer; put back unless it failed.
         let Some(qp) = io.qp.take() else {
-            return Err(fail(410, format!("session {} failed: open a new one with POST /session", session.id)));
+            return Err(fail(
+                410,
+                format!("session {} failed: open a new one with POST /session", session.id),
+            ));
         };
         let chunks = len.div_ceil(CHUNK as u64);
         let chunk_len = |i: u64| (len - i * CHUNK as u64).min(CHUNK as u64) as usize;
@@ -448,15 +476,25 @@ impl<'a> Server<'a> {
                     break;
                 };
                 let n = chunk_len(posted);
-                let at = RemoteAddr { addr: remote.addr.wrapping_add(posted * CHUNK as u64), rkey: remote.rkey };
-                let step = buffer.set_len(n).map_err(|e| fail(500, e.to_string())).and_then(|()| match &mut direction {
-                    Direction::Write(source) => source(buffer.as_mut_slice()).map(|()| SendOp::RdmaWrite(at)),
-                    Direction::Read(_) => Ok(SendOp::RdmaRead(at)),
+                let at = RemoteAddr {
+                    addr: remote.addr.wrapping_add(posted * CHUNK as u64),
+                    rkey: remote.rkey,
+                };
+                let step = buffer.set_len(n).map_err(|e| fail(500, e.to_string())).and_then(|()| {
+                    match &mut direction {
+                        Direction::Write(source) => {
+                            source(buffer.as_mut_slice()).map(|()| SendOp::RdmaWrite(at))
+                        }
+                        Direction::Read(_) => Ok(SendOp::RdmaRead(at)),
+                    }
                 });
                 match step {
                     Ok(op) => match qp.post_send_buffer(buffer, op) {
                         Ok(()) => posted += 1,
-                        Err(e) => failure = Some(fail(500, format!("posting an RDMA operation: {}", e.error))),
+                        Err(e) => {
+                            failure =
+                                Some(fail(500, format!("posting an RDMA operation: {}", e.error)))
+                        }
                     },
                     Err(f) => failure = Some(f),
                 }
@@ -473,7 +511,11 @@ impl<'a> Server<'a> {
                     let n = posted - completed;
                     let flushed = flush(qp, &io.done, n);
                     if flushed < n {
-                        println!("session {}: {} staging chunks never came back", session.id, n - flushed);
+                        println!(
+                            "session {}: {} staging chunks never came back",
+                            session.id,
+                            n - flushed
+                        );
                     }
                     let f = failure.unwrap_or_else(|| fail(504, format!(
                         "an RDMA operation on the client's buffer did not complete within {} s: the session is closed",
@@ -487,7 +529,7 @@ impl<'a> Server<'a> {
             if done.status != WcStatus::SUCCESS {
                 if !rdma_failed && failure.is_none() {
                     failure = Some(fail(400, format!(
-                        "the RDMA {} of the client's buffer failed ({}): check the token's addr, len and rkey \
+                        "the RDMA {} on the client's buffer failed ({}): check the token's addr, len and rkey \
                          against the registered buffer; session {} is closed, open a new one",
                         direction.verb(), done.status, session.id
                     )));
@@ -530,7 +572,9 @@ fn flush<'a>(qp: QueuePair<'a, Rts>, done: &Receiver<Done<'a>>, n: u64) -> u64 {
     };
     let deadline = Instant::now() + FLUSH_LIMIT;
     (0..n)
-        .take_while(|_| done.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_ok())
+        .take_while(|_| {
+            done.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_ok()
+        })
         .count() as u64
 }
 
@@ -544,13 +588,16 @@ enum Direction<'f> {
 impl Direction<'_> {
     fn verb(&self) -> &'static str {
         match self {
-            Direction::Write(_) => "WRITE to",
+            Direction::Write(_) => "WRITE",
             Direction::Read(_) => "READ",
         }
     }
 }
 
-fn with_headers(mut r: tiny_http::ResponseBox, headers: Vec<(&'static str, String)>) -> tiny_http::ResponseBox {
+fn with_headers(
+    mut r: tiny_http::ResponseBox,
+    headers: Vec<(&'static str, String)>,
+) -> tiny_http::ResponseBox {
     for (name, value) in headers {
         if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
             r.add_header(h);
@@ -565,7 +612,9 @@ fn header<'r>(request: &'r Request, name: &'static str) -> Option<&'r str> {
 
 fn crc_header(request: &Request) -> Result<Option<u32>, Fail> {
     header(request, CRC)
-        .map(|v| parse_crc(v).ok_or_else(|| fail(400, format!("bad {CRC} {v:?}: send 8 hex digits"))))
+        .map(|v| {
+            parse_crc(v).ok_or_else(|| fail(400, format!("bad {CRC} {v:?}: send 8 hex digits")))
+        })
         .transpose()
 }
 
@@ -615,7 +664,8 @@ impl Object {
 
     fn delete(&self) -> Result<Reply, Fail> {
         self.open()?;
-        fs::remove_file(&self.path).map_err(|e| fail(500, format!("deleting {}: {e}", self.name)))?;
+        fs::remove_file(&self.path)
+            .map_err(|e| fail(500, format!("deleting {}: {e}", self.name)))?;
         sync_dir(&self.bucket).map_err(|e| disk("syncing the bucket", &e))?;
         Ok(Reply::Empty(204, vec![]))
     }
@@ -630,7 +680,12 @@ impl Object {
     }
 
     /// PUT over TCP: the body into a temporary file, checked against `expected`, stored.
-    fn store(&self, server: &Server<'_>, body: &mut dyn Read, expected: Option<u32>) -> Result<u32, Fail> {
+    fn store(
+        &self,
+        server: &Server<'_>,
+        body: &mut dyn Read,
+        expected: Option<u32>,
+    ) -> Result<u32, Fail> {
         let mut temp = self.temp(server)?;
         let mut crc = Crc32c::default();
         let mut chunk = vec![0u8; CHUNK];
@@ -639,7 +694,12 @@ impl Object {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(fail(400, format!("reading the request body: {e}; nothing was stored"))),
+                Err(e) => {
+                    return Err(fail(
+                        400,
+                        format!("reading the request body: {e}; nothing was stored"),
+                    ))
+                }
             };
             crc.update(&chunk[..n]);
             temp.file.write_all(&chunk[..n]).map_err(|e| disk("writing the object", &e))?;
