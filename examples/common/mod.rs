@@ -103,7 +103,8 @@ impl Link {
         // A TransitionError holds the QP, which borrows the caller's resources: keep only
         // the error.
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        let rts = rdma_verbs::ToRtsAttr { max_rd_atomic: rd_atomic, ..rdma_verbs::ToRtsAttr::new(psn) };
+        let rts =
+            rdma_verbs::ToRtsAttr { max_rd_atomic: rd_atomic, ..rdma_verbs::ToRtsAttr::new(psn) };
         Ok(qp.into_rts(&rts).map_err(|e| e.error)?)
     }
 }

@@ -338,11 +338,11 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
     assert!(left.is_empty(), "left in the bucket: {left:?}");
     round_trip(&server, &dir, "b/after", 1 << 20, 2);
     let out = server.stop();
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("closed: its RDMA READ failed"),
-        "{}",
-        text(&out)
-    );
+    // rxe completes the READs to a destroyed QP with an error, or never: then the server's
+    // timeout moves the QP to ERROR (its staging chunks come back flushed).
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains("PUT /b/big 400") || log.contains("PUT /b/big 504"), "{}", text(&out));
+    assert!(!log.contains("never came back"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
 
