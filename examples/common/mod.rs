@@ -42,3 +42,104 @@ pub fn require_lid(
     }
     Ok(())
 }
+
+/// The error of the examples that share [`Link`]: a message for the user.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Our side of every RC connection: port, LID, source GID and path MTU.
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    pub port: u8,
+    pub lid: rdma_verbs::Lid,
+    /// The source GID and its index, when routes carry a GRH (RoCE, or `-g`).
+    pub gid: Option<(rdma_verbs::Gid, u8)>,
+    pub mtu: rdma_verbs::Mtu,
+}
+
+impl Link {
+    /// Port `port_num` of `ctx`, sending from GID `gid_index` (see [`source_gid`]), with path
+    /// MTU `mtu` bytes (default: the port's active MTU).
+    pub fn new(
+        ctx: &Context,
+        port_num: u8,
+        gid_index: Option<u8>,
+        mtu: Option<u32>,
+    ) -> std::result::Result<Link, BoxError> {
+        let port = ctx.query_port(port_num)?;
+        require_lid(ctx, port_num, &port)?;
+        let mtu = match mtu {
+            Some(bytes) => rdma_verbs::Mtu::from_bytes(bytes)
+                .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+            None => port.active_mtu(),
+        };
+        let gid = source_gid(ctx, port_num, &port, gid_index)?.map(|e| (e.gid, e.index));
+        Ok(Link { port: port_num, lid: port.lid(), gid, mtu })
+    }
+
+    /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.
+    pub fn endpoint<S: rdma_verbs::QpState>(
+        &self,
+        qp: &rdma_verbs::QueuePair<'_, S>,
+        psn: rdma_verbs::Psn,
+    ) -> rdma_verbs::Endpoint {
+        let gid = self.gid.map_or(rdma_verbs::Gid::ZERO, |(gid, _)| gid);
+        rdma_verbs::Endpoint { lid: self.lid, qpn: qp.qp_num(), psn, gid }
+    }
+
+    /// INIT → RTR → RTS towards `remote`, with `rd_atomic` RDMA READs (and atomics) in flight
+    /// each way.
+    pub fn connect<'r>(
+        &self,
+        qp: rdma_verbs::QueuePair<'r, rdma_verbs::Init>,
+        remote: &rdma_verbs::Endpoint,
+        psn: rdma_verbs::Psn,
+        rd_atomic: u8,
+    ) -> std::result::Result<rdma_verbs::QueuePair<'r, rdma_verbs::Rts>, BoxError> {
+        let sgid = self.gid.map(|(_, index)| index);
+        let rtr = rdma_verbs::ToRtrAttr {
+            max_dest_rd_atomic: rd_atomic,
+            ..rdma_verbs::ToRtrAttr::to_endpoint(remote, self.port, sgid, self.mtu)
+        };
+        // A TransitionError holds the QP, which borrows the caller's resources: keep only
+        // the error.
+        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
+        let rts =
+            rdma_verbs::ToRtsAttr { max_rd_atomic: rd_atomic, ..rdma_verbs::ToRtsAttr::new(psn) };
+        Ok(qp.into_rts(&rts).map_err(|e| e.error)?)
+    }
+}
+
+/// A CQ of `n` entries that wakes `channel`, armed: [`poll_within`] keeps it so.
+pub fn armed_cq<'c>(
+    ctx: &'c Context,
+    channel: &'c rdma_verbs::CompletionChannel<'_>,
+    n: u32,
+) -> Result<rdma_verbs::CompletionQueue<'c>> {
+    let cq = ctx.create_cq_with_channel(n, channel, 0)?;
+    cq.req_notify(false)?;
+    Ok(cq)
+}
+
+/// The completions of an armed `cq`, sleeping on its channel while there are none, for at
+/// most `limit`: empty only when nothing completed in that time. Sleeping rather than busy
+/// polling leaves the CPUs to other clients and to the provider (Soft-RoCE works in the
+/// kernel).
+pub fn poll_within<'w>(
+    cq: &rdma_verbs::CompletionQueue<'_>,
+    channel: &rdma_verbs::CompletionChannel<'_>,
+    wcs: &'w mut [rdma_verbs::WorkCompletion],
+    limit: std::time::Duration,
+) -> Result<&'w mut [rdma_verbs::WorkCompletion]> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let n = cq.poll(wcs)?.len();
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if n > 0 || left.is_zero() {
+            return Ok(&mut wcs[..n]);
+        }
+        // An event means the CQ fired and disarmed itself: re-arm before polling again.
+        if channel.wait(Some(left))? > 0 {
+            cq.req_notify(false)?;
+        }
+    }
+}

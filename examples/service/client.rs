@@ -14,7 +14,7 @@ use crate::{
 /// replies.
 pub fn run(args: &Args, host: &str) -> Result<(), Error> {
     let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
-    let link = Link::new(&ctx, args)?;
+    let link = crate::link(&ctx, args)?;
     let stream = TcpStream::connect((host, args.port))
         .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;
     converse(&ctx, link.port, args, &mut ByTcp { stream, link })
@@ -100,7 +100,7 @@ impl Connect for ByTcp {
         let psn = Psn::random();
         self.stream.write_all(&self.link.endpoint(&qp, psn).to_pingpong_message())?;
         let remote = read_endpoint(&mut self.stream)?;
-        Ok((self.link.connect(qp, &remote, psn)?, None))
+        Ok((self.link.connect(qp, &remote, psn, 1)?, None))
     }
 
     /// The server closes the connection once our acknowledgement of its last reply has

@@ -43,11 +43,13 @@ mod server;
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, TcpStream};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
+
+pub(crate) use common::{armed_cq, poll_within, Link};
 
 /// How long to wait for a peer: its address message, or a completion once connected.
 const PEER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -179,50 +181,9 @@ fn request(seed: u32, i: u32, max: u32) -> Vec<u8> {
     (0..len).map(|j| (hash(i << 20 ^ j) >> 8) as u8).collect()
 }
 
-/// Our side of every connection: port, LID, source GID and path MTU.
-#[derive(Clone, Copy, Debug)]
-struct Link {
-    port: u8,
-    lid: Lid,
-    /// The source GID and its index, when routes carry a GRH (RoCE, or `-g`).
-    gid: Option<(Gid, u8)>,
-    mtu: Mtu,
-}
-
-impl Link {
-    fn new(ctx: &Context, args: &Args) -> Result<Link, Error> {
-        let port = ctx.query_port(args.ib_port)?;
-        common::require_lid(ctx, args.ib_port, &port)?;
-        let mtu = match args.mtu {
-            Some(bytes) => Mtu::from_bytes(bytes)
-                .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
-            None => port.active_mtu(),
-        };
-        let entry = common::source_gid(ctx, args.ib_port, &port, args.gid_idx)?;
-        let gid = entry.map(|e| (e.gid, e.index));
-        Ok(Link { port: args.ib_port, lid: port.lid(), gid, mtu })
-    }
-
-    /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.
-    fn endpoint<S: QpState>(&self, qp: &QueuePair<'_, S>, psn: Psn) -> Endpoint {
-        let gid = self.gid.map_or(Gid::ZERO, |(gid, _)| gid);
-        Endpoint { lid: self.lid, qpn: qp.qp_num(), psn, gid }
-    }
-
-    /// INIT → RTR → RTS towards `remote`.
-    fn connect<'r>(
-        &self,
-        qp: QueuePair<'r, Init>,
-        remote: &Endpoint,
-        psn: Psn,
-    ) -> Result<QueuePair<'r, Rts>, Error> {
-        let sgid = self.gid.map(|(_, index)| index);
-        let rtr = ToRtrAttr::to_endpoint(remote, self.port, sgid, self.mtu);
-        // A TransitionError holds the QP, which borrows the caller's resources: keep only
-        // the error.
-        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        Ok(qp.into_rts(&ToRtsAttr::new(psn)).map_err(|e| e.error)?)
-    }
+/// Our side of every connection (examples/common), from `-i`, `-g` and `-m`.
+fn link(ctx: &Context, args: &Args) -> Result<Link, Error> {
+    Link::new(ctx, args.ib_port, args.gid_idx, args.mtu)
 }
 
 /// A new RC QP on `cq` and device port `port`, in INIT, with room for one receive and
@@ -236,41 +197,6 @@ fn new_qp<'r>(
     let cap = QpCapabilities { max_send_wr, max_recv_wr: 1, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
     Ok(qp.into_init(&ToInitAttr { port, ..Default::default() }).map_err(|e| e.error)?)
-}
-
-/// A CQ of `n` entries that wakes `channel`, armed: [`poll_within`] keeps it so.
-fn armed_cq<'c>(
-    ctx: &'c Context,
-    channel: &'c CompletionChannel<'_>,
-    n: u32,
-) -> Result<CompletionQueue<'c>, Error> {
-    let cq = ctx.create_cq_with_channel(n, channel, 0)?;
-    cq.req_notify(false)?;
-    Ok(cq)
-}
-
-/// The completions of an armed `cq`, sleeping on its channel while there are none, for at
-/// most `limit`: empty only when nothing completed in that time. Sleeping rather than busy
-/// polling leaves the CPUs to other clients and to the provider (Soft-RoCE works in the
-/// kernel).
-fn poll_within<'w>(
-    cq: &CompletionQueue<'_>,
-    channel: &CompletionChannel<'_>,
-    wcs: &'w mut [WorkCompletion],
-    limit: Duration,
-) -> Result<&'w mut [WorkCompletion], Error> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let n = cq.poll(wcs)?.len();
-        let left = deadline.saturating_duration_since(Instant::now());
-        if n > 0 || left.is_zero() {
-            return Ok(&mut wcs[..n]);
-        }
-        // An event means the CQ fired and disarmed itself: re-arm before polling again.
-        if channel.wait(Some(left))? > 0 {
-            cq.req_notify(false)?;
-        }
-    }
 }
 
 /// A peer's address message, read as it arrives.

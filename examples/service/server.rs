@@ -33,7 +33,7 @@ const TICK: Duration = Duration::from_millis(10);
 /// Serves `--clients` clients, then reports.
 pub fn run(args: &Args) -> Result<(), Error> {
     let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
-    let link = Link::new(&ctx, args)?;
+    let link = crate::link(&ctx, args)?;
     let listener = TcpListener::bind(("::", args.port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
         .map_err(|e| format!("couldn't listen on port {}: {e}", args.port))?;
@@ -378,7 +378,7 @@ impl<'a> Server<'a> {
         let psn = Psn::random();
         let qp = new_qp(self.pd, self.cq, link.port, SEND_DEPTH)?;
         let me = link.endpoint(&qp, psn);
-        let qp = link.connect(qp, remote, psn)?;
+        let qp = link.connect(qp, remote, psn, 1)?;
         stream
             .write_all(&me.to_pingpong_message())
             .map_err(|e| format!("sending our address message: {e}"))?;
