@@ -256,6 +256,12 @@ impl<'a> SendWr<'a> {
         matches!(self.raw.opcode, sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD)
     }
 
+    /// Whether the WR needs the responder's read/atomic resources: RDMA READ and atomics.
+    #[inline]
+    pub(crate) fn reads_remote(&self) -> bool {
+        self.is_atomic() || self.raw.opcode == sys::IBV_WR_RDMA_READ
+    }
+
     /// Whether this is a SEND that [`SendWr::to`] addressed (the SEND constructors zero the
     /// union, so a non-NULL AH pointer was set by `to`).
     pub(crate) fn has_destination(&self) -> bool {

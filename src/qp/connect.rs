@@ -44,7 +44,10 @@ impl<'res> QueuePair<'res, Reset, Ud> {
         attr: &UdToInitAttr,
     ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>> {
         match self.pd.context().query_port(attr.port) {
-            Ok(port) => self.limits.ud_mtu = port.active_mtu().bytes().unwrap_or(0),
+            Ok(port) => {
+                self.limits.ud_mtu =
+                    port.active_mtu().bytes().and_then(|b| u16::try_from(b).ok()).unwrap_or(0)
+            }
             Err(error) => return Err(TransitionError { qp: self, error }),
         }
         let raw = sys::ibv_qp_attr {
@@ -132,7 +135,10 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
             max_rd_atomic: attr.max_rd_atomic,
             ..Default::default()
         };
-        self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+        let mut qp =
+            self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)?;
+        qp.limits.rd_atomic = attr.max_rd_atomic;
+        Ok(qp)
     }
 }
 

@@ -28,7 +28,12 @@ pub trait Connected: QpType {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rc {}
 
-/// Unreliable Connected: unacknowledged; SEND and RDMA WRITE, no READ or atomics.
+/// Unreliable Connected: unacknowledged; SEND and RDMA WRITE, no READ or atomics (both are
+/// refused before posting).
+///
+/// A SEND that arrives before the receiver has posted a receive is **dropped silently**: UC
+/// has no RNR NAK, so the sender's completion is a success and the receiver sees nothing.
+/// Post receives before the peer may send (a service that cannot guarantee it uses RC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Uc {}
 

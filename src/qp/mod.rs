@@ -102,8 +102,12 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
 /// What the device allows a send, checked before posting.
 #[derive(Clone, Copy, Debug, Default)]
 struct SendLimits {
-    /// A UD message's largest size: the port's active MTU (0 until INIT).
-    ud_mtu: u32,
+    /// A UD message's largest size: the port's active MTU (0 until INIT; at most 4096, so 16
+    /// bits keep `QueuePair` small).
+    ud_mtu: u16,
+    /// `max_rd_atomic` set at RTS (RC): the RDMA READs and atomics it may have outstanding.
+    /// With 0 the QP never issues one (rxe leaves it queued for good), so they are refused.
+    rd_atomic: u8,
 }
 
 // SAFETY: verbs on a QP are thread-safe (providers lock their queues), and the fields of

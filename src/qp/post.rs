@@ -193,7 +193,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     pub(crate) fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
         let inline = wr.send_flags().contains(SendFlags::INLINE);
         let common = wr.num_sge() <= self.caps.max_send_sge as usize
-            && !wr.is_atomic()
+            && !wr.reads_remote()
             && (!inline || wr.total_len() <= u64::from(self.caps.max_inline_data))
             && (T::RAW != sys::IBV_QPT_UD
                 || (wr.has_destination() && wr.total_len() <= u64::from(self.limits.ud_mtu)));
@@ -229,6 +229,9 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 ),
             ));
         }
+        if wr.reads_remote() {
+            self.check_reads_remote(wr)?;
+        }
         if wr.is_atomic() {
             self.check_atomic(wr)?;
         }
@@ -253,16 +256,34 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         Ok(())
     }
 
-    /// An atomic needs RC, a device with atomics, and one 8-byte SGE and a remote address
-    /// both 8-byte aligned (`ibv_post_send(3)`).
+    /// RDMA READ and atomics need RC (UC has neither; UD only sends) and a non-zero
+    /// `max_rd_atomic` from RTS: with 0 the QP never issues them and they never complete.
     #[cold]
-    fn check_atomic(&self, wr: &SendWr<'_>) -> Result<()> {
+    fn check_reads_remote(&self, wr: &SendWr<'_>) -> Result<()> {
+        let what = if wr.is_atomic() { "an atomic" } else { "an RDMA READ" };
         if T::RAW != sys::IBV_QPT_RC {
+            let what = if wr.is_atomic() { "atomics need" } else { "an RDMA READ needs" };
             return Err(Error::invalid(
                 InvalidInputKind::AtomicNotRc,
-                format!("atomics need an RC QP, not {}", T::NAME),
+                format!("{what} an RC QP, not {}", T::NAME),
             ));
         }
+        if self.limits.rd_atomic == 0 {
+            return Err(Error::invalid(
+                InvalidInputKind::Range,
+                format!(
+                    "{what} cannot complete on this QP: it was moved to RTS with max_rd_atomic 0 \
+                     (ToRtsAttr::max_rd_atomic), so it issues no RDMA READ or atomic"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An atomic (on RC: `check_reads_remote` comes first) needs a device with atomics, and
+    /// one 8-byte SGE and a remote address both 8-byte aligned (`ibv_post_send(3)`).
+    #[cold]
+    fn check_atomic(&self, wr: &SendWr<'_>) -> Result<()> {
         // Queried once per context, on the first atomic.
         if self.pd.context().cached_attr()?.as_raw().atomic_cap == sys::IBV_ATOMIC_NONE {
             return Err(Error::Unsupported {

@@ -154,3 +154,27 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
         assert!(start.elapsed() < GIVE_UP);
     }
 }
+
+#[test]
+fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let attr = QpInitAttr::new(&cq);
+    let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let (a, b) = (init_qp::<Rc>(&pd, &attr, access), init_qp::<Rc>(&pd, &attr, access));
+    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+    // rxe accepts max_rd_atomic 0 and then never issues the READ: no completion, ever.
+    let a = up_with(&ctx, a, &eb, &ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(ea.psn) });
+    let _b = up(&ctx, b, &eb, &ea);
+    let local = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let target = pd.register_remote_writable(64, AccessFlags::LOCAL_WRITE | access).unwrap();
+    let (sge, remote) = ([local.sge(..8).unwrap()], target.remote(..).unwrap());
+    for wr in [SendWr::rdma_read(1, &sge, remote), SendWr::fetch_add(2, &sge, remote, 1)] {
+        // SAFETY: refused before posting; nothing reaches the NIC.
+        let err = unsafe { a.post_send(&mut wr.flags(SendFlags::SIGNALED)) }.unwrap_err();
+        assert!(err.to_string().contains("max_rd_atomic 0"), "{err}");
+    }
+    let mut storage: [WorkCompletion; 1] = Default::default();
+    assert!(cq.poll(&mut storage).unwrap().is_empty(), "nothing was posted");
+}

@@ -7,8 +7,8 @@ use std::time::Duration;
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid,
     Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair,
-    QueuePairState, RecvWr, Reset, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
-    WorkCompletion,
+    QueuePairState, RKey, RecvWr, RemoteAddr, Reset, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr,
+    ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -286,6 +286,31 @@ fn post_send_checks_the_capabilities_before_the_provider() {
     let err = unsafe { qp.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{err:?}");
     assert_eq!(err.to_string(), "the WR has 2 SGEs; this QP allows 1 (max_send_sge)");
+    assert_eq!(f.mock.take_calls(), []);
+}
+
+#[test]
+fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1)) };
+    let qp = qp.into_rtr(&rtr_attr()).unwrap().into_rts(&no_reads).unwrap();
+    f.mock.take_calls();
+    let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey(1) });
+    for (wr, what) in [
+        (SendWr::rdma_read(1, &sge, remote), "an RDMA READ"),
+        (SendWr::fetch_add(2, &sge, remote, 1), "an atomic"),
+    ] {
+        let mut wr = wr;
+        // SAFETY: refused before the provider sees it.
+        let err = unsafe { qp.post_send(&mut wr) }.unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err:?}");
+        let text = err.to_string();
+        assert!(text.starts_with(what) && text.contains("max_rd_atomic 0"), "{text}");
+    }
     assert_eq!(f.mock.take_calls(), []);
 }
 
