@@ -58,11 +58,20 @@ pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], library: &Library)
 fn container(out: &mut Out<'_>, devices: &[SysDevice]) {
     let markers = container_markers();
     if markers.is_empty() {
-        out.pass(
-            "container",
+        let chroot: Vec<&str> =
+            MARKER_FILES.into_iter().filter(|f| Path::new(f).exists()).collect();
+        let seen = if chroot.is_empty() {
             "no: no /.dockerenv, /run/.containerenv, /run/systemd/container, nor a container \
-             cgroup",
-        );
+             cgroup"
+                .to_owned()
+        } else {
+            format!(
+                "no: {} is in this root but not in PID 1's: a chroot of a container's file \
+                 system (such as scripts/rdma-vm's guest), not a container; no container cgroup",
+                chroot.join(", ")
+            )
+        };
+        out.pass("container", seen);
         return;
     }
     out.pass("container", format!("yes: {}", markers.join(", ")));
@@ -103,6 +112,9 @@ fn container(out: &mut Out<'_>, devices: &[SysDevice]) {
     // whose remedy names the container runtimes' flags.)
 }
 
+/// The files container runtimes put in a container's root (docker, podman).
+const MARKER_FILES: [&str; 2] = ["/.dockerenv", "/run/.containerenv"];
+
 /// The signs of a container: runtime marker files, and container managers in the cgroup
 /// paths of this process and of PID 1.
 ///
@@ -112,7 +124,7 @@ fn container(out: &mut Out<'_>, devices: &[SysDevice]) {
 /// root cannot be read (an unprivileged process), the file counts.
 fn container_markers() -> Vec<String> {
     let pid1_root = Path::new("/proc/1/root");
-    let mut markers: Vec<String> = ["/.dockerenv", "/run/.containerenv"]
+    let mut markers: Vec<String> = MARKER_FILES
         .into_iter()
         .filter(|f| Path::new(f).exists() && seen_by_pid1(pid1_root, f))
         .map(String::from)
