@@ -2,7 +2,8 @@
 # scripts/interop.sh OURS [OPTIONS...]
 #
 # Runs one of our examples (the executable OURS) beside its C counterpart, on one machine over
-# 127.0.0.1, each side under `timeout 120`, the server first and the client 1.5 s later:
+# 127.0.0.1, each side under `timeout 120`, the server first and the client once the server
+# listens on its TCP port:
 # - rc_pingpong: against itself and against rdma-core's ibv_rc_pingpong both ways (ours/ours,
 #   ours server with the C client, the C server with our client); it is wire-compatible.
 #   OPTIONS are ibv_rc_pingpong's (-d -i -s -m -r -n -l -g); default port 18515.
@@ -44,12 +45,21 @@ side() {  # side EXE LOG [HOST]: one side on this pair's port; the C tool gets i
   [ "$exe" = "$OURS" ] || extra=("${C_OPTS[@]}")
   timeout 120 "$exe" -p "$PORT" "${OPTS[@]}" "${extra[@]}" "$@" > "$log" 2>&1
 }
+listening() {  # listening PID: waits (up to 20 s) until this pair's port is listened on
+  local i
+  command -v ss >/dev/null || { sleep 1.5; return; }   # (iproute2's ss; else a fixed pause)
+  for ((i = 0; i < 200; i++)); do
+    ss -Hltn "sport = :$PORT" 2>/dev/null | grep -q . && return
+    kill -0 "$1" 2>/dev/null || return   # the server is gone: its log will say why
+    sleep 0.1
+  done
+}
 pair() {  # pair SERVER CLIENT: one run on the next port
   local srv=$1 cli=$2 spid src=0 crc=0 what
   what="server $(name "$srv"), client $(name "$cli")"
   echo "=== $what, port $PORT"
   side "$srv" "$LOG/server" & spid=$!
-  sleep 1.5
+  listening "$spid"
   side "$cli" "$LOG/client" 127.0.0.1 || crc=$?
   wait "$spid" || src=$?
   echo "--- server (exit $src)"; cat "$LOG/server"

@@ -89,7 +89,7 @@
 //!   first use. Needs `rdma/rdma_cma.h` at build time (librdmacm-dev / rdma-core-devel).
 //!
 //! - `tokio`: completion and async-event streams awaited on tokio's reactor (module
-//!   [`reactor`]). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
+//!   `reactor`). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
 //!   reactor.
 //!
 //! - `mlx5`: the Dynamically Connected transport of NVIDIA ConnectX devices (module `mlx5`);

@@ -19,14 +19,18 @@ fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-env-changed={INCLUDE_ENV}");
 
-    let include_dirs = include_dirs();
-    let found = Arc::new(Mutex::new(Vec::new()));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let headers = header_dir();
+    let include_dirs = include_dirs(&headers, &out);
+    let found = Arc::new(Mutex::new(Vec::new()));
 
     let types = builder(&include_dirs, &found)
         .allowlist_type("ibv_.*|_ibv_.*|_compat_ibv_port_attr|verbs_.*|mlx5dv_.*|rdma_.*")
         .allowlist_var("IBV_.*|IB_UVERBS_.*|MLX5DV_.*|RDMA_.*");
-    write(generate(types), &out.join("bindings.rs"));
+    let types = generate(types);
+    // DC (src/mlx5.rs, the safe crate's `mlx5` feature) needs DCI streams, new in v37's mlx5dv.h.
+    let dci_streams = types.to_string().contains("pub struct mlx5dv_dci_streams_caps");
+    write(types, &out.join("bindings.rs"));
 
     // Declarations only, never called: they let the loader check its hand-written function
     // pointer types against the system's prototypes at compile time.
@@ -37,26 +41,62 @@ fn main() {
             "mlx5dv_(query_device|is_supported|create_qp|qp_ex_from_ibv_qp_ex|dci_stream_id_reset)",
         )
         .allowlist_recursively(false);
-    write(generate(decls), &out.join("decls.rs"));
+    let decls = generate(decls).to_string();
+    std::fs::write(out.join("decls.rs"), decls.clone() + &missing_prototypes(&decls))
+        .unwrap_or_else(|e| fail(&format!("writing decls.rs: {e}")));
 
-    publish_facts(&found.lock().expect("no poisoning in a single thread"));
+    publish_facts(&found.lock().expect("no poisoning in a single thread"), &headers, dci_streams);
 }
 
-/// `RDMA_CORE_INCLUDE_DIR`, else pkg-config's libibverbs include path, else the compiler's.
-fn include_dirs() -> Vec<PathBuf> {
+/// The include directory handed to clang: one of its own in `OUT_DIR` that holds only the
+/// rdma-core header directories (`infiniband/`, `rdma/`) of `source` ([`header_dir`]), as
+/// symlinks.
+///
+/// Never `-I/usr/include` itself: a cross toolchain (cargo-zigbuild's `zig cc`, a sysroot)
+/// brings its own C library headers, and `-I/usr/include` would put the host's glibc headers
+/// in front of them (clang then fails in `stdio.h`: "use of undeclared identifier
+/// 'L_tmpnam'"). What the rdma-core headers include from elsewhere (`<linux/types.h>`,
+/// `<rdma/ib_user_verbs.h>` of the kernel headers) comes from the compiler's own search path.
+fn include_dirs(source: &Path, out: &Path) -> Vec<PathBuf> {
+    let isolated = out.join("rdma-core-include");
+    // (Rebuilt on every run: a stale link would point at the previous header directory.)
+    let _ = std::fs::remove_dir_all(&isolated);
+    std::fs::create_dir_all(&isolated)
+        .unwrap_or_else(|e| fail(&format!("creating {}: {e}", isolated.display())));
+    for sub in ["infiniband", "rdma"] {
+        let target = source.join(sub);
+        if target.is_dir() {
+            std::os::unix::fs::symlink(&target, isolated.join(sub)).unwrap_or_else(|e| {
+                fail(&format!("linking {} into {}: {e}", target.display(), isolated.display()))
+            });
+        }
+    }
+    vec![isolated]
+}
+
+/// The directory holding `infiniband/verbs.h`: `RDMA_CORE_INCLUDE_DIR`, else pkg-config's
+/// libibverbs include path, else the usual system directories.
+fn header_dir() -> PathBuf {
+    let has_verbs = |d: &Path| d.join("infiniband/verbs.h").is_file();
     if let Some(dir) = env::var_os(INCLUDE_ENV) {
         let dir = PathBuf::from(dir);
-        if !dir.join("infiniband/verbs.h").is_file() {
+        if !has_verbs(&dir) {
             fail(&format!("{INCLUDE_ENV}={} holds no infiniband/verbs.h", dir.display()));
         }
-        return vec![dir];
+        return dir;
     }
-    pkg_config::Config::new()
+    let from_pkg_config = pkg_config::Config::new()
         .cargo_metadata(false)
         .env_metadata(false)
         .probe("libibverbs")
         .map(|lib| lib.include_paths)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // (pkg-config leaves out /usr/include, the default, so it is searched after its answer.)
+    from_pkg_config
+        .into_iter()
+        .chain(["/usr/include", "/usr/local/include"].map(PathBuf::from))
+        .find(|d| has_verbs(d))
+        .unwrap_or_else(|| fail("infiniband/verbs.h was not found"))
 }
 
 fn builder(include_dirs: &[PathBuf], found: &Arc<Mutex<Vec<String>>>) -> bindgen::Builder {
@@ -78,6 +118,28 @@ fn builder(include_dirs: &[PathBuf], found: &Arc<Mutex<Vec<String>>>) -> bindgen
         .layout_tests(true)
         .parse_callbacks(Box::new(HeaderFacts(Arc::clone(found))))
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
+}
+
+/// Prototypes of optional functions that older headers lack, declared by this crate (as the
+/// newer headers declare them) so that the loader's table has the same fields whatever the
+/// headers: the running library decides at run time whether the symbol is there.
+const OWN_PROTOTYPES: [(&str, &str, &str); 1] = [(
+    "ibv_reg_dmabuf_mr",
+    "rdma-core v34",
+    "pub fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, \
+     fd: ::std::ffi::c_int, access: ::std::ffi::c_int) -> *mut ibv_mr;",
+)];
+
+/// The declarations of [`OWN_PROTOTYPES`] that `decls` (bindgen's output) lacks.
+fn missing_prototypes(decls: &str) -> String {
+    let mut own = String::new();
+    for (name, since, prototype) in OWN_PROTOTYPES {
+        if !decls.contains(&format!("pub fn {name}(")) {
+            own += &format!("// Not in these headers (new in {since}): declared by build.rs.\n");
+            own += &format!("unsafe extern \"C\" {{\n    {prototype}\n}}\n");
+        }
+    }
+    own
 }
 
 fn generate(builder: bindgen::Builder) -> bindgen::Bindings {
@@ -108,29 +170,52 @@ impl bindgen::callbacks::ParseCallbacks for HeaderFacts {
     }
 }
 
-fn publish_facts(included: &[String]) {
+fn publish_facts(included: &[String], headers: &Path, dci_streams: bool) {
     let has = |suffix: &str| included.iter().find(|f| f.ends_with(suffix));
     let Some(verbs_h) = has("infiniband/verbs.h") else {
         fail("infiniband/verbs.h was not found");
     };
-    println!("cargo::metadata=verbs_h={verbs_h}");
-    for (key, header) in [("mlx5dv", "infiniband/mlx5dv.h"), ("rdma_cma", "rdma/rdma_cma.h")] {
-        println!("cargo::metadata={key}={}", u8::from(has(header).is_some()));
-    }
+    // The real file, not its path through the isolated include directory.
+    let verbs_h = Path::new(verbs_h).canonicalize().unwrap_or_else(|_| verbs_h.into());
+    println!("cargo::metadata=verbs_h={}", verbs_h.display());
+    let rdma_cma = has("rdma/rdma_cma.h").is_some();
+    // An mlx5dv.h older than rdma-core v37 counts as absent, and the safe crate's build
+    // refuses its `mlx5` feature then, naming v37 (`mlx5dv_too_old`).
+    let mlx5dv_found = has("infiniband/mlx5dv.h").is_some();
+    let mlx5dv = mlx5dv_found && dci_streams;
+    println!("cargo::metadata=mlx5dv={}", u8::from(mlx5dv));
+    println!("cargo::metadata=mlx5dv_too_old={}", u8::from(mlx5dv_found && !dci_streams));
+    println!("cargo::metadata=rdma_cma={}", u8::from(rdma_cma));
     // The librdmacm table (src/rdmacm.rs) needs rdma_cma.h's types and prototypes, and the
     // libmlx5 table (src/mlx5.rs) mlx5dv.h's.
-    if has("rdma/rdma_cma.h").is_some() {
+    if rdma_cma {
         println!("cargo:rustc-cfg=rdma_verbs_rdma_cma");
     }
-    if has("infiniband/mlx5dv.h").is_some() {
+    if mlx5dv {
         println!("cargo:rustc-cfg=rdma_verbs_mlx5dv");
     }
-    // libibverbs.pc's version is 1.<abi minor>.<rdma-core version>, e.g. 1.14.44.0.
-    if let Ok(lib) = pkg_config::Config::new().cargo_metadata(false).probe("libibverbs") {
-        if let Some(v) = lib.version.splitn(3, '.').nth(2) {
-            println!("cargo::metadata=rdma_core_version={v}");
-        }
+    if let Some(v) = rdma_core_version(headers) {
+        println!("cargo::metadata=rdma_core_version={v}");
     }
+}
+
+/// The rdma-core release of the headers, from the `libibverbs.pc` that was installed with
+/// them (`PREFIX/include` beside `PREFIX/lib/<multiarch>/pkgconfig` or
+/// `PREFIX/lib{,64}/pkgconfig`); pkg-config's own answer for the system's headers.
+/// libibverbs.pc's version is 1.<abi minor>.<rdma-core version>, e.g. 1.14.44.0.
+fn rdma_core_version(headers: &Path) -> Option<String> {
+    let version = if env::var_os(INCLUDE_ENV).is_some() {
+        let lib = headers.parent()?.join("lib");
+        let mut dirs = vec![lib.join("pkgconfig"), headers.parent()?.join("lib64/pkgconfig")];
+        if let Ok(entries) = std::fs::read_dir(&lib) {
+            dirs.extend(entries.flatten().map(|e| e.path().join("pkgconfig")));
+        }
+        let pc = dirs.iter().find_map(|d| std::fs::read_to_string(d.join("libibverbs.pc")).ok())?;
+        pc.lines().find_map(|l| l.strip_prefix("Version:")).map(|v| v.trim().to_owned())?
+    } else {
+        pkg_config::Config::new().cargo_metadata(false).probe("libibverbs").ok()?.version
+    };
+    version.splitn(3, '.').nth(2).map(str::to_owned)
 }
 
 fn fail(what: &str) -> ! {

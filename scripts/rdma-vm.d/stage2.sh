@@ -57,8 +57,33 @@ export RDMA_VERBS_REQUIRE_DEVICE=1
 
 cd "$RDMA_VM_CWD" || fail "cannot enter $RDMA_VM_CWD"
 read -r T1 _ < /proc/uptime
-bash "$OUT/cmd" > "$STDOUT" 2> "$STDERR" < /dev/null
+# The guest's watchdog: past RDMA_VM_GUEST_TIMEOUT (set by scripts/rdma-vm, shorter than the
+# host's timeout) it records the processes, with what each waits in, and the kernel log's
+# tail into the run directory (scripts/rdma-vm prints it: the stderr port is the command's
+# until it exits), then kills the command's session; so a hung command leaves a trace before
+# the host gives up on the whole guest.
+GT=${RDMA_VM_GUEST_TIMEOUT:-840}
+setsid bash "$OUT/cmd" > "$STDOUT" 2> "$STDERR" < /dev/null &
+cmd=$!
+(
+  sleep "$GT"
+  kill -0 "$cmd" 2>/dev/null || exit 0
+  {
+    echo "[rdma-vm] watchdog: the command still runs after $GT s in the guest; killing it"
+    echo "[rdma-vm] ---- ps (kernel threads left out)"
+    ps -N --ppid 2 -p 2 -o pid,ppid,stat,etime,wchan:24,args
+    echo "[rdma-vm] ---- dmesg | tail -n 40"
+    dmesg | tail -n 40
+  } > "$OUT/watchdog" 2>&1
+  kill -TERM -- "-$cmd" 2>/dev/null
+  sleep 5
+  kill -KILL -- "-$cmd" 2>/dev/null
+) &
+watchdog=$!
+wait "$cmd"
 rc=$?
+kill "$watchdog" 2>/dev/null
+[ ! -f "$OUT/watchdog" ] || rc=124
 read -r T2 _ < /proc/uptime
 if [ "${RDMA_VM_VERBOSE:-0}" = 1 ]; then
   echo "guest uptime: stage2 start $T0 s, command start $T1 s, command end $T2 s" > "$OUT/uptime"

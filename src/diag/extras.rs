@@ -1,12 +1,12 @@
 //! Extras layer: mlx5dv, GPU memory registration (dma-buf, nvidia_peermem), and whether this
-//! runs in a container — then the container checklist.
+//! runs in a container — then the container checklist (device nodes, /sys; the memlock limit
+//! is the resources layer's `memlock` check).
 
 use std::path::Path;
 
 use super::library::Library;
-use super::process;
 use super::sysfs::{self, SysDevice, CLASS_INFINIBAND};
-use super::{bytes, Out};
+use super::Out;
 
 /// Runs the layer's checks.
 pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
@@ -58,11 +58,20 @@ pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], library: &Library)
 fn container(out: &mut Out<'_>, devices: &[SysDevice]) {
     let markers = container_markers();
     if markers.is_empty() {
-        out.pass(
-            "container",
+        let chroot: Vec<&str> =
+            MARKER_FILES.into_iter().filter(|f| Path::new(f).exists()).collect();
+        let seen = if chroot.is_empty() {
             "no: no /.dockerenv, /run/.containerenv, /run/systemd/container, nor a container \
-             cgroup",
-        );
+             cgroup"
+                .to_owned()
+        } else {
+            format!(
+                "no: {} is in this root but not in PID 1's: a chroot of a container's file \
+                 system (such as scripts/rdma-vm's guest), not a container; no container cgroup",
+                chroot.join(", ")
+            )
+        };
+        out.pass("container", seen);
         return;
     }
     out.pass("container", format!("yes: {}", markers.join(", ")));
@@ -99,35 +108,25 @@ fn container(out: &mut Out<'_>, devices: &[SysDevice]) {
         let shown = if shown.is_empty() { "no RDMA device".into() } else { shown.join(", ") };
         out.pass("container: /sys", format!("mounted; {CLASS_INFINIBAND} shows {shown}"));
     }
-
-    match process::memlock() {
-        Some(limit) if limit.soft.is_none() => out.pass("container: memlock", "unlimited"),
-        limit => out.warn(
-            "container: memlock",
-            format!("RLIMIT_MEMLOCK is {}", limit.map_or("unknown".into(), |l| bytes(l.soft))),
-            "docker/podman run --ulimit memlock=-1; Kubernetes: raise the container runtime's \
-             default (LimitMEMLOCK=infinity for containerd's service)",
-        ),
-    }
-
-    if process::has_ipc_lock() == Some(true) {
-        out.pass("container: IPC_LOCK", "held: registration may exceed RLIMIT_MEMLOCK");
-    } else {
-        out.warn(
-            "container: IPC_LOCK",
-            "not held: registration is bounded by RLIMIT_MEMLOCK",
-            "docker/podman run --cap-add=IPC_LOCK; Kubernetes: securityContext.capabilities.add: \
-             [\"IPC_LOCK\"]",
-        );
-    }
+    // (RLIMIT_MEMLOCK and CAP_IPC_LOCK have one verdict, the resources layer's `memlock`,
+    // whose remedy names the container runtimes' flags.)
 }
+
+/// The files container runtimes put in a container's root (docker, podman).
+const MARKER_FILES: [&str; 2] = ["/.dockerenv", "/run/.containerenv"];
 
 /// The signs of a container: runtime marker files, and container managers in the cgroup
 /// paths of this process and of PID 1.
+///
+/// A marker file counts only when PID 1 sees it too: a chroot into a container's file system
+/// from outside the container (such as scripts/rdma-vm's guest, whose root is the host's, or
+/// a rescue chroot) shows the container's `/.dockerenv` without running in one. Where PID 1's
+/// root cannot be read (an unprivileged process), the file counts.
 fn container_markers() -> Vec<String> {
-    let mut markers: Vec<String> = ["/.dockerenv", "/run/.containerenv"]
+    let pid1_root = Path::new("/proc/1/root");
+    let mut markers: Vec<String> = MARKER_FILES
         .into_iter()
-        .filter(|f| Path::new(f).exists())
+        .filter(|f| Path::new(f).exists() && seen_by_pid1(pid1_root, f))
         .map(String::from)
         .collect();
     if let Some(manager) = sysfs::read("/run/systemd/container") {
@@ -141,6 +140,14 @@ fn container_markers() -> Vec<String> {
         }
     }
     markers
+}
+
+/// Whether `file` (absolute) exists under `root` (PID 1's root), or `root` cannot be read.
+fn seen_by_pid1(root: &Path, file: &str) -> bool {
+    match std::fs::symlink_metadata(root.join(file.trim_start_matches('/'))) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
 /// The first cgroup path of a `/proc/<pid>/cgroup` text that names a container manager.
@@ -194,6 +201,16 @@ fn mlx5dv(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marker_counts_only_when_pid1_sees_it_too() {
+        let root = std::env::temp_dir().join(format!("rdma-verbs-pid1-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        assert!(!seen_by_pid1(&root, "/.dockerenv"), "a root without the file");
+        std::fs::write(root.join(".dockerenv"), "").unwrap();
+        assert!(seen_by_pid1(&root, "/.dockerenv"), "a root with the file");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn container_cgroups_are_recognised() {

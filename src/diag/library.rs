@@ -44,7 +44,7 @@ pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], probe: ProviderPro
     );
     let rdmacm = find(&dirs, LIBRDMACM);
     match &rdmacm {
-        Some(path) => sibling(out, "librdmacm", path, version.as_deref()),
+        Some(path) => sibling(out, "librdmacm", path, version.as_deref(), RDMACM_USE),
         None => out.warn(
             "librdmacm",
             format!(
@@ -57,7 +57,7 @@ pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], probe: ProviderPro
     let libmlx5 = find(&dirs, LIBMLX5);
     let mlx5: Vec<&str> = devices.iter().filter(|d| d.is_mlx5()).map(|d| d.name.as_str()).collect();
     match (&libmlx5, mlx5.is_empty()) {
-        (Some(path), _) => sibling(out, "libmlx5", path, version.as_deref()),
+        (Some(path), _) => sibling(out, "libmlx5", path, version.as_deref(), MLX5_USE),
         (None, true) => {
             out.pass("libmlx5", format!("{LIBMLX5} is {where_}; no mlx5 device needs it"))
         }
@@ -189,10 +189,16 @@ fn find(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
     Some(path.canonicalize().unwrap_or(path))
 }
 
-/// A library found beside libibverbs: PASS when from the same rdma-core release.
-fn sibling(out: &mut Out<'_>, check: &str, path: &Path, version: Option<&str>) {
+/// When this crate loads librdmacm.
+const RDMACM_USE: &str = "loaded only by the rdmacm feature, on first use";
+/// When this crate loads libmlx5 (as a library: as the mlx5 devices' provider, libibverbs
+/// loads it).
+const MLX5_USE: &str = "loaded as a library only by the mlx5 feature's DC transport, on first use";
+
+/// A library found beside libibverbs: PASS when from the same rdma-core release. `not_loaded`
+/// says when this crate loads it.
+fn sibling(out: &mut Out<'_>, check: &str, path: &Path, version: Option<&str>, not_loaded: &str) {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let not_loaded = "loaded only by the rdmacm feature, on first use";
     match version {
         Some(v) if !name.ends_with(&format!(".{v}")) => out.warn(
             check,

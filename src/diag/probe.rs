@@ -46,6 +46,16 @@ pub(super) enum Outcome {
 /// candidate list, in the order libibverbs tries them.
 pub(super) fn load_all(candidates: &[Vec<String>]) -> Vec<Outcome> {
     let exe = match std::env::current_exe() {
+        Ok(exe) if is_loader(&exe) => {
+            let why = format!(
+                "this program was started through the dynamic loader ({} PROGRAM): the probe \
+                 re-executes the current executable, which is then the loader, not the program; \
+                 start the program directly (LD_LIBRARY_PATH instead of --library-path) to \
+                 probe the providers",
+                exe.display()
+            );
+            return candidates.iter().map(|_| Outcome::NoProbe(why.clone())).collect();
+        }
         Ok(exe) => exe,
         Err(e) => {
             let why = format!("cannot find this program to start it as the probe: {e}");
@@ -61,6 +71,13 @@ pub(super) fn load_all(candidates: &[Vec<String>]) -> Vec<Outcome> {
             Err(e) => Outcome::NoProbe(format!("cannot start {}: {e}", exe.display())),
         })
         .collect()
+}
+
+/// Whether `exe` is the dynamic loader itself (`ld-linux-x86-64.so.2`, `ld-linux-aarch64.so.1`,
+/// `ld.so`): what `/proc/self/exe` names when a program is started as `ld.so PROGRAM`.
+fn is_loader(exe: &Path) -> bool {
+    let name = exe.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    name == "ld.so" || (name.starts_with("ld-") && name.contains(".so"))
 }
 
 fn spawn(exe: &Path, files: &[String]) -> std::io::Result<Child> {
@@ -164,6 +181,18 @@ fn load_first(files: impl Iterator<Item = OsString>) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_dynamic_loader_is_recognised() {
+        for loader in
+            ["/lib64/ld-linux-x86-64.so.2", "/usr/lib/ld-linux-aarch64.so.1", "/lib/ld.so"]
+        {
+            assert!(is_loader(Path::new(loader)), "{loader}");
+        }
+        for program in ["/usr/bin/doctor", "/opt/ld-tools/bin/doctor", "/usr/bin/ldconfig"] {
+            assert!(!is_loader(Path::new(program)), "{program}");
+        }
+    }
+
     use std::os::unix::process::ExitStatusExt;
 
     use super::*;

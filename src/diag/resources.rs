@@ -136,7 +136,9 @@ fn memlock_remedy(limit: Memlock) -> String {
     format!(
         "raise it: ulimit -l unlimited in the shell that starts the program{hard}; for a login \
          user, '<user> - memlock unlimited' in /etc/security/limits.conf; for a systemd service, \
-         LimitMEMLOCK=infinity; for a container, --ulimit memlock=-1"
+         LimitMEMLOCK=infinity; for a container, docker/podman run --ulimit memlock=-1 (or \
+         --cap-add=IPC_LOCK; Kubernetes: securityContext.capabilities.add: [\"IPC_LOCK\"], or \
+         LimitMEMLOCK=infinity for the container runtime's service)"
     )
 }
 
