@@ -137,7 +137,7 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
         };
         let mut qp =
             self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)?;
-        qp.limits.rd_atomic = attr.max_rd_atomic;
+        qp.limits.rd_atomic = Some(attr.max_rd_atomic);
         Ok(qp)
     }
 }

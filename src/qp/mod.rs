@@ -105,9 +105,11 @@ struct SendLimits {
     /// A UD message's largest size: the port's active MTU (0 until INIT; at most 4096, so 16
     /// bits keep `QueuePair` small).
     ud_mtu: u16,
-    /// `max_rd_atomic` set at RTS (RC): the RDMA READs and atomics it may have outstanding.
-    /// With 0 the QP never issues one (rxe leaves it queued for good), so they are refused.
-    rd_atomic: u8,
+    /// `max_rd_atomic` set by [`QueuePair::into_rts`] (RC): the RDMA READs and atomics it may
+    /// have outstanding. With `Some(0)` the QP never issues one (rxe leaves it queued for
+    /// good), so they are refused. `None` when another path set it (rdma_cm, `modify_raw`):
+    /// then nothing is refused for it.
+    rd_atomic: Option<u8>,
 }
 
 // SAFETY: verbs on a QP are thread-safe (providers lock their queues), and the fields of
@@ -209,7 +211,8 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
             ex: this.ex,
             pd: this.pd,
             caps: this.caps,
-            limits: this.limits,
+            // What `into_rts` learnt holds only until the next transition (it sets it again).
+            limits: SendLimits { rd_atomic: None, ..this.limits },
             _res: PhantomData,
             _state: PhantomData,
         }

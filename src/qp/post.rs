@@ -268,7 +268,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 format!("{what} an RC QP, not {}", T::NAME),
             ));
         }
-        if self.limits.rd_atomic == 0 {
+        if self.limits.rd_atomic == Some(0) {
             return Err(Error::invalid(
                 InvalidInputKind::Range,
                 format!(
