@@ -15,6 +15,11 @@ use crate::stack::Stack;
 /// `RXE_VENDOR_ID`).
 pub(crate) const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
 
+/// The `vendor_id` of Mellanox/NVIDIA devices (mlx5; mlx4 shares it but has no `ibv_wr_*`
+/// builders: its `create_qp_ex` refuses `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, so no extended
+/// batch reaches it).
+pub(crate) const MELLANOX_VENDOR_ID: u32 = 0x02c9;
+
 /// The releases carrying a fix: the first release of each stable line it was backported to,
 /// ending with the first mainline release (every later line has it).
 struct Fix(&'static [(u32, u32)]);

@@ -10,7 +10,7 @@ use sys::inline as inl;
 
 use crate::context::Context;
 use crate::error::{check_errno, Error, PostListError, Result};
-use crate::quirks::RXE_VENDOR_ID;
+use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -28,10 +28,6 @@ pub(super) struct ExQp {
     /// What a failed `ibv_wr_complete` of this provider leaves posted.
     failed_batch: FailedBatch,
 }
-
-/// `vendor_id` of Mellanox (mlx5; mlx4 shares it but has no `ibv_wr_*` builders: its
-/// `create_qp_ex` refuses `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, so no batch reaches it).
-const MELLANOX_VENDOR_ID: u32 = 0x02c9;
 
 /// How much of a batch a failed `ibv_wr_complete` leaves posted: `ibv_wr_post(3)` does not
 /// say, so it is read from each provider's source, recognised by the device's `vendor_id`.
