@@ -255,10 +255,21 @@ fn is_queue_full(verb: &str, errno: i32) -> bool {
 /// convention); -1 means "see errno" (older providers); other negatives are a negated errno.
 #[inline]
 pub(crate) fn check_errno(ret: i32, verb: &'static str) -> Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(errno_error(ret, verb))
+    }
+}
+
+/// The error of a verb's non-zero `int` return (see [`check_errno`]); out of line, so that a
+/// post's success path stays short.
+#[cold]
+#[inline(never)]
+pub(crate) fn errno_error(ret: i32, verb: &'static str) -> Error {
     match ret {
-        0 => Ok(()),
-        -1 => Err(Error::verb(verb, last_errno())),
-        r => Err(Error::verb(verb, r.abs())),
+        -1 => Error::verb(verb, last_errno()),
+        r => Error::verb(verb, r.abs()),
     }
 }
 

@@ -14,7 +14,14 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::ah::UdDestination;
+use crate::error::{Error, InvalidInputKind, Result};
+use crate::fit::{self, Demand};
 use crate::mr::{LKey, RKey};
+
+/// The most buffers an inline WR built in an extended batch may have
+/// (`ibv_wr_set_inline_data_list` takes them from an array on the stack); one with more goes
+/// through `ibv_post_send`.
+pub(crate) const INLINE_BUFS: usize = 32;
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of the region named by
 /// `lkey`. Build one with [`MemoryRegion::sge`](crate::MemoryRegion::sge), which checks the
@@ -101,9 +108,10 @@ bitflags! {
 /// let wr = SendWr::send_with_imm(42, &sges, 0xcafe).flags(SendFlags::SIGNALED);
 /// assert_eq!(wr.wr_id(), 42);
 /// ```
-#[repr(transparent)]
 pub struct SendWr<'a> {
     raw: sys::ibv_send_wr,
+    /// What it asks of the QP, worked out from `raw` whenever `raw` changes.
+    demand: Demand,
     _sges: PhantomData<&'a [Sge]>,
 }
 
@@ -111,23 +119,71 @@ pub struct SendWr<'a> {
 // `wr.ud.ah`, set only by `to` from a `&'a UdDestination` whose `AddressHandle` is Sync;
 // `bind_mw.mw`, set only by `bind_mw` from a `&'a mut MemoryWindow` (Send and Sync), whose
 // rkey `note_posted` writes through `&mut self` or after a post that had `&mut self`; and
-// `next`, which this crate sets only inside a post (`post_send_chain`) and never follows
-// otherwise (`as_single` clears it before a single post). Sharing one across threads gives
-// only reads of these.
+// `next`, which is NULL except inside a `SendWrList`, which links its own elements and never
+// lets one out without clearing it. Sharing one across threads gives only reads of these.
 unsafe impl Send for SendWr<'_> {}
 // SAFETY: as above: `&SendWr` reads the request, never writes through its pointers.
 unsafe impl Sync for SendWr<'_> {}
 
 impl<'a> SendWr<'a> {
     fn new(wr_id: u64, sges: &'a [Sge], opcode: sys::ibv_wr_opcode) -> Self {
-        let raw = sys::ibv_send_wr {
+        Self::with(wr_id, sges, opcode, |_| {})
+    }
+
+    /// The WR of `opcode` over `sges`, its union fields set by `fill`, its demand worked out.
+    fn with(
+        wr_id: u64,
+        sges: &'a [Sge],
+        opcode: sys::ibv_wr_opcode,
+        fill: impl FnOnce(&mut sys::ibv_send_wr),
+    ) -> Self {
+        let mut raw = sys::ibv_send_wr {
             wr_id,
             sg_list: sges.as_ptr().cast_mut().cast(),
             num_sge: i32::try_from(sges.len()).unwrap_or(i32::MAX),
             opcode,
             ..Default::default()
         };
-        SendWr { raw, _sges: PhantomData }
+        fill(&mut raw);
+        let mut wr = SendWr { raw, demand: Demand::default(), _sges: PhantomData };
+        wr.refresh();
+        wr
+    }
+
+    /// Works the demand out again from the request (after any change to it).
+    fn refresh(&mut self) {
+        let sges = self.sges();
+        let (n, len) = (sges.len() as u64, self.total_len());
+        let inline = self.send_flags().contains(SendFlags::INLINE);
+        // The class of operation, and whether only the exact checks may pass it.
+        let (class, slow) = match self.raw.opcode {
+            sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM => (fit::SEND, false),
+            sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (fit::WRITE, false),
+            sys::IBV_WR_RDMA_READ => (fit::READ, false),
+            sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                let aligned = |a: u64| a.is_multiple_of(8);
+                let one_word = matches!(sges, [s] if s.length() == 8 && aligned(s.addr()));
+                (fit::ATOMIC, !(one_word && aligned(self.remote_addr())))
+            }
+            sys::IBV_WR_LOCAL_INV | sys::IBV_WR_SEND_WITH_INV => (fit::INV, false),
+            // Binds (whose window `note_posted` updates) and anything else.
+            _ => (fit::SLOW, true),
+        };
+        self.demand = Demand::default()
+            .with(fit::SGES, n)
+            .with(fit::LEN, len)
+            .with(fit::INLINE, if inline { len } else { 0 })
+            .with(fit::INLINE_LIST, u64::from(inline && n > 1))
+            .with(fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64))
+            .with(fit::UNADDRESSED, u64::from(!self.has_destination()))
+            .with(class, 1)
+            .with(fit::SLOW, u64::from(slow));
+    }
+
+    /// What the WR asks of the QP that posts it.
+    #[inline(always)]
+    pub(crate) fn demand(&self) -> Demand {
+        self.demand
     }
 
     /// `IBV_WR_SEND`: the peer consumes a receive.
@@ -140,35 +196,31 @@ impl<'a> SendWr<'a> {
     /// sent big-endian).
     #[must_use]
     pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_SEND_WITH_IMM);
-        wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_SEND_WITH_IMM, |raw| {
+            raw.__bindgen_anon_1.imm_data = imm.to_be();
+        })
     }
 
     /// `IBV_WR_RDMA_WRITE`: write the SGEs' bytes to `remote`; the peer sees no completion.
     #[must_use]
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_WRITE);
-        wr.set_remote(remote);
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_RDMA_WRITE, |raw| set_remote(raw, remote))
     }
 
     /// `IBV_WR_RDMA_WRITE_WITH_IMM`: an RDMA WRITE that also consumes a receive at the peer,
     /// which completes with `imm`.
     #[must_use]
     pub fn rdma_write_with_imm(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, imm: u32) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_WRITE_WITH_IMM);
-        wr.set_remote(remote);
-        wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_RDMA_WRITE_WITH_IMM, |raw| {
+            set_remote(raw, remote);
+            raw.__bindgen_anon_1.imm_data = imm.to_be();
+        })
     }
 
     /// `IBV_WR_RDMA_READ`: read from `remote` into the SGEs (which need `LOCAL_WRITE`).
     #[must_use]
     pub fn rdma_read(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_RDMA_READ);
-        wr.set_remote(remote);
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_RDMA_READ, |raw| set_remote(raw, remote))
     }
 
     /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 8 bytes at `remote` equal `compare`, write
@@ -180,28 +232,28 @@ impl<'a> SendWr<'a> {
         compare: u64,
         swap: u64,
     ) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_ATOMIC_CMP_AND_SWP);
-        wr.raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-            remote_addr: remote.addr,
-            compare_add: compare,
-            swap,
-            rkey: remote.rkey.0,
-        };
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_ATOMIC_CMP_AND_SWP, |raw| {
+            raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                remote_addr: remote.addr,
+                compare_add: compare,
+                swap,
+                rkey: remote.rkey.0,
+            };
+        })
     }
 
     /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `add` to the 8 bytes at `remote`; the old value
     /// lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
     #[must_use]
     pub fn fetch_add(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, add: u64) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_ATOMIC_FETCH_AND_ADD);
-        wr.raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-            remote_addr: remote.addr,
-            compare_add: add,
-            swap: 0,
-            rkey: remote.rkey.0,
-        };
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_ATOMIC_FETCH_AND_ADD, |raw| {
+            raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                remote_addr: remote.addr,
+                compare_add: add,
+                swap: 0,
+                rkey: remote.rkey.0,
+            };
+        })
     }
 
     /// `IBV_WR_LOCAL_INV`: invalidates `rkey` (a type-2 memory window's,
@@ -210,9 +262,9 @@ impl<'a> SendWr<'a> {
     #[doc(alias = "IBV_WR_LOCAL_INV")]
     #[must_use]
     pub fn local_inv(wr_id: u64, rkey: RKey) -> Self {
-        let mut wr = Self::new(wr_id, &[], sys::IBV_WR_LOCAL_INV);
-        wr.raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
-        wr
+        Self::with(wr_id, &[], sys::IBV_WR_LOCAL_INV, |raw| {
+            raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
+        })
     }
 
     /// `IBV_WR_SEND_WITH_INV`: a SEND that also invalidates the *peer's* `rkey` (a type-2
@@ -221,9 +273,9 @@ impl<'a> SendWr<'a> {
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
     #[must_use]
     pub fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: RKey) -> Self {
-        let mut wr = Self::new(wr_id, sges, sys::IBV_WR_SEND_WITH_INV);
-        wr.raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
-        wr
+        Self::with(wr_id, sges, sys::IBV_WR_SEND_WITH_INV, |raw| {
+            raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
+        })
     }
 
     /// An `IBV_WR_BIND_MW` request, already checked by
@@ -235,10 +287,10 @@ impl<'a> SendWr<'a> {
         rkey: RKey,
         bind_info: sys::ibv_mw_bind_info,
     ) -> Self {
-        let mut wr = Self::new(wr_id, &[], sys::IBV_WR_BIND_MW);
-        wr.raw.__bindgen_anon_2.bind_mw =
-            sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 { mw, rkey: rkey.0, bind_info };
-        wr
+        Self::with(wr_id, &[], sys::IBV_WR_BIND_MW, |raw| {
+            raw.__bindgen_anon_2.bind_mw =
+                sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 { mw, rkey: rkey.0, bind_info };
+        })
     }
 
     /// Addresses a SEND on a UD QP to `dest`.
@@ -249,6 +301,7 @@ impl<'a> SendWr<'a> {
             remote_qpn: dest.qpn.0,
             remote_qkey: dest.qkey,
         };
+        self.refresh();
         self
     }
 
@@ -283,13 +336,6 @@ impl<'a> SendWr<'a> {
         }
     }
 
-    fn set_remote(&mut self, remote: RemoteAddr) {
-        self.raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-            remote_addr: remote.addr,
-            rkey: remote.rkey.0,
-        };
-    }
-
     /// Sets the send flags (replacing earlier ones).
     #[must_use]
     pub fn flags(mut self, flags: SendFlags) -> Self {
@@ -301,6 +347,12 @@ impl<'a> SendWr<'a> {
     /// `cq_mod` of a reused list.
     pub fn set_flags(&mut self, flags: SendFlags) {
         self.raw.send_flags = flags.bits();
+        self.refresh();
+    }
+
+    /// Sets the `wr_id` of a prebuilt WR.
+    pub fn set_wr_id(&mut self, wr_id: u64) {
+        self.raw.wr_id = wr_id;
     }
 
     /// The `wr_id`, returned in the completion.
@@ -329,14 +381,14 @@ impl<'a> SendWr<'a> {
         unsafe { std::slice::from_raw_parts(self.raw.sg_list.cast(), self.raw.num_sge as usize) }
     }
 
-    /// The raw request alone: its `next` cleared, so a WR that was part of an earlier
-    /// [`post_send_list`](crate::QueuePair::post_send_list) posts only itself.
-    #[inline]
-    pub(crate) fn as_single(&mut self) -> *mut sys::ibv_send_wr {
-        self.raw.next = std::ptr::null_mut();
+    /// The raw request, whose `next` is NULL (only a [`SendWrList`] links WRs, and it lets
+    /// none out linked).
+    #[inline(always)]
+    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_send_wr {
         &mut self.raw
     }
 
+    #[inline(always)]
     pub(crate) fn as_raw(&self) -> &sys::ibv_send_wr {
         &self.raw
     }
@@ -347,10 +399,23 @@ impl<'a> SendWr<'a> {
         note_posted(&self.raw);
     }
 
-    /// The raw request; its SGE pointer still points into the borrowed slice.
-    pub(crate) fn into_raw(self) -> sys::ibv_send_wr {
-        self.raw
+    /// The same request with its borrow forgotten, for a list that owns the SGEs it names.
+    ///
+    /// # Safety
+    ///
+    /// The SGEs (and a UD destination's AH, a bind's window) must stay alive and unchanged
+    /// as long as the returned WR is used.
+    pub(crate) unsafe fn forget_borrow(self) -> SendWr<'static> {
+        SendWr { raw: self.raw, demand: self.demand, _sges: PhantomData }
     }
+}
+
+/// Sets the remote address and rkey of an RDMA WR.
+fn set_remote(raw: &mut sys::ibv_send_wr, remote: RemoteAddr) {
+    raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+        remote_addr: remote.addr,
+        rkey: remote.rkey.0,
+    };
 }
 
 /// Bookkeeping once the provider accepted `wr`: a memory-window bind gives the window the
@@ -377,6 +442,242 @@ impl std::fmt::Debug for SendWr<'_> {
             .field("flags", &self.send_flags())
             .field("sges", &self.sges())
             .finish()
+    }
+}
+
+/// Send work requests linked once into the list `ibv_post_send(3)` walks, for
+/// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list) to post with one doorbell,
+/// again and again: perftest's post lists.
+///
+/// The list is linked as WRs are pushed, and what its WRs ask of a QP (SGE counts, inline
+/// sizes, operations) is summed up then, so that a post checks the whole list against the
+/// QP with one comparison and hands it to the provider as it is. Its storage is allocated
+/// once, by [`with_capacity`](Self::with_capacity) (or taken over from a `Vec`): a full list
+/// hands WRs back instead of growing, so the links never move. Its WRs can be read, and their
+/// flags and `wr_id`s set, in place.
+///
+/// ```
+/// # use rdma_verbs::{SendWr, SendWrList, SendFlags, Sge, LKey};
+/// let sges = [Sge::new(0x1000, 64, LKey(7))];
+/// let mut list = SendWrList::with_capacity(4);
+/// for wr_id in 0..4 {
+///     list.push(SendWr::send(wr_id, &sges)).unwrap();
+/// }
+/// list.set_flags(3, SendFlags::SIGNALED).unwrap();
+/// assert!(list.push(SendWr::send(4, &sges)).is_err(), "full");
+/// assert_eq!(list.get(3).map(SendWr::send_flags), Some(SendFlags::SIGNALED));
+/// ```
+pub struct SendWrList<'a> {
+    /// Linked through `raw.next` with pointers taken from `as_mut_ptr`, the storage's own
+    /// (never from a reference to an element, which a later access would invalidate): they
+    /// stay valid under Stacked and Tree Borrows whatever references to the elements are
+    /// made and dropped meanwhile, until the provider follows them. (No Miri toolchain can be
+    /// installed where this is built, so this is argued, not checked by Miri.)
+    wrs: Vec<SendWr<'a>>,
+    /// The field-wise maximum of the WRs' demands; [`Demand::EMPTY`] when there are none.
+    demand: Demand,
+}
+
+// (Send and Sync follow from `SendWr`'s: the links point into the list's own storage.)
+
+impl<'a> SendWrList<'a> {
+    /// An empty list for up to `capacity` WRs.
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> Self {
+        SendWrList { wrs: Vec::with_capacity(capacity), demand: Demand::EMPTY }
+    }
+
+    /// Appends `wr`, linking it after the last one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when the list holds
+    /// [`capacity`](Self::capacity) WRs already (it never grows, so that its links stay put).
+    pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
+        if self.wrs.len() == self.wrs.capacity() {
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                format!(
+                    "the SendWrList is full ({} WRs, its capacity): make it with a larger \
+                     SendWrList::with_capacity",
+                    self.wrs.capacity()
+                ),
+            ));
+        }
+        self.demand = if self.wrs.is_empty() { wr.demand } else { self.demand.max(wr.demand) };
+        // Within the capacity: the storage does not move.
+        self.wrs.push(wr);
+        let n = self.wrs.len();
+        if n > 1 {
+            let base = self.wrs.as_mut_ptr();
+            // SAFETY: `n - 2` and `n - 1` are elements; the link is taken from `base`.
+            unsafe { (*base.add(n - 2)).raw.next = &raw mut (*base.add(n - 1)).raw };
+        }
+        Ok(())
+    }
+
+    /// Takes the last WR back out (unlinked).
+    pub fn pop(&mut self) -> Option<SendWr<'a>> {
+        let wr = self.wrs.pop()?;
+        let n = self.wrs.len();
+        if n > 0 {
+            // SAFETY: `n - 1` is an element.
+            unsafe { (*self.wrs.as_mut_ptr().add(n - 1)).raw.next = std::ptr::null_mut() };
+        }
+        self.demand = sum(&self.wrs);
+        Some(wr)
+    }
+
+    /// Removes every WR.
+    pub fn clear(&mut self) {
+        self.wrs.clear();
+        self.demand = Demand::EMPTY;
+    }
+
+    /// Sets the flags of WR `index` (replacing earlier ones), e.g. to signal the last.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
+    /// [`len`](Self::len).
+    pub fn set_flags(&mut self, index: usize, flags: SendFlags) -> Result<()> {
+        let wr = self.element(index, "set_flags")?;
+        let before = wr.demand;
+        wr.set_flags(flags);
+        if wr.demand != before {
+            // Only INLINE changes what a WR asks; the list's may shrink, so it is summed anew.
+            self.demand = sum(&self.wrs);
+        }
+        Ok(())
+    }
+
+    /// Sets the `wr_id` of WR `index`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
+    /// [`len`](Self::len).
+    pub fn set_wr_id(&mut self, index: usize, wr_id: u64) -> Result<()> {
+        self.element(index, "set_wr_id")?.set_wr_id(wr_id);
+        Ok(())
+    }
+
+    /// WR `index`, or the error naming `method`.
+    fn element(&mut self, index: usize, method: &str) -> Result<&mut SendWr<'a>> {
+        let len = self.wrs.len();
+        self.wrs.get_mut(index).ok_or_else(|| {
+            Error::invalid(
+                InvalidInputKind::Range,
+                format!("SendWrList::{method}: index {index} is past the list's {len} WRs"),
+            )
+        })
+    }
+
+    /// WR `index`.
+    #[must_use]
+    pub fn get(&self, index: usize) -> Option<&SendWr<'a>> {
+        self.wrs.get(index)
+    }
+
+    /// The WRs, in posting order.
+    pub fn iter(&self) -> std::slice::Iter<'_, SendWr<'a>> {
+        self.wrs.iter()
+    }
+
+    /// The number of WRs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    /// The most WRs it holds.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.wrs.capacity()
+    }
+
+    /// What the WRs ask of the QP that posts them, together.
+    #[inline(always)]
+    pub(crate) fn demand(&self) -> Demand {
+        self.demand
+    }
+
+    /// The WRs, for the extended path (which builds each, ignoring the links).
+    #[inline(always)]
+    pub(crate) fn as_slice(&self) -> &[SendWr<'a>] {
+        &self.wrs
+    }
+
+    /// The first WR's raw request, heading the linked list; NULL when empty.
+    #[inline(always)]
+    pub(crate) fn head(&mut self) -> *mut sys::ibv_send_wr {
+        // `raw` of element 0, from `as_mut_ptr` like the links (see `wrs`).
+        let first = self.wrs.as_mut_ptr();
+        if self.wrs.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: element 0 exists.
+            unsafe { &raw mut (*first).raw }
+        }
+    }
+
+    /// The index of the WR whose raw request is at `raw` (the provider's `bad_wr`), when it
+    /// is one of the list's.
+    pub(crate) fn index_of(&self, raw: *const sys::ibv_send_wr) -> Option<usize> {
+        let first = self.wrs.as_ptr();
+        // SAFETY: a place computation only, inside (or one past) the allocation.
+        let base = unsafe { &raw const (*first).raw } as usize;
+        let offset = (raw as usize).checked_sub(base)?;
+        let size = std::mem::size_of::<SendWr<'_>>();
+        let index = offset / size;
+        (offset % size == 0 && index < self.wrs.len()).then_some(index)
+    }
+}
+
+impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
+    /// The WRs of `wrs`, linked in order; the list's capacity is the vector's.
+    fn from(mut wrs: Vec<SendWr<'a>>) -> Self {
+        let (n, base) = (wrs.len(), wrs.as_mut_ptr());
+        for i in 1..n {
+            // SAFETY: `i - 1` and `i` are elements; the link is taken from `base` (see `wrs`).
+            unsafe { (*base.add(i - 1)).raw.next = &raw mut (*base.add(i)).raw };
+        }
+        SendWrList { demand: sum(&wrs), wrs }
+    }
+}
+
+impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
+    /// The WRs, unlinked, each to be posted alone or listed again.
+    fn from(list: SendWrList<'a>) -> Self {
+        let mut wrs = list.wrs;
+        for wr in &mut wrs {
+            wr.raw.next = std::ptr::null_mut();
+        }
+        wrs
+    }
+}
+
+/// What `wrs` ask together: the field-wise maximum of their demands.
+fn sum(wrs: &[SendWr<'_>]) -> Demand {
+    wrs.iter().map(SendWr::demand).reduce(Demand::max).unwrap_or(Demand::EMPTY)
+}
+
+impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
+    /// The WRs, linked in order; the list's capacity is their number.
+    fn from_iter<I: IntoIterator<Item = SendWr<'a>>>(wrs: I) -> Self {
+        Self::from(wrs.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::fmt::Debug for SendWrList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.wrs).finish()
     }
 }
 
@@ -440,6 +741,83 @@ mod tests {
         assert_eq!((rdma.remote_addr, rdma.rkey), (0xdead_0000, 9));
         assert_eq!(imm, 0x0102_0304u32.to_be());
         assert_eq!(wr.send_flags(), SendFlags::SIGNALED | SendFlags::INLINE);
+    }
+
+    #[test]
+    fn a_wrs_demand_follows_its_sges_flags_and_shape() {
+        let sges = [Sge::new(0x1000, 10, LKey(7)), Sge::new(0x2000, 10, LKey(7))];
+        let demand = |n, len| {
+            Demand::default().with(fit::SGES, n).with(fit::LEN, len).with(fit::UNADDRESSED, 1)
+        };
+        let mut wr = SendWr::send(1, &sges);
+        assert_eq!(wr.demand(), demand(2, 20).with(fit::SEND, 1));
+        wr.set_flags(SendFlags::INLINE | SendFlags::SIGNALED);
+        let inline = demand(2, 20).with(fit::SEND, 1).with(fit::INLINE, 20);
+        assert_eq!(wr.demand(), inline.with(fit::INLINE_LIST, 1));
+        wr.set_flags(SendFlags::SIGNALED);
+        assert_eq!(wr.demand(), demand(2, 20).with(fit::SEND, 1), "INLINE cleared");
+        // An atomic of the shape it needs is of its class; misshapen, only the exact checks
+        // may pass it, as a bind always.
+        let word = [Sge::new(0x1000, 8, LKey(7))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+        let atomic = demand(1, 8).with(fit::ATOMIC, 1);
+        assert_eq!(SendWr::fetch_add(1, &word, remote, 1).demand(), atomic);
+        let odd = RemoteAddr { addr: 0x8004, ..remote };
+        assert_eq!(SendWr::fetch_add(1, &word, odd, 1).demand(), atomic.with(fit::SLOW, 1));
+        assert_eq!(
+            SendWr::compare_swap(1, &sges[..1], remote, 1, 2).demand(),
+            demand(1, 10).with(fit::ATOMIC, 1).with(fit::SLOW, 1),
+        );
+        let info = sys::ibv_mw_bind_info {
+            mr: std::ptr::null_mut(),
+            addr: 0,
+            length: 0,
+            mw_access_flags: 0,
+        };
+        let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey(1), info);
+        assert_eq!(bind.demand(), demand(0, 0).with(fit::SLOW, 1));
+    }
+
+    #[test]
+    fn a_list_links_its_wrs_in_place_and_sums_what_they_ask() {
+        let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 8, LKey(7))];
+        let mut list = SendWrList::with_capacity(3);
+        assert!(list.head().is_null());
+        assert_eq!(list.demand(), Demand::EMPTY);
+        list.push(SendWr::send(0, &sges[..1])).unwrap();
+        list.push(SendWr::send(1, &sges)).unwrap();
+        list.push(SendWr::rdma_read(2, &sges[..1], RemoteAddr { addr: 0, rkey: RKey(1) })).unwrap();
+        let links: Vec<_> = list.iter().map(|wr| wr.raw.next.cast_const()).collect();
+        let raws: Vec<_> = list.iter().map(|wr| &raw const wr.raw).collect();
+        assert_eq!(links, [raws[1], raws[2], std::ptr::null()]);
+        assert_eq!(list.head().cast_const(), raws[0]);
+        assert_eq!(list.index_of(raws[2]), Some(2));
+        assert_eq!(list.index_of(std::ptr::null()), None);
+        let sum = |wrs: &[&SendWr<'_>]| wrs.iter().map(|wr| wr.demand()).reduce(Demand::max);
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(Some(list.demand()), sum(&all));
+        // Full: refused, never grown (the links would move).
+        let err = list.push(SendWr::send(3, &sges)).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size));
+        // INLINE changes what a WR asks, and so the list's.
+        list.set_flags(1, SendFlags::INLINE).unwrap();
+        assert_eq!(list.get(1).map(SendWr::send_flags), Some(SendFlags::INLINE));
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(Some(list.demand()), sum(&all));
+        list.set_wr_id(2, 9).unwrap();
+        assert_eq!(list.get(2).map(SendWr::wr_id), Some(9));
+        let err = list.set_flags(3, SendFlags::SIGNALED).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range));
+        // Out of the list, a WR is alone again.
+        let read = list.pop().unwrap();
+        assert!(read.raw.next.is_null() && list.get(1).unwrap().raw.next.is_null());
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(Some(list.demand()), sum(&all));
+        let wrs = Vec::from(list);
+        assert!(wrs.iter().all(|wr| wr.raw.next.is_null()));
+        let list = SendWrList::from(wrs);
+        assert_eq!(list.iter().map(SendWr::wr_id).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(list.get(0).unwrap().raw.next.cast_const(), &raw const list.get(1).unwrap().raw);
     }
 
     #[test]

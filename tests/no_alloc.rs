@@ -19,7 +19,7 @@ use std::hint::black_box;
 
 use rdma_verbs::{
     AccessFlags, BufferPool, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags,
-    SendList, SendOp, SendWr, WorkCompletion,
+    SendList, SendOp, SendWr, SendWrList, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
@@ -301,8 +301,8 @@ fn the_raw_tier_posts_and_polls_without_allocating() {
     let sges = [mr.sge(..64).unwrap()];
     let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
     let mut one = SendWr::rdma_write(1, &sges, remote).flags(SendFlags::SIGNALED);
-    let mut list: Vec<SendWr<'_>> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
-    list[LIST - 1].set_flags(SendFlags::SIGNALED);
+    let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
+    list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
     let mut recv = RecvWr::new(2, &sges);
     let mut wcs = [WorkCompletion::EMPTY; LIST];
 
@@ -344,8 +344,8 @@ fn the_extended_verbs_post_and_poll_without_allocating() {
     let sges = [mr.sge(..64).unwrap()];
     let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
     let mut one = SendWr::rdma_write(1, &sges, remote).flags(SendFlags::SIGNALED);
-    let mut list: Vec<SendWr<'_>> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
-    list[LIST - 1].set_flags(SendFlags::SIGNALED);
+    let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
+    list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
     let mut wcs = [WorkCompletion::EMPTY; LIST];
 
     let mut counts = [("post_send", 0), ("post_send_list", 0), ("poll", 0), ("poll_with", 0)];

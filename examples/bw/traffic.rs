@@ -248,11 +248,13 @@ impl Tier for Safe<'_, '_> {
 }
 
 /// The raw tier, as perftest: one region per QP that every WR of that QP names, WR lists
-/// built once per size, of which only the flags change.
+/// built once, of which only the flags change (a shorter last list sets the rest aside).
 pub struct Raw<'q, 'a> {
     pub qps: &'q [QueuePair<'a, Rts>],
     pub recv_sges: &'q [[Sge; 1]],
-    pub lists: Vec<Vec<SendWr<'q>>>,
+    pub lists: Vec<SendWrList<'q>>,
+    /// The WRs a shorter list set aside, last first.
+    pub aside: Vec<SendWr<'q>>,
     pub inline: bool,
 }
 
@@ -274,22 +276,30 @@ impl<'q, 'a> Raw<'q, 'a> {
                     .collect()
             })
             .collect();
-        Raw { qps, recv_sges, lists, inline }
+        Raw { qps, recv_sges, lists, aside: Vec::with_capacity(post_list as usize), inline }
     }
 }
 
 impl Tier for Raw<'_, '_> {
     fn post(&mut self, q: usize, n: u32, _size: u32, signal: bool) -> Result<(), Error> {
-        let list = &mut self.lists[q][..n as usize];
+        let (list, n) = (&mut self.lists[q], n as usize);
+        while list.len() > n {
+            self.aside.extend(list.pop());
+        }
         let base = if self.inline { SendFlags::INLINE } else { SendFlags::empty() };
-        for (i, wr) in list.iter_mut().enumerate() {
-            let last = i + 1 == n as usize;
-            wr.set_flags(if signal && last { base | SendFlags::SIGNALED } else { base });
+        for i in 0..n {
+            let last = i + 1 == n;
+            list.set_flags(i, if signal && last { base | SendFlags::SIGNALED } else { base })?;
         }
         // SAFETY: the QP's region outlives it (declared before it); the program never reads or
         // writes it while WRs are outstanding (the bytes are meaningless here), and every WR's
         // wr_id is small (never the buffer tier's).
-        unsafe { self.qps[q].post_send_list(list) }.map_err(|e| e.into())
+        let posted = unsafe { self.qps[q].post_send_list(list) };
+        while let Some(wr) = self.aside.pop() {
+            // Back where they were: within the list's capacity.
+            let _ = list.push(wr);
+        }
+        posted.map_err(|e| e.into())
     }
 
     fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {

@@ -5,8 +5,7 @@ use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QpState, QpType, QueuePair, ReceiveReady, Rts, Ud};
-use crate::sys;
-use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, Sge};
+use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, SendWrList, Sge};
 
 /// What a posted [`Buffer`] does on the send queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,23 +309,28 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             return Ok(());
         }
         let max_inline = self.caps().max_inline_data;
+        // The WRs first: they name the SGEs.
+        list.wrs.clear();
         list.sges.clear();
         for (buffer, op) in &list.entries {
             self.check_pool(buffer)?;
             let len = buffer.len() as u32;
             list.sges.push(buffer.sge(len, op.goes_inline(len, max_inline)));
         }
-        list.wrs.clear();
         for (i, ((buffer, op), sge)) in list.entries.iter().zip(&list.sges).enumerate() {
             let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
             let flags = send_flags(signaled, op.goes_inline(len, max_inline));
             // The wr_id is set at launch below; the checks do not read it.
             let wr = op.work_request(0, sge, len, flags);
-            if let Err(error) = self.check_send(&wr) {
-                list.wrs.clear();
-                return Err(error);
-            }
-            list.wrs.push(wr.into_raw());
+            // SAFETY: `list.sges` is not changed while `list.wrs` holds WRs naming it (they
+            // are cleared first, above and at the next post); a UD destination's AH outlives
+            // the QP ('p: 'res).
+            // (Never full: both have the entries' capacity.)
+            let _ = list.wrs.push(unsafe { wr.forget_borrow() });
+        }
+        if let Err(error) = self.check_list(&list.wrs) {
+            list.wrs.clear();
+            return Err(error);
         }
         for (i, (buffer, op)) in list.entries.drain(..).enumerate() {
             let signaled = signal_last && i + 1 == n;
@@ -340,14 +344,15 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
                     }
                 }
             }
-            list.wrs[i].wr_id = flight.wr_id;
+            // (`i` is below the list's length, n.)
+            let _ = list.wrs.set_wr_id(i, flight.wr_id);
             list.flights.push((flight, op));
         }
         // SAFETY: as in `post_buffer`, for every chunk: each is the NIC's alone until a later
         // signaled WR of this QP completes (on a send queue, after all before it); every WR
-        // passed `check_send` and every pool is in this QP's PD; `wrs` and `sges` are not
+        // passed `check_list` and every pool is in this QP's PD; `wrs` and `sges` are not
         // touched until the next post; the wr_ids are the tier's own.
-        let refused = unsafe { self.post_send_chain(&mut list.wrs) };
+        let refused = unsafe { self.post_checked_list(&mut list.wrs) };
         let (posted, result) = match refused {
             Ok(()) => (n, Ok(())),
             Err(PostListError { posted, error }) => (posted, Err(error)),
@@ -442,7 +447,8 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 pub struct SendList<'p, Op = SendOp> {
     entries: Vec<(Buffer<'p>, Op)>,
     sges: Vec<Sge>,
-    wrs: Vec<sys::ibv_send_wr>,
+    /// The WRs of the last post, naming `sges` (their borrow forgotten: see `post_list`).
+    wrs: SendWrList<'static>,
     flights: Vec<(Flight<'p>, Op)>,
     /// The last unsignaled chunk posted, and on which QP: the tail of the open chain.
     open: Option<(usize, Flight<'p>)>,
@@ -454,7 +460,7 @@ impl<'p, Op> SendList<'p, Op> {
         SendList {
             entries: Vec::with_capacity(capacity),
             sges: Vec::with_capacity(capacity),
-            wrs: Vec::with_capacity(capacity),
+            wrs: SendWrList::with_capacity(capacity),
             flights: Vec::with_capacity(capacity),
             open: None,
         }

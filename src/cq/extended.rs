@@ -1,10 +1,13 @@
 //! The extended CQ (`ibv_create_cq_ex(3)`): creation, and polling sessions under the rules
 //! of its man page.
 
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 use sys::inline as inl;
+
+use super::Completion;
 
 use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
@@ -35,7 +38,8 @@ enum Reader {
     /// One session per batch: `ibv_start_poll`, `ibv_next_poll` for each further
     /// completion, `ibv_end_poll`.
     Session,
-    /// One session per completion (`ibv_start_poll`, `ibv_end_poll`), never `ibv_next_poll`.
+    /// One session per completion (`ibv_start_poll`, `ibv_end_poll`), never `ibv_next_poll`
+    /// (also where the provider left `next_poll` NULL).
     SessionPerCompletion,
 }
 
@@ -105,6 +109,13 @@ pub(super) fn create(
         }
         return Err(Error::Unsupported { what: member });
     }
+    // A provider without `ibv_next_poll` gets a session per completion.
+    // SAFETY: a live extended CQ; a plain read of a member.
+    let reader = if reader == Reader::Session && unsafe { raw.as_ref() }.next_poll.is_none() {
+        Reader::SessionPerCompletion
+    } else {
+        reader
+    };
     let cq = NonNull::new(inl::ibv_cq_ex_to_cq(raw.as_ptr())).expect("a cast of a non-NULL CQ");
     Ok((cq, ExCq { raw, wc_flags, clock_khz, reader }))
 }
@@ -159,90 +170,118 @@ impl ExCq {
         self.reader != Reader::PollCq
     }
 
-    /// Up to `max` completions read in sessions, each handed to `each` with its index, its
-    /// fields and its timestamp; returns how many. `each` runs inside the session, holding
-    /// the provider's CQ lock: it must not poll. A failure after the first completion ends
-    /// polling early and is left for the next poll (the provider reports it again).
+    /// Up to `out.len()` completions read in sessions into the start of `out`; returns how
+    /// many. A failure after the first completion ends polling early and is left for the
+    /// next poll (the provider reports it again).
     ///
     /// One session for the batch, or one per completion on a provider whose
-    /// `ibv_next_poll` ends the session ([`Reader::SessionPerCompletion`]).
+    /// `ibv_next_poll` ends the session, or that has none ([`Reader::SessionPerCompletion`]).
     #[inline]
-    pub(super) fn drain(
-        &self,
-        max: usize,
-        mut each: impl FnMut(usize, WorkCompletion, Option<u64>),
-    ) -> Result<usize> {
+    pub(super) fn drain<S: Slot>(&self, out: &mut [S]) -> Result<usize> {
         let cq = self.raw.as_ptr();
         let mut attr = sys::ibv_poll_cq_attr::default();
+        let (max, timestamps) = (out.len(), S::TIMESTAMPS && self.wc_flags & TIMESTAMP != 0);
         let mut n = 0;
-        while n < max {
-            // SAFETY: a live extended CQ whose members were checked at creation; no session
-            // is open on this thread (each ends below, within this loop).
-            match unsafe { inl::ibv_start_poll(cq, &mut attr) } {
-                0 => {}
-                // Empty: there is no session, so no `ibv_end_poll`.
-                libc::ENOENT => break,
-                // Failed: no session either.
-                errno if n == 0 => return Err(super::poll_error("ibv_start_poll", errno)),
-                _ => break,
-            }
-            let mut more = true;
-            loop {
-                // SAFETY: inside the session, on its current completion.
-                let (wc, timestamp) = unsafe { self.read(cq) };
-                each(n, wc, timestamp);
-                n += 1;
-                if n == max || self.reader == Reader::SessionPerCompletion {
+        // SAFETY: a live extended CQ whose members called here were found set at creation
+        // (`missing_member`; `next_poll` only with `Reader::Session`, see `create`), as the C
+        // inline verbs call them: providers set them when they create the CQ and never
+        // change them. Each session is opened and closed within the loop, on this thread; the
+        // reads are inside it, on its current completion.
+        unsafe {
+            while n < max {
+                match (*cq).start_poll.unwrap_unchecked()(cq, &mut attr) {
+                    0 => {}
+                    // Empty: there is no session, so no `ibv_end_poll`.
+                    libc::ENOENT => break,
+                    // Failed: no session either.
+                    errno if n == 0 => return Err(super::poll_error("ibv_start_poll", errno)),
+                    _ => break,
+                }
+                let mut more = true;
+                while let Some(slot) = out.get_mut(n) {
+                    self.read(cq, slot, timestamps);
+                    n += 1;
+                    if n == max || self.reader == Reader::SessionPerCompletion {
+                        break;
+                    }
+                    // ENOENT (none left) or a failure, which the next poll reports again,
+                    // ends the batch; the session stays open either way.
+                    if (*cq).next_poll.unwrap_unchecked()(cq) != 0 {
+                        more = false;
+                        break;
+                    }
+                }
+                // Closes the session, consuming its completions.
+                (*cq).end_poll.unwrap_unchecked()(cq);
+                if !more {
                     break;
                 }
-                // SAFETY: inside the session. ENOENT (none left) or a failure, which the
-                // next poll reports again, ends the batch; the session stays open either way.
-                if unsafe { inl::ibv_next_poll(cq) } != 0 {
-                    more = false;
-                    break;
-                }
-            }
-            // SAFETY: closes the session opened above, consuming its completions.
-            unsafe { inl::ibv_end_poll(cq) };
-            if !more {
-                break;
             }
         }
         Ok(n)
     }
 
-    /// The current completion's fields, reading only those the CQ was created with.
+    /// The current completion's fields into `slot`, reading only those the CQ was created
+    /// with (the timestamp when `timestamps`, which the caller derived from them).
     ///
     /// # Safety
     ///
     /// Inside a polling session of this CQ, on a current completion.
-    #[inline]
-    unsafe fn read(&self, cq: *mut sys::ibv_cq_ex) -> (WorkCompletion, Option<u64>) {
-        // SAFETY: the caller's session; every member called was checked non-NULL at creation
-        // (so the `unwrap_or_default`s never apply) and is covered by `wc_flags`.
+    #[inline(always)]
+    unsafe fn read<S: Slot>(&self, cq: *mut sys::ibv_cq_ex, slot: &mut S, timestamps: bool) {
+        // SAFETY: the caller's session; every member called was found set at creation and is
+        // covered by `wc_flags`; no reference to `*cq` is held across the calls.
         unsafe {
-            let wc_flags = inl::ibv_wc_read_wc_flags(cq).unwrap_or_default();
+            let wc_flags = (*cq).read_wc_flags.unwrap_unchecked()(cq);
             let mut raw = sys::ibv_wc {
                 wr_id: (*cq).wr_id,
                 status: (*cq).status,
-                opcode: inl::ibv_wc_read_opcode(cq).unwrap_or_default(),
-                vendor_err: inl::ibv_wc_read_vendor_err(cq).unwrap_or_default(),
-                byte_len: inl::ibv_wc_read_byte_len(cq).unwrap_or_default(),
-                qp_num: inl::ibv_wc_read_qp_num(cq).unwrap_or_default(),
-                src_qp: inl::ibv_wc_read_src_qp(cq).unwrap_or_default(),
+                opcode: (*cq).read_opcode.unwrap_unchecked()(cq),
+                vendor_err: (*cq).read_vendor_err.unwrap_unchecked()(cq),
+                byte_len: (*cq).read_byte_len.unwrap_unchecked()(cq),
+                qp_num: (*cq).read_qp_num.unwrap_unchecked()(cq),
+                src_qp: (*cq).read_src_qp.unwrap_unchecked()(cq),
                 wc_flags,
-                slid: inl::ibv_wc_read_slid(cq).unwrap_or_default() as u16,
-                sl: inl::ibv_wc_read_sl(cq).unwrap_or_default(),
-                dlid_path_bits: inl::ibv_wc_read_dlid_path_bits(cq).unwrap_or_default(),
+                slid: (*cq).read_slid.unwrap_unchecked()(cq) as u16,
+                sl: (*cq).read_sl.unwrap_unchecked()(cq),
+                dlid_path_bits: (*cq).read_dlid_path_bits.unwrap_unchecked()(cq),
                 ..Default::default()
             };
             // The field holds imm_data or the invalidated rkey, as the flags say.
             if wc_flags & (sys::IBV_WC_WITH_IMM | sys::IBV_WC_WITH_INV) != 0 {
-                raw.__bindgen_anon_1.imm_data = inl::ibv_wc_read_imm_data(cq).unwrap_or_default();
+                raw.__bindgen_anon_1.imm_data = (*cq).read_imm_data.unwrap_unchecked()(cq);
             }
-            let timestamp = (self.wc_flags & TIMESTAMP != 0)
-                .then(|| inl::ibv_wc_read_completion_ts(cq).unwrap_or_default());
-            (WorkCompletion::from_raw(raw), timestamp)
+            let timestamp = timestamps.then(|| (*cq).read_completion_ts.unwrap_unchecked()(cq));
+            slot.put(WorkCompletion::from_raw(raw), timestamp);
         }
+    }
+}
+
+/// Where [`ExCq::drain`] puts a completion: poll storage ([`WorkCompletion`], which has no
+/// timestamp, so none is read), or a [`Completion`] of
+/// [`CompletionQueue::poll_with`](super::CompletionQueue::poll_with) (written whole, so it
+/// may start uninitialised).
+pub(super) trait Slot {
+    /// Whether the slot keeps the completion's timestamp.
+    const TIMESTAMPS: bool;
+    /// Fills the slot.
+    fn put(&mut self, wc: WorkCompletion, timestamp: Option<u64>);
+}
+
+impl Slot for WorkCompletion {
+    const TIMESTAMPS: bool = false;
+
+    #[inline(always)]
+    fn put(&mut self, wc: WorkCompletion, _: Option<u64>) {
+        *self = wc;
+    }
+}
+
+impl Slot for MaybeUninit<Completion> {
+    const TIMESTAMPS: bool = true;
+
+    #[inline(always)]
+    fn put(&mut self, wc: WorkCompletion, timestamp: Option<u64>) {
+        self.write(Completion::new(wc, timestamp));
     }
 }

@@ -5,6 +5,7 @@ mod attr;
 mod completion;
 mod extended;
 
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
@@ -28,6 +29,9 @@ pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
     /// The extended CQ (the same object as `raw`), on the extended path.
     ex: Option<extended::ExCq>,
+    /// Whether it is polled in sessions (`ex`'s [`ExCq::in_sessions`](extended::ExCq::in_sessions)),
+    /// kept here so that a poll tests one byte.
+    in_sessions: bool,
     ctx: &'ctx Context,
 }
 
@@ -147,7 +151,10 @@ impl Context {
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let strict = attr.timestamps || attr.verbs_path == Some(VerbsPath::Extended);
             match extended::create(self, n, channel, vector, attr.timestamps) {
-                Ok((raw, ex)) => return Ok(CompletionQueue { raw, ex: Some(ex), ctx: self }),
+                Ok((raw, ex)) => {
+                    let in_sessions = ex.in_sessions();
+                    return Ok(CompletionQueue { raw, ex: Some(ex), in_sessions, ctx: self });
+                }
                 Err(e) if strict || !matches!(e, Error::Unsupported { .. }) => return Err(e),
                 // The provider lacks it: the legacy verbs serve.
                 Err(_) => {}
@@ -164,7 +171,8 @@ impl Context {
                 vector,
             )
         };
-        Ok(CompletionQueue { raw: check_ptr(raw, "ibv_create_cq")?, ex: None, ctx: self })
+        let raw = check_ptr(raw, "ibv_create_cq")?;
+        Ok(CompletionQueue { raw, ex: None, in_sessions: false, ctx: self })
     }
 
     /// The completion vector as a C int, checking `channel` is this context's.
@@ -220,9 +228,10 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[doc(alias = "ibv_start_poll")]
     #[inline]
     pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
-        match &self.ex {
-            Some(ex) if ex.in_sessions() => poll_sessions(ex, storage),
-            _ => self.poll_legacy(storage),
+        if self.in_sessions {
+            poll_sessions(self, storage)
+        } else {
+            self.poll_legacy(storage)
         }
     }
 
@@ -240,7 +249,9 @@ impl<'ctx> CompletionQueue<'ctx> {
         if ret < 0 {
             return Err(poll_error("ibv_poll_cq", -ret));
         }
-        Ok(&mut storage[..ret as usize])
+        // (A provider returns at most `n`.)
+        let got = (ret as usize).min(storage.len());
+        Ok(&mut storage[..got])
     }
 
     /// Reaps up to `max` completions and hands each to `f` as a [`Completion`], which also
@@ -257,20 +268,14 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[doc(alias = "ibv_wc_read_completion_ts")]
     #[inline]
     pub fn poll_with(&self, max: usize, mut f: impl FnMut(&mut Completion)) -> Result<usize> {
-        let mut chunk: [WorkCompletion; 16] = Default::default();
-        let mut stamps = [None; 16];
+        let mut chunk = [const { MaybeUninit::<Completion>::uninit() }; CHUNK];
         let mut done = 0;
         while done < max {
-            let want = (max - done).min(chunk.len());
-            let got = match &self.ex {
-                Some(ex) if ex.in_sessions() => ex.drain(want, |i, wc, timestamp| {
-                    chunk[i] = wc;
-                    stamps[i] = timestamp;
-                })?,
-                _ => self.poll_legacy(&mut chunk[..want])?.len(),
-            };
-            for (wc, timestamp) in chunk[..got].iter_mut().zip(stamps) {
-                f(&mut Completion::new(std::mem::take(wc), timestamp));
+            let want = (max - done).min(CHUNK);
+            let got = self.fill(&mut chunk[..want])?;
+            for c in &mut chunk[..got] {
+                // SAFETY: `fill` initialised the first `got` entries.
+                f(unsafe { c.assume_init_mut() });
             }
             done += got;
             if got < want {
@@ -278,6 +283,22 @@ impl<'ctx> CompletionQueue<'ctx> {
             }
         }
         Ok(done)
+    }
+
+    /// Polls up to `chunk.len()` (at most [`CHUNK`]) completions into the start of `chunk`
+    /// and returns how many: read in place in a session, or polled and copied over.
+    #[inline]
+    fn fill(&self, chunk: &mut [MaybeUninit<Completion>]) -> Result<usize> {
+        if let Some(ex) = self.ex.as_ref().filter(|_| self.in_sessions) {
+            return ex.drain(chunk);
+        }
+        let mut wcs = [WorkCompletion::EMPTY; CHUNK];
+        let want = chunk.len().min(CHUNK);
+        let got = self.poll_legacy(&mut wcs[..want])?.len();
+        for (slot, wc) in chunk.iter_mut().zip(wcs).take(got) {
+            slot.write(Completion::new(wc, None));
+        }
+        Ok(got)
     }
 
     /// Busy-polls until `n` completions have arrived in `storage` or `timeout` passes;
@@ -405,14 +426,18 @@ impl std::fmt::Debug for CompletionQueue<'_> {
     }
 }
 
+/// The completions [`CompletionQueue::poll_with`] reads per poll, into an array on the stack.
+const CHUNK: usize = 16;
+
 /// [`CompletionQueue::poll`] in sessions, out of line so that the `poll_cq` path's few
 /// instructions inline into the caller.
 #[inline(never)]
 fn poll_sessions<'a>(
-    ex: &extended::ExCq,
+    cq: &CompletionQueue<'_>,
     storage: &'a mut [WorkCompletion],
 ) -> Result<&'a mut [WorkCompletion]> {
-    let n = ex.drain(storage.len(), |i, wc, _| storage[i] = wc)?;
+    let Some(ex) = &cq.ex else { return cq.poll_legacy(storage) };
+    let n = ex.drain(storage)?;
     Ok(&mut storage[..n])
 }
 

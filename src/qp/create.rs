@@ -100,7 +100,7 @@ impl<'res> ProtectionDomain<'res> {
         let lists_right = !Quirks::of(ctx)?.wr_list_lengths_wrong;
         let mut init = sys::ibv_qp_init_attr_ex {
             comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-            send_ops_flags: send_ops,
+            send_ops_flags: send_ops.into(),
             ..self.init_attr::<T>(attr)
         };
         // SAFETY: a live context, PD and CQs (and SRQ) of it; `init` is a valid attribute
@@ -145,12 +145,14 @@ impl<'res> ProtectionDomain<'res> {
         ex: Option<ExQp>,
         cap: &sys::ibv_qp_cap,
     ) -> QueuePair<'res, Reset, T> {
+        let caps = QpCapabilities::from_raw(cap);
         QueuePair {
             raw,
             ex,
             pd: self,
-            caps: QpCapabilities::from_raw(cap),
+            caps,
             limits: SendLimits::default(),
+            slack: super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref()),
             _res: PhantomData,
             _state: PhantomData,
         }

@@ -9,8 +9,9 @@ use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
 use crate::context::Context;
-use crate::error::{check_errno, Error, PostListError, Result};
+use crate::error::{check_errno, errno_error, Error, PostListError, Result};
 use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
+use crate::wr::{SendWr, INLINE_BUFS};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -19,7 +20,7 @@ pub(super) struct ExQp {
     pub(super) raw: NonNull<sys::ibv_qp_ex>,
     /// `IBV_QP_EX_WITH_*`: only these builders may be used (a provider may fill members it
     /// was not asked for, and must not be relied on for them).
-    send_ops: u64,
+    send_ops: u32,
     /// Whether `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list` count the WR's
     /// length right (not on rxe without rdma-core PRs 1744 and 1751: see
     /// [`Quirks`](crate::quirks::Quirks)); where they do not, WRs with several buffers go
@@ -68,10 +69,6 @@ impl FailedBatch {
     }
 }
 
-/// The most buffers an inline WR built in a batch may have (`ibv_wr_set_inline_data_list`
-/// takes them from an array on the stack); one with more goes through `ibv_post_send`.
-const INLINE_BUFS: usize = 32;
-
 /// Whether `ctx` has a `create_qp_ex` op at all (libibverbs gives every provider one, which
 /// may still fail with `EOPNOTSUPP`).
 pub(super) fn has_create_qp_ex(ctx: &Context) -> bool {
@@ -87,7 +84,7 @@ pub(super) fn has_create_qp_ex(ctx: &Context) -> bool {
 /// The send operations to ask of a QP of type `qp_type` on `ctx`: what the transport allows,
 /// atomics only when the device has them, memory-window operations only when it has type-2
 /// windows.
-pub(super) fn send_ops(ctx: &Context, qp_type: sys::ibv_qp_type) -> Result<u64> {
+pub(super) fn send_ops(ctx: &Context, qp_type: sys::ibv_qp_type) -> Result<u32> {
     let basic = sys::IBV_QP_EX_WITH_SEND | sys::IBV_QP_EX_WITH_SEND_WITH_IMM;
     let write = sys::IBV_QP_EX_WITH_RDMA_WRITE | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
     let ops = match qp_type {
@@ -109,7 +106,7 @@ pub(super) fn send_ops(ctx: &Context, qp_type: sys::ibv_qp_type) -> Result<u64> 
             ops
         }
     };
-    Ok(u64::from(ops))
+    Ok(ops)
 }
 
 /// Each `ibv_wr_opcode` this crate builds: its `IBV_QP_EX_WITH_*` bit and builder name.
@@ -142,7 +139,7 @@ impl ExQp {
         ctx: &Context,
         qp: *mut sys::ibv_qp,
         qp_type: sys::ibv_qp_type,
-        send_ops: u64,
+        send_ops: u32,
         lists_right: bool,
     ) -> Result<ExQp, &'static str> {
         if ctx.library().fns.ibv_qp_to_qp_ex.is_none() {
@@ -197,18 +194,14 @@ impl ExQp {
     ///
     /// A live QP in RTS; every WR valid under [`QueuePair::post_send`](super::QueuePair::post_send)'s
     /// contract, UD WRs addressed when `ud`.
-    #[inline]
-    pub(super) unsafe fn post(
-        &self,
-        wrs: &[sys::ibv_send_wr],
-        ud: bool,
-    ) -> Result<(), PostListError> {
+    pub(super) unsafe fn post(&self, wrs: &[SendWr<'_>], ud: bool) -> Result<(), PostListError> {
         let mut done = 0;
         while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
-            let run = rest.iter().position(|wr| self.posts_alone(wr)).unwrap_or(rest.len());
+            let run =
+                rest.iter().position(|wr| self.posts_alone(wr.as_raw())).unwrap_or(rest.len());
             if run == 0 {
                 // SAFETY: the caller's guarantees, for this WR.
-                unsafe { self.post_one_legacy(&rest[0]) }
+                unsafe { self.post_one_legacy(rest[0].as_raw()) }
                     .map_err(|error| PostListError { posted: done, error })?;
                 done += 1;
             } else {
@@ -235,23 +228,110 @@ impl ExQp {
     /// # Safety
     ///
     /// As [`ExQp::post`].
-    #[inline]
-    unsafe fn post_batch(&self, wrs: &[sys::ibv_send_wr], ud: bool) -> Result<(), PostListError> {
+    unsafe fn post_batch(&self, wrs: &[SendWr<'_>], ud: bool) -> Result<(), PostListError> {
         let qp = self.raw.as_ptr();
         // SAFETY: a live extended QP whose batch members were checked at creation; the
         // batch is opened and closed within this call, on this thread.
         unsafe {
             inl::ibv_wr_start(qp);
             for wr in wrs {
-                if let Err(error) = self.build(qp, wr, ud) {
+                if let Err(error) = self.build(qp, wr.as_raw(), ud) {
                     inl::ibv_wr_abort(qp);
                     return Err(PostListError { posted: 0, error });
                 }
             }
-            check_errno(inl::ibv_wr_complete(qp), "ibv_wr_complete").map_err(|error| {
-                PostListError { posted: self.failed_batch.posted(&error, wrs.len()), error }
-            })
+            match inl::ibv_wr_complete(qp) {
+                0 => Ok(()),
+                ret => Err(self.failed(ret, wrs.len())),
+            }
         }
+    }
+
+    /// A failed `ibv_wr_complete` (`ret`) of a batch of `len` WRs: its error, and what the
+    /// provider leaves posted ([`FailedBatch`]).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn failed(&self, ret: i32, len: usize) -> PostListError {
+        let error = errno_error(ret, "ibv_wr_complete");
+        PostListError { posted: self.failed_batch.posted(&error, len), error }
+    }
+
+    /// Posts `wrs`, every one of which fits the QP's slack, as one batch: `ibv_wr_start`,
+    /// each WR's id, flags, builder, UD address (when `UD`) and data, `ibv_wr_complete`, each
+    /// member called as the C inline verbs call them, without the NULL tests of
+    /// [`ExQp::post`]: the members every batch calls were found set at creation
+    /// ([`ExQp::of`]), and a WR fits the slack only when the builders of its class and its
+    /// data setter were ([`ExQp::builds`], [`send_slack`](super::post::send_slack)).
+    /// Providers fill these members when they create the QP and never change them. No WR of
+    /// the batch is a bind (those never fit), so no bookkeeping follows. Returns what
+    /// `ibv_wr_complete` returned ([`ExQp::failed`] makes the error of a non-zero one).
+    ///
+    /// Out of line, so that the legacy path's few instructions inline into the caller.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post`]; every WR's demand fits the slack of this QP's
+    /// [`QueuePair`](super::QueuePair).
+    #[inline(never)]
+    pub(super) unsafe fn post_fast<const UD: bool>(&self, wrs: &[SendWr<'_>]) -> i32 {
+        let qp = self.raw.as_ptr();
+        // SAFETY: a live extended QP, whose members called here are set (see above); the
+        // batch is opened and closed within this call, on this thread; each WR as the caller
+        // guarantees.
+        unsafe {
+            (*qp).wr_start.unwrap_unchecked()(qp);
+            for wr in wrs {
+                build_fast(qp, wr.as_raw(), UD);
+            }
+            (*qp).wr_complete.unwrap_unchecked()(qp)
+        }
+    }
+
+    /// [`ExQp::post_fast`] of one WR (no loop to set up).
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post_fast`].
+    #[inline(never)]
+    pub(super) unsafe fn post_one_fast<const UD: bool>(&self, wr: &SendWr<'_>) -> i32 {
+        let qp = self.raw.as_ptr();
+        // SAFETY: as in `post_fast`.
+        unsafe {
+            (*qp).wr_start.unwrap_unchecked()(qp);
+            build_fast(qp, wr.as_raw(), UD);
+            (*qp).wr_complete.unwrap_unchecked()(qp)
+        }
+    }
+
+    /// Whether the QP was created for `opcode` and the provider set its builder.
+    pub(super) fn builds(&self, opcode: sys::ibv_wr_opcode) -> bool {
+        // SAFETY: a live extended QP; its members are plain reads.
+        let q = unsafe { self.raw.as_ref() };
+        let set = match opcode {
+            sys::IBV_WR_SEND => q.wr_send.is_some(),
+            sys::IBV_WR_SEND_WITH_IMM => q.wr_send_imm.is_some(),
+            sys::IBV_WR_SEND_WITH_INV => q.wr_send_inv.is_some(),
+            sys::IBV_WR_RDMA_WRITE => q.wr_rdma_write.is_some(),
+            sys::IBV_WR_RDMA_WRITE_WITH_IMM => q.wr_rdma_write_imm.is_some(),
+            sys::IBV_WR_RDMA_READ => q.wr_rdma_read.is_some(),
+            sys::IBV_WR_ATOMIC_CMP_AND_SWP => q.wr_atomic_cmp_swp.is_some(),
+            sys::IBV_WR_ATOMIC_FETCH_AND_ADD => q.wr_atomic_fetch_add.is_some(),
+            sys::IBV_WR_LOCAL_INV => q.wr_local_inv.is_some(),
+            sys::IBV_WR_BIND_MW => q.wr_bind_mw.is_some(),
+            _ => false,
+        };
+        set && self.send_ops & op_of(opcode).0 != 0
+    }
+
+    /// Whether the provider set `ibv_wr_set_inline_data_list`.
+    pub(super) fn has_inline_list(&self) -> bool {
+        // SAFETY: a live extended QP; its members are plain reads.
+        unsafe { self.raw.as_ref() }.wr_set_inline_data_list.is_some()
+    }
+
+    /// Whether the list setters count right (see the field).
+    pub(super) fn lists_right(&self) -> bool {
+        self.lists_right
     }
 
     /// One WR through `ibv_post_send` on the same QP.
@@ -279,7 +359,7 @@ impl ExQp {
     #[inline]
     unsafe fn build(&self, qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) -> Result<()> {
         let (bit, name) = op_of(wr.opcode);
-        if self.send_ops & u64::from(bit) == 0 {
+        if self.send_ops & bit == 0 {
             return Err(Error::Unsupported { what: name });
         }
         // SAFETY: inside the caller's batch; the union members read are the ones the WR's
@@ -341,6 +421,97 @@ impl ExQp {
         }
         // SAFETY: inside the batch; the SGE list is the WR's own.
         unsafe { set_data(qp, wr) }
+    }
+}
+
+/// One WR of an open batch, built without tests: its id and flags, its builder, its UD
+/// address, its data.
+///
+/// # Safety
+///
+/// Inside a batch of `qp` opened on this thread; `wr` valid as for [`ExQp::post`], of a
+/// [`SendWr`] whose demand fits the slack of `qp`'s QP: its opcode is one of the classes
+/// below (binds and other opcodes never fit), its builder and data setter are set, and a UD
+/// WR is addressed.
+#[inline(always)]
+unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) {
+    // SAFETY: inside the caller's batch; the members called are set (the caller's fit); the
+    // union members read are those the WR's opcode set (the constructors of `SendWr` zero
+    // the rest). No reference to `*qp` is held across the calls, which may write it.
+    unsafe {
+        (*qp).wr_id = wr.wr_id;
+        (*qp).wr_flags = wr.send_flags;
+        let rdma = wr.wr.rdma;
+        match wr.opcode {
+            sys::IBV_WR_SEND => (*qp).wr_send.unwrap_unchecked()(qp),
+            sys::IBV_WR_SEND_WITH_IMM => {
+                (*qp).wr_send_imm.unwrap_unchecked()(qp, wr.__bindgen_anon_1.imm_data);
+            }
+            sys::IBV_WR_RDMA_WRITE => {
+                (*qp).wr_rdma_write.unwrap_unchecked()(qp, rdma.rkey, rdma.remote_addr);
+            }
+            sys::IBV_WR_RDMA_WRITE_WITH_IMM => (*qp).wr_rdma_write_imm.unwrap_unchecked()(
+                qp,
+                rdma.rkey,
+                rdma.remote_addr,
+                wr.__bindgen_anon_1.imm_data,
+            ),
+            sys::IBV_WR_RDMA_READ => {
+                (*qp).wr_rdma_read.unwrap_unchecked()(qp, rdma.rkey, rdma.remote_addr);
+            }
+            sys::IBV_WR_ATOMIC_CMP_AND_SWP => {
+                let atomic = wr.wr.atomic;
+                (*qp).wr_atomic_cmp_swp.unwrap_unchecked()(
+                    qp,
+                    atomic.rkey,
+                    atomic.remote_addr,
+                    atomic.compare_add,
+                    atomic.swap,
+                );
+            }
+            sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                let atomic = wr.wr.atomic;
+                (*qp).wr_atomic_fetch_add.unwrap_unchecked()(
+                    qp,
+                    atomic.rkey,
+                    atomic.remote_addr,
+                    atomic.compare_add,
+                );
+            }
+            sys::IBV_WR_LOCAL_INV => {
+                (*qp).wr_local_inv.unwrap_unchecked()(qp, wr.__bindgen_anon_1.invalidate_rkey);
+            }
+            sys::IBV_WR_SEND_WITH_INV => {
+                (*qp).wr_send_inv.unwrap_unchecked()(qp, wr.__bindgen_anon_1.invalidate_rkey);
+            }
+            // Every other opcode is `fit::SLOW` (`SendWr::refresh`): it never fits.
+            _ => std::hint::unreachable_unchecked(),
+        }
+        if ud {
+            let ud = wr.wr.ud;
+            (*qp).wr_set_ud_addr.unwrap_unchecked()(qp, ud.ah, ud.remote_qpn, ud.remote_qkey);
+        }
+        let n = wr.num_sge as usize;
+        if wr.send_flags & sys::IBV_SEND_INLINE == 0 {
+            if n == 1 {
+                let s = *wr.sg_list;
+                (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey, s.addr, s.length);
+            } else {
+                // No data is an empty list (an SGE of length 0 can mean 2 GiB to some hardware).
+                (*qp).wr_set_sge_list.unwrap_unchecked()(qp, n, wr.sg_list);
+            }
+        } else if n <= 1 {
+            let (addr, len) = if n == 1 {
+                let s = *wr.sg_list;
+                (s.addr as *mut c_void, s.length as usize)
+            } else {
+                (std::ptr::null_mut(), 0)
+            };
+            (*qp).wr_set_inline_data.unwrap_unchecked()(qp, addr, len);
+        } else {
+            // At most INLINE_BUFS buffers (more never fit), and the list setter set.
+            set_inline_list(qp, std::slice::from_raw_parts(wr.sg_list, n));
+        }
     }
 }
 

@@ -19,6 +19,8 @@ mod connect;
 mod create;
 mod drain;
 mod extended;
+#[cfg(test)]
+mod fit_tests;
 mod kind;
 mod modify;
 mod post;
@@ -44,6 +46,7 @@ pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
+use crate::fit::Slack;
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
 
@@ -91,8 +94,12 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     ex: Option<extended::ExQp>,
     pd: &'res ProtectionDomain<'res>,
     caps: QpCapabilities,
-    /// What sends may carry, learned at INIT (the UD path MTU).
+    /// What sends may carry, learned at INIT (the UD path MTU) and RTS (`max_rd_atomic`).
     limits: SendLimits,
+    /// What a send may ask of this QP, from `caps`, `limits`, its type and `ex`, worked out
+    /// again whenever one of them changes ([`post::send_slack`]): a post compares a WR's
+    /// [`Demand`](crate::fit::Demand) with it.
+    slack: Slack,
     /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
     /// it, and a covariant `'res` could be shortened at each call.
     _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
@@ -105,8 +112,8 @@ struct SendLimits {
     /// A UD message's largest size: the port's active MTU (0 until INIT; at most 4096, so 16
     /// bits keep `QueuePair` small).
     ud_mtu: u16,
-    /// `max_rd_atomic` set by [`QueuePair::into_rts`] (RC): the RDMA READs and atomics it may
-    /// have outstanding. With `Some(0)` the QP never issues one (rxe leaves it queued for
+    /// `max_rd_atomic` set by [`QueuePair::into_rts`] (RC; read from the attributes by
+    /// `transition`): the RDMA READs and atomics it may have outstanding. With `Some(0)` the QP never issues one (rxe leaves it queued for
     /// good), so they are refused. `None` when another path set it (rdma_cm, `modify_raw`):
     /// then nothing is refused for it.
     rd_atomic: Option<u8>,
@@ -199,7 +206,12 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         if let Err(error) = check_errno(ret, verb) {
             return Err(TransitionError { qp: self, error });
         }
-        Ok(self.retype())
+        let mut qp = self.retype::<N>();
+        if state == sys::IBV_QPS_RTS && mask & sys::IBV_QP_MAX_QP_RD_ATOMIC as i32 != 0 {
+            qp.limits.rd_atomic = Some(attr.max_rd_atomic);
+            qp.slack = post::send_slack::<T>(qp.pd, &qp.caps, qp.limits, qp.ex.as_ref());
+        }
+        Ok(qp)
     }
 
     /// The same QP with another state in its type (also for `cm`, where rdma_cm performs the
@@ -213,6 +225,12 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
             caps: this.caps,
             // What `into_rts` learnt holds only until the next transition (it sets it again).
             limits: SendLimits { rd_atomic: None, ..this.limits },
+            slack: post::send_slack::<T>(
+                this.pd,
+                &this.caps,
+                SendLimits { rd_atomic: None, ..this.limits },
+                this.ex.as_ref(),
+            ),
             _res: PhantomData,
             _state: PhantomData,
         }

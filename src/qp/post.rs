@@ -2,9 +2,12 @@
 
 use rdma_verbs_sys as sys;
 
-use super::{QpType, QueuePair, ReceiveReady, Rts};
-use crate::error::{check_errno, Error, InvalidInputKind, PostListError, Result};
-use crate::wr::{note_posted, RecvWr, SendFlags, SendWr, Sge};
+use super::extended::ExQp;
+use super::{QpCapabilities, QpType, QueuePair, ReceiveReady, Rts, SendLimits};
+use crate::error::{check_errno, errno_error, Error, InvalidInputKind, PostListError, Result};
+use crate::fit::{self, Slack};
+use crate::pd::ProtectionDomain;
+use crate::wr::{RecvWr, SendFlags, SendWr, SendWrList, Sge};
 
 impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// `ibv_post_recv(3)`—Posts one receive work request.
@@ -24,12 +27,15 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// [`Error::Verb`] from the provider: `ENOMEM` when the receive queue is full, `EINVAL`
     /// for more SGEs than `max_recv_sge`.
     #[doc(alias = "ibv_post_recv")]
-    #[inline]
+    #[inline(always)]
     pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP in a receive-ready state; the caller upholds the memory contract.
         let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
-        check_errno(ret, "ibv_post_recv")
+        if ret != 0 {
+            return Err(errno_error(ret, "ibv_post_recv"));
+        }
+        Ok(())
     }
 }
 
@@ -38,6 +44,11 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// with or without immediate, RDMA READ, atomics, memory-window bind and invalidate; on UD
     /// QPs a SEND [addressed](SendWr::to) to a peer). A posted bind
     /// ([`SendWr::bind_mw`]) gives its window the new rkey.
+    ///
+    /// The checks below cost one comparison: what the WR asks (SGEs, bytes, operation) was
+    /// summed up when it was built, what the QP allows when it was created or changed state
+    /// (see [`SendWrList`] for lists). Only a WR that the comparison doubts, and memory-window
+    /// binds, atomics on the legacy path and misshapen atomics, are checked field by field.
     ///
     /// # Safety
     ///
@@ -72,35 +83,119 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// above `max_inline_data`, an atomic on a non-RC QP or not on one 8-byte, 8-byte-aligned
     /// SGE and remote address, a UD send without a destination or above the path MTU;
     /// [`Error::Unsupported`] for atomics on a device without them. Then [`Error::Verb`] from
-    /// the provider (`ENOMEM`: the send queue is full).
+    /// the provider (`ENOMEM`: the send queue is full); on the extended path
+    /// [`Error::Unsupported`] naming the `ibv_wr_*` builder the QP lacks.
     #[doc(alias = "ibv_post_send")]
     // Always inlined: the caller then tests the `Result`'s tag instead of receiving it through
-    // memory, and no frame is built (scripts/bench-counts: 85 → 66 instructions per legacy
-    // post, the direct call 28).
+    // memory, and no frame is built.
     #[inline(always)]
     pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
-        self.check_send(wr)?;
+        if !wr.demand().fits(self.slack) {
+            // SAFETY: the caller's guarantees.
+            return unsafe { self.post_send_exactly(wr) };
+        }
+        match &self.ex {
+            None => {
+                let mut bad = std::ptr::null_mut();
+                // SAFETY: a live QP in RTS; one WR (its `next` is NULL outside a list); the
+                // caller upholds the memory contract; the WR fits the QP, so the op is set.
+                let ret = unsafe { self.provider_post_send(wr.as_raw_mut(), &mut bad) };
+                if ret != 0 {
+                    return Err(errno_error(ret, "ibv_post_send"));
+                }
+                Ok(())
+            }
+            Some(ex) => {
+                // SAFETY: a live QP in RTS; the caller upholds the memory contract; the WR
+                // fits the QP, so the fast batch can build it.
+                let ret = unsafe {
+                    if T::RAW == sys::IBV_QPT_UD {
+                        ex.post_one_fast::<true>(wr)
+                    } else {
+                        ex.post_one_fast::<false>(wr)
+                    }
+                };
+                if ret != 0 {
+                    return Err(ex.failed(ret, 1).error);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The provider's `post_send` op called as the C inline `ibv_post_send` calls it, without
+    /// its NULL test: a legacy-path QP's slack lets no WR through unless the op was set when
+    /// the slack was worked out ([`send_slack`]), and a context's op table does not change
+    /// once it is open.
+    ///
+    /// # Safety
+    ///
+    /// As `ibv_post_send(3)`, for a WR list whose demand fits this (legacy-path) QP's slack.
+    #[inline(always)]
+    unsafe fn provider_post_send(
+        &self,
+        wr: *mut sys::ibv_send_wr,
+        bad: &mut *mut sys::ibv_send_wr,
+    ) -> i32 {
+        let qp = self.as_raw();
+        // SAFETY: a live QP, whose context is live; the op is set (see above); the caller's
+        // valid arguments.
+        unsafe { (*(*qp).context).ops.post_send.unwrap_unchecked()(qp, wr, bad) }
+    }
+
+    /// [`ExQp::post_fast`] for this QP's type.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post_fast`].
+    #[inline(always)]
+    unsafe fn post_fast(&self, ex: &ExQp, wrs: &[SendWr<'_>]) -> i32 {
+        // SAFETY: the caller's guarantees.
+        unsafe {
+            if T::RAW == sys::IBV_QPT_UD {
+                ex.post_fast::<true>(wrs)
+            } else {
+                ex.post_fast::<false>(wrs)
+            }
+        }
+    }
+
+    /// [`QueuePair::post_send`] of a WR whose demand did not fit the slack: every check,
+    /// exactly, then the post, then its bookkeeping ([`SendWr::note_posted`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn post_send_exactly(&self, wr: &mut SendWr<'_>) -> Result<()> {
+        self.check_send_fully(wr)?;
         if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-            unsafe { ex.post(std::slice::from_ref(wr.as_raw()), T::RAW == sys::IBV_QPT_UD) }
+            unsafe { ex.post(std::slice::from_ref(wr), T::RAW == sys::IBV_QPT_UD) }
                 .map_err(|e| e.error)?;
         } else {
             let mut bad = std::ptr::null_mut();
-            // SAFETY: a live QP in RTS; one WR (`as_single` clears a `next` left by an earlier
-            // list post); the caller upholds the memory contract.
+            // SAFETY: a live QP in RTS; one WR (its `next` is NULL outside a list); the caller
+            // upholds the memory contract.
             let ret =
-                unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_single(), &mut bad) };
+                unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
             check_errno(ret, "ibv_post_send")?;
         }
         wr.note_posted();
         Ok(())
     }
 
-    /// `ibv_post_send(3)` or `ibv_wr_post(3)`—Posts `wrs` with one doorbell: perftest's post
-    /// lists. Typically only the last is [`SendFlags::SIGNALED`]: on an RC send queue its
-    /// completion means all before it are done.
+    /// `ibv_post_send(3)` or `ibv_wr_post(3)`—Posts the WRs of `list` with one doorbell:
+    /// perftest's post lists. Typically only the last is [`SendFlags::SIGNALED`]: on an RC
+    /// send queue its completion means all before it are done.
     ///
-    /// On the legacy path the WRs go as one linked list to `ibv_post_send`; on the extended
+    /// The list was linked and summed up as it was built ([`SendWrList`]): the post checks
+    /// it with one comparison, whatever its length, and hands it to the provider as it is,
+    /// unless the comparison doubts it; then each WR is checked as
+    /// [`QueuePair::post_send`] checks a doubtful one.
+    ///
+    /// On the legacy path the WRs go as the linked list to `ibv_post_send`; on the extended
     /// path ([`QueuePair::send_path`]) as one batch: `ibv_wr_start`, each WR's builders,
     /// one `ibv_wr_complete`. On rxe without rdma-core PRs 1744 and 1751 (Debian's 33.2, 44.0
     /// and 56.1 among them), whose `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list`
@@ -126,87 +221,127 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// `ibv_wr_post(3)` does not say which went out.
     #[doc(alias = "ibv_post_send")]
     #[inline]
-    pub unsafe fn post_send_list(&self, wrs: &mut [SendWr<'_>]) -> Result<(), PostListError> {
-        for wr in wrs.iter() {
-            self.check_send(wr).map_err(|error| PostListError { posted: 0, error })?;
-        }
-        // SAFETY: SendWr is a transparent ibv_send_wr; the caller upholds the memory contract.
-        unsafe {
-            self.post_send_chain(std::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast(), wrs.len()))
+    pub unsafe fn post_send_list(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
+        if list.demand().fits(self.slack) {
+            // SAFETY: the caller's guarantees; the list fits the QP.
+            unsafe { self.post_list_fast(list) }
+        } else {
+            // SAFETY: the caller's guarantees.
+            unsafe { self.post_list_exactly(list) }
         }
     }
 
-    /// Posts `wrs` with one doorbell: linked through their `next` pointers for
-    /// `ibv_post_send`, or as one `ibv_wr_*` batch; on failure, how many were accepted before
-    /// the refused one (all, when the provider does not say).
+    /// Checks every WR of `list` as [`QueuePair::post_send`] does: one comparison for the
+    /// list, or each WR exactly when it doubts them.
+    pub(crate) fn check_list(&self, list: &SendWrList<'_>) -> Result<()> {
+        if list.demand().fits(self.slack) {
+            return Ok(());
+        }
+        list.iter().try_for_each(|wr| self.check_send_fully(wr))
+    }
+
+    /// Posts a list whose WRs passed [`QueuePair::check_list`].
     ///
     /// # Safety
     ///
-    /// Every WR must be valid for `ibv_post_send(3)` under [`QueuePair::post_send`]'s contract.
-    pub(crate) unsafe fn post_send_chain(
+    /// As [`QueuePair::post_send_list`].
+    pub(crate) unsafe fn post_checked_list(
         &self,
-        wrs: &mut [sys::ibv_send_wr],
+        list: &mut SendWrList<'_>,
     ) -> Result<(), PostListError> {
-        if wrs.is_empty() {
+        if list.demand().fits(self.slack) {
+            // SAFETY: the caller's guarantees; the list fits the QP.
+            unsafe { self.post_list_fast(list) }
+        } else {
+            // SAFETY: the caller's guarantees; the WRs passed the exact checks.
+            unsafe { self.post_list_general(list) }
+        }
+    }
+
+    /// A list that fits the QP (so it holds no bind, and no WR needing the general path),
+    /// posted with the least work: the linked list to `ibv_post_send`, or one fast batch.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send_list`]; `list.demand()` fits the slack (it is not empty).
+    #[inline(always)]
+    unsafe fn post_list_fast(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
+        match &self.ex {
+            None => {
+                let mut bad = std::ptr::null_mut();
+                // SAFETY: a live QP in RTS; the list, linked within its storage and not
+                // empty; the caller upholds the memory contract; the list fits the QP, so the
+                // op is set.
+                let ret = unsafe { self.provider_post_send(list.head(), &mut bad) };
+                if ret != 0 {
+                    return Err(list_error(ret, bad, list));
+                }
+                Ok(())
+            }
+            Some(ex) => {
+                // SAFETY: a live QP in RTS; the caller upholds the memory contract; the list
+                // fits the QP, so the fast batch can build every WR.
+                let ret = unsafe { self.post_fast(ex, list.as_slice()) };
+                if ret != 0 {
+                    return Err(ex.failed(ret, list.len()));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// [`QueuePair::post_send_list`] of a list whose demand did not fit the slack: every
+    /// WR checked exactly (none posted when one fails), then posted the general way.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send_list`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn post_list_exactly(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
+        for wr in list.iter() {
+            self.check_send_fully(wr).map_err(|error| PostListError { posted: 0, error })?;
+        }
+        // SAFETY: the caller's guarantees; every WR passed the checks.
+        unsafe { self.post_list_general(list) }
+    }
+
+    /// Posts `list` (checked) whatever it holds: through `ibv_post_send`, or in batches and
+    /// single posts ([`ExQp::post`](super::extended::ExQp::post)); then each posted WR's
+    /// bookkeeping. On failure, how many were accepted before the refused one (all, when the
+    /// provider does not say).
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send_list`]; every WR passed [`QueuePair::check_send_fully`].
+    unsafe fn post_list_general(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
+        if list.is_empty() {
             return Ok(());
         }
-        if let Some(ex) = &self.ex {
+        let result = if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-            let result = unsafe { ex.post(wrs, T::RAW == sys::IBV_QPT_UD) };
-            let posted = result.as_ref().map_or_else(|e| e.posted, |()| wrs.len());
-            wrs[..posted].iter().for_each(note_posted);
-            return result;
-        }
-        // Every link, and the head the provider walks from, derive from one pointer, and the
-        // slice is not used again until the provider returns: the links stay valid under
-        // Stacked and Tree Borrows. (No Miri toolchain can be installed on the machines this
-        // is built on, so this is argued, not checked by Miri.)
-        let n = wrs.len();
-        let first = wrs.as_mut_ptr();
-        let base = first as usize;
-        for i in 0..n {
-            let next = if i + 1 < n { first.wrapping_add(i + 1) } else { std::ptr::null_mut() };
-            // SAFETY: `i < n`, inside the slice `first` came from.
-            unsafe { (*first.add(i)).next = next };
-        }
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP in RTS; the list is linked within `wrs`; the caller upholds the
-        // memory contract.
-        let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), first, &mut bad) };
-        let result = check_errno(ret, "ibv_post_send").map_err(|error| {
-            let offset =
-                (bad as usize).wrapping_sub(base) / std::mem::size_of::<sys::ibv_send_wr>();
-            // A provider that names no refused WR may have posted any of them: assume all
-            // (the buffer tier then never hands back memory the NIC might use).
-            let posted = if bad.is_null() || offset >= wrs.len() { wrs.len() } else { offset };
-            PostListError { posted, error }
-        });
-        let posted = result.as_ref().map_or_else(|e| e.posted, |()| wrs.len());
-        wrs[..posted].iter().for_each(note_posted);
+            unsafe { ex.post(list.as_slice(), T::RAW == sys::IBV_QPT_UD) }
+        } else {
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: a live QP in RTS; the list, linked within its storage and not empty; the
+            // caller upholds the memory contract.
+            let ret = unsafe { sys::inline::ibv_post_send(self.as_raw(), list.head(), &mut bad) };
+            if ret == 0 {
+                Ok(())
+            } else {
+                Err(list_error(ret, bad, list))
+            }
+        };
+        let posted = result.as_ref().map_or_else(|e| e.posted, |()| list.len());
+        list.iter().take(posted).for_each(SendWr::note_posted);
         result
     }
 
-    /// The checks before posting `wr`: a few comparisons inline for the common WR, the
-    /// whole of them, with the error's text, out of line for the rest (atomics, and any WR
-    /// the quick test doubts).
-    #[inline]
-    pub(crate) fn check_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        let inline = wr.send_flags().contains(SendFlags::INLINE);
-        let common = wr.num_sge() <= self.caps.max_send_sge as usize
-            && !wr.reads_remote()
-            && (!inline || wr.total_len() <= u64::from(self.caps.max_inline_data))
-            && (T::RAW != sys::IBV_QPT_UD
-                || (wr.has_destination() && wr.total_len() <= u64::from(self.limits.ud_mtu)));
-        if common {
-            Ok(())
-        } else {
-            self.check_send_fully(wr)
-        }
-    }
-
+    /// Every check before posting `wr`, exactly, with the error's text: for a WR whose demand
+    /// did not fit the QP's slack.
     #[cold]
     #[inline(never)]
-    fn check_send_fully(&self, wr: &SendWr<'_>) -> Result<()> {
+    pub(super) fn check_send_fully(&self, wr: &SendWr<'_>) -> Result<()> {
         if wr.num_sge() > self.caps.max_send_sge as usize {
             return Err(Error::invalid(
                 InvalidInputKind::TooManySges,
@@ -309,5 +444,79 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             ));
         }
         Ok(())
+    }
+}
+
+/// A failed list post's error: how many WRs the provider accepted before `bad`, the one it
+/// refused. A provider that names no WR of the list may have posted any of them: all are
+/// counted (the buffer tier then never hands back memory the NIC might use).
+#[cold]
+#[inline(never)]
+fn list_error(ret: i32, bad: *mut sys::ibv_send_wr, list: &SendWrList<'_>) -> PostListError {
+    let posted = list.index_of(bad).unwrap_or(list.len());
+    PostListError { posted, error: errno_error(ret, "ibv_post_send") }
+}
+
+/// The slack of a QP of type `T` with `caps` and `limits`, posting through `ex` when it has
+/// one: what each field of a WR's [`Demand`](fit::Demand) may be for the WR to pass every
+/// check of [`QueuePair::check_send_fully`] and, on the extended path, to be built by the
+/// fast batch ([`ExQp::post_fast`]).
+pub(super) fn send_slack<T: QpType>(
+    pd: &ProtectionDomain<'_>,
+    caps: &QpCapabilities,
+    limits: SendLimits,
+    ex: Option<&ExQp>,
+) -> Slack {
+    let (rc, ud) = (T::RAW == sys::IBV_QPT_RC, T::RAW == sys::IBV_QPT_UD);
+    // RDMA READ and atomics need RC and a non-zero `max_rd_atomic` (`check_reads_remote`).
+    let reads = rc && limits.rd_atomic != Some(0);
+    let slack = Slack::ANY
+        .at_most(fit::SGES, caps.max_send_sge.into())
+        .at_most(fit::INLINE, caps.max_inline_data.into())
+        .allow(fit::WRITE, !ud)
+        .allow(fit::READ, reads)
+        .allow(fit::INV, !ud)
+        .allow(fit::UNADDRESSED, !ud)
+        .exact();
+    // A UD QP posts only addressed SENDs within the path MTU; others any length.
+    let slack = if ud { slack.at_most(fit::LEN, limits.ud_mtu.into()) } else { slack };
+    match ex {
+        None => {
+            // SAFETY: a live context; a plain read of its op table.
+            let op = unsafe { (*pd.context().as_raw()).ops.post_send.is_some() };
+            // Without the op every post takes the exact path (whose verb then fails).
+            let slack = if op { slack } else { slack.forbid_all() };
+            // Whether the device has atomics is queried on the first one (`check_atomic`).
+            slack.allow(fit::ATOMIC, false)
+        }
+        Some(ex) => {
+            let builds = |ops: &[sys::ibv_wr_opcode]| ops.iter().all(|&op| ex.builds(op));
+            let slack = slack
+                .allow(fit::SEND, builds(&[sys::IBV_WR_SEND, sys::IBV_WR_SEND_WITH_IMM]))
+                .allow(
+                    fit::WRITE,
+                    builds(&[sys::IBV_WR_RDMA_WRITE, sys::IBV_WR_RDMA_WRITE_WITH_IMM]),
+                )
+                .allow(fit::READ, builds(&[sys::IBV_WR_RDMA_READ]))
+                // The QP was created for atomics only where the device has them.
+                .allow(
+                    fit::ATOMIC,
+                    reads
+                        && builds(&[
+                            sys::IBV_WR_ATOMIC_CMP_AND_SWP,
+                            sys::IBV_WR_ATOMIC_FETCH_AND_ADD,
+                        ]),
+                )
+                .allow(fit::INV, builds(&[sys::IBV_WR_LOCAL_INV, sys::IBV_WR_SEND_WITH_INV]))
+                .allow(fit::INLINE_LIST, ex.has_inline_list())
+                // More inline buffers than a batch takes go through `ibv_post_send` alone.
+                .allow(fit::INLINE_MANY, false);
+            // Where the list setters count wrong, WRs of several SGEs go alone too.
+            if ex.lists_right() {
+                slack
+            } else {
+                slack.at_most(fit::SGES, 1)
+            }
+        }
     }
 }

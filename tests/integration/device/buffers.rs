@@ -120,6 +120,7 @@ fn a_raw_list_rings_one_doorbell_for_many_sends() {
     let mut wrs: Vec<_> =
         send.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();
     wrs[3] = SendWr::send(3, &send[3]).flags(SendFlags::SIGNALED);
+    let mut wrs = SendWrList::from(wrs);
     // SAFETY: the send areas are not written until the signaled last send completes.
     unsafe { a.post_send_list(&mut wrs).unwrap() };
     let wcs = wait_for(&lo.cq, 5);

@@ -140,6 +140,7 @@ fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
         let flags = if i % 2 == 0 { SendFlags::empty() } else { SendFlags::SIGNALED };
         wrs.push(SendWr::send(2 + i as u64, sge).flags(flags));
     }
+    let mut wrs = SendWrList::from(wrs);
     // SAFETY: as above.
     unsafe { a.post_send_list(&mut wrs).unwrap() };
 

@@ -108,7 +108,7 @@ fn a_burst_of_64_completions_drains_in_one_poll_call() {
     let (a, _b) = lo.rc_pair(BURST as u32, AccessFlags::REMOTE_WRITE);
     let sge = [source.sge(..64).unwrap()];
     let remote = target.remote(..64).unwrap();
-    let mut wrs: Vec<_> = (0..BURST as u64)
+    let mut wrs: SendWrList<'_> = (0..BURST as u64)
         .map(|i| SendWr::rdma_write(i, &sge, remote).flags(SendFlags::SIGNALED))
         .collect();
     // SAFETY: neither region is touched by the program until the writes complete.

@@ -142,7 +142,7 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
                 unsafe { b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap() };
             }
             let send: Vec<_> = (0..3).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
-            let mut wrs: Vec<_> = send
+            let mut wrs: SendWrList<'_> = send
                 .iter()
                 .enumerate()
                 .map(|(i, sge)| SendWr::send(i as u64, sge).flags(SendFlags::SIGNALED))
@@ -150,11 +150,10 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
             // SAFETY: the send areas are never written.
             unsafe { a.post_send_list(&mut wrs).unwrap() };
             assert_eq!(wait_for(&cq, 6).len(), 6, "{path}: three sends, three receives");
-            // Move the WRs to a new allocation (the old one is freed) and post the first one
-            // alone: its `next` from the list must not be followed.
+            // Move the WRs out of the list to a new allocation (the old one is freed) and post
+            // the first one alone: its `next` from the list must not be followed.
             let mut moved = Vec::with_capacity(16);
-            moved.append(&mut wrs);
-            drop(wrs);
+            moved.append(&mut Vec::from(wrs));
             // SAFETY: as above.
             unsafe { a.post_send(&mut moved[0]).unwrap() };
             let wcs = wait_for(&cq, 2);

@@ -244,6 +244,7 @@ fn suite(t: &Target, port: u16, expected: VerbsPath) {
             .map(|(i, sge)| SendWr::rdma_write(1000 + i as u64, sge, remote(BATCH_AT + i * chunk)))
             .collect();
         wrs.last_mut().unwrap().set_flags(SendFlags::SIGNALED);
+        let mut wrs = SendWrList::from(wrs);
         // SAFETY: the sources are not written until the last (signaled) WR completed.
         unsafe { a.post_send_list(&mut wrs).unwrap_or_else(|e| panic!("{e}")) };
         one(cq_a, 1000 + BATCH as u64 - 1, WcOpcode::RDMA_WRITE);

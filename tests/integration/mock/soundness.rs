@@ -20,8 +20,8 @@ use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
     Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
     QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags, SendList, SendOp,
-    SendWr, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend,
-    UdToInitAttr, VerbsPath, WorkCompletion,
+    SendWr, SendWrList, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud,
+    UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -498,17 +498,16 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
     let mr = pd.register(3 * 64, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = parts.connect(parts.create::<Rc>(false), Qpn(0xab_cdef)).unwrap();
     let sges: Vec<_> = (0..3).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
-    let mut wrs: Vec<_> =
+    let mut wrs: SendWrList<'_> =
         sges.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();
     mock.take_calls();
     // SAFETY: the QP's peer is no QP of the mock: nothing executes, and the bytes are never
     // written while the QP lives.
     unsafe { qp.post_send_list(&mut wrs).unwrap() };
-    // Moved to a new allocation, the old one freed: a stale `next` would point there (which
-    // memcheck reports as an invalid read).
+    // Moved out of the list to a new allocation, the old one freed: a stale `next` would
+    // point there (which memcheck reports as an invalid read).
     let mut moved = Vec::with_capacity(16);
-    moved.append(&mut wrs);
-    drop(wrs);
+    moved.append(&mut Vec::from(wrs));
     // SAFETY: as above.
     unsafe { qp.post_send(&mut moved[0]).unwrap() };
     let posts: Vec<_> = mock

@@ -7,8 +7,8 @@ use std::net::Ipv6Addr;
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, CqAttr, Endpoint, Error, Gid,
     InvalidInputKind, LKey, Lid, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr, Sge, ToInitAttr,
-    ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
+    QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr, SendWrList, Sge,
+    ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
@@ -185,13 +185,13 @@ fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
         Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
     ];
     let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
-    let mut wrs = [
+    let mut wrs = SendWrList::from(vec![
         SendWr::send(1, &one),
         SendWr::rdma_write_with_imm(2, &two, remote, 9),
         SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
         SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
         SendWr::send(5, &inline).flags(SendFlags::INLINE),
-    ];
+    ]);
     // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
     unsafe { qp.post_send_list(&mut wrs) }.unwrap();
     f.mock.take_calls()
@@ -283,7 +283,7 @@ fn a_failed_wr_complete_counts_what_the_provider_leaves_posted_with_the_post_sen
         let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let qp = rts_qp(&pd, &cq);
         let sge = [mr.sge(..64).unwrap()];
-        let mut wrs = [SendWr::send(1, &sge), SendWr::send(2, &sge)];
+        let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::send(2, &sge)]);
         f.mock.fail(Verb::WrComplete, errno);
         // SAFETY: the mock provider never touches the memory.
         let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
@@ -329,7 +329,7 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
     f.mock.take_calls();
     let sge = [mr.sge(..64).unwrap()];
     // The mock device has no memory windows, so the QP was not created for invalidation.
-    let mut wrs = [SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))];
+    let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))]);
     // SAFETY: the mock provider never touches the memory.
     let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
     assert_eq!(err.posted, 0);

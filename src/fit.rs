@@ -1,0 +1,229 @@
+//! Whether a send work request fits the queue pair that posts it, in one addition.
+//!
+//! A WR's [`Demand`] is worked out once, when the WR is built (and again when its flags or
+//! destination change): how many SGEs, how many bytes, inline or not, which class of
+//! operation, addressed or not. A QP's [`Slack`] is worked out once, when it is created or
+//! changes state: how much of each it allows. A post then tests `demand + slack` against the
+//! guard bits, instead of reading the WR's fields and the QP's limits one by one: the checks
+//! the soundness proof needs (SGE count against `max_send_sge`, inline bytes against
+//! `max_inline_data`, RDMA READ and atomics only where they can complete, a UD send
+//! addressed and within the path MTU, an extended-path operation only where its builder
+//! exists) cost the post the same five instructions however many there are, and a list's
+//! demand (the field-wise maximum of its WRs') is tested once for the whole list.
+//!
+//! The test is conservative: when it passes, every exact check of
+//! `QueuePair::check_send_fully` passes and the WR can be built by the fast extended batch;
+//! when it fails, the exact checks run (and may still accept the WR, e.g. a size past a
+//! field's range). Rare shapes (memory-window binds, misshapen atomics, atomics on the legacy
+//! path) always take the exact checks.
+//!
+//! # The word
+//!
+//! Each field holds a value of `width` bits with a guard bit above it. A demand's field is
+//! the WR's value, saturated at the field's maximum `M`; a slack's field is `M - limit`
+//! (`limit` at most `M - 1`, so a saturated demand never fits), or 0 for "no limit". Their
+//! sum stays below `2 M + 1`, so nothing carries into the next field, and the guard bit is set
+//! exactly when `demand > limit`. One-bit fields are classes: demand 1 when the WR is of the
+//! class, slack 1 when the QP forbids it.
+
+/// One field of the word: `width` value bits from bit `shift`, the guard bit above them.
+#[derive(Clone, Copy)]
+pub(crate) struct Field {
+    shift: u32,
+    width: u32,
+}
+
+impl Field {
+    const fn after(previous: Field, width: u32) -> Field {
+        Field { shift: previous.shift + previous.width + 1, width }
+    }
+
+    const fn max(self) -> u64 {
+        (1 << self.width) - 1
+    }
+
+    const fn guard(self) -> u64 {
+        1 << (self.shift + self.width)
+    }
+
+    const fn mask(self) -> u64 {
+        self.max() << self.shift
+    }
+
+    fn get(self, word: u64) -> u64 {
+        (word & self.mask()) >> self.shift
+    }
+
+    fn with(self, word: u64, value: u64) -> u64 {
+        (word & !self.mask()) | (value.min(self.max()) << self.shift)
+    }
+}
+
+/// The number of SGEs.
+pub(crate) const SGES: Field = Field { shift: 0, width: 8 };
+/// The bytes copied into the WQE: the WR's length when it is `INLINE`, else 0.
+pub(crate) const INLINE: Field = Field::after(SGES, 16);
+/// The bytes the WR carries (a UD message's are at most the path MTU).
+pub(crate) const LEN: Field = Field::after(INLINE, 16);
+/// SEND, SEND with immediate.
+pub(crate) const SEND: Field = Field::after(LEN, 1);
+/// RDMA WRITE, with or without immediate.
+pub(crate) const WRITE: Field = Field::after(SEND, 1);
+/// RDMA READ.
+pub(crate) const READ: Field = Field::after(WRITE, 1);
+/// Compare-and-swap, fetch-and-add, of the shape they need (one 8-byte SGE, both addresses
+/// 8-byte aligned).
+pub(crate) const ATOMIC: Field = Field::after(READ, 1);
+/// Local invalidate, SEND with invalidate.
+pub(crate) const INV: Field = Field::after(ATOMIC, 1);
+/// Not a SEND addressed with `SendWr::to` (a UD QP posts only those).
+pub(crate) const UNADDRESSED: Field = Field::after(INV, 1);
+/// Inline data from several buffers (`ibv_wr_set_inline_data_list`).
+pub(crate) const INLINE_LIST: Field = Field::after(UNADDRESSED, 1);
+/// Inline data from more buffers than an extended batch takes (`INLINE_BUFS`).
+pub(crate) const INLINE_MANY: Field = Field::after(INLINE_LIST, 1);
+/// Anything else: always the exact checks (binds, misshapen atomics, unknown opcodes).
+pub(crate) const SLOW: Field = Field::after(INLINE_MANY, 1);
+
+const FIELDS: [Field; 12] = [
+    SGES,
+    INLINE,
+    LEN,
+    SEND,
+    WRITE,
+    READ,
+    ATOMIC,
+    INV,
+    UNADDRESSED,
+    INLINE_LIST,
+    INLINE_MANY,
+    SLOW,
+];
+
+const GUARDS: u64 = {
+    let mut guards = 0;
+    let mut i = 0;
+    while i < FIELDS.len() {
+        guards |= FIELDS[i].guard();
+        i += 1;
+    }
+    guards
+};
+
+// Every field, with its guard, fits the word.
+const _: () = assert!(SLOW.shift + SLOW.width < 64);
+
+/// What a send WR asks of the QP that posts it (see the module notes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Demand(u64);
+
+impl Demand {
+    /// The demand of an empty list: none of a WR, but the exact path (which posts nothing).
+    pub(crate) const EMPTY: Demand = Demand(1 << SLOW.shift);
+
+    /// This demand with `field` set to `value` (saturated).
+    #[must_use]
+    pub(crate) fn with(self, field: Field, value: u64) -> Demand {
+        Demand(field.with(self.0, value))
+    }
+
+    /// The field-wise maximum of two demands: what a list of both asks.
+    #[must_use]
+    pub(crate) fn max(self, other: Demand) -> Demand {
+        Demand(FIELDS.iter().fold(0, |word, f| f.with(word, f.get(self.0).max(f.get(other.0)))))
+    }
+
+    /// Whether the demand fits a QP of `slack`: every exact check passes.
+    #[inline(always)]
+    pub(crate) fn fits(self, slack: Slack) -> bool {
+        self.0.wrapping_add(slack.0) & GUARDS == 0
+    }
+}
+
+/// What a QP allows each field of a [`Demand`] (see the module notes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Slack(u64);
+
+impl Slack {
+    /// No limit on anything: the slack every limit narrows.
+    pub(crate) const ANY: Slack = Slack(0);
+
+    /// At most `limit` in `field` (of the wider fields).
+    #[must_use]
+    pub(crate) fn at_most(self, field: Field, limit: u64) -> Slack {
+        let slack = field.max() - limit.min(field.max() - 1);
+        Slack(field.with(self.0, field.get(self.0).max(slack)))
+    }
+
+    /// The class `field` allowed or not.
+    #[must_use]
+    pub(crate) fn allow(self, field: Field, allowed: bool) -> Slack {
+        if allowed {
+            self
+        } else {
+            Slack(field.with(self.0, 1))
+        }
+    }
+
+    /// [`SLOW`] forbidden, as every QP has it.
+    #[must_use]
+    pub(crate) fn exact(self) -> Slack {
+        self.allow(SLOW, false)
+    }
+
+    /// Every class forbidden: a QP that posts only through the exact checks (every WR is of
+    /// one class).
+    #[must_use]
+    pub(crate) fn forbid_all(self) -> Slack {
+        [SEND, WRITE, READ, ATOMIC, INV, SLOW].into_iter().fold(self, |s, f| s.allow(f, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_fits_up_to_its_limit_and_a_saturated_value_never() {
+        let slack = Slack::ANY.at_most(SGES, 4).at_most(INLINE, 64);
+        let demand = |sges, inline| Demand::default().with(SGES, sges).with(INLINE, inline);
+        assert!(demand(4, 64).fits(slack));
+        assert!(!demand(5, 64).fits(slack));
+        assert!(!demand(4, 65).fits(slack));
+        assert!(demand(0, 0).fits(slack));
+        // Limits past the field's range cap at one below its maximum; values saturate at it.
+        let huge = Slack::ANY.at_most(LEN, u64::MAX);
+        assert!(Demand::default().with(LEN, LEN.max() - 1).fits(huge));
+        assert!(!Demand::default().with(LEN, u64::MAX).fits(huge));
+        // No limit: anything fits.
+        assert!(Demand::default().with(LEN, u64::MAX).fits(Slack::ANY));
+    }
+
+    #[test]
+    fn a_class_fits_unless_forbidden_and_slow_never() {
+        let read = Demand::default().with(READ, 1);
+        assert!(read.fits(Slack::ANY.allow(READ, true)));
+        assert!(!read.fits(Slack::ANY.allow(READ, false)));
+        assert!(read.fits(Slack::ANY.allow(WRITE, false)), "another class's limit");
+        // Every QP's slack forbids SLOW: an empty list, a bind, never fit.
+        assert!(!Demand::EMPTY.fits(Slack::ANY.exact()));
+        assert!(!Demand::default().with(SLOW, 1).fits(Slack::ANY.exact()));
+        assert!(Demand::default().with(SEND, 1).fits(Slack::ANY.exact()));
+        assert!(!Demand::default().with(SEND, 1).fits(Slack::ANY.forbid_all()));
+    }
+
+    #[test]
+    fn a_lists_demand_is_the_field_wise_maximum() {
+        let a = Demand::default().with(SGES, 3).with(LEN, 10).with(WRITE, 1);
+        let b = Demand::default().with(SGES, 1).with(LEN, 4000).with(READ, 1);
+        let both = a.max(b);
+        assert_eq!(
+            both,
+            Demand::default().with(SGES, 3).with(LEN, 4000).with(WRITE, 1).with(READ, 1)
+        );
+        let slack = Slack::ANY.at_most(SGES, 3).at_most(LEN, 4096);
+        assert!(both.fits(slack));
+        assert!(!both.fits(slack.allow(READ, false)));
+        assert!(!both.fits(slack.at_most(SGES, 2)));
+    }
+}
