@@ -112,7 +112,21 @@ pub struct SendWr<'a> {
     raw: sys::ibv_send_wr,
     /// What it asks of the QP, worked out from `raw` whenever `raw` changes.
     demand: Demand,
+    /// How the extended path's fast batch builds it, worked out with `demand`.
+    build: Build,
     _sges: PhantomData<&'a [Sge]>,
+}
+
+/// How the extended path's fast batch builds a WR: the common ones, of one SGE and not
+/// inline, with one dispatch on this; any other on its opcode, then on its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Build {
+    Send,
+    SendWithImm,
+    RdmaWrite,
+    RdmaWriteWithImm,
+    RdmaRead,
+    Other,
 }
 
 // SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data);
@@ -145,7 +159,8 @@ impl<'a> SendWr<'a> {
             ..Default::default()
         };
         fill(&mut raw);
-        let mut wr = SendWr { raw, demand: Demand::default(), _sges: PhantomData };
+        let mut wr =
+            SendWr { raw, demand: Demand::default(), build: Build::Other, _sges: PhantomData };
         wr.refresh();
         wr
     }
@@ -178,6 +193,21 @@ impl<'a> SendWr<'a> {
             .with(fit::UNADDRESSED, u64::from(!self.has_destination()))
             .with(class, 1)
             .with(fit::SLOW, u64::from(slow));
+        self.build = match self.raw.opcode {
+            _ if n != 1 || inline => Build::Other,
+            sys::IBV_WR_SEND => Build::Send,
+            sys::IBV_WR_SEND_WITH_IMM => Build::SendWithImm,
+            sys::IBV_WR_RDMA_WRITE => Build::RdmaWrite,
+            sys::IBV_WR_RDMA_WRITE_WITH_IMM => Build::RdmaWriteWithImm,
+            sys::IBV_WR_RDMA_READ => Build::RdmaRead,
+            _ => Build::Other,
+        };
+    }
+
+    /// How the extended path's fast batch builds it.
+    #[inline(always)]
+    pub(crate) fn build(&self) -> Build {
+        self.build
     }
 
     /// What the WR asks of the QP that posts it.
@@ -406,7 +436,7 @@ impl<'a> SendWr<'a> {
     /// The SGEs (and a UD destination's AH, a bind's window) must stay alive and unchanged
     /// as long as the returned WR is used.
     pub(crate) unsafe fn forget_borrow(self) -> SendWr<'static> {
-        SendWr { raw: self.raw, demand: self.demand, _sges: PhantomData }
+        SendWr { raw: self.raw, demand: self.demand, build: self.build, _sges: PhantomData }
     }
 }
 

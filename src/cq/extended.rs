@@ -178,17 +178,31 @@ impl ExCq {
     /// `ibv_next_poll` ends the session, or that has none ([`Reader::SessionPerCompletion`]).
     #[inline]
     pub(super) fn drain<S: Slot>(&self, out: &mut [S]) -> Result<usize> {
+        // The loop for each: whether the timestamp is read, and how sessions go, are settled
+        // here once rather than at each completion.
+        match (S::TIMESTAMPS && self.wc_flags & TIMESTAMP != 0, self.reader) {
+            (true, Reader::SessionPerCompletion) => self.drain_as::<S, true, false>(out),
+            (true, _) => self.drain_as::<S, true, true>(out),
+            (false, Reader::SessionPerCompletion) => self.drain_as::<S, false, false>(out),
+            (false, _) => self.drain_as::<S, false, true>(out),
+        }
+    }
+
+    /// [`ExCq::drain`], reading timestamps when `TS`, batching with `ibv_next_poll` when
+    /// `BATCH` (else a session per completion).
+    #[inline(always)]
+    fn drain_as<S: Slot, const TS: bool, const BATCH: bool>(&self, out: &mut [S]) -> Result<usize> {
         let cq = self.raw.as_ptr();
         let mut attr = sys::ibv_poll_cq_attr::default();
-        let (max, timestamps) = (out.len(), S::TIMESTAMPS && self.wc_flags & TIMESTAMP != 0);
+        let mut slots = out.iter_mut();
         let mut n = 0;
         // SAFETY: a live extended CQ whose members called here were found set at creation
-        // (`missing_member`; `next_poll` only with `Reader::Session`, see `create`), as the C
+        // (`missing_member`; `next_poll` with `Reader::Session` only, see `create`), as the C
         // inline verbs call them: providers set them when they create the CQ and never
         // change them. Each session is opened and closed within the loop, on this thread; the
         // reads are inside it, on its current completion.
         unsafe {
-            while n < max {
+            while let Some(first) = slots.next() {
                 match (*cq).start_poll.unwrap_unchecked()(cq, &mut attr) {
                     0 => {}
                     // Empty: there is no session, so no `ibv_end_poll`.
@@ -197,19 +211,21 @@ impl ExCq {
                     errno if n == 0 => return Err(super::poll_error("ibv_start_poll", errno)),
                     _ => break,
                 }
-                let mut more = true;
-                while let Some(slot) = out.get_mut(n) {
-                    self.read(cq, slot, timestamps);
+                let (mut slot, mut more) = (first, true);
+                loop {
+                    self.read::<S, TS>(cq, slot);
                     n += 1;
-                    if n == max || self.reader == Reader::SessionPerCompletion {
+                    if !BATCH {
                         break;
                     }
+                    let Some(next) = slots.next() else { break };
                     // ENOENT (none left) or a failure, which the next poll reports again,
                     // ends the batch; the session stays open either way.
                     if (*cq).next_poll.unwrap_unchecked()(cq) != 0 {
                         more = false;
                         break;
                     }
+                    slot = next;
                 }
                 // Closes the session, consuming its completions.
                 (*cq).end_poll.unwrap_unchecked()(cq);
@@ -222,13 +238,13 @@ impl ExCq {
     }
 
     /// The current completion's fields into `slot`, reading only those the CQ was created
-    /// with (the timestamp when `timestamps`, which the caller derived from them).
+    /// with (the timestamp when `TS`, which the caller derived from them).
     ///
     /// # Safety
     ///
     /// Inside a polling session of this CQ, on a current completion.
     #[inline(always)]
-    unsafe fn read<S: Slot>(&self, cq: *mut sys::ibv_cq_ex, slot: &mut S, timestamps: bool) {
+    unsafe fn read<S: Slot, const TS: bool>(&self, cq: *mut sys::ibv_cq_ex, slot: &mut S) {
         // SAFETY: the caller's session; every member called was found set at creation and is
         // covered by `wc_flags`; no reference to `*cq` is held across the calls.
         unsafe {
@@ -251,7 +267,7 @@ impl ExCq {
             if wc_flags & (sys::IBV_WC_WITH_IMM | sys::IBV_WC_WITH_INV) != 0 {
                 raw.__bindgen_anon_1.imm_data = (*cq).read_imm_data.unwrap_unchecked()(cq);
             }
-            let timestamp = timestamps.then(|| (*cq).read_completion_ts.unwrap_unchecked()(cq));
+            let timestamp = TS.then(|| (*cq).read_completion_ts.unwrap_unchecked()(cq));
             slot.put(WorkCompletion::from_raw(raw), timestamp);
         }
     }

@@ -11,7 +11,7 @@ use sys::inline as inl;
 use crate::context::Context;
 use crate::error::{check_errno, errno_error, Error, PostListError, Result};
 use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
-use crate::wr::{SendWr, INLINE_BUFS};
+use crate::wr::{Build, SendWr, INLINE_BUFS};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -281,7 +281,7 @@ impl ExQp {
         unsafe {
             (*qp).wr_start.unwrap_unchecked()(qp);
             for wr in wrs {
-                build_fast(qp, wr.as_raw(), UD);
+                build_fast(qp, wr, UD);
             }
             (*qp).wr_complete.unwrap_unchecked()(qp)
         }
@@ -298,7 +298,7 @@ impl ExQp {
         // SAFETY: as in `post_fast`.
         unsafe {
             (*qp).wr_start.unwrap_unchecked()(qp);
-            build_fast(qp, wr.as_raw(), UD);
+            build_fast(qp, wr, UD);
             (*qp).wr_complete.unwrap_unchecked()(qp)
         }
     }
@@ -425,24 +425,56 @@ impl ExQp {
 }
 
 /// One WR of an open batch, built without tests: its id and flags, its builder, its UD
-/// address, its data.
+/// address, its data. A WR of one plain SGE (the common one, [`Build`] says which) is built
+/// with one dispatch on its kind; any other with one on its opcode, then one on its data.
 ///
 /// # Safety
 ///
 /// Inside a batch of `qp` opened on this thread; `wr` valid as for [`ExQp::post`], of a
-/// [`SendWr`] whose demand fits the slack of `qp`'s QP: its opcode is one of the classes
-/// below (binds and other opcodes never fit), its builder and data setter are set, and a UD
-/// WR is addressed.
+/// [`SendWr`] whose demand fits the slack of `qp`'s QP: its opcode is one that
+/// [`builder`] knows (binds and other opcodes never fit), its builder and data setter are
+/// set, and a UD WR is addressed.
 #[inline(always)]
-unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) {
-    // SAFETY: inside the caller's batch; the members called are set (the caller's fit); the
-    // union members read are those the WR's opcode set (the constructors of `SendWr` zero
-    // the rest). No reference to `*qp` is held across the calls, which may write it.
+unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &SendWr<'_>, ud: bool) {
+    let raw = wr.as_raw();
+    // SAFETY: inside the caller's batch, for a WR that fits (the caller's guarantees); no
+    // reference to `*qp` is held across the calls, which may write it.
     unsafe {
-        (*qp).wr_id = wr.wr_id;
-        (*qp).wr_flags = wr.send_flags;
+        (*qp).wr_id = raw.wr_id;
+        (*qp).wr_flags = raw.send_flags;
+        let one = |opcode| {
+            builder(qp, raw, opcode);
+            set_ud_addr(qp, raw, ud);
+            let s = *raw.sg_list;
+            (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey, s.addr, s.length);
+        };
+        match wr.build() {
+            Build::Send => one(sys::IBV_WR_SEND),
+            Build::SendWithImm => one(sys::IBV_WR_SEND_WITH_IMM),
+            Build::RdmaWrite => one(sys::IBV_WR_RDMA_WRITE),
+            Build::RdmaWriteWithImm => one(sys::IBV_WR_RDMA_WRITE_WITH_IMM),
+            Build::RdmaRead => one(sys::IBV_WR_RDMA_READ),
+            Build::Other => {
+                builder(qp, raw, raw.opcode);
+                set_ud_addr(qp, raw, ud);
+                data_fast(qp, raw);
+            }
+        }
+    }
+}
+
+/// The builder of `opcode` (the WR's), called with the WR's fields.
+///
+/// # Safety
+///
+/// As [`build_fast`]: inside the batch, `opcode` one of those below and its builder set.
+#[inline(always)]
+unsafe fn builder(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, opcode: sys::ibv_wr_opcode) {
+    // SAFETY: the caller's; the union members read are those the WR's opcode set (the
+    // constructors of `SendWr` zero the rest).
+    unsafe {
         let rdma = wr.wr.rdma;
-        match wr.opcode {
+        match opcode {
             sys::IBV_WR_SEND => (*qp).wr_send.unwrap_unchecked()(qp),
             sys::IBV_WR_SEND_WITH_IMM => {
                 (*qp).wr_send_imm.unwrap_unchecked()(qp, wr.__bindgen_anon_1.imm_data);
@@ -487,11 +519,37 @@ unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) {
             // Every other opcode is `fit::SLOW` (`SendWr::refresh`): it never fits.
             _ => std::hint::unreachable_unchecked(),
         }
-        if ud {
+    }
+}
+
+/// A UD WR's destination, on a UD QP (`ud`).
+///
+/// # Safety
+///
+/// As [`build_fast`]: after the builder; a WR that fits a UD QP is addressed.
+#[inline(always)]
+unsafe fn set_ud_addr(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) {
+    if ud {
+        // SAFETY: the caller's; `wr.ud` was set by `SendWr::to`, `wr_set_ud_addr` checked at
+        // creation (`ExQp::of`).
+        unsafe {
             let ud = wr.wr.ud;
             (*qp).wr_set_ud_addr.unwrap_unchecked()(qp, ud.ah, ud.remote_qpn, ud.remote_qkey);
         }
-        let n = wr.num_sge as usize;
+    }
+}
+
+/// The data of a WR that fits, through its setter: as [`set_data`], without the tests.
+///
+/// # Safety
+///
+/// As [`build_fast`]: after the builder (and UD address).
+#[inline(always)]
+unsafe fn data_fast(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) {
+    let n = wr.num_sge as usize;
+    // SAFETY: the caller's; `sg_list` holds `num_sge` SGEs (a `SendWr`'s own); the setters a
+    // fitting WR needs are set (`send_slack`); inline bytes are copied during the call.
+    unsafe {
         if wr.send_flags & sys::IBV_SEND_INLINE == 0 {
             if n == 1 {
                 let s = *wr.sg_list;
