@@ -118,7 +118,8 @@ pub struct SendWr<'a> {
 }
 
 /// How the extended path's fast batch builds a WR: the common ones, of one SGE and not
-/// inline, with one dispatch on this; any other on its opcode, then on its data.
+/// inline, and local invalidates, with one dispatch on this; any other on its opcode, then on
+/// its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Build {
     Send,
@@ -126,6 +127,8 @@ pub(crate) enum Build {
     RdmaWrite,
     RdmaWriteWithImm,
     RdmaRead,
+    /// Local invalidate: its builder alone (it carries no data).
+    LocalInv,
     Other,
 }
 
@@ -194,6 +197,7 @@ impl<'a> SendWr<'a> {
             .with(class, 1)
             .with(fit::SLOW, u64::from(slow));
         self.build = match self.raw.opcode {
+            sys::IBV_WR_LOCAL_INV => Build::LocalInv,
             _ if n != 1 || inline => Build::Other,
             sys::IBV_WR_SEND => Build::Send,
             sys::IBV_WR_SEND_WITH_IMM => Build::SendWithImm,

@@ -426,7 +426,8 @@ impl ExQp {
 
 /// One WR of an open batch, built without tests: its id and flags, its builder, its UD
 /// address, its data. A WR of one plain SGE (the common one, [`Build`] says which) is built
-/// with one dispatch on its kind; any other with one on its opcode, then one on its data.
+/// with one dispatch on its kind, a local invalidate with its builder alone (it has no data,
+/// as in [`ExQp::build`]); any other with one dispatch on its opcode, then one on its data.
 ///
 /// # Safety
 ///
@@ -454,6 +455,8 @@ unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &SendWr<'_>, ud: bool) {
             Build::RdmaWrite => one(sys::IBV_WR_RDMA_WRITE),
             Build::RdmaWriteWithImm => one(sys::IBV_WR_RDMA_WRITE_WITH_IMM),
             Build::RdmaRead => one(sys::IBV_WR_RDMA_READ),
+            // It carries no data (no setter follows it), and never fits a UD QP.
+            Build::LocalInv => builder(qp, raw, sys::IBV_WR_LOCAL_INV),
             Build::Other => {
                 builder(qp, raw, raw.opcode);
                 set_ud_addr(qp, raw, ud);
@@ -634,5 +637,99 @@ fn check_op(ret: i32, name: &'static str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Unsupported { what: name })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::mr::{LKey, RKey};
+    use crate::wr::{RemoteAddr, SendWrList, Sge};
+
+    thread_local! {
+        /// The members the fake provider below was called through, in order.
+        static CALLS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn record(member: &'static str) {
+        CALLS.with(|calls| calls.borrow_mut().push(member));
+    }
+
+    extern "C" fn wr_start(_: *mut sys::ibv_qp_ex) {
+        record("wr_start");
+    }
+
+    extern "C" fn wr_complete(_: *mut sys::ibv_qp_ex) -> i32 {
+        record("wr_complete");
+        0
+    }
+
+    extern "C" fn wr_rdma_write(_: *mut sys::ibv_qp_ex, _: u32, _: u64) {
+        record("wr_rdma_write");
+    }
+
+    extern "C" fn wr_local_inv(_: *mut sys::ibv_qp_ex, _: u32) {
+        record("wr_local_inv");
+    }
+
+    extern "C" fn wr_send_inv(_: *mut sys::ibv_qp_ex, _: u32) {
+        record("wr_send_inv");
+    }
+
+    extern "C" fn wr_set_sge(_: *mut sys::ibv_qp_ex, _: u32, _: u64, _: u32) {
+        record("wr_set_sge");
+    }
+
+    extern "C" fn wr_set_sge_list(_: *mut sys::ibv_qp_ex, _: usize, _: *const sys::ibv_sge) {
+        record("wr_set_sge_list");
+    }
+
+    #[test]
+    fn the_fast_batch_calls_a_builder_and_a_setter_per_wr_and_none_after_a_local_invalidate() {
+        // SAFETY: an all-zero ibv_qp_ex is valid: NULL pointers and NULL (None) members.
+        let mut q: sys::ibv_qp_ex = unsafe { std::mem::zeroed() };
+        q.wr_start = Some(wr_start);
+        q.wr_complete = Some(wr_complete);
+        q.wr_rdma_write = Some(wr_rdma_write);
+        q.wr_local_inv = Some(wr_local_inv);
+        q.wr_send_inv = Some(wr_send_inv);
+        q.wr_set_sge = Some(wr_set_sge);
+        q.wr_set_sge_list = Some(wr_set_sge_list);
+        let send_ops = sys::IBV_QP_EX_WITH_RDMA_WRITE
+            | sys::IBV_QP_EX_WITH_LOCAL_INV
+            | sys::IBV_QP_EX_WITH_SEND_WITH_INV;
+        let ex = ExQp {
+            raw: NonNull::from(&mut q),
+            send_ops,
+            lists_right: true,
+            failed_batch: FailedBatch::AllMayBePosted,
+        };
+        assert!([sys::IBV_WR_RDMA_WRITE, sys::IBV_WR_LOCAL_INV].iter().all(|&op| ex.builds(op)));
+        let sges = [Sge::new(0x1000, 8, LKey(1)), Sge::new(0x2000, 8, LKey(1))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(2) };
+        let list: SendWrList<'_> = [
+            SendWr::rdma_write(1, &sges[..1], remote),
+            SendWr::local_inv(2, RKey(3)),
+            SendWr::send_with_inv(3, &sges, RKey(4)),
+        ]
+        .into_iter()
+        .collect();
+        // SAFETY: the fake members touch nothing; the WRs are the kinds the batch builds.
+        assert_eq!(unsafe { ex.post_fast::<false>(list.as_slice()) }, 0);
+        let calls = CALLS.with(|calls| calls.take());
+        assert_eq!(
+            calls,
+            [
+                "wr_start",
+                "wr_rdma_write",
+                "wr_set_sge",
+                "wr_local_inv",
+                "wr_send_inv",
+                "wr_set_sge_list",
+                "wr_complete"
+            ]
+        );
     }
 }
