@@ -28,8 +28,8 @@
 //! - the pool's region is in the PD of the queue it is posted to (checked before posting:
 //!   the lkey would not be valid there);
 //! - every send, single or in a list, passes the raw tier's checks
-//!   (`QueuePair::check_send`: SGE count, inline size, atomics RC-only with one 8-byte
-//!   aligned SGE and remote word, UD destination and MTU) before any is posted; a UD send
+//!   (`QueuePair::check_list`, `post_send`: SGE count, inline size, atomics RC-only with one
+//!   8-byte aligned SGE and remote word, UD destination and MTU) before any is posted; a UD send
 //!   always has a destination (lists of [`UdSend`]) whose address handle outlives the QP;
 //! - the `wr_id`s carry bit 63 and a fresh generation, so no two flights share one.
 //!
