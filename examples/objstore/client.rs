@@ -1,6 +1,7 @@
 //! The client: one session (RC QP) per run, a registered buffer the server READs from (PUT)
 //! or WRITEs into (GET), the control channel through ureq.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -15,7 +16,7 @@ use ureq::Body;
 use crate::common::{open_device, Link};
 use crate::{
     crc32c, human, parse_crc, Crc32c, Error, RdmaArgs, Sizes, Token, CHUNK, CRC, DEPTH,
-    HTTP_TIMEOUT, SESSION, SIZE, TOKEN,
+    HTTP_TIMEOUT, SESSION, SIZE, TIMING, TOKEN,
 };
 
 /// Objects above this size get a progress bar on stderr.
@@ -302,6 +303,16 @@ fn get_in(
     Ok(())
 }
 
+/// `file;dur=<ms>, crc;dur=<ms>` (the server's [`TIMING`]): the two durations.
+fn parse_timing(value: &str) -> Option<(f64, f64)> {
+    let dur = |name: &str| {
+        value
+            .split(',')
+            .find_map(|m| m.trim().strip_prefix(name)?.strip_prefix(";dur=")?.parse().ok())
+    };
+    Some((dur("file")?, dur("crc")?))
+}
+
 fn mb_s(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / 1e6 / secs.max(1e-9)
 }
@@ -329,8 +340,16 @@ fn bench_in(
         region.write(i * CHUNK, piece)?;
     }
     println!(
-        "{:>10} {:>14} {:>14} {:>14} {:>14}",
-        "bytes", "rdma PUT MB/s", "rdma GET MB/s", "tcp PUT MB/s", "tcp GET MB/s"
+        "{:>10} {:>14} {:>14} {:>14} {:>14} {:>12} {:>12} {:>12} {:>12}",
+        "bytes",
+        "rdma PUT MB/s",
+        "rdma GET MB/s",
+        "tcp PUT MB/s",
+        "tcp GET MB/s",
+        "PUT file ms",
+        "PUT crc ms",
+        "GET file ms",
+        "GET crc ms"
     );
     for &size in &sizes.0 {
         let object = format!("bench/{size}");
@@ -349,18 +368,26 @@ fn bench_in(
                 got => Err(format!("{object}: CRC32C {got:08x}, expected {crc:08x}").into()),
             }
         };
+        // The server's file and CRC32C milliseconds, summed over the RDMA requests.
+        let (put_cost, get_cost) = (Cell::new((0.0, 0.0)), Cell::new((0.0, 0.0)));
+        let answered = |r: &Response<Body>, cost: &Cell<(f64, f64)>| -> Result<(), Error> {
+            answer_crc(r)?;
+            let (file, crc) = need(r, TIMING, parse_timing)?;
+            cost.set((cost.get().0 + file, cost.get().1 + crc));
+            Ok(())
+        };
         let rdma_put = timed(&|| {
             let send = |token: Token| {
                 let put = http.agent.put(http.url(&object)).header(TOKEN, token.to_string());
                 put.header(CRC, format!("{crc:08x}")).send_empty()
             };
-            answer_crc(&ok(session.request(send, &region, len, "put")?, "PUT")?)
+            answered(&ok(session.request(send, &region, len, "put")?, "PUT")?, &put_cost)
         })?;
         let rdma_get = timed(&|| {
             let send = |token: Token| {
                 http.agent.get(http.url(&object)).header(TOKEN, token.to_string()).call()
             };
-            answer_crc(&ok(session.request(send, &region, len, "get")?, "GET")?)
+            answered(&ok(session.request(send, &region, len, "get")?, "GET")?, &get_cost)
         })?;
         // What the GETs wrote must be the object, byte for byte.
         let mut back = vec![0u8; size];
@@ -384,7 +411,13 @@ fn bench_in(
         if crc32c(&tcp_body()?) != crc {
             return Err(format!("{object}: GET over TCP returned other bytes").into());
         }
-        println!("{size:>10} {rdma_put:>14.1} {rdma_get:>14.1} {tcp_put:>14.1} {tcp_get:>14.1}");
+        let per =
+            |cost: &Cell<(f64, f64)>| (cost.get().0 / iters as f64, cost.get().1 / iters as f64);
+        let ((put_file, put_crc), (get_file, get_crc)) = (per(&put_cost), per(&get_cost));
+        println!(
+            "{size:>10} {rdma_put:>14.1} {rdma_get:>14.1} {tcp_put:>14.1} {tcp_get:>14.1} \
+             {put_file:>12.3} {put_crc:>12.3} {get_file:>12.3} {get_crc:>12.3}"
+        );
     }
     Ok(())
 }
