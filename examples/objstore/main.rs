@@ -155,9 +155,15 @@ fn main() -> ExitCode {
                 idle: Duration::from_secs(idle_secs),
             },
         ),
-        Command::Put { object, file, server } => client::put(&cli.rdma, &server, &object, &file),
-        Command::Get { object, file, server } => client::get(&cli.rdma, &server, &object, &file),
-        Command::Bench { size, iters, server } => client::bench(&cli.rdma, &server, &size, iters),
+        Command::Put { object, file, server } => {
+            client::with_session(&cli.rdma, &server, |c| c.put(&object, &file))
+        }
+        Command::Get { object, file, server } => {
+            client::with_session(&cli.rdma, &server, |c| c.get(&object, &file))
+        }
+        Command::Bench { size, iters, server } => {
+            client::with_session(&cli.rdma, &server, |c| c.bench(&size, iters))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
