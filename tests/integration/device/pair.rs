@@ -50,8 +50,20 @@ impl<'c> Loopback<'c> {
         attr: &QpInitAttr<'a, '_>,
         access: AccessFlags,
     ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
-        let none = AccessFlags::empty();
-        connect(self.ctx, init_qp(&self.pd, attr, none), init_qp(&self.pd, attr, access))
+        self.pair_with(attr, access, &ToRtsAttr::new(Psn::random()))
+    }
+
+    /// Two connected QPs as [`Loopback::pair`] makes them, the first taken to RTS with `rts`
+    /// (its `sq_psn` is the PSN the second expects), the second with the defaults.
+    pub fn pair_with<'a, T: Connected>(
+        &'a self,
+        attr: &QpInitAttr<'a, '_>,
+        access: AccessFlags,
+        rts: &ToRtsAttr,
+    ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
+        let (a, b) =
+            (init_qp(&self.pd, attr, AccessFlags::empty()), init_qp(&self.pd, attr, access));
+        connect_with(self.ctx, a, b, rts)
     }
 
     /// Two UD QPs with room for `depth` WRs each way, in RTS with Q_Key `qkey`.
@@ -145,8 +157,19 @@ pub fn connect<'a, T: Connected>(
     a: QueuePair<'a, Init, T>,
     b: QueuePair<'a, Init, T>,
 ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
-    let (ea, eb) = (endpoint(ctx, &a, Psn::random()), endpoint(ctx, &b, Psn::random()));
-    (up(ctx, a, &ea, &eb), up(ctx, b, &eb, &ea))
+    connect_with(ctx, a, b, &ToRtsAttr::new(Psn::random()))
+}
+
+/// Connects two INIT QPs to each other, `a` going to RTS with `rts` (from its `sq_psn`), `b`
+/// with the defaults (from a random PSN).
+pub fn connect_with<'a, T: Connected>(
+    ctx: &Context,
+    a: QueuePair<'a, Init, T>,
+    b: QueuePair<'a, Init, T>,
+    rts: &ToRtsAttr,
+) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
+    let (ea, eb) = (endpoint(ctx, &a, rts.sq_psn), endpoint(ctx, &b, Psn::random()));
+    (up_with(ctx, a, &eb, rts), up_with(ctx, b, &ea, &ToRtsAttr::new(eb.psn)))
 }
 
 /// A UD QP created with `attr`, in RTS with Q_Key `qkey`.
