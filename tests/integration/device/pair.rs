@@ -66,6 +66,21 @@ impl<'c> Loopback<'c> {
         connect_with(self.ctx, a, b, rts)
     }
 
+    /// A sender and a receiver that takes its receives from `srq`, RC QPs connected to each
+    /// other, granting their peer nothing: each has room for 4 sends and 1 receive and
+    /// completes on the CQ, but for the receiver's receives, which complete on `recv_cq`.
+    pub fn srq_pair<'a>(
+        &'a self,
+        srq: &'a SharedReceiveQueue<'_>,
+        recv_cq: &'a CompletionQueue<'a>,
+    ) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+        let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 1, ..Default::default() };
+        let sender = QpInitAttr { cap, ..QpInitAttr::new(&self.cq) };
+        let receiver = QpInitAttr { recv_cq, srq: Some(srq), ..sender };
+        let none = AccessFlags::empty();
+        connect(self.ctx, init_qp(&self.pd, &sender, none), init_qp(&self.pd, &receiver, none))
+    }
+
     /// Two UD QPs with room for `depth` WRs each way, in RTS with Q_Key `qkey`.
     pub fn ud_pair(
         &self,
