@@ -144,16 +144,6 @@ pub fn sgid_index(ctx: &Context) -> u8 {
     ctx.routable_gid(PORT).unwrap().index
 }
 
-/// INIT → RTR → RTS towards `peer`, sending from `me.psn`.
-pub fn up<'a, T: Connected>(
-    ctx: &Context,
-    qp: QueuePair<'a, Init, T>,
-    me: &Endpoint,
-    peer: &Endpoint,
-) -> QueuePair<'a, Rts, T> {
-    up_with(ctx, qp, peer, &ToRtsAttr::new(me.psn))
-}
-
 /// INIT → RTR towards `peer` → RTS with `rts` (its `sq_psn` is what the peer expects).
 pub fn up_with<'a, T: Connected>(
     ctx: &Context,
