@@ -19,7 +19,12 @@ pub struct Loopback<'c> {
 impl<'c> Loopback<'c> {
     /// A PD and a CQ of `cqe` entries on `ctx`.
     pub fn new(ctx: &'c Context, cqe: u32) -> Self {
-        Loopback { ctx, pd: ctx.alloc_pd().unwrap(), cq: ctx.create_cq(cqe).unwrap() }
+        Self::with_cq(ctx, ctx.create_cq(cqe).unwrap())
+    }
+
+    /// A PD on `ctx`, sharing `cq` (one made by the test, e.g. with a completion channel).
+    pub fn with_cq(ctx: &'c Context, cq: CompletionQueue<'c>) -> Self {
+        Loopback { ctx, pd: ctx.alloc_pd().unwrap(), cq }
     }
 
     /// What QPs on the CQ (both queues) with room for `depth` WRs each way are created with.
