@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use super::test_cases;
 use crate::common::{
     example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
 };
@@ -90,14 +91,9 @@ fn serves_three_clients_at_once(port: u16, mode: &[&str]) {
     assert!(String::from_utf8_lossy(&server.stdout).ends_with("served 3 clients\n"));
 }
 
-#[test]
-fn one_thread_serves_three_clients_at_once() {
-    serves_three_clients_at_once(18800, &[]);
-}
-
-#[test]
-fn threads_serve_three_clients_at_once() {
-    serves_three_clients_at_once(18801, &["--threads"]);
+test_cases! { serves_three_clients_at_once:
+    one_thread_serves_three_clients_at_once(18800, &[]);
+    threads_serve_three_clients_at_once(18801, &["--threads"]);
 }
 
 /// A connection that sends nothing takes client index 0 while two real clients are served;
@@ -115,14 +111,9 @@ fn a_silent_client_holds_up_no_other(port: u16, mode: &[&str]) {
     check_client_0_failed(&server, 3, &[failure]);
 }
 
-#[test]
-fn one_thread_is_not_held_up_by_a_silent_client() {
-    a_silent_client_holds_up_no_other(18802, &[]);
-}
-
-#[test]
-fn threads_are_not_held_up_by_a_silent_client() {
-    a_silent_client_holds_up_no_other(18803, &["--threads"]);
+test_cases! { a_silent_client_holds_up_no_other:
+    one_thread_is_not_held_up_by_a_silent_client(18802, &[]);
+    threads_are_not_held_up_by_a_silent_client(18803, &["--threads"]);
 }
 
 /// A peer that connects (its address names rxe0's IPv4 GID), gets the server's QP into
@@ -145,14 +136,9 @@ fn a_client_gone_mid_session_is_let_go(port: u16, mode: &[&str]) {
     );
 }
 
-#[test]
-fn one_thread_lets_go_of_a_client_gone_mid_session() {
-    a_client_gone_mid_session_is_let_go(18805, &[]);
-}
-
-#[test]
-fn threads_let_go_of_a_client_gone_mid_session() {
-    a_client_gone_mid_session_is_let_go(18806, &["--threads"]);
+test_cases! { a_client_gone_mid_session_is_let_go:
+    one_thread_lets_go_of_a_client_gone_mid_session(18805, &[]);
+    threads_let_go_of_a_client_gone_mid_session(18806, &["--threads"]);
 }
 
 #[test]
