@@ -206,13 +206,18 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
 }
 
+/// Moves what `cq` holds now (up to 4 completions) to the end of `got`.
+fn poll_into(cq: &CompletionQueue<'_>, got: &mut Vec<WorkCompletion>) {
+    let mut storage: [WorkCompletion; 4] = Default::default();
+    got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+}
+
 /// Polls until `n` completions arrived; fails after 30 s (Soft-RoCE is slow, not stuck).
 pub fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
     let start = Instant::now();
     let mut got = Vec::new();
-    let mut storage: [WorkCompletion; 4] = Default::default();
     while got.len() < n {
-        got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+        poll_into(cq, &mut got);
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "{} of {n} completions after 30 s: {got:?}",
@@ -226,9 +231,8 @@ pub fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
 pub fn drain_for(cq: &CompletionQueue<'_>, quiet: Duration) -> Vec<WorkCompletion> {
     let start = Instant::now();
     let mut got = Vec::new();
-    let mut storage: [WorkCompletion; 4] = Default::default();
     while start.elapsed() < quiet {
-        got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+        poll_into(cq, &mut got);
         std::thread::sleep(Duration::from_millis(5));
     }
     got
