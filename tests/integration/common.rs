@@ -180,6 +180,15 @@ fn listening(port: u16) -> bool {
     })
 }
 
+/// Asserts that a command exited with status 1 saying `what` on stderr; its stderr, for more
+/// checks.
+pub fn assert_fails_saying(out: &Output, what: &str) -> String {
+    assert_eq!(out.status.code(), Some(1), "{}", text(out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(stderr.contains(what), "expected {what:?} on stderr\n{}", text(out));
+    stderr
+}
+
 /// Stdout and stderr, for assertion messages.
 pub fn text(out: &Output) -> String {
     format!(
