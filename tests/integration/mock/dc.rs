@@ -359,19 +359,12 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
         .filter_map(|c| if let Call::ModifyQp { mask, .. } = c { Some(*mask as u32) } else { None })
         .collect();
     assert_eq!(masks.len(), 3, "{calls:?}");
-    // The AH comes from the token: its GID as destination, our GID index and port.
-    let ah = calls
-        .iter()
-        .find_map(|c| match c {
-            Call::Mlx5(Mlx5Call::CreateAh { ah, attr }) => Some((*ah, *attr)),
-            _ => None,
-        })
-        .expect("ibv_create_ah");
+    // The peer's one AH comes from the token: its GID as destination, our GID index and port.
+    let ah = created_ah(&calls);
     assert_eq!(
-        (ah.1.is_global, ah.1.dgid, ah.1.sgid_index, ah.1.ah_port_num, ah.1.dlid),
+        (ah.is_global, ah.dgid, ah.sgid_index, ah.ah_port_num, ah.dlid),
         (1, token().gid().0, SGID_INDEX, 1, 0x12)
     );
-    assert_eq!(peer.destination().ah.as_raw() as usize, ah.0);
 
     let sge = mr.sge(0..64).unwrap();
     let sge2 = mr.sge(64..192).unwrap();
@@ -385,7 +378,7 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
     let dc = |c: Call| if let Call::Mlx5(c) = c { c } else { panic!("{c:?}") };
     let posted: Vec<Mlx5Call> = f.mock.take_calls().into_iter().map(dc).collect();
     let addr = Mlx5Call::WrSetDcAddr {
-        ah: ah.0,
+        ah: peer.destination().ah.as_raw() as usize,
         remote_dctn: 0xab_cdef,
         remote_dc_key: 0x0123_4567_89ab_cdef,
     };
@@ -516,15 +509,14 @@ impl Dc<'_> {
     }
 }
 
-/// The attributes of the AH that `ibv_create_ah` made, from `calls`.
+/// The attributes of the one AH that `ibv_create_ah` made, from `calls`.
 fn created_ah(calls: &[Call]) -> QpAttr {
-    calls
+    let ahs: Vec<QpAttr> = calls
         .iter()
-        .find_map(|c| match c {
-            Call::Mlx5(Mlx5Call::CreateAh { attr, .. }) => Some(*attr),
-            _ => None,
-        })
-        .expect("ibv_create_ah")
+        .filter_map(|c| if let Call::CreateAh { attr } = c { Some(*attr) } else { None })
+        .collect();
+    let [ah] = ahs[..] else { panic!("one ibv_create_ah in {calls:?}") };
+    ah
 }
 
 #[test]
