@@ -6,9 +6,9 @@ use std::net::Ipv6Addr;
 
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, CqAttr, Endpoint, Error, Gid,
-    InvalidInputKind, LKey, Lid, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr, Sge, ToInitAttr,
-    ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
+    InvalidInputKind, LKey, Lid, MemoryRegion, Mtu, ProtectionDomain, Psn, QpCapabilities,
+    QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr,
+    Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
@@ -50,6 +50,19 @@ fn forced(path: VerbsPath) -> CqAttr<'static> {
 /// towards a RoCE peer.
 fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
     towards(new_qp(pd, cq), Qpn(0x12))
+}
+
+/// Runs `body` with an RC QP of `f` taken to RTS as [`rts_qp`] does (on a CQ of 32 entries),
+/// and a registered 4 KiB region to post from.
+fn with_rts_qp<R>(
+    f: &Fixture,
+    body: impl FnOnce(&QueuePair<'_, Rts>, &MemoryRegion<'_>) -> R,
+) -> R {
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    body(&qp, &mr)
 }
 
 /// An RC QP on `cq` with room for 16 sends of 2 SGEs and 64 inline bytes.
@@ -171,30 +184,28 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
 /// The calls of posting, on `f`'s extended QP, a list with a WR of two SGEs and one of two
 /// inline buffers between WRs of one.
 fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    assert_eq!(qp.send_path(), VerbsPath::Extended);
-    f.mock.take_calls();
-    let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
-    let bytes = [7u8; 24];
-    // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
-    let inline = [
-        Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
-        Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
-    ];
-    let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
-    let mut wrs = [
-        SendWr::send(1, &one),
-        SendWr::rdma_write_with_imm(2, &two, remote, 9),
-        SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
-        SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
-        SendWr::send(5, &inline).flags(SendFlags::INLINE),
-    ];
-    // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
-    unsafe { qp.post_send_list(&mut wrs) }.unwrap();
-    f.mock.take_calls()
+    with_rts_qp(f, |qp, mr| {
+        assert_eq!(qp.send_path(), VerbsPath::Extended);
+        f.mock.take_calls();
+        let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
+        let bytes = [7u8; 24];
+        // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
+        let inline = [
+            Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
+            Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
+        ];
+        let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
+        let mut wrs = [
+            SendWr::send(1, &one),
+            SendWr::rdma_write_with_imm(2, &two, remote, 9),
+            SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
+            SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
+            SendWr::send(5, &inline).flags(SendFlags::INLINE),
+        ];
+        // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
+        unsafe { qp.post_send_list(&mut wrs) }.unwrap();
+        f.mock.take_calls()
+    })
 }
 
 #[test]
@@ -238,15 +249,13 @@ fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_pos
 
     // One WR is a batch of one.
     let f = extended();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    f.mock.take_calls();
-    let one = [mr.sge(..64).unwrap()];
-    // SAFETY: the mock provider never touches the memory.
-    unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
-    let calls = f.mock.take_calls();
+    let calls = with_rts_qp(&f, |qp, mr| {
+        f.mock.take_calls();
+        let one = [mr.sge(..64).unwrap()];
+        // SAFETY: the mock provider never touches the memory.
+        unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
+        f.mock.take_calls()
+    });
     assert_eq!(calls.first(), Some(&Call::WrStart));
     assert_eq!(calls.last(), Some(&Call::WrComplete));
     assert_eq!(calls.len(), 4, "{calls:?}");
@@ -278,15 +287,13 @@ fn a_failed_wr_complete_counts_what_the_provider_leaves_posted_with_the_post_sen
     ];
     for (vendor_id, errno, posted) in cases {
         let f = extended_of(vendor_id);
-        let cq = f.ctx.create_cq(32).unwrap();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let qp = rts_qp(&pd, &cq);
-        let sge = [mr.sge(..64).unwrap()];
-        let mut wrs = [SendWr::send(1, &sge), SendWr::send(2, &sge)];
-        f.mock.fail(Verb::WrComplete, errno);
-        // SAFETY: the mock provider never touches the memory.
-        let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+        let err = with_rts_qp(&f, |qp, mr| {
+            let sge = [mr.sge(..64).unwrap()];
+            let mut wrs = [SendWr::send(1, &sge), SendWr::send(2, &sge)];
+            f.mock.fail(Verb::WrComplete, errno);
+            // SAFETY: the mock provider never touches the memory.
+            unsafe { qp.post_send_list(&mut wrs) }.unwrap_err()
+        });
         assert_eq!(err.posted, posted, "vendor {vendor_id:#x}, errno {errno}");
         assert_queue_full(&err.error, "ibv_wr_complete", errno);
     }
@@ -322,19 +329,16 @@ fn a_refused_buffer_list_on_rxe_or_mlx5_strands_no_buffer() {
 #[test]
 fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
     let f = extended();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    f.mock.take_calls();
-    let sge = [mr.sge(..64).unwrap()];
-    // The mock device has no memory windows, so the QP was not created for invalidation.
-    let mut wrs = [SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))];
-    // SAFETY: the mock provider never touches the memory.
-    let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+    let (err, calls) = with_rts_qp(&f, |qp, mr| {
+        f.mock.take_calls();
+        let sge = [mr.sge(..64).unwrap()];
+        // The mock device has no memory windows, so the QP was not created for invalidation.
+        let mut wrs = [SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))];
+        // SAFETY: the mock provider never touches the memory.
+        (unsafe { qp.post_send_list(&mut wrs) }.unwrap_err(), f.mock.take_calls())
+    });
     assert_eq!(err.posted, 0);
     assert_unsupported(&err.error, "ibv_wr_local_inv");
-    let calls = f.mock.take_calls();
     assert_eq!(calls.first(), Some(&Call::WrStart));
     assert_eq!(calls.last(), Some(&Call::WrAbort));
     assert!(!calls.contains(&Call::WrComplete), "{calls:?}");
@@ -343,17 +347,19 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
 #[test]
 fn a_null_builder_aborts_the_batch_as_unsupported_naming_it() {
     let f = lacking("wr_send_imm");
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    assert_eq!(qp.send_path(), VerbsPath::Extended, "SEND with immediate is not needed to post");
-    f.mock.take_calls();
-    let sge = [mr.sge(..64).unwrap()];
-    // SAFETY: the mock provider never touches the memory.
-    let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
-    assert_unsupported(&err, "ibv_wr_send_imm");
-    assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
+    with_rts_qp(&f, |qp, mr| {
+        assert_eq!(
+            qp.send_path(),
+            VerbsPath::Extended,
+            "SEND with immediate is not needed to post"
+        );
+        f.mock.take_calls();
+        let sge = [mr.sge(..64).unwrap()];
+        // SAFETY: the mock provider never touches the memory.
+        let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
+        assert_unsupported(&err, "ibv_wr_send_imm");
+        assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
+    });
 }
 
 #[test]
