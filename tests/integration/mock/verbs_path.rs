@@ -20,6 +20,17 @@ fn extended() -> Fixture {
     Fixture::with(Optional::ALL, ContextConfig::extended_verbs())
 }
 
+/// `extended()` whose device has completion timestamps.
+fn timestamping() -> Fixture {
+    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
+    Fixture::with(Optional::ALL, config)
+}
+
+/// CQ attributes that ask for completion timestamps.
+fn stamped() -> CqAttr<'static> {
+    CqAttr { timestamps: true, ..CqAttr::default() }
+}
+
 /// A provider that looks like rxe (its `vendor_id`) with the extended CQ and QP and
 /// completion timestamps (which real rxe lacks: so its polling sessions can be watched),
 /// under a libibverbs of rdma-core `release`.
@@ -400,8 +411,7 @@ fn recv_with_imm(wr_id: u64) -> sys::ibv_wc {
 
 /// A CQ of `f` with timestamps holding `n` receive completions, and the calls cleared.
 fn stamped_cq(f: &Fixture, n: u64) -> CompletionQueue<'_> {
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let cq = f.ctx.create_cq_with(32, &attr).unwrap();
+    let cq = f.ctx.create_cq_with(32, &stamped()).unwrap();
     for wr_id in 1..=n {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
@@ -432,12 +442,8 @@ fn the_default_poll_drains_a_batch_with_one_provider_call() {
         .collect();
     drop(cq);
     drop(f);
-    let stamped = || {
-        let config =
-            ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-        Fixture::with(Optional::ALL, config)
-    };
-    let keeping_session: [&dyn Fn() -> Fixture; 3] = [&stamped, &|| rxe("59.0"), &|| rxe("44.11")];
+    let keeping_session: [&dyn Fn() -> Fixture; 3] =
+        [&timestamping, &|| rxe("59.0"), &|| rxe("44.11")];
     for make in keeping_session {
         let f = make();
         let cq = stamped_cq(&f, 16);
@@ -520,10 +526,8 @@ fn a_session_never_ends_an_empty_start_and_a_later_failure_waits_for_the_next_po
 
 #[test]
 fn timestamps_come_with_completions_where_the_device_has_them() {
-    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-    let f = Fixture::with(Optional::ALL, config);
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let cq = f.ctx.create_cq_with(16, &attr).unwrap();
+    let f = timestamping();
+    let cq = f.ctx.create_cq_with(16, &stamped()).unwrap();
     assert_eq!(cq.timestamp_clock_khz(), Some(CORE_CLOCK_KHZ));
     for wr_id in [1, 2, 3] {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
@@ -549,10 +553,8 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
 
 #[test]
 fn buffers_come_back_through_timestamped_polling() {
-    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-    let f = Fixture::with(Optional::ALL, config);
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let cq = f.ctx.create_cq_with(64, &attr).unwrap();
+    let f = timestamping();
+    let cq = f.ctx.create_cq_with(64, &stamped()).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let pool =
         BufferPool::new(pd.register(4 * 256, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
@@ -584,20 +586,17 @@ fn buffers_come_back_through_timestamped_polling() {
 #[test]
 fn timestamps_where_the_device_has_none_are_unsupported_naming_them() {
     let f = extended();
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
+    let err = f.ctx.create_cq_with(16, &stamped()).unwrap_err();
     assert_unsupported(
         &err,
         "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \
          completion_timestamp_mask is 0)",
     );
-    let attr =
-        CqAttr { timestamps: true, verbs_path: Some(VerbsPath::Legacy), ..CqAttr::default() };
+    let attr = CqAttr { verbs_path: Some(VerbsPath::Legacy), ..stamped() };
     let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::NeedsExtendedVerbs), "{err:?}");
     // A context without an extended CQ cannot have them either.
     let legacy_only = open(&f.mock, Optional::ALL, ContextConfig::default());
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let err = legacy_only.create_cq_with(16, &attr).unwrap_err();
+    let err = legacy_only.create_cq_with(16, &stamped()).unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
 }
