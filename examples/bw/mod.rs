@@ -122,13 +122,7 @@ pub fn main(mode: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(mode, &args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{}_bw: {e}", mode.name());
-            ExitCode::FAILURE
-        }
-    }
+    crate::common::exit_code(&format!("{}_bw", mode.name()), run(mode, &args))
 }
 
 fn run(mode: Mode, args: &Args) -> Result<(), Error> {
@@ -154,8 +148,7 @@ pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEn
     let port = ctx.query_port(args.ib_port)?;
     let gid = crate::common::source_gid(ctx, args.ib_port, &port, args.gid_index)?;
     let mtu = match args.mtu {
-        Some(bytes) => Mtu::from_bytes(bytes)
-            .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+        Some(bytes) => crate::common::path_mtu(bytes)?,
         None => port.active_mtu(),
     };
     Ok((port, gid, mtu))

@@ -43,6 +43,16 @@ pub fn require_device(name: &str) -> Option<Context> {
     }
 }
 
+/// Whether this host's kernel has RDMA (`/sys/class/infiniband_verbs`), saying that the
+/// calling test, which covers hosts without, skipped when it has: such a test returns then.
+pub fn skipped_for_kernel_rdma() -> bool {
+    let has = std::path::Path::new("/sys/class/infiniband_verbs").exists();
+    if has {
+        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+    }
+    has
+}
+
 /// Runs `body` in a child process of this test binary when `test` (the test's path, e.g.
 /// `device::soundness::x`) runs in the parent: a crash inside a provider (a segfault) then
 /// fails this one test, not the whole run. The parent asserts the child ran that one test and
