@@ -1,44 +1,78 @@
-//! write_bw / read_bw / send_bw on rxe0: runs, agreement, limits, a vanished peer.
+//! write_bw / read_bw / send_bw on rxe0: runs, the passive server's table, agreement, limits,
+//! a vanished peer; and the helpers the latency tools' tests share.
 
+use std::path::Path;
 use std::process::{Command, Output};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::common::{
     example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
 };
 
-const LIMIT: Duration = Duration::from_secs(240);
+pub(super) const LIMIT: Duration = Duration::from_secs(240);
 
-fn tool(name: &str, port: u16, args: &[&str]) -> Command {
-    let mut cmd = Command::new(example(name));
+/// `program` (ours or perftest's) on rxe0, its GID and TCP `port`, with `args`.
+pub(super) fn on_rxe(program: &Path, port: u16, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(["-d", RXE, "-x", &gid_index(), "-p", &port.to_string()]).args(args);
     cmd
 }
 
-/// Server then client with the same `args`.
-fn pair(name: &str, port: u16, server_args: &[&str], client_args: &[&str]) -> (Output, Output) {
-    let server = spawn_server(tool(name, port, server_args), port);
-    let mut client = tool(name, port, client_args);
+fn tool(name: &str, port: u16, args: &[&str]) -> Command {
+    on_rxe(&example(name), port, args)
+}
+
+/// Server then client of `program` with their `args`.
+pub(super) fn pair_of(
+    program: &Path,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (Output, Output) {
+    let server = spawn_server(on_rxe(program, port, server_args), port);
+    let mut client = on_rxe(program, port, client_args);
     client.arg("127.0.0.1");
     let client = output_within(client, LIMIT);
     (wait_within(server, LIMIT), client)
 }
 
-/// The JSON objects a run printed, as (bytes, posted, completed, received) — enough to check
-/// the sweep ran and nothing was lost.
-fn json_rows(out: &Output) -> Vec<(u64, u64, u64, u64)> {
-    let field = |line: &str, key: &str| -> u64 {
-        let start =
-            line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}"))
-                + key.len()
-                + 3;
-        line[start..].split([',', '}']).next().unwrap().parse().unwrap()
-    };
+/// Server then client of our example `name`.
+pub(super) fn pair(
+    name: &str,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (Output, Output) {
+    pair_of(&example(name), port, server_args, client_args)
+}
+
+/// The lines of the JSON objects a run printed.
+pub(super) fn json_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.starts_with('{'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The value of `key` in a JSON object line of ours (flat, numbers unquoted).
+pub(super) fn json_field<T: FromStr>(line: &str, key: &str) -> T {
+    let start = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}"))
+        + key.len()
+        + 3;
+    let value = line[start..].split([',', '}']).next().unwrap();
+    value.parse().unwrap_or_else(|_| panic!("{key}: {value:?} in {line}"))
+}
+
+/// The JSON objects a run printed, as (bytes, posted, completed, received) — enough to check
+/// the sweep ran and nothing was lost.
+fn json_rows(out: &Output) -> Vec<(u64, u64, u64, u64)> {
+    json_lines(out)
+        .iter()
         .map(|l| {
-            (field(l, "bytes"), field(l, "posted"), field(l, "completed"), field(l, "received"))
+            let field = |key| json_field(l, key);
+            (field("bytes"), field("posted"), field("completed"), field("received"))
         })
         .collect()
 }
@@ -76,6 +110,12 @@ fn sweep(name: &str, port: u16, extra: &[&str]) {
                 "the server received every SEND\n{}",
                 text(&server)
             );
+        } else if !extra.contains(&"-b") {
+            assert_eq!(
+                json_lines(&server),
+                json_lines(&client),
+                "the passive server prints the client's figures, as perftest's"
+            );
         }
     }
 }
@@ -98,6 +138,22 @@ fn send_bw_sweeps_sizes_with_1_and_4_qps() {
 #[test]
 fn the_raw_tier_with_post_lists_and_both_directions() {
     sweep("write_bw", 18906, &["--raw", "-l", "4", "-b"]);
+}
+
+#[test]
+fn the_passive_server_prints_perftests_table_of_the_clients_figures() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    for (i, name) in ["write_bw", "read_bw"].into_iter().enumerate() {
+        let args = ["-s", "4096", "-n", "300"];
+        let (server, client) = pair(name, 18913 + i as u16, &args, &args);
+        assert!(server.status.success() && client.status.success(), "{}", text(&server));
+        let stdout = String::from_utf8_lossy(&server.stdout);
+        let row = stdout.lines().skip_while(|l| !l.starts_with(" #bytes ")).nth(1);
+        assert!(row.is_some_and(|r| r.starts_with(" 4096       300 ")), "{stdout}");
+        assert_eq!(stdout, String::from_utf8_lossy(&client.stdout), "the same table");
+    }
 }
 
 #[test]
