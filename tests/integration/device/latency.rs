@@ -1,10 +1,13 @@
 //! write_lat / read_lat / send_lat on rxe0: sweeps in both tiers, perftest's table beside
-//! perftest's own (ib_*_lat), -D runs that end together, -H / -U and --latency_gap.
+//! perftest's own (ib_*_lat), -D runs that end together, -H / -U, --latency_gap, and a
+//! vanished peer.
 
 use std::path::Path;
 use std::process::Output;
 
-use super::bandwidth::{json_field, json_lines, pair, pair_of};
+use super::bandwidth::{
+    a_server_that_dies_mid_run, json_field, json_lines, pair, pair_of, PEER_GONE,
+};
 use crate::common::{require_device, text, RXE};
 
 /// The figures of a latency JSON line, in perftest's order.
@@ -171,4 +174,13 @@ fn a_latency_gap_spaces_the_posts() {
         let t_min: f64 = json_field(&json_lines(out)[0], "t_min");
         assert!(t_min >= 2000.0, "{}", text(out));
     }
+}
+
+#[test]
+fn a_ping_pong_peer_that_dies_fails_the_other_in_bounded_time() {
+    // With -D the side that follows also watches the TCP channel, which closes with the peer;
+    // the side that leads finds its WR's retries exhausted.
+    let expected = [&PEER_GONE[..], &["the peer closed the connection"]].concat();
+    a_server_that_dies_mid_run("write_lat", 19334, &["-D", "60"], &expected);
+    a_server_that_dies_mid_run("send_lat", 19335, &["-D", "60"], &expected);
 }
