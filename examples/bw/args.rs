@@ -337,6 +337,11 @@ impl Args {
         }
     }
 
+    /// The largest of [`Args::sizes`]: what the buffers are made for.
+    pub fn largest_size(&self) -> u32 {
+        *self.sizes().iter().max().expect("at least one size")
+    }
+
     /// Whether `-c DC` was asked for.
     pub fn is_dc(&self) -> bool {
         self.connection == "DC"

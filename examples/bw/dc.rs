@@ -49,7 +49,7 @@ mod with_mlx5 {
         let mut control = open_control(mode, args)?;
 
         let sizes = args.sizes();
-        let max = *sizes.iter().max().expect("at least one size");
+        let max = args.largest_size();
         let server = args.server.is_none();
         let Roles { initiate, receive } = Roles::of(mode, args, server);
         let target = server || args.bidirectional;

@@ -40,7 +40,7 @@ pub fn run(
     connector: &mut impl Connect,
 ) -> Result<(), Error> {
     let sizes = args.sizes();
-    let max = *sizes.iter().max().expect("at least one size");
+    let max = args.largest_size();
     let server = args.server.is_none();
     let measures = mode != Mode::Read || !server;
     let rx = if mode == Mode::Send { RX_DEPTH } else { 0 };

@@ -217,7 +217,7 @@ impl Connect for ByHand {
 
 /// Sizes and depths the device cannot take, refused before any QP or MR exists.
 pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
-    let max = *args.sizes().iter().max().expect("at least one size");
+    let max = args.largest_size();
     let dev = ctx.query_device()?;
     if u64::from(max) > dev.max_mr_size() {
         return Err(
@@ -238,8 +238,7 @@ pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
 
 /// The TCP channel to the peer, with the parameters both sides must share agreed.
 pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
-    let sizes = args.sizes();
-    let max = *sizes.iter().max().expect("at least one size");
+    let max = args.largest_size();
     let mut control = match &args.server {
         Some(host) => Control::connect(host, args.port)?,
         None => Control::accept(args.port)?,
@@ -305,7 +304,7 @@ fn run_bw(
     connector: &mut impl Connect,
 ) -> Result<(), Error> {
     let sizes = args.sizes();
-    let max = *sizes.iter().max().expect("at least one size");
+    let max = args.largest_size();
     let receive = Roles::of(mode, args, args.server.is_none()).receive;
 
     // Depths, and for the safe tier its buffers: one per outstanding WR, within the budget.
