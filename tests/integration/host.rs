@@ -97,18 +97,60 @@ fn the_readme_example_is_examples_loopback_verbatim() {
 }
 
 #[test]
-fn bandwidth_options_are_checked_before_any_verb() {
-    for (args, expected) in [
-        (&["-s", "0"][..], "write_bw: -s (size) must be at least 1"),
-        (&["-q", "0"][..], "write_bw: -q (QPs) must be at least 1"),
-        (&["-t", "0"][..], "write_bw: -t (tx depth) must be at least 1"),
-        (&["-t", "8", "-Q", "16"][..], "write_bw: -Q 16 must be 1..=8 (at most -t, the tx depth)"),
-        (&["-t", "8", "-l", "16"][..], "write_bw: -l 16 must not exceed -t 8 (the tx depth)"),
+fn perftest_options_are_checked_before_any_verb() {
+    // (tool, arguments, exit status, stderr): 1 for a bad value, 2 for a refused option.
+    for (tool, args, code, expected) in [
+        ("write_bw", &["-s", "0"][..], 1, "write_bw: -s (size) must be at least 1"),
+        ("write_bw", &["-q", "0"][..], 1, "write_bw: -q (QPs) must be at least 1"),
+        ("write_bw", &["-t", "0"][..], 1, "write_bw: -t (tx depth) must be at least 1"),
+        ("write_bw", &["-t", "8", "-Q", "16"][..], 1, "write_bw: -Q 16 must be 1..=8 (at most -t, the tx depth)"),
+        ("write_bw", &["-t", "8", "-l", "16"][..], 1, "write_bw: -l 16 must not exceed -t 8 (the tx depth)"),
+        (
+            "write_bw",
+            &["-H"][..],
+            2,
+            "write_bw: --report-histogram is for the latency tools only: a bandwidth run keeps no \
+             per-WR samples",
+        ),
+        (
+            "read_lat",
+            &["-n", "4"][..],
+            1,
+            "read_lat: -n 4 must be at least 5: the report drops the two largest of the n - 1 samples",
+        ),
+        (
+            "send_lat",
+            &["-D", "2", "-U"][..],
+            1,
+            "send_lat: -H and -U list the samples of -n iterations: a -D run keeps none",
+        ),
+        (
+            "write_lat",
+            &["-c", "DC"][..],
+            1,
+            "write_lat: -c DC is implemented for the bw tools only: use -c RC",
+        ),
+        (
+            "send_lat",
+            &["-q4"][..],
+            2,
+            "send_lat: --qp is for the bandwidth tools only: latency is measured on one QP, as \
+             perftest's",
+        ),
+        ("write_lat", &["-b"][..], 2, "write_lat: --bidirectional is for the bandwidth tools only: a ping-pong runs both ways already"),
+        (
+            "read_lat",
+            &["-C"][..],
+            2,
+            "read_lat: --report-cycles is not supported: times come from the monotonic clock, in \
+             usec: there are no cycle counts to report",
+        ),
     ] {
-        let mut cmd = Command::new(example("write_bw"));
+        let mut cmd = Command::new(example(tool));
         cmd.args(args);
-        let (stderr, all) = failure(cmd);
-        assert_eq!(stderr.trim_end(), expected, "{all}");
+        let out = output_within(cmd, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(code), "{tool} {args:?}: {}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
     }
 }
 

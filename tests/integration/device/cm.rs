@@ -287,18 +287,22 @@ test_cases! { rc_pingpong_over_rdma_cm:
     rc_pingpong_example_over_rdma_cm_on_siw(siw(), 18956);
 }
 
-/// The bandwidth tools with `-R`, each against itself: two QPs connected by rdma_cm on
-/// `target` (when it is there), their buffers exchanged in the private data; every side must
-/// report its table.
-fn bandwidth_over_rdma_cm(target: Option<Target>, port: u16) {
+/// The perftest tools with `-R`, each against itself: QPs (two for bandwidth, one for
+/// latency) connected by rdma_cm on `target` (when it is there), their buffers exchanged in
+/// the private data; every side that measures must report its table.
+fn perftest_tools_over_rdma_cm(target: Option<Target>, port: u16) {
     const LIMIT: Duration = Duration::from_secs(120);
     let Some(t) = &target else { return };
-    for (i, tool) in ["write_bw", "read_bw", "send_bw"].into_iter().enumerate() {
+    let tools = ["write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat"];
+    for (i, tool) in tools.into_iter().enumerate() {
         // TCP on -p, rdma_cm on -p + 1.
         let port = (port + 2 * i as u16).to_string();
         let run = |peer: Option<String>| {
             let mut cmd = std::process::Command::new(example(tool));
-            cmd.args(["-R", "-d", t.device, "-p", &port, "-n", "100", "-s", "4096", "-q", "2"]);
+            cmd.args(["-R", "-d", t.device, "-p", &port, "-n", "100", "-s", "4096"]);
+            if tool.ends_with("_bw") {
+                cmd.args(["-q", "2"]);
+            }
             // siw offers no inline data of perftest's default size.
             cmd.args(["-I", "0"]);
             cmd.args(peer);
@@ -310,17 +314,22 @@ fn bandwidth_over_rdma_cm(target: Option<Target>, port: u16) {
         for (side, out) in [("client", &client), ("server", &server)] {
             assert!(out.status.success(), "{tool} {side}: {}", text(out));
         }
-        // The initiating side (the client) prints the table with the size's line.
-        let stdout = String::from_utf8_lossy(&client.stdout);
-        assert!(
-            stdout.lines().any(|l| l.trim_start().starts_with("4096 ")),
-            "{tool}: {}",
-            text(&client)
-        );
+        // Both print the table with the size's line, but read_lat's server (it measures
+        // nothing).
+        for (side, out) in [("client", &client), ("server", &server)] {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let line = stdout.lines().any(|l| l.trim_start().starts_with("4096 "));
+            assert_eq!(
+                line,
+                side == "client" || tool != "read_lat",
+                "{tool} {side}: {}",
+                text(out)
+            );
+        }
     }
 }
 
-test_cases! { bandwidth_over_rdma_cm:
-    bandwidth_tools_with_rdma_cm_on_rxe(rxe(), 18960);
-    bandwidth_tools_with_rdma_cm_on_siw(siw(), 18970);
+test_cases! { perftest_tools_over_rdma_cm:
+    perftest_tools_with_rdma_cm_on_rxe(rxe(), 18960);
+    perftest_tools_with_rdma_cm_on_siw(siw(), 18980);
 }

@@ -13,6 +13,7 @@ mod events;
 mod examples;
 mod faults;
 mod field;
+mod latency;
 mod lifecycle;
 mod limits;
 mod loopback;
