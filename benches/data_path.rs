@@ -25,13 +25,13 @@ use std::hint::black_box;
 
 use criterion::Criterion;
 use rdma_verbs::{
-    AccessFlags, Context, CqAttr, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags,
-    SendWr, SendWrList, VerbsPath, WorkCompletion,
+    Context, CqAttr, RKey, RecvWr, RemoteAddr, SendFlags, SendWr, SendWrList, VerbsPath,
+    WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
 
-use stub_data_path::{context, into_rts, DataPath};
+use stub_data_path::{context, each_wr, stub_extended, with_rts_qp, DataPath, ExtendedStubs};
 
 const LIST: usize = 16;
 
@@ -42,15 +42,15 @@ const LIST: usize = 16;
 /// As `ibv_post_send(3)`: `wr` is a valid list.
 unsafe extern "C" fn post_send(
     _qp: *mut sys::ibv_qp,
-    mut wr: *mut sys::ibv_send_wr,
+    wr: *mut sys::ibv_send_wr,
     _bad_wr: *mut *mut sys::ibv_send_wr,
 ) -> c_int {
-    while !wr.is_null() {
-        // SAFETY: an element of the caller's valid list.
-        let w = unsafe { &*wr };
-        black_box((w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags));
-        wr = w.next;
-    }
+    // SAFETY: the caller's valid list.
+    unsafe {
+        each_wr(wr, |w| {
+            black_box((w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags));
+        })
+    };
     0
 }
 
@@ -61,15 +61,15 @@ unsafe extern "C" fn post_send(
 /// As `ibv_post_recv(3)`: `wr` is a valid list.
 unsafe extern "C" fn post_recv(
     _qp: *mut sys::ibv_qp,
-    mut wr: *mut sys::ibv_recv_wr,
+    wr: *mut sys::ibv_recv_wr,
     _bad_wr: *mut *mut sys::ibv_recv_wr,
 ) -> c_int {
-    while !wr.is_null() {
-        // SAFETY: an element of the caller's valid list.
-        let w = unsafe { &*wr };
-        black_box((w.wr_id, w.sg_list, w.num_sge));
-        wr = w.next;
-    }
+    // SAFETY: the caller's valid list.
+    unsafe {
+        each_wr(wr, |w| {
+            black_box((w.wr_id, w.sg_list, w.num_sge));
+        })
+    };
     0
 }
 
@@ -96,15 +96,6 @@ unsafe extern "C" fn poll_cq(
     num_entries
 }
 
-extern "C" fn wr_nothing(qp: *mut sys::ibv_qp_ex) {
-    black_box(qp);
-}
-
-extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
-    black_box(qp);
-    0
-}
-
 /// Reads the WR's fields as a provider's builder does.
 ///
 /// # Safety
@@ -114,10 +105,6 @@ unsafe extern "C" fn wr_rdma_write(qp: *mut sys::ibv_qp_ex, rkey: u32, remote_ad
     // SAFETY: the caller's live extended QP.
     let q = unsafe { &*qp };
     black_box((q.wr_id, q.wr_flags, rkey, remote_addr));
-}
-
-extern "C" fn wr_set_sge(_qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    black_box((lkey, addr, length));
 }
 
 /// A CQ that always has a completion: each makes `wr_id` and `status` current.
@@ -147,10 +134,6 @@ unsafe extern "C" fn next_poll(cq: *mut sys::ibv_cq_ex) -> c_int {
     0
 }
 
-extern "C" fn end_poll(cq: *mut sys::ibv_cq_ex) {
-    black_box(cq);
-}
-
 extern "C" fn read_opcode(_cq: *mut sys::ibv_cq_ex) -> sys::ibv_wc_opcode {
     sys::IBV_WC_RDMA_WRITE
 }
@@ -159,50 +142,15 @@ extern "C" fn read_len(_cq: *mut sys::ibv_cq_ex) -> u32 {
     64
 }
 
-extern "C" fn read_zero(_cq: *mut sys::ibv_cq_ex) -> u32 {
-    0
-}
-
-extern "C" fn read_zero_u8(_cq: *mut sys::ibv_cq_ex) -> u8 {
-    0
-}
-
-extern "C" fn read_ts(_cq: *mut sys::ibv_cq_ex) -> u64 {
-    1000
-}
-
-/// Replaces the mock's members of an extended CQ and QP (which record calls, allocating)
-/// with stubs that record nothing.
-///
-/// # Safety
-///
-/// `cq` and `qp` must be live extended objects that nothing uses during the call.
-unsafe fn stub_extended(cq: *mut sys::ibv_cq_ex, qp: *mut sys::ibv_qp_ex) {
-    // SAFETY: the caller's live, unused objects; filling members is what a provider does.
-    unsafe {
-        let c = &mut *cq;
-        c.start_poll = Some(start_poll);
-        c.next_poll = Some(next_poll);
-        c.end_poll = Some(end_poll);
-        c.read_opcode = Some(read_opcode);
-        c.read_byte_len = Some(read_len);
-        c.read_vendor_err = Some(read_zero);
-        c.read_imm_data = Some(read_zero);
-        c.read_qp_num = Some(read_zero);
-        c.read_src_qp = Some(read_zero);
-        c.read_wc_flags = Some(read_zero);
-        c.read_slid = Some(read_zero);
-        c.read_sl = Some(read_zero_u8);
-        c.read_dlid_path_bits = Some(read_zero_u8);
-        c.read_completion_ts = Some(read_ts);
-        let q = &mut *qp;
-        q.wr_start = Some(wr_nothing);
-        q.wr_abort = Some(wr_nothing);
-        q.wr_complete = Some(wr_complete);
-        q.wr_rdma_write = Some(wr_rdma_write);
-        q.wr_set_sge = Some(wr_set_sge);
-    }
-}
+/// The stub's extended CQ and QP: stubs that record nothing.
+const EXTENDED: ExtendedStubs = ExtendedStubs {
+    start_poll,
+    next_poll: Some(next_poll),
+    read_opcode,
+    read_byte_len: read_len,
+    wr_send: None,
+    wr_rdma_write,
+};
 
 /// What the binary does: time the cases with criterion, or run one side of one case `n`
 /// times for an instruction count.
@@ -253,110 +201,112 @@ fn data_path(mode: &mut Mode<'_>) {
     let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
     let extended = context(&mock, DataPath { post_send, post_recv, poll_cq }, config);
     for (path, ctx) in [("legacy", &legacy), ("extended", &extended)] {
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
-        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
-        let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
-        let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
-        let stamped = stamped.ok().filter(|cq| cq.path() == VerbsPath::Extended);
-        if let (Some(cq), Some(qp)) =
-            (stamped.as_ref().and_then(|cq| cq.as_raw_ex()), qp.as_raw_ex())
-        {
-            // SAFETY: live extended objects that nothing else uses.
-            unsafe { stub_extended(cq, qp) };
-        }
-        assert_eq!(qp.send_path() == VerbsPath::Extended, path == "extended");
-        let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
-
-        // The same WRs for both sides: ours as the crate builds them, the direct side's as C
-        // code fills the structs, each list linked once.
-        let sges = [mr.sge(..64).unwrap()];
-        let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
-        let mut raw_sge = sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().0 };
-        let mut raw_send = sys::ibv_send_wr {
-            wr_id: 1,
-            sg_list: &mut raw_sge,
-            num_sge: 1,
-            opcode: sys::IBV_WR_RDMA_WRITE,
-            send_flags: sys::IBV_SEND_SIGNALED,
-            ..Default::default()
-        };
-        raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-            remote_addr: remote.addr,
-            rkey: remote.rkey.0,
-        };
-        let mut raw_list = [raw_send; LIST];
-        for i in 1..LIST {
-            raw_list[i - 1].next = &mut raw_list[i];
-        }
-        let mut raw_recv =
-            sys::ibv_recv_wr { wr_id: 1, sg_list: &mut raw_sge, num_sge: 1, ..Default::default() };
-        let wr = || SendWr::rdma_write(1, &sges, remote);
-        let mut one = wr().flags(SendFlags::SIGNALED);
-        let mut list: SendWrList<'_> = (0..LIST).map(|_| wr()).collect();
-        list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
-        let mut recv = RecvWr::new(1, &sges);
-        let mut storage = [WorkCompletion::EMPTY; LIST];
-        let mut raw_storage = [sys::ibv_wc::default(); LIST];
-        let (mut stamps, mut raw_stamps) = ([0u64; LIST], [0u64; LIST]);
-
-        match qp.as_raw_ex() {
-            None => {
-                mode.case(
-                    &format!("{path}/post_send"),
-                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    || unsafe { black_box(&qp).post_send(&mut one) }.is_ok(),
-                    || direct_post_send(black_box(qp_raw), &mut raw_send) == 0,
-                );
-                mode.case(
-                    &format!("{path}/post_send_list_16"),
-                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    || unsafe { black_box(&qp).post_send_list(&mut list) }.is_ok(),
-                    || direct_post_send(black_box(qp_raw), &mut raw_list[0]) == 0,
-                );
+        with_rts_qp(ctx, |qp, cq, sge| {
+            let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
+            let stamped = stamped.ok().filter(|cq| cq.path() == VerbsPath::Extended);
+            if let (Some(cq), Some(qp)) =
+                (stamped.as_ref().and_then(|cq| cq.as_raw_ex()), qp.as_raw_ex())
+            {
+                // SAFETY: live extended objects that nothing else uses.
+                unsafe { stub_extended(cq, qp, &EXTENDED) };
             }
-            Some(qpx) => {
-                mode.case(
-                    &format!("{path}/post_send"),
-                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    || unsafe { black_box(&qp).post_send(&mut one) }.is_ok(),
-                    || direct_wr_post(black_box(qpx), std::slice::from_ref(&raw_send)) == 0,
-                );
-                mode.case(
-                    &format!("{path}/post_send_list_16"),
-                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    || unsafe { black_box(&qp).post_send_list(&mut list) }.is_ok(),
-                    || direct_wr_post(black_box(qpx), &raw_list) == 0,
-                );
+            assert_eq!(qp.send_path() == VerbsPath::Extended, path == "extended");
+            let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
+
+            // The same WRs for both sides: ours as the crate builds them, the direct side's as C
+            // code fills the structs, each list linked once.
+            let sges = [sge];
+            let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+            let mut raw_sge =
+                sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().0 };
+            let mut raw_send = sys::ibv_send_wr {
+                wr_id: 1,
+                sg_list: &mut raw_sge,
+                num_sge: 1,
+                opcode: sys::IBV_WR_RDMA_WRITE,
+                send_flags: sys::IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                remote_addr: remote.addr,
+                rkey: remote.rkey.0,
+            };
+            let mut raw_list = [raw_send; LIST];
+            for i in 1..LIST {
+                raw_list[i - 1].next = &mut raw_list[i];
             }
-        }
-        mode.case(
-            &format!("{path}/post_recv"),
-            // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-            || unsafe { black_box(&qp).post_recv(&mut recv) }.is_ok(),
-            || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
-        );
-        mode.case(
-            &format!("{path}/poll_16"),
-            || black_box(&cq).poll(&mut storage).map_or(0, |done| done.len()),
-            || direct_poll(black_box(cq_raw), &mut raw_storage),
-        );
-        if let Some(stamped) = &stamped {
-            let cqx = stamped.as_raw_ex().expect("an extended CQ");
+            let mut raw_recv = sys::ibv_recv_wr {
+                wr_id: 1,
+                sg_list: &mut raw_sge,
+                num_sge: 1,
+                ..Default::default()
+            };
+            let wr = || SendWr::rdma_write(1, &sges, remote);
+            let mut one = wr().flags(SendFlags::SIGNALED);
+            let mut list: SendWrList<'_> = (0..LIST).map(|_| wr()).collect();
+            list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
+            let mut recv = RecvWr::new(1, &sges);
+            let mut storage = [WorkCompletion::EMPTY; LIST];
+            let mut raw_storage = [sys::ibv_wc::default(); LIST];
+            let (mut stamps, mut raw_stamps) = ([0u64; LIST], [0u64; LIST]);
+
+            match qp.as_raw_ex() {
+                None => {
+                    mode.case(
+                        &format!("{path}/post_send"),
+                        // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                        || unsafe { black_box(qp).post_send(&mut one) }.is_ok(),
+                        || direct_post_send(black_box(qp_raw), &mut raw_send) == 0,
+                    );
+                    mode.case(
+                        &format!("{path}/post_send_list_16"),
+                        // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                        || unsafe { black_box(qp).post_send_list(&mut list) }.is_ok(),
+                        || direct_post_send(black_box(qp_raw), &mut raw_list[0]) == 0,
+                    );
+                }
+                Some(qpx) => {
+                    mode.case(
+                        &format!("{path}/post_send"),
+                        // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                        || unsafe { black_box(qp).post_send(&mut one) }.is_ok(),
+                        || direct_wr_post(black_box(qpx), std::slice::from_ref(&raw_send)) == 0,
+                    );
+                    mode.case(
+                        &format!("{path}/post_send_list_16"),
+                        // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                        || unsafe { black_box(qp).post_send_list(&mut list) }.is_ok(),
+                        || direct_wr_post(black_box(qpx), &raw_list) == 0,
+                    );
+                }
+            }
             mode.case(
-                &format!("{path}/poll_16_timestamps"),
-                || {
-                    let mut i = 0;
-                    let n = black_box(stamped).poll_with(LIST, |c| {
-                        stamps[i] = c.timestamp().unwrap_or_default();
-                        i += 1;
-                    });
-                    n.unwrap_or(0)
-                },
-                || direct_poll_session(black_box(cqx), &mut raw_storage, &mut raw_stamps),
+                &format!("{path}/post_recv"),
+                // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                || unsafe { black_box(qp).post_recv(&mut recv) }.is_ok(),
+                || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
             );
-        }
+            mode.case(
+                &format!("{path}/poll_16"),
+                || black_box(cq).poll(&mut storage).map_or(0, |done| done.len()),
+                || direct_poll(black_box(cq_raw), &mut raw_storage),
+            );
+            if let Some(stamped) = &stamped {
+                let cqx = stamped.as_raw_ex().expect("an extended CQ");
+                mode.case(
+                    &format!("{path}/poll_16_timestamps"),
+                    || {
+                        let mut i = 0;
+                        let n = black_box(stamped).poll_with(LIST, |c| {
+                            stamps[i] = c.timestamp().unwrap_or_default();
+                            i += 1;
+                        });
+                        n.unwrap_or(0)
+                    },
+                    || direct_poll_session(black_box(cqx), &mut raw_storage, &mut raw_stamps),
+                );
+            }
+        });
     }
 }
 

@@ -1,7 +1,8 @@
 //! Summarizes a run of `scripts/bench-vs-perftest`: from its `runs.csv`, the ratio ours / the
 //! C tool per configuration (the median of the alternated pairs' ratios, with their min–max),
 //! printed and written as `summary.md` and `summary.csv`, and `bandwidth.png`: bandwidth
-//! against message size for perftest and both of our tiers.
+//! against message size for perftest and both of our tiers (when `runs.csv` has bandwidth
+//! runs). Tables: bandwidth and message rate, ping-pong usec/iter, latency t_typical.
 //!
 //! ```text
 //! bench_report RUNS_CSV OUT_DIR "CONDITIONS"
@@ -19,6 +20,8 @@ type Error = Box<dyn std::error::Error>;
 
 const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const BW_TESTS: [&str; 3] = ["write", "read", "send"];
+/// The latency tests: their `usec_per_iter` column is t_typical.
+const LAT_TESTS: [&str; 3] = ["write_lat", "read_lat", "send_lat"];
 /// The implementations as `runs.csv` names them: the C tool, and our two tiers.
 const C: &str = "c";
 const OURS: [&str; 2] = ["safe", "raw"];
@@ -130,18 +133,26 @@ fn size_name(bytes: u32) -> String {
 fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) {
     let pairs = runs.iter().flat_map(|(_, r)| r.iter().map(|r| r.pair as usize + 1)).max();
     let pairs = pairs.unwrap_or(0);
-    let mut md = format!(
-        "Ours / C: median of the per-pair ratios (min–max); {conditions}.\n\n\
-         | test | -q | size | perftest BW avg [Gb/s] | safe/C BW | raw/C BW | perftest MsgRate [Mpps] | safe/C MsgRate | raw/C MsgRate |\n\
-         |---|---|---|---|---|---|---|---|---|\n"
-    );
+    let mut md = format!("Ours / C: median of the per-pair ratios (min–max); {conditions}.\n");
+    let of = |tests: &[&str]| -> Vec<&(Config, Vec<Run>)> {
+        runs.iter().filter(|((t, _, _), _)| tests.contains(&t.as_str())).collect()
+    };
+    if !of(&BW_TESTS).is_empty() {
+        md.push_str(
+            "\n| test | -q | size | perftest BW avg [Gb/s] | safe/C BW | raw/C BW | perftest MsgRate [Mpps] | safe/C MsgRate | raw/C MsgRate |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
+        );
+    }
     let mut csv = String::from(
         "test,qps,bytes,metric,impl,pairs,c_median,ours_median,ratio_median,ratio_min,ratio_max\n",
     );
     let mut misses = Vec::new();
     for ((test, q, bytes), runs) in runs {
+        let latency = LAT_TESTS.contains(&test.as_str());
         let metrics: &[(&str, Metric)] = if test == "pingpong" {
             &[("usec_per_iter", USEC)]
+        } else if latency {
+            &[("t_typical_usec", USEC)]
         } else {
             &[("bw_avg_gbps", BW), ("msg_rate_mpps", RATE)]
         };
@@ -163,14 +174,15 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
                     "bw_avg_gbps" => *bytes == 65536,
                     _ => true,
                 };
-                let missed = if name == "usec_per_iter" { m > 1.0 } else { m < 1.0 };
+                let lower_is_better = matches!(name, "usec_per_iter" | "t_typical_usec");
+                let missed = if lower_is_better { m > 1.0 } else { m < 1.0 };
                 if judged && missed {
                     misses
                         .push(format!("{test} -q {q} {} {imp} {name}: {m:.2}", size_name(*bytes)));
                 }
             }
         }
-        if test == "pingpong" {
+        if test == "pingpong" || latency {
             continue;
         }
         let c = |metric| median(runs, C, metric).map_or("–".into(), |v| format!("{v:.6}"));
@@ -186,16 +198,37 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
             cell(ratio(runs, "raw", RATE), pairs),
         );
     }
-    md.push_str(
-        "\n| ping-pong size | ibv_rc_pingpong [usec/iter] | rc_pingpong/C usec/iter |\n|---|---|---|\n",
-    );
-    for ((_, _, bytes), runs) in runs.iter().filter(|((t, _, _), _)| t == "pingpong") {
-        let c = median(runs, C, USEC).map_or("–".into(), |v| format!("{v:.1}"));
+    let c_usec = |runs: &[Run]| median(runs, C, USEC).map_or("–".into(), |v| format!("{v:.1}"));
+    let pingpong = of(&["pingpong"]);
+    if !pingpong.is_empty() {
+        md.push_str(
+            "\n| ping-pong size | ibv_rc_pingpong [usec/iter] | rc_pingpong/C usec/iter |\n|---|---|---|\n",
+        );
+    }
+    for ((_, _, bytes), runs) in pingpong {
         let r = cell(ratio(runs, "safe", USEC), pairs);
-        let _ = writeln!(md, "| {} | {c} | {r} |", size_name(*bytes));
+        let _ = writeln!(md, "| {} | {} | {r} |", size_name(*bytes), c_usec(runs));
+    }
+    let latency = of(&LAT_TESTS);
+    if !latency.is_empty() {
+        md.push_str(
+            "\n| latency test | size | perftest t_typical [usec] | safe/C t_typical | raw/C t_typical |\n\
+             |---|---|---|---|---|\n",
+        );
+    }
+    for ((test, _, bytes), runs) in latency {
+        let _ = writeln!(
+            md,
+            "| {test} | {} | {} | {} | {} |",
+            size_name(*bytes),
+            c_usec(runs),
+            cell(ratio(runs, "safe", USEC), pairs),
+            cell(ratio(runs, "raw", USEC), pairs),
+        );
     }
     md.push_str(
-        "\nTargets (MsgRate at 64 B and BW average at 64 KiB >= 1.00, usec/iter <= 1.00): ",
+        "\nTargets (MsgRate at 64 B and BW average at 64 KiB >= 1.00, usec/iter and t_typical \
+         <= 1.00): ",
     );
     if misses.is_empty() {
         md.push_str("all met.\n");
@@ -223,7 +256,8 @@ fn chart(runs: &[(Config, Vec<Run>)], conditions: &str, path: &Path) -> Result<(
     sizes.sort_unstable();
     sizes.dedup();
     let (Some(&lo), Some(&hi)) = (sizes.first(), sizes.last()) else {
-        return Err("runs.csv holds no bandwidth run".into());
+        eprintln!("bench_report: runs.csv holds no bandwidth run: no {}", path.display());
+        return Ok(());
     };
     // A log scale on both axes: 64 B runs move ~20x fewer bytes than 64 KiB ones.
     let all_bw = || bw_runs.iter().flat_map(|(_, r)| r.iter().filter_map(|r| r.bw));

@@ -18,7 +18,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use rdma_verbs::mlx5::*;
@@ -26,14 +26,10 @@ use rdma_verbs::*;
 
 #[path = "common/mod.rs"]
 mod common;
+use common::{PEER_TIMEOUT, RECV_WRID, SEND_WRID};
 #[path = "dc/completions.rs"]
 mod completions;
 use completions::Completions;
-
-/// How long to wait for the peer over TCP, and for a completion once running.
-const PEER_TIMEOUT: Duration = Duration::from_secs(60);
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -44,12 +40,8 @@ struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18516)]
     port: u16,
-    /// RDMA device to use (default: the first one found)
-    #[arg(short = 'd', long = "ib-dev")]
-    ib_dev: Option<String>,
-    /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
+    #[command(flatten)]
+    device: common::DeviceArgs,
     /// Size of each message and of each RDMA WRITE, in bytes
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: u32,
@@ -59,9 +51,6 @@ struct Args {
     /// Number of exchanges
     #[arg(short = 'n', long = "iters", default_value_t = 100)]
     iters: u64,
-    /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u8>,
     /// GRH traffic class of DCT and DCI packets (on RoCE v2: DSCP << 2 | ECN); set the
     /// DSCP of the fabric's lossless class there
     #[arg(long = "tclass", default_value_t = 0)]
@@ -74,14 +63,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dc_pingpong: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("dc_pingpong", run(&Args::parse()))
 }
 
 /// What each side tells the other: its DCT token and the region it may write.
@@ -91,22 +73,22 @@ struct Peer {
 }
 
 fn run(args: &Args) -> Result<(), Error> {
-    let mtu = Mtu::from_bytes(args.mtu)
-        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
+    let mtu = common::path_mtu(args.mtu)?;
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    let ctx = common::open_device(args.ib_dev.as_deref())?;
+    let ctx = common::open_device(args.device.ib_dev.as_deref())?;
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
-    let port = ctx.query_port(args.ib_port)?;
-    let gid = common::source_gid(&ctx, args.ib_port, &port, args.gid_idx)?;
+    let (ib_port, gid_idx) = (args.device.ib_port, args.device.gid_idx);
+    let port = ctx.query_port(ib_port)?;
+    let gid = common::source_gid(&ctx, ib_port, &port, gid_idx)?;
     let sgid_index = gid.map(|g| g.index);
     // Hop limit 255 (DcRoute::new): routed RoCE crosses routers.
     let route = DcRoute {
         traffic_class: args.tclass,
         sl: args.sl,
-        ..DcRoute::new(args.ib_port, sgid_index, mtu)
+        ..DcRoute::new(ib_port, sgid_index, mtu)
     };
 
     let size = args.size as usize;
@@ -122,7 +104,7 @@ fn run(args: &Args) -> Result<(), Error> {
     // A key only the peer learns (24 random bits from each of two draws; not a secret).
     let key = DcKey(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
     let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
-    let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
+    let init = ToInitAttr { port: ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
     let dct = dct.into_init(&init).map_err(|e| e.error)?;
     let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route)).map_err(|e| e.error)?;
     let me = Peer {

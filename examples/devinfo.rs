@@ -7,6 +7,9 @@
 
 use std::process::ExitCode;
 
+#[path = "common/mod.rs"]
+mod common;
+
 use clap::Parser;
 use rdma_verbs::{DeviceList, Result};
 
@@ -20,14 +23,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("devinfo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("devinfo", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<()> {

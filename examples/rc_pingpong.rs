@@ -24,21 +24,16 @@
 
 #[path = "common/mod.rs"]
 mod common;
+use common::{PEER_TIMEOUT, RECV_WRID, SEND_WRID};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
-
-/// How long to wait for the peer over TCP, and for a completion once running.
-const PEER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The C tool's wr_ids, kept as the kinds of completion it waits for.
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -49,12 +44,8 @@ struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
-    /// RDMA device to use (default: the first one found)
-    #[arg(short = 'd', long = "ib-dev")]
-    ib_dev: Option<String>,
-    /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
+    #[command(flatten)]
+    device: common::DeviceArgs,
     /// Size of message to exchange, in bytes
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: u32,
@@ -73,9 +64,6 @@ struct Args {
     /// Sleep on CQ events (default poll)
     #[arg(short = 'e', long = "events")]
     events: bool,
-    /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u8>,
     /// Connect through rdma_cm instead of the TCP exchange (needs --features rdmacm)
     #[arg(long = "rdma-cm")]
     rdma_cm: bool,
@@ -84,28 +72,20 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rc_pingpong: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("rc_pingpong", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<(), Error> {
-    let mtu = Mtu::from_bytes(args.mtu)
-        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
+    let mtu = common::path_mtu(args.mtu)?;
     if args.size == 0 || args.rx_depth == 0 || args.iters == 0 {
         return Err("-s, -r and -n must be at least 1".into());
     }
     if args.rdma_cm {
         return run_cm(args);
     }
-    let ctx = common::open_device(args.ib_dev.as_deref())?;
-    let port = ctx.query_port(args.ib_port)?;
-    common::require_lid(&ctx, args.ib_port, &port)?;
+    let ctx = common::open_device(args.device.ib_dev.as_deref())?;
+    let port = ctx.query_port(args.device.ib_port)?;
+    common::require_lid(&ctx, args.device.ib_port, &port)?;
     let gid = local_gid(&ctx, args, &port)?;
     pingpong(
         &ctx,
@@ -119,8 +99,8 @@ fn run(args: &Args) -> Result<(), Error> {
                 gid: gid.map_or(Gid::ZERO, |g| g.gid),
             };
             println!("  local address:  {me}");
-            let link =
-                Link { port: args.ib_port, sgid: gid.map(|g| g.index), mtu, sl: args.sl, psn };
+            let sgid = gid.map(|g| g.index);
+            let link = Link { port: args.device.ib_port, sgid, mtu, sl: args.sl, psn };
             let (qp, remote) = exchange(qp, args, &me, &link)?;
             println!("  remote address: {remote}");
             Ok(qp)
@@ -170,24 +150,11 @@ fn exchange<'a>(
 /// `--rdma-cm`: the connection through rdma_cm; the device is the one with the address.
 #[cfg(feature = "rdmacm")]
 fn run_cm(args: &Args) -> Result<(), Error> {
-    use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
+    use rdma_verbs::cm::{CmId, EventChannel, PortSpace};
     use std::net::{SocketAddr, ToSocketAddrs};
+    use std::time::Duration;
 
     let channel = EventChannel::new()?;
-    let check_device = |ctx: &Context| match &args.ib_dev {
-        Some(dev) if dev != ctx.name() => Err(format!(
-            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
-            ctx.name()
-        )),
-        _ => Ok(()),
-    };
-    let connected = |qp: &QueuePair<'_, Rts>, ctx: &Context| {
-        println!(
-            "  local address:  QPN {:#08x}, connected by rdma_cm on {}",
-            qp.qp_num().0,
-            ctx.name()
-        );
-    };
     match &args.servername {
         Some(host) => {
             let dst = (host.as_str(), args.port)
@@ -198,22 +165,7 @@ fn run_cm(args: &Args) -> Result<(), Error> {
             let id = CmId::new(&channel, PortSpace::TCP)?;
             id.resolve_addr(None, dst, Duration::from_secs(5))?;
             id.resolve_route(Duration::from_secs(5))?;
-            let ctx = id.context()?;
-            check_device(ctx)?;
-            pingpong(
-                ctx,
-                args,
-                |qp| {
-                    let up =
-                        id.connect(qp, &ConnParam::default(), PEER_TIMEOUT).map_err(|e| e.error)?;
-                    connected(&up.qp, ctx);
-                    Ok(up.qp)
-                },
-                || {
-                    // Done: every message arrived. Disconnect before our QP goes.
-                    Ok(id.disconnect()?)
-                },
-            )?;
+            pingpong_cm(args, &id, false)
         }
         None => {
             let listener = CmId::new(&channel, PortSpace::TCP)?;
@@ -221,28 +173,49 @@ fn run_cm(args: &Args) -> Result<(), Error> {
             listener.bind_addr(any).map_err(|e| format!("couldn't listen on {any}: {e}"))?;
             listener.listen(1)?;
             let request = listener.get_request(Duration::from_secs(3600))?;
-            let id = &request.id;
-            let ctx = id.context()?;
-            check_device(ctx)?;
-            pingpong(
-                ctx,
-                args,
-                |qp| {
-                    let up =
-                        id.accept(qp, &ConnParam::default(), PEER_TIMEOUT).map_err(|e| e.error)?;
-                    connected(&up.qp, ctx);
-                    Ok(up.qp)
-                },
-                || {
-                    // Over iWARP a send completes once handed to TCP: destroying our QP before
-                    // the client has everything could reset the connection. It disconnects when
-                    // done.
-                    Ok(id.wait_disconnected(PEER_TIMEOUT)?)
-                },
-            )?;
+            pingpong_cm(args, &request.id, true)
         }
     }
-    Ok(())
+}
+
+/// The ping-pong over `id`'s connection: the client's (`rdma_connect`, `server` false, `id`
+/// with its route resolved) or the server's (`rdma_accept`, `id` a connect request's).
+#[cfg(feature = "rdmacm")]
+fn pingpong_cm(args: &Args, id: &rdma_verbs::cm::CmId<'_>, server: bool) -> Result<(), Error> {
+    use rdma_verbs::cm::ConnParam;
+
+    let ctx = id.context()?;
+    common::check_cm_device(args.device.ib_dev.as_deref(), ctx)?;
+    pingpong(
+        ctx,
+        args,
+        |qp| {
+            let param = ConnParam::default();
+            let up = if server {
+                id.accept(qp, &param, PEER_TIMEOUT)
+            } else {
+                id.connect(qp, &param, PEER_TIMEOUT)
+            };
+            let up = up.map_err(|e| e.error)?;
+            println!(
+                "  local address:  QPN {:#08x}, connected by rdma_cm on {}",
+                up.qp.qp_num().0,
+                ctx.name()
+            );
+            Ok(up.qp)
+        },
+        || {
+            if server {
+                // Over iWARP a send completes once handed to TCP: destroying our QP before
+                // the client has everything could reset the connection. It disconnects when
+                // done.
+                Ok(id.wait_disconnected(PEER_TIMEOUT)?)
+            } else {
+                // Done: every message arrived. Disconnect before our QP goes.
+                Ok(id.disconnect()?)
+            }
+        },
+    )
 }
 
 #[cfg(not(feature = "rdmacm"))]
@@ -278,7 +251,7 @@ fn pingpong(
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
     let qp = qp
-        .into_init(&ToInitAttr { port: args.ib_port, ..Default::default() })
+        .into_init(&ToInitAttr { port: args.device.ib_port, ..Default::default() })
         .map_err(|e| e.error)?;
 
     while let Some(buf) = pool.take() {
@@ -404,8 +377,8 @@ fn send_message<'a>(
 
 /// The GID to send, with its index: `-g` if given; else on Ethernet the routable one.
 fn local_gid(ctx: &Context, args: &Args, port: &PortAttr) -> Result<Option<GidEntry>, Error> {
-    let gid = common::source_gid(ctx, args.ib_port, port, args.gid_idx)?;
-    if let (None, Some(gid)) = (args.gid_idx, gid) {
+    let gid = common::source_gid(ctx, args.device.ib_port, port, args.device.gid_idx)?;
+    if let (None, Some(gid)) = (args.device.gid_idx, gid) {
         eprintln!("rc_pingpong: no -g on an Ethernet (RoCE) port: using GID index {gid}, the routable one");
     }
     Ok(gid)

@@ -1,5 +1,5 @@
 //! RDMA WRITE bandwidth, perftest style: `ib_write_bw`'s options, method and table.
-//! See `examples/bw/mod.rs` for the tool shared by write_bw, read_bw and send_bw.
+//! See `examples/bw/mod.rs` for the tool shared by the bandwidth and latency tools.
 
 #[path = "bw/mod.rs"]
 mod bw;
@@ -7,5 +7,5 @@ mod bw;
 mod common;
 
 fn main() -> std::process::ExitCode {
-    bw::main("write")
+    bw::main("write_bw")
 }

@@ -145,13 +145,19 @@ impl Grh {
 mod tests {
     use super::*;
 
+    /// The 40 bytes before a RoCE v2 IPv4 datagram's payload: 20 zero bytes, then `ip`.
+    fn behind_zeros(ip: [u8; 20]) -> [u8; 40] {
+        let mut grh = [0u8; 40];
+        grh[20..].copy_from_slice(&ip);
+        grh
+    }
+
     #[test]
     fn a_roce_v2_ipv4_header_gives_the_mapped_source() {
-        let mut grh = [0u8; 40];
         // An IPv4 header 192.0.2.1 → 192.0.2.1, UDP, with a valid checksum.
-        let ip: [u8; 20] =
-            [0x45, 0, 0, 0x3c, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 192, 0, 2, 1];
-        grh[20..].copy_from_slice(&ip);
+        let mut grh = behind_zeros([
+            0x45, 0, 0, 0x3c, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 192, 0, 2, 1,
+        ]);
         let sum: u32 =
             grh[20..].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
         let folded = (sum & 0xffff) + (sum >> 16);
@@ -169,10 +175,9 @@ mod tests {
     fn an_ipv4_header_without_checksum_is_recognised_by_its_version() {
         // What rxe delivers for a loopback datagram: 20 zero bytes, then an IPv4 header whose
         // checksum was never computed.
-        let mut grh = [0u8; 40];
-        let ip: [u8; 20] =
-            [0x45, 0, 0x04, 0x20, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 192, 0, 2, 7];
-        grh[20..].copy_from_slice(&ip);
+        let grh = behind_zeros([
+            0x45, 0, 0x04, 0x20, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 192, 0, 2, 7,
+        ]);
         let grh = Grh::from_receive(&grh).unwrap();
         assert!(grh.is_ipv4());
         assert_eq!(grh.source_gid().to_string(), "::ffff:192.0.2.1");

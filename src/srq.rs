@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{check_pool, Buffer, PostError};
+use crate::buffer::{post_receive, Buffer, PostError};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::RecvWr;
@@ -128,17 +128,12 @@ impl<'a> SharedReceiveQueue<'a> {
     where
         'p: 'a,
     {
-        if let Err(error) = check_pool(&buffer, self.pd) {
-            return Err(PostError { buffer, error });
-        }
-        let len = buffer.len() as u32;
-        let sge = [buffer.sge(buffer.capacity() as u32, false)];
-        let flight = buffer.launch(len, false);
-        // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the pool
-        // outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in the SRQ's
-        // PD (checked), named by its IOVA.
-        unsafe { self.post_recv(&mut RecvWr::new(flight.wr_id, &sge)) }
-            .map_err(|error| PostError { buffer: flight.restore(), error })
+        post_receive(buffer, self.pd, |wr| {
+            // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
+            // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
+            // the SRQ's PD (checked), named by its IOVA.
+            unsafe { self.post_recv(wr) }
+        })
     }
 
     /// `ibv_destroy_srq(3)`—Destroys the SRQ, reporting failure (dropping logs instead).

@@ -18,13 +18,15 @@ use std::ffi::c_int;
 use std::hint::black_box;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, QpCapabilities, QpInitAttr, RKey, RecvWr, RemoteAddr, SendFlags,
-    SendList, SendOp, SendWr, SendWrList, WorkCompletion,
+    AccessFlags, BufferPool, QueuePair, RKey, RecvWr, RemoteAddr, Rts, SendFlags, SendList, SendOp,
+    SendWr, SendWrList, Sge, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
 
-use stub_data_path::{context, into_rts, DataPath};
+use stub_data_path::{
+    context, each_wr, rts_qp, stub_extended, with_rts_qp, DataPath, ExtendedStubs,
+};
 
 thread_local! {
     /// Allocations (alloc, alloc_zeroed, realloc) made by this thread. `const`, with no
@@ -108,12 +110,10 @@ fn complete_later(wr_id: u64, opcode: sys::ibv_wc_opcode, byte_len: u32) {
 /// As `ibv_post_send(3)`: `wr` is a valid list.
 unsafe extern "C" fn post_send(
     _qp: *mut sys::ibv_qp,
-    mut wr: *mut sys::ibv_send_wr,
+    wr: *mut sys::ibv_send_wr,
     _bad_wr: *mut *mut sys::ibv_send_wr,
 ) -> c_int {
-    while !wr.is_null() {
-        // SAFETY: an element of the caller's valid list.
-        let w = unsafe { &*wr };
+    let signaled = |w: &sys::ibv_send_wr| {
         if w.send_flags & sys::IBV_SEND_SIGNALED != 0 {
             let opcode = match w.opcode {
                 sys::IBV_WR_RDMA_READ => sys::IBV_WC_RDMA_READ,
@@ -122,8 +122,9 @@ unsafe extern "C" fn post_send(
             };
             complete_later(w.wr_id, opcode, 0);
         }
-        wr = w.next;
-    }
+    };
+    // SAFETY: the caller's valid list.
+    unsafe { each_wr(wr, signaled) };
     0
 }
 
@@ -134,19 +135,18 @@ unsafe extern "C" fn post_send(
 /// As `ibv_post_recv(3)`: `wr` is a valid list.
 unsafe extern "C" fn post_recv(
     _qp: *mut sys::ibv_qp,
-    mut wr: *mut sys::ibv_recv_wr,
+    wr: *mut sys::ibv_recv_wr,
     _bad_wr: *mut *mut sys::ibv_recv_wr,
 ) -> c_int {
-    while !wr.is_null() {
-        // SAFETY: an element of the caller's valid list, with `num_sge` valid SGEs.
-        let w = unsafe { &*wr };
+    let filled = |w: &sys::ibv_recv_wr| {
         let len = (0..w.num_sge as usize)
-            // SAFETY: as above.
+            // SAFETY: a WR of the caller's valid list, with `num_sge` valid SGEs.
             .map(|i| unsafe { (*w.sg_list.add(i)).length })
             .sum();
         complete_later(w.wr_id, sys::IBV_WC_RECV, len);
-        wr = w.next;
-    }
+    };
+    // SAFETY: the caller's valid list.
+    unsafe { each_wr(wr, filled) };
     0
 }
 
@@ -192,14 +192,6 @@ unsafe extern "C" fn wr_rdma_write(qp: *mut sys::ibv_qp_ex, _rkey: u32, _addr: u
     }
 }
 
-extern "C" fn wr_nothing(_qp: *mut sys::ibv_qp_ex) {}
-
-extern "C" fn wr_complete(_qp: *mut sys::ibv_qp_ex) -> c_int {
-    0
-}
-
-extern "C" fn wr_set_sge(_qp: *mut sys::ibv_qp_ex, _lkey: u32, _addr: u64, _length: u32) {}
-
 thread_local! {
     /// The completion the stub's extended CQ is reading.
     static CURRENT: Cell<(u64, sys::ibv_wc_opcode, u32)> = const { Cell::new((0, 0, 0)) };
@@ -223,8 +215,6 @@ unsafe extern "C" fn start_poll(
     0
 }
 
-extern "C" fn end_poll(_cq: *mut sys::ibv_cq_ex) {}
-
 extern "C" fn read_opcode(_cq: *mut sys::ibv_cq_ex) -> sys::ibv_wc_opcode {
     CURRENT.get().1
 }
@@ -233,51 +223,58 @@ extern "C" fn read_byte_len(_cq: *mut sys::ibv_cq_ex) -> u32 {
     CURRENT.get().2
 }
 
-extern "C" fn read_zero(_cq: *mut sys::ibv_cq_ex) -> u32 {
-    0
-}
+/// The stub's extended CQ and QP: each signaled WR built completes; each session reads the
+/// oldest completion of the ring.
+const EXTENDED: ExtendedStubs = ExtendedStubs {
+    start_poll,
+    next_poll: None,
+    read_opcode,
+    read_byte_len,
+    wr_send: Some(wr_send),
+    wr_rdma_write,
+};
 
-extern "C" fn read_zero_u8(_cq: *mut sys::ibv_cq_ex) -> u8 {
-    0
-}
-
-/// Replaces the mock's members of an extended CQ and QP (which record calls, allocating)
-/// with the stub's.
-///
-/// # Safety
-///
-/// `cq` and `qp` must be live extended objects that nothing uses during the call.
-unsafe fn stub_extended(cq: *mut sys::ibv_cq_ex, qp: *mut sys::ibv_qp_ex) {
-    // SAFETY: the caller's live, unused objects; filling members is what a provider does.
-    unsafe {
-        let c = &mut *cq;
-        c.start_poll = Some(start_poll);
-        c.end_poll = Some(end_poll);
-        c.read_opcode = Some(read_opcode);
-        c.read_byte_len = Some(read_byte_len);
-        c.read_vendor_err = Some(read_zero);
-        c.read_imm_data = Some(read_zero);
-        c.read_qp_num = Some(read_zero);
-        c.read_src_qp = Some(read_zero);
-        c.read_wc_flags = Some(read_zero);
-        c.read_slid = Some(read_zero);
-        c.read_sl = Some(read_zero_u8);
-        c.read_dlid_path_bits = Some(read_zero_u8);
-        let q = &mut *qp;
-        q.wr_start = Some(wr_nothing);
-        q.wr_abort = Some(wr_nothing);
-        q.wr_complete = Some(wr_complete);
-        q.wr_send = Some(wr_send);
-        q.wr_rdma_write = Some(wr_rdma_write);
-        q.wr_set_sge = Some(wr_set_sge);
-    }
-}
-
-/// Asserts that no operation of `counts` allocated, naming those that did.
+/// Runs `round` once to warm up lazy state, then [`ROUNDS`] times, and asserts that none of
+/// the operations it measures allocated in those: `round` returns their allocations in the
+/// order of `names`, which the failure names them by.
 #[track_caller]
-fn assert_none(counts: &[(&str, u64)]) {
+fn assert_rounds_allocate_nothing<const N: usize>(
+    names: [&str; N],
+    mut round: impl FnMut() -> [u64; N],
+) {
+    round();
+    let mut counts = names.map(|name| (name, 0));
+    for _ in 0..ROUNDS {
+        for (count, n) in counts.iter_mut().zip(round()) {
+            count.1 += n;
+        }
+    }
     let offenders: Vec<_> = counts.iter().filter(|(_, n)| *n > 0).collect();
     assert!(offenders.is_empty(), "allocations in {ROUNDS} rounds (name, count): {offenders:?}");
+}
+
+/// The sends of a round: one signaled RDMA WRITE, and a list of [`LIST`] SENDs whose last
+/// alone is signaled (two completions).
+fn signaled_sends(sges: &[Sge]) -> (SendWr<'_>, SendWrList<'_>) {
+    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+    let one = SendWr::rdma_write(1, sges, remote).flags(SendFlags::SIGNALED);
+    let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, sges)).collect();
+    list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
+    (one, list)
+}
+
+/// The allocations of posting `one` (`post_send`), then `list` (`post_send_list`).
+fn post_sends(
+    qp: &QueuePair<'_, Rts>,
+    one: &mut SendWr<'_>,
+    list: &mut SendWrList<'_>,
+) -> [u64; 2] {
+    [
+        // SAFETY: the stub provider never touches the memory.
+        allocations_in(|| unsafe { qp.post_send(one) }.unwrap()),
+        // SAFETY: as above.
+        allocations_in(|| unsafe { qp.post_send_list(list) }.unwrap()),
+    ]
 }
 
 #[test]
@@ -293,86 +290,52 @@ fn the_counter_sees_an_allocation_on_this_thread_only() {
 fn the_raw_tier_posts_and_polls_without_allocating() {
     let mock = Mock::new();
     let ctx = context(&mock, STUB, ContextConfig::default());
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
-    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
-    let sges = [mr.sge(..64).unwrap()];
-    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
-    let mut one = SendWr::rdma_write(1, &sges, remote).flags(SendFlags::SIGNALED);
-    let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
-    list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
-    let mut recv = RecvWr::new(2, &sges);
-    let mut wcs = [WorkCompletion::EMPTY; LIST];
-
-    let mut counts = [("post_send", 0), ("post_send_list", 0), ("post_recv", 0), ("poll", 0)];
-    for round in 0..=ROUNDS {
-        let posts = [
+    with_rts_qp(&ctx, |qp, cq, sge| {
+        let sges = [sge];
+        let (mut one, mut list) = signaled_sends(&sges);
+        let mut recv = RecvWr::new(2, &sges);
+        let mut wcs = [WorkCompletion::EMPTY; LIST];
+        let names = ["post_send", "post_send_list", "post_recv", "poll"];
+        assert_rounds_allocate_nothing(names, || {
+            let [send, send_list] = post_sends(qp, &mut one, &mut list);
             // SAFETY: the stub provider never touches the memory.
-            allocations_in(|| unsafe { qp.post_send(&mut one) }.unwrap()),
-            // SAFETY: as above.
-            allocations_in(|| unsafe { qp.post_send_list(&mut list) }.unwrap()),
-            // SAFETY: as above.
-            allocations_in(|| unsafe { qp.post_recv(&mut recv) }.unwrap()),
-        ];
-        let mut polled = 0;
-        let poll = allocations_in(|| polled = cq.poll(&mut wcs).unwrap().len());
-        assert_eq!(polled, 3, "one completion for each signaled post and the receive");
-        if round > 0 {
-            for (count, n) in counts.iter_mut().zip(posts.into_iter().chain([poll])) {
-                count.1 += n;
-            }
-        }
-    }
-    assert_none(&counts);
+            let recv = allocations_in(|| unsafe { qp.post_recv(&mut recv) }.unwrap());
+            let mut polled = 0;
+            let poll = allocations_in(|| polled = cq.poll(&mut wcs).unwrap().len());
+            assert_eq!(polled, 3, "one completion for each signaled post and the receive");
+            [send, send_list, recv, poll]
+        });
+    });
 }
 
 #[test]
 fn the_extended_verbs_post_and_poll_without_allocating() {
     let mock = Mock::new();
     let ctx = context(&mock, STUB, ContextConfig::extended_verbs());
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(128).unwrap(); // room for 64 sends and 64 receives
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
-    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
-    let (cq_ex, qp_ex) =
-        (cq.as_raw_ex().expect("an extended CQ"), qp.as_raw_ex().expect("an extended QP"));
-    // SAFETY: both are live and used by nothing else now.
-    unsafe { stub_extended(cq_ex, qp_ex) };
-    let sges = [mr.sge(..64).unwrap()];
-    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
-    let mut one = SendWr::rdma_write(1, &sges, remote).flags(SendFlags::SIGNALED);
-    let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, &sges)).collect();
-    list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
-    let mut wcs = [WorkCompletion::EMPTY; LIST];
-
-    let mut counts = [("post_send", 0), ("post_send_list", 0), ("poll", 0), ("poll_with", 0)];
-    for round in 0..=ROUNDS {
-        let posts = [
-            // SAFETY: the stub provider never touches the memory.
-            allocations_in(|| unsafe { qp.post_send(&mut one) }.unwrap()),
-            // SAFETY: as above.
-            allocations_in(|| unsafe { qp.post_send_list(&mut list) }.unwrap()),
-        ];
-        let mut polled = 0;
-        let poll = allocations_in(|| polled = cq.poll(&mut wcs[..1]).unwrap().len());
-        let poll_with = allocations_in(|| {
-            polled += cq
-                .poll_with(LIST, |c| {
-                    black_box(c.wr_id());
-                })
-                .unwrap()
+    with_rts_qp(&ctx, |qp, cq, sge| {
+        let (cq_ex, qp_ex) =
+            (cq.as_raw_ex().expect("an extended CQ"), qp.as_raw_ex().expect("an extended QP"));
+        // SAFETY: both are live and used by nothing else now.
+        unsafe { stub_extended(cq_ex, qp_ex, &EXTENDED) };
+        let sges = [sge];
+        let (mut one, mut list) = signaled_sends(&sges);
+        let mut wcs = [WorkCompletion::EMPTY; LIST];
+        let names = ["post_send", "post_send_list", "poll", "poll_with"];
+        assert_rounds_allocate_nothing(names, || {
+            let [send, send_list] = post_sends(qp, &mut one, &mut list);
+            let mut polled = 0;
+            let poll = allocations_in(|| polled = cq.poll(&mut wcs[..1]).unwrap().len());
+            let poll_with = allocations_in(|| {
+                polled += cq
+                    .poll_with(LIST, |c| {
+                        black_box(c.wr_id());
+                    })
+                    .unwrap()
+            });
+            assert_eq!(polled, 2, "one completion for each signaled post");
+            [send, send_list, poll, poll_with]
         });
-        assert_eq!(polled, 2, "one completion for each signaled post");
-        if round > 0 {
-            for (count, n) in counts.iter_mut().zip(posts.into_iter().chain([poll, poll_with])) {
-                count.1 += n;
-            }
-        }
-    }
-    assert_none(&counts);
+    });
 }
 
 #[test]
@@ -384,21 +347,14 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
                                           // Declared before the QP: the pool outlives every QP it lends buffers to.
     let pool =
         BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
-    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
-    let qp = into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
+    let qp = rts_qp(&pd, &cq);
     let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey(7) });
     let mut list = SendList::with_capacity(LIST);
     let mut wcs = [WorkCompletion::EMPTY; LIST];
 
-    let mut counts = [
-        ("take", 0),
-        ("post_send_buffer", 0),
-        ("post_send_buffers", 0),
-        ("post_recv_buffer", 0),
-        ("poll", 0),
-        ("complete", 0),
-    ];
-    for round in 0..=ROUNDS {
+    let names =
+        ["take", "post_send_buffer", "post_send_buffers", "post_recv_buffer", "poll", "complete"];
+    assert_rounds_allocate_nothing(names, || {
         let mut n = [0; 6];
         let mut take = || {
             let mut buffer = None;
@@ -427,11 +383,6 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
             n[5] += allocations_in(|| back = pool.complete(wc));
             assert!(back.is_some(), "each completion returns its buffer");
         }
-        if round > 0 {
-            for (count, n) in counts.iter_mut().zip(n) {
-                count.1 += n;
-            }
-        }
-    }
-    assert_none(&counts);
+        n
+    });
 }

@@ -1,11 +1,49 @@
 //! perftest's options, and the checks made before any verb runs.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
+
+use super::Mode;
 
 /// The largest -a size: perftest's 8 MiB.
 pub const MAX_SIZE: u32 = 8 << 20;
 
-/// Bandwidth test in perftest's style (ib_write_bw / ib_read_bw / ib_send_bw options).
+/// perftest's fewest iterations of a latency test (`MIN_ITER`): the report drops the two
+/// largest of the n - 1 samples.
+pub const MIN_LATENCY_ITERS: u64 = 5;
+
+/// Which of perftest's two families a tool belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `*_bw`: messages back to back, bandwidth and message rate.
+    Bandwidth,
+    /// `*_lat`: one message at a time, latency.
+    Latency,
+}
+
+impl Test {
+    /// The tool name's suffix: `bw` or `lat`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Test::Bandwidth => "bw",
+            Test::Latency => "lat",
+        }
+    }
+
+    /// The family named by a tool name's suffix.
+    pub fn from_suffix(suffix: &str) -> Option<Test> {
+        [Test::Bandwidth, Test::Latency].into_iter().find(|t| t.suffix() == suffix)
+    }
+
+    fn family(self) -> &'static str {
+        match self {
+            Test::Bandwidth => "bandwidth",
+            Test::Latency => "latency",
+        }
+    }
+}
+
+/// A test in perftest's style, with ib_{write,read,send}_{bw,lat}'s options. The defaults of
+/// size, iterations and the options each family has are set per tool by [`parse`].
 #[derive(Parser, Debug, Clone)]
 #[command(version)]
 pub struct Args {
@@ -21,7 +59,7 @@ pub struct Args {
     /// Message size in bytes
     #[arg(short = 's', long = "size", default_value_t = 65536)]
     pub size: u32,
-    /// Iterations per QP
+    /// Iterations (per QP)
     #[arg(short = 'n', long = "iters", default_value_t = 5000)]
     pub iters: u64,
     /// Run all sizes 2 B .. 8 MiB (powers of two; capped by --max-size)
@@ -74,11 +112,89 @@ pub struct Args {
     /// buffer tier
     #[arg(long = "raw")]
     pub raw: bool,
+    /// Print every sample, sorted, before its size's line (the two dropped largest left out)
+    #[arg(short = 'H', long = "report-histogram")]
+    pub histogram: bool,
+    /// Print every sample in the order measured before its size's line
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub unsorted: bool,
+    /// Microseconds to wait (spinning) before each post
+    #[arg(long = "latency_gap", default_value_t = 0)]
+    pub latency_gap: u64,
     /// Server to connect to (none: act as the server)
     pub server: Option<String>,
+    /// The tool's family, set by [`parse`].
+    #[arg(skip = Test::Bandwidth)]
+    pub test: Test,
 }
 
-/// perftest 4.5's bw options that are accepted but change nothing here: (long name, short
+/// An option of one family only: (long name, short letter, the [`Args`] field, the family,
+/// why the other family's tools refuse it).
+type FamilyOption = (&'static str, Option<char>, Option<&'static str>, Test, &'static str);
+
+/// The options of one family only; perftest refuses them in the other the same way.
+const ONE_FAMILY: &[FamilyOption] = &[
+    (
+        "bidirectional",
+        Some('b'),
+        Some("bidirectional"),
+        Test::Bandwidth,
+        "a ping-pong runs both ways already",
+    ),
+    ("qp", Some('q'), Some("qps"), Test::Bandwidth, "latency is measured on one QP, as perftest's"),
+    ("tx-depth", Some('t'), Some("tx_depth"), Test::Bandwidth, "one WR is in flight at a time"),
+    ("post_list", Some('l'), Some("post_list"), Test::Bandwidth, "one WR is in flight at a time"),
+    ("cq-mod", Some('Q'), Some("cq_mod"), Test::Bandwidth, "every WR is signaled"),
+    ("report_gbits", None, Some("report_gbits"), Test::Bandwidth, "latency is reported in usec"),
+    ("noPeak", Some('N'), None, Test::Bandwidth, "a latency run has no peak bandwidth"),
+    (
+        "report-histogram",
+        Some('H'),
+        Some("histogram"),
+        Test::Latency,
+        "a bandwidth run keeps no per-WR samples",
+    ),
+    (
+        "report-unsorted",
+        Some('U'),
+        Some("unsorted"),
+        Test::Latency,
+        "a bandwidth run keeps no per-WR samples",
+    ),
+    ("latency_gap", None, Some("latency_gap"), Test::Latency, "a bandwidth run posts back to back"),
+];
+
+/// The arguments of tool `mode`_`test` from `argv` (program name first, noted options
+/// already dropped by [`perftest_argv`]), with perftest's defaults for that tool: 64 KiB and
+/// 5000 iterations for write_bw, 64 KiB and 1000 for read_bw and send_bw, 2 B and 1000 for
+/// the latency tools. Prints help, version or a usage error and exits, as clap does.
+pub fn parse(test: Test, mode: Mode, argv: Vec<String>) -> Args {
+    let tool = format!("{}_{}", mode.name(), test.suffix());
+    let mut cmd = Args::command().about(format!(
+        "{} {} test in perftest's style (ib_{tool}'s options, method and table)",
+        mode.title(),
+        test.family()
+    ));
+    for (_, _, id, family, _) in ONE_FAMILY {
+        if let (Some(id), true) = (id, *family != test) {
+            cmd = cmd.mut_arg(*id, |a| a.hide(true));
+        }
+    }
+    if test == Test::Latency {
+        cmd = cmd
+            .mut_arg("size", |a| a.default_value("2"))
+            .mut_arg("connection", |a| a.help("Connection type: RC (DC: the bw tools only)"));
+    }
+    if test == Test::Latency || mode != Mode::Write {
+        cmd = cmd.mut_arg("iters", |a| a.default_value("1000"));
+    }
+    let matches = cmd.get_matches_from(argv);
+    let mut args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    args.test = test;
+    args
+}
+
+/// perftest 4.5's options that are accepted but change nothing here: (long name, short
 /// letter, whether a value follows, why). Each one given is dropped with this note on stderr.
 const NOTED: &[(&str, Option<char>, bool, &str)] = &[
     (
@@ -106,7 +222,7 @@ const NOTED: &[(&str, Option<char>, bool, &str)] = &[
     ("wait_destroy", None, true, "resources are freed at once at the end"),
 ];
 
-/// perftest 4.5's bw options this tool refuses, and why: (long name, short letter, reason).
+/// perftest 4.5's options these tools refuse, and why: (long name, short letter, reason).
 const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("use_cuda", None, "GPU memory (CUDA) is not supported: buffers are host memory"),
     ("use_rocm", None, "GPU memory (ROCm) is not supported: buffers are host memory"),
@@ -119,6 +235,11 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("mr_per_qp", None, "the buffer tier gives each QP its own region already (--raw: one)"),
     ("use_old_post_send", None, "the verbs path is chosen per provider (QpInitAttr::verbs_path)"),
     ("events", Some('e'), "completion events are not used: the CQs are busy-polled"),
+    (
+        "report-cycles",
+        Some('C'),
+        "times come from the monotonic clock, in usec: there are no cycle counts to report",
+    ),
     ("vector", Some('X'), "completion vectors need -e, which is not supported"),
     ("cpu_util", None, "CPU utilisation is not measured"),
     ("report-counters", Some('W'), "port counters are not read"),
@@ -137,7 +258,7 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("recv_post_list", None, "receives are posted one at a time"),
     ("inline_recv", None, "inline receive (scatter to CQE) is not supported"),
     ("use-srq", None, "receives go to each QP's own queue, not an SRQ"),
-    ("rx-depth", Some('r'), "the receive depth follows -t"),
+    ("rx-depth", Some('r'), "the receive depth is -t for send_bw and 2 for send_lat"),
     ("outs", Some('o'), "the outstanding RDMA READs per QP are not settable here"),
     ("mcg", Some('g'), "multicast is not supported"),
     ("MGID", Some('M'), "multicast is not supported"),
@@ -160,10 +281,14 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("aes_block_size", None, "crypto (AES-XTS) memory keys are not supported"),
 ];
 
-/// What perftest's command line `argv` (program name first) means here: the arguments for
-/// [`Args`], each noted option dropped with its note on stderr; or the reason a refused option
-/// cannot be honoured.
-pub fn perftest_argv(argv: impl IntoIterator<Item = String>) -> Result<Vec<String>, String> {
+/// What perftest's command line `argv` (program name first) means to a `test` tool: the
+/// arguments for [`parse`], each noted option dropped with its note on stderr; or the reason
+/// a refused option (or one of the other family's) cannot be honoured. A short option may
+/// carry its value (`-q4`).
+pub fn perftest_argv(
+    test: Test,
+    argv: impl IntoIterator<Item = String>,
+) -> Result<Vec<String>, String> {
     let mut kept = Vec::new();
     let mut argv = argv.into_iter();
     while let Some(arg) = argv.next() {
@@ -173,7 +298,7 @@ pub fn perftest_argv(argv: impl IntoIterator<Item = String>) -> Result<Vec<Strin
                 None => (long.to_owned(), false),
             },
             None => match arg.strip_prefix('-').map(|a| a.chars().collect::<Vec<_>>()) {
-                Some(short) if short.len() == 1 => (short[0].to_string(), false),
+                Some(short) if !short.is_empty() => (short[0].to_string(), short.len() > 1),
                 _ => {
                     kept.push(arg);
                     continue;
@@ -183,6 +308,11 @@ pub fn perftest_argv(argv: impl IntoIterator<Item = String>) -> Result<Vec<Strin
         let is = |long: &str, short: Option<char>| {
             name == long || (name.len() == 1 && short.is_some_and(|c| name.starts_with(c)))
         };
+        if let Some((long, .., family, why)) =
+            ONE_FAMILY.iter().find(|(l, s, _, f, _)| *f != test && is(l, *s))
+        {
+            return Err(format!("--{long} is for the {} tools only: {why}", family.family()));
+        }
         if let Some((long, _, takes_value, why)) = NOTED.iter().find(|(l, s, ..)| is(l, *s)) {
             eprintln!("note: --{long} changes nothing here: {why}");
             if *takes_value && !inline_value {
@@ -205,6 +335,11 @@ impl Args {
         } else {
             vec![self.size]
         }
+    }
+
+    /// The largest of [`Args::sizes`]: what the buffers are made for.
+    pub fn largest_size(&self) -> u32 {
+        *self.sizes().iter().max().expect("at least one size")
     }
 
     /// Whether `-c DC` was asked for.
@@ -239,6 +374,9 @@ impl Args {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be at least 1"));
         }
+        if self.test == Test::Latency {
+            self.check_latency()?;
+        }
         if self.iters == 0 && self.duration.is_none() {
             return Err("-n (iterations) must be at least 1".into());
         }
@@ -266,5 +404,60 @@ impl Args {
             return Err(format!("sizes run from 2 B (-a) or 1 B to {MAX_SIZE} B"));
         }
         Ok(())
+    }
+
+    /// The latency tools' own checks.
+    fn check_latency(&self) -> Result<(), String> {
+        if self.duration.is_none() && self.iters < MIN_LATENCY_ITERS {
+            return Err(format!(
+                "-n {} must be at least {MIN_LATENCY_ITERS}: the report drops the two largest \
+                 of the n - 1 samples",
+                self.iters
+            ));
+        }
+        if self.duration.is_some() && (self.histogram || self.unsorted) {
+            return Err("-H and -U list the samples of -n iterations: a -D run keeps none".into());
+        }
+        if self.is_dc() {
+            return Err("-c DC is implemented for the bw tools only: use -c RC".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(test: Test, args: &[&str]) -> Result<Vec<String>, String> {
+        perftest_argv(test, std::iter::once("tool").chain(args.iter().copied()).map(String::from))
+    }
+
+    #[test]
+    fn a_noted_option_is_dropped_with_its_value_attached_or_not() {
+        for args in [&["-f", "2", "-s", "8"][..], &["-f2", "-s", "8"], &["--margin=2", "-s", "8"]] {
+            assert_eq!(argv(Test::Latency, args).unwrap(), ["tool", "-s", "8"], "{args:?}");
+        }
+    }
+
+    #[test]
+    fn each_family_refuses_the_others_options_only() {
+        assert_eq!(argv(Test::Bandwidth, &["-q", "4", "-b"]).unwrap(), ["tool", "-q", "4", "-b"]);
+        assert_eq!(argv(Test::Latency, &["-H", "-U"]).unwrap(), ["tool", "-H", "-U"]);
+        for (test, arg) in [(Test::Latency, "-t"), (Test::Latency, "-N"), (Test::Bandwidth, "-U")] {
+            let e = argv(test, &[arg]).unwrap_err();
+            assert!(e.contains("tools only"), "{arg}: {e}");
+        }
+    }
+
+    #[test]
+    fn each_tool_has_perftests_defaults() {
+        let parsed = |test, mode| parse(test, mode, vec!["tool".into()]);
+        let write_bw = parsed(Test::Bandwidth, Mode::Write);
+        assert_eq!((write_bw.size, write_bw.iters), (65536, 5000));
+        let send_bw = parsed(Test::Bandwidth, Mode::Send);
+        assert_eq!((send_bw.size, send_bw.iters), (65536, 1000));
+        let read_lat = parsed(Test::Latency, Mode::Read);
+        assert_eq!((read_lat.size, read_lat.iters, read_lat.test), (2, 1000, Test::Latency));
     }
 }

@@ -32,7 +32,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
                 })
                 .collect::<rdma_verbs::Result<Vec<_>>>()?;
             let ctx = ids[0].context()?;
-            check_device(args, ctx)?;
+            crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, args)?;
             super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids })
         }
@@ -46,7 +46,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             // The device is the one the first request came in on.
             let first = listener.get_request(by_cm::TIMEOUT)?;
             let ctx = first.id.context()?;
-            check_device(args, ctx)?;
+            crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, args)?;
             let mut server =
                 by_cm::Server { listener: &listener, first: Some(&first), others: Vec::new() };
@@ -58,19 +58,6 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
 #[cfg(not(feature = "rdmacm"))]
 pub fn run(_: Mode, _: &Args) -> Result<(), Error> {
     Err("-R (rdma_cm) needs rdma_cm: build with --features rdmacm".into())
-}
-
-/// `-d`, when given, must name the device rdma_cm picked by address.
-#[cfg(feature = "rdmacm")]
-fn check_device(args: &Args, ctx: &rdma_verbs::Context) -> Result<(), Error> {
-    match &args.ib_dev {
-        Some(dev) if dev != ctx.name() => Err(format!(
-            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
-            ctx.name()
-        )
-        .into()),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(feature = "rdmacm")]

@@ -28,14 +28,15 @@ pub fn run(mode: Mode, _: &Args) -> Result<(), Error> {
 
 #[cfg(feature = "mlx5")]
 mod with_mlx5 {
-    use std::time::Duration;
 
     use rdma_verbs::mlx5::*;
     use rdma_verbs::*;
 
     use super::super::report::Report;
-    use super::super::traffic::{self, Plan, Tier};
-    use super::super::{check_limits, each_size, local_route, open_control, PeerMemory};
+    use super::super::traffic::{self, Tier};
+    use super::super::{
+        check_limits, each_size, local_route, nothing_lost, open_control, plan, PeerMemory, Roles,
+    };
     use super::{Args, Error, Mode};
 
     /// The DC test; see the module docs.
@@ -48,11 +49,10 @@ mod with_mlx5 {
         let mut control = open_control(mode, args)?;
 
         let sizes = args.sizes();
-        let max = *sizes.iter().max().expect("at least one size");
+        let max = args.largest_size();
         let server = args.server.is_none();
-        let initiate = !server || args.bidirectional;
+        let Roles { initiate, receive } = Roles::of(mode, args, server);
         let target = server || args.bidirectional;
-        let receive = mode == Mode::Send && target;
         let qps = args.qps as usize;
         // Hop limit 255, as perftest's DC; RDMA READ depth: the device's DC limit.
         let route = DcRoute::new(args.ib_port, gid.map(|g| g.index), mtu);
@@ -119,16 +119,6 @@ mod with_mlx5 {
         }
         let qpns: Vec<Qpn> = dcis.iter().map(|d| d.qp_num()).collect();
 
-        let plan = |size| Plan {
-            size,
-            iters: args.duration.is_none().then_some(args.iters),
-            duration: args.duration.map(Duration::from_secs),
-            tx_depth: args.tx_depth,
-            post_list: args.post_list,
-            cq_mod: args.cq_mod(),
-            initiate,
-            receive,
-        };
         let report = Report {
             gbits: args.report_gbits,
             json: args.json,
@@ -136,15 +126,15 @@ mod with_mlx5 {
             tier: "raw, DC",
             qps: args.qps,
         };
-        each_size(&sizes, &report, &mut control, plan, |plan, control| {
-            let size = plan.size;
+        each_size(&sizes, &report, &mut control, |size, control| {
+            let plan = &plan(mode, args, size, args.tx_depth);
             let sges: Vec<[Sge; 1]> = send_regions
                 .iter()
                 .map(|r| Ok([r.sge(..size as usize)?]))
                 .collect::<Result<_>>()?;
             let lists = DcTier::lists(&targets, &sges, &remotes, mode, args.post_list);
             let mut tier = DcTier { dcis: &dcis, lists, srq: &srq, recv_sge: &recv_sge };
-            traffic::run(&mut tier, &cq, &qpns, None, plan, control)
+            nothing_lost(traffic::run(&mut tier, &cq, &qpns, None, plan, control)?).map(Some)
         })
     }
 

@@ -104,7 +104,7 @@ impl Control {
         let theirs: Vec<(&str, &str)> = theirs
             .strip_prefix("rdma-verbs-bw ")
             .ok_or_else(|| {
-                format!("the peer is not an rdma-verbs bandwidth tool (it sent {theirs:?})")
+                format!("the peer is not one of rdma-verbs' perftest tools (it sent {theirs:?})")
             })?
             .split(' ')
             .filter_map(|kv| kv.split_once('='))

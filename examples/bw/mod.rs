@@ -1,14 +1,17 @@
-//! The bandwidth tool behind `write_bw`, `read_bw` and `send_bw`: perftest's options, its
-//! method (see `traffic.rs`) and its table, over the safe buffer tier by default or the raw
-//! tier with `--raw`.
+//! The perftest-style tools: the bandwidth tools `write_bw`, `read_bw` and `send_bw`, and the
+//! latency tools `write_lat`, `read_lat` and `send_lat`. perftest's options (`args.rs`), its
+//! methods (`traffic.rs` for bandwidth, `latency.rs` for latency) and its tables
+//! (`report.rs`), over the safe buffer tier by default or the raw tier with `--raw`.
 //!
 //! ```text
 //! write_bw -d rxe0 -x 1                 # server
 //! write_bw -d rxe0 -x 1 192.0.2.1       # client
 //! ```
 //!
-//! The client initiates (the server too with -b); for send_bw the server receives. Both
-//! sides first agree on mode, sizes, iterations, QPs, duration and direction over TCP.
+//! In a bandwidth test the client initiates (the server too with -b); for send_bw the server
+//! receives. The server of write_bw and read_bw, whose NIC does all the work, prints the
+//! client's figures, as perftest's. Both sides first agree on the tool, sizes, iterations,
+//! QPs, duration and direction over TCP, and meet at a barrier before and after each size.
 //!
 //! With `-R` (`--rdma_cm`, built with `--features rdmacm`), as perftest's `-R`, the QPs are
 //! connected through rdma_cm (one connection per QP, on port `-p` + 1; the device is the one
@@ -23,18 +26,18 @@ mod args;
 mod cm;
 mod dc;
 mod exchange;
+mod latency;
 mod report;
 mod traffic;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use rdma_verbs::*;
 
-use args::Args;
+use args::{Args, Test};
 use exchange::Control;
-use report::Report;
+use report::{Report, Table};
 use traffic::{Plan, Raw, Safe, Stats};
 
 pub type Error = Box<dyn std::error::Error>;
@@ -67,7 +70,10 @@ impl Mode {
         }
     }
 
-    /// perftest's default inline sizes (`DEF_INLINE_WRITE`, `DEF_INLINE_SEND_RC_UC`).
+    /// perftest's default inline sizes of its latency tests (`DEF_INLINE_WRITE`,
+    /// `DEF_INLINE_SEND_RC_UC`), which the bw tools use too (perftest's bw tests inline
+    /// nothing unless -I is given; on devices it does not know, rxe and siw among them, no
+    /// test does).
     fn default_inline(self) -> u32 {
         match self {
             Mode::Write => 220,
@@ -108,27 +114,26 @@ impl Mode {
     }
 }
 
-/// Runs the tool for `mode` ("write", "read" or "send"); prints errors as
-/// `<mode>_bw: <message>` and returns 1 on failure.
-pub fn main(mode: &str) -> ExitCode {
-    let Some(mode) = Mode::from_name(mode) else {
-        eprintln!("unknown bandwidth mode {mode:?}");
+/// Runs the tool `tool` (`write_bw`, `read_bw`, `send_bw`, `write_lat`, `read_lat` or
+/// `send_lat`); prints errors as `<tool>: <message>` and returns 1 on failure, 2 for a
+/// refused option.
+pub fn main(tool: &str) -> ExitCode {
+    let parts = tool.split_once('_');
+    let (Some(mode), Some(test)) = (
+        parts.and_then(|(m, _)| Mode::from_name(m)),
+        parts.and_then(|(_, t)| Test::from_suffix(t)),
+    ) else {
+        eprintln!("unknown perftest tool {tool:?}");
         return ExitCode::FAILURE;
     };
-    let args = match args::perftest_argv(std::env::args()) {
-        Ok(argv) => Args::parse_from(argv),
+    let args = match args::perftest_argv(test, std::env::args()) {
+        Ok(argv) => args::parse(test, mode, argv),
         Err(e) => {
-            eprintln!("{}_bw: {e}", mode.name());
+            eprintln!("{tool}: {e}");
             return ExitCode::from(2);
         }
     };
-    match run(mode, &args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{}_bw: {e}", mode.name());
-            ExitCode::FAILURE
-        }
-    }
+    crate::common::exit_code(tool, run(mode, &args))
 }
 
 fn run(mode: Mode, args: &Args) -> Result<(), Error> {
@@ -154,8 +159,7 @@ pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEn
     let port = ctx.query_port(args.ib_port)?;
     let gid = crate::common::source_gid(ctx, args.ib_port, &port, args.gid_index)?;
     let mtu = match args.mtu {
-        Some(bytes) => Mtu::from_bytes(bytes)
-            .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+        Some(bytes) => crate::common::path_mtu(bytes)?,
         None => port.active_mtu(),
     };
     Ok((port, gid, mtu))
@@ -206,7 +210,7 @@ impl Connect for ByHand {
 
 /// Sizes and depths the device cannot take, refused before any QP or MR exists.
 pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
-    let max = *args.sizes().iter().max().expect("at least one size");
+    let max = args.largest_size();
     let dev = ctx.query_device()?;
     if u64::from(max) > dev.max_mr_size() {
         return Err(
@@ -227,14 +231,14 @@ pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
 
 /// The TCP channel to the peer, with the parameters both sides must share agreed.
 pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
-    let sizes = args.sizes();
-    let max = *sizes.iter().max().expect("at least one size");
+    let max = args.largest_size();
     let mut control = match &args.server {
         Some(host) => Control::connect(host, args.port)?,
         None => Control::accept(args.port)?,
     };
     control.agree(&[
         ("mode", mode.name().into()),
+        ("test", args.test.suffix().into()),
         ("size", if args.all { format!("all..{max}") } else { max.to_string() }),
         ("iterations", args.duration.map_or(args.iters.to_string(), |d| format!("{d}s"))),
         ("qps", args.qps.to_string()),
@@ -246,7 +250,7 @@ pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
     Ok(control)
 }
 
-/// The test on `ctx`, its QPs connected by `connector`.
+/// The test on `ctx`, its QPs connected by `connector`: bandwidth or latency.
 fn run_on(
     mode: Mode,
     args: &Args,
@@ -254,11 +258,47 @@ fn run_on(
     control: &mut Control,
     connector: &mut impl Connect,
 ) -> Result<(), Error> {
+    match args.test {
+        Test::Bandwidth => run_bw(mode, args, ctx, control, connector),
+        Test::Latency => latency::run(mode, args, ctx, control, connector),
+    }
+}
+
+/// What one side of a bandwidth test does.
+#[derive(Clone, Copy)]
+pub struct Roles {
+    /// It posts the operation: the client, both sides with -b.
+    pub initiate: bool,
+    /// It receives SENDs: send_bw's server, both sides with -b.
+    pub receive: bool,
+}
+
+impl Roles {
+    /// The roles of the server (`server`) or the client of `mode`.
+    pub fn of(mode: Mode, args: &Args, server: bool) -> Roles {
+        Roles {
+            initiate: !server || args.bidirectional,
+            receive: mode == Mode::Send && (server || args.bidirectional),
+        }
+    }
+
+    /// Neither: the NIC does all the work (write_bw's and read_bw's server).
+    pub fn passive(self) -> bool {
+        !self.initiate && !self.receive
+    }
+}
+
+/// A bandwidth test on `ctx`, its QPs connected by `connector`.
+fn run_bw(
+    mode: Mode,
+    args: &Args,
+    ctx: &Context,
+    control: &mut Control,
+    connector: &mut impl Connect,
+) -> Result<(), Error> {
     let sizes = args.sizes();
-    let max = *sizes.iter().max().expect("at least one size");
-    let server = args.server.is_none();
-    let initiate = !server || args.bidirectional;
-    let receive = mode == Mode::Send && (server || args.bidirectional);
+    let max = args.largest_size();
+    let receive = Roles::of(mode, args, args.server.is_none()).receive;
 
     // Depths, and for the safe tier its buffers: one per outstanding WR, within the budget.
     let qps = args.qps;
@@ -332,20 +372,10 @@ fn run_on(
     let max_inline = qps_rts[0].caps().max_inline_data;
 
     let tier = if args.raw { "raw" } else { "safe" };
-    let plan = |size| Plan {
-        size,
-        iters: args.duration.is_none().then_some(args.iters),
-        duration: args.duration.map(Duration::from_secs),
-        tx_depth: depth,
-        post_list: args.post_list,
-        cq_mod: args.cq_mod().min(depth),
-        initiate,
-        receive,
-    };
     let report = Report { gbits: args.report_gbits, json: args.json, mode, tier, qps };
-    each_size(&sizes, &report, control, plan, |plan, control| {
-        let size = plan.size;
-        if args.raw {
+    each_size(&sizes, &report, control, |size, control| {
+        let plan = &plan(mode, args, size, depth);
+        let stats = if args.raw {
             let send_sges: Vec<[Sge; 1]> = raw_regions
                 .iter()
                 .take(qps as usize)
@@ -354,57 +384,73 @@ fn run_on(
             let inline = size <= max_inline && mode != Mode::Read;
             let mut tier =
                 Raw::new(&qps_rts, &send_sges, &recv_sges, mode, &remotes, args.post_list, inline);
-            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)
+            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)?
         } else {
             let lists =
                 (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
             let mut tier =
                 Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
-            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)
-        }
+            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)?
+        };
+        nothing_lost(stats).map(Some)
     })
 }
 
-/// The per-size loop of perftest: a barrier, the run `traffic` makes of `plan(size)`, a
-/// barrier, the check that nothing was lost, and the report's line; its header and footer
-/// around it (on the sides that report).
-pub fn each_size(
+/// This side's plan for one size of a bandwidth test, `tx_depth` WRs deep.
+pub fn plan(mode: Mode, args: &Args, size: u32, tx_depth: u32) -> Plan {
+    let server = args.server.is_none();
+    let Roles { initiate, receive } = Roles::of(mode, args, server);
+    Plan {
+        size,
+        iters: args.duration.is_none().then_some(args.iters),
+        duration: args.duration.map(Duration::from_secs),
+        tx_depth,
+        post_list: args.post_list,
+        cq_mod: args.cq_mod().min(tx_depth),
+        initiate,
+        receive,
+        report_to_peer: Roles::of(mode, args, !server).passive(),
+    }
+}
+
+/// A bandwidth run's figures, once every posted WR is known to have completed.
+pub fn nothing_lost(stats: Stats) -> Result<Stats, Error> {
+    if stats.posted != stats.completed {
+        return Err(format!(
+            "{} WRs posted but {} completed: work was lost",
+            stats.posted, stats.completed
+        )
+        .into());
+    }
+    Ok(stats)
+}
+
+/// The per-size loop of perftest: a barrier, the run of one size (`run`, which gives the
+/// figures this side prints, if any), a barrier, and the table's line; its header and footer
+/// around it.
+pub fn each_size<T: Table>(
     sizes: &[u32],
-    report: &Report,
+    table: &T,
     control: &mut Control,
-    plan: impl Fn(u32) -> Plan,
-    mut traffic: impl FnMut(&Plan, &mut Control) -> Result<Stats, Error>,
+    mut run: impl FnMut(u32, &mut Control) -> Result<Option<T::Line>, Error>,
 ) -> Result<(), Error> {
-    let plan0 = plan(sizes[0]);
-    let reports = plan0.initiate || plan0.receive;
-    if reports {
-        report.header();
-    }
+    table.header();
     for &size in sizes {
-        let plan = plan(size);
         control.barrier(&format!("size {size}"))?;
-        let stats = traffic(&plan, control)?;
+        let line = run(size, control)?;
         control.barrier(&format!("done {size}"))?;
-        if stats.posted != stats.completed {
-            return Err(format!(
-                "{} WRs posted but {} completed: work was lost",
-                stats.posted, stats.completed
-            )
-            .into());
-        }
-        if reports {
-            report.line(size, &stats);
+        if let Some(line) = line {
+            table.line(size, &line);
         }
     }
-    if reports {
-        report.footer();
-    }
+    table.footer();
     Ok(())
 }
 
 /// What the peer reaches: a target for its writes, a source for its reads (none for SEND).
 pub struct PeerMemory<'a> {
-    _write_target: Option<RemoteWritableRegion<'a>>,
+    /// write_bw's and write_lat's target (write_lat polls its last byte).
+    pub write_target: Option<RemoteWritableRegion<'a>>,
     _read_source: Option<MemoryRegion<'a>>,
     /// Its address and rkey, for the peer (zero for SEND).
     pub remote: RemoteAddr,
@@ -427,12 +473,12 @@ impl<'a> PeerMemory<'a> {
             (_, Some(s)) => s.remote(..)?,
             _ => RemoteAddr { addr: 0, rkey: RKey(0) },
         };
-        Ok(PeerMemory { _write_target: write_target, _read_source: read_source, remote })
+        Ok(PeerMemory { write_target, _read_source: read_source, remote })
     }
 }
 
 /// Posts one of the receives a QP starts with: a pool buffer, or the QP's raw region.
-fn post_first_receive<'a>(
+pub fn post_first_receive<'a>(
     qp: &QueuePair<'a, Init>,
     pool: &'a BufferPool<'a>,
     raw_sge: Option<&[Sge; 1]>,

@@ -1,4 +1,6 @@
-//! perftest's result table, or one JSON object per size.
+//! perftest's result tables, bandwidth and latency, or one JSON object per size.
+
+use std::time::Duration;
 
 use super::traffic::Stats;
 use super::Mode;
@@ -7,7 +9,27 @@ use super::Mode;
 const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
-/// How results are printed.
+/// perftest's latency columns (`RESULT_FMT_LAT`, trailing space included).
+const LATENCY_COLUMNS: &str =
+    " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    \
+t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+
+/// perftest's latency columns of a -D run (`RESULT_FMT_LAT_DUR`).
+const DURATION_COLUMNS: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// A results table: its header, one line per size, its footer.
+pub trait Table {
+    /// One size's figures.
+    type Line;
+    /// The lines before the first size.
+    fn header(&self);
+    /// The line (or JSON object) of `size`.
+    fn line(&self, size: u32, line: &Self::Line);
+    /// The lines after the last size.
+    fn footer(&self);
+}
+
+/// How bandwidth results are printed.
 pub struct Report {
     pub gbits: bool,
     pub json: bool,
@@ -16,9 +38,11 @@ pub struct Report {
     pub qps: u32,
 }
 
-impl Report {
+impl Table for Report {
+    type Line = Stats;
+
     /// The table header (not for JSON).
-    pub fn header(&self) {
+    fn header(&self) {
         if self.json {
             return;
         }
@@ -36,9 +60,9 @@ impl Report {
         );
     }
 
-    /// One size's line. `messages` counts what this side moved: WRs it completed plus SENDs
-    /// it received.
-    pub fn line(&self, size: u32, stats: &Stats) {
+    /// One size's line. `messages` counts what the side that measured moved: WRs it
+    /// completed plus SENDs it received.
+    fn line(&self, size: u32, stats: &Stats) {
         let messages = stats.completed + stats.received;
         let secs = stats.elapsed.as_secs_f64();
         let bytes = messages as f64 * f64::from(size);
@@ -64,9 +88,268 @@ impl Report {
     }
 
     /// The closing rule (not for JSON).
-    pub fn footer(&self) {
+    fn footer(&self) {
         if !self.json {
             println!("{RULE}");
+        }
+    }
+}
+
+/// One size's figures of a latency test.
+pub enum Latency {
+    /// A -n run of `iters` posts: the `iters - 1` times from one post to the next, in ns.
+    Gaps { iters: u64, gaps_ns: Vec<u64> },
+    /// A -D run: `posts` posts, the first and the last `span` apart.
+    Duration { posts: u64, span: Duration },
+}
+
+/// How latency results are printed: perftest's table (`print_report_lat`) or JSON.
+pub struct LatencyTable {
+    pub json: bool,
+    pub mode: Mode,
+    pub tier: &'static str,
+    /// A -D run: t_avg and transactions per second only.
+    pub duration: bool,
+    /// This side measures (every side but read_lat's server, which prints the title only).
+    pub measures: bool,
+    /// -H: the sorted samples before each line.
+    pub histogram: bool,
+    /// -U: the samples in the order measured before each line.
+    pub unsorted: bool,
+}
+
+impl LatencyTable {
+    /// perftest's round-trip factor: a WRITE or SEND ping-pong's gap between posts is two
+    /// one-way trips, a READ's one.
+    fn rtt_factor(&self) -> f64 {
+        if self.mode == Mode::Read {
+            1.0
+        } else {
+            2.0
+        }
+    }
+
+    fn columns(&self) -> &'static str {
+        if self.duration {
+            DURATION_COLUMNS
+        } else {
+            LATENCY_COLUMNS
+        }
+    }
+
+    fn gaps(&self, size: u32, iters: u64, gaps_ns: &[u64]) {
+        let usec: Vec<f64> =
+            gaps_ns.iter().map(|&ns| ns as f64 / 1000.0 / self.rtt_factor()).collect();
+        let mut sorted = usec.clone();
+        sorted.sort_by(f64::total_cmp);
+        let s = Summary::of(&sorted);
+        let kept = &sorted[..sorted.len() - DROPPED];
+        if self.json {
+            let list = |v: &[f64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+            let mut samples = String::new();
+            if self.histogram {
+                samples += &format!(",\"sorted_usec\":[{}]", list(kept));
+            }
+            if self.unsorted {
+                samples += &format!(",\"unsorted_usec\":[{}]", list(&usec));
+            }
+            println!(
+                "{{\"mode\":\"{}\",\"test\":\"lat\",\"tier\":\"{}\",\"bytes\":{size},\
+                 \"iterations\":{iters},\"t_min\":{:.6},\"t_max\":{:.6},\"t_typical\":{:.6},\
+                 \"t_avg\":{:.6},\"t_stdev\":{:.6},\"percentile_99\":{:.6},\
+                 \"percentile_99.9\":{:.6},\"unit\":\"usec\"{samples}}}",
+                self.mode.name(),
+                self.tier,
+                s.min,
+                s.max,
+                s.typical,
+                s.avg,
+                s.stdev,
+                s.p99,
+                s.p99_9
+            );
+            return;
+        }
+        let list = |v: &[f64]| {
+            println!("#, usec");
+            for (i, x) in v.iter().enumerate() {
+                println!("{}, {}", i + 1, c_g(*x));
+            }
+        };
+        if self.unsorted {
+            list(&usec);
+        }
+        if self.histogram {
+            list(kept);
+        }
+        if self.histogram || self.unsorted {
+            println!("{RULE}");
+            println!("{}", self.columns());
+        }
+        println!(
+            " {size:<7} {iters}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \
+             \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+            s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p99_9
+        );
+    }
+}
+
+impl Table for LatencyTable {
+    type Line = Latency;
+
+    /// The rule, the title and (on a side that measures) the columns; nothing for JSON.
+    fn header(&self) {
+        if self.json {
+            return;
+        }
+        println!("{RULE}");
+        println!(" {} Latency Test ({} tier)", self.mode.title(), self.tier);
+        if self.measures {
+            println!("{}", self.columns());
+        }
+    }
+
+    fn line(&self, size: u32, line: &Latency) {
+        match line {
+            Latency::Gaps { iters, gaps_ns } => self.gaps(size, *iters, gaps_ns),
+            Latency::Duration { posts, span } => {
+                let trips = posts.saturating_sub(1).max(1) as f64;
+                let avg = span.as_secs_f64() * 1e6 / trips / self.rtt_factor();
+                let tps = trips / span.as_secs_f64();
+                if self.json {
+                    println!(
+                        "{{\"mode\":\"{}\",\"test\":\"lat\",\"tier\":\"{}\",\"bytes\":{size},\
+                         \"iterations\":{posts},\"t_avg\":{avg:.6},\"tps_average\":{tps:.6},\
+                         \"unit\":\"usec\"}}",
+                        self.mode.name(),
+                        self.tier
+                    );
+                } else {
+                    println!(" {size:<7}       {posts}            {avg:<7.2}        {tps:<7.2}");
+                }
+            }
+        }
+    }
+
+    /// The closing rule (not for JSON).
+    fn footer(&self) {
+        if !self.json {
+            println!("{RULE}");
+        }
+    }
+}
+
+/// How many of the largest samples perftest leaves out (`LAT_MEASURE_TAIL`).
+const DROPPED: usize = 2;
+
+/// perftest's latency figures of a set of samples, in usec.
+#[derive(Debug, PartialEq)]
+pub struct Summary {
+    pub min: f64,
+    /// The largest sample left out (the second largest of all), as perftest's t_max.
+    pub max: f64,
+    /// The median of the samples kept.
+    pub typical: f64,
+    pub avg: f64,
+    /// The standard deviation of the samples kept. perftest truncates each deviation to whole
+    /// microseconds before squaring it; this one does not.
+    pub stdev: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+}
+
+impl Summary {
+    /// perftest's method on `sorted` (ascending, at least three samples): the two largest
+    /// are left out; t_typical is the median of the rest, t_avg and t_stdev their mean and
+    /// standard deviation; t_max and the percentiles index the whole sorted set at the count
+    /// kept, times 1, 0.99 and 0.999, rounded up.
+    pub fn of(sorted: &[f64]) -> Summary {
+        let kept = &sorted[..sorted.len() - DROPPED];
+        let m = kept.len();
+        let typical =
+            if m.is_multiple_of(2) { (kept[m / 2] + kept[m / 2 - 1]) / 2.0 } else { kept[m / 2] };
+        let avg = kept.iter().sum::<f64>() / m as f64;
+        let variance = kept.iter().map(|x| (avg - x).powi(2)).sum::<f64>() / m as f64;
+        let at = |fraction: f64| sorted[((m as f64 * fraction).ceil() as usize).min(m)];
+        Summary {
+            min: sorted[0],
+            max: sorted[m],
+            typical,
+            avg,
+            stdev: variance.sqrt(),
+            p99: at(0.99),
+            p99_9: at(0.999),
+        }
+    }
+}
+
+/// `x` as C's `%g` prints it: 6 significant digits, trailing zeros dropped, the exponent
+/// form (`1e+06`) below 1e-4 and from 1e6.
+pub fn c_g(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return x.to_string();
+    }
+    let sci = format!("{x:.5e}");
+    let (mantissa, exp) = sci.split_once('e').expect("an exponent");
+    let exp: i32 = exp.parse().expect("a number");
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    if !(-4..6).contains(&exp) {
+        format!("{}e{}{:02}", trim(mantissa), if exp < 0 { '-' } else { '+' }, exp.abs())
+    } else {
+        trim(&format!("{x:.*}", (5 - exp) as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_drops_the_two_largest_and_takes_the_median_of_the_rest() {
+        // Ten samples 1..=10: 8 kept (1..=8), their median 4.5 and mean 4.5.
+        let sorted: Vec<f64> = (1..=10).map(f64::from).collect();
+        let s = Summary::of(&sorted);
+        assert_eq!((s.min, s.max, s.typical, s.avg), (1.0, 9.0, 4.5, 4.5));
+        assert!((s.stdev - 5.25f64.sqrt()).abs() < 1e-12, "{}", s.stdev);
+        // ceil(8 * 0.99) = ceil(8 * 0.999) = 8: the smaller of the two left out.
+        assert_eq!((s.p99, s.p99_9), (9.0, 9.0));
+    }
+
+    #[test]
+    fn an_odd_count_kept_has_its_middle_sample_as_median() {
+        let sorted = [1.0, 2.0, 7.0, 50.0, 60.0];
+        let s = Summary::of(&sorted);
+        assert_eq!((s.typical, s.avg, s.max), (2.0, 10.0 / 3.0, 50.0));
+    }
+
+    #[test]
+    fn the_percentiles_of_perftests_default_999_samples() {
+        // -n 1000: 999 gaps, 997 kept; 99% at ceil(987.03) = 988, 99.9% at ceil(996.003) = 997.
+        let sorted: Vec<f64> = (0..999).map(f64::from).collect();
+        let s = Summary::of(&sorted);
+        assert_eq!((s.p99, s.p99_9, s.max, s.typical), (988.0, 997.0, 997.0, 498.0));
+    }
+
+    #[test]
+    fn c_g_prints_as_c_does() {
+        for (x, c) in [
+            (16.91214, "16.9121"),
+            (151.7234, "151.723"),
+            (20.0, "20"),
+            (0.5, "0.5"),
+            (123456.7, "123457"),
+            (999999.7, "1e+06"),
+            (1234567.0, "1.23457e+06"),
+            (0.00001234, "1.234e-05"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(c_g(x), c, "{x}");
         }
     }
 }

@@ -11,7 +11,7 @@ use super::exchange::Control;
 use super::{Error, Mode};
 
 /// No completion for this long means the peer is gone.
-const STALL_LIMIT: Duration = Duration::from_secs(30);
+pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// How one tier posts and takes back.
 pub trait Tier {
@@ -34,10 +34,13 @@ pub struct Plan {
     pub initiate: bool,
     /// This side receives the peer's SENDs.
     pub receive: bool,
+    /// The peer is passive (the server of write_bw or read_bw): it prints this side's figures,
+    /// which this side sends it at the end.
+    pub report_to_peer: bool,
 }
 
 /// What happened, for the report and the "nothing lost" check.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Stats {
     pub posted: u64,
     pub completed: u64,
@@ -45,6 +48,72 @@ pub struct Stats {
     pub elapsed: Duration,
     /// The best rate of any prefix of the run, in bytes per second (perftest's peak).
     pub peak: f64,
+}
+
+impl Stats {
+    /// The line that carries these figures to the passive peer.
+    fn to_line(&self) -> String {
+        format!(
+            "report {} {} {} {} {}",
+            self.posted,
+            self.completed,
+            self.received,
+            self.elapsed.as_nanos(),
+            self.peak
+        )
+    }
+
+    /// The figures of a [`Stats::to_line`] line.
+    fn from_line(line: &str) -> Result<Stats, Error> {
+        let bad = || format!("the peer is out of step: expected its report, got {line:?}");
+        let fields: Vec<&str> = line.split(' ').collect();
+        let ["report", posted, completed, received, nanos, peak] = fields[..] else {
+            return Err(bad().into());
+        };
+        let int = |s: &str| s.parse::<u64>().map_err(|_| bad());
+        Ok(Stats {
+            posted: int(posted)?,
+            completed: int(completed)?,
+            received: int(received)?,
+            elapsed: Duration::from_nanos(int(nanos)?),
+            peak: peak.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// The passive side's wait (the NIC does all the work): sleeps on TCP until the initiator
+/// says it is done, as perftest's server does; polling would take the CPU from the provider
+/// (Soft-RoCE works in the kernel).
+pub fn wait_for_initiator(control: &mut Control) -> Result<(), Error> {
+    let line = control.recv_unbounded()?;
+    line.strip_prefix("sent ")
+        .ok_or_else(|| format!("the peer is out of step: it sent {line:?}"))?;
+    control.send("sent 0")
+}
+
+/// The initiator's side of [`wait_for_initiator`]: says it posted `posted` WRs and waits for
+/// the answer.
+pub fn tell_passive(control: &mut Control, posted: u64) -> Result<(), Error> {
+    control.send(&format!("sent {posted}"))?;
+    let line = control.recv()?;
+    if line != "sent 0" {
+        return Err(format!("the peer is out of step: it sent {line:?}").into());
+    }
+    Ok(())
+}
+
+/// Refuses a failed completion, naming QP `q` and the status.
+pub fn check_wc(wc: &WorkCompletion, q: usize) -> Result<(), Error> {
+    if wc.is_success() {
+        return Ok(());
+    }
+    Err(format!(
+        "a work request on QP {q} failed: {} (vendor error {:#x}){}",
+        wc.status(),
+        wc.vendor_err(),
+        if wc.status() == WcStatus::RETRY_EXC_ERR { ": the peer stopped answering" } else { "" }
+    )
+    .into())
 }
 
 /// One size's run. `qpns` maps send completions to QPs, `recv_qpns` receive completions
@@ -59,14 +128,9 @@ pub fn run(
 ) -> Result<Stats, Error> {
     let n_qps = qpns.len();
     if !plan.initiate && !plan.receive {
-        // The passive side of WRITE / READ: the NIC does all the work. Sleep on TCP until the
-        // peer reports, as perftest's server does; polling would take the CPU from the
-        // provider (Soft-RoCE works in the kernel).
-        let line = control.recv_unbounded()?;
-        line.strip_prefix("sent ")
-            .ok_or_else(|| format!("the peer is out of step: it sent {line:?}"))?;
-        control.send("sent 0")?;
-        return Ok(Stats::default());
+        // The passive side of WRITE / READ: it prints the initiator's figures, as perftest's.
+        wait_for_initiator(control)?;
+        return Stats::from_line(&control.recv()?);
     }
     let mut posted = vec![0u64; n_qps];
     let mut completed = vec![0u64; n_qps];
@@ -147,19 +211,7 @@ pub fn run(
                     .ok_or("a completion for an unknown QP")?,
                 None => 0,
             };
-            if !wc.is_success() {
-                return Err(format!(
-                    "a work request on QP {q} failed: {} (vendor error {:#x}){}",
-                    wc.status(),
-                    wc.vendor_err(),
-                    if wc.status() == WcStatus::RETRY_EXC_ERR {
-                        ": the peer stopped answering"
-                    } else {
-                        ""
-                    }
-                )
-                .into());
-            }
+            check_wc(wc, q)?;
             if is_recv {
                 stats.received += 1;
             } else {
@@ -173,6 +225,9 @@ pub fn run(
     stats.elapsed = start.elapsed();
     stats.posted = posted.iter().sum();
     stats.completed = completed.iter().sum();
+    if plan.report_to_peer {
+        control.send(&stats.to_line())?;
+    }
     Ok(stats)
 }
 
@@ -239,12 +294,36 @@ impl Tier for Safe<'_, '_> {
     }
 
     fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {
-        let buf = self.pool.complete(wc).ok_or("a completion for none of our buffers")?;
-        if matches!(wc.opcode(), WcOpcode::RECV) {
-            self.qps[q].post_recv_buffer(buf).map_err(|e| e.error)?;
-        }
-        Ok(())
+        complete_safe(&self.qps[q], self.pool, wc)
     }
+}
+
+/// Takes back the buffer of a safe-tier completion of `qp`: to the pool, or for a receive
+/// posted again.
+pub fn complete_safe<'a>(
+    qp: &QueuePair<'a, Rts>,
+    pool: &'a BufferPool<'a>,
+    wc: &mut WorkCompletion,
+) -> Result<(), Error> {
+    let buf = pool.complete(wc).ok_or("a completion for none of our buffers")?;
+    if matches!(wc.opcode(), WcOpcode::RECV) {
+        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+    }
+    Ok(())
+}
+
+/// Posts again, on `qp`, the raw-tier receive that `wc` completed (nothing for a send).
+pub fn complete_raw(
+    qp: &QueuePair<'_, Rts>,
+    recv_sge: &[Sge; 1],
+    wc: &WorkCompletion,
+) -> Result<(), Error> {
+    if matches!(wc.opcode(), WcOpcode::RECV) {
+        // SAFETY: the raw tier's receive region outlives the QP (declared before it) and is
+        // never touched by the program.
+        unsafe { qp.post_recv(&mut RecvWr::new(0, recv_sge))? };
+    }
+    Ok(())
 }
 
 /// The raw tier, as perftest: one region per QP that every WR of that QP names, WR lists
@@ -303,10 +382,27 @@ impl Tier for Raw<'_, '_> {
     }
 
     fn complete(&mut self, q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {
-        if matches!(wc.opcode(), WcOpcode::RECV) {
-            // SAFETY: as in `post`: the receive region is never touched by the program.
-            unsafe { self.qps[q].post_recv(&mut RecvWr::new(0, &self.recv_sges[q]))? };
+        complete_raw(&self.qps[q], &self.recv_sges[q], wc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_line_carries_the_figures_exactly() {
+        let stats = Stats {
+            posted: 5000,
+            completed: 4999,
+            received: 7,
+            elapsed: Duration::new(3, 141_592_653),
+            peak: 1.0 / 3.0 * 1e9,
+        };
+        assert_eq!(Stats::from_line(&stats.to_line()).unwrap(), stats);
+        for bad in ["report 1 2 3", "sent 5", "report 1 2 3 x 0.5"] {
+            let e = Stats::from_line(bad).unwrap_err().to_string();
+            assert!(e.contains("the peer is out of step"), "{bad}: {e}");
         }
-        Ok(())
     }
 }

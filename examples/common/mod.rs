@@ -1,9 +1,65 @@
 //! Code the examples share, included by each with `#[path = "common/mod.rs"] mod common;` (a
-//! file directly in `examples/` would build as an example of its own): opening the device
-//! the user named, the source GID, the LID check.
+//! file directly in `examples/` would build as an example of its own): the device options,
+//! the exit status, opening the device the user named, the source GID, the LID check.
 #![allow(dead_code)] // each example uses the part it needs
 
-use rdma_verbs::{Context, GidEntry, PortAttr, Result};
+use std::fmt::Display;
+use std::process::ExitCode;
+
+use rdma_verbs::{Context, GidEntry, Mtu, PortAttr, Result};
+
+/// How long the examples that exchange with a peer wait for it over TCP, and for a
+/// completion once running.
+pub const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The ping-pongs' wr_ids (`ibv_rc_pingpong`'s), kept as the kinds of completion each waits
+/// for: its receives', and its send's.
+pub const RECV_WRID: u64 = 1;
+/// See [`RECV_WRID`].
+pub const SEND_WRID: u64 = 2;
+
+/// The device options of the examples, as `ibv_rc_pingpong` spells them.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u8>,
+}
+
+/// The exit status of the example `name` whose run ended with `result`: success, or failure
+/// (1) after "`name`: the error" on stderr.
+pub fn exit_code<E: Display>(name: &str, result: std::result::Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The path MTU of `bytes` (`-m`), or an error naming the sizes there are.
+pub fn path_mtu(bytes: u32) -> std::result::Result<Mtu, String> {
+    Mtu::from_bytes(bytes)
+        .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))
+}
+
+/// With rdma_cm, `-d` (`ib_dev`, when given) must name the device rdma_cm picked by address.
+pub fn check_cm_device(ib_dev: Option<&str>, ctx: &Context) -> std::result::Result<(), String> {
+    match ib_dev {
+        Some(dev) if dev != ctx.name() => Err(format!(
+            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
+            ctx.name()
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Opens the device `name`, or the first one `ibv_get_device_list(3)` returns.
 pub fn open_device(name: Option<&str>) -> Result<Context> {
@@ -68,8 +124,7 @@ impl Link {
         let port = ctx.query_port(port_num)?;
         require_lid(ctx, port_num, &port)?;
         let mtu = match mtu {
-            Some(bytes) => rdma_verbs::Mtu::from_bytes(bytes)
-                .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
+            Some(bytes) => path_mtu(bytes)?,
             None => port.active_mtu(),
         };
         let gid = source_gid(ctx, port_num, &port, gid_index)?.map(|e| (e.gid, e.index));

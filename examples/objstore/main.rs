@@ -77,6 +77,9 @@ pub(crate) const TOKEN: &str = "X-Rdma-Token";
 pub(crate) const SESSION: &str = "X-Rdma-Session";
 pub(crate) const CRC: &str = "X-Crc32c";
 pub(crate) const SIZE: &str = "X-Object-Size";
+/// The server's file and CRC32C time of an RDMA request, the standard header's syntax:
+/// `file;dur=<ms>, crc;dur=<ms>`.
+pub(crate) const TIMING: &str = "Server-Timing";
 
 /// An object store over RDMA: the server and its clients.
 #[derive(Parser, Debug)]
@@ -128,7 +131,8 @@ enum Command {
     Get { object: String, file: std::path::PathBuf, server: String },
     /// PUT and GET throughput over RDMA and over TCP
     Bench {
-        /// Object sizes: A..B is the powers of two from A to B, and B (suffixes K, M, G)
+        /// Object sizes, comma-separated: A..B is the powers of two from A to B, and B
+        /// (suffixes K, M, G)
         #[arg(long, default_value = "4K..192M")]
         size: Sizes,
         /// Transfers of each kind per size
@@ -151,9 +155,15 @@ fn main() -> ExitCode {
                 idle: Duration::from_secs(idle_secs),
             },
         ),
-        Command::Put { object, file, server } => client::put(&cli.rdma, &server, &object, &file),
-        Command::Get { object, file, server } => client::get(&cli.rdma, &server, &object, &file),
-        Command::Bench { size, iters, server } => client::bench(&cli.rdma, &server, &size, iters),
+        Command::Put { object, file, server } => {
+            client::with_session(&cli.rdma, &server, |c| c.put(&object, &file))
+        }
+        Command::Get { object, file, server } => {
+            client::with_session(&cli.rdma, &server, |c| c.get(&object, &file))
+        }
+        Command::Bench { size, iters, server } => {
+            client::with_session(&cli.rdma, &server, |c| c.bench(&size, iters))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -307,17 +317,18 @@ impl std::str::FromStr for Sizes {
             let n: usize = digits.parse().map_err(|_| format!("bad size {v:?}"))?;
             n.checked_shl(shift).filter(|&n| n > 0).ok_or_else(|| format!("bad size {v:?}"))
         };
-        let (from, to) = match s.split_once("..") {
-            Some((a, b)) => (one(a)?, one(b)?),
-            None => (one(s)?, one(s)?),
-        };
-        if from > to {
-            return Err(format!("{s}: the first size is larger than the last"));
-        }
-        let mut sizes: Vec<usize> = std::iter::successors(Some(from), |&n| n.checked_mul(2))
-            .take_while(|&n| n <= to)
-            .collect();
-        if sizes.last() != Some(&to) {
+        let mut sizes = Vec::new();
+        for part in s.split(',') {
+            let (from, to) = match part.split_once("..") {
+                Some((a, b)) => (one(a)?, one(b)?),
+                None => (one(part)?, one(part)?),
+            };
+            if from > to {
+                return Err(format!("{part}: the first size is larger than the last"));
+            }
+            sizes.extend(
+                std::iter::successors(Some(from), |&n| n.checked_mul(2)).take_while(|&n| n < to),
+            );
             sizes.push(to);
         }
         Ok(Sizes(sizes))
@@ -371,6 +382,7 @@ mod tests {
         assert_eq!(s.0.last(), Some(&(192 << 20)));
         assert_eq!(s.0.len(), 17);
         assert_eq!("64K".parse::<Sizes>().unwrap().0, [65536]);
+        assert_eq!("64K,1M..4M".parse::<Sizes>().unwrap().0, [64 << 10, 1 << 20, 2 << 20, 4 << 20]);
         assert!("1M..4K".parse::<Sizes>().is_err());
     }
 }

@@ -19,7 +19,7 @@ use tiny_http::{Header, Method, Request, Response};
 use crate::common::{armed_cq, open_device, poll_within, Link};
 use crate::{
     parse_crc, Crc32c, Error, RdmaArgs, Token, CHUNK, CRC, DEPTH, RDMA_TIMEOUT, SESSION, SIZE,
-    TOKEN,
+    TIMING, TOKEN,
 };
 
 /// How long the poller sleeps on the CQ, and a worker on tiny_http's queue, before looking
@@ -161,6 +161,29 @@ enum Reply {
     File(File, u64),
 }
 
+/// Where an RDMA request's time went besides the network: the file and the CRC32C, answered
+/// in [`TIMING`] so that `objstore bench` reports them apart from the transfer.
+#[derive(Default)]
+struct Cost {
+    file: Duration,
+    crc: Duration,
+}
+
+impl Cost {
+    /// `f`, its time added to `slot`.
+    fn time<T>(slot: &mut Duration, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let result = f();
+        *slot += start.elapsed();
+        result
+    }
+
+    fn header(&self) -> (&'static str, String) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        (TIMING, format!("file;dur={:.3}, crc;dur={:.3}", ms(self.file), ms(self.crc)))
+    }
+}
+
 /// Locks `m`, whatever a panicking holder left (every guarded value stays consistent).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -249,7 +272,8 @@ impl<'a> Server<'a> {
             (Method::Get, Some(token)) => self.rdma_get(&object, token),
             (Method::Put, None) => {
                 let expected = crc_header(request)?;
-                let crc = object.store(self, request.as_reader(), expected)?;
+                let length = request.body_length().map(|n| n as u64);
+                let crc = object.store(self, request.as_reader(), length, expected)?;
                 Ok(Reply::Empty(201, vec![(CRC, format!("{crc:08x}"))]))
             }
             (Method::Get, None) => {
@@ -401,11 +425,13 @@ impl<'a> Server<'a> {
         })?;
         let (session, remote) = self.begin(&token)?;
         let mut io = lock(&session.io);
-        let mut temp = object.temp(self)?;
+        let mut cost = Cost::default();
+        let mut temp = Cost::time(&mut cost.file, || object.temp(self))?;
         let mut crc = Crc32c::default();
         let mut sink = |bytes: &[u8]| -> Result<(), Fail> {
-            crc.update(bytes);
-            temp.file.write_all(bytes).map_err(|e| disk("writing the object", &e))
+            Cost::time(&mut cost.crc, || crc.update(bytes));
+            Cost::time(&mut cost.file, || temp.file.write_all(bytes))
+                .map_err(|e| disk("writing the object", &e))
         };
         self.transfer(&session, &mut io, remote, token.len, Direction::Read(&mut sink))?;
         if crc.value() != expected {
@@ -414,8 +440,8 @@ impl<'a> Server<'a> {
                 crc.value()
             )));
         }
-        temp.commit()?;
-        Ok(Reply::Empty(201, vec![(CRC, format!("{expected:08x}"))]))
+        Cost::time(&mut cost.file, || temp.commit())?;
+        Ok(Reply::Empty(201, vec![(CRC, format!("{expected:08x}")), cost.header()]))
     }
 
     /// GET over RDMA: WRITE the object into the client's buffer chunk by chunk.
@@ -433,15 +459,17 @@ impl<'a> Server<'a> {
                 size: Some(size),
             });
         }
+        let mut cost = Cost::default();
         let mut crc = Crc32c::default();
         let mut source = |bytes: &mut [u8]| -> Result<(), Fail> {
-            file.read_exact(bytes)
+            Cost::time(&mut cost.file, || file.read_exact(bytes))
                 .map_err(|e| fail(500, format!("reading {}: {e}", object.name)))?;
-            crc.update(bytes);
+            Cost::time(&mut cost.crc, || crc.update(bytes));
             Ok(())
         };
         self.transfer(&session, &mut io, remote, size, Direction::Write(&mut source))?;
-        let headers = vec![(SIZE, size.to_string()), (CRC, format!("{:08x}", crc.value()))];
+        let headers =
+            vec![(SIZE, size.to_string()), (CRC, format!("{:08x}", crc.value())), cost.header()];
         Ok(Reply::Empty(200, headers))
     }
 
@@ -679,16 +707,19 @@ impl Object {
         Ok(Temp { file, path: Some(path), target: self.path.clone(), bucket: self.bucket.clone() })
     }
 
-    /// PUT over TCP: the body into a temporary file, checked against `expected`, stored.
+    /// PUT over TCP: the body (`length` bytes when the request said) into a temporary
+    /// file, checked against `expected`, stored.
     fn store(
         &self,
         server: &Server<'_>,
         body: &mut dyn Read,
+        length: Option<u64>,
         expected: Option<u32>,
     ) -> Result<u32, Fail> {
         let mut temp = self.temp(server)?;
         let mut crc = Crc32c::default();
         let mut chunk = vec![0u8; CHUNK];
+        let mut received = 0u64;
         loop {
             let n = match body.read(&mut chunk) {
                 Ok(0) => break,
@@ -701,8 +732,17 @@ impl Object {
                     ))
                 }
             };
+            received += n as u64;
             crc.update(&chunk[..n]);
             temp.file.write_all(&chunk[..n]).map_err(|e| disk("writing the object", &e))?;
+        }
+        // tiny_http ends a Content-Length body early, without an error, when the client
+        // goes away: a short body is a failed upload, not a smaller object.
+        if let Some(length) = length.filter(|&l| l != received) {
+            return Err(fail(
+                400,
+                format!("the body ended after {received} of its {length} bytes: nothing was stored; send it again"),
+            ));
         }
         if let Some(expected) = expected.filter(|&e| e != crc.value()) {
             return Err(fail(400, format!(

@@ -13,7 +13,7 @@ use crate::{
 /// Connects to the server at `host` by the TCP exchange, sends the requests, checks the
 /// replies.
 pub fn run(args: &Args, host: &str) -> Result<(), Error> {
-    let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
+    let ctx = crate::common::open_device(args.device.ib_dev.as_deref())?;
     let link = crate::link(&ctx, args)?;
     let stream = TcpStream::connect((host, args.port))
         .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;
@@ -40,7 +40,7 @@ pub fn run_cm(args: &Args, host: &str) -> Result<(), Error> {
         .map_err(|e| format!("couldn't reach {dst}: {e}"))?;
     id.resolve_route(Duration::from_secs(5))?;
     let ctx = id.context()?;
-    crate::check_cm_device(args, ctx)?;
+    crate::common::check_cm_device(args.device.ib_dev.as_deref(), ctx)?;
     converse(ctx, id.port_num(), args, &mut by_cm::ByCm { id: &id, dst, requests: args.requests })
 }
 

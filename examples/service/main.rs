@@ -43,16 +43,13 @@ mod server;
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, TcpStream};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
 
-pub(crate) use common::{armed_cq, poll_within, Link};
+pub(crate) use common::{armed_cq, poll_within, Link, PEER_TIMEOUT};
 
-/// How long to wait for a peer: its address message, or a completion once connected.
-const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 /// A request's immediate data: `MORE`, or `LAST` for the client's final request.
 const MORE: u32 = 0;
 const LAST: u32 = 1;
@@ -66,15 +63,8 @@ struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18800)]
     port: u16,
-    /// RDMA device to use (default: the first one found)
-    #[arg(short = 'd', long = "ib-dev")]
-    ib_dev: Option<String>,
-    /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
-    /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u8>,
+    #[command(flatten)]
+    device: common::DeviceArgs,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<u32>,
@@ -112,13 +102,7 @@ fn main() -> ExitCode {
         (None, false) => server::run(&args),
         (host, true) => rdma_cm(&args, host.as_deref()),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("service: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("service", result)
 }
 
 /// `--rdma-cm`: the client of `host`, or the server.
@@ -133,19 +117,6 @@ fn rdma_cm(args: &Args, host: Option<&str>) -> Result<(), Error> {
 #[cfg(not(feature = "rdmacm"))]
 fn rdma_cm(_: &Args, _: Option<&str>) -> Result<(), Error> {
     Err("--rdma-cm needs rdma_cm: build with --features rdmacm".into())
-}
-
-/// With `--rdma-cm`, `-d` (when given) must name the device rdma_cm picked by address.
-#[cfg(feature = "rdmacm")]
-fn check_cm_device(args: &Args, ctx: &Context) -> Result<(), Error> {
-    match &args.ib_dev {
-        Some(dev) if dev != ctx.name() => Err(format!(
-            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
-            ctx.name()
-        )
-        .into()),
-        _ => Ok(()),
-    }
 }
 
 /// An rdma_cm step that may have nothing for us yet: `None` when it timed out.
@@ -183,7 +154,7 @@ fn request(seed: u32, i: u32, max: u32) -> Vec<u8> {
 
 /// Our side of every connection (examples/common), from `-i`, `-g` and `-m`.
 fn link(ctx: &Context, args: &Args) -> Result<Link, Error> {
-    Link::new(ctx, args.ib_port, args.gid_idx, args.mtu)
+    Link::new(ctx, args.device.ib_port, args.device.gid_idx, args.mtu)
 }
 
 /// A new RC QP on `cq` and device port `port`, in INIT, with room for one receive and

@@ -32,7 +32,7 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// Serves `--clients` clients, then reports.
 pub fn run(args: &Args) -> Result<(), Error> {
-    let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
+    let ctx = crate::common::open_device(args.device.ib_dev.as_deref())?;
     let link = crate::link(&ctx, args)?;
     let listener = TcpListener::bind(("::", args.port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
@@ -73,12 +73,14 @@ pub fn run_cm(args: &Args) -> Result<(), Error> {
     listener.bind_addr(at).map_err(|e| format!("couldn't listen on {at}: {e}"))?;
     // Bound to a device's address, the listener is bound to that device.
     let ctx = listener.context()?;
-    crate::check_cm_device(args, ctx)?;
+    crate::common::check_cm_device(args.device.ib_dev.as_deref(), ctx)?;
     listener.listen(args.clients as i32)?;
     println!("listening on {at} ({})", ctx.name());
 
     let n = args.clients;
     let pd = ctx.alloc_pd()?;
+    // Not `with_server`, whose closure takes a `Server` of any lifetime: this one is given
+    // connect requests, which borrow `events` and so fit only servers that `events` outlives.
     let channel = ctx.create_comp_channel()?;
     let cq = armed_cq(ctx, &channel, n * PER_CLIENT)?;
     let pool = buffer_pool(&pd, n, args.size)?;
@@ -113,44 +115,42 @@ fn serve_single(
 ) -> Result<usize, Error> {
     let n = args.clients;
     let pd = ctx.alloc_pd()?;
-    let channel = ctx.create_comp_channel()?;
-    let cq = armed_cq(ctx, &channel, n * PER_CLIENT)?;
-    let pool = buffer_pool(&pd, n, args.size)?;
-    let mut server = Server::new(ctx, &pd, &cq, &channel, &pool);
-    // Connections whose address message is still arriving, read without blocking so that
-    // a slow client holds up no other.
-    let mut pending: Vec<Pending> = Vec::new();
-    listener.set_nonblocking(true)?;
-    let mut accepted = 0;
-    loop {
-        if accepted < n {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    stream.set_nonblocking(true)?;
-                    pending.push(Pending::new(accepted, stream));
-                    accepted += 1;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(format!("accepting a client: {e}").into()),
-            }
-        }
-        let mut i = 0;
-        while i < pending.len() {
-            match pending[i].poll() {
-                None => i += 1,
-                Some(remote) => {
-                    let p = pending.swap_remove(i);
-                    server.admit_tcp(p.index, p.stream, remote, &link);
+    with_server(ctx, &pd, n, args.size, |server| {
+        // Connections whose address message is still arriving, read without blocking so
+        // that a slow client holds up no other.
+        let mut pending: Vec<Pending> = Vec::new();
+        listener.set_nonblocking(true)?;
+        let mut accepted = 0;
+        loop {
+            if accepted < n {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        stream.set_nonblocking(true)?;
+                        pending.push(Pending::new(accepted, stream));
+                        accepted += 1;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(format!("accepting a client: {e}").into()),
                 }
             }
+            let mut i = 0;
+            while i < pending.len() {
+                match pending[i].poll() {
+                    None => i += 1,
+                    Some(remote) => {
+                        let p = pending.swap_remove(i);
+                        server.admit_tcp(p.index, p.stream, remote, &link);
+                    }
+                }
+            }
+            if accepted == n && pending.is_empty() && !server.is_serving() {
+                break;
+            }
+            server.progress(TICK)?;
         }
-        if accepted == n && pending.is_empty() && !server.is_serving() {
-            break;
-        }
-        server.progress(TICK)?;
-    }
-    println!("at most {} clients at once", server.most);
-    Ok(server.failed)
+        println!("at most {} clients at once", server.most);
+        Ok(server.failed)
+    })
 }
 
 /// Serves each client on its own thread, with its own CQ, pool and `Server`, under the
@@ -194,16 +194,30 @@ fn serve_one(
     index: u32,
     mut stream: TcpStream,
 ) -> Result<usize, Error> {
+    with_server(ctx, pd, 1, size, |server| {
+        let remote = read_endpoint(&mut stream);
+        server.admit_tcp(index, stream, remote, &link);
+        while server.is_serving() {
+            server.progress(TICK)?;
+        }
+        Ok(server.failed)
+    })
+}
+
+/// Runs `serve` with a `Server` for `clients` clients on `pd`, with a completion channel,
+/// armed CQ and buffer pool (requests of at most `size` bytes) of its own.
+fn with_server<R>(
+    ctx: &Context,
+    pd: &ProtectionDomain<'_>,
+    clients: u32,
+    size: u32,
+    serve: impl FnOnce(&mut Server<'_>) -> Result<R, Error>,
+) -> Result<R, Error> {
     let channel = ctx.create_comp_channel()?;
-    let cq = armed_cq(ctx, &channel, PER_CLIENT)?;
-    let pool = buffer_pool(pd, 1, size)?;
+    let cq = armed_cq(ctx, &channel, clients * PER_CLIENT)?;
+    let pool = buffer_pool(pd, clients, size)?;
     let mut server = Server::new(ctx, pd, &cq, &channel, &pool);
-    let remote = read_endpoint(&mut stream);
-    server.admit_tcp(index, stream, remote, &link);
-    while server.is_serving() {
-        server.progress(TICK)?;
-    }
-    Ok(server.failed)
+    serve(&mut server)
 }
 
 /// [`PER_CLIENT`] buffers of `size` bytes for each of `clients`.

@@ -8,7 +8,7 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, QpAttr, Verb};
 use super::ops::check_port;
-use super::state::{serve, Kind};
+use super::state::{serve, Kind, State};
 use super::verbs::{gid_entry, or_null, status};
 
 /// `ibv_create_ah`: `EINVAL` for another port than 1, or (the port is Ethernet) no GRH naming
@@ -32,13 +32,18 @@ pub(super) unsafe extern "C" fn ibv_create_ah(
             return Err(libc::EINVAL);
         }
         gid_entry(1, attr.grh.sgid_index.into()).map_err(|_| libc::EINVAL)?;
-        // SAFETY: `pd` is a live mock PD (checked above).
-        let context = unsafe { (*pd).context };
-        let handle = s.next_id();
-        let ah = s.adopt(ibv_ah { context, pd, handle }, Kind::Ah);
-        s.reg.ahs.insert(ah as usize, pd);
-        Ok(ah)
+        Ok(adopt(s, pd))
     }))
+}
+
+/// A new live AH of `pd`, which must be a live mock PD, for `ibv_create_ah` to return.
+pub(super) fn adopt(s: &mut State, pd: *mut ibv_pd) -> *mut ibv_ah {
+    // SAFETY: `pd` is a live mock PD (the caller checked).
+    let context = unsafe { (*pd).context };
+    let handle = s.next_id();
+    let ah = s.adopt(ibv_ah { context, pd, handle }, Kind::Ah);
+    s.reg.ahs.insert(ah as usize, pd);
+    ah
 }
 
 /// `ibv_destroy_ah`.

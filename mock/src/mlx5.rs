@@ -1,5 +1,5 @@
 //! A mock libmlx5 for the DC transport, and the libibverbs pieces DC needs that the base mock
-//! does not model (SRQs, address handles, DC QP transitions).
+//! does not model (DC QP transitions, address handles by the port's link layer).
 //!
 //! - [`library`]: an [`Mlx5`] whose `mlx5dv_is_supported` says yes or no, whose
 //!   `mlx5dv_query_device` reports DC ODP, DCI stream and DC read/atomic capabilities, and
@@ -7,7 +7,7 @@
 //!   (`IBV_QPT_DRIVER`, the DC mask, a DCT only with an SRQ and a receive CQ and without send
 //!   ops, DCI streams within the capabilities, `EOPNOTSUPP` on a device without DC).
 //!   [`library_without_stream_reset`] lacks the optional `mlx5dv_dci_stream_id_reset`.
-//! - [`ibverbs_library`]: the base mock libibverbs with SRQs and AHs modelled, and
+//! - [`ibverbs_library`]: the base mock libibverbs (its SRQs too) with `ibv_create_ah`,
 //!   `ibv_modify_qp` / `ibv_destroy_qp` / `ibv_qp_to_qp_ex` / `ibv_query_device` that know DC
 //!   QPs and the [`DeviceConfig`]: a DCT goes RESET→INIT→RTR and nowhere else (the DCT number
 //!   appears at RTR; `mlx5_ib_modify_dct` refuses every other transition), a DCI
@@ -21,9 +21,10 @@
 //! - A DCI's `ibv_qp_ex` and `mlx5dv_qp_ex` members record each builder call
 //!   ([`Mlx5Call`]), so tests see the order and arguments of a posted work request.
 //!
-//! Calls are recorded in the thread's [`Mock`](super::Mock) log as [`Call::Mlx5`]; failures
-//! are injected with [`Verb::Mlx5`]. The DC objects live in a registry of their own, per
-//! thread, freed when the thread ends.
+//! Calls are recorded in the thread's [`Mock`](super::Mock) log as [`Call::Mlx5`] (those of
+//! the libibverbs verbs as the base mock records them); failures are injected with
+//! [`Verb::Mlx5`]. DC QPs, laid out as libmlx5's, live in a registry of their own, per thread,
+//! freed when the thread ends; SRQs and AHs are the base mock's objects.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -38,7 +39,8 @@ use rdma_verbs_sys::mlx5::{self, Mlx5, Mlx5Fns};
 
 use super::call::{Call, QpAttr, Verb};
 use super::state::{serve, Kind};
-use super::{qp, Optional};
+use super::verbs::{or_null, status};
+use super::{ah, qp, Optional};
 
 /// What a mock libmlx5 reports as its path.
 pub const LIBRARY_PATH: &str = "mock/libmlx5.so.1";
@@ -111,17 +113,13 @@ pub enum Mlx5Verb {
     QueryDevice,
     /// `mlx5dv_create_qp`
     CreateQp,
-    /// `ibv_create_ah`
-    CreateAh,
-    /// `ibv_create_srq`
-    CreateSrq,
     /// The DCI's `wr_complete` member.
     WrComplete,
     /// `mlx5dv_dci_stream_id_reset`
     DciStreamIdReset,
 }
 
-/// One recorded call of the mock libmlx5, of a DCI member, or of the SRQ/AH verbs.
+/// One recorded call of the mock libmlx5 or of a DCI member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mlx5Call {
     /// `mlx5dv_is_supported`
@@ -156,24 +154,6 @@ pub enum Mlx5Call {
     },
     /// `mlx5dv_qp_ex_from_ibv_qp_ex`
     QpExFromIbvQpEx,
-    /// `ibv_create_ah`
-    CreateAh {
-        /// The AH's address, to match with [`Mlx5Call::WrSetDcAddr::ah`].
-        ah: usize,
-        /// The attributes, as [`QpAttr`] shows an `ah_attr` (only its AV fields are set).
-        attr: QpAttr,
-    },
-    /// `ibv_destroy_ah`
-    DestroyAh,
-    /// `ibv_create_srq`
-    CreateSrq {
-        /// `attr.max_wr`.
-        max_wr: u32,
-        /// `attr.max_sge`.
-        max_sge: u32,
-    },
-    /// `ibv_destroy_srq`
-    DestroySrq,
     /// `wr_start`
     WrStart,
     /// `wr_send`, with the `wr_id` and `wr_flags` fields as they were then.
@@ -246,40 +226,15 @@ struct DcQp {
     log_streams: Option<u8>,
 }
 
-#[derive(Default)]
-struct Registry {
-    qps: HashMap<usize, Box<DcQp>>,
-    srqs: HashMap<usize, Box<ibv_srq>>,
-    ahs: HashMap<usize, Box<ibv_ah>>,
-}
-
 thread_local! {
-    static DC: RefCell<Registry> = RefCell::new(Registry::default());
+    /// This thread's live DC QPs, by address.
+    static DC: RefCell<HashMap<usize, Box<DcQp>>> = RefCell::new(HashMap::new());
     static CONFIG: Cell<DeviceConfig> = Cell::new(DeviceConfig::default());
 }
 
-fn is_dc_qp(qp: *mut ibv_qp) -> bool {
-    DC.with_borrow(|r| r.qps.contains_key(&(qp as usize)))
-}
-
-/// Whether `object` is a live DC QP, SRQ or AH of this thread's mock.
-pub fn is_live<T>(object: *mut T) -> bool {
-    let key = object as usize;
-    DC.with_borrow(|r| {
-        r.qps.contains_key(&key) || r.srqs.contains_key(&key) || r.ahs.contains_key(&key)
-    })
-}
-
-fn set_errno(errno: c_int) {
-    // SAFETY: `__errno_location` returns this thread's errno, always writable.
-    unsafe { *libc::__errno_location() = errno };
-}
-
-fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
-    result.unwrap_or_else(|errno| {
-        set_errno(errno);
-        std::ptr::null_mut()
-    })
+/// Whether `qp` is a live DC QP of this thread's mock.
+pub fn is_live<T>(qp: *mut T) -> bool {
+    DC.with_borrow(|qps| qps.contains_key(&(qp as usize)))
 }
 
 fn record(call: Mlx5Call) {
@@ -328,10 +283,7 @@ pub fn ibverbs_library() -> &'static Ibverbs {
     LIBRARY.get_or_init(|| {
         let base = super::fns(Optional::ALL);
         let fns = rdma_verbs_sys::IbverbsFns {
-            ibv_create_srq,
-            ibv_destroy_srq,
             ibv_create_ah,
-            ibv_destroy_ah,
             ibv_modify_qp,
             ibv_destroy_qp,
             ibv_qp_to_qp_ex: Some(ibv_qp_to_qp_ex),
@@ -421,7 +373,7 @@ extern "C" fn mlx5dv_dci_stream_id_reset(qp: *mut ibv_qp, stream_id: u16) -> c_i
             Call::Mlx5(Mlx5Call::DciStreamIdReset { stream_id }),
             Verb::Mlx5(Mlx5Verb::DciStreamIdReset),
         )?;
-        DC.with_borrow(|r| match r.qps.get(&(qp as usize)) {
+        DC.with_borrow(|qps| match qps.get(&(qp as usize)) {
             Some(q)
                 if q.dc_type == MLX5DV_DCTYPE_DCI
                     && q.qp_ex.qp_base.state == IBV_QPS_RTS
@@ -432,7 +384,7 @@ extern "C" fn mlx5dv_dci_stream_id_reset(qp: *mut ibv_qp, stream_id: u16) -> c_i
             _ => Err(libc::EINVAL),
         })
     });
-    result.err().unwrap_or(0)
+    status(result)
 }
 
 /// `mlx5dv_create_qp`: DC QPs only (`EOPNOTSUPP` otherwise, as for a driver QP without DC).
@@ -469,7 +421,6 @@ unsafe extern "C" fn mlx5dv_create_qp(
         dct_access_key: dct.then_some(key),
         dci_streams: streams.then_some((s.log_num_concurent, s.log_num_errored)),
     };
-    let srq_live = DC.with_borrow(|r| r.srqs.contains_key(&(attr.srq as usize)));
     let checked = serve(|st| {
         st.begin(Call::Mlx5(call), Verb::Mlx5(Mlx5Verb::CreateQp))?;
         st.expect(ctx, Kind::Context)?;
@@ -483,9 +434,10 @@ unsafe extern "C" fn mlx5dv_create_qp(
         match dv.dc_init_attr.dc_type {
             MLX5DV_DCTYPE_DCT => {
                 let only_pd = attr.comp_mask == IBV_QP_INIT_ATTR_PD;
-                if !only_pd || streams || !srq_live || attr.recv_cq.is_null() {
+                if !only_pd || streams || attr.recv_cq.is_null() {
                     return Err(libc::EINVAL);
                 }
+                st.expect(attr.srq, Kind::Srq)?;
                 st.expect(attr.recv_cq, Kind::Cq)?;
             }
             MLX5DV_DCTYPE_DCI => {
@@ -544,7 +496,7 @@ unsafe extern "C" fn mlx5dv_create_qp(
         qp.dv.wr_set_dc_addr_stream = streams.then_some(wr_set_dc_addr_stream);
     }
     let raw: *mut ibv_qp = &mut qp.qp_ex.qp_base;
-    DC.with_borrow_mut(|r| r.qps.insert(raw as usize, qp));
+    DC.with_borrow_mut(|qps| qps.insert(raw as usize, qp));
     raw
 }
 
@@ -558,8 +510,8 @@ extern "C" fn mlx5dv_qp_ex_from_ibv_qp_ex(qp: *mut ibv_qp_ex) -> *mut mlx5dv_qp_
 /// `ibv_qp_to_qp_ex`: a DC QP's `ibv_qp_ex` when it was created with send ops, else what
 /// the base mock answers.
 unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    let found = DC.with_borrow(|r| {
-        r.qps.get(&(qp as usize)).map(|q| q.send_ops.then_some(qp.cast::<ibv_qp_ex>()))
+    let found = DC.with_borrow(|qps| {
+        qps.get(&(qp as usize)).map(|q| q.send_ops.then_some(qp.cast::<ibv_qp_ex>()))
     });
     match found {
         Some(Some(qp_ex)) => qp_ex,
@@ -620,7 +572,7 @@ fn dc_transition(
 ///
 /// `attr` must be valid for reads.
 unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
-    if !is_dc_qp(qp) {
+    if !is_live(qp) {
         // SAFETY: forwarded under the caller's guarantees.
         return unsafe { qp::ibv_modify_qp(qp, attr, mask) };
     }
@@ -629,8 +581,8 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
     let result = serve(|s| {
         s.begin(Call::ModifyQp { mask, attr: QpAttr::from_raw(attr) }, Verb::ModifyQp)?;
         let id = s.next_id();
-        DC.with_borrow_mut(|r| {
-            let dc = r.qps.get_mut(&(qp as usize)).expect("checked above");
+        DC.with_borrow_mut(|qps| {
+            let dc = qps.get_mut(&(qp as usize)).expect("checked above");
             let base = &mut dc.qp_ex.qp_base;
             let mask = mask as u32;
             let target = if mask & IBV_QP_STATE != 0 { attr.qp_state } else { base.state };
@@ -655,7 +607,7 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
             Ok(())
         })
     });
-    result.err().unwrap_or(0)
+    status(result)
 }
 
 /// Whether `ah_attr` lacks the GRH the port needs: on Ethernet (RoCE) every AV has one; on
@@ -680,8 +632,8 @@ fn dci_rd_atom_limit() -> u64 {
 ///
 /// When `qp` is not a live DC QP of this thread's mock.
 pub fn move_to_error(qp: *mut ibv_qp) {
-    DC.with_borrow_mut(|r| {
-        let dc = r.qps.get_mut(&(qp as usize)).expect("a live DC QP of this mock");
+    DC.with_borrow_mut(|qps| {
+        let dc = qps.get_mut(&(qp as usize)).expect("a live DC QP of this mock");
         dc.qp_ex.qp_base.state = IBV_QPS_ERR;
     });
 }
@@ -692,72 +644,26 @@ pub fn move_to_error(qp: *mut ibv_qp) {
 ///
 /// When `qp` is not a live DC QP of this thread's mock.
 pub fn state(qp: *mut ibv_qp) -> ibv_qp_state {
-    DC.with_borrow(|r| {
-        r.qps.get(&(qp as usize)).expect("a live DC QP of this mock").qp_ex.qp_base.state
+    DC.with_borrow(|qps| {
+        qps.get(&(qp as usize)).expect("a live DC QP of this mock").qp_ex.qp_base.state
     })
 }
 
 /// `ibv_destroy_qp`: DC QPs here, others in the base mock.
 extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    if !is_dc_qp(qp) {
+    if !is_live(qp) {
         return qp::ibv_destroy_qp(qp);
     }
     let result = serve(|s| s.begin(Call::DestroyQp, Verb::DestroyQp));
     if let Err(errno) = result {
         return errno;
     }
-    DC.with_borrow_mut(|r| r.qps.remove(&(qp as usize)));
+    DC.with_borrow_mut(|qps| qps.remove(&(qp as usize)));
     0
 }
 
-/// `ibv_create_srq`: an SRQ of a live PD, within the device's limits.
-///
-/// # Safety
-///
-/// `attr` must be valid for reads and writes.
-unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
-    // SAFETY: the caller passes a valid struct.
-    let attr = unsafe { &mut *attr };
-    let (max_wr, max_sge) = (attr.attr.max_wr, attr.attr.max_sge);
-    let result = serve(|s| {
-        s.begin(
-            Call::Mlx5(Mlx5Call::CreateSrq { max_wr, max_sge }),
-            Verb::Mlx5(Mlx5Verb::CreateSrq),
-        )?;
-        s.expect(pd, Kind::Pd)?;
-        // The mock device reports no SRQ limits of its own: those of a QP apply.
-        let limits = super::device_attr();
-        if max_wr > limits.max_qp_wr as u32 || max_sge > limits.max_sge as u32 {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: `pd` is a live mock PD (checked above).
-        Ok((unsafe { (*pd).context }, s.next_id()))
-    });
-    or_null(result.map(|(context, handle)| {
-        let mut srq = Box::new(ibv_srq {
-            context,
-            srq_context: attr.srq_context,
-            pd,
-            handle,
-            ..Default::default()
-        });
-        let raw: *mut ibv_srq = &mut *srq;
-        DC.with_borrow_mut(|r| r.srqs.insert(raw as usize, srq));
-        raw
-    }))
-}
-
-/// `ibv_destroy_srq`: `EINVAL` for an SRQ this mock does not hold.
-extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    record(Mlx5Call::DestroySrq);
-    match DC.with_borrow_mut(|r| r.srqs.remove(&(srq as usize))) {
-        Some(_) => 0,
-        None => libc::EINVAL,
-    }
-}
-
-/// `ibv_create_ah`: an AH of a live PD; on an Ethernet port it needs a GRH (`EINVAL`), on
-/// InfiniBand not (libmlx5 makes IB AHs without one).
+/// `ibv_create_ah`: the base mock's AH, but the GRH rule is the [`DeviceConfig`]'s link
+/// layer's ([`needs_grh`]): on InfiniBand an AH needs none (libmlx5 makes IB AHs without one).
 ///
 /// # Safety
 ///
@@ -766,33 +672,14 @@ unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *
     // SAFETY: the caller passes a valid struct.
     let ah_attr = unsafe { *attr };
     let as_qp = ibv_qp_attr { ah_attr, ..Default::default() };
-    let mut ah = Box::new(ibv_ah::default());
-    let raw: *mut ibv_ah = &mut *ah;
-    let call = Mlx5Call::CreateAh { ah: raw as usize, attr: QpAttr::from_raw(&as_qp) };
-    let result = serve(|s| {
-        s.begin(Call::Mlx5(call), Verb::Mlx5(Mlx5Verb::CreateAh))?;
+    or_null(serve(|s| {
+        s.begin(Call::CreateAh { attr: QpAttr::from_raw(&as_qp) }, Verb::CreateAh)?;
         s.expect(pd, Kind::Pd)?;
         if needs_grh(&ah_attr) {
             return Err(libc::EINVAL);
         }
-        // SAFETY: `pd` is a live mock PD (checked above).
-        Ok(unsafe { (*pd).context })
-    });
-    or_null(result.map(|context| {
-        ah.context = context;
-        ah.pd = pd;
-        DC.with_borrow_mut(|r| r.ahs.insert(raw as usize, ah));
-        raw
+        Ok(ah::adopt(s, pd))
     }))
-}
-
-/// `ibv_destroy_ah`: `EINVAL` for an AH this mock does not hold.
-extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    record(Mlx5Call::DestroyAh);
-    match DC.with_borrow_mut(|r| r.ahs.remove(&(ah as usize))) {
-        Some(_) => 0,
-        None => libc::EINVAL,
-    }
 }
 
 // The DCI's builder members. Each reads the fields the caller set on the `ibv_qp_ex`.
@@ -830,7 +717,7 @@ unsafe extern "C" fn wr_set_sge(_qp: *mut ibv_qp_ex, lkey: u32, addr: u64, lengt
 unsafe extern "C" fn wr_complete(_qp: *mut ibv_qp_ex) -> c_int {
     let result =
         serve(|s| s.begin(Call::Mlx5(Mlx5Call::WrComplete), Verb::Mlx5(Mlx5Verb::WrComplete)));
-    result.err().unwrap_or(0)
+    status(result)
 }
 
 unsafe extern "C" fn wr_abort(_qp: *mut ibv_qp_ex) {

@@ -273,15 +273,9 @@ pub(super) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: the caller passes a valid list.
-    let ids = unsafe { wr_ids(wr, |w: &ibv_recv_wr| (w.wr_id, w.next)) };
-    let result = serve(|s| {
-        s.begin(Call::PostRecv { wr_ids: ids.clone() }, Verb::PostRecv)?;
-        // SAFETY: the caller's valid list.
-        unsafe { post_receives(s, Target::Qp(qp), wr, &ids) }
-    });
-    // SAFETY: the caller made `bad_wr` writable.
-    unsafe { finish(result, wr, bad_wr) }
+    let call = |wr_ids| Call::PostRecv { wr_ids };
+    // SAFETY: forwarded under the caller's guarantees.
+    unsafe { receive_op(Target::Qp(qp), wr, bad_wr, call, Verb::PostRecv) }
 }
 
 /// `ibv_context.ops.post_srq_recv`: as [`post_recv`], on an SRQ.
@@ -294,12 +288,30 @@ pub(super) unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    let call = |wr_ids| Call::PostSrqRecv { wr_ids };
+    // SAFETY: forwarded under the caller's guarantees.
+    unsafe { receive_op(Target::Srq(srq), wr, bad_wr, call, Verb::PostSrqRecv) }
+}
+
+/// The receive ops: records `call` of the list's `wr_id`s, consumes a failure injected for
+/// `verb`, then checks and queues the list on `target`.
+///
+/// # Safety
+///
+/// As `ibv_post_recv(3)`: `wr` a valid list, `bad_wr` writable.
+unsafe fn receive_op(
+    target: Target,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    call: impl FnOnce(Vec<u64>) -> Call,
+    verb: Verb,
+) -> c_int {
     // SAFETY: the caller passes a valid list.
     let ids = unsafe { wr_ids(wr, |w: &ibv_recv_wr| (w.wr_id, w.next)) };
     let result = serve(|s| {
-        s.begin(Call::PostSrqRecv { wr_ids: ids.clone() }, Verb::PostSrqRecv)?;
+        s.begin(call(ids.clone()), verb)?;
         // SAFETY: the caller's valid list.
-        unsafe { post_receives(s, Target::Srq(srq), wr, &ids) }
+        unsafe { post_receives(s, target, wr, &ids) }
     });
     // SAFETY: the caller made `bad_wr` writable.
     unsafe { finish(result, wr, bad_wr) }

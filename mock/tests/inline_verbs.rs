@@ -157,12 +157,23 @@ fn a_null_post_op_gives_eopnotsupp_and_points_bad_wr_at_the_list() {
     let ret = unsafe { inline::ibv_post_send(qp, &mut send, &mut bad_send) };
     assert_eq!((ret, bad_send), (libc::EOPNOTSUPP, ptr::from_mut(&mut send)));
 
-    let mut recv = ibv_recv_wr { wr_id: 2, ..Default::default() };
-    let mut bad_recv = ptr::null_mut();
-    // SAFETY: as above, for a receive.
-    let ret = unsafe { inline::ibv_post_recv(qp, &mut recv, &mut bad_recv) };
-    assert_eq!((ret, bad_recv), (libc::EOPNOTSUPP, ptr::from_mut(&mut recv)));
+    // SAFETY: a live QP.
+    assert_eq!(unsafe { post_lone_recv(qp, 2) }, (libc::EOPNOTSUPP, true));
     assert_eq!(mock.take_calls(), []);
+}
+
+/// Posts the receive `wr_id` alone on `qp` with the inline `ibv_post_recv`: what it returns,
+/// and whether `bad_wr` names that receive.
+///
+/// # Safety
+///
+/// `qp` is a live QP of the mock.
+unsafe fn post_lone_recv(qp: *mut ibv_qp, wr_id: u64) -> (c_int, bool) {
+    let mut recv = ibv_recv_wr { wr_id, ..Default::default() };
+    let mut bad = ptr::null_mut();
+    // SAFETY: the caller's live QP, a one-WR list, a writable `bad_wr`.
+    let ret = unsafe { inline::ibv_post_recv(qp, &mut recv, &mut bad) };
+    (ret, bad == ptr::from_mut(&mut recv))
 }
 
 #[test]
@@ -181,11 +192,8 @@ fn post_ops_receive_the_whole_list_and_their_errors_come_back() {
     assert_eq!(mock.take_calls(), [Call::PostSend { wr_ids: vec![7, 8] }]);
 
     mock.fail(Verb::PostRecv, libc::ENOMEM);
-    let mut recv = ibv_recv_wr { wr_id: 9, ..Default::default() };
-    let mut bad = ptr::null_mut();
-    // SAFETY: as above, for a receive.
-    let ret = unsafe { inline::ibv_post_recv(qp, &mut recv, &mut bad) };
-    assert_eq!((ret, bad), (libc::ENOMEM, ptr::from_mut(&mut recv)));
+    // SAFETY: a live QP.
+    assert_eq!(unsafe { post_lone_recv(qp, 9) }, (libc::ENOMEM, true));
     assert_eq!(mock.take_calls(), [Call::PostRecv { wr_ids: vec![9] }]);
 }
 

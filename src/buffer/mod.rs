@@ -43,7 +43,7 @@ mod pool;
 mod post;
 
 pub use pool::{Buffer, BufferPool};
-pub(crate) use post::check_pool;
+pub(crate) use post::post_receive;
 pub use post::{ListOp, PostError, SendList, SendOp, UdSend};
 
 /// Bit 63 marks the `wr_id`s of this tier.

@@ -387,16 +387,11 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     where
         'p: 'res,
     {
-        if let Err(error) = self.check_pool(&buffer) {
-            return Err(PostError { buffer, error });
-        }
-        let len = buffer.len() as u32;
-        let sge = [buffer.sge(buffer.capacity() as u32, false)];
-        let flight = buffer.launch(len, false);
-        // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and its
-        // SGE names it by IOVA in a region of this QP's PD.
-        unsafe { self.post_recv(&mut RecvWr::new(flight.wr_id, &sge)) }
-            .map_err(|error| PostError { buffer: flight.restore(), error })
+        post_receive(buffer, self.pd(), |wr| {
+            // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
+            // its SGE names it by IOVA in a region of this QP's PD (checked).
+            unsafe { self.post_recv(wr) }
+        })
     }
 }
 
@@ -407,11 +402,29 @@ impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
     }
 }
 
+/// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv` of a QP
+/// or SRQ of `pd`), after [`check_pool`]: the buffer comes back with the error when either
+/// fails.
+pub(crate) fn post_receive<'p>(
+    buffer: Buffer<'p>,
+    pd: &ProtectionDomain<'_>,
+    post: impl FnOnce(&mut RecvWr<'_>) -> Result<()>,
+) -> Result<(), PostError<'p>> {
+    if let Err(error) = check_pool(&buffer, pd) {
+        return Err(PostError { buffer, error });
+    }
+    let len = buffer.len() as u32;
+    let sge = [buffer.sge(buffer.capacity() as u32, false)];
+    let flight = buffer.launch(len, false);
+    post(&mut RecvWr::new(flight.wr_id, &sge))
+        .map_err(|error| PostError { buffer: flight.restore(), error })
+}
+
 /// The NIC checks an SGE's lkey against the PD of the queue it is posted to; a pool of
 /// another PD would only fail there (or, on the strict mock, count as a violation), so it is
 /// refused here, where the error can say why.
 #[inline]
-pub(crate) fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>) -> Result<()> {
+fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>) -> Result<()> {
     if buffer.pd_raw() == pd.as_raw() {
         Ok(())
     } else {

@@ -19,7 +19,7 @@ use crate::wr::SendFlags;
 
 use super::context::{unsupported, Mlx5Context};
 use super::endpoint::DcEndpoint;
-use super::qp::{dv_attr, DcQp};
+use super::qp::{dv_attr, DcQp, DcTypestate};
 use super::wr::{DcOpcode, DcPeer, DcWr};
 
 /// What a DCI is created with. It has no receive queue: receives go to DCTs.
@@ -356,25 +356,18 @@ impl<'res, S: QpState> Dci<'res, S> {
         let raw = sys::ibv_qp_attr::default();
         self.transition(raw, 0, sys::IBV_QPS_RESET, "ibv_modify_qp (DCI →RESET)")
     }
+}
 
-    fn transition<N: QpState>(
-        self,
-        attr: sys::ibv_qp_attr,
-        mask: u32,
-        state: sys::ibv_qp_state,
-        verb: &'static str,
-    ) -> Result<Dci<'res, N>, TransitionError<Self>> {
-        match self.qp.modify(attr, mask, state, verb) {
-            Ok(()) => Ok(Dci {
-                qp: self.qp,
-                qp_ex: self.qp_ex,
-                mqp: self.mqp,
-                lib: self.lib,
-                streams: self.streams,
-                _state: PhantomData,
-            }),
-            Err(error) => Err(TransitionError { qp: self, error }),
-        }
+impl<'res, S: QpState> DcTypestate for Dci<'res, S> {
+    type In<N: QpState> = Dci<'res, N>;
+
+    fn dc_qp(&self) -> &DcQp<'_> {
+        &self.qp
+    }
+
+    fn into_state<N: QpState>(self) -> Dci<'res, N> {
+        let Dci { qp, qp_ex, mqp, lib, streams, _state } = self;
+        Dci { qp, qp_ex, mqp, lib, streams, _state: PhantomData }
     }
 }
 

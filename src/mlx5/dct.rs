@@ -16,7 +16,7 @@ use crate::srq::SharedReceiveQueue;
 use super::context::{DcVersion, Mlx5Context};
 use super::dci::DcRoute;
 use super::endpoint::{DcEndpoint, DcKey, DcTokenError};
-use super::qp::{dv_attr, DcQp};
+use super::qp::{dv_attr, DcQp, DcTypestate};
 
 /// What a DCT is created with. A DCT has no receive queue of its own: the kernel requires an
 /// SRQ and a receive CQ, so both are fields here, not options.
@@ -167,23 +167,18 @@ impl<'res, S: QpState> Dct<'res, S> {
     pub fn destroy(self) -> Result<()> {
         self.qp.destroy()
     }
+}
 
-    fn transition<N: QpState>(
-        self,
-        attr: sys::ibv_qp_attr,
-        mask: u32,
-        state: sys::ibv_qp_state,
-        verb: &'static str,
-    ) -> Result<Dct<'res, N>, TransitionError<Self>> {
-        match self.qp.modify(attr, mask, state, verb) {
-            Ok(()) => Ok(Dct {
-                qp: self.qp,
-                key: self.key,
-                dc_version: self.dc_version,
-                _state: PhantomData,
-            }),
-            Err(error) => Err(TransitionError { qp: self, error }),
-        }
+impl<'res, S: QpState> DcTypestate for Dct<'res, S> {
+    type In<N: QpState> = Dct<'res, N>;
+
+    fn dc_qp(&self) -> &DcQp<'_> {
+        &self.qp
+    }
+
+    fn into_state<N: QpState>(self) -> Dct<'res, N> {
+        let Dct { qp, key, dc_version, _state } = self;
+        Dct { qp, key, dc_version, _state: PhantomData }
     }
 }
 

@@ -5,10 +5,38 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::endpoint::Qpn;
-use crate::error::{check_errno, check_ptr, InvalidInputKind, Result};
+use crate::error::{check_errno, check_ptr, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;
+use crate::qp::QpState;
 
 use super::context::{unsupported, Mlx5Context};
+
+/// A DC QP's typestate wrapper ([`Dci`](super::Dci) or [`Dct`](super::Dct)): its QP, and
+/// the same wrapper typed in another state.
+pub(super) trait DcTypestate: Sized {
+    /// The wrapper in state `N`.
+    type In<N: QpState>;
+
+    /// The QP.
+    fn dc_qp(&self) -> &DcQp<'_>;
+
+    /// The same QP, typed as in state `N` (the device holds it there now).
+    fn into_state<N: QpState>(self) -> Self::In<N>;
+
+    /// [`DcQp::modify`] to `state`: the wrapper in state `N`, or back with the error.
+    fn transition<N: QpState>(
+        self,
+        attr: sys::ibv_qp_attr,
+        mask: u32,
+        state: sys::ibv_qp_state,
+        verb: &'static str,
+    ) -> std::result::Result<Self::In<N>, TransitionError<Self>> {
+        match self.dc_qp().modify(attr, mask, state, verb) {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+}
 
 /// A QP created by `mlx5dv_create_qp(3)`, destroyed on drop.
 pub(super) struct DcQp<'res> {

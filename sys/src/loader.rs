@@ -271,32 +271,48 @@ fn load_reason(e: &libloading::Error) -> String {
 /// symbol is absent. The outcome of the first call is kept: later calls return it again.
 pub fn ibverbs() -> Result<&'static Ibverbs, LoadError> {
     static LIB: OnceLock<Result<Ibverbs, LoadError>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let name = name_from_env(LIBIBVERBS_ENV, LIBIBVERBS_SONAME);
+    let load = || {
+        let anchor = |fns: &IbverbsFns| fns.ibv_get_device_list as *const c_void;
+        let open_failed = |library, reason| LoadError::Open { library, reason };
         // SAFETY: dlopen runs the library's initialisers. libibverbs' (and its providers')
-        // initialisers only set up its own state; the override is the user's explicit choice.
-        unsafe { load(Path::new(&name)) }
-    })
-    .as_ref()
-    .map_err(Clone::clone)
+        // initialisers only set up its own state; the override is the user's explicit choice,
+        // and a libibverbs of rdma-core implements the ABI of this build's headers.
+        let (lib, path, fns) = unsafe {
+            open_table(LIBIBVERBS_ENV, LIBIBVERBS_SONAME, IbverbsFns::resolve, anchor, open_failed)
+        }?;
+        Ok(Ibverbs { _lib: Some(lib), path, fns })
+    };
+    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-/// Loads libibverbs from `name` (a SONAME searched like `dlopen` does, or a path).
+/// Opens the library that the environment variable `env` names ([`name_from_env`]), else
+/// `soname`, with [`open`], and resolves its function table with `resolve`; also the real
+/// path of its file, found by the address of the function `anchor` picks ([`real_path`]).
+/// `open_failed` makes the error of a failed `dlopen` from the name and the loader's
+/// explanation.
 ///
 /// # Safety
 ///
-/// - `dlopen` runs the library's initialisers: `name` must be a genuine libibverbs whose
-///   initialisers are sound to run in this process.
-/// - The symbols are used with the types of this build's headers: the library must implement
-///   rdma-core's ABI.
-unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
+/// As [`open`]; and the library must implement the ABI of this build's headers for the
+/// symbols `resolve` looks up.
+pub(crate) unsafe fn open_table<F, E>(
+    env: &str,
+    soname: &str,
+    resolve: impl FnOnce(&Library, &str) -> Result<F, E>,
+    anchor: impl FnOnce(&F) -> *const c_void,
+    open_failed: impl FnOnce(String, String) -> E,
+) -> Result<(Library, PathBuf, F), E> {
+    let name = name_from_env(env, soname);
+    let name = Path::new(&name);
     let display = name.display().to_string();
-    // SAFETY: the caller guarantees the library is a sound libibverbs.
-    let lib = unsafe { open(name) }
-        .map_err(|reason| LoadError::Open { library: display.clone(), reason })?;
-    let fns = IbverbsFns::resolve(&lib, &display)?;
-    let path = real_path(fns.ibv_get_device_list as *const c_void, name);
-    Ok(Ibverbs { _lib: Some(lib), path, fns })
+    // SAFETY: forwarded to the caller.
+    let lib = match unsafe { open(name) } {
+        Ok(lib) => lib,
+        Err(reason) => return Err(open_failed(display, reason)),
+    };
+    let fns = resolve(&lib, &display)?;
+    let path = real_path(anchor(&fns), name);
+    Ok((lib, path, fns))
 }
 
 /// The library named by the environment variable `env` when it is set and not empty, else

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use libloading::os::unix::Library;
 
 use crate::bindings::*;
-use crate::loader::{fn_table, name_from_env, open, real_path, LoadError};
+use crate::loader::{fn_table, open_table, LoadError};
 
 /// The run-time name of librdmacm.
 pub const LIBRDMACM_SONAME: &str = "librdmacm.so.1";
@@ -132,29 +132,17 @@ impl Rdmacm {
 /// outcome of the first call is kept.
 pub fn rdmacm() -> Result<&'static Rdmacm, RdmacmLoadError> {
     static LIB: OnceLock<Result<Rdmacm, RdmacmLoadError>> = OnceLock::new();
-    LIB.get_or_init(|| {
+    let load = || {
         crate::ibverbs()?;
-        let name = name_from_env(LIBRDMACM_ENV, LIBRDMACM_SONAME);
+        let anchor = |fns: &RdmacmFns| fns.rdma_create_id as *const c_void;
+        let open_failed = |library, reason| RdmacmLoadError::Open { library, reason };
         // SAFETY: dlopen runs librdmacm's initialisers, which only set up its own state (the
-        // devices are opened lazily, on first use); the override is the user's explicit choice.
-        unsafe { load(Path::new(&name)) }
-    })
-    .as_ref()
-    .map_err(Clone::clone)
-}
-
-/// Loads librdmacm from `name` (a SONAME searched like `dlopen` does, or a path).
-///
-/// # Safety
-///
-/// `name` must be a genuine librdmacm of rdma-core whose initialisers are sound to run here,
-/// implementing the ABI of this build's headers.
-unsafe fn load(name: &Path) -> Result<Rdmacm, RdmacmLoadError> {
-    let display = name.display().to_string();
-    // SAFETY: the caller guarantees the library is a sound librdmacm.
-    let lib = unsafe { open(name) }
-        .map_err(|reason| RdmacmLoadError::Open { library: display.clone(), reason })?;
-    let fns = RdmacmFns::resolve(&lib, &display)?;
-    let path = real_path(fns.rdma_create_id as *const c_void, name);
-    Ok(Rdmacm { _lib: Some(lib), path, fns })
+        // devices are opened lazily, on first use); the override is the user's explicit
+        // choice, and a librdmacm of rdma-core implements the ABI of this build's headers.
+        let (lib, path, fns) = unsafe {
+            open_table(LIBRDMACM_ENV, LIBRDMACM_SONAME, RdmacmFns::resolve, anchor, open_failed)
+        }?;
+        Ok(Rdmacm { _lib: Some(lib), path, fns })
+    };
+    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }

@@ -43,6 +43,16 @@ pub fn require_device(name: &str) -> Option<Context> {
     }
 }
 
+/// Whether this host's kernel has RDMA (`/sys/class/infiniband_verbs`), saying that the
+/// calling test, which covers hosts without, skipped when it has: such a test returns then.
+pub fn skipped_for_kernel_rdma() -> bool {
+    let has = std::path::Path::new("/sys/class/infiniband_verbs").exists();
+    if has {
+        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+    }
+    has
+}
+
 /// Runs `body` in a child process of this test binary when `test` (the test's path, e.g.
 /// `device::soundness::x`) runs in the parent: a crash inside a provider (a segfault) then
 /// fails this one test, not the whole run. The parent asserts the child ran that one test and
@@ -178,6 +188,15 @@ fn listening(port: u16) -> bool {
             cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
         })
     })
+}
+
+/// Asserts that a command exited with status 1 saying `what` on stderr; its stderr, for more
+/// checks.
+pub fn assert_fails_saying(out: &Output, what: &str) -> String {
+    assert_eq!(out.status.code(), Some(1), "{}", text(out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(stderr.contains(what), "expected {what:?} on stderr\n{}", text(out));
+    stderr
 }
 
 /// Stdout and stderr, for assertion messages.

@@ -1,12 +1,11 @@
 //! The doctor (`rdma_verbs::diag`, `examples/doctor`) on any host: no RDMA device needed.
 
-use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use rdma_verbs::diag::{self, Layer, ProviderProbe, Status};
 
-use crate::common::{example, output_within, text};
+use crate::common::{example, output_within, skipped_for_kernel_rdma, text};
 
 /// Runs the doctor example with extra environment and arguments.
 pub fn doctor(envs: &[(&str, &str)], args: &[&str]) -> Output {
@@ -39,14 +38,9 @@ pub fn assert_finding(json: &str, check: &str, status: &str, needles: &[&str]) {
     }
 }
 
-fn kernel_has_uverbs() -> bool {
-    Path::new("/sys/class/infiniband_verbs").exists()
-}
-
 #[test]
 fn without_kernel_rdma_the_kernel_layer_fails_with_cause_and_remedy() {
-    if kernel_has_uverbs() {
-        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+    if skipped_for_kernel_rdma() {
         return;
     }
     let out = doctor(&[], &[]);

@@ -6,16 +6,21 @@ use std::time::Duration;
 
 use rdma_verbs::{DeviceList, Error};
 
-use crate::common::{example, output_within, text};
+use crate::common::{example, output_within, skipped_for_kernel_rdma, text};
 
-fn kernel_has_uverbs() -> bool {
-    Path::new("/sys/class/infiniband_verbs").exists()
+/// Runs the example `cmd`, asserting that it failed with exit status 1: its stderr, and all
+/// it printed (for the messages of the caller's assertions).
+#[track_caller]
+fn failure(cmd: Command) -> (String, String) {
+    let out = output_within(cmd, Duration::from_secs(30));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    (String::from_utf8_lossy(&out.stderr).into_owned(), all)
 }
 
 #[test]
 fn without_kernel_rdma_the_device_list_says_why() {
-    if kernel_has_uverbs() {
-        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+    if skipped_for_kernel_rdma() {
         return;
     }
     let err = DeviceList::new().expect_err("no uverbs, no device list");
@@ -30,38 +35,27 @@ fn without_kernel_rdma_the_device_list_says_why() {
 
 #[test]
 fn rc_pingpong_without_kernel_rdma_names_the_cause() {
-    if kernel_has_uverbs() {
-        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
+    if skipped_for_kernel_rdma() {
         return;
     }
-    let out = output_within(Command::new(example("rc_pingpong")), Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (stderr, all) = failure(Command::new(example("rc_pingpong")));
     assert!(
         stderr.starts_with("rc_pingpong: no RDMA devices: the kernel exposes no uverbs"),
-        "{}",
-        text(&out)
+        "{all}"
     );
-    assert!(stderr.contains("modprobe rdma_rxe"), "{}", text(&out));
-    assert!(!stderr.contains("panicked"), "{}", text(&out));
+    assert!(stderr.contains("modprobe rdma_rxe"), "{all}");
+    assert!(!stderr.contains("panicked"), "{all}");
 }
 
 #[test]
 fn a_missing_libibverbs_is_named_with_the_package() {
     let mut cmd = Command::new(example("rc_pingpong"));
     cmd.env("RDMA_VERBS_LIBIBVERBS", "/nonexistent");
-    let out = output_within(cmd, Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.starts_with("rc_pingpong: cannot load libibverbs from /nonexistent: "),
-        "{}",
-        text(&out)
-    );
+    let (stderr, all) = failure(cmd);
+    assert!(stderr.starts_with("rc_pingpong: cannot load libibverbs from /nonexistent: "), "{all}");
     assert!(
         stderr.contains("apt-get install libibverbs1") && stderr.contains("dnf install libibverbs"),
-        "{}",
-        text(&out)
+        "{all}"
     );
 }
 
@@ -87,9 +81,8 @@ fn the_loader_reports_path_and_version() {
 fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
     let mut cmd = Command::new(example("rc_pingpong"));
     cmd.args(["-m", "1500"]);
-    let out = output_within(cmd, Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid MTU 1500"), "{}", text(&out));
+    let (stderr, all) = failure(cmd);
+    assert!(stderr.contains("invalid MTU 1500"), "{all}");
 }
 
 #[test]
@@ -104,41 +97,81 @@ fn the_readme_example_is_examples_loopback_verbatim() {
 }
 
 #[test]
-fn bandwidth_options_are_checked_before_any_verb() {
-    for (args, expected) in [
-        (&["-s", "0"][..], "write_bw: -s (size) must be at least 1"),
-        (&["-q", "0"][..], "write_bw: -q (QPs) must be at least 1"),
-        (&["-t", "0"][..], "write_bw: -t (tx depth) must be at least 1"),
-        (&["-t", "8", "-Q", "16"][..], "write_bw: -Q 16 must be 1..=8 (at most -t, the tx depth)"),
-        (&["-t", "8", "-l", "16"][..], "write_bw: -l 16 must not exceed -t 8 (the tx depth)"),
+fn perftest_options_are_checked_before_any_verb() {
+    // (tool, arguments, exit status, stderr): 1 for a bad value, 2 for a refused option.
+    for (tool, args, code, expected) in [
+        ("write_bw", &["-s", "0"][..], 1, "write_bw: -s (size) must be at least 1"),
+        ("write_bw", &["-q", "0"][..], 1, "write_bw: -q (QPs) must be at least 1"),
+        ("write_bw", &["-t", "0"][..], 1, "write_bw: -t (tx depth) must be at least 1"),
+        ("write_bw", &["-t", "8", "-Q", "16"][..], 1, "write_bw: -Q 16 must be 1..=8 (at most -t, the tx depth)"),
+        ("write_bw", &["-t", "8", "-l", "16"][..], 1, "write_bw: -l 16 must not exceed -t 8 (the tx depth)"),
+        (
+            "write_bw",
+            &["-H"][..],
+            2,
+            "write_bw: --report-histogram is for the latency tools only: a bandwidth run keeps no \
+             per-WR samples",
+        ),
+        (
+            "read_lat",
+            &["-n", "4"][..],
+            1,
+            "read_lat: -n 4 must be at least 5: the report drops the two largest of the n - 1 samples",
+        ),
+        (
+            "send_lat",
+            &["-D", "2", "-U"][..],
+            1,
+            "send_lat: -H and -U list the samples of -n iterations: a -D run keeps none",
+        ),
+        (
+            "write_lat",
+            &["-c", "DC"][..],
+            1,
+            "write_lat: -c DC is implemented for the bw tools only: use -c RC",
+        ),
+        (
+            "send_lat",
+            &["-q4"][..],
+            2,
+            "send_lat: --qp is for the bandwidth tools only: latency is measured on one QP, as \
+             perftest's",
+        ),
+        ("write_lat", &["-b"][..], 2, "write_lat: --bidirectional is for the bandwidth tools only: a ping-pong runs both ways already"),
+        (
+            "read_lat",
+            &["-C"][..],
+            2,
+            "read_lat: --report-cycles is not supported: times come from the monotonic clock, in \
+             usec: there are no cycle counts to report",
+        ),
     ] {
-        let mut cmd = Command::new(example("write_bw"));
+        let mut cmd = Command::new(example(tool));
         cmd.args(args);
         let out = output_within(cmd, Duration::from_secs(30));
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert_eq!(out.status.code(), Some(code), "{tool} {args:?}: {}", text(&out));
         assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
     }
 }
 
 #[test]
 fn service_rdma_cm_options_are_checked_before_any_verb() {
-    let run = |args: &[&str]| {
+    let service = |args: &[&str]| {
         let mut cmd = Command::new(example("service"));
         cmd.args(args);
-        output_within(cmd, Duration::from_secs(30))
+        cmd
     };
-    let out = run(&["--rdma-cm"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let (stderr, all) = failure(service(&["--rdma-cm"]));
     let expected = if cfg!(feature = "rdmacm") {
         "service: the --rdma-cm server needs --bind ADDR: an IP address of the RDMA device's \
          netdev, by which rdma_cm picks the device"
     } else {
         "service: --rdma-cm needs rdma_cm: build with --features rdmacm"
     };
-    assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
+    assert_eq!(stderr.trim_end(), expected, "{all}");
     // Options that mean nothing together are refused by the parser (exit status 2).
     for args in [&["--bind", "192.0.2.1"][..], &["--rdma-cm", "--threads"][..]] {
-        let out = run(args);
+        let out = output_within(service(args), Duration::from_secs(30));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
     }
 }

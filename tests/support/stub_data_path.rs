@@ -1,5 +1,6 @@
 //! A mock context whose data-path ops (`post_send`, `post_recv`, `poll_cq`) are the caller's,
-//! and an RC QP on it brought to RTS: for `benches/data_path.rs` and `tests/no_alloc.rs`.
+//! an RC QP on it brought to RTS, and stub members for its extended CQ and QP: for
+//! `benches/data_path.rs` and `tests/no_alloc.rs`.
 //!
 //! The mock's own data-path ops record every call in a log that only grows, allocate the
 //! list of `wr_id`s they record, and look the QP up in a hash map: costs that would swamp a
@@ -7,11 +8,12 @@
 //! else (the context, PD, CQ, MR, QP and its transitions) is the mock's.
 
 use std::ffi::c_int;
+use std::hint::black_box;
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    Context, Endpoint, Gid, Lid, Mtu, Psn, Qpn, QueuePair, Reset, Rts, ToInitAttr, ToRtrAttr,
-    ToRtsAttr,
+    AccessFlags, CompletionQueue, Context, Endpoint, Gid, Lid, Mtu, ProtectionDomain, Psn,
+    QpCapabilities, QpInitAttr, Qpn, QueuePair, Reset, Rts, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr,
 };
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -49,7 +51,7 @@ pub fn context(mock: &Mock, ops: DataPath, config: ContextConfig) -> Context {
 }
 
 /// `qp` connected to a RoCE peer, in RTS.
-pub fn into_rts(qp: QueuePair<'_, Reset>) -> QueuePair<'_, Rts> {
+fn into_rts(qp: QueuePair<'_, Reset>) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().expect("an IPv6 address"));
     let peer = Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid };
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry (RoCE needs a GRH).
@@ -57,4 +59,142 @@ pub fn into_rts(qp: QueuePair<'_, Reset>) -> QueuePair<'_, Rts> {
     let qp = qp.into_init(&ToInitAttr::default()).map_err(|e| e.error).expect("RESET→INIT");
     let qp = qp.into_rtr(&rtr).map_err(|e| e.error).expect("INIT→RTR");
     qp.into_rts(&ToRtsAttr::new(Psn::new(1))).map_err(|e| e.error).expect("RTR→RTS")
+}
+
+/// A WR that links to the next of its list, as those `ibv_post_send(3)` and
+/// `ibv_post_recv(3)` take.
+pub trait Linked {
+    /// The next WR of the list; null after the last.
+    fn next(&self) -> *mut Self;
+}
+
+impl Linked for sys::ibv_send_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+impl Linked for sys::ibv_recv_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+/// Calls `f` with each WR of the list that `wr` heads, in order.
+///
+/// # Safety
+///
+/// `wr` is null or heads a valid list.
+pub unsafe fn each_wr<W: Linked>(mut wr: *mut W, mut f: impl FnMut(&W)) {
+    while !wr.is_null() {
+        // SAFETY: an element of the caller's valid list.
+        let w = unsafe { &*wr };
+        f(w);
+        wr = w.next();
+    }
+}
+
+/// An RC QP of `pd` on `cq` with room for 64 sends and 64 receives, connected and in RTS.
+pub fn rts_qp<'a>(pd: &'a ProtectionDomain<'_>, cq: &'a CompletionQueue<'_>) -> QueuePair<'a, Rts> {
+    let cap = QpCapabilities { max_send_wr: 64, max_recv_wr: 64, ..Default::default() };
+    into_rts(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).expect("an RC QP"))
+}
+
+/// Runs `f` with an RC QP of `ctx` in RTS (room for 64 sends and 64 receives), its CQ (room
+/// for all their completions) and an SGE of the first 64 bytes of a 4 KiB registered region.
+pub fn with_rts_qp<R>(
+    ctx: &Context,
+    f: impl FnOnce(&QueuePair<'_, Rts>, &CompletionQueue<'_>, Sge) -> R,
+) -> R {
+    let pd = ctx.alloc_pd().expect("a PD");
+    let cq = ctx.create_cq(128).expect("a CQ");
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).expect("an MR");
+    let sge = mr.sge(..64).expect("an SGE");
+    let qp = rts_qp(&pd, &cq);
+    f(&qp, &cq, sge)
+}
+
+/// The members of an extended CQ and QP that a caller's stub provides; [`stub_extended`]
+/// fills the others with stubs that do nothing but read their arguments.
+pub struct ExtendedStubs {
+    pub start_poll: unsafe extern "C" fn(*mut sys::ibv_cq_ex, *mut sys::ibv_poll_cq_attr) -> c_int,
+    /// `None` keeps the mock's (a CQ polled one completion per session never calls it).
+    pub next_poll: Option<unsafe extern "C" fn(*mut sys::ibv_cq_ex) -> c_int>,
+    pub read_opcode: extern "C" fn(*mut sys::ibv_cq_ex) -> sys::ibv_wc_opcode,
+    pub read_byte_len: extern "C" fn(*mut sys::ibv_cq_ex) -> u32,
+    /// `None` keeps the mock's (for a caller that builds no SEND).
+    pub wr_send: Option<unsafe extern "C" fn(*mut sys::ibv_qp_ex)>,
+    pub wr_rdma_write: unsafe extern "C" fn(*mut sys::ibv_qp_ex, u32, u64),
+}
+
+/// Replaces the mock's members of an extended CQ and QP (which record calls, allocating)
+/// with `stubs` and, for the rest, stubs that record nothing: zero for every field a
+/// completion has besides its opcode and length, 1000 for its timestamp.
+///
+/// # Safety
+///
+/// `cq` and `qp` must be live extended objects that nothing uses during the call.
+pub unsafe fn stub_extended(
+    cq: *mut sys::ibv_cq_ex,
+    qp: *mut sys::ibv_qp_ex,
+    stubs: &ExtendedStubs,
+) {
+    // SAFETY: the caller's live, unused objects; filling members is what a provider does.
+    unsafe {
+        let c = &mut *cq;
+        c.start_poll = Some(stubs.start_poll);
+        if let Some(next_poll) = stubs.next_poll {
+            c.next_poll = Some(next_poll);
+        }
+        c.end_poll = Some(end_poll);
+        c.read_opcode = Some(stubs.read_opcode);
+        c.read_byte_len = Some(stubs.read_byte_len);
+        c.read_vendor_err = Some(read_zero);
+        c.read_imm_data = Some(read_zero);
+        c.read_qp_num = Some(read_zero);
+        c.read_src_qp = Some(read_zero);
+        c.read_wc_flags = Some(read_zero);
+        c.read_slid = Some(read_zero);
+        c.read_sl = Some(read_zero_u8);
+        c.read_dlid_path_bits = Some(read_zero_u8);
+        c.read_completion_ts = Some(read_ts);
+        let q = &mut *qp;
+        q.wr_start = Some(wr_nothing);
+        q.wr_abort = Some(wr_nothing);
+        q.wr_complete = Some(wr_complete);
+        if let Some(wr_send) = stubs.wr_send {
+            q.wr_send = Some(wr_send);
+        }
+        q.wr_rdma_write = Some(stubs.wr_rdma_write);
+        q.wr_set_sge = Some(wr_set_sge);
+    }
+}
+
+extern "C" fn end_poll(cq: *mut sys::ibv_cq_ex) {
+    black_box(cq);
+}
+
+extern "C" fn read_zero(_cq: *mut sys::ibv_cq_ex) -> u32 {
+    0
+}
+
+extern "C" fn read_zero_u8(_cq: *mut sys::ibv_cq_ex) -> u8 {
+    0
+}
+
+extern "C" fn read_ts(_cq: *mut sys::ibv_cq_ex) -> u64 {
+    1000
+}
+
+extern "C" fn wr_nothing(qp: *mut sys::ibv_qp_ex) {
+    black_box(qp);
+}
+
+extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
+    black_box(qp);
+    0
+}
+
+extern "C" fn wr_set_sge(_qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    black_box((lkey, addr, length));
 }

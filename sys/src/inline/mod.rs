@@ -79,15 +79,9 @@ pub unsafe fn ibv_post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: the caller guarantees a live QP, whose context is live.
-    match unsafe { (*(*qp).context).ops.post_send } {
-        // SAFETY: the provider's op, called with the caller's valid arguments.
-        Some(op) => unsafe { op(qp, wr, bad_wr) },
-        None => {
-            // SAFETY: the caller guarantees `bad_wr` is writable.
-            unsafe { bad_wr.write(wr) };
-            libc::EOPNOTSUPP
-        }
-    }
+    let op = unsafe { (*(*qp).context).ops.post_send };
+    // SAFETY: the provider's op (if any) with the caller's valid arguments.
+    unsafe { post_or_unsupported(op, qp, wr, bad_wr) }
 }
 
 /// `ibv_post_recv(3)`: posts a linked list of receive work requests.
@@ -104,15 +98,9 @@ pub unsafe fn ibv_post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: the caller guarantees a live QP, whose context is live.
-    match unsafe { (*(*qp).context).ops.post_recv } {
-        // SAFETY: the provider's op, called with the caller's valid arguments.
-        Some(op) => unsafe { op(qp, wr, bad_wr) },
-        None => {
-            // SAFETY: the caller guarantees `bad_wr` is writable.
-            unsafe { bad_wr.write(wr) };
-            libc::EOPNOTSUPP
-        }
-    }
+    let op = unsafe { (*(*qp).context).ops.post_recv };
+    // SAFETY: the provider's op (if any) with the caller's valid arguments.
+    unsafe { post_or_unsupported(op, qp, wr, bad_wr) }
 }
 
 /// `ibv_post_srq_recv(3)`: posts a linked list of receive work requests to a shared receive
@@ -130,9 +118,28 @@ pub unsafe fn ibv_post_srq_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: the caller guarantees a live SRQ, whose context is live.
-    match unsafe { (*(*srq).context).ops.post_srq_recv } {
+    let op = unsafe { (*(*srq).context).ops.post_srq_recv };
+    // SAFETY: the provider's op (if any) with the caller's valid arguments.
+    unsafe { post_or_unsupported(op, srq, wr, bad_wr) }
+}
+
+/// A provider's post op `op` called with the caller's arguments; without one (the provider
+/// lacks it), `*bad_wr = wr` and `EOPNOTSUPP`, as the C inline verbs answer.
+///
+/// # Safety
+///
+/// As the post verb `op` implements: `queue` live, `wr` a valid list whose buffers obey its
+/// rules, `bad_wr` writable.
+#[inline]
+unsafe fn post_or_unsupported<Q, W>(
+    op: Option<unsafe extern "C" fn(*mut Q, *mut W, *mut *mut W) -> c_int>,
+    queue: *mut Q,
+    wr: *mut W,
+    bad_wr: *mut *mut W,
+) -> c_int {
+    match op {
         // SAFETY: the provider's op, called with the caller's valid arguments.
-        Some(op) => unsafe { op(srq, wr, bad_wr) },
+        Some(op) => unsafe { op(queue, wr, bad_wr) },
         None => {
             // SAFETY: the caller guarantees `bad_wr` is writable.
             unsafe { bad_wr.write(wr) };

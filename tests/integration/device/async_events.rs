@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::pair::{connect, init_qp, wait_for, PORT};
+use super::pair::{connect, init_qp, wait_for, Loopback, PORT};
 use crate::common::{require_device, text, RXE};
 
 /// How long an event may take to arrive: Soft-RoCE is slow, not stuck.
@@ -61,21 +61,6 @@ fn send_n(qp: &QueuePair<'_, Rts>, cq: &CompletionQueue<'_>, mr: &MemoryRegion<'
     }
 }
 
-/// A sender (both queues on `cq`) and a receiver taking its receives from `srq`, connected.
-fn pair_on_srq<'a>(
-    ctx: &Context,
-    pd: &'a ProtectionDomain<'a>,
-    cq: &'a CompletionQueue<'a>,
-    srq: &'a SharedReceiveQueue<'_>,
-) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 1, ..Default::default() };
-    let none = AccessFlags::empty();
-    let sender = init_qp::<Rc>(pd, &QpInitAttr { cap, ..QpInitAttr::new(cq) }, none);
-    let receiver =
-        init_qp::<Rc>(pd, &QpInitAttr { cap, srq: Some(srq), ..QpInitAttr::new(cq) }, none);
-    connect(ctx, sender, receiver)
-}
-
 /// Posts `n` receives of the last 64 bytes of `mr` on `srq` (their contents are not checked).
 fn fill_srq(srq: &SharedReceiveQueue<'_>, mr: &MemoryRegion<'_>, n: u64) {
     let sge = [mr.sge(mr.len() - 64..).unwrap()];
@@ -89,22 +74,22 @@ fn fill_srq(srq: &SharedReceiveQueue<'_>, mr: &MemoryRegion<'_>, n: u64) {
 fn an_armed_srq_limit_raises_one_event_naming_that_srq() {
     let Some(ctx) = require_device(RXE) else { return };
     let events = ctx.async_events().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let (srq, quiet_srq) = (pd.create_srq(8, 1).unwrap(), pd.create_srq(8, 1).unwrap());
+    let lo = Loopback::new(&ctx, 64);
+    let cq = &lo.cq;
+    let mr = lo.region(4096);
+    let (srq, quiet_srq) = (lo.pd.create_srq(8, 1).unwrap(), lo.pd.create_srq(8, 1).unwrap());
     fill_srq(&srq, &mr, 8);
     fill_srq(&quiet_srq, &mr, 4);
     srq.arm_limit(4).unwrap();
     quiet_srq.arm_limit(2).unwrap();
-    let (sender, receiver) = pair_on_srq(&ctx, &pd, &cq, &srq);
+    let (sender, receiver) = lo.srq_pair(&srq, cq);
 
     // 3 of 8 consumed: 5 left, not below 4.
-    send_n(&sender, &cq, &mr, 3);
+    send_n(&sender, cq, &mr, 3);
     assert_eq!(events_within(&events, QUIET), [], "5 receives left: no event yet");
 
     // 2 more: 3 left, below the limit.
-    send_n(&sender, &cq, &mr, 2);
+    send_n(&sender, cq, &mr, 2);
     let seen = wait_event(&events, |e| matches!(e, AsyncEvent::SrqLimitReached(_)));
     assert_eq!(seen.last(), Some(&AsyncEvent::SrqLimitReached(srq.id())), "seen: {seen:?}");
     assert_ne!(srq.id(), quiet_srq.id());
@@ -112,7 +97,7 @@ fn an_armed_srq_limit_raises_one_event_naming_that_srq() {
     assert_eq!(seen.last().unwrap().to_string(), text);
 
     // The limit disarmed itself: one more receive raises nothing.
-    send_n(&sender, &cq, &mr, 1);
+    send_n(&sender, cq, &mr, 1);
     assert_eq!(events_within(&events, QUIET), [], "the limit fires once per arming");
     drop((sender, receiver));
 }
@@ -121,11 +106,10 @@ fn an_armed_srq_limit_raises_one_event_naming_that_srq() {
 fn a_cq_overrun_raises_a_typed_cq_error_and_the_stream_then_delivers_more() {
     let Some(ctx) = require_device(RXE) else { return };
     let events = ctx.async_events().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let big = ctx.create_cq(64).unwrap();
-    let small = ctx.create_cq(4).unwrap();
+    let lo = Loopback::new(&ctx, 64);
+    let (big, small) = (&lo.cq, ctx.create_cq(4).unwrap());
     let room = small.capacity();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mr = lo.region(4096);
 
     // Two receivers share `small`; each alone fits it, so both pass the CQ room check, but
     // together they complete more receives than it holds (it is never polled).
@@ -134,9 +118,9 @@ fn a_cq_overrun_raises_a_typed_cq_error_and_the_stream_then_delivers_more() {
     let receiver_cap = QpCapabilities { max_send_wr: 1, max_recv_wr: room, ..Default::default() };
     let pair = || {
         let sender =
-            init_qp::<Rc>(&pd, &QpInitAttr { cap: sender_cap, ..QpInitAttr::new(&big) }, none);
-        let attr = QpInitAttr { cap: receiver_cap, recv_cq: &small, ..QpInitAttr::new(&big) };
-        let receiver = init_qp::<Rc>(&pd, &attr, none);
+            init_qp::<Rc>(&lo.pd, &QpInitAttr { cap: sender_cap, ..QpInitAttr::new(big) }, none);
+        let attr = QpInitAttr { cap: receiver_cap, recv_cq: &small, ..QpInitAttr::new(big) };
+        let receiver = init_qp::<Rc>(&lo.pd, &attr, none);
         let recv = [mr.sge(2048..2048 + 64).unwrap()];
         for id in 0..room {
             // SAFETY: nothing reads or writes that part of `mr` during the test.
@@ -157,10 +141,10 @@ fn a_cq_overrun_raises_a_typed_cq_error_and_the_stream_then_delivers_more() {
     assert_ne!(small.id(), big.id());
 
     // The stream goes on: an SRQ limit after the CQ error arrives too.
-    let srq = pd.create_srq(4, 1).unwrap();
+    let srq = lo.pd.create_srq(4, 1).unwrap();
     fill_srq(&srq, &mr, 4);
     srq.arm_limit(2).unwrap();
-    let (sender, receiver) = pair_on_srq(&ctx, &pd, &big, &srq);
+    let (sender, receiver) = lo.srq_pair(&srq, big);
     // Sends complete on `big` along with the receives; 3 signaled SENDs leave 1 receive.
     let sge = [mr.sge(..64).unwrap()];
     for id in 0..3 {
@@ -179,16 +163,12 @@ fn completions_of_real_traffic_are_awaited_on_a_current_thread_runtime() {
 
     let Some(ctx) = require_device(RXE) else { return };
     let channel = ctx.create_comp_channel().unwrap();
-    let cq = ctx.create_cq_with_channel(16, &channel, 0).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-    let none = AccessFlags::empty();
-    let new_qp = || init_qp::<Rc>(&pd, &QpInitAttr { cap, ..QpInitAttr::new(&cq) }, none);
-    let (a, b) = connect(&ctx, new_qp(), new_qp());
+    let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(16, &channel, 0).unwrap());
+    let mut mr = lo.region(4096);
+    let (a, b) = lo.rc_pair(4, AccessFlags::empty());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let mut stream = CompletionStream::new(&cq, &channel).unwrap();
+        let mut stream = CompletionStream::new(&lo.cq, &channel).unwrap();
         // Rounds one after another: each needs the CQ re-armed after the previous event.
         for round in 0..10u8 {
             mr.as_mut_slice()[..64].fill(round);

@@ -1,44 +1,79 @@
-//! write_bw / read_bw / send_bw on rxe0: runs, agreement, limits, a vanished peer.
+//! write_bw / read_bw / send_bw on rxe0: runs, the passive server's table, agreement, limits,
+//! a vanished peer; and the helpers the latency tools' tests share.
 
+use std::path::Path;
 use std::process::{Command, Output};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
+    assert_fails_saying, example, gid_index, output_within, require_device, spawn_server, text,
+    wait_within, RXE,
 };
 
-const LIMIT: Duration = Duration::from_secs(240);
+pub(super) const LIMIT: Duration = Duration::from_secs(240);
 
-fn tool(name: &str, port: u16, args: &[&str]) -> Command {
-    let mut cmd = Command::new(example(name));
+/// `program` (ours or perftest's) on rxe0, its GID and TCP `port`, with `args`.
+pub(super) fn on_rxe(program: &Path, port: u16, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(["-d", RXE, "-x", &gid_index(), "-p", &port.to_string()]).args(args);
     cmd
 }
 
-/// Server then client with the same `args`.
-fn pair(name: &str, port: u16, server_args: &[&str], client_args: &[&str]) -> (Output, Output) {
-    let server = spawn_server(tool(name, port, server_args), port);
-    let mut client = tool(name, port, client_args);
+fn tool(name: &str, port: u16, args: &[&str]) -> Command {
+    on_rxe(&example(name), port, args)
+}
+
+/// Server then client of `program` with their `args`.
+pub(super) fn pair_of(
+    program: &Path,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (Output, Output) {
+    let server = spawn_server(on_rxe(program, port, server_args), port);
+    let mut client = on_rxe(program, port, client_args);
     client.arg("127.0.0.1");
     let client = output_within(client, LIMIT);
     (wait_within(server, LIMIT), client)
 }
 
-/// The JSON objects a run printed, as (bytes, posted, completed, received) — enough to check
-/// the sweep ran and nothing was lost.
-fn json_rows(out: &Output) -> Vec<(u64, u64, u64, u64)> {
-    let field = |line: &str, key: &str| -> u64 {
-        let start =
-            line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}"))
-                + key.len()
-                + 3;
-        line[start..].split([',', '}']).next().unwrap().parse().unwrap()
-    };
+/// Server then client of our example `name`.
+pub(super) fn pair(
+    name: &str,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (Output, Output) {
+    pair_of(&example(name), port, server_args, client_args)
+}
+
+/// The lines of the JSON objects a run printed.
+pub(super) fn json_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.starts_with('{'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The value of `key` in a JSON object line of ours (flat, numbers unquoted).
+pub(super) fn json_field<T: FromStr>(line: &str, key: &str) -> T {
+    let start = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}"))
+        + key.len()
+        + 3;
+    let value = line[start..].split([',', '}']).next().unwrap();
+    value.parse().unwrap_or_else(|_| panic!("{key}: {value:?} in {line}"))
+}
+
+/// The JSON objects a run printed, as (bytes, posted, completed, received) — enough to check
+/// the sweep ran and nothing was lost.
+fn json_rows(out: &Output) -> Vec<(u64, u64, u64, u64)> {
+    json_lines(out)
+        .iter()
         .map(|l| {
-            (field(l, "bytes"), field(l, "posted"), field(l, "completed"), field(l, "received"))
+            let field = |key| json_field(l, key);
+            (field("bytes"), field("posted"), field("completed"), field("received"))
         })
         .collect()
 }
@@ -76,6 +111,12 @@ fn sweep(name: &str, port: u16, extra: &[&str]) {
                 "the server received every SEND\n{}",
                 text(&server)
             );
+        } else if !extra.contains(&"-b") {
+            assert_eq!(
+                json_lines(&server),
+                json_lines(&client),
+                "the passive server prints the client's figures, as perftest's"
+            );
         }
     }
 }
@@ -101,6 +142,22 @@ fn the_raw_tier_with_post_lists_and_both_directions() {
 }
 
 #[test]
+fn the_passive_server_prints_perftests_table_of_the_clients_figures() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    for (i, name) in ["write_bw", "read_bw"].into_iter().enumerate() {
+        let args = ["-s", "4096", "-n", "300"];
+        let (server, client) = pair(name, 18913 + i as u16, &args, &args);
+        assert!(server.status.success() && client.status.success(), "{}", text(&server));
+        let stdout = String::from_utf8_lossy(&server.stdout);
+        let row = stdout.lines().skip_while(|l| !l.starts_with(" #bytes ")).nth(1);
+        assert!(row.is_some_and(|r| r.starts_with(" 4096       300 ")), "{stdout}");
+        assert_eq!(stdout, String::from_utf8_lossy(&client.stdout), "the same table");
+    }
+}
+
+#[test]
 fn different_sizes_are_refused_on_both_sides() {
     if require_device(RXE).is_none() {
         return;
@@ -108,9 +165,8 @@ fn different_sizes_are_refused_on_both_sides() {
     let (server, client) =
         pair("write_bw", 18910, &["-s", "4096", "-q", "2"], &["-s", "65536", "-q", "2"]);
     for (out, here, peer) in [(&server, "4096", "65536"), (&client, "65536", "4096")] {
-        assert_eq!(out.status.code(), Some(1), "{}", text(out));
         let msg = format!("client and server disagree: size is {here} here but {peer} at the peer");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(&msg), "{msg:?}\n{}", text(out));
+        assert_fails_saying(out, &msg);
     }
 }
 
@@ -120,23 +176,17 @@ fn sizes_and_depths_beyond_the_device_are_refused_before_any_resource() {
         return;
     }
     let out = output_within(tool("write_bw", 18911, &["-t", "2000000"]), LIMIT);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("-t 2000000 exceeds rxe0's max_qp_wr 1048576"),
-        "{}",
-        text(&out)
-    );
+    assert_fails_saying(&out, "-t 2000000 exceeds rxe0's max_qp_wr 1048576");
 }
 
-#[test]
-fn a_server_that_dies_mid_run_fails_the_client_in_bounded_time() {
+/// `name`'s server is killed 4 s into a 60 s run: the client must fail within 60 s with one
+/// of the `expected` messages, which name the vanished peer.
+pub(super) fn a_server_that_dies_mid_run(name: &str, port: u16, args: &[&str], expected: &[&str]) {
     if require_device(RXE).is_none() {
         return;
     }
-    let args = ["-s", "65536", "-D", "60"];
-    let mut server = spawn_server(tool("write_bw", 18912, &args), 18912);
-    let mut client = tool("write_bw", 18912, &args);
+    let mut server = spawn_server(tool(name, port, args), port);
+    let mut client = tool(name, port, args);
     client.arg("127.0.0.1");
     let client = client
         .stdout(std::process::Stdio::piped())
@@ -151,10 +201,14 @@ fn a_server_that_dies_mid_run_fails_the_client_in_bounded_time() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(killed.elapsed() < Duration::from_secs(60), "the client took {:?}", killed.elapsed());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("failed: transport retry counter exceeded")
-            || stderr.contains("the peer is gone"),
-        "{}",
-        text(&out)
-    );
+    assert!(expected.iter().any(|e| stderr.contains(e)), "{expected:?}\n{}", text(&out));
+}
+
+/// How a client learns that its peer is gone: its WR's retries end, or the wait for the peer.
+pub(super) const PEER_GONE: [&str; 2] =
+    ["failed: transport retry counter exceeded", "the peer is gone"];
+
+#[test]
+fn a_server_that_dies_mid_run_fails_the_client_in_bounded_time() {
+    a_server_that_dies_mid_run("write_bw", 18912, &["-s", "65536", "-D", "60"], &PEER_GONE);
 }

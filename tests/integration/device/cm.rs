@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::{
-    AccessFlags, Init, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr, WorkCompletion,
+    Init, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr, WorkCompletion,
 };
 
+use super::pair::Loopback;
+use super::test_cases;
 use crate::common::{example, output_within, rxe, siw, spawn_server, text, wait_within, Target};
 
 const STEP: Duration = Duration::from_secs(20);
@@ -33,17 +35,28 @@ fn one_completion(cq: &rdma_verbs::CompletionQueue<'_>, what: &str) -> u64 {
     }
 }
 
-fn init_attr() -> ToInitAttr {
-    ToInitAttr { access: AccessFlags::empty(), ..ToInitAttr::default() }
+/// An id on `channel` bound to `at` and listening there.
+pub(super) fn listen_on(channel: &EventChannel, at: SocketAddr) -> CmId<'_> {
+    let listener = CmId::new(channel, PortSpace::TCP).expect("listener id");
+    listener.bind_addr(at).expect("bind");
+    listener.listen(4).expect("listen");
+    listener
+}
+
+/// An id on `channel` with the address and a route to `at` resolved (bound to the device
+/// that reaches it).
+pub(super) fn resolved(channel: &EventChannel, at: SocketAddr) -> CmId<'_> {
+    let id = CmId::new(channel, PortSpace::TCP).expect("id");
+    id.resolve_addr(None, at, Duration::from_secs(5)).expect("resolve_addr");
+    id.resolve_route(Duration::from_secs(5)).expect("resolve_route");
+    id
 }
 
 /// Server: accept one client, check its private data, answer with ours, receive one SEND,
 /// then wait for the client's disconnect.
 fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     let channel = EventChannel::new().expect("event channel");
-    let listener = CmId::new(&channel, PortSpace::TCP).expect("listener id");
-    listener.bind_addr(SocketAddr::new(t.ip, port)).expect("bind");
-    listener.listen(4).expect("listen");
+    let listener = listen_on(&channel, SocketAddr::new(t.ip, port));
     ready.send(()).unwrap();
     let request = listener.get_request(STEP).expect("connect request");
     assert!(
@@ -54,12 +67,11 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     let id = &request.id;
     let ctx = id.context().expect("the request's context");
     assert_eq!(ctx.name(), t.device, "rdma_cm picked the device by address");
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(64).expect("cq");
-    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).expect("qp");
+    let lo = Loopback::new(ctx, 64);
+    let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
     let qp: QueuePair<'_, Init> =
-        qp.into_init(&ToInitAttr { port: id.port_num(), ..init_attr() }).expect("INIT");
-    let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE).expect("mr");
+        qp.into_init(&ToInitAttr { port: id.port_num(), ..ToInitAttr::default() }).expect("INIT");
+    let mut mr = lo.region(4096);
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     // SAFETY: `mr` stays registered and untouched until the completion is polled below.
     unsafe { qp.post_recv(&mut RecvWr::new(7, &sge)).expect("post_recv") };
@@ -67,7 +79,7 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
         .accept(qp, &ConnParam::with_private_data(SERVER_HELLO), STEP)
         .unwrap_or_else(|e| panic!("accept: {e}"));
     assert!(up.private_data.is_empty());
-    assert_eq!(one_completion(&cq, "receive"), 7);
+    assert_eq!(one_completion(&lo.cq, "receive"), 7);
     assert_eq!(&mr.as_mut_slice()[..MESSAGE.len()], MESSAGE);
     id.wait_disconnected(STEP).expect("the client's disconnect");
     drop(up);
@@ -77,15 +89,11 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
 /// disconnect.
 fn client(t: &Target, port: u16) {
     let channel = EventChannel::new().expect("event channel");
-    let id = CmId::new(&channel, PortSpace::TCP).expect("id");
-    id.resolve_addr(None, SocketAddr::new(t.ip, port), Duration::from_secs(5))
-        .expect("resolve_addr");
-    id.resolve_route(Duration::from_secs(5)).expect("resolve_route");
+    let id = resolved(&channel, SocketAddr::new(t.ip, port));
     let ctx = id.context().expect("the id's context");
     assert_eq!(ctx.name(), t.device);
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(64).expect("cq");
-    let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).expect("qp");
+    let lo = Loopback::new(ctx, 64);
+    let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
     let up = id
         .connect(qp, &ConnParam::with_private_data(CLIENT_HELLO), STEP)
         .unwrap_or_else(|e| panic!("connect: {e}"));
@@ -94,20 +102,22 @@ fn client(t: &Target, port: u16) {
         "server private data: {:?}",
         up.private_data
     );
-    let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE).expect("mr");
+    let mut mr = lo.region(4096);
     mr.as_mut_slice()[..MESSAGE.len()].copy_from_slice(MESSAGE);
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     let mut wr = SendWr::send(9, &sge).flags(SendFlags::SIGNALED);
     // SAFETY: `mr` stays registered and unwritten until the completion is polled below.
     unsafe { up.qp.post_send(&mut wr).expect("post_send") };
-    assert_eq!(one_completion(&cq, "send"), 9);
+    assert_eq!(one_completion(&lo.cq, "send"), 9);
     id.disconnect().expect("disconnect");
     id.wait_disconnected(STEP).expect("our own DISCONNECTED");
     drop(up);
 }
 
-/// Server and client on two threads, connected through rdma_cm on `t`.
-fn connect_send_disconnect(t: &Target, port: u16) {
+/// Server and client on two threads, connected through rdma_cm on `target` (when it is
+/// there).
+fn connect_send_disconnect(target: Option<Target>, port: u16) {
+    let Some(t) = &target else { return };
     let (ready, listening) = mpsc::channel();
     std::thread::scope(|s| {
         let server = s.spawn(|| serve(t, port, ready));
@@ -117,30 +127,21 @@ fn connect_send_disconnect(t: &Target, port: u16) {
     });
 }
 
-#[test]
-fn rc_connect_with_private_data_send_and_disconnect_on_rxe() {
-    if let Some(t) = rxe() {
-        connect_send_disconnect(&t, 18950);
-    }
+test_cases! { connect_send_disconnect:
+    rc_connect_with_private_data_send_and_disconnect_on_rxe(rxe(), 18950);
+    rc_connect_with_private_data_send_and_disconnect_on_siw(siw(), 18951);
 }
 
-#[test]
-fn rc_connect_with_private_data_send_and_disconnect_on_siw() {
-    if let Some(t) = siw() {
-        connect_send_disconnect(&t, 18951);
-    }
-}
-
-/// A rejected connect: the server's private data and the reason reach the client.
-fn rejected(t: &Target, port: u16) {
+/// A rejected connect on `target` (when it is there): the server's private data and the
+/// reason reach the client.
+fn rejected(target: Option<Target>, port: u16) {
     const NO: &[u8] = b"server: go away";
+    let Some(t) = &target else { return };
     let (ready, listening) = mpsc::channel();
     std::thread::scope(|s| {
         let server = s.spawn(|| {
             let channel = EventChannel::new().expect("event channel");
-            let listener = CmId::new(&channel, PortSpace::TCP).expect("listener id");
-            listener.bind_addr(SocketAddr::new(t.ip, port)).expect("bind");
-            listener.listen(4).expect("listen");
+            let listener = listen_on(&channel, SocketAddr::new(t.ip, port));
             ready.send(()).unwrap();
             let request = listener.get_request(STEP).expect("connect request");
             request.reject(NO).expect("reject");
@@ -149,13 +150,9 @@ fn rejected(t: &Target, port: u16) {
         });
         listening.recv_timeout(STEP).expect("the server listens");
         let channel = EventChannel::new().expect("event channel");
-        let id = CmId::new(&channel, PortSpace::TCP).expect("id");
-        id.resolve_addr(None, SocketAddr::new(t.ip, port), Duration::from_secs(5)).unwrap();
-        id.resolve_route(Duration::from_secs(5)).unwrap();
-        let ctx = id.context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(64).unwrap();
-        let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+        let id = resolved(&channel, SocketAddr::new(t.ip, port));
+        let lo = Loopback::new(id.context().unwrap(), 64);
+        let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).unwrap();
         let err = id
             .connect(qp, &ConnParam::with_private_data(CLIENT_HELLO), STEP)
             .expect_err("the server rejects");
@@ -175,18 +172,9 @@ fn rejected(t: &Target, port: u16) {
     });
 }
 
-#[test]
-fn a_rejected_connect_brings_the_private_data_and_reason_to_the_client_on_rxe() {
-    if let Some(t) = rxe() {
-        rejected(&t, 18952);
-    }
-}
-
-#[test]
-fn a_rejected_connect_brings_the_private_data_and_reason_to_the_client_on_siw() {
-    if let Some(t) = siw() {
-        rejected(&t, 18953);
-    }
+test_cases! { rejected:
+    a_rejected_connect_brings_the_private_data_and_reason_to_the_client_on_rxe(rxe(), 18952);
+    a_rejected_connect_brings_the_private_data_and_reason_to_the_client_on_siw(siw(), 18953);
 }
 
 /// Turns ARP on for the guest's dummy netdev (created `NOARP`, so every neighbour on its
@@ -258,10 +246,11 @@ fn resolving_an_address_nobody_answers_times_out_and_the_id_is_torn_down() {
 }
 
 /// examples/rc_pingpong `--rdma-cm`, ours against ours (the C tool has no rdma_cm mode): the
-/// server listens on every address, the client connects to `t`'s, and both report the device
-/// rdma_cm picked.
-fn rc_pingpong_over_rdma_cm(t: &Target, port: u16) {
+/// server listens on every address, the client connects to `target`'s (when it is there),
+/// and both report the device rdma_cm picked.
+fn rc_pingpong_over_rdma_cm(target: Option<Target>, port: u16) {
     const LIMIT: Duration = Duration::from_secs(120);
+    let Some(t) = &target else { return };
     let port = port.to_string();
     let run = |peer: Option<String>| {
         let mut cmd = std::process::Command::new(example("rc_pingpong"));
@@ -293,30 +282,27 @@ fn rc_pingpong_over_rdma_cm(t: &Target, port: u16) {
     }
 }
 
-#[test]
-fn rc_pingpong_example_over_rdma_cm_on_rxe() {
-    if let Some(t) = rxe() {
-        rc_pingpong_over_rdma_cm(&t, 18955);
-    }
+test_cases! { rc_pingpong_over_rdma_cm:
+    rc_pingpong_example_over_rdma_cm_on_rxe(rxe(), 18955);
+    rc_pingpong_example_over_rdma_cm_on_siw(siw(), 18956);
 }
 
-#[test]
-fn rc_pingpong_example_over_rdma_cm_on_siw() {
-    if let Some(t) = siw() {
-        rc_pingpong_over_rdma_cm(&t, 18956);
-    }
-}
-
-/// The bandwidth tools with `-R`, each against itself: two QPs connected by rdma_cm on `t`,
-/// their buffers exchanged in the private data; every side must report its table.
-fn bandwidth_over_rdma_cm(t: &Target, port: u16) {
+/// The perftest tools with `-R`, each against itself: QPs (two for bandwidth, one for
+/// latency) connected by rdma_cm on `target` (when it is there), their buffers exchanged in
+/// the private data; every side that measures must report its table.
+fn perftest_tools_over_rdma_cm(target: Option<Target>, port: u16) {
     const LIMIT: Duration = Duration::from_secs(120);
-    for (i, tool) in ["write_bw", "read_bw", "send_bw"].into_iter().enumerate() {
+    let Some(t) = &target else { return };
+    let tools = ["write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat"];
+    for (i, tool) in tools.into_iter().enumerate() {
         // TCP on -p, rdma_cm on -p + 1.
         let port = (port + 2 * i as u16).to_string();
         let run = |peer: Option<String>| {
             let mut cmd = std::process::Command::new(example(tool));
-            cmd.args(["-R", "-d", t.device, "-p", &port, "-n", "100", "-s", "4096", "-q", "2"]);
+            cmd.args(["-R", "-d", t.device, "-p", &port, "-n", "100", "-s", "4096"]);
+            if tool.ends_with("_bw") {
+                cmd.args(["-q", "2"]);
+            }
             // siw offers no inline data of perftest's default size.
             cmd.args(["-I", "0"]);
             cmd.args(peer);
@@ -328,26 +314,22 @@ fn bandwidth_over_rdma_cm(t: &Target, port: u16) {
         for (side, out) in [("client", &client), ("server", &server)] {
             assert!(out.status.success(), "{tool} {side}: {}", text(out));
         }
-        // The initiating side (the client) prints the table with the size's line.
-        let stdout = String::from_utf8_lossy(&client.stdout);
-        assert!(
-            stdout.lines().any(|l| l.trim_start().starts_with("4096 ")),
-            "{tool}: {}",
-            text(&client)
-        );
+        // Both print the table with the size's line, but read_lat's server (it measures
+        // nothing).
+        for (side, out) in [("client", &client), ("server", &server)] {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let line = stdout.lines().any(|l| l.trim_start().starts_with("4096 "));
+            assert_eq!(
+                line,
+                side == "client" || tool != "read_lat",
+                "{tool} {side}: {}",
+                text(out)
+            );
+        }
     }
 }
 
-#[test]
-fn bandwidth_tools_with_rdma_cm_on_rxe() {
-    if let Some(t) = rxe() {
-        bandwidth_over_rdma_cm(&t, 18960);
-    }
-}
-
-#[test]
-fn bandwidth_tools_with_rdma_cm_on_siw() {
-    if let Some(t) = siw() {
-        bandwidth_over_rdma_cm(&t, 18970);
-    }
+test_cases! { perftest_tools_over_rdma_cm:
+    perftest_tools_with_rdma_cm_on_rxe(rxe(), 18960);
+    perftest_tools_with_rdma_cm_on_siw(siw(), 18980);
 }

@@ -99,10 +99,11 @@ mod hardware {
         DctToRtrAttr, Mlx5Context,
     };
     use rdma_verbs::{
-        AccessFlags, Context, Gid, Mtu, Psn, RecvWr, Rts, SendFlags, ToInitAttr, ToRtsAttr,
+        AccessFlags, Context, Gid, Lid, Mtu, Psn, RecvWr, Rts, SendFlags, ToInitAttr, ToRtsAttr,
         WcOpcode, WorkCompletion,
     };
 
+    use super::super::pair::Loopback;
     use crate::common::{example, output_within, spawn_server, text, wait_within};
 
     fn device() -> String {
@@ -115,35 +116,42 @@ mod hardware {
         std::env::var("RDMA_VERBS_MLX5_GID_INDEX").ok().map(|v| v.parse().expect("a GID index"))
     }
 
+    /// Port 1's LID and the source GID of DC routes: its index (`RDMA_VERBS_MLX5_GID_INDEX`,
+    /// else the routable GID's on RoCE, none on InfiniBand) and the GID itself.
+    fn source(ctx: &Context) -> (Lid, Option<u8>, Gid) {
+        let port = ctx.query_port(1).unwrap();
+        let sgid =
+            gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
+        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i).unwrap().gid);
+        (port.lid(), sgid, gid)
+    }
+
     #[test]
     #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
     fn dc_loopback_write_then_send_arrives_with_the_right_bytes() {
         let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
         eprintln!("{mlx5:?}");
-        let port = ctx.query_port(1).unwrap();
-        let sgid =
-            gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
-        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i).unwrap().gid);
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
+        let (lid, sgid, gid) = source(&ctx);
+        let lo = Loopback::new(&ctx, 16);
+        let (pd, cq) = (&lo.pd, &lo.cq);
         let srq = pd.create_srq(4, 1).unwrap();
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         let mut region = pd.register_remote_writable(3 * 64, access).unwrap();
         region.write(128, &[0xa5; 64]).unwrap();
 
         let key = DcKey(0x1234_5678_9abc_def0);
-        let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key }).unwrap();
+        let dct = mlx5.create_dct(pd, &DctInitAttr { srq: &srq, recv_cq: cq, key }).unwrap();
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
         let dct = dct.into_rtr(&DctToRtrAttr::new(1, sgid, Mtu::MTU_1024)).unwrap();
-        let token = dct.endpoint(gid, port.lid()).unwrap();
+        let token = dct.endpoint(gid, lid).unwrap();
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
 
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
-        let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token).unwrap();
+        let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
         let src = [region.sge(128..192).unwrap()];
         let remote = region.remote(64..128).unwrap();
         let wrs = [
@@ -236,24 +244,21 @@ mod hardware {
     fn a_dci_renewed_after_an_error_completion_sends_again() {
         let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
-        let port = ctx.query_port(1).unwrap();
-        let sgid =
-            gid_index().or_else(|| port.is_ethernet().then(|| ctx.routable_gid(1).unwrap().index));
-        let gid = sgid.map_or(Gid::ZERO, |i| ctx.gid(1, i).unwrap().gid);
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
+        let (lid, sgid, gid) = source(&ctx);
+        let lo = Loopback::new(&ctx, 16);
+        let (pd, cq) = (&lo.pd, &lo.cq);
         let srq = pd.create_srq(4, 1).unwrap();
-        let region = pd.register(128, AccessFlags::LOCAL_WRITE).unwrap();
+        let region = lo.region(128);
         let key = DcKey(0x5eed);
-        let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key }).unwrap();
+        let dct = mlx5.create_dct(pd, &DctInitAttr { srq: &srq, recv_cq: cq, key }).unwrap();
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() };
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
         let dct = dct.into_init(&init).unwrap().into_rtr(&DctToRtrAttr::from_route(&route));
-        let token = dct.unwrap().endpoint(gid, port.lid()).unwrap();
+        let token = dct.unwrap().endpoint(gid, lid).unwrap();
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
-        let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token).unwrap();
+        let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
         let src = [region.sge(64..128).unwrap()];
         let wrong = DcDestination { key: DcKey(0xbad), ..peer.destination() };
         let poll_one = || {
@@ -274,7 +279,7 @@ mod hardware {
         // A wrong key: the DCT never answers, the DCI retries out and goes to ERROR.
         send(&dci, 2, wrong);
         assert_eq!(poll_one(), (2, false));
-        let dci = mlx5.renew_dci(dci, &DciInitAttr::new(&cq)).unwrap().into_init(1, 0).unwrap();
+        let dci = mlx5.renew_dci(dci, &DciInitAttr::new(cq)).unwrap().into_init(1, 0).unwrap();
         let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 }).unwrap();
         let dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0))).unwrap();
         send(&dci, 3, peer.destination());

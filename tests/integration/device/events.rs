@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::pair::{connect, qp_in_init, wait_for, PORT};
+use super::pair::{connect, wait_for, Loopback};
 use super::rc_pingpong::{assert_ran, c_tool, ours, pair};
 use crate::common::{require_device, RXE};
 
@@ -35,25 +35,21 @@ fn sleep_for(channel: &CompletionChannel<'_>, cq: &CompletionQueue<'_>, n: usize
 fn an_armed_cq_wakes_its_channel_and_the_completions_are_then_polled() {
     let Some(ctx) = require_device(RXE) else { return };
     let channel = ctx.create_comp_channel().unwrap();
-    let cq = ctx.create_cq_with_channel(8, &channel, 0).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let mut mr = pd.register(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(8, &channel, 0).unwrap());
+    let mut mr = lo.region(8192);
     mr.as_mut_slice()[..4096].fill(0x5a);
-    let (a, b) = (
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-    );
+    let (a, b) = (lo.rc_in_init(4, AccessFlags::empty()), lo.rc_in_init(4, AccessFlags::empty()));
     let recv_sge = [mr.sge(4096..).unwrap()];
     // SAFETY: the receive half of `mr` is not touched until its completion is polled.
     unsafe { b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap() };
     let (a, b) = connect(&ctx, a, b);
 
-    cq.req_notify(false).unwrap();
+    lo.cq.req_notify(false).unwrap();
     let send_sge = [mr.sge(..4096).unwrap()];
     // SAFETY: the send half of `mr` is not written until the send completes.
     unsafe { a.post_send(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap() };
 
-    let mut seen = sleep_for(&channel, &cq, 2);
+    let mut seen = sleep_for(&channel, &lo.cq, 2);
     seen.sort_by_key(|c| c.0);
     let kinds: Vec<_> = seen.iter().map(|&(id, status, opcode, _)| (id, status, opcode)).collect();
     assert_eq!(
@@ -90,22 +86,12 @@ fn one_wait_drains_the_events_of_every_cq_and_each_arming_fires_once() {
     // thread so that shows as a failure, not a hang.
     finishes_within(Duration::from_secs(60), move || {
         let channel = ctx.create_comp_channel().unwrap();
-        let send_cq = ctx.create_cq_with_channel(4, &channel, 0).unwrap();
-        let recv_cq = ctx.create_cq_with_channel(4, &channel, 0).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 4, ..Default::default() };
-        let init = || {
-            let attr = QpInitAttr {
-                recv_cq: &recv_cq,
-                cap,
-                sq_sig_all: true,
-                ..QpInitAttr::new(&send_cq)
-            };
-            let qp = pd.create_rc_qp(&attr).unwrap();
-            qp.into_init(&ToInitAttr { port: PORT, ..Default::default() }).unwrap()
-        };
-        let (a, b) = connect(&ctx, init(), init());
+        // The fixture's CQ takes the send completions.
+        let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(4, &channel, 0).unwrap());
+        let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq_with_channel(4, &channel, 0).unwrap());
+        let mr = lo.region(4096);
+        let attr = QpInitAttr { recv_cq: &recv_cq, sq_sig_all: true, ..lo.attr(4) };
+        let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
         let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);
         let exchange = |id: u64| {
             // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
@@ -114,7 +100,7 @@ fn one_wait_drains_the_events_of_every_cq_and_each_arming_fires_once() {
                 b.post_recv(&mut RecvWr::new(id, &recv_sge)).unwrap();
                 a.post_send(&mut SendWr::send(id, &send_sge)).unwrap();
             }
-            for cq in [&send_cq, &recv_cq] {
+            for cq in [send_cq, &recv_cq] {
                 let wcs = wait_for(cq, 1);
                 assert!(wcs.len() == 1 && wcs[0].is_success() && wcs[0].wr_id() == id, "{wcs:?}");
             }

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::pair::{
-    connect, drain_for, endpoint, init_qp, loopback_ah, pattern, qp_in_init, ud_in_rts, up,
-    up_with, wait_for, PORT,
-};
+use super::pair::{drain_for, pattern, ud_in_rts, wait_for, Loopback, PORT};
 use crate::common::{require_device, RXE};
 
 /// How many completions each `wr_id` got, and with which statuses.
@@ -36,21 +33,15 @@ fn bad_lkey(mr: &MemoryRegion<'_>) -> [Sge; 1] {
 #[test]
 fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let (a, b) = (
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-    );
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(100)), endpoint(&ctx, &b, Psn::new(200)));
-    let a = up_with(&ctx, a, &eb, &ToRtsAttr { rnr_retry: 0, ..ToRtsAttr::new(ea.psn) });
-    let b = up(&ctx, b, &eb, &ea);
+    let lo = Loopback::new(&ctx, 16);
+    let mr = lo.region(4096);
+    let rts = ToRtsAttr { rnr_retry: 0, ..ToRtsAttr::new(Psn::new(100)) };
+    let (a, b) = lo.pair_with::<Rc>(&lo.attr(4), AccessFlags::empty(), &rts);
 
     let send = [mr.sge(..64).unwrap()];
     // SAFETY: `mr` is not written while the WR is outstanding. b has posted no receive.
     unsafe { a.post_send(&mut SendWr::send(1, &send).flags(SendFlags::SIGNALED)).unwrap() };
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(
         (wc.wr_id(), wc.status(), wc.qp_num()),
         (1, WcStatus::RNR_RETRY_EXC_ERR, a.qp_num()),
@@ -58,23 +49,19 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
     );
     assert_eq!(a.query_state().unwrap(), QueuePairState::ERR, "the error moved the QP to ERROR");
     assert_eq!(b.query_state().unwrap(), QueuePairState::RTS, "the responder is untouched");
-    assert!(drain_for(&cq, Duration::from_millis(200)).is_empty(), "one completion, once");
+    assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "one completion, once");
 
     // The program goes on: the failed QP is destroyed cleanly, and the same PD, CQ and memory
     // serve a new pair.
     a.destroy().unwrap();
-    let (c, d) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-    );
+    let (c, d) = lo.rc_pair(4, AccessFlags::empty());
     let recv = [mr.sge(2048..).unwrap()];
     // SAFETY: the receive area is not touched, the send area not written, until both complete.
     unsafe {
         d.post_recv(&mut RecvWr::new(2, &recv)).unwrap();
         c.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
-    let wcs = wait_for(&cq, 2);
+    let wcs = wait_for(&lo.cq, 2);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
     drop(b);
 }
@@ -82,17 +69,12 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
 #[test]
 fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let src = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 16);
+    let src = lo.region(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mut target = pd.register_remote_writable(4096, access).unwrap();
+    let mut target = lo.pd.register_remote_writable(4096, access).unwrap();
     target.write(0, &[0xaa; 4096]).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 4, AccessFlags::REMOTE_WRITE),
-    );
+    let (a, b) = lo.rc_pair(4, AccessFlags::REMOTE_WRITE);
 
     let remote = target.remote(..).unwrap();
     let wrong = RemoteAddr { addr: remote.addr, rkey: RKey(remote.rkey.0 ^ 0x0001_0000) };
@@ -100,14 +82,14 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
     // SAFETY: `src` is not written while the WR is outstanding.
     unsafe { a.post_send(&mut SendWr::rdma_write(1, &sge, wrong).flags(SendFlags::SIGNALED)) }
         .unwrap();
-    let wc = &wait_for(&cq, 1)[0];
+    let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(
         (wc.wr_id(), wc.status(), wc.qp_num()),
         (1, WcStatus::REM_ACCESS_ERR, a.qp_num()),
         "{wc:?}"
     );
     assert_eq!(a.query_state().unwrap(), QueuePairState::ERR);
-    assert!(drain_for(&cq, Duration::from_millis(200)).is_empty(), "one completion, once");
+    assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "one completion, once");
     let mut after = vec![0; 4096];
     target.read(0, &mut after).unwrap();
     assert!(after.iter().all(|&x| x == 0xaa), "nothing was written");
@@ -117,14 +99,9 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
 #[test]
 fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let mr = pd.register(16 * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 16, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 16, AccessFlags::empty()),
-    );
+    let lo = Loopback::new(&ctx, 64);
+    let mr = lo.region(16 * 64);
+    let (a, b) = lo.rc_pair(16, AccessFlags::empty());
 
     // Eight receives on a's own queue (b never sends), then one list of eight sends whose
     // first fails locally; every other send is unsignaled.
@@ -144,8 +121,8 @@ fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
     // SAFETY: as above.
     unsafe { a.post_send_list(&mut wrs).unwrap() };
 
-    let wcs = wait_for(&cq, 16);
-    assert!(drain_for(&cq, Duration::from_millis(300)).is_empty(), "nothing completes twice");
+    let wcs = wait_for(&lo.cq, 16);
+    assert!(drain_for(&lo.cq, Duration::from_millis(300)).is_empty(), "nothing completes twice");
     let mut expected = BTreeMap::new();
     expected.insert(1, vec![RXE_BAD_LKEY]);
     for id in (2..=8).chain(100..108) {
@@ -160,16 +137,13 @@ fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
 #[test]
 fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let (send_cq, recv_cq) = (ctx.create_cq(32).unwrap(), ctx.create_cq(32).unwrap());
-    let mr = pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let srq = pd.create_srq(8, 1).unwrap();
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 1, ..Default::default() };
-    let sender = QpInitAttr { cap, ..QpInitAttr::new(&send_cq) };
-    let shared = QpInitAttr { recv_cq: &recv_cq, srq: Some(&srq), ..sender };
-    let none = AccessFlags::empty();
-    let (sx, x) = connect(&ctx, init_qp::<Rc>(&pd, &sender, none), init_qp(&pd, &shared, none));
-    let (sy, y) = connect(&ctx, init_qp::<Rc>(&pd, &sender, none), init_qp(&pd, &shared, none));
+    // The fixture's CQ takes the send completions.
+    let lo = Loopback::new(&ctx, 32);
+    let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq(32).unwrap());
+    let mr = lo.region(8 * 64);
+    let srq = lo.pd.create_srq(8, 1).unwrap();
+    let (sx, x) = lo.srq_pair(&srq, &recv_cq);
+    let (sy, y) = lo.srq_pair(&srq, &recv_cq);
 
     let slots: Vec<_> = (4..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in slots.iter().enumerate() {
@@ -180,7 +154,7 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
     let bad = bad_lkey(&mr);
     // SAFETY: as above.
     unsafe { x.post_send(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
-    let wc = &wait_for(&send_cq, 1)[0];
+    let wc = &wait_for(send_cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.qp_num()), (1, RXE_BAD_LKEY, x.qp_num()), "{wc:?}");
     assert_eq!(x.query_state().unwrap(), QueuePairState::ERR);
     let flushed = drain_for(&recv_cq, Duration::from_millis(300));
@@ -193,7 +167,7 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
         unsafe { sy.post_send(&mut SendWr::send(10 + i as u64, sge).flags(SendFlags::SIGNALED)) }
             .unwrap();
     }
-    let sent = wait_for(&send_cq, 4);
+    let sent = wait_for(send_cq, 4);
     assert!(sent.iter().all(WorkCompletion::is_success), "{sent:?}");
     let recvs = wait_for(&recv_cq, 4);
     let mut expected = BTreeMap::new();
@@ -208,12 +182,12 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
 #[test]
 fn a_cq_smaller_than_the_wrs_it_may_hold_is_refused_at_qp_creation() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(4).unwrap();
+    let lo = Loopback::new(&ctx, 4);
+    let (pd, cq) = (&lo.pd, &lo.cq);
     let room = cq.capacity();
     // One CQ for both queues: room + 1 WRs do not fit.
     let cap = QpCapabilities { max_send_wr: room, max_recv_wr: 1, ..Default::default() };
-    let err = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap_err();
+    let err = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::CqTooSmall), "{err:?}");
     let need = room + 1;
     assert_eq!(
@@ -226,13 +200,13 @@ fn a_cq_smaller_than_the_wrs_it_may_hold_is_refused_at_qp_creation() {
     );
     // Exactly full is enough.
     let cap = QpCapabilities { max_send_wr: room - 1, ..cap };
-    drop(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap());
+    drop(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap());
 
     // An SRQ's receives may all complete through one of its QPs: its size counts.
     let srq = pd.create_srq(4 * room, 1).unwrap();
     let big = ctx.create_cq(4 * room).unwrap();
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
-    let attr = QpInitAttr { cap, recv_cq: &cq, srq: Some(&srq), ..QpInitAttr::new(&big) };
+    let attr = QpInitAttr { cap, recv_cq: cq, srq: Some(&srq), ..QpInitAttr::new(&big) };
     let err = pd.create_rc_qp(&attr).unwrap_err();
     let n = srq.max_wr();
     assert_eq!(
@@ -248,18 +222,11 @@ fn a_cq_smaller_than_the_wrs_it_may_hold_is_refused_at_qp_creation() {
 #[test]
 fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_posting() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let mr = pd.register(8192, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_inline_data: 32,
-        ..Default::default()
-    };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let none = AccessFlags::empty();
-    let (a, b) = connect(&ctx, init_qp::<Rc>(&pd, &attr, none), init_qp(&pd, &attr, none));
+    let lo = Loopback::new(&ctx, 16);
+    let mr = lo.region(8192);
+    let mut attr = lo.attr(4);
+    attr.cap.max_inline_data = 32;
+    let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
     let caps = a.caps();
 
     let n = caps.max_send_sge as usize + 1;
@@ -286,11 +253,9 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
 
     // UD: the path MTU bounds a datagram, in both tiers; an unaddressed send is refused too.
     let mtu = ctx.query_port(PORT).unwrap().active_mtu().bytes().unwrap() as usize;
-    let pool =
-        BufferPool::new(pd.register(2 * 8192, AccessFlags::LOCAL_WRITE).unwrap(), 8192).unwrap();
-    let ah = loopback_ah(&ctx, &pd);
-    let cap = QpCapabilities { max_send_wr: 2, max_recv_wr: 2, ..Default::default() };
-    let u = ud_in_rts(&pd, &QpInitAttr { cap, ..QpInitAttr::new(&cq) }, 7);
+    let pool = lo.pool(2, 8192);
+    let ah = lo.ah();
+    let u = ud_in_rts(&lo.pd, &lo.attr(2), 7);
     let dest = UdDestination { ah: &ah, qpn: u.qp_num(), qkey: 7 };
     let too_long =
         format!("a UD message carries at most the path MTU, {mtu} bytes, not {}", mtu + 1);
@@ -311,7 +276,7 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
         "a UD QP posts only SENDs addressed with SendWr::to(&UdDestination)"
     );
 
-    let posted = drain_for(&cq, Duration::from_millis(200));
+    let posted = drain_for(&lo.cq, Duration::from_millis(200));
     assert!(posted.is_empty(), "nothing reached the NIC: {posted:?}");
     drop(b);
 }
@@ -319,7 +284,8 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
 #[test]
 fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
+    let lo = Loopback::new(&ctx, 32);
+    let pd = &lo.pd;
     let one_byte = "a memory region needs at least 1 byte";
     let err = pd.register(0, AccessFlags::LOCAL_WRITE).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size), "{err:?}");
@@ -329,22 +295,13 @@ fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     assert_eq!(pd.register_remote_writable(0, access).unwrap_err().to_string(), one_byte);
 
-    let cq = ctx.create_cq(32).unwrap();
-    let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut mr = lo.region(4096);
     let err = mr.sge(64..64).unwrap_err();
     assert_eq!(err.to_string(), "range 64..64 is empty or outside the 4096-byte memory region");
-    let pool =
-        BufferPool::new(pd.register(4 * 1024, AccessFlags::LOCAL_WRITE).unwrap(), 1024).unwrap();
-    let cap = QpCapabilities {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 2,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let none = AccessFlags::empty();
-    let (a, b) = connect(&ctx, init_qp::<Rc>(&pd, &attr, none), init_qp(&pd, &attr, none));
+    let pool = lo.pool(4, 1024);
+    let mut attr = lo.attr(8);
+    attr.cap.max_send_sge = 2;
+    let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
 
     mr.as_mut_slice()[..16].copy_from_slice(&pattern(16, 9));
     let recv: Vec<_> = (0..3).map(|i| [mr.sge(1024 * (i + 1)..1024 * (i + 2)).unwrap()]).collect();
@@ -361,7 +318,7 @@ fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
         a.post_send(&mut SendWr::send_with_imm(2, &[], 0x1234).flags(SendFlags::SIGNALED)).unwrap();
         a.post_send(&mut SendWr::send(3, &mixed).flags(SendFlags::SIGNALED)).unwrap();
     }
-    let wcs = wait_for(&cq, 6);
+    let wcs = wait_for(&lo.cq, 6);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
     let mut recvs: Vec<_> = wcs
         .iter()
@@ -375,7 +332,7 @@ fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
     // The safe tier: an empty buffer is posted with no SGE; the receiver's comes back empty.
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
     a.post_send_buffer(pool.take().unwrap(), SendOp::Send).unwrap();
-    for mut wc in wait_for(&cq, 2) {
+    for mut wc in wait_for(&lo.cq, 2) {
         assert!(wc.is_success(), "{wc:?}");
         let buf = pool.complete(&mut wc).unwrap();
         assert!(buf.is_empty(), "{wc:?}");
@@ -385,16 +342,11 @@ fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
 #[test]
 fn immediate_data_is_read_only_when_the_completion_flags_it() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let lo = Loopback::new(&ctx, 32);
+    let mr = lo.region(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = pd.register_remote_writable(64, access).unwrap();
-    let (a, b) = connect(
-        &ctx,
-        qp_in_init(&pd, &cq, 8, AccessFlags::empty()),
-        qp_in_init(&pd, &cq, 8, AccessFlags::REMOTE_WRITE),
-    );
+    let target = lo.pd.register_remote_writable(64, access).unwrap();
+    let (a, b) = lo.rc_pair(8, AccessFlags::REMOTE_WRITE);
     let recv: Vec<_> = (0..3).map(|i| [mr.sge(1024 * (i + 1)..1024 * (i + 2)).unwrap()]).collect();
     let sge = [mr.sge(..8).unwrap()];
     let remote = target.remote(..).unwrap();
@@ -421,7 +373,7 @@ fn immediate_data_is_read_only_when_the_completion_flags_it() {
     let start = Instant::now();
     while seen.len() < 6 {
         assert!(start.elapsed() < Duration::from_secs(30), "{seen:?}");
-        if let [wc] = cq.poll(&mut slot).unwrap() {
+        if let [wc] = lo.cq.poll(&mut slot).unwrap() {
             let flagged = wc.as_raw().wc_flags & sys::IBV_WC_WITH_IMM != 0;
             let receive = wc.opcode().0 & sys::IBV_WC_RECV != 0;
             assert_eq!(wc.imm_data().is_some(), flagged && receive, "{wc:?}");
@@ -482,19 +434,13 @@ fn assert_nothing_lost(mut sent: Vec<u64>, mut received: Vec<u64>) {
 #[test]
 fn threads_posting_on_one_qp_with_a_polling_thread_lose_nothing_raw() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let (send_cq, recv_cq) =
-        (ctx.create_cq(MESSAGES as u32).unwrap(), ctx.create_cq(MESSAGES as u32).unwrap());
-    let mut src = pd.register(MESSAGES * 8, AccessFlags::LOCAL_WRITE).unwrap();
-    let dst = pd.register(MESSAGES * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCapabilities {
-        max_send_wr: MESSAGES as u32,
-        max_recv_wr: MESSAGES as u32,
-        ..Default::default()
-    };
-    let attr = QpInitAttr { recv_cq: &recv_cq, cap, ..QpInitAttr::new(&send_cq) };
-    let none = AccessFlags::empty();
-    let (a, b) = connect(&ctx, init_qp::<Rc>(&pd, &attr, none), init_qp(&pd, &attr, none));
+    // The fixture's CQ takes the send completions.
+    let lo = Loopback::new(&ctx, MESSAGES as u32);
+    let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq(MESSAGES as u32).unwrap());
+    let mut src = lo.region(MESSAGES * 8);
+    let dst = lo.region(MESSAGES * 64);
+    let attr = QpInitAttr { recv_cq: &recv_cq, ..lo.attr(MESSAGES as u32) };
+    let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
     for t in 0..THREADS {
         for k in 0..PER_THREAD {
             let i = t * PER_THREAD + k;
@@ -509,7 +455,7 @@ fn threads_posting_on_one_qp_with_a_polling_thread_lose_nothing_raw() {
 
     let (a, src) = (&a, &src);
     let (sends, recvs) = std::thread::scope(|s| {
-        let sends = s.spawn(|| poll_each(&send_cq, MESSAGES, |wc| wc));
+        let sends = s.spawn(|| poll_each(send_cq, MESSAGES, |wc| wc));
         let recvs = s.spawn(|| poll_each(&recv_cq, MESSAGES, |wc| wc));
         for t in 0..THREADS {
             s.spawn(move || {
@@ -546,19 +492,14 @@ fn threads_posting_on_one_qp_with_a_polling_thread_lose_nothing_raw() {
 #[test]
 fn threads_posting_pool_buffers_on_one_qp_with_a_polling_thread_lose_nothing_safe() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let send_cq = ctx.create_cq(MESSAGES as u32).unwrap();
-    let recv_cq = ctx.create_cq(MESSAGES as u32).unwrap();
+    // The fixture's CQ takes the send completions.
+    let lo = Loopback::new(&ctx, MESSAGES as u32);
+    let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq(MESSAGES as u32).unwrap());
     // Fewer send buffers than messages: the posters wait for the poller to return them.
-    let sending =
-        BufferPool::new(pd.register(32 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
-    let receiving =
-        BufferPool::new(pd.register(MESSAGES * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
-    let cap =
-        QpCapabilities { max_send_wr: 32, max_recv_wr: MESSAGES as u32, ..Default::default() };
-    let attr = QpInitAttr { recv_cq: &recv_cq, cap, ..QpInitAttr::new(&send_cq) };
-    let none = AccessFlags::empty();
-    let (a, b) = connect(&ctx, init_qp::<Rc>(&pd, &attr, none), init_qp(&pd, &attr, none));
+    let (sending, receiving) = (lo.pool(32, 64), lo.pool(MESSAGES, 64));
+    let mut attr = QpInitAttr { recv_cq: &recv_cq, ..lo.attr(MESSAGES as u32) };
+    attr.cap.max_send_wr = 32;
+    let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
     while let Some(buf) = receiving.take() {
         b.post_recv_buffer(buf).unwrap();
     }
@@ -571,7 +512,7 @@ fn threads_posting_pool_buffers_on_one_qp_with_a_polling_thread_lose_nothing_saf
     };
     let (a, sending, receiving) = (&a, &sending, &receiving);
     let (sent, received) = std::thread::scope(|s| {
-        let sent = s.spawn(|| poll_each(&send_cq, MESSAGES, |wc| id_of(sending, wc)));
+        let sent = s.spawn(|| poll_each(send_cq, MESSAGES, |wc| id_of(sending, wc)));
         let received = s.spawn(|| poll_each(&recv_cq, MESSAGES, |wc| id_of(receiving, wc)));
         for t in 0..THREADS {
             s.spawn(move || {

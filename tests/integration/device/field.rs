@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use super::pair::{endpoint, init_qp, up, up_with};
+use super::pair::{connect_with, Loopback, PORT};
 use crate::common::{require_device, RXE};
 
 /// How long a drain may take on rxe (flushes are immediate; rxe is slow, not stuck).
@@ -21,21 +21,12 @@ const FULL: [(VerbsPath, &str, i32); 2] = [
 fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands_nothing() {
     let Some(ctx) = require_device(RXE) else { return };
     for (path, verb, errno) in FULL {
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(256).unwrap();
-        let pool =
-            BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
-        let cap = QpCapabilities { max_send_wr: 8, max_recv_wr: 8, ..Default::default() };
-        let attr = QpInitAttr { cap, verbs_path: Some(path), ..QpInitAttr::new(&cq) };
-        let (a, b) = (
-            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
-            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
-        );
-        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let lo = Loopback::new(&ctx, 256);
+        let pool = lo.pool(64, 64);
+        let attr = QpInitAttr { verbs_path: Some(path), ..lo.attr(8) };
         // b never posts a receive and a retries RNR forever: every SEND stays queued.
-        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(ea.psn) };
-        let a = up_with(&ctx, a, &eb, &rts);
-        let b = up(&ctx, b, &eb, &ea);
+        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(Psn::new(1)) };
+        let (a, b) = lo.pair_with::<Rc>(&attr, AccessFlags::empty(), &rts);
         assert_eq!(a.send_path(), path);
         let mut in_flight = 0;
         let err = loop {
@@ -69,7 +60,7 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         drop(free);
         let mut returned = 0;
         let a = a
-            .drain(&[&cq], DRAIN, |wc| returned += usize::from(pool.complete(wc).is_some()))
+            .drain(&[&lo.cq], DRAIN, |wc| returned += usize::from(pool.complete(wc).is_some()))
             .map_err(|e| e.error)
             .unwrap();
         assert_eq!(returned, in_flight, "{path:?}");
@@ -85,18 +76,15 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
 #[test]
 fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
-    let cap = QpCapabilities { max_send_wr: 8, max_recv_wr: 8, ..Default::default() };
-    let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
-    let mut qps = (pd.create_rc_qp(&attr).unwrap(), pd.create_rc_qp(&attr).unwrap());
+    let lo = Loopback::new(&ctx, 64);
+    let pool = lo.pool(8, 64);
+    let attr = lo.attr(8);
+    let mut qps = (lo.pd.create_rc_qp(&attr).unwrap(), lo.pd.create_rc_qp(&attr).unwrap());
     for round in 0..100 {
-        let init = ToInitAttr { port: super::pair::PORT, ..Default::default() };
+        let init = ToInitAttr { port: PORT, ..Default::default() };
         let (a, b) = (qps.0.into_init(&init).unwrap(), qps.1.into_init(&init).unwrap());
-        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
-        let a = up_with(&ctx, a, &eb, &ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(ea.psn) });
-        let b = up(&ctx, b, &eb, &ea);
+        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(Psn::new(1)) };
+        let (a, b) = connect_with(&ctx, a, b, &rts);
         // The service's receives, and sends its peer never takes: all outstanding when the
         // connection is torn down.
         for i in 0..8 {
@@ -109,8 +97,8 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
         }
         let give_back = |wc: &mut WorkCompletion| drop(pool.complete(wc));
         qps = (
-            a.drain(&[&cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
-            b.drain(&[&cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
+            a.drain(&[&lo.cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
+            b.drain(&[&lo.cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
         );
     }
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8);
@@ -128,16 +116,8 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
     for (peer_dies, status) in
         [(true, WcStatus::RETRY_EXC_ERR), (false, WcStatus::RNR_RETRY_EXC_ERR)]
     {
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
-        let attr = QpInitAttr::new(&cq);
-        let (a, b) = (
-            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
-            init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
-        );
-        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
-        let a = up(&ctx, a, &ea, &eb);
-        let b = up(&ctx, b, &eb, &ea);
+        let lo = Loopback::new(&ctx, 16);
+        let (a, b) = lo.pair::<Rc>(&QpInitAttr::new(&lo.cq), AccessFlags::empty());
         // Either b is gone, or it lives to the end of the round and never posts a receive.
         let _b = if peer_dies {
             b.destroy().unwrap();
@@ -149,7 +129,7 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
         // SAFETY: a zero-length SEND names no memory.
         unsafe { a.post_send(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
         let mut storage: [WorkCompletion; 1] = Default::default();
-        let wc = cq.wait_for(1, GIVE_UP, &mut storage).unwrap();
+        let wc = lo.cq.wait_for(1, GIVE_UP, &mut storage).unwrap();
         assert_eq!((wc[0].wr_id(), wc[0].status()), (1, status), "peer dies: {peer_dies}");
         assert!(start.elapsed() < GIVE_UP);
     }
@@ -158,17 +138,13 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
 #[test]
 fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let attr = QpInitAttr::new(&cq);
+    let lo = Loopback::new(&ctx, 16);
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let (a, b) = (init_qp::<Rc>(&pd, &attr, access), init_qp::<Rc>(&pd, &attr, access));
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
     // rxe accepts max_rd_atomic 0 and then never issues the READ: no completion, ever.
-    let a = up_with(&ctx, a, &eb, &ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(ea.psn) });
-    let _b = up(&ctx, b, &eb, &ea);
-    let local = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    let target = pd.register_remote_writable(64, AccessFlags::LOCAL_WRITE | access).unwrap();
+    let rts = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1)) };
+    let (a, _b) = lo.pair_with::<Rc>(&QpInitAttr::new(&lo.cq), access, &rts);
+    let local = lo.region(64);
+    let target = lo.pd.register_remote_writable(64, AccessFlags::LOCAL_WRITE | access).unwrap();
     let (sge, remote) = ([local.sge(..8).unwrap()], target.remote(..).unwrap());
     for wr in [SendWr::rdma_read(1, &sge, remote), SendWr::fetch_add(2, &sge, remote, 1)] {
         // SAFETY: refused before posting; nothing reaches the NIC.
@@ -176,5 +152,5 @@ fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging()
         assert!(err.to_string().contains("max_rd_atomic 0"), "{err}");
     }
     let mut storage: [WorkCompletion; 1] = Default::default();
-    assert!(cq.poll(&mut storage).unwrap().is_empty(), "nothing was posted");
+    assert!(lo.cq.poll(&mut storage).unwrap().is_empty(), "nothing was posted");
 }

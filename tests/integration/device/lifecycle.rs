@@ -2,7 +2,7 @@
 
 use rdma_verbs::*;
 
-use super::pair::{connect, endpoint, up, up_with, wait_for, Loopback, PORT};
+use super::pair::{connect, endpoint, up_with, wait_for, Loopback, PORT};
 use crate::common::{require_device, RXE};
 
 #[test]
@@ -47,7 +47,7 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let a = lo.rc_in_init(4, AccessFlags::empty());
     let b = lo.rc_in_init(4, AccessFlags::empty());
     let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
-    let a = up(&ctx, a, &ea, &eb);
+    let a = up_with(&ctx, a, &eb, &ToRtsAttr::new(ea.psn));
 
     // RTS → SQD with a bit that transition does not take: refused before the verb, QP intact.
     let attr =

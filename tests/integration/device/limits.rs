@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use crate::common::{example, output_within, require_device, text, RXE};
+use crate::common::{assert_fails_saying, example, output_within, require_device, text, RXE};
 
 #[test]
 fn registration_over_rlimit_memlock_names_the_limit_and_the_fix() {
@@ -24,9 +24,7 @@ fn registration_over_rlimit_memlock_names_the_limit_and_the_fix() {
     .arg(example("rc_pingpong"))
     .args(["-d", RXE, "-s", "1048576", "-r", "1"]);
     let out = output_within(cmd, Duration::from_secs(60));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("rc_pingpong: ibv_reg_mr failed: "), "{}", text(&out));
+    let stderr = assert_fails_saying(&out, "rc_pingpong: ibv_reg_mr failed: ");
     assert!(
         stderr.contains("RLIMIT_MEMLOCK is 64 KiB; raise it (ulimit -l unlimited"),
         "{}",

@@ -36,6 +36,31 @@ fn write_status(
     wc.status()
 }
 
+/// What a window test starts from: `src`, whose first bytes are `data`, for WRITEs through the
+/// window; the `target` region (with [`TARGET`] rights) windows are bound to; a window `mw`;
+/// and an RC pair whose second QP (which binds the windows) lets the first write and read.
+struct Windowed<'a> {
+    src: MemoryRegion<'a>,
+    data: Vec<u8>,
+    target: RemoteWritableRegion<'a>,
+    mw: MemoryWindow<'a>,
+    a: QueuePair<'a, Rts>,
+    b: QueuePair<'a, Rts>,
+}
+
+impl<'a> Windowed<'a> {
+    /// On `lo`, with a window of type `kind` and `len` recognisable bytes (from `seed`).
+    fn new(lo: &'a Loopback<'_>, kind: MwType, len: usize, seed: u8) -> Self {
+        let mut src = lo.region(LEN);
+        let data = pattern(len, seed);
+        src.as_mut_slice()[..len].copy_from_slice(&data);
+        let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
+        let mw = lo.pd.alloc_mw(kind).unwrap();
+        let (a, b) = lo.rc_pair(4, QP_REMOTE);
+        Windowed { src, data, target, mw, a, b }
+    }
+}
+
 /// Posts `wr` on `qp` and returns its completion's (status, opcode).
 fn run(
     qp: &QueuePair<'_, Rts>,
@@ -115,12 +140,7 @@ fn dmabuf_registration_is_unsupported_on_rxe() {
 fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 8);
-    let mut src = lo.region(LEN);
-    let data = pattern(128, 0x77);
-    src.as_mut_slice()[..128].copy_from_slice(&data);
-    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = lo.pd.alloc_mw(MwType::Type1).unwrap();
-    let (a, b) = lo.rc_pair(4, QP_REMOTE);
+    let Windowed { src, data, target, mut mw, a, b } = Windowed::new(&lo, MwType::Type1, 128, 0x77);
 
     let bind = MwBind::new(&target, 1024..2048, AccessFlags::REMOTE_WRITE).unwrap();
     let before = mw.rkey();
@@ -155,12 +175,7 @@ fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
 fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 8);
-    let mut src = lo.region(LEN);
-    let data = pattern(64, 0x11);
-    src.as_mut_slice()[..64].copy_from_slice(&data);
-    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = lo.pd.alloc_mw(MwType::Type2).unwrap();
-    let (a, b) = lo.rc_pair(4, QP_REMOTE);
+    let Windowed { src, data, target, mut mw, a, b } = Windowed::new(&lo, MwType::Type2, 64, 0x11);
 
     let bind = MwBind::new(&target, 0..512, AccessFlags::REMOTE_WRITE).unwrap();
     let before = mw.rkey();
@@ -195,11 +210,8 @@ fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
 fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 8);
-    let src = lo.region(LEN);
     let inbox = lo.region(LEN);
-    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = lo.pd.alloc_mw(MwType::Type2).unwrap();
-    let (a, b) = lo.rc_pair(4, QP_REMOTE);
+    let Windowed { src, target, mut mw, a, b, .. } = Windowed::new(&lo, MwType::Type2, 64, 0x53);
     let bind = MwBind::new(&target, .., AccessFlags::REMOTE_WRITE).unwrap();
     let wr = SendWr::bind_mw(51, &mut mw, &bind).unwrap().flags(SendFlags::SIGNALED);
     assert_eq!(run(&b, &lo.cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
@@ -238,12 +250,7 @@ fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
 fn a_window_s_rkey_dies_with_it_and_rxe_checks_only_the_region_range() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 8);
-    let mut src = lo.region(LEN);
-    let data = pattern(64, 0x42);
-    src.as_mut_slice()[..64].copy_from_slice(&data);
-    let target = lo.pd.register_remote_writable(LEN, TARGET).unwrap();
-    let mut mw = lo.pd.alloc_mw(MwType::Type1).unwrap();
-    let (a, b) = lo.rc_pair(4, QP_REMOTE);
+    let Windowed { src, data, target, mut mw, a, b } = Windowed::new(&lo, MwType::Type1, 64, 0x42);
     let bind = MwBind::new(&target, 0..256, AccessFlags::REMOTE_WRITE).unwrap();
     b.bind_mw(&mut mw, &bind, 31, SendFlags::SIGNALED).unwrap();
     assert_eq!(wait_for(&lo.cq, 1)[0].status(), WcStatus::SUCCESS);

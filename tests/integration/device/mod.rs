@@ -13,6 +13,7 @@ mod events;
 mod examples;
 mod faults;
 mod field;
+mod latency;
 mod lifecycle;
 mod limits;
 mod loopback;
@@ -28,3 +29,18 @@ mod transfers;
 mod transports;
 #[cfg(feature = "rdmacm")]
 mod verbs_path;
+
+/// `#[test]`s that run one body in several ways, a line each: `test_cases! { body: a(x, 1);
+/// b(y, 2); }` declares `#[test] fn a() { body(x, 1) }` and `#[test] fn b() { body(y, 2) }`
+/// (the arguments are evaluated as each test runs).
+macro_rules! test_cases {
+    ($body:path: $($name:ident($($arg:expr),* $(,)?);)+) => {
+        $(
+            #[test]
+            fn $name() {
+                $body($($arg),*)
+            }
+        )+
+    };
+}
+use test_cases;

@@ -95,6 +95,11 @@ fn data_file(dir: &Path, name: &str, len: usize, seed: u32) -> PathBuf {
     path
 }
 
+/// The names in `dir` (none when it is missing).
+fn files_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("objstore-scratch-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -333,9 +338,7 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
         assert!(start.elapsed() < Duration::from_secs(60), "session 1 outlived its client by 60 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let left: Vec<_> = std::fs::read_dir(server.root.join("b"))
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let left = files_in(&server.root.join("b"));
     assert!(left.is_empty(), "left in the bucket: {left:?}");
     round_trip(&server, &dir, "b/after", 1 << 20, 2);
     let out = server.stop();
@@ -385,8 +388,7 @@ fn a_full_disk_is_507_and_stores_nothing() {
     let dir = scratch("full");
     let input = data_file(&dir, "in", 3 << 20, 3);
     let put = server.client(&["put", "full/k", input.to_str().unwrap()]);
-    let left: Vec<_> =
-        std::fs::read_dir(&bucket).unwrap().flatten().map(|e| e.file_name()).collect();
+    let left = files_in(&bucket);
     let _ = Command::new("umount").arg(&bucket).status();
     assert_eq!(put.status.code(), Some(1), "{}", text(&put));
     assert!(String::from_utf8_lossy(&put.stderr).contains("507"), "{}", text(&put));
@@ -408,4 +410,72 @@ fn keys_that_climb_out_are_400() {
         s.read_to_string(&mut answer).unwrap();
         assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
     }
+}
+
+#[test]
+fn concurrent_puts_of_one_key_leave_one_whole_object() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let server = Server::start(18908);
+    let dir = scratch("same-key");
+    let inputs: Vec<_> = (0..4)
+        .map(|i| data_file(&dir, &format!("in{i}"), (2 << 20) + i * 4099, 10 + i as u32))
+        .collect();
+    let puts: Vec<_> = inputs
+        .iter()
+        .map(|input| server.spawn_client(&["put", "b/same", input.to_str().unwrap()]))
+        .collect();
+    for put in puts {
+        let out = wait_within(put, LIMIT);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let output = dir.join("out");
+    let get = server.client(&["get", "b/same", output.to_str().unwrap()]);
+    assert!(get.status.success(), "{}", text(&get));
+    let stored = std::fs::read(&output).unwrap();
+    assert!(
+        inputs.iter().any(|input| std::fs::read(input).unwrap() == stored),
+        "b/same ({} bytes) is none of the four PUTs whole",
+        stored.len()
+    );
+    assert_eq!(files_in(&server.root.join("b")), ["same"], "temporary files were left");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A TCP upload that stalls after part of its body holds one worker (until its socket
+/// timeout), not the server; when the client goes away the short body is refused and the
+/// object it would have replaced stays whole.
+#[test]
+fn a_stalled_upload_blocks_no_one_and_replaces_nothing() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let server = Server::start(18909);
+    let dir = scratch("stalled");
+    round_trip(&server, &dir, "b/k", 64 << 10, 4);
+    let original = std::fs::read(dir.join("in-4")).unwrap();
+    let mut stalled = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write!(stalled, "PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", 1 << 20).unwrap();
+    stalled.write_all(&[7; 1000]).unwrap();
+    // b/k and the upload's temporary file, then b/other too: served while the upload stalls.
+    let files_become = |n: usize, what: &str| {
+        let start = std::time::Instant::now();
+        while files_in(&server.root.join("b")).len() != n {
+            assert!(start.elapsed() < Duration::from_secs(30), "{what} within 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    files_become(2, "the stalled upload opened no temporary file");
+    round_trip(&server, &dir, "b/other", 1 << 20, 5);
+    drop(stalled);
+    // The worker ends the upload: its temporary file is removed (or, wrongly, renamed).
+    files_become(2, "the stalled upload's temporary file stayed");
+    let mut r = agent().get(server.url("/b/k")).call().unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.body_mut().with_config().limit(2 << 20).read_to_vec().unwrap();
+    assert!(body == original, "b/k was replaced by the stalled upload ({} bytes)", body.len());
+    let out = server.stop();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("PUT /b/k 400"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -19,7 +19,12 @@ pub struct Loopback<'c> {
 impl<'c> Loopback<'c> {
     /// A PD and a CQ of `cqe` entries on `ctx`.
     pub fn new(ctx: &'c Context, cqe: u32) -> Self {
-        Loopback { ctx, pd: ctx.alloc_pd().unwrap(), cq: ctx.create_cq(cqe).unwrap() }
+        Self::with_cq(ctx, ctx.create_cq(cqe).unwrap())
+    }
+
+    /// A PD on `ctx`, sharing `cq` (one made by the test, e.g. with a completion channel).
+    pub fn with_cq(ctx: &'c Context, cq: CompletionQueue<'c>) -> Self {
+        Loopback { ctx, pd: ctx.alloc_pd().unwrap(), cq }
     }
 
     /// What QPs on the CQ (both queues) with room for `depth` WRs each way are created with.
@@ -50,8 +55,35 @@ impl<'c> Loopback<'c> {
         attr: &QpInitAttr<'a, '_>,
         access: AccessFlags,
     ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
+        self.pair_with(attr, access, &ToRtsAttr::new(Psn::random()))
+    }
+
+    /// Two connected QPs as [`Loopback::pair`] makes them, the first taken to RTS with `rts`
+    /// (its `sq_psn` is the PSN the second expects), the second with the defaults.
+    pub fn pair_with<'a, T: Connected>(
+        &'a self,
+        attr: &QpInitAttr<'a, '_>,
+        access: AccessFlags,
+        rts: &ToRtsAttr,
+    ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
+        let (a, b) =
+            (init_qp(&self.pd, attr, AccessFlags::empty()), init_qp(&self.pd, attr, access));
+        connect_with(self.ctx, a, b, rts)
+    }
+
+    /// A sender and a receiver that takes its receives from `srq`, RC QPs connected to each
+    /// other, granting their peer nothing: each has room for 4 sends and 1 receive and
+    /// completes on the CQ, but for the receiver's receives, which complete on `recv_cq`.
+    pub fn srq_pair<'a>(
+        &'a self,
+        srq: &'a SharedReceiveQueue<'_>,
+        recv_cq: &'a CompletionQueue<'a>,
+    ) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+        let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 1, ..Default::default() };
+        let sender = QpInitAttr { cap, ..QpInitAttr::new(&self.cq) };
+        let receiver = QpInitAttr { recv_cq, srq: Some(srq), ..sender };
         let none = AccessFlags::empty();
-        connect(self.ctx, init_qp(&self.pd, attr, none), init_qp(&self.pd, attr, access))
+        connect(self.ctx, init_qp(&self.pd, &sender, none), init_qp(&self.pd, &receiver, none))
     }
 
     /// Two UD QPs with room for `depth` WRs each way, in RTS with Q_Key `qkey`.
@@ -117,16 +149,6 @@ pub fn sgid_index(ctx: &Context) -> u8 {
     ctx.routable_gid(PORT).unwrap().index
 }
 
-/// INIT → RTR → RTS towards `peer`, sending from `me.psn`.
-pub fn up<'a, T: Connected>(
-    ctx: &Context,
-    qp: QueuePair<'a, Init, T>,
-    me: &Endpoint,
-    peer: &Endpoint,
-) -> QueuePair<'a, Rts, T> {
-    up_with(ctx, qp, peer, &ToRtsAttr::new(me.psn))
-}
-
 /// INIT → RTR towards `peer` → RTS with `rts` (its `sq_psn` is what the peer expects).
 pub fn up_with<'a, T: Connected>(
     ctx: &Context,
@@ -145,8 +167,19 @@ pub fn connect<'a, T: Connected>(
     a: QueuePair<'a, Init, T>,
     b: QueuePair<'a, Init, T>,
 ) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
-    let (ea, eb) = (endpoint(ctx, &a, Psn::random()), endpoint(ctx, &b, Psn::random()));
-    (up(ctx, a, &ea, &eb), up(ctx, b, &eb, &ea))
+    connect_with(ctx, a, b, &ToRtsAttr::new(Psn::random()))
+}
+
+/// Connects two INIT QPs to each other, `a` going to RTS with `rts` (from its `sq_psn`), `b`
+/// with the defaults (from a random PSN).
+pub fn connect_with<'a, T: Connected>(
+    ctx: &Context,
+    a: QueuePair<'a, Init, T>,
+    b: QueuePair<'a, Init, T>,
+    rts: &ToRtsAttr,
+) -> (QueuePair<'a, Rts, T>, QueuePair<'a, Rts, T>) {
+    let (ea, eb) = (endpoint(ctx, &a, rts.sq_psn), endpoint(ctx, &b, Psn::random()));
+    (up_with(ctx, a, &eb, rts), up_with(ctx, b, &ea, &ToRtsAttr::new(eb.psn)))
 }
 
 /// A UD QP created with `attr`, in RTS with Q_Key `qkey`.
@@ -173,13 +206,18 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
 }
 
+/// Moves what `cq` holds now (up to 4 completions) to the end of `got`.
+fn poll_into(cq: &CompletionQueue<'_>, got: &mut Vec<WorkCompletion>) {
+    let mut storage: [WorkCompletion; 4] = Default::default();
+    got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+}
+
 /// Polls until `n` completions arrived; fails after 30 s (Soft-RoCE is slow, not stuck).
 pub fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
     let start = Instant::now();
     let mut got = Vec::new();
-    let mut storage: [WorkCompletion; 4] = Default::default();
     while got.len() < n {
-        got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+        poll_into(cq, &mut got);
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "{} of {n} completions after 30 s: {got:?}",
@@ -193,9 +231,8 @@ pub fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
 pub fn drain_for(cq: &CompletionQueue<'_>, quiet: Duration) -> Vec<WorkCompletion> {
     let start = Instant::now();
     let mut got = Vec::new();
-    let mut storage: [WorkCompletion; 4] = Default::default();
     while start.elapsed() < quiet {
-        got.extend(cq.poll(&mut storage).unwrap().iter_mut().map(std::mem::take));
+        poll_into(cq, &mut got);
         std::thread::sleep(Duration::from_millis(5));
     }
     got

@@ -6,7 +6,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::common::{
-    example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
+    assert_fails_saying, example, gid_index, output_within, require_device, spawn_server, text,
+    wait_within, RXE,
 };
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -98,13 +99,8 @@ fn refused(args: &[&str], expected: &str) {
     let mut cmd = ours();
     cmd.args(args);
     let out = output_within(cmd, LIMIT);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(expected) && !stderr.contains("panicked"),
-        "expected {expected:?}\n{}",
-        text(&out)
-    );
+    let stderr = assert_fails_saying(&out, expected);
+    assert!(!stderr.contains("panicked"), "{}", text(&out));
 }
 
 #[test]
@@ -189,11 +185,5 @@ fn our_server_refuses_a_short_message() {
     s.write_all(b"0000:00001").unwrap();
     drop(s);
     let out = wait_within(server, LIMIT);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("closed the connection after 10 of the 52 bytes"),
-        "{}",
-        text(&out)
-    );
+    assert_fails_saying(&out, "closed the connection after 10 of the 52 bytes");
 }

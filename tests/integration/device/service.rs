@@ -4,11 +4,13 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use super::test_cases;
 use crate::common::{
-    example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
+    assert_fails_saying, example, gid_index, output_within, require_device, spawn_server, text,
+    wait_within, RXE,
 };
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -18,6 +20,14 @@ fn service(port: u16, args: &[&str]) -> Command {
     let mut cmd = Command::new(example("service"));
     cmd.args(["-d", RXE, "-g", &gid_index(), "-p", &port.to_string()]).args(args);
     cmd
+}
+
+/// The service's server on TCP `port` for `clients` clients, with `args`, once it listens;
+/// `None` when there is no rxe0 (the test skips, or fails under `RDMA_VERBS_REQUIRE_DEVICE=1`).
+fn server(port: u16, clients: u32, args: &[&str]) -> Option<Child> {
+    drop(require_device(RXE)?);
+    let clients = clients.to_string();
+    Some(spawn_server(service(port, &[&["--clients", &clients], args].concat()), port))
 }
 
 /// Starts `n` clients of the server on `port` at once, each with `args`; their outputs.
@@ -63,11 +73,18 @@ pub(super) fn check_served(
     indexes
 }
 
+/// Checks that the server exited with status 1, its stdout saying how client 0 failed (one of
+/// `failures`), its stderr that 1 of its `clients` clients failed.
+pub(super) fn check_client_0_failed(server: &Output, clients: u32, failures: &[&str]) {
+    assert_eq!(server.status.code(), Some(1), "{}", text(server));
+    let stdout = String::from_utf8_lossy(&server.stdout);
+    assert!(failures.iter().any(|line| stdout.contains(line)), "{failures:?}\n{}", text(server));
+    let failed = format!("service: 1 of {clients} clients failed");
+    assert!(String::from_utf8_lossy(&server.stderr).contains(&failed), "{}", text(server));
+}
+
 fn serves_three_clients_at_once(port: u16, mode: &[&str]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = spawn_server(service(port, &[&["--clients", "3"], mode].concat()), port);
+    let Some(server) = server(port, 3, mode) else { return };
     let clients = clients(port, 3, &["-n", "100"]);
     let server = wait_within(server, LIMIT);
     assert!(server.status.success(), "{}", text(&server));
@@ -75,63 +92,36 @@ fn serves_three_clients_at_once(port: u16, mode: &[&str]) {
     assert!(String::from_utf8_lossy(&server.stdout).ends_with("served 3 clients\n"));
 }
 
-#[test]
-fn one_thread_serves_three_clients_at_once() {
-    serves_three_clients_at_once(18800, &[]);
-}
-
-#[test]
-fn threads_serve_three_clients_at_once() {
-    serves_three_clients_at_once(18801, &["--threads"]);
+test_cases! { serves_three_clients_at_once:
+    one_thread_serves_three_clients_at_once(18800, &[]);
+    threads_serve_three_clients_at_once(18801, &["--threads"]);
 }
 
 /// A connection that sends nothing takes client index 0 while two real clients are served;
 /// it closes only after they are done, so the server must not have waited for it.
 fn a_silent_client_holds_up_no_other(port: u16, mode: &[&str]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = spawn_server(service(port, &[&["--clients", "3"], mode].concat()), port);
+    let Some(server) = server(port, 3, mode) else { return };
     let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let clients = clients(port, 2, &["-n", "20"]);
     drop(silent);
     // Nothing is left to wait for: the server ends at once (well within the limit).
     let server = wait_within(server, Duration::from_secs(30));
     assert_eq!(check_served(&clients, &server, 20, RXE), [1, 2], "{}", text(&server));
-    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
-    assert!(
-        String::from_utf8_lossy(&server.stdout).contains(
-            "client 0: failed: the peer closed the connection after 0 of the 52 bytes of its \
-             address message"
-        ),
-        "{}",
-        text(&server)
-    );
-    assert!(
-        String::from_utf8_lossy(&server.stderr).contains("service: 1 of 3 clients failed"),
-        "{}",
-        text(&server)
-    );
+    let failure = "client 0: failed: the peer closed the connection after 0 of the 52 bytes of \
+                   its address message";
+    check_client_0_failed(&server, 3, &[failure]);
 }
 
-#[test]
-fn one_thread_is_not_held_up_by_a_silent_client() {
-    a_silent_client_holds_up_no_other(18802, &[]);
-}
-
-#[test]
-fn threads_are_not_held_up_by_a_silent_client() {
-    a_silent_client_holds_up_no_other(18803, &["--threads"]);
+test_cases! { a_silent_client_holds_up_no_other:
+    one_thread_is_not_held_up_by_a_silent_client(18802, &[]);
+    threads_are_not_held_up_by_a_silent_client(18803, &["--threads"]);
 }
 
 /// A peer that connects (its address names rxe0's IPv4 GID), gets the server's QP into
 /// RTS with a receive posted, then hangs up without a request: the server moves that QP to
 /// ERROR and lets it go once the receive has come back flushed, and goes on.
 fn a_client_gone_mid_session_is_let_go(port: u16, mode: &[&str]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = spawn_server(service(port, &[&["--clients", "2"], mode].concat()), port);
+    let Some(server) = server(port, 2, mode) else { return };
     let mut gone = TcpStream::connect(("127.0.0.1", port)).unwrap();
     gone.write_all(b"0000:000099:000001:00000000000000000000ffffc0000201\0").unwrap();
     let mut reply = [0u8; 52];
@@ -140,44 +130,31 @@ fn a_client_gone_mid_session_is_let_go(port: u16, mode: &[&str]) {
     let clients = clients(port, 1, &["-n", "20"]);
     let server = wait_within(server, Duration::from_secs(30));
     assert_eq!(check_served(&clients, &server, 20, RXE), [1], "{}", text(&server));
-    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
-    assert!(
-        String::from_utf8_lossy(&server.stdout)
-            .contains("client 0: failed after 0 requests: it closed its connection"),
-        "{}",
-        text(&server)
+    check_client_0_failed(
+        &server,
+        2,
+        &["client 0: failed after 0 requests: it closed its connection"],
     );
 }
 
-#[test]
-fn one_thread_lets_go_of_a_client_gone_mid_session() {
-    a_client_gone_mid_session_is_let_go(18805, &[]);
-}
-
-#[test]
-fn threads_let_go_of_a_client_gone_mid_session() {
-    a_client_gone_mid_session_is_let_go(18806, &["--threads"]);
+test_cases! { a_client_gone_mid_session_is_let_go:
+    one_thread_lets_go_of_a_client_gone_mid_session(18805, &[]);
+    threads_let_go_of_a_client_gone_mid_session(18806, &["--threads"]);
 }
 
 #[test]
 fn a_client_whose_requests_do_not_fit_fails_alone() {
-    if require_device(RXE).is_none() {
-        return;
-    }
     let port = 18804;
-    let server = spawn_server(service(port, &["--clients", "2", "-s", "1024"]), port);
+    let Some(server) = server(port, 2, &["-s", "1024"]) else { return };
     // Its first request has 4096 bytes: the server's 1024-byte receive refuses it.
     let big = output_within(service(port, &["-s", "4096", "127.0.0.1"]), LIMIT);
-    assert_eq!(big.status.code(), Some(1), "{}", text(&big));
-    assert!(String::from_utf8_lossy(&big.stderr).contains("service: request 0 failed: "));
+    assert_fails_saying(&big, "service: request 0 failed: ");
     let fits = clients(port, 1, &["-s", "1024", "-n", "20"]);
     let server = wait_within(server, LIMIT);
     assert_eq!(check_served(&fits, &server, 20, RXE), [1], "{}", text(&server));
-    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
-    let stdout = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        stdout.contains("client 0: failed after 0 requests: a work request failed: "),
-        "{}",
-        text(&server)
+    check_client_0_failed(
+        &server,
+        2,
+        &["client 0: failed after 0 requests: a work request failed: "],
     );
 }

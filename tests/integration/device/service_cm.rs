@@ -9,10 +9,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
+use rdma_verbs::cm::{ConnParam, EventChannel};
 use rdma_verbs::QpInitAttr;
 
-use super::service::check_served;
+use super::cm::resolved;
+use super::pair::Loopback;
+use super::service::{check_client_0_failed, check_served};
+use super::test_cases;
 use crate::common::{example, output_within, rxe, siw, text, wait_within, Target};
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -72,9 +75,10 @@ fn clients(t: &Target, port: u16, n: usize, args: &[&str]) -> Vec<Output> {
     children.into_iter().map(|child| wait_within(child, LIMIT)).collect()
 }
 
-/// Three clients of 1000 requests each, started together: all served, every reply checked by
-/// its client, and the server had all three at once.
-fn serves_three_clients_at_once(t: &Target, port: u16) {
+/// Three clients of 1000 requests each, started together on `target` (when it is there): all
+/// served, every reply checked by its client, and the server had all three at once.
+fn serves_three_clients_at_once(target: Option<Target>, port: u16) {
+    let Some(t) = &target else { return };
     let server = spawn_server(t, port, 3);
     let clients = clients(t, port, 3, &["-n", "1000", "-s", "512"]);
     let server = wait_within(server, LIMIT);
@@ -85,35 +89,23 @@ fn serves_three_clients_at_once(t: &Target, port: u16) {
     assert!(stdout.ends_with("served 3 clients\n"), "{}", text(&server));
 }
 
-#[test]
-fn serves_three_clients_at_once_on_rxe() {
-    if let Some(t) = rxe() {
-        serves_three_clients_at_once(&t, 19000);
-    }
-}
-
-#[test]
-fn siw_serves_three_clients_at_once() {
-    if let Some(t) = siw() {
-        serves_three_clients_at_once(&t, 19010);
-    }
+test_cases! { serves_three_clients_at_once:
+    serves_three_clients_at_once_on_rxe(rxe(), 19000);
+    siw_serves_three_clients_at_once(siw(), 19010);
 }
 
 /// A client (this test) connects, announcing 5 requests, then disconnects without sending
 /// one: the server lets it go, serves two more and says it failed. (Over iWARP the CM may
-/// flush the server's QP before the disconnect event is read: the reason says either.)
-fn a_client_disconnecting_early_is_let_go(t: &Target, port: u16) {
+/// flush the server's QP before the disconnect event is read: the reason says either.) On
+/// `target`, when it is there.
+fn a_client_disconnecting_early_is_let_go(target: Option<Target>, port: u16) {
+    let Some(t) = &target else { return };
     let server = spawn_server(t, port, 3);
     {
         let channel = EventChannel::new().expect("event channel");
-        let id = CmId::new(&channel, PortSpace::TCP).expect("id");
-        let at = SocketAddr::new(t.ip, port);
-        id.resolve_addr(None, at, Duration::from_secs(5)).expect("resolve_addr");
-        id.resolve_route(Duration::from_secs(5)).expect("resolve_route");
-        let ctx = id.context().expect("the id's context");
-        let pd = ctx.alloc_pd().expect("pd");
-        let cq = ctx.create_cq(64).expect("cq");
-        let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).expect("qp");
+        let id = resolved(&channel, SocketAddr::new(t.ip, port));
+        let lo = Loopback::new(id.context().expect("the id's context"), 64);
+        let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
         let announce = 5u32.to_le_bytes();
         let up = id
             .connect(qp, &ConnParam::with_private_data(&announce), Duration::from_secs(30))
@@ -124,36 +116,18 @@ fn a_client_disconnecting_early_is_let_go(t: &Target, port: u16) {
     let clients = clients(t, port, 2, &["-n", "20"]);
     let server = wait_within(server, LIMIT);
     assert_eq!(check_served(&clients, &server, 20, t.device), [1, 2], "{}", text(&server));
-    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
-    let stdout = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        stdout.contains("client 0: failed after 0 requests: it disconnected\n")
-            || stdout.contains(
-                "client 0: failed after 0 requests: it disconnected or its connection broke \
-                 (its QP was flushed)\n"
-            ),
-        "{}",
-        text(&server)
-    );
-    assert!(
-        String::from_utf8_lossy(&server.stderr).contains("service: 1 of 3 clients failed"),
-        "{}",
-        text(&server)
+    let flushed = "client 0: failed after 0 requests: it disconnected or its connection broke \
+                   (its QP was flushed)\n";
+    check_client_0_failed(
+        &server,
+        3,
+        &["client 0: failed after 0 requests: it disconnected\n", flushed],
     );
 }
 
-#[test]
-fn a_client_disconnecting_early_is_let_go_on_rxe() {
-    if let Some(t) = rxe() {
-        a_client_disconnecting_early_is_let_go(&t, 19001);
-    }
-}
-
-#[test]
-fn siw_lets_go_of_a_client_disconnecting_early() {
-    if let Some(t) = siw() {
-        a_client_disconnecting_early_is_let_go(&t, 19011);
-    }
+test_cases! { a_client_disconnecting_early_is_let_go:
+    a_client_disconnecting_early_is_let_go_on_rxe(rxe(), 19001);
+    siw_lets_go_of_a_client_disconnecting_early(siw(), 19011);
 }
 
 /// A client of a port nobody listens on: refused within seconds, saying so.

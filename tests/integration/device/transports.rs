@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use super::pair::{connect, drain_for, init_qp, pattern, wait_for, Loopback, PORT};
+use super::pair::{drain_for, pattern, wait_for, Loopback, PORT};
 use crate::common::{require_device, RXE};
 
 const QKEY: u32 = 0x1111_2222;
@@ -197,31 +197,15 @@ fn uc_buffers_write_with_immediate_and_send_safe() {
     assert!(landed == written, "RDMA WRITE with immediate: the target differs");
 }
 
-/// Two RC pairs whose receivers share `srq`: `(sender 1, receiver 1, sender 2, receiver 2)`.
-fn two_pairs_on<'a>(
-    ctx: &Context,
-    pd: &'a ProtectionDomain<'a>,
-    send_cq: &'a CompletionQueue<'a>,
-    recv_cq: &'a CompletionQueue<'a>,
-    srq: &'a SharedReceiveQueue<'_>,
-) -> [QueuePair<'a, Rts>; 4] {
-    let cap = QpCapabilities { max_send_wr: 4, max_recv_wr: 1, ..Default::default() };
-    let sender = QpInitAttr { cap, ..QpInitAttr::new(send_cq) };
-    let receiver = QpInitAttr { recv_cq, srq: Some(srq), ..sender };
-    let none = AccessFlags::empty();
-    let (s1, r1) = connect(ctx, init_qp(pd, &sender, none), init_qp(pd, &receiver, none));
-    let (s2, r2) = connect(ctx, init_qp(pd, &sender, none), init_qp(pd, &receiver, none));
-    [s1, r1, s2, r2]
-}
-
 #[test]
 fn an_srq_feeds_two_qps_and_each_receive_is_consumed_once_raw() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let (send_cq, recv_cq) = (ctx.create_cq(32).unwrap(), ctx.create_cq(32).unwrap());
-    let mut src = pd.register(4 * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let dst = pd.register(4 * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let srq = pd.create_srq(8, 1).unwrap();
+    // The fixture's CQ takes the send completions.
+    let lo = Loopback::new(&ctx, 32);
+    let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq(32).unwrap());
+    let mut src = lo.region(4 * 64);
+    let dst = lo.region(4 * 64);
+    let srq = lo.pd.create_srq(8, 1).unwrap();
     assert!(srq.max_wr() >= 8, "{srq:?}");
     srq.arm_limit(2).unwrap();
     let err = srq.arm_limit(srq.max_wr()).unwrap_err();
@@ -230,7 +214,7 @@ fn an_srq_feeds_two_qps_and_each_receive_is_consumed_once_raw() {
         err.to_string(),
         format!("an SRQ limit must be below the SRQ's {max} receives, not {max}")
     );
-    let [s1, r1, s2, r2] = two_pairs_on(&ctx, &pd, &send_cq, &recv_cq, &srq);
+    let ((s1, r1), (s2, r2)) = (lo.srq_pair(&srq, &recv_cq), lo.srq_pair(&srq, &recv_cq));
 
     let slots: Vec<_> = (0..4).map(|i| [dst.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in slots.iter().enumerate() {
@@ -248,7 +232,7 @@ fn an_srq_feeds_two_qps_and_each_receive_is_consumed_once_raw() {
         unsafe { qp.post_send(&mut SendWr::send(i as u64, sge).flags(SendFlags::SIGNALED)) }
             .unwrap();
     }
-    let sends = wait_for(&send_cq, 4);
+    let sends = wait_for(send_cq, 4);
     assert!(sends.iter().all(WorkCompletion::is_success), "{sends:?}");
     let mut recvs: Vec<_> = wait_for(&recv_cq, 4)
         .iter()
@@ -273,12 +257,12 @@ fn an_srq_feeds_two_qps_and_each_receive_is_consumed_once_raw() {
 #[test]
 fn an_srq_feeds_two_qps_with_pool_buffers_safe() {
     let Some(ctx) = require_device(RXE) else { return };
-    let pd = ctx.alloc_pd().unwrap();
-    let (send_cq, recv_cq) = (ctx.create_cq(32).unwrap(), ctx.create_cq(32).unwrap());
-    let pool =
-        BufferPool::new(pd.register(8 * 1024, AccessFlags::LOCAL_WRITE).unwrap(), 1024).unwrap();
-    let srq = pd.create_srq(8, 1).unwrap();
-    let [s1, r1, s2, r2] = two_pairs_on(&ctx, &pd, &send_cq, &recv_cq, &srq);
+    // The fixture's CQ takes the send completions.
+    let lo = Loopback::new(&ctx, 32);
+    let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq(32).unwrap());
+    let pool = lo.pool(8, 1024);
+    let srq = lo.pd.create_srq(8, 1).unwrap();
+    let ((s1, r1), (s2, r2)) = (lo.srq_pair(&srq, &recv_cq), lo.srq_pair(&srq, &recv_cq));
 
     for _ in 0..4 {
         srq.post_recv_buffer(pool.take().unwrap()).unwrap();
@@ -288,7 +272,7 @@ fn an_srq_feeds_two_qps_with_pool_buffers_safe() {
         buf.fill(&pattern(100 + i * 100, i as u8)).unwrap();
         qp.post_send_buffer(buf, SendOp::Send).unwrap();
     }
-    for mut wc in wait_for(&send_cq, 4) {
+    for mut wc in wait_for(send_cq, 4) {
         assert!(wc.is_success(), "{wc:?}");
         drop(pool.complete(&mut wc).expect("a sent buffer"));
     }

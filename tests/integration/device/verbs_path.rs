@@ -11,10 +11,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
+use rdma_verbs::cm::{ConnParam, EventChannel};
 use rdma_verbs::*;
 
-use super::pair::{pattern, wait_for};
+use super::cm::{listen_on, resolved};
+use super::pair::{pattern, wait_for, Loopback};
+use super::test_cases;
 use crate::common::{require_device, rxe, siw, Target, RXE};
 
 const STEP: Duration = Duration::from_secs(20);
@@ -30,35 +32,24 @@ const READ_AT: usize = 16384;
 const ATOMIC_AT: usize = 20480;
 const BATCH_AT: usize = 32768;
 
-/// Two RC QPs of one PD, `a` on `cq_a` and `b` on `cq_b`, connected to each other through
-/// rdma_cm on `t` at `port` (the server side on a second thread); runs `f` on them.
+/// Two RC QPs of the fixture's PD, `a` on its CQ and `b` on `cq_b`, connected to each other
+/// through rdma_cm on `t` at `port` (the server side on a second thread); runs `f` on them.
 fn with_connected_pair(
     t: &Target,
     port: u16,
-    f: impl FnOnce(
-        &Context,
-        &ProtectionDomain<'_>,
-        &CompletionQueue<'_>,
-        &CompletionQueue<'_>,
-        &QueuePair<'_, Rts>,
-        &QueuePair<'_, Rts>,
-    ),
+    f: impl FnOnce(&Loopback<'_>, &CompletionQueue<'_>, &QueuePair<'_, Rts>, &QueuePair<'_, Rts>),
 ) {
     let addr = SocketAddr::new(t.ip, port);
     let server_channel = EventChannel::new().expect("event channel");
-    let listener = CmId::new(&server_channel, PortSpace::TCP).expect("listener id");
-    listener.bind_addr(addr).expect("bind");
-    listener.listen(4).expect("listen");
+    let listener = listen_on(&server_channel, addr);
     let channel = EventChannel::new().expect("event channel");
-    let id = CmId::new(&channel, PortSpace::TCP).expect("id");
-    id.resolve_addr(None, addr, Duration::from_secs(5)).expect("resolve_addr");
-    id.resolve_route(Duration::from_secs(5)).expect("resolve_route");
+    let id = resolved(&channel, addr);
     // librdmacm opens one context per device: the server's connection id shares it.
     let ctx = id.context().expect("the id's context");
     assert_eq!(ctx.name(), t.device, "rdma_cm picked the device by address");
     let atomics = atomics(ctx);
-    let pd = ctx.alloc_pd().expect("pd");
-    let (cq_a, cq_b) = (ctx.create_cq(128).expect("cq"), ctx.create_cq(128).expect("cq"));
+    let lo = Loopback::new(ctx, 128);
+    let (cq_a, cq_b) = (&lo.cq, ctx.create_cq(128).expect("cq"));
     let cap =
         QpCapabilities { max_send_wr: 64, max_recv_wr: 16, max_send_sge: 2, ..Default::default() };
     let mut access =
@@ -68,10 +59,10 @@ fn with_connected_pair(
     }
     let init = ToInitAttr { port: id.port_num(), access, ..ToInitAttr::default() };
     let new_qp = |cq| {
-        let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).expect("qp");
+        let qp = lo.pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).expect("qp");
         qp.into_init(&init).expect("INIT")
     };
-    let (qp_a, qp_b) = (new_qp(&cq_a), new_qp(&cq_b));
+    let (qp_a, qp_b) = (new_qp(cq_a), new_qp(&cq_b));
     let param = ConnParam { responder_resources: 4, initiator_depth: 4, ..ConnParam::default() };
     std::thread::scope(|s| {
         let server = s.spawn(move || {
@@ -82,7 +73,7 @@ fn with_connected_pair(
         });
         let a = id.connect(qp_a, &param, STEP).unwrap_or_else(|e| panic!("connect: {e}"));
         let (_listener, request, b) = server.join().expect("server thread");
-        f(ctx, &pd, &cq_a, &cq_b, &a.qp, &b.qp);
+        f(&lo, &cq_b, &a.qp, &b.qp);
         id.disconnect().expect("disconnect");
         drop((a, b, request));
     });
@@ -104,9 +95,12 @@ fn one(cq: &CompletionQueue<'_>, wr_id: u64, opcode: WcOpcode) -> WorkCompletion
     wc
 }
 
-/// The suite: every operation the device allows, on both paths alike.
-fn suite(t: &Target, port: u16, expected: VerbsPath) {
-    with_connected_pair(t, port, |ctx, pd, cq_a, cq_b, a, b| {
+/// The suite on `target` (when it is there): every operation the device allows, on both
+/// paths alike.
+fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
+    let Some(t) = &target else { return };
+    with_connected_pair(t, port, |lo, cq_b, a, b| {
+        let cq_a = &lo.cq;
         println!(
             "{}: CQ path {}, {}; QP send path {}, {}",
             t.device,
@@ -119,14 +113,14 @@ fn suite(t: &Target, port: u16, expected: VerbsPath) {
             assert_eq!(path, expected, "{}: every CQ and QP takes the {expected}", t.device);
         }
         let region = 64 << 10;
-        let mut local = pd.register(region, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut local = lo.region(region);
         let mut remote_access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        let atomics = atomics(ctx);
+        let atomics = atomics(lo.ctx);
         if atomics {
             remote_access |= AccessFlags::REMOTE_ATOMIC;
         }
-        let mut target = pd.register_remote_writable(region, remote_access).unwrap();
+        let mut target = lo.pd.register_remote_writable(region, remote_access).unwrap();
         let base = target.remote(..).unwrap();
         let remote = |at: usize| RemoteAddr { addr: base.addr + at as u64, rkey: base.rkey };
         let imm = !t.iwarp;
@@ -261,18 +255,9 @@ fn suite(t: &Target, port: u16, expected: VerbsPath) {
     });
 }
 
-#[test]
-fn every_operation_and_a_batch_on_rxe_take_the_extended_verbs() {
-    if let Some(t) = rxe() {
-        suite(&t, 19040, VerbsPath::Extended);
-    }
-}
-
-#[test]
-fn every_operation_and_a_batch_on_siw_take_the_legacy_verbs() {
-    if let Some(t) = siw() {
-        suite(&t, 19041, VerbsPath::Legacy);
-    }
+test_cases! { suite:
+    every_operation_and_a_batch_on_rxe_take_the_extended_verbs(rxe(), 19040, VerbsPath::Extended);
+    every_operation_and_a_batch_on_siw_take_the_legacy_verbs(siw(), 19041, VerbsPath::Legacy);
 }
 
 /// siw has no extended CQ or QP: forcing them is `Unsupported` naming the verb, and the
@@ -314,8 +299,9 @@ fn rxe_takes_the_legacy_verbs_when_forced() {
 
 /// Neither rxe nor siw stamps its completions: asking for timestamps is `Unsupported` (rxe's
 /// `completion_timestamp_mask` is 0; siw has not even the extended CQ), never a CQ without
-/// them.
-fn completion_timestamps_are_unsupported(t: &Target) {
+/// them. On `target`, when it is there.
+fn completion_timestamps_are_unsupported(target: Option<Target>) {
+    let Some(t) = &target else { return };
     let ctx = Context::open(t.device).unwrap();
     let attr = CqAttr { timestamps: true, ..CqAttr::default() };
     let err = ctx.create_cq_with(16, &attr).expect_err("no completion timestamps");
@@ -323,16 +309,7 @@ fn completion_timestamps_are_unsupported(t: &Target) {
     println!("{}: completion timestamps: {err}", t.device);
 }
 
-#[test]
-fn completion_timestamps_are_unsupported_on_rxe() {
-    if let Some(t) = rxe() {
-        completion_timestamps_are_unsupported(&t);
-    }
-}
-
-#[test]
-fn completion_timestamps_are_unsupported_on_siw() {
-    if let Some(t) = siw() {
-        completion_timestamps_are_unsupported(&t);
-    }
+test_cases! { completion_timestamps_are_unsupported:
+    completion_timestamps_are_unsupported_on_rxe(rxe());
+    completion_timestamps_are_unsupported_on_siw(siw());
 }

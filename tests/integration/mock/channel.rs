@@ -1,21 +1,18 @@
 //! Completion channels: creation, events read through the library, and their errors.
 
-use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 use log::Level;
 use rdma_verbs::InvalidInputKind;
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
-use super::{assert_verb_error, capture, errno_text, open, Fixture};
+use super::{assert_non_blocking, assert_verb_error, capture, errno_text, open, Fixture};
 
 #[test]
 fn a_channel_is_non_blocking_and_reads_events_through_the_library() {
     let f = Fixture::new();
     let channel = f.ctx.create_comp_channel().unwrap();
-    // SAFETY: F_GETFL on the channel's live descriptor only reads its flags.
-    let flags = unsafe { libc::fcntl(channel.as_fd().as_raw_fd(), libc::F_GETFL) };
-    assert_ne!(flags & libc::O_NONBLOCK, 0, "flags {flags:#x}");
+    assert_non_blocking(&channel);
     let cq = f.ctx.create_cq_with_channel(16, &channel, 0).unwrap();
     let create_cq = Call::CreateCq { cqe: 16, channel: true, comp_vector: 0 };
     assert_eq!(f.mock.take_calls(), [Call::CreateCompChannel, create_cq]);

@@ -6,12 +6,13 @@ use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use rdma_verbs::mlx5::{
-    DcEndpoint, DcKey, DcRoute, DcVersion, DcWr, Dci, DciInitAttr, DciStreams, DciToRtrAttr,
-    DctInitAttr, DctToRtrAttr, Mlx5Context,
+    DcEndpoint, DcKey, DcPeer, DcRoute, DcVersion, DcWr, Dci, DciInitAttr, DciStreams,
+    DciToRtrAttr, Dct, DctInitAttr, DctToRtrAttr, Mlx5Context,
 };
 use rdma_verbs::{
-    AccessFlags, Context, Error, Gid, InvalidInputKind, Lid, Mtu, OdpTransportCaps, Psn, Qpn,
-    RemoteAddr, Reset, SendFlags, ToInitAttr, ToRtsAttr,
+    AccessFlags, CompletionQueue, Context, Error, Gid, InvalidInputKind, Lid, MemoryRegion, Mtu,
+    OdpTransportCaps, ProtectionDomain, Psn, Qpn, RemoteAddr, Reset, Rts, SendFlags, Sge,
+    SharedReceiveQueue, ToInitAttr, ToRtsAttr,
 };
 use rdma_verbs_mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, QpAttr, Verb};
@@ -25,23 +26,49 @@ struct Fixture {
     mock: Mock,
 }
 
+/// Another context of `mock` (which must outlive it) through the DC mock library.
+fn open(mock: &Mock) -> Context {
+    let raw = mock.context(ContextConfig::default());
+    // SAFETY: a fresh context of the DC mock library, owned by the returned value from now
+    // on; callers drop it before the mock (a `Fixture` by its field order).
+    unsafe { Context::from_raw(mock_mlx5::ibverbs_library(), raw, mock::DEVICE_NAME.into()) }
+}
+
+/// What a DC test works with: the gate passed, a PD and a CQ for every completion, of one
+/// [`Fixture`]'s context.
+struct Dc<'f> {
+    mlx5: Mlx5Context<'f>,
+    pd: ProtectionDomain<'f>,
+    cq: CompletionQueue<'f>,
+}
+
 impl Fixture {
     /// A fresh mock, whose mlx5 device is the default one.
     fn new() -> Fixture {
         let mock = Mock::new();
         mock_mlx5::configure(mock_mlx5::DeviceConfig::default());
-        let raw = mock.context(ContextConfig::default());
-        // SAFETY: a fresh context of the DC mock library, dropped before the mock.
-        let ctx = unsafe {
-            Context::from_raw(mock_mlx5::ibverbs_library(), raw, mock::DEVICE_NAME.into())
-        };
-        Fixture { ctx, mock }
+        Fixture { ctx: open(&mock), mock }
     }
 
     /// The gate, with a mock libmlx5 whose `mlx5dv_is_supported` says `supported`.
     fn mlx5(&self, supported: bool) -> Result<Mlx5Context<'_>, Error> {
         // SAFETY: the mock libmlx5 keeps libmlx5's contracts over this mock's objects.
         unsafe { Mlx5Context::with_library(&self.ctx, mock_mlx5::library(supported)) }
+    }
+
+    /// The gate of a supported device and the objects DC needs, on the device as last
+    /// configured (`mock_mlx5::configure`).
+    fn dc(&self) -> Dc<'_> {
+        self.dc_with(mock_mlx5::library(true))
+    }
+
+    /// As [`Fixture::dc`], through the mock libmlx5 `lib`.
+    fn dc_with(&self, lib: &'static sys::mlx5::Mlx5) -> Dc<'_> {
+        // SAFETY: the mock libmlx5 keeps libmlx5's contracts over this mock's objects.
+        let mlx5 = unsafe { Mlx5Context::with_library(&self.ctx, lib) }.expect("the gate");
+        let pd = self.ctx.alloc_pd().expect("a PD");
+        let cq = self.ctx.create_cq(32).expect("a CQ");
+        Dc { mlx5, pd, cq }
     }
 
     /// The DC calls recorded since the last time (other calls dropped).
@@ -64,6 +91,63 @@ impl Fixture {
             })
             .collect()
     }
+}
+
+impl Dc<'_> {
+    /// A 4 KiB region to post from.
+    fn mr(&self) -> MemoryRegion<'_> {
+        self.pd.register(4096, AccessFlags::LOCAL_WRITE).expect("an MR")
+    }
+
+    /// An SRQ for a DCT's receives.
+    fn srq(&self) -> SharedReceiveQueue<'_> {
+        self.pd.create_srq(16, 1).expect("an SRQ")
+    }
+
+    /// A DCT with `key` on `srq` and the CQ, in RESET.
+    fn create_dct<'a>(
+        &'a self,
+        srq: &'a SharedReceiveQueue<'_>,
+        key: DcKey,
+    ) -> Result<Dct<'a, Reset>, Error> {
+        self.mlx5.create_dct(&self.pd, &DctInitAttr { srq, recv_cq: &self.cq, key })
+    }
+
+    /// A DCI of `attr`, in RESET.
+    fn create_dci<'a>(&'a self, attr: &DciInitAttr<'a>) -> Result<Dci<'a, Reset>, Error> {
+        self.mlx5.create_dci(&self.pd, attr)
+    }
+
+    /// A DCI of `attr` connected to `peer` over `route`, as `connect_dci` makes it.
+    fn connect_with<'a>(
+        &'a self,
+        attr: &DciInitAttr<'a>,
+        route: &DcRoute,
+        peer: &DcEndpoint,
+    ) -> Result<(Dci<'a, Rts>, DcPeer<'a>), Error> {
+        self.mlx5.connect_dci(&self.pd, attr, route, peer)
+    }
+
+    /// A default DCI connected to [`token`] over [`route`], and a region to post from.
+    fn connected(&self) -> (Dci<'_, Rts>, DcPeer<'_>, MemoryRegion<'_>) {
+        let (dci, peer) = self.connect(&route(), &token()).expect("a connected DCI");
+        (dci, peer, self.mr())
+    }
+
+    /// A default DCI connected to `peer` over `route`.
+    fn connect(
+        &self,
+        route: &DcRoute,
+        peer: &DcEndpoint,
+    ) -> Result<(Dci<'_, Rts>, DcPeer<'_>), Error> {
+        self.connect_with(&DciInitAttr::new(&self.cq), route, peer)
+    }
+}
+
+/// Posts one SEND of `sge` to `peer` on `dci`.
+fn post_send(dci: &Dci<'_, Rts>, peer: &DcPeer<'_>, wr_id: u64, sge: &Sge) -> Result<(), Error> {
+    // SAFETY: the mock touches no memory.
+    unsafe { dci.post(&[DcWr::send(wr_id, std::slice::from_ref(sge), peer.destination())]) }
 }
 
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
@@ -132,14 +216,12 @@ fn a_failed_capability_query_is_the_verbs_error() {
 #[test]
 fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_exact_masks() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let srq = pd.create_srq(16, 1).unwrap();
+    let dc = f.dc();
+    let srq = dc.srq();
     f.mock.take_calls();
 
     let key = DcKey(0xfeed_beef);
-    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key }).unwrap();
+    let dct = dc.create_dct(&srq, key).unwrap();
     assert_eq!(
         f.dc_calls(),
         [Mlx5Call::CreateQp {
@@ -199,25 +281,20 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
 #[test]
 fn a_failed_dct_creation_is_the_verbs_error() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let srq = pd.create_srq(16, 1).unwrap();
+    let dc = f.dc();
     f.mock.fail(Verb::Mlx5(Mlx5Verb::CreateQp), libc::EINVAL);
-    let err =
-        mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) }).unwrap_err();
+    let srq = dc.srq();
+    let err = dc.create_dct(&srq, DcKey(1)).unwrap_err();
     assert_verb_error(&err, "mlx5dv_create_qp", libc::EINVAL, &[]);
 }
 
 #[test]
 fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let dc = f.dc();
     f.mock.take_calls();
 
-    let dci: Dci<'_, Reset> = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap();
+    let dci: Dci<'_, Reset> = dc.create_dci(&DciInitAttr::new(&dc.cq)).unwrap();
     let send_ops =
         sys::IBV_QP_EX_WITH_SEND | sys::IBV_QP_EX_WITH_RDMA_WRITE | sys::IBV_QP_EX_WITH_RDMA_READ;
     assert_eq!(
@@ -269,34 +346,25 @@ fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
 #[test]
 fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let dc = f.dc();
+    let mr = dc.mr();
     f.mock.take_calls();
 
     let text = token().to_string();
     let peer_token: DcEndpoint = text.parse().unwrap();
-    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &peer_token).unwrap();
+    let (dci, peer) = dc.connect(&route(), &peer_token).unwrap();
     let calls = f.mock.take_calls();
     let masks: Vec<u32> = calls
         .iter()
         .filter_map(|c| if let Call::ModifyQp { mask, .. } = c { Some(*mask as u32) } else { None })
         .collect();
     assert_eq!(masks.len(), 3, "{calls:?}");
-    // The AH comes from the token: its GID as destination, our GID index and port.
-    let ah = calls
-        .iter()
-        .find_map(|c| match c {
-            Call::Mlx5(Mlx5Call::CreateAh { ah, attr }) => Some((*ah, *attr)),
-            _ => None,
-        })
-        .expect("ibv_create_ah");
+    // The peer's one AH comes from the token: its GID as destination, our GID index and port.
+    let ah = created_ah(&calls);
     assert_eq!(
-        (ah.1.is_global, ah.1.dgid, ah.1.sgid_index, ah.1.ah_port_num, ah.1.dlid),
+        (ah.is_global, ah.dgid, ah.sgid_index, ah.ah_port_num, ah.dlid),
         (1, token().gid().0, SGID_INDEX, 1, 0x12)
     );
-    assert_eq!(peer.destination().ah.as_raw() as usize, ah.0);
 
     let sge = mr.sge(0..64).unwrap();
     let sge2 = mr.sge(64..192).unwrap();
@@ -310,7 +378,7 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
     let dc = |c: Call| if let Call::Mlx5(c) = c { c } else { panic!("{c:?}") };
     let posted: Vec<Mlx5Call> = f.mock.take_calls().into_iter().map(dc).collect();
     let addr = Mlx5Call::WrSetDcAddr {
-        ah: ah.0,
+        ah: peer.destination().ah.as_raw() as usize,
         remote_dctn: 0xab_cdef,
         remote_dc_key: 0x0123_4567_89ab_cdef,
     };
@@ -332,11 +400,8 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
 #[test]
 fn a_missing_builder_aborts_the_batch_and_a_failed_complete_is_the_verbs_error() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &token()).unwrap();
+    let dc = f.dc();
+    let (dci, peer, mr) = dc.connected();
     let sge = mr.sge(0..8).unwrap();
     let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey(1) };
     f.mock.take_calls();
@@ -349,35 +414,31 @@ fn a_missing_builder_aborts_the_batch_and_a_failed_complete_is_the_verbs_error()
     assert_eq!(f.dc_calls(), [Mlx5Call::WrStart, Mlx5Call::WrAbort]);
 
     f.mock.fail(Verb::Mlx5(Mlx5Verb::WrComplete), libc::ENOMEM);
-    let send = DcWr::send(4, std::slice::from_ref(&sge), peer.destination());
-    // SAFETY: as above.
-    let err = unsafe { dci.post(&[send]) }.unwrap_err();
+    let err = post_send(&dci, &peer, 4, &sge).unwrap_err();
     assert_queue_full(&err, "ibv_wr_complete", libc::ENOMEM);
 }
 
 #[test]
 fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let dc = f.dc();
+    let mr = dc.mr();
     f.mock.take_calls();
 
     let too_many = DciInitAttr {
         streams: Some(DciStreams { log_concurrent: 5, log_errored: 1 }),
-        ..DciInitAttr::new(&cq)
+        ..DciInitAttr::new(&dc.cq)
     };
-    let err = mlx5.create_dci(&pd, &too_many).unwrap_err();
+    let err = dc.create_dci(&too_many).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::DciStreams), "{err:?}");
     assert!(err.to_string().contains("2^5 concurrent"), "{err}");
     assert_eq!(f.dc_calls(), [], "refused before mlx5dv_create_qp");
 
     let attr = DciInitAttr {
         streams: Some(DciStreams { log_concurrent: 2, log_errored: 1 }),
-        ..DciInitAttr::new(&cq)
+        ..DciInitAttr::new(&dc.cq)
     };
-    let (dci, peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+    let (dci, peer) = dc.connect_with(&attr, &route(), &token()).unwrap();
     assert!(dci.has_streams());
     let calls = f.dc_calls();
     let create = calls.into_iter().find(|c| matches!(c, Mlx5Call::CreateQp { .. })).unwrap();
@@ -402,11 +463,8 @@ fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
 #[test]
 fn a_stream_on_a_dci_without_streams_is_refused_before_any_call() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &token()).unwrap();
+    let dc = f.dc();
+    let (dci, peer, mr) = dc.connected();
     let sge = mr.sge(0..8).unwrap();
     f.mock.take_calls();
     let wr = DcWr::send(6, std::slice::from_ref(&sge), peer.destination()).stream(0);
@@ -424,10 +482,7 @@ fn a_stream_on_a_dci_without_streams_is_refused_before_any_call() {
 fn a_pd_of_another_context_is_refused() {
     let f = Fixture::new();
     let mlx5 = f.mlx5(true).unwrap();
-    let raw = f.mock.context(ContextConfig::default());
-    // SAFETY: a fresh context of the same mock, dropped before it.
-    let other =
-        unsafe { Context::from_raw(mock_mlx5::ibverbs_library(), raw, mock::DEVICE_NAME.into()) };
+    let other = open(&f.mock);
     let pd = other.alloc_pd().unwrap();
     let cq = other.create_cq(8).unwrap();
     let err = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap_err();
@@ -440,32 +495,28 @@ fn a_pd_of_another_context_is_refused() {
 #[path = "../../../examples/dc/completions.rs"]
 mod completions;
 
-/// The token of a DCT taken to RTR on `rtr` (then destroyed), on a PD, SRQ and CQ of its own.
-fn dct_at_rtr(
-    f: &Fixture,
-    mlx5: &Mlx5Context<'_>,
-    rtr: &DctToRtrAttr,
-) -> Result<DcEndpoint, Error> {
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
-    let srq = pd.create_srq(4, 1).unwrap();
-    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(7) })?;
-    let access = AccessFlags::REMOTE_WRITE;
-    let dct = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).map_err(|e| e.error)?;
-    let dct = dct.into_rtr(rtr).map_err(|e| e.error)?;
-    let token = dct.endpoint(Gid::ZERO, Lid(0)).unwrap();
-    Ok(token)
+impl Dc<'_> {
+    /// The token of a DCT taken to RTR on `rtr` (then destroyed).
+    fn dct_at_rtr(&self, rtr: &DctToRtrAttr) -> Result<DcEndpoint, Error> {
+        let srq = self.srq();
+        let dct = self.create_dct(&srq, DcKey(7))?;
+        let access = AccessFlags::REMOTE_WRITE;
+        let dct =
+            dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).map_err(|e| e.error)?;
+        let dct = dct.into_rtr(rtr).map_err(|e| e.error)?;
+        let token = dct.endpoint(Gid::ZERO, Lid(0)).unwrap();
+        Ok(token)
+    }
 }
 
-/// The attributes of the AH that `ibv_create_ah` made, from `calls`.
+/// The attributes of the one AH that `ibv_create_ah` made, from `calls`.
 fn created_ah(calls: &[Call]) -> QpAttr {
-    calls
+    let ahs: Vec<QpAttr> = calls
         .iter()
-        .find_map(|c| match c {
-            Call::Mlx5(Mlx5Call::CreateAh { attr, .. }) => Some(*attr),
-            _ => None,
-        })
-        .expect("ibv_create_ah")
+        .filter_map(|c| if let Call::CreateAh { attr } = c { Some(*attr) } else { None })
+        .collect();
+    let [ah] = ahs[..] else { panic!("one ibv_create_ah in {calls:?}") };
+    ah
 }
 
 #[test]
@@ -499,16 +550,14 @@ fn dci_streams_reported_with_zero_concurrent_are_absent() {
     // libmlx5 v37+ sets the DCI_STREAMS bit whenever asked, also on a device without.
     let none = sys::mlx5dv_dci_streams_caps { max_log_num_concurent: 0, max_log_num_errored: 0 };
     mock_mlx5::configure(mock_mlx5::DeviceConfig { dci_streams: none, ..Default::default() });
-    let mlx5 = f.mlx5(true).unwrap();
-    assert_eq!(mlx5.caps().dci_streams, None);
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
+    let dc = f.dc();
+    assert_eq!(dc.mlx5.caps().dci_streams, None);
     f.mock.take_calls();
     let attr = DciInitAttr {
         streams: Some(DciStreams { log_concurrent: 0, log_errored: 0 }),
-        ..DciInitAttr::new(&cq)
+        ..DciInitAttr::new(&dc.cq)
     };
-    let err = mlx5.create_dci(&pd, &attr).unwrap_err();
+    let err = dc.create_dci(&attr).unwrap_err();
     let Error::Unsupported { what } = &err else { panic!("{err:?}") };
     assert!(what.contains("reports no DCI streams"), "{err}");
     assert_eq!(f.dc_calls(), [], "refused before mlx5dv_create_qp");
@@ -520,14 +569,11 @@ fn dc_routes_default_to_hop_limit_255_and_carry_traffic_class_and_sl() {
     let routed = DcRoute { traffic_class: 26 << 2, sl: 3, hop_limit: 64, ..route() };
     for (route, expected) in [(route(), (255, 0, 0)), (routed, (64, 104, 3))] {
         let f = Fixture::new();
-        let mlx5 = f.mlx5(true).unwrap();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(8).unwrap();
+        let dc = f.dc();
         f.mock.take_calls();
-        dct_at_rtr(&f, &mlx5, &DctToRtrAttr::from_route(&route)).unwrap();
+        dc.dct_at_rtr(&DctToRtrAttr::from_route(&route)).unwrap();
         let rtr = f.modifies()[1].1;
-        let (_dci, _peer) =
-            mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &token()).unwrap();
+        let (_dci, _peer) = dc.connect(&route, &token()).unwrap();
         let ah = created_ah(&f.mock.take_calls());
         for (what, av) in [("DCT AV", rtr), ("DCI AH", ah)] {
             assert_eq!(av.is_global, 1, "{what}");
@@ -540,11 +586,8 @@ fn dc_routes_default_to_hop_limit_255_and_carry_traffic_class_and_sl() {
 #[test]
 fn a_dci_in_error_goes_back_to_reset_and_to_rts_again() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
-    let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    let (dci, peer) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &token()).unwrap();
+    let dc = f.dc();
+    let (dci, peer, mr) = dc.connected();
     let qpn = dci.qp_num();
     // A WR failed: the device moved the DCI to ERROR while it is still typed Rts.
     mock_mlx5::move_to_error(dci.as_raw());
@@ -558,9 +601,7 @@ fn a_dci_in_error_goes_back_to_reset_and_to_rts_again() {
     let dci = dci.into_init(1, 0).unwrap().into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 });
     let dci = dci.unwrap().into_rts(&ToRtsAttr::new(Psn::new(0))).unwrap();
     assert_eq!((dci.qp_num(), mock_mlx5::state(dci.as_raw())), (qpn, sys::IBV_QPS_RTS));
-    let sge = mr.sge(0..8).unwrap();
-    // SAFETY: the mock touches no memory.
-    unsafe { dci.post(&[DcWr::send(1, std::slice::from_ref(&sge), peer.destination())]) }.unwrap();
+    post_send(&dci, &peer, 1, &mr.sge(0..8).unwrap()).unwrap();
 }
 
 #[test]
@@ -568,21 +609,18 @@ fn renew_dci_resets_or_where_the_kernel_refuses_recreates_the_dci() {
     for dci_reset in [true, false] {
         let f = Fixture::new();
         mock_mlx5::configure(mock_mlx5::DeviceConfig { dci_reset, ..Default::default() });
-        let mlx5 = f.mlx5(true).unwrap();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(8).unwrap();
-        let attr = DciInitAttr::new(&cq);
-        let (dci, _peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+        let dc = f.dc();
+        let (dci, _peer) = dc.connect(&route(), &token()).unwrap();
         let old_qpn = dci.qp_num();
         mock_mlx5::move_to_error(dci.as_raw());
         if !dci_reset {
             // An older kernel: RESET only from RESET.
-            let refused = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap().0;
+            let refused = dc.connect(&route(), &token()).unwrap().0;
             let err = refused.reset().unwrap_err();
             assert_verb_error(&err.error, "ibv_modify_qp (DCI →RESET)", libc::EINVAL, &[]);
         }
         f.mock.take_calls();
-        let renewed = mlx5.renew_dci(dci, &attr).unwrap();
+        let renewed = dc.mlx5.renew_dci(dci, &DciInitAttr::new(&dc.cq)).unwrap();
         let destroyed = f.mock.take_calls().contains(&Call::DestroyQp);
         assert_eq!(mock_mlx5::state(renewed.as_raw()), sys::IBV_QPS_RESET);
         // Reset in place keeps the QP; recreated, the old one is destroyed and the number new.
@@ -603,12 +641,9 @@ fn a_dci_stream_is_reset_through_the_optional_symbol() {
     ];
     for (lib, streams, id, expected) in cases {
         let f = Fixture::new();
-        // SAFETY: the mock libmlx5 keeps libmlx5's contracts over this mock's objects.
-        let mlx5 = unsafe { Mlx5Context::with_library(&f.ctx, lib) }.unwrap();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(8).unwrap();
-        let attr = DciInitAttr { streams, ..DciInitAttr::new(&cq) };
-        let (dci, _peer) = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+        let dc = f.dc_with(lib);
+        let attr = DciInitAttr { streams, ..DciInitAttr::new(&dc.cq) };
+        let (dci, _peer) = dc.connect_with(&attr, &route(), &token()).unwrap();
         f.mock.take_calls();
         let got = dci.reset_stream(id);
         let calls = f.dc_calls();
@@ -641,25 +676,21 @@ fn the_dci_read_depth_is_the_smaller_of_the_dc_limit_and_the_asked_one() {
     for (dc_rd_atom, asked, expected) in cases {
         let f = Fixture::new();
         mock_mlx5::configure(mock_mlx5::DeviceConfig { dc_rd_atom, ..Default::default() });
-        let mlx5 = f.mlx5(true).unwrap();
-        let caps = mlx5.caps();
+        let dc = f.dc();
+        let caps = dc.mlx5.caps();
         assert_eq!(caps.dc_rd_atomic_reported, dc_rd_atom.is_some());
         assert_eq!(u64::from(caps.dci_max_rd_atomic), dc_rd_atom.map_or(16, |(_, init)| init));
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(8).unwrap();
         f.mock.take_calls();
-        let attr = DciInitAttr { max_rd_atomic: asked, ..DciInitAttr::new(&cq) };
-        let connected = mlx5.connect_dci(&pd, &attr, &route(), &token()).unwrap();
+        let attr = DciInitAttr { max_rd_atomic: asked, ..DciInitAttr::new(&dc.cq) };
+        let connected = dc.connect_with(&attr, &route(), &token()).unwrap();
         let rts = f.modifies()[2].1;
         assert_eq!(rts.max_rd_atomic, expected, "limit {dc_rd_atom:?}, asked {asked:?}");
         drop(connected);
     }
     // Above the DC limit the kernel refuses the RTS transition.
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
-    let dci = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap().into_init(1, 0).unwrap();
+    let dc = f.dc();
+    let dci = dc.create_dci(&DciInitAttr::new(&dc.cq)).unwrap().into_init(1, 0).unwrap();
     let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 }).unwrap();
     let err = dci.into_rts(&ToRtsAttr { max_rd_atomic: 5, ..ToRtsAttr::new(Psn::new(0)) });
     let rts = "ibv_modify_qp (DCI RTR→RTS)";
@@ -682,17 +713,15 @@ fn the_dc_version_comes_from_the_part_id_and_a_mixed_pair_is_refused_before_any_
     }
     let f = Fixture::new();
     mock_mlx5::configure(mock_mlx5::DeviceConfig { vendor_part_id: 4117, ..Default::default() });
-    let mlx5 = f.mlx5(true).unwrap();
-    assert_eq!(mlx5.caps().dc_version, DcVersion::V1);
+    let dc = f.dc();
+    assert_eq!(dc.mlx5.caps().dc_version, DcVersion::V1);
     // Our DCT's token says v1.
-    let ours = dct_at_rtr(&f, &mlx5, &DctToRtrAttr::from_route(&route())).unwrap();
+    let ours = dc.dct_at_rtr(&DctToRtrAttr::from_route(&route())).unwrap();
     assert_eq!(ours.dc_version(), DcVersion::V1);
     assert!(ours.to_string().ends_with(":1"), "{ours}");
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
     f.mock.take_calls();
     let v2_peer = token();
-    let err = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route(), &v2_peer).unwrap_err();
+    let err = dc.connect(&route(), &v2_peer).unwrap_err();
     let Error::Unsupported { what } = &err else { panic!("{err:?}") };
     assert!(what.contains("DC v1") && what.contains("DC v2"), "{err}");
     assert!(what.contains("do not interoperate"), "{err}");
@@ -703,12 +732,10 @@ fn the_dc_version_comes_from_the_part_id_and_a_mixed_pair_is_refused_before_any_
 fn a_device_without_dc_is_unsupported_naming_it() {
     let f = Fixture::new();
     mock_mlx5::configure(mock_mlx5::DeviceConfig { dc: false, ..Default::default() });
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
-    let srq = pd.create_srq(4, 1).unwrap();
-    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) });
-    let dci = mlx5.create_dci(&pd, &DciInitAttr::new(&cq));
+    let dc = f.dc();
+    let srq = dc.srq();
+    let dct = dc.create_dct(&srq, DcKey(1));
+    let dci = dc.create_dci(&DciInitAttr::new(&dc.cq));
     for err in [dct.unwrap_err(), dci.unwrap_err()] {
         let Error::Unsupported { what } = &err else { panic!("{err:?}") };
         assert!(what.contains("on device mock0"), "{err}");
@@ -721,13 +748,11 @@ fn a_device_without_dc_is_unsupported_naming_it() {
 #[test]
 fn a_dct_refuses_every_transition_but_reset_init_rtr() {
     let f = Fixture::new();
-    let mlx5 = f.mlx5(true).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
-    let srq = pd.create_srq(4, 1).unwrap();
-    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) });
+    let dc = f.dc();
     let access = AccessFlags::REMOTE_WRITE;
-    let init = dct.unwrap().into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).unwrap();
+    let srq = dc.srq();
+    let dct = dc.create_dct(&srq, DcKey(1)).unwrap();
+    let init = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).unwrap();
     let modify = |qp: *mut sys::ibv_qp, state| {
         let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
         let fns = &mock_mlx5::ibverbs_library().fns;
@@ -756,17 +781,15 @@ fn dc_needs_a_grh_on_roce_and_none_on_infiniband() {
     for (link_layer, sgid_index, ok) in cases {
         let f = Fixture::new();
         mock_mlx5::configure(mock_mlx5::DeviceConfig { link_layer, ..Default::default() });
-        let mlx5 = f.mlx5(true).unwrap();
+        let dc = f.dc();
         let route = DcRoute { sgid_index, ..route() };
-        let dct = dct_at_rtr(&f, &mlx5, &DctToRtrAttr::from_route(&route));
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(8).unwrap();
-        let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+        let dct = dc.dct_at_rtr(&DctToRtrAttr::from_route(&route));
+        let mr = dc.mr();
         // An InfiniBand token: a LID, no GID.
         let ib_peer = DcEndpoint::new(Gid::ZERO, Lid(0x12), Qpn(0x77), DcKey(1), DcVersion::V2);
         let peer_token = if sgid_index.is_some() { token() } else { ib_peer.unwrap() };
         f.mock.take_calls();
-        let dci = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer_token);
+        let dci = dc.connect(&route, &peer_token);
         let case = format!("link layer {link_layer}, GRH {sgid_index:?}");
         if !ok {
             let rtr = "ibv_modify_qp (DCT INIT→RTR)";
@@ -778,9 +801,6 @@ fn dc_needs_a_grh_on_roce_and_none_on_infiniband() {
         let (dci, peer) = dci.unwrap();
         let ah = created_ah(&f.mock.take_calls());
         assert_eq!((ah.is_global, ah.dlid), (u8::from(sgid_index.is_some()), 0x12), "{case}");
-        let sge = mr.sge(0..8).unwrap();
-        // SAFETY: the mock touches no memory.
-        unsafe { dci.post(&[DcWr::send(1, std::slice::from_ref(&sge), peer.destination())]) }
-            .unwrap();
+        post_send(&dci, &peer, 1, &mr.sge(0..8).unwrap()).unwrap();
     }
 }

@@ -1,14 +1,13 @@
 //! Asynchronous events: decoded with the object they name, acknowledged at once, and a fatal
 //! event does not end the stream.
 
-use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use rdma_verbs::{AsyncEvent, AsyncEventType, QpInitAttr};
 use rdma_verbs_mock::{Call, Verb};
 use rdma_verbs_sys as sys;
 
-use super::{assert_verb_error, Fixture};
+use super::{assert_non_blocking, assert_verb_error, Fixture};
 
 fn event(event_type: u32, element: sys::ibv_async_event__bindgen_ty_1) -> sys::ibv_async_event {
     sys::ibv_async_event { element, event_type }
@@ -18,9 +17,7 @@ fn event(event_type: u32, element: sys::ibv_async_event__bindgen_ty_1) -> sys::i
 fn a_qp_fatal_event_arrives_typed_acknowledged_and_the_stream_goes_on() {
     let f = Fixture::new();
     let events = f.ctx.async_events().unwrap();
-    // SAFETY: F_GETFL on the context's live async_fd only reads its flags.
-    let flags = unsafe { libc::fcntl(events.as_fd().as_raw_fd(), libc::F_GETFL) };
-    assert_ne!(flags & libc::O_NONBLOCK, 0, "flags {flags:#x}");
+    assert_non_blocking(&events);
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();

@@ -6,9 +6,10 @@ use std::net::Ipv6Addr;
 
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, CqAttr, Endpoint, Error, Gid,
-    InvalidInputKind, LKey, Lid, Mtu, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr, SendWrList, Sge,
-    ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus, WorkCompletion,
+    InvalidInputKind, LKey, Lid, MemoryRegion, Mtu, ProtectionDomain, Psn, QpCapabilities,
+    QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr,
+    SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional, Verb, CORE_CLOCK_KHZ};
 use rdma_verbs_sys as sys;
@@ -18,6 +19,17 @@ use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixt
 /// A provider with the extended CQ and QP (like rxe).
 fn extended() -> Fixture {
     Fixture::with(Optional::ALL, ContextConfig::extended_verbs())
+}
+
+/// `extended()` whose device has completion timestamps.
+fn timestamping() -> Fixture {
+    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
+    Fixture::with(Optional::ALL, config)
+}
+
+/// CQ attributes that ask for completion timestamps.
+fn stamped() -> CqAttr<'static> {
+    CqAttr { timestamps: true, ..CqAttr::default() }
 }
 
 /// A provider that looks like rxe (its `vendor_id`) with the extended CQ and QP and
@@ -50,6 +62,19 @@ fn forced(path: VerbsPath) -> CqAttr<'static> {
 /// towards a RoCE peer.
 fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
     towards(new_qp(pd, cq), Qpn(0x12))
+}
+
+/// Runs `body` with an RC QP of `f` taken to RTS as [`rts_qp`] does (on a CQ of 32 entries),
+/// and a registered 4 KiB region to post from.
+fn with_rts_qp<R>(
+    f: &Fixture,
+    body: impl FnOnce(&QueuePair<'_, Rts>, &MemoryRegion<'_>) -> R,
+) -> R {
+    let cq = f.ctx.create_cq(32).unwrap();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    body(&qp, &mr)
 }
 
 /// An RC QP on `cq` with room for 16 sends of 2 SGEs and 64 inline bytes.
@@ -171,30 +196,28 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
 /// The calls of posting, on `f`'s extended QP, a list with a WR of two SGEs and one of two
 /// inline buffers between WRs of one.
 fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    assert_eq!(qp.send_path(), VerbsPath::Extended);
-    f.mock.take_calls();
-    let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
-    let bytes = [7u8; 24];
-    // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
-    let inline = [
-        Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
-        Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
-    ];
-    let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
-    let mut wrs = SendWrList::from(vec![
-        SendWr::send(1, &one),
-        SendWr::rdma_write_with_imm(2, &two, remote, 9),
-        SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
-        SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
-        SendWr::send(5, &inline).flags(SendFlags::INLINE),
-    ]);
-    // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
-    unsafe { qp.post_send_list(&mut wrs) }.unwrap();
-    f.mock.take_calls()
+    with_rts_qp(f, |qp, mr| {
+        assert_eq!(qp.send_path(), VerbsPath::Extended);
+        f.mock.take_calls();
+        let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
+        let bytes = [7u8; 24];
+        // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
+        let inline = [
+            Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
+            Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
+        ];
+        let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
+        let mut wrs = SendWrList::from(vec![
+            SendWr::send(1, &one),
+            SendWr::rdma_write_with_imm(2, &two, remote, 9),
+            SendWr::rdma_read(3, &one, remote).flags(SendFlags::SIGNALED),
+            SendWr::send(4, &[]).flags(SendFlags::SIGNALED | SendFlags::INLINE),
+            SendWr::send(5, &inline).flags(SendFlags::INLINE),
+        ]);
+        // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
+        unsafe { qp.post_send_list(&mut wrs) }.unwrap();
+        f.mock.take_calls()
+    })
 }
 
 #[test]
@@ -238,15 +261,13 @@ fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_pos
 
     // One WR is a batch of one.
     let f = extended();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    f.mock.take_calls();
-    let one = [mr.sge(..64).unwrap()];
-    // SAFETY: the mock provider never touches the memory.
-    unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
-    let calls = f.mock.take_calls();
+    let calls = with_rts_qp(&f, |qp, mr| {
+        f.mock.take_calls();
+        let one = [mr.sge(..64).unwrap()];
+        // SAFETY: the mock provider never touches the memory.
+        unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
+        f.mock.take_calls()
+    });
     assert_eq!(calls.first(), Some(&Call::WrStart));
     assert_eq!(calls.last(), Some(&Call::WrComplete));
     assert_eq!(calls.len(), 4, "{calls:?}");
@@ -278,15 +299,13 @@ fn a_failed_wr_complete_counts_what_the_provider_leaves_posted_with_the_post_sen
     ];
     for (vendor_id, errno, posted) in cases {
         let f = extended_of(vendor_id);
-        let cq = f.ctx.create_cq(32).unwrap();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let qp = rts_qp(&pd, &cq);
-        let sge = [mr.sge(..64).unwrap()];
-        let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::send(2, &sge)]);
-        f.mock.fail(Verb::WrComplete, errno);
-        // SAFETY: the mock provider never touches the memory.
-        let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+        let err = with_rts_qp(&f, |qp, mr| {
+            let sge = [mr.sge(..64).unwrap()];
+            let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::send(2, &sge)]);
+            f.mock.fail(Verb::WrComplete, errno);
+            // SAFETY: the mock provider never touches the memory.
+            unsafe { qp.post_send_list(&mut wrs) }.unwrap_err()
+        });
         assert_eq!(err.posted, posted, "vendor {vendor_id:#x}, errno {errno}");
         assert_queue_full(&err.error, "ibv_wr_complete", errno);
     }
@@ -322,19 +341,16 @@ fn a_refused_buffer_list_on_rxe_or_mlx5_strands_no_buffer() {
 #[test]
 fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
     let f = extended();
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    f.mock.take_calls();
-    let sge = [mr.sge(..64).unwrap()];
-    // The mock device has no memory windows, so the QP was not created for invalidation.
-    let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))]);
-    // SAFETY: the mock provider never touches the memory.
-    let err = unsafe { qp.post_send_list(&mut wrs) }.unwrap_err();
+    let (err, calls) = with_rts_qp(&f, |qp, mr| {
+        f.mock.take_calls();
+        let sge = [mr.sge(..64).unwrap()];
+        // The mock device has no memory windows, so the QP was not created for invalidation.
+        let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))]);
+        // SAFETY: the mock provider never touches the memory.
+        (unsafe { qp.post_send_list(&mut wrs) }.unwrap_err(), f.mock.take_calls())
+    });
     assert_eq!(err.posted, 0);
     assert_unsupported(&err.error, "ibv_wr_local_inv");
-    let calls = f.mock.take_calls();
     assert_eq!(calls.first(), Some(&Call::WrStart));
     assert_eq!(calls.last(), Some(&Call::WrAbort));
     assert!(!calls.contains(&Call::WrComplete), "{calls:?}");
@@ -343,17 +359,19 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
 #[test]
 fn a_null_builder_aborts_the_batch_as_unsupported_naming_it() {
     let f = lacking("wr_send_imm");
-    let cq = f.ctx.create_cq(32).unwrap();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = rts_qp(&pd, &cq);
-    assert_eq!(qp.send_path(), VerbsPath::Extended, "SEND with immediate is not needed to post");
-    f.mock.take_calls();
-    let sge = [mr.sge(..64).unwrap()];
-    // SAFETY: the mock provider never touches the memory.
-    let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
-    assert_unsupported(&err, "ibv_wr_send_imm");
-    assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
+    with_rts_qp(&f, |qp, mr| {
+        assert_eq!(
+            qp.send_path(),
+            VerbsPath::Extended,
+            "SEND with immediate is not needed to post"
+        );
+        f.mock.take_calls();
+        let sge = [mr.sge(..64).unwrap()];
+        // SAFETY: the mock provider never touches the memory.
+        let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
+        assert_unsupported(&err, "ibv_wr_send_imm");
+        assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
+    });
 }
 
 #[test]
@@ -394,8 +412,7 @@ fn recv_with_imm(wr_id: u64) -> sys::ibv_wc {
 
 /// A CQ of `f` with timestamps holding `n` receive completions, and the calls cleared.
 fn stamped_cq(f: &Fixture, n: u64) -> CompletionQueue<'_> {
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let cq = f.ctx.create_cq_with(32, &attr).unwrap();
+    let cq = f.ctx.create_cq_with(32, &stamped()).unwrap();
     for wr_id in 1..=n {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
@@ -426,12 +443,8 @@ fn the_default_poll_drains_a_batch_with_one_provider_call() {
         .collect();
     drop(cq);
     drop(f);
-    let stamped = || {
-        let config =
-            ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-        Fixture::with(Optional::ALL, config)
-    };
-    let keeping_session: [&dyn Fn() -> Fixture; 3] = [&stamped, &|| rxe("59.0"), &|| rxe("44.11")];
+    let keeping_session: [&dyn Fn() -> Fixture; 3] =
+        [&timestamping, &|| rxe("59.0"), &|| rxe("44.11")];
     for make in keeping_session {
         let f = make();
         let cq = stamped_cq(&f, 16);
@@ -514,10 +527,8 @@ fn a_session_never_ends_an_empty_start_and_a_later_failure_waits_for_the_next_po
 
 #[test]
 fn timestamps_come_with_completions_where_the_device_has_them() {
-    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-    let f = Fixture::with(Optional::ALL, config);
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let cq = f.ctx.create_cq_with(16, &attr).unwrap();
+    let f = timestamping();
+    let cq = f.ctx.create_cq_with(16, &stamped()).unwrap();
     assert_eq!(cq.timestamp_clock_khz(), Some(CORE_CLOCK_KHZ));
     for wr_id in [1, 2, 3] {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
@@ -543,10 +554,8 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
 
 #[test]
 fn buffers_come_back_through_timestamped_polling() {
-    let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-    let f = Fixture::with(Optional::ALL, config);
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let cq = f.ctx.create_cq_with(64, &attr).unwrap();
+    let f = timestamping();
+    let cq = f.ctx.create_cq_with(64, &stamped()).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let pool =
         BufferPool::new(pd.register(4 * 256, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
@@ -578,20 +587,17 @@ fn buffers_come_back_through_timestamped_polling() {
 #[test]
 fn timestamps_where_the_device_has_none_are_unsupported_naming_them() {
     let f = extended();
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
+    let err = f.ctx.create_cq_with(16, &stamped()).unwrap_err();
     assert_unsupported(
         &err,
         "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \
          completion_timestamp_mask is 0)",
     );
-    let attr =
-        CqAttr { timestamps: true, verbs_path: Some(VerbsPath::Legacy), ..CqAttr::default() };
+    let attr = CqAttr { verbs_path: Some(VerbsPath::Legacy), ..stamped() };
     let err = f.ctx.create_cq_with(16, &attr).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::NeedsExtendedVerbs), "{err:?}");
     // A context without an extended CQ cannot have them either.
     let legacy_only = open(&f.mock, Optional::ALL, ContextConfig::default());
-    let attr = CqAttr { timestamps: true, ..CqAttr::default() };
-    let err = legacy_only.create_cq_with(16, &attr).unwrap_err();
+    let err = legacy_only.create_cq_with(16, &stamped()).unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
 }
