@@ -412,17 +412,12 @@ impl<'res> Dci<'res, Rtr> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`, or
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) naming a field out of range, as
-    /// [`QueuePair::into_rts`](crate::QueuePair::into_rts).
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
     pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
-        if let Err(error) = attr.check() {
-            return Err(TransitionError { qp: self, error });
-        }
         let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout,
-            retry_cnt: attr.retry_cnt,
-            rnr_retry: attr.rnr_retry,
+            timeout: attr.timeout.get(),
+            retry_cnt: attr.retry_cnt.get(),
+            rnr_retry: attr.rnr_retry.get(),
             sq_psn: attr.sq_psn.get(),
             max_rd_atomic: attr.max_rd_atomic,
             ..Default::default()

@@ -10,7 +10,7 @@ use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, Init, QpState, Reset, Rtr, ToInitAttr};
+use crate::qp::{AddressVector, Init, QpState, Reset, RnrTimer, Rtr, ToInitAttr};
 use crate::srq::SharedReceiveQueue;
 
 use super::context::{DcVersion, Mlx5Context};
@@ -38,8 +38,9 @@ pub struct DctInitAttr<'res, 'srq> {
 pub struct DctToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
-    /// The RNR NAK timer code (12 = 0.64 ms; see `ibv_modify_qp(3)`).
-    pub min_rnr_timer: u8,
+    /// The RNR NAK timer a DCI is told to wait before resending when the DCT's SRQ is empty
+    /// ([`RnrTimer`]; 12 = 0.64 ms).
+    pub min_rnr_timer: RnrTimer,
     /// The port (and GRH) the DCT answers on.
     pub av: AddressVector,
 }
@@ -59,7 +60,7 @@ impl DctToRtrAttr {
     pub fn from_route(route: &DcRoute) -> Self {
         DctToRtrAttr {
             path_mtu: route.path_mtu,
-            min_rnr_timer: 12,
+            min_rnr_timer: RnrTimer::from_code(12),
             av: route.address_vector(Lid(0), Gid::ZERO),
         }
     }
@@ -217,7 +218,7 @@ impl<'res> Dct<'res, Init> {
     pub fn into_rtr(self, attr: &DctToRtrAttr) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
-            min_rnr_timer: attr.min_rnr_timer,
+            min_rnr_timer: attr.min_rnr_timer.get(),
             ah_attr: attr.av.to_raw(),
             ..Default::default()
         };

@@ -69,23 +69,17 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
     ///
     /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
     /// `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID
-    /// index); [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// ([`InvalidInputKind::Range`](crate::InvalidInputKind::Range)) naming `min_rnr_timer`
-    /// above 31, before the verb.
+    /// index).
     pub fn into_rtr(
         self,
         attr: &ToRtrAttr,
     ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
-        if let Err(error) = super::attr::check_ranges(&[("min_rnr_timer", attr.min_rnr_timer, 31)])
-        {
-            return Err(TransitionError { qp: self, error });
-        }
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
             dest_qp_num: attr.dest_qpn.0,
             rq_psn: attr.rq_psn.get(),
             max_dest_rd_atomic: attr.max_dest_rd_atomic,
-            min_rnr_timer: attr.min_rnr_timer,
+            min_rnr_timer: attr.min_rnr_timer.get(),
             ah_attr: attr.av.to_raw(),
             ..Default::default()
         };
@@ -116,21 +110,15 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
     /// # Errors
     ///
     /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm);
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// ([`InvalidInputKind::Range`](crate::InvalidInputKind::Range)) naming the field when
-    /// `timeout` is above 31 or `retry_cnt` or `rnr_retry` above 7, before the verb.
+    /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm).
     pub fn into_rts(
         self,
         attr: &ToRtsAttr,
     ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
-        if let Err(error) = attr.check() {
-            return Err(TransitionError { qp: self, error });
-        }
         let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout,
-            retry_cnt: attr.retry_cnt,
-            rnr_retry: attr.rnr_retry,
+            timeout: attr.timeout.get(),
+            retry_cnt: attr.retry_cnt.get(),
+            rnr_retry: attr.rnr_retry.get(),
             sq_psn: attr.sq_psn.get(),
             max_rd_atomic: attr.max_rd_atomic,
             ..Default::default()

@@ -23,6 +23,7 @@ mod kind;
 mod modify;
 mod post;
 mod query;
+mod retry;
 mod state;
 
 use std::marker::PhantomData;
@@ -39,6 +40,7 @@ pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
+pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;

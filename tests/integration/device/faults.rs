@@ -44,7 +44,12 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
         qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
     );
     let (ea, eb) = (endpoint(&ctx, &a, Psn::new(100)), endpoint(&ctx, &b, Psn::new(200)));
-    let a = up_with(&ctx, a, &eb, &ToRtsAttr { rnr_retry: 0, ..ToRtsAttr::new(ea.psn) });
+    let a = up_with(
+        &ctx,
+        a,
+        &eb,
+        &ToRtsAttr { rnr_retry: RnrRetry::new(0).unwrap(), ..ToRtsAttr::new(ea.psn) },
+    );
     let b = up(&ctx, b, &eb, &ea);
 
     let send = [mr.sge(..64).unwrap()];

@@ -33,7 +33,7 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         );
         let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
         // b never posts a receive and a retries RNR forever: every SEND stays queued.
-        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(ea.psn) };
+        let rts = ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(ea.psn) };
         let a = up_with(&ctx, a, &eb, &rts);
         let b = up(&ctx, b, &eb, &ea);
         assert_eq!(a.send_path(), path);
@@ -95,7 +95,12 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
         let init = ToInitAttr { port: super::pair::PORT, ..Default::default() };
         let (a, b) = (qps.0.into_init(&init).unwrap(), qps.1.into_init(&init).unwrap());
         let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
-        let a = up_with(&ctx, a, &eb, &ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(ea.psn) });
+        let a = up_with(
+            &ctx,
+            a,
+            &eb,
+            &ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(ea.psn) },
+        );
         let b = up(&ctx, b, &eb, &ea);
         // The service's receives, and sends its peer never takes: all outstanding when the
         // connection is torn down.

@@ -5,10 +5,10 @@ use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid,
-    Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair,
-    QueuePairState, RKey, RecvWr, RemoteAddr, Reset, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr,
-    ToRtsAttr, WcStatus, WorkCompletion,
+    AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
+    InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
+    QueuePair, QueuePairState, RKey, RecvWr, RemoteAddr, Reset, RetryCount, RnrRetry, RnrTimer,
+    Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -119,24 +119,26 @@ fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
     assert_eq!((q.state, q.port, q.pkey_index), (QueuePairState::INIT, 1, 0));
     assert_eq!(q.access, AccessFlags::REMOTE_READ);
 
-    let rtr = ToRtrAttr { max_dest_rd_atomic: 4, min_rnr_timer: 9, ..rtr_attr() };
+    let rtr =
+        ToRtrAttr { max_dest_rd_atomic: 4, min_rnr_timer: RnrTimer::new(9).unwrap(), ..rtr_attr() };
     let qp = qp.into_rtr(&rtr).unwrap();
     let q = qp.query().unwrap();
     assert_eq!(q.state, QueuePairState::RTR);
     assert_eq!((q.path_mtu, q.dest_qpn, q.rq_psn), (Mtu::MTU_1024, remote().qpn, remote().psn));
-    assert_eq!((q.max_dest_rd_atomic, q.min_rnr_timer), (4, 9));
+    assert_eq!((q.max_dest_rd_atomic, q.min_rnr_timer), (4, rtr.min_rnr_timer));
     assert_eq!(q.access, AccessFlags::REMOTE_READ, "what INIT set stays");
 
     let rts = ToRtsAttr {
-        timeout: 17,
-        retry_cnt: 5,
-        rnr_retry: 3,
+        timeout: AckTimeout::new(17).unwrap(),
+        retry_cnt: RetryCount::new(5).unwrap(),
+        rnr_retry: RnrRetry::new(3).unwrap(),
         ..ToRtsAttr::new(Psn::new(0x65_4321))
     };
     let qp = qp.into_rts(&ToRtsAttr { max_rd_atomic: 2, ..rts }).unwrap();
     let q = qp.query().unwrap();
     assert_eq!(q.state, QueuePairState::RTS);
-    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (17, 5, 3));
+    let timers = (q.timeout.get(), q.retry_cnt.get(), q.rnr_retry.get());
+    assert_eq!(timers, (17, 5, 3));
     assert_eq!((q.sq_psn, q.max_rd_atomic), (Psn::new(0x65_4321), 2));
     assert_eq!((q.path_mtu, q.caps), (Mtu::MTU_1024, rounded), "what RTR and creation set stays");
 
@@ -507,32 +509,31 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
 }
 
 #[test]
-fn attributes_out_of_range_are_refused_before_the_verb_naming_them() {
+fn waiting_forever_reaches_the_verb_only_when_named() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
-    let base = ToRtsAttr::new(Psn::new(1));
-    let cases = [
-        ("timeout 32", ToRtsAttr { timeout: 32, ..base }, "at most 31"),
-        ("retry_cnt 8", ToRtsAttr { retry_cnt: 8, ..base }, "at most 7"),
-        ("rnr_retry 8", ToRtsAttr { rnr_retry: 8, ..base }, "at most 7"),
-    ];
-    for (what, rts, max) in cases {
-        let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-        let qp = qp.into_rtr(&rtr_attr()).unwrap();
-        f.mock.take_calls();
-        let err = qp.into_rts(&rts).unwrap_err();
-        assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::Range), "{what}");
-        assert_eq!(
-            err.error.to_string(),
-            format!("{what} is out of range: {max} (ibv_modify_qp(3))")
-        );
-        assert!(f.mock.take_calls().is_empty(), "{what}: no verb called");
+    for (what, err) in [
+        ("timeout 0", AckTimeout::new(0).unwrap_err()),
+        ("rnr_retry 7", RnrRetry::new(7).unwrap_err()),
+    ] {
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{what}");
+        let constant = if what.starts_with("timeout") { "AckTimeout" } else { "RnrRetry" };
+        assert!(err.to_string().starts_with(what), "{err}");
+        assert!(err.to_string().contains(&format!("use {constant}::INFINITE")), "{err}");
     }
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-    let err = qp.into_rtr(&ToRtrAttr { min_rnr_timer: 32, ..rtr_attr() }).unwrap_err();
-    assert_eq!(
-        err.error.to_string(),
-        "min_rnr_timer 32 is out of range: at most 31 (ibv_modify_qp(3))"
-    );
+    let qp = qp.into_rtr(&rtr_attr()).unwrap();
+    f.mock.take_calls();
+    let forever = ToRtsAttr {
+        timeout: AckTimeout::INFINITE,
+        rnr_retry: RnrRetry::INFINITE,
+        ..ToRtsAttr::new(Psn::new(1))
+    };
+    let qp = qp.into_rts(&forever).unwrap();
+    let [Call::ModifyQp { attr, .. }] = &f.mock.take_calls()[..] else { panic!("one modify") };
+    assert_eq!((attr.timeout, attr.rnr_retry), (0, 7), "the codes that mean forever");
+    let q = qp.query().unwrap();
+    assert_eq!((q.timeout, q.rnr_retry), (AckTimeout::INFINITE, RnrRetry::INFINITE));
+    assert_eq!((q.timeout.duration(), q.rnr_retry.count()), (None, None));
 }
