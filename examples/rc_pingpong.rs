@@ -184,7 +184,7 @@ fn run_cm(args: &Args) -> Result<(), Error> {
     let connected = |qp: &QueuePair<'_, Rts>, ctx: &Context| {
         println!(
             "  local address:  QPN {:#08x}, connected by rdma_cm on {}",
-            qp.qp_num().0,
+            qp.qp_num().get(),
             ctx.name()
         );
     };

@@ -5,17 +5,48 @@
 
 use std::fmt;
 
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::gid::Gid;
 
 /// A Local Identifier: a port's 16-bit InfiniBand address (0 on Ethernet ports).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Lid(pub u16);
 
-/// A Queue Pair Number (24 bits).
+/// A Queue Pair Number: 24 bits, at most [`Qpn::MAX`] ([`Qpn::new`] refuses more). The
+/// device gives a QP its number ([`QueuePair::qp_num`](crate::QueuePair::qp_num)); the peer's
+/// comes over the wire ([`Endpoint::from_pingpong_message`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Qpn(pub u32);
+pub struct Qpn(u32);
 
-/// A Packet Sequence Number (24 bits): where a QP's send or receive sequence starts.
+impl Qpn {
+    /// The largest QP number, 2²⁴ − 1.
+    pub const MAX: u32 = 0xff_ffff;
+
+    /// QP number `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above [`Qpn::MAX`]: the wire
+    /// carries 24 bits, so a larger number would name another QP.
+    pub fn new(value: u32) -> Result<Qpn> {
+        check_24_bits("QP number", "Qpn", value).map(Qpn)
+    }
+
+    /// The low 24 bits of `value`, for numbers that have no more (a device's own, six hex
+    /// digits of a message).
+    pub(crate) const fn from_low_bits(value: u32) -> Qpn {
+        Qpn(value & Qpn::MAX)
+    }
+
+    /// The value.
+    #[must_use]
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// A Packet Sequence Number: where a QP's send or receive sequence starts; 24 bits, at most
+/// [`Psn::MAX`] ([`Psn::new`] refuses more).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Psn(u32);
 
@@ -23,9 +54,19 @@ impl Psn {
     /// The largest PSN, 2²⁴ − 1.
     pub const MAX: u32 = 0xff_ffff;
 
-    /// A PSN from its low 24 bits.
-    #[must_use]
-    pub fn new(value: u32) -> Psn {
+    /// PSN `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above [`Psn::MAX`]: the wire
+    /// carries 24 bits, so the peer would expect another PSN than the one sent.
+    pub fn new(value: u32) -> Result<Psn> {
+        check_24_bits("PSN", "Psn", value).map(Psn)
+    }
+
+    /// The low 24 bits of `value`, for numbers that have no more (a device's, six hex digits
+    /// of a message) and for a random one.
+    pub(crate) const fn from_low_bits(value: u32) -> Psn {
         Psn(value & Psn::MAX)
     }
 
@@ -36,13 +77,28 @@ impl Psn {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         h.write_u128(now.map_or(0, |d| d.as_nanos()));
-        Psn::new(h.finish() as u32)
+        Psn::from_low_bits(h.finish() as u32)
     }
 
     /// The value.
-    pub fn get(self) -> u32 {
+    #[must_use]
+    pub const fn get(self) -> u32 {
         self.0
     }
+}
+
+/// `value` when it fits the 24 bits of a `what` (built by `Type::new`).
+fn check_24_bits(what: &str, ty: &str, value: u32) -> Result<u32> {
+    if value > 0xff_ffff {
+        return Err(Error::invalid(
+            InvalidInputKind::Range,
+            format!(
+                "{ty}::new({value:#x}): a {what} has 24 bits, at most 0xffffff; a larger one \
+                 would reach the wire as another"
+            ),
+        ));
+    }
+    Ok(value)
 }
 
 /// `0x%04x`, as ibv_rc_pingpong prints a LID.
@@ -114,7 +170,8 @@ impl Endpoint {
     /// the 16 GID bytes as 32 lower-case hex digits, NUL-terminated (52 bytes).
     pub fn to_pingpong_message(&self) -> [u8; PINGPONG_MESSAGE_LEN] {
         let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-        let text = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid.0, self.qpn.0, self.psn.0);
+        let text =
+            format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid.0, self.qpn.get(), self.psn.get());
         let mut msg = [0u8; PINGPONG_MESSAGE_LEN];
         msg[..text.len()].copy_from_slice(text.as_bytes());
         msg
@@ -159,8 +216,9 @@ impl Endpoint {
         }
         Ok(Endpoint {
             lid: Lid(hex("lid", lid)? as u16),
-            qpn: Qpn(hex("qpn", qpn)?),
-            psn: Psn::new(hex("psn", psn)?),
+            // Six hex digits each: 24 bits, nothing lost.
+            qpn: Qpn::from_low_bits(hex("qpn", qpn)?),
+            psn: Psn::from_low_bits(hex("psn", psn)?),
             gid: Gid(gid_bytes),
         })
     }
@@ -182,14 +240,14 @@ mod tests {
         Endpoint {
             lid: Lid(0x12),
             qpn: Qpn(0x11),
-            psn: Psn::new(0x3c8a4d),
+            psn: Psn(0x3c8a4d),
             gid: Gid::from("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap()),
         }
     }
 
     #[test]
     fn numbers_print_as_ibv_rc_pingpong_prints_them() {
-        let shown = (Lid(0x12).to_string(), Qpn(0x11).to_string(), Psn::new(0x3c8a4d).to_string());
+        let shown = (Lid(0x12).to_string(), Qpn(0x11).to_string(), Psn(0x3c8a4d).to_string());
         assert_eq!(shown, ("0x0012".into(), "0x000011".into(), "0x3c8a4d".into()));
         let keys = (crate::LKey(0x1a2b).to_string(), crate::RKey(0xdead_beef).to_string());
         assert_eq!(keys, ("0x00001a2b".into(), "0xdeadbeef".into()));
@@ -229,10 +287,32 @@ mod tests {
         assert!(matches!(Endpoint::from_pingpong_message(short), Err(WireError::Layout { .. })));
     }
 
+    #[test]
+    fn numbers_above_24_bits_are_refused_naming_the_type() {
+        assert_eq!(
+            (Qpn::new(Qpn::MAX).unwrap().get(), Psn::new(Psn::MAX).unwrap().get()),
+            (Qpn::MAX, Psn::MAX)
+        );
+        let e = Qpn::new(0x100_0000).unwrap_err();
+        assert_eq!(e.invalid_input_kind(), Some(InvalidInputKind::Range));
+        assert_eq!(
+            e.to_string(),
+            "Qpn::new(0x1000000): a QP number has 24 bits, at most 0xffffff; a larger one would \
+             reach the wire as another"
+        );
+        let e = Psn::new(0x100_0001).unwrap_err();
+        assert!(e.to_string().starts_with("Psn::new(0x1000001): a PSN has 24 bits"), "{e}");
+    }
+
     proptest! {
         #[test]
+        fn every_number_above_24_bits_is_refused(v in 0x100_0000u32..) {
+            prop_assert!(Qpn::new(v).is_err() && Psn::new(v).is_err());
+        }
+
+        #[test]
         fn message_round_trips(lid: u16, qpn in 0u32..=0xff_ffff, psn in 0u32..=0xff_ffff, gid: [u8; 16]) {
-            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn::new(psn), gid: Gid(gid) };
+            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn(psn), gid: Gid(gid) };
             prop_assert_eq!(Endpoint::from_pingpong_message(&e.to_pingpong_message()), Ok(e));
         }
 
@@ -245,7 +325,7 @@ mod tests {
         fn corrupting_one_byte_is_refused_or_decodes_to_something_else(
             qpn in 0u32..=0xff_ffff, pos in 0usize..52, byte: u8,
         ) {
-            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn::new(7), gid: Gid([0xab; 16]) };
+            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn(7), gid: Gid([0xab; 16]) };
             let mut msg = e.to_pingpong_message();
             prop_assume!(msg[pos] != byte);
             msg[pos] = byte;

@@ -171,11 +171,12 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
     };
     let create = at("create the QPs and move them to INIT");
     let (a, b) = (new_qp().map_err(&create)?, new_qp().map_err(&create)?);
-    let endpoint = |qpn| Endpoint { lid: port.attr.lid(), qpn, psn: Psn::new(0), gid: gid.gid };
+    let endpoint =
+        |qpn| Endpoint { lid: port.attr.lid(), qpn, psn: Psn::from_low_bits(0), gid: gid.gid };
     let rtr = |peer| {
         ToRtrAttr::to_endpoint(&endpoint(peer), port.num, Some(gid.index), port.attr.active_mtu())
     };
-    let rts = ToRtsAttr::new(Psn::new(0));
+    let rts = ToRtsAttr::new(Psn::from_low_bits(0));
     let connect = at("connect the QPs (INIT→RTR→RTS)");
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
     let a = a.into_rtr(&rtr(b_qpn)).map_err(|e| connect(e.into()))?;

@@ -268,7 +268,7 @@ impl<'ctx> Mlx5Context<'ctx> {
         let peer = DcPeer::new(self, pd, peer, route)?;
         let rts = ToRtsAttr {
             max_rd_atomic: self.dci_max_rd_atomic(attr.max_rd_atomic),
-            ..ToRtsAttr::new(Psn::new(0))
+            ..ToRtsAttr::new(Psn::from_low_bits(0))
         };
         let dci = self
             .create_dci(pd, attr)?
@@ -543,14 +543,14 @@ impl Dci<'_, Rts> {
             let d = &wr.dest;
             match wr.stream {
                 None => step(
-                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.0, d.key.0),
+                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.get(), d.key.0),
                     "mlx5dv_wr_set_dc_addr",
                 )?,
                 Some(id) => step(
                     sys::inline::mlx5dv_wr_set_dc_addr_stream(
                         mqp,
                         d.ah.as_raw(),
-                        d.dctn.0,
+                        d.dctn.get(),
                         d.key.0,
                         id,
                     ),
@@ -574,7 +574,7 @@ impl Dci<'_, Rts> {
 impl<S: QpState> std::fmt::Debug for Dci<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dci")
-            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().0))
+            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().get()))
             .field("state", &S::NAME)
             .field("streams", &self.streams)
             .finish()

@@ -15,7 +15,7 @@ use crate::srq::SharedReceiveQueue;
 
 use super::context::{DcVersion, Mlx5Context};
 use super::dci::DcRoute;
-use super::endpoint::{DcEndpoint, DcKey, DcTokenError};
+use super::endpoint::{DcEndpoint, DcKey};
 use super::qp::{dv_attr, DcQp};
 
 /// What a DCT is created with. A DCT has no receive queue of its own: the kernel requires an
@@ -235,11 +235,7 @@ impl Dct<'_, Rtr> {
 
     /// The token an initiator needs: this DCT's number and key, with the GID and LID of the
     /// port it answers on and the DC version of its device.
-    ///
-    /// # Errors
-    ///
-    /// [`DcTokenError::DctnRange`] when the provider reports a DCT number above 24 bits.
-    pub fn endpoint(&self, gid: Gid, lid: Lid) -> Result<DcEndpoint, DcTokenError> {
+    pub fn endpoint(&self, gid: Gid, lid: Lid) -> DcEndpoint {
         DcEndpoint::new(gid, lid, self.dctn(), self.key, self.dc_version)
     }
 }
@@ -247,7 +243,7 @@ impl Dct<'_, Rtr> {
 impl<S: QpState> std::fmt::Debug for Dct<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dct")
-            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().0))
+            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().get()))
             .field("state", &S::NAME)
             .finish_non_exhaustive()
     }

@@ -262,7 +262,7 @@ impl ToRtrAttr {
 ///
 /// ```
 /// # use rdma_verbs::*;
-/// # fn f() -> Result<()> {
+/// # fn main() -> Result<()> {
 /// let rts = ToRtsAttr { timeout: AckTimeout::new(18)?, ..ToRtsAttr::new(Psn::random()) };
 /// let patient = ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..rts };
 /// # drop(patient); Ok(()) }

@@ -76,7 +76,7 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
     ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
-            dest_qp_num: attr.dest_qpn.0,
+            dest_qp_num: attr.dest_qpn.get(),
             rq_psn: attr.rq_psn.get(),
             max_dest_rd_atomic: attr.max_dest_rd_atomic,
             min_rnr_timer: attr.min_rnr_timer.get(),

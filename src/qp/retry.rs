@@ -23,7 +23,7 @@ fn out_of_range(name: &str, value: u8, max: &str) -> Error {
 ///
 /// ```
 /// # use rdma_verbs::AckTimeout;
-/// # fn f() -> rdma_verbs::Result<()> {
+/// # fn main() -> rdma_verbs::Result<()> {
 /// let t = AckTimeout::new(14)?;
 /// assert_eq!(t.duration(), Some(std::time::Duration::from_nanos(4096 << 14)));
 /// assert!(AckTimeout::new(0).is_err()); // "forever" has a name:

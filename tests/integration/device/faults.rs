@@ -43,7 +43,8 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
         qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
         qp_in_init(&pd, &cq, 4, AccessFlags::empty()),
     );
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(100)), endpoint(&ctx, &b, Psn::new(200)));
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(100).unwrap()), endpoint(&ctx, &b, Psn::new(200).unwrap()));
     let a = up_with(
         &ctx,
         a,

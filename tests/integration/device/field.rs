@@ -31,7 +31,8 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
             init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
             init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
         );
-        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let (ea, eb) =
+            (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
         // b never posts a receive and a retries RNR forever: every SEND stays queued.
         let rts = ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(ea.psn) };
         let a = up_with(&ctx, a, &eb, &rts);
@@ -94,7 +95,8 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
     for round in 0..100 {
         let init = ToInitAttr { port: super::pair::PORT, ..Default::default() };
         let (a, b) = (qps.0.into_init(&init).unwrap(), qps.1.into_init(&init).unwrap());
-        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let (ea, eb) =
+            (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
         let a = up_with(
             &ctx,
             a,
@@ -140,7 +142,8 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
             init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
             init_qp::<Rc>(&pd, &attr, AccessFlags::empty()),
         );
-        let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+        let (ea, eb) =
+            (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
         let a = up(&ctx, a, &ea, &eb);
         let b = up(&ctx, b, &eb, &ea);
         // Either b is gone, or it lives to the end of the round and never posts a receive.
@@ -168,7 +171,8 @@ fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging()
     let attr = QpInitAttr::new(&cq);
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let (a, b) = (init_qp::<Rc>(&pd, &attr, access), init_qp::<Rc>(&pd, &attr, access));
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
     // rxe accepts max_rd_atomic 0 and then never issues the READ: no completion, ever.
     let a = up_with(&ctx, a, &eb, &ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(ea.psn) });
     let _b = up(&ctx, b, &eb, &ea);

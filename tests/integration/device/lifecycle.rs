@@ -46,7 +46,8 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let lo = Loopback::new(&ctx, 8);
     let a = lo.rc_in_init(4, AccessFlags::empty());
     let b = lo.rc_in_init(4, AccessFlags::empty());
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
     let a = up(&ctx, a, &ea, &eb);
 
     // RTS → SQD with a bit that transition does not take: refused before the verb, QP intact.
@@ -86,7 +87,8 @@ fn query_reports_the_provider_caps_and_what_the_transitions_set() {
     assert!(caps.max_send_wr >= 4 && caps.max_recv_wr >= 4, "at least what was asked: {q:?}");
     assert!(caps.max_send_sge >= 1 && caps.max_recv_sge >= 1, "{q:?}");
 
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(0x11)), endpoint(&ctx, &b, Psn::new(0x22)));
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(0x11).unwrap()), endpoint(&ctx, &b, Psn::new(0x22).unwrap()));
     let rts = ToRtsAttr {
         timeout: AckTimeout::new(17).unwrap(),
         retry_cnt: RetryCount::new(5).unwrap(),

@@ -18,7 +18,12 @@ use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixt
 /// The peer: a RoCE endpoint with an IPv4-mapped GID.
 fn remote() -> Endpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    Endpoint { lid: Lid(0x12), qpn: Qpn(0xab_cdef), psn: Psn::new(0x12_3456), gid }
+    Endpoint {
+        lid: Lid(0x12),
+        qpn: Qpn::new(0xab_cdef).unwrap(),
+        psn: Psn::new(0x12_3456).unwrap(),
+        gid,
+    }
 }
 
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
@@ -43,7 +48,7 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
     let qp = qp.into_init(&init).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
-    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321))).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321).unwrap())).unwrap();
     let calls = f.mock.take_calls();
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
 
@@ -132,14 +137,14 @@ fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
         timeout: AckTimeout::new(17).unwrap(),
         retry_cnt: RetryCount::new(5).unwrap(),
         rnr_retry: RnrRetry::new(3).unwrap(),
-        ..ToRtsAttr::new(Psn::new(0x65_4321))
+        ..ToRtsAttr::new(Psn::new(0x65_4321).unwrap())
     };
     let qp = qp.into_rts(&ToRtsAttr { max_rd_atomic: 2, ..rts }).unwrap();
     let q = qp.query().unwrap();
     assert_eq!(q.state, QueuePairState::RTS);
     let timers = (q.timeout.get(), q.retry_cnt.get(), q.rnr_retry.get());
     assert_eq!(timers, (17, 5, 3));
-    assert_eq!((q.sq_psn, q.max_rd_atomic), (Psn::new(0x65_4321), 2));
+    assert_eq!((q.sq_psn, q.max_rd_atomic), (Psn::new(0x65_4321).unwrap(), 2));
     assert_eq!((q.path_mtu, q.caps), (Mtu::MTU_1024, rounded), "what RTR and creation set stays");
 
     let qp = qp.reset().unwrap();
@@ -209,7 +214,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
     for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
+        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
         qp = err.qp;
     }
@@ -223,7 +228,8 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
 
     // For `?`, a failed transition converts into its error (dropping the QP).
     f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
-    let err = Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
+    let err =
+        Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).map(drop).unwrap_err());
     assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
 }
 
@@ -235,7 +241,7 @@ fn einval_at_rts_gets_the_iwarp_hint() {
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
-    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
+    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
     assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
 }
 
@@ -246,8 +252,11 @@ macro_rules! connected {
         let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let $qp = rc_qp(&$pd, &$cq).into_init(&ToInitAttr::default()).unwrap();
-        let $qp =
-            $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+        let $qp = $qp
+            .into_rtr(&rtr_attr())
+            .unwrap()
+            .into_rts(&ToRtsAttr::new(Psn::new(1).unwrap()))
+            .unwrap();
         $f.mock.take_calls();
     };
 }
@@ -298,7 +307,7 @@ fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider()
     let cq = f.ctx.create_cq(32).unwrap();
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-    let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1)) };
+    let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
     let qp = qp.into_rtr(&rtr_attr()).unwrap().into_rts(&no_reads).unwrap();
     f.mock.take_calls();
     let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey(1) });
@@ -453,8 +462,11 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
     let mut qp = rc_qp(&pd, &cq);
     for round in 0..100 {
         let init = qp.into_init(&ToInitAttr::default()).unwrap();
-        let rts =
-            init.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+        let rts = init
+            .into_rtr(&rtr_attr())
+            .unwrap()
+            .into_rts(&ToRtsAttr::new(Psn::new(1).unwrap()))
+            .unwrap();
         // Four receives and four sends to a peer that never answers: all stay outstanding.
         for i in 0..8 {
             let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: pool ran dry"));
@@ -528,7 +540,7 @@ fn waiting_forever_reaches_the_verb_only_when_named() {
     let forever = ToRtsAttr {
         timeout: AckTimeout::INFINITE,
         rnr_retry: RnrRetry::INFINITE,
-        ..ToRtsAttr::new(Psn::new(1))
+        ..ToRtsAttr::new(Psn::new(1).unwrap())
     };
     let qp = qp.into_rts(&forever).unwrap();
     let [Call::ModifyQp { attr, .. }] = &f.mock.take_calls()[..] else { panic!("one modify") };
