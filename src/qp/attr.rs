@@ -224,7 +224,13 @@ impl AddressVector {
 /// MIN_RNR_TIMER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToRtrAttr {
-    /// The path MTU: at most both ports' active MTU.
+    /// The path MTU: at most both ports' active MTU. [`QueuePair::into_rtr`] lowers a larger
+    /// one to our port's active MTU, as perftest does ([`QueuePair::query`] shows the value
+    /// in effect): providers accept a larger one (rxe does, and then sends packets the link
+    /// drops). The peer's port is the caller's to respect: exchange the MTUs, use the smaller.
+    ///
+    /// [`QueuePair::into_rtr`]: crate::QueuePair::into_rtr
+    /// [`QueuePair::query`]: crate::QueuePair::query
     pub path_mtu: Mtu,
     /// The peer's QP number.
     pub dest_qpn: Qpn,

@@ -65,17 +65,26 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
     /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
     /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
     ///
+    /// A `path_mtu` above the active MTU of the port (`attr.av.port`, `ibv_query_port(3)`) is
+    /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in
+    /// effect.
+    ///
     /// # Errors
     ///
     /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
     /// `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID
-    /// index).
+    /// index), or the error of `ibv_query_port` ([`Error::PortNotFound`](crate::Error::PortNotFound)
+    /// for a port the device lacks).
     pub fn into_rtr(
         self,
         attr: &ToRtrAttr,
     ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
+        let active = match self.pd.context().query_port(attr.av.port) {
+            Ok(port) => port.active_mtu(),
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        };
         let raw = sys::ibv_qp_attr {
-            path_mtu: attr.path_mtu.0,
+            path_mtu: attr.path_mtu.at_most(active).0,
             dest_qp_num: attr.dest_qpn.get(),
             rq_psn: attr.rq_psn.get(),
             max_dest_rd_atomic: attr.max_dest_rd_atomic,

@@ -17,6 +17,7 @@ mod lifecycle;
 mod limits;
 mod loopback;
 mod memory;
+mod mtu;
 mod objstore;
 mod pair;
 mod rc_pingpong;

@@ -37,6 +37,39 @@ fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queue
     pd.create_rc_qp(&QpInitAttr::new(cq)).unwrap()
 }
 
+/// The `ibv_modify_qp` calls among `calls` (RTR also queries the port, for its active MTU).
+fn modifies(calls: Vec<Call>) -> Vec<Call> {
+    calls.into_iter().filter(|c| matches!(c, Call::ModifyQp { .. })).collect()
+}
+
+#[test]
+fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_and_query_shows_it() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let active = f.ctx.query_port(1).unwrap().active_mtu();
+    assert_eq!(active, Mtu::MTU_1024, "the mock port's");
+    for (asked, in_effect) in [
+        (Mtu::MTU_4096, Mtu::MTU_1024),
+        (Mtu::MTU_2048, Mtu::MTU_1024),
+        (Mtu::MTU_512, Mtu::MTU_512),
+    ] {
+        let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+        f.mock.take_calls();
+        let qp = qp.into_rtr(&ToRtrAttr { path_mtu: asked, ..rtr_attr() }).unwrap();
+        let calls = f.mock.take_calls();
+        assert!(calls.iter().any(|c| matches!(c, Call::QueryPortOp { port: 1, .. })), "{calls:?}");
+        let [Call::ModifyQp { attr, .. }] = &modifies(calls)[..] else { panic!("one modify") };
+        assert_eq!(attr.path_mtu, in_effect.0, "{asked} asked");
+        assert_eq!(qp.query().unwrap().path_mtu, in_effect, "{asked} asked");
+    }
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let mut attr = rtr_attr();
+    attr.av.port = 2;
+    let err = qp.into_rtr(&attr).unwrap_err();
+    assert!(matches!(err.error, Error::PortNotFound { port: 2, .. }), "{}", err.error);
+}
+
 #[test]
 fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let f = Fixture::new();
@@ -49,7 +82,7 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let qp = qp.into_init(&init).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321).unwrap())).unwrap();
-    let calls = f.mock.take_calls();
+    let calls = modifies(f.mock.take_calls());
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
 
     let init_mask =
@@ -168,7 +201,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
         f.mock.take_calls();
         let err = qp.into_rtr(&attr).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", libc::EINVAL, &gid_hint);
-        let calls = f.mock.take_calls();
+        let calls = modifies(f.mock.take_calls());
         assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
         qp = err.qp;
     }
