@@ -12,6 +12,7 @@ mod doctor;
 mod events;
 mod examples;
 mod faults;
+mod fds;
 mod field;
 mod lifecycle;
 mod limits;
