@@ -199,6 +199,9 @@ pub enum InvalidInputKind {
     NotBound,
     /// An rdma_cm event other than the one the call waits for.
     UnexpectedEvent,
+    /// A socket address that cannot work as given: an IPv6 link-local one without the scope
+    /// id naming its interface.
+    Address,
 }
 
 impl Error {

@@ -5,6 +5,8 @@ mod bandwidth;
 mod buffers;
 #[cfg(feature = "rdmacm")]
 mod cm;
+#[cfg(feature = "rdmacm")]
+mod cm_addr;
 #[cfg(feature = "mlx5")]
 mod dc;
 #[cfg(feature = "diag")]
