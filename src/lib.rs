@@ -145,6 +145,7 @@ pub mod endpoint;
 mod error;
 mod event;
 mod fd;
+pub mod fork;
 mod gid;
 mod mr;
 mod mw;

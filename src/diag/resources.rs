@@ -1,11 +1,14 @@
-//! Resources layer: the locked-memory limit, and a loopback smoke test per device.
+//! Resources layer: the locked-memory limit, fork protection (`super::fork`), and a loopback
+//! smoke test per device.
 
 use std::time::{Duration, Instant};
+
+use rdma_verbs_sys as sys;
 
 use super::addressing::Route;
 use super::link::Port;
 use super::process::{self, Memlock};
-use super::{bytes, named, Out, Targets};
+use super::{bytes, named, Gate, Out, Targets};
 use crate::access::AccessFlags;
 use crate::buffer::{BufferPool, SendOp};
 use crate::endpoint::{Endpoint, Psn};
@@ -29,10 +32,15 @@ const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
 const MESSAGE: &[u8] = b"rdma-verbs doctor smoke test";
 
 /// Runs the layer's checks.
-pub(super) fn check(out: &mut Out<'_>, routes: &Targets<Route<'_>>) {
+pub(super) fn check(
+    out: &mut Out<'_>,
+    verbs: &Gate<&'static sys::Ibverbs>,
+    routes: &Targets<Route<'_>>,
+) {
     let limit = process::memlock();
     let ipc_lock = process::has_ipc_lock() == Some(true);
     memlock(out, limit, ipc_lock);
+    super::fork::check(out, verbs);
     // The routes are per port (`rxe0/1`); the test runs once per device, on its first
     // usable port.
     let mut devices: Vec<(&str, Vec<&Result<Route<'_>, String>>)> = Vec::new();

@@ -193,6 +193,22 @@ fn_table! {
     }
 }
 
+fn_table! {
+    /// libibverbs' fork protection (`ibv_fork_init(3)`), apart from [`IbverbsFns`]: it acts
+    /// on the process, not on a device, so a table of plain function pointers (a mock
+    /// provider's, [`Ibverbs::from_fns`]) has none.
+    pub struct ForkFns, missing: LoadError::MissingSymbol;
+    required {
+        /// `ibv_fork_init(3)`
+        ibv_fork_init: fn() -> c_int;
+    }
+    optional {
+        /// `ibv_is_fork_initialized@@IBVERBS_1.13` (rdma-core v35), returning an
+        /// `enum ibv_fork_status`.
+        ibv_is_fork_initialized: fn() -> c_uint;
+    }
+}
+
 /// The loaded libibverbs: where it came from and its functions.
 #[allow(missing_debug_implementations)]
 pub struct Ibverbs {
@@ -202,6 +218,8 @@ pub struct Ibverbs {
     path: PathBuf,
     /// The function table.
     pub fns: IbverbsFns,
+    /// The process-wide fork protection, `None` for a table built from function pointers.
+    pub fork: Option<ForkFns>,
 }
 
 impl Ibverbs {
@@ -213,7 +231,7 @@ impl Ibverbs {
     /// Each function in `fns` must behave as the libibverbs function of the same name
     /// (its man page's contract), since safe code calls them on that promise.
     pub unsafe fn from_fns(fns: IbverbsFns, path: PathBuf) -> Ibverbs {
-        Ibverbs { _lib: None, path, fns }
+        Ibverbs { _lib: None, path, fns, fork: None }
     }
 
     /// The file the library was loaded from, symlinks resolved (for example
@@ -295,8 +313,9 @@ unsafe fn load(name: &Path) -> Result<Ibverbs, LoadError> {
     let lib = unsafe { open(name) }
         .map_err(|reason| LoadError::Open { library: display.clone(), reason })?;
     let fns = IbverbsFns::resolve(&lib, &display)?;
+    let fork = Some(ForkFns::resolve(&lib, &display)?);
     let path = real_path(fns.ibv_get_device_list as *const c_void, name);
-    Ok(Ibverbs { _lib: Some(lib), path, fns })
+    Ok(Ibverbs { _lib: Some(lib), path, fns, fork })
 }
 
 /// The library named by the environment variable `env` when it is set and not empty, else

@@ -16,6 +16,7 @@ mod examples;
 mod faults;
 mod fds;
 mod field;
+mod fork;
 mod lifecycle;
 mod limits;
 mod loopback;

@@ -1,0 +1,77 @@
+//! Resources layer: fork protection (`ibv_fork_init(3)`, `RDMAV_FORK_SAFE`), and whether the
+//! kernel copies pinned pages at `fork()` so that it is not needed.
+
+use rdma_verbs_sys as sys;
+
+use super::{Gate, Out};
+use crate::error::Error;
+use crate::fork::{self, ForkStatus};
+
+/// The variables that turn fork protection on when libibverbs first lists the devices.
+const FORK_ENV: [&str; 2] = ["RDMAV_FORK_SAFE", "IBV_FORK_SAFE"];
+
+/// What fork protection costs, for the findings that see it on.
+const COST: &str = "every registration then madvises whole pages: a child process that \
+     touches anything else on the pages of a borrowed region dies with SIGSEGV, a range in \
+     huge pages that does not start and end on their boundaries fails with EINVAL (unless \
+     RDMAV_HUGEPAGES_SAFE=1), and each registration costs a system call more";
+
+/// The finding `fork`.
+pub(super) fn check(out: &mut Out<'_>, verbs: &Gate<&'static sys::Ibverbs>) {
+    let check = "fork";
+    if let Err(reason) = verbs {
+        return out.skip(check, reason.clone());
+    }
+    // The variable that asks for protection, and how it is set ("RDMAV_FORK_SAFE=1").
+    let env = FORK_ENV.into_iter().find_map(|name| {
+        let value = std::env::var_os(name).filter(|value| value != "0")?;
+        Some((name, format!("{name}={}", value.to_string_lossy())))
+    });
+    match (fork::status(), env) {
+        (Ok(ForkStatus::UNNEEDED), None) => out.pass(
+            check,
+            "the kernel copies pinned pages at fork() (ibv_is_fork_initialized: unneeded): \
+             fork protection is not needed, and it is off",
+        ),
+        (Ok(ForkStatus::UNNEEDED), Some((name, env))) => out.warn(
+            check,
+            format!(
+                "{env} asks for fork protection, but the kernel copies pinned pages at fork() \
+                 (ibv_is_fork_initialized: unneeded): rdma-core v51 and later ignore it here; \
+                 older releases still turn it on, and {COST}"
+            ),
+            format!("unset {name}: this kernel needs no fork protection"),
+        ),
+        (Ok(status), env) if status == ForkStatus::ENABLED || env.is_some() => out.warn(
+            check,
+            format!(
+                "fork protection is on ({}) and the kernel does not report copying pinned \
+                 pages at fork(): {COST}",
+                env.map_or_else(|| "ibv_fork_init".into(), |(_, env)| env)
+            ),
+            "register whole pages (regions the crate allocates are), align huge-page ranges \
+             to their huge pages or set RDMAV_HUGEPAGES_SAFE=1; a program that never forks \
+             while memory is registered can leave protection off",
+        ),
+        (Ok(status), _) => out.pass(
+            check,
+            format!(
+                "fork protection is {status} and the kernel does not report copying pinned \
+                 pages at fork() (ibv_is_fork_initialized: {status}; rdma-core asks over rdma \
+                 netlink): a program that forks while memory is registered needs \
+                 fork::init() (or RDMAV_FORK_SAFE=1) before it registers"
+            ),
+        ),
+        (Err(Error::Unsupported { .. }), env) => out.warn(
+            check,
+            format!(
+                "this rdma-core (before v35) has no ibv_is_fork_initialized, so whether the \
+                 kernel copies pinned pages at fork() is unknown; fork protection is {}",
+                env.map_or_else(|| "off here".into(), |(_, env)| format!("on ({env}): {COST}"))
+            ),
+            "rdma-core v35 or later tells; a program that forks while memory is registered \
+             needs fork::init() before it registers",
+        ),
+        (Err(e), _) => out.warn(check, format!("ibv_is_fork_initialized: {e}"), "see the error"),
+    }
+}
