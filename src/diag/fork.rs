@@ -7,9 +7,6 @@ use super::{Gate, Out};
 use crate::error::Error;
 use crate::fork::{self, ForkStatus};
 
-/// The variables that turn fork protection on when libibverbs first lists the devices.
-const FORK_ENV: [&str; 2] = ["RDMAV_FORK_SAFE", "IBV_FORK_SAFE"];
-
 /// What fork protection costs, for the findings that see it on.
 const COST: &str = "every registration then madvises whole pages: a child process that \
      touches anything else on the pages of a borrowed region dies with SIGSEGV, a range in \
@@ -22,11 +19,7 @@ pub(super) fn check(out: &mut Out<'_>, verbs: &Gate<&'static sys::Ibverbs>) {
     if let Err(reason) = verbs {
         return out.skip(check, reason.clone());
     }
-    // The variable that asks for protection, and how it is set ("RDMAV_FORK_SAFE=1").
-    let env = FORK_ENV.into_iter().find_map(|name| {
-        let value = std::env::var_os(name).filter(|value| value != "0")?;
-        Some((name, format!("{name}={}", value.to_string_lossy())))
-    });
+    let env = fork::requested_by_env();
     match (fork::status(), env) {
         (Ok(ForkStatus::UNNEEDED), None) => out.pass(
             check,

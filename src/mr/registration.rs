@@ -73,7 +73,9 @@ impl<'a> Registration<'a> {
             },
         };
         let verb = if iova.is_some() { "ibv_reg_mr_iova2" } else { "ibv_reg_mr" };
-        match check_ptr(raw, verb).map_err(|e| odp_hint(e, access)) {
+        let explain =
+            |e| crate::fork::huge_page_hint(odp_hint(e, access), addr as usize, memory.len);
+        match check_ptr(raw, verb).map_err(explain) {
             Ok(raw) => {
                 crate::fork::note_registration();
                 let local = addr as u64;

@@ -6,7 +6,7 @@ use rdma_verbs::fork::{self, ForkStatus};
 use rdma_verbs::*;
 
 use super::pair::{wait_for, Loopback};
-use crate::common::{crash_isolated, require_device, RXE};
+use crate::common::{crash_isolated, crash_isolated_with, require_device, RXE};
 
 /// The page size.
 fn page_size() -> usize {
@@ -172,5 +172,85 @@ fn with_fork_protection_a_child_touching_the_rest_of_a_borrowed_regions_page_die
             // SAFETY: the region is gone; nothing else uses the mapping.
             assert_eq!(unsafe { libc::munmap(base.cast(), 3 * page) }, 0);
         },
+    );
+}
+
+/// A huge page on x86_64.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// With fork protection on, registers the whole of a 2 MiB huge page, then 4 KiB of it at
+/// 4 KiB, which `expect_part` judges.
+fn register_a_huge_page_and_part_of_it(
+    expect_part: impl FnOnce(&Context, Result<MemoryRegion<'_>>),
+) {
+    let Some(ctx) = require_device(RXE) else { return };
+    fork::init().unwrap();
+    // SAFETY: a fresh private anonymous huge-page mapping, unmapped below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            HUGE_PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(
+        base,
+        libc::MAP_FAILED,
+        "no 2 MiB huge page ({}): scripts/rdma-vm boots the guest with hugepages=8",
+        std::io::Error::last_os_error()
+    );
+    let base = base.cast::<u8>();
+    let pd = ctx.alloc_pd().unwrap();
+    // The whole huge page first: after a refused part of it, libibverbs (44.0) keeps its
+    // range tree split at that part's 4 KiB boundaries and refuses the whole too.
+    // SAFETY: the whole mapping, borrowed by the region only.
+    let whole = unsafe { std::slice::from_raw_parts_mut(base, HUGE_PAGE) };
+    drop(pd.register(whole, AccessFlags::LOCAL_WRITE).expect("the whole huge page"));
+    // SAFETY: 4 KiB at 4 KiB into the mapping, borrowed by the region only.
+    let part = unsafe { std::slice::from_raw_parts_mut(base.add(4096), 4096) };
+    expect_part(&ctx, pd.register(part, AccessFlags::LOCAL_WRITE));
+    // SAFETY: no region covers the mapping any more.
+    assert_eq!(unsafe { libc::munmap(base.cast(), HUGE_PAGE) }, 0);
+}
+
+#[test]
+fn with_fork_protection_a_huge_page_subrange_is_refused_naming_the_huge_pages() {
+    crash_isolated(
+        "device::fork::with_fork_protection_a_huge_page_subrange_is_refused_naming_the_huge_pages",
+        || {
+            register_a_huge_page_and_part_of_it(|ctx, part| match part {
+                Err(e) => {
+                    assert!(protection_applies(ctx), "{e}");
+                    assert_eq!(e.errno(), Some(libc::EINVAL), "{e}");
+                    let text = e.to_string();
+                    let head = "ibv_reg_mr failed: EINVAL (Invalid argument); fork protection \
+                                (fork::init, RDMAV_FORK_SAFE) madvises whole pages";
+                    assert!(text.starts_with(head), "{text}");
+                    for needle in [
+                        "these 4096 bytes at",
+                        "lie in 2048 KiB huge pages",
+                        "RDMAV_HUGEPAGES_SAFE=1",
+                    ] {
+                        assert!(text.contains(needle), "{needle:?} missing from {text}");
+                    }
+                }
+                Ok(region) => {
+                    assert!(!protection_applies(ctx), "registered with protection on");
+                    drop(region);
+                }
+            });
+        },
+    );
+}
+
+#[test]
+fn with_rdmav_hugepages_safe_the_same_huge_page_subrange_registers() {
+    crash_isolated_with(
+        "device::fork::with_rdmav_hugepages_safe_the_same_huge_page_subrange_registers",
+        &[("RDMAV_HUGEPAGES_SAFE", "1")],
+        || register_a_huge_page_and_part_of_it(|_, part| drop(part.unwrap())),
     );
 }
