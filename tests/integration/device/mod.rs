@@ -11,6 +11,7 @@ mod cm_addr;
 mod dc;
 #[cfg(feature = "diag")]
 mod doctor;
+mod drift;
 mod events;
 mod examples;
 mod faults;
