@@ -32,5 +32,6 @@ mod service_cm;
 mod soundness;
 mod transfers;
 mod transports;
+mod uc;
 #[cfg(feature = "rdmacm")]
 mod verbs_path;
