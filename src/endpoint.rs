@@ -12,64 +12,68 @@ use crate::gid::Gid;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Lid(pub u16);
 
-/// A Queue Pair Number: 24 bits, at most [`Qpn::MAX`] ([`Qpn::new`] refuses more). The
-/// device gives a QP its number ([`QueuePair::qp_num`](crate::QueuePair::qp_num)); the peer's
-/// comes over the wire ([`Endpoint::from_pingpong_message`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Qpn(u32);
+/// Declares a 24-bit number of the wire (`what`, e.g. "PSN"): the struct, `MAX`, `new`
+/// (which refuses more), `from_low_bits` and `get`.
+macro_rules! number_24 {
+    ($(#[$meta:meta])* pub struct $name:ident, what: $what:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct $name(u32);
 
-impl Qpn {
-    /// The largest QP number, 2²⁴ − 1.
-    pub const MAX: u32 = 0xff_ffff;
+        impl $name {
+            /// The largest value, 2²⁴ − 1.
+            pub const MAX: u32 = 0xff_ffff;
 
-    /// QP number `value`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above [`Qpn::MAX`]: the wire
-    /// carries 24 bits, so a larger number would name another QP.
-    pub fn new(value: u32) -> Result<Qpn> {
-        check_24_bits("QP number", "Qpn", value).map(Qpn)
-    }
+            #[doc = concat!("The ", $what, " `value`.")]
+            ///
+            /// # Errors
+            ///
+            /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above `MAX`: the wire
+            /// carries 24 bits, so a larger value would reach the peer as another.
+            pub fn new(value: u32) -> Result<$name> {
+                if value > Self::MAX {
+                    return Err(Error::invalid(
+                        InvalidInputKind::Range,
+                        format!(
+                            "{}::new({value:#x}): a {} has 24 bits, at most 0xffffff; a larger \
+                             one would reach the wire as another",
+                            stringify!($name),
+                            $what
+                        ),
+                    ));
+                }
+                Ok($name(value))
+            }
 
-    /// The low 24 bits of `value`, for numbers that have no more (a device's own, six hex
-    /// digits of a message).
-    pub(crate) const fn from_low_bits(value: u32) -> Qpn {
-        Qpn(value & Qpn::MAX)
-    }
+            /// The low 24 bits of `value`, for numbers that have no more (a device's own, six
+            /// hex digits of a message) and for a random one.
+            pub(crate) const fn from_low_bits(value: u32) -> $name {
+                $name(value & Self::MAX)
+            }
 
-    /// The value.
-    #[must_use]
-    pub const fn get(self) -> u32 {
-        self.0
-    }
+            /// The value.
+            #[must_use]
+            pub const fn get(self) -> u32 {
+                self.0
+            }
+        }
+    };
 }
 
-/// A Packet Sequence Number: where a QP's send or receive sequence starts; 24 bits, at most
-/// [`Psn::MAX`] ([`Psn::new`] refuses more).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Psn(u32);
+number_24! {
+    /// A Queue Pair Number: 24 bits, at most [`Qpn::MAX`] ([`Qpn::new`] refuses more). The
+    /// device gives a QP its number ([`QueuePair::qp_num`](crate::QueuePair::qp_num)); the
+    /// peer's comes over the wire ([`Endpoint::from_pingpong_message`]).
+    pub struct Qpn, what: "QP number"
+}
+
+number_24! {
+    /// A Packet Sequence Number: where a QP's send or receive sequence starts; 24 bits, at most
+    /// [`Psn::MAX`] ([`Psn::new`] refuses more).
+    pub struct Psn, what: "PSN"
+}
 
 impl Psn {
-    /// The largest PSN, 2²⁴ − 1.
-    pub const MAX: u32 = 0xff_ffff;
-
-    /// PSN `value`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above [`Psn::MAX`]: the wire
-    /// carries 24 bits, so the peer would expect another PSN than the one sent.
-    pub fn new(value: u32) -> Result<Psn> {
-        check_24_bits("PSN", "Psn", value).map(Psn)
-    }
-
-    /// The low 24 bits of `value`, for numbers that have no more (a device's, six hex digits
-    /// of a message) and for a random one.
-    pub(crate) const fn from_low_bits(value: u32) -> Psn {
-        Psn(value & Psn::MAX)
-    }
-
     /// A random PSN, as ibv_rc_pingpong picks (`lrand48() & 0xffffff`).
     #[must_use]
     pub fn random() -> Psn {
@@ -79,26 +83,6 @@ impl Psn {
         h.write_u128(now.map_or(0, |d| d.as_nanos()));
         Psn::from_low_bits(h.finish() as u32)
     }
-
-    /// The value.
-    #[must_use]
-    pub const fn get(self) -> u32 {
-        self.0
-    }
-}
-
-/// `value` when it fits the 24 bits of a `what` (built by `Type::new`).
-fn check_24_bits(what: &str, ty: &str, value: u32) -> Result<u32> {
-    if value > 0xff_ffff {
-        return Err(Error::invalid(
-            InvalidInputKind::Range,
-            format!(
-                "{ty}::new({value:#x}): a {what} has 24 bits, at most 0xffffff; a larger one \
-                 would reach the wire as another"
-            ),
-        ));
-    }
-    Ok(value)
 }
 
 /// `0x%04x`, as ibv_rc_pingpong prints a LID.

@@ -13,6 +13,10 @@ const COST: &str = "every registration then madvises whole pages: a child proces
      huge pages that does not start and end on their boundaries fails with EINVAL (unless \
      RDMAV_HUGEPAGES_SAFE=1), and each registration costs a system call more";
 
+/// What to do about [`COST`].
+const WHOLE_PAGES: &str = "register whole pages (regions the crate allocates are), align \
+     huge-page ranges to their huge pages or set RDMAV_HUGEPAGES_SAFE=1";
+
 /// The finding `fork`.
 pub(super) fn check(out: &mut Out<'_>, verbs: &Gate<&'static sys::Ibverbs>) {
     let check = "fork";
@@ -42,9 +46,10 @@ pub(super) fn check(out: &mut Out<'_>, verbs: &Gate<&'static sys::Ibverbs>) {
                  pages at fork(): {COST}",
                 env.map_or_else(|| "ibv_fork_init".into(), |(_, env)| env)
             ),
-            "register whole pages (regions the crate allocates are), align huge-page ranges \
-             to their huge pages or set RDMAV_HUGEPAGES_SAFE=1; a program that never forks \
-             while memory is registered can leave protection off",
+            format!(
+                "{WHOLE_PAGES}; a program that never forks while memory is registered can \
+                 leave protection off"
+            ),
         ),
         (Ok(status), _) => out.pass(
             check,
@@ -55,15 +60,21 @@ pub(super) fn check(out: &mut Out<'_>, verbs: &Gate<&'static sys::Ibverbs>) {
                  fork::init() (or RDMAV_FORK_SAFE=1) before it registers"
             ),
         ),
-        (Err(Error::Unsupported { .. }), env) => out.warn(
+        (Err(Error::Unsupported { .. }), None) => out.pass(
+            check,
+            "fork protection is off; this rdma-core (before v35) has no \
+             ibv_is_fork_initialized, so whether the kernel copies pinned pages at fork() is \
+             unknown: a program that forks while memory is registered should call fork::init() \
+             before it registers",
+        ),
+        (Err(Error::Unsupported { .. }), Some((_, env))) => out.warn(
             check,
             format!(
-                "this rdma-core (before v35) has no ibv_is_fork_initialized, so whether the \
-                 kernel copies pinned pages at fork() is unknown; fork protection is {}",
-                env.map_or_else(|| "off here".into(), |(_, env)| format!("on ({env}): {COST}"))
+                "fork protection is on ({env}); this rdma-core (before v35) has no \
+                 ibv_is_fork_initialized, so whether the kernel copies pinned pages at fork() \
+                 (which would make protection unneeded) is unknown: {COST}"
             ),
-            "rdma-core v35 or later tells; a program that forks while memory is registered \
-             needs fork::init() before it registers",
+            WHOLE_PAGES,
         ),
         (Err(e), _) => out.warn(check, format!("ibv_is_fork_initialized: {e}"), "see the error"),
     }

@@ -7,33 +7,76 @@ use std::time::Duration;
 
 use crate::error::{Error, InvalidInputKind, Result};
 
-/// `name value is out of range: at most max (ibv_modify_qp(3))`, as a range error.
-#[cold]
-fn out_of_range(name: &str, value: u8, max: &str) -> Error {
-    Error::invalid(
-        InvalidInputKind::Range,
-        format!("{name} {value} is out of range: at most {max} (ibv_modify_qp(3))"),
-    )
+/// Declares the newtype over a QP attribute's code of `bits` bits: the struct, `from_code`
+/// and `get` (documented as `get_doc`).
+macro_rules! code {
+    ($(#[$meta:meta])* pub struct $name:ident, bits: $bits:literal, get: $get_doc:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct $name(u8);
+
+        impl $name {
+            /// A code as the device reports it (`ibv_query_qp(3)`): its low bits.
+            pub(crate) const fn from_code(code: u8) -> $name {
+                $name(code & ((1 << $bits) - 1))
+            }
+
+            #[doc = $get_doc]
+            #[must_use]
+            pub const fn get(self) -> u8 {
+                self.0
+            }
+        }
+    };
 }
 
-/// The local ACK timeout of an RC QP (`timeout` of `ibv_modify_qp(3)`, IBA 9.7.6.1.3): how
-/// long a send waits for its ACK before it is retried, **4.096 µs × 2^n** for an exponent n
-/// of 1–31 (14 ≈ 67 ms, the default of [`ToRtsAttr::new`]; 31 ≈ 2.4 hours). The code 0 means
-/// "never time out": only [`AckTimeout::INFINITE`] says that.
-///
-/// ```
-/// # use rdma_verbs::AckTimeout;
-/// # fn main() -> rdma_verbs::Result<()> {
-/// let t = AckTimeout::new(14)?;
-/// assert_eq!(t.duration(), Some(std::time::Duration::from_nanos(4096 << 14)));
-/// assert!(AckTimeout::new(0).is_err()); // "forever" has a name:
-/// assert_eq!(AckTimeout::INFINITE.duration(), None);
-/// # Ok(()) }
-/// ```
-///
-/// [`ToRtsAttr::new`]: crate::ToRtsAttr::new
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AckTimeout(u8);
+/// The code that means "forever" in a field, and what to say instead.
+struct Forever {
+    code: u8,
+    /// What the code means ("never time out").
+    meaning: &'static str,
+    /// The constant that says it.
+    constant: &'static str,
+    /// What the constructor takes instead.
+    takes: &'static str,
+}
+
+/// `value` when it is at most `max` and not `forever`'s code; else an error naming the field
+/// `name` (and the constant that says "forever").
+fn check_code(name: &str, value: u8, max: u8, forever: Option<Forever>) -> Result<u8> {
+    let message = match forever {
+        Some(f) if f.code == value => {
+            format!("{name} {value} means {}: use {} for that; {}", f.meaning, f.constant, f.takes)
+        }
+        _ if value <= max => return Ok(value),
+        f => format!(
+            "{name} {value} is out of range: at most {max}{} (ibv_modify_qp(3))",
+            f.map_or_else(String::new, |f| format!(", or {}", f.constant))
+        ),
+    };
+    Err(Error::invalid(InvalidInputKind::Range, message))
+}
+
+code! {
+    /// The local ACK timeout of an RC QP (`timeout` of `ibv_modify_qp(3)`, IBA 9.7.6.1.3): how
+    /// long a send waits for its ACK before it is retried, **4.096 µs × 2^n** for an exponent n
+    /// of 1–31 (14 ≈ 67 ms, the default of [`ToRtsAttr::new`]; 31 ≈ 2.4 hours). The code 0 means
+    /// "never time out": only [`AckTimeout::INFINITE`] says that.
+    ///
+    /// ```
+    /// # use rdma_verbs::AckTimeout;
+    /// # fn main() -> rdma_verbs::Result<()> {
+    /// let t = AckTimeout::new(14)?;
+    /// assert_eq!(t.duration(), Some(std::time::Duration::from_nanos(4096 << 14)));
+    /// assert!(AckTimeout::new(0).is_err()); // "forever" has a name:
+    /// assert_eq!(AckTimeout::INFINITE.duration(), None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`ToRtsAttr::new`]: crate::ToRtsAttr::new
+    pub struct AckTimeout, bits: 5,
+    get: "The code `ibv_modify_qp` takes: the exponent, or 0 for [`AckTimeout::INFINITE`]."
+}
 
 impl AckTimeout {
     /// Never time out (code 0): a send to a peer that vanished waits forever.
@@ -49,27 +92,13 @@ impl AckTimeout {
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) for 0, which would mean "never
     /// time out" (say [`AckTimeout::INFINITE`] for that), and above 31.
     pub fn new(exponent: u8) -> Result<AckTimeout> {
-        match exponent {
-            0 => Err(Error::invalid(
-                InvalidInputKind::Range,
-                "timeout 0 means never time out: use AckTimeout::INFINITE for that; \
-                 AckTimeout::new takes the exponent n of 4.096 µs × 2^n, 1–31"
-                    .into(),
-            )),
-            1..=Self::MAX_EXPONENT => Ok(AckTimeout(exponent)),
-            _ => Err(out_of_range("timeout", exponent, "31")),
-        }
-    }
-
-    /// A code as the device reports it (`ibv_query_qp(3)`): its 5 bits.
-    pub(crate) const fn from_code(code: u8) -> AckTimeout {
-        AckTimeout(code & 0x1f)
-    }
-
-    /// The code `ibv_modify_qp` takes: the exponent, or 0 for [`AckTimeout::INFINITE`].
-    #[must_use]
-    pub const fn get(self) -> u8 {
-        self.0
+        let forever = Forever {
+            code: 0,
+            meaning: "never time out",
+            constant: "AckTimeout::INFINITE",
+            takes: "AckTimeout::new takes the exponent n of 4.096 µs × 2^n, 1–31",
+        };
+        check_code("timeout", exponent, Self::MAX_EXPONENT, Some(forever)).map(AckTimeout)
     }
 
     /// 4.096 µs × 2^n, or `None` for [`AckTimeout::INFINITE`].
@@ -79,12 +108,13 @@ impl AckTimeout {
     }
 }
 
-/// How many times an RC QP retries a send that timed out or was NAKed for a sequence error
-/// before it completes with `RETRY_EXC_ERR` (`retry_cnt` of `ibv_modify_qp(3)`,
-/// `retry_count` of `rdma_connect(3)`): 0–7. rxe never counts 7 down (its completer treats
-/// 7 as "retry forever"), so 7 may never end there; the defaults use 6.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RetryCount(u8);
+code! {
+    /// How many times an RC QP retries a send that timed out or was NAKed for a sequence error
+    /// before it completes with `RETRY_EXC_ERR` (`retry_cnt` of `ibv_modify_qp(3)`,
+    /// `retry_count` of `rdma_connect(3)`): 0–7. rxe never counts 7 down (its completer treats
+    /// 7 as "retry forever"), so 7 may never end there; the defaults use 6.
+    pub struct RetryCount, bits: 3, get: "The count."
+}
 
 impl RetryCount {
     /// The largest count, 7.
@@ -96,30 +126,18 @@ impl RetryCount {
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above 7 (the field has 3 bits).
     pub fn new(count: u8) -> Result<RetryCount> {
-        if count > Self::MAX {
-            return Err(out_of_range("retry_cnt", count, "7"));
-        }
-        Ok(RetryCount(count))
-    }
-
-    /// A count as the device reports it: its 3 bits.
-    pub(crate) const fn from_code(code: u8) -> RetryCount {
-        RetryCount(code & 0x7)
-    }
-
-    /// The count.
-    #[must_use]
-    pub const fn get(self) -> u8 {
-        self.0
+        check_code("retry_cnt", count, Self::MAX, None).map(RetryCount)
     }
 }
 
-/// How many times an RC QP resends after a receiver-not-ready NAK (the peer had no receive
-/// posted) before it completes with `RNR_RETRY_EXC_ERR` (`rnr_retry` of `ibv_modify_qp(3)`,
-/// `rnr_retry_count` of `rdma_connect(3)`, IBA 9.7.5.2.8): 0–6, or
-/// [`RnrRetry::INFINITE`] (code 7), which retries for as long as the peer posts nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RnrRetry(u8);
+code! {
+    /// How many times an RC QP resends after a receiver-not-ready NAK (the peer had no receive
+    /// posted) before it completes with `RNR_RETRY_EXC_ERR` (`rnr_retry` of `ibv_modify_qp(3)`,
+    /// `rnr_retry_count` of `rdma_connect(3)`, IBA 9.7.5.2.8): 0–6, or
+    /// [`RnrRetry::INFINITE`] (code 7), which retries for as long as the peer posts nothing.
+    pub struct RnrRetry, bits: 3,
+    get: "The code `ibv_modify_qp` takes: the count, or 7 for [`RnrRetry::INFINITE`]."
+}
 
 impl RnrRetry {
     /// Retry forever (code 7) on every provider.
@@ -135,27 +153,13 @@ impl RnrRetry {
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) for 7, which would mean "retry
     /// forever" (say [`RnrRetry::INFINITE`] for that), and above.
     pub fn new(count: u8) -> Result<RnrRetry> {
-        match count {
-            0..=Self::MAX => Ok(RnrRetry(count)),
-            7 => Err(Error::invalid(
-                InvalidInputKind::Range,
-                "rnr_retry 7 means retry forever: use RnrRetry::INFINITE for that; \
-                 RnrRetry::new takes a count of 0–6"
-                    .into(),
-            )),
-            _ => Err(out_of_range("rnr_retry", count, "6, or RnrRetry::INFINITE")),
-        }
-    }
-
-    /// A code as the device reports it: its 3 bits.
-    pub(crate) const fn from_code(code: u8) -> RnrRetry {
-        RnrRetry(code & 0x7)
-    }
-
-    /// The code `ibv_modify_qp` takes: the count, or 7 for [`RnrRetry::INFINITE`].
-    #[must_use]
-    pub const fn get(self) -> u8 {
-        self.0
+        let forever = Forever {
+            code: 7,
+            meaning: "retry forever",
+            constant: "RnrRetry::INFINITE",
+            takes: "RnrRetry::new takes a count of 0–6",
+        };
+        check_code("rnr_retry", count, Self::MAX, Some(forever)).map(RnrRetry)
     }
 
     /// The count, or `None` for [`RnrRetry::INFINITE`].
@@ -169,14 +173,15 @@ impl RnrRetry {
     }
 }
 
-/// The RNR NAK timer of an RC receiver (`min_rnr_timer` of `ibv_modify_qp(3)`, IBA Table 45):
-/// how long the peer is told to wait before resending when no receive was posted. A code of
-/// 0–31 from a table: 1 = 0.01 ms … 12 = 0.64 ms (the default of [`ToRtrAttr::to_endpoint`])
-/// … 31 = 491.52 ms, and 0 = 655.36 ms, the longest. Every code is finite.
-///
-/// [`ToRtrAttr::to_endpoint`]: crate::ToRtrAttr::to_endpoint
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RnrTimer(u8);
+code! {
+    /// The RNR NAK timer of an RC receiver (`min_rnr_timer` of `ibv_modify_qp(3)`, IBA Table 45):
+    /// how long the peer is told to wait before resending when no receive was posted. A code of
+    /// 0–31 from a table: 1 = 0.01 ms … 12 = 0.64 ms (the default of [`ToRtrAttr::to_endpoint`])
+    /// … 31 = 491.52 ms, and 0 = 655.36 ms, the longest. Every code is finite.
+    ///
+    /// [`ToRtrAttr::to_endpoint`]: crate::ToRtrAttr::to_endpoint
+    pub struct RnrTimer, bits: 5, get: "The code `ibv_modify_qp` takes."
+}
 
 /// The RNR NAK timer of each code, in µs (IBA Table 45; `ibv_modify_qp(3)`).
 const RNR_TIMER_MICROS: [u32; 32] = [
@@ -195,21 +200,7 @@ impl RnrTimer {
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above 31.
     pub fn new(code: u8) -> Result<RnrTimer> {
-        if code > Self::MAX {
-            return Err(out_of_range("min_rnr_timer", code, "31"));
-        }
-        Ok(RnrTimer(code))
-    }
-
-    /// A code as the device reports it: its 5 bits.
-    pub(crate) const fn from_code(code: u8) -> RnrTimer {
-        RnrTimer(code & 0x1f)
-    }
-
-    /// The code `ibv_modify_qp` takes.
-    #[must_use]
-    pub const fn get(self) -> u8 {
-        self.0
+        check_code("min_rnr_timer", code, Self::MAX, None).map(RnrTimer)
     }
 
     /// How long the code means.
@@ -244,7 +235,10 @@ mod tests {
     #[test]
     fn out_of_range_codes_are_refused_naming_the_field() {
         let cases = [
-            (AckTimeout::new(32).map(AckTimeout::get), "timeout 32 is out of range: at most 31"),
+            (
+                AckTimeout::new(32).map(AckTimeout::get),
+                "timeout 32 is out of range: at most 31, or AckTimeout::INFINITE",
+            ),
             (RetryCount::new(8).map(RetryCount::get), "retry_cnt 8 is out of range: at most 7"),
             (
                 RnrRetry::new(8).map(RnrRetry::get),

@@ -43,6 +43,20 @@ fn canaried<T, R>(what: &str, init: T, fill: impl FnOnce(*mut T) -> R) -> (T, R)
     (boxed.value, ret)
 }
 
+/// [`canaried`] for a create that writes into its structure (the capabilities it granted):
+/// asserts the object was made, destroys it with `destroy`, and returns what was written.
+fn created<T, P>(
+    what: &str,
+    init: T,
+    create: impl FnOnce(*mut T) -> *mut P,
+    destroy: impl FnOnce(*mut P) -> c_int,
+) -> T {
+    let (written, object) = canaried(what, init, create);
+    assert!(!object.is_null(), "{what}: {}", std::io::Error::last_os_error());
+    ok("destroying it", destroy(object));
+    written
+}
+
 /// Asserts a verb's `int` return is 0.
 #[track_caller]
 fn ok(what: &str, ret: c_int) {
@@ -130,14 +144,16 @@ fn creates_write_back_capabilities_no_further_than_the_bindings_structures() {
         qp_type: sys::IBV_QPT_RC,
         ..Default::default()
     };
-    let (init, qp) = canaried("ibv_create_qp", init, |a| {
+    let destroy_qp = |qp| {
+        // SAFETY: the QP just created, destroyed once.
+        unsafe { (fns.ibv_destroy_qp)(qp) }
+    };
+    let create = |a| {
         // SAFETY: a live PD and a valid creation structure whose CQs are live.
         unsafe { (fns.ibv_create_qp)(lo.pd.as_raw(), a) }
-    });
-    assert!(!qp.is_null(), "ibv_create_qp: {}", std::io::Error::last_os_error());
+    };
+    let init = created("ibv_create_qp", init, create, destroy_qp);
     assert!(init.cap.max_send_wr >= 4, "the capabilities written back");
-    // SAFETY: the QP just created, destroyed once.
-    ok("ibv_destroy_qp", unsafe { (fns.ibv_destroy_qp)(qp) });
 
     let init_ex = sys::ibv_qp_init_attr_ex {
         send_cq: cq,
@@ -149,27 +165,27 @@ fn creates_write_back_capabilities_no_further_than_the_bindings_structures() {
         send_ops_flags: u64::from(sys::IBV_QP_EX_WITH_SEND),
         ..Default::default()
     };
-    let (init_ex, qp) = canaried("ibv_create_qp_ex", init_ex, |a| {
+    let create = |a| {
         // SAFETY: a live context and a valid extended creation structure (live PD and CQs).
         unsafe { sys::inline::ibv_create_qp_ex(fns, ctx.as_raw(), a) }
-    });
-    assert!(!qp.is_null(), "ibv_create_qp_ex: {}", std::io::Error::last_os_error());
+    };
+    let init_ex = created("ibv_create_qp_ex", init_ex, create, destroy_qp);
     assert!(init_ex.cap.max_send_wr >= 4, "the capabilities written back");
-    // SAFETY: the QP just created, destroyed once.
-    ok("ibv_destroy_qp", unsafe { (fns.ibv_destroy_qp)(qp) });
 
     let srq_init = sys::ibv_srq_init_attr {
         attr: sys::ibv_srq_attr { max_wr: 4, max_sge: 1, srq_limit: 0 },
         ..Default::default()
     };
-    let (srq_init, srq) = canaried("ibv_create_srq", srq_init, |a| {
+    let create = |a| {
         // SAFETY: a live PD and a valid SRQ creation structure.
         unsafe { (fns.ibv_create_srq)(lo.pd.as_raw(), a) }
-    });
-    assert!(!srq.is_null(), "ibv_create_srq: {}", std::io::Error::last_os_error());
+    };
+    let destroy = |srq| {
+        // SAFETY: the SRQ just created, destroyed once.
+        unsafe { (fns.ibv_destroy_srq)(srq) }
+    };
+    let srq_init = created("ibv_create_srq", srq_init, create, destroy);
     assert!(srq_init.attr.max_wr >= 4, "the sizes written back");
-    // SAFETY: the SRQ just created, destroyed once.
-    ok("ibv_destroy_srq", unsafe { (fns.ibv_destroy_srq)(srq) });
 }
 
 #[test]
