@@ -108,7 +108,7 @@ fn run(args: &Args) -> Result<(), Error> {
     let dct = dct.into_init(&init).map_err(|e| e.error)?;
     let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route)).map_err(|e| e.error)?;
     let me = Peer {
-        token: dct.endpoint(gid.map_or(Gid::ZERO, |g| g.gid), port.lid())?,
+        token: dct.endpoint(gid.map_or(Gid::ZERO, |g| g.gid), port.lid()),
         write_to: region.remote(written_at..written_at + size)?,
     };
     post_recv(&srq, &region, recv_at, size)?;

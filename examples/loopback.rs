@@ -36,11 +36,12 @@ fn run() -> Result<()> {
     let (a, b) = (new_qp(AccessFlags::empty())?, new_qp(AccessFlags::REMOTE_WRITE)?);
 
     let (port, gid) = (ctx.query_port(1)?, ctx.routable_gid(1)?);
-    let endpoint = |qpn| Endpoint { lid: port.lid(), qpn, psn: Psn::new(0), gid: gid.gid };
+    let psn = Psn::new(0)?;
+    let endpoint = |qpn| Endpoint { lid: port.lid(), qpn, psn, gid: gid.gid };
     let rtr = |peer| ToRtrAttr::to_endpoint(&endpoint(peer), 1, Some(gid.index), port.active_mtu());
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
-    let a = a.into_rtr(&rtr(b_qpn))?.into_rts(&ToRtsAttr::new(Psn::new(0)))?;
-    let b = b.into_rtr(&rtr(a_qpn))?.into_rts(&ToRtsAttr::new(Psn::new(0)))?;
+    let a = a.into_rtr(&rtr(b_qpn))?.into_rts(&ToRtsAttr::new(psn))?;
+    let b = b.into_rtr(&rtr(a_qpn))?.into_rts(&ToRtsAttr::new(psn))?;
 
     let (hello, recv) = ([mr.sge(..5)?], [mr.sge(32..)?]);
     // SAFETY: `mr` and `target` outlive both QPs, and their bytes are not touched until the

@@ -199,7 +199,7 @@ fn pingpong_cm(args: &Args, id: &rdma_verbs::cm::CmId<'_>, server: bool) -> Resu
             let up = up.map_err(|e| e.error)?;
             println!(
                 "  local address:  QPN {:#08x}, connected by rdma_cm on {}",
-                up.qp.qp_num().0,
+                up.qp.qp_num().get(),
                 ctx.name()
             );
             Ok(up.qp)

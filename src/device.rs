@@ -8,13 +8,17 @@
 
 use std::ffi::CStr;
 use std::marker::PhantomData;
+use std::path::Path;
 use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
 use crate::context::Context;
-use crate::error::{check_ptr, Error, Result};
+use crate::error::{check_ptr, descriptors_exhausted, Error, Result};
+
+/// The sysfs class of the uverbs devices, which libibverbs reads to list them.
+const UVERBS_CLASS: &str = "/sys/class/infiniband_verbs";
 
 c_enum! {
     /// What kind of node a device is (`enum ibv_node_type`).
@@ -81,7 +85,9 @@ impl DeviceList {
     /// # Errors
     ///
     /// [`Error::Load`] when libibverbs cannot be loaded; [`Error::NoKernelSupport`] when the
-    /// kernel exposes no uverbs at all (`ENOSYS`); [`Error::Verb`] otherwise.
+    /// kernel exposes no uverbs at all (`ENOSYS`, and `/sys/class/infiniband_verbs` is
+    /// absent); [`Error::Verb`] otherwise — with `EMFILE` and RLIMIT_NOFILE named when the
+    /// `ENOSYS` came from the process having no file descriptor left.
     #[doc(alias = "ibv_get_device_list")]
     pub fn new() -> Result<DeviceList> {
         let lib = lib()?;
@@ -91,7 +97,16 @@ impl DeviceList {
         match NonNull::new(list) {
             Some(list) => Ok(DeviceList { list, len: n.max(0) as usize, lib }),
             None => match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::ENOSYS) => Err(Error::NoKernelSupport),
+                // libibverbs says ENOSYS whenever it cannot read the class directory; stat
+                // needs no descriptor, so tell "absent" from "no descriptor left".
+                Some(libc::ENOSYS) if !Path::new(UVERBS_CLASS).exists() => {
+                    Err(Error::NoKernelSupport)
+                }
+                Some(libc::ENOSYS) if descriptors_exhausted() => Err(Error::out_of_descriptors(
+                    "ibv_get_device_list",
+                    "libibverbs could not open /sys/class/infiniband_verbs (it reports \
+                         ENOSYS then, as if the kernel had no RDMA)",
+                )),
                 Some(e) if e != 0 => Err(Error::verb("ibv_get_device_list", e)),
                 _ => Err(Error::verb("ibv_get_device_list", libc::EIO)),
             },

@@ -5,30 +5,75 @@
 
 use std::fmt;
 
+use crate::error::{Error, InvalidInputKind, Result};
 use crate::gid::Gid;
 
 /// A Local Identifier: a port's 16-bit InfiniBand address (0 on Ethernet ports).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Lid(pub u16);
 
-/// A Queue Pair Number (24 bits).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Qpn(pub u32);
+/// Declares a 24-bit number of the wire (`what`, e.g. "PSN"): the struct, `MAX`, `new`
+/// (which refuses more), `from_low_bits` and `get`.
+macro_rules! number_24 {
+    ($(#[$meta:meta])* pub struct $name:ident, what: $what:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct $name(u32);
 
-/// A Packet Sequence Number (24 bits): where a QP's send or receive sequence starts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Psn(u32);
+        impl $name {
+            /// The largest value, 2²⁴ − 1.
+            pub const MAX: u32 = 0xff_ffff;
+
+            #[doc = concat!("The ", $what, " `value`.")]
+            ///
+            /// # Errors
+            ///
+            /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) above `MAX`: the wire
+            /// carries 24 bits, so a larger value would reach the peer as another.
+            pub fn new(value: u32) -> Result<$name> {
+                if value > Self::MAX {
+                    return Err(Error::invalid(
+                        InvalidInputKind::Range,
+                        format!(
+                            "{}::new({value:#x}): a {} has 24 bits, at most 0xffffff; a larger \
+                             one would reach the wire as another",
+                            stringify!($name),
+                            $what
+                        ),
+                    ));
+                }
+                Ok($name(value))
+            }
+
+            /// The low 24 bits of `value`, for numbers that have no more (a device's own, six
+            /// hex digits of a message) and for a random one.
+            pub(crate) const fn from_low_bits(value: u32) -> $name {
+                $name(value & Self::MAX)
+            }
+
+            /// The value.
+            #[must_use]
+            pub const fn get(self) -> u32 {
+                self.0
+            }
+        }
+    };
+}
+
+number_24! {
+    /// A Queue Pair Number: 24 bits, at most [`Qpn::MAX`] ([`Qpn::new`] refuses more). The
+    /// device gives a QP its number ([`QueuePair::qp_num`](crate::QueuePair::qp_num)); the
+    /// peer's comes over the wire ([`Endpoint::from_pingpong_message`]).
+    pub struct Qpn, what: "QP number"
+}
+
+number_24! {
+    /// A Packet Sequence Number: where a QP's send or receive sequence starts; 24 bits, at most
+    /// [`Psn::MAX`] ([`Psn::new`] refuses more).
+    pub struct Psn, what: "PSN"
+}
 
 impl Psn {
-    /// The largest PSN, 2²⁴ − 1.
-    pub const MAX: u32 = 0xff_ffff;
-
-    /// A PSN from its low 24 bits.
-    #[must_use]
-    pub fn new(value: u32) -> Psn {
-        Psn(value & Psn::MAX)
-    }
-
     /// A random PSN, as ibv_rc_pingpong picks (`lrand48() & 0xffffff`).
     #[must_use]
     pub fn random() -> Psn {
@@ -36,12 +81,7 @@ impl Psn {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         h.write_u128(now.map_or(0, |d| d.as_nanos()));
-        Psn::new(h.finish() as u32)
-    }
-
-    /// The value.
-    pub fn get(self) -> u32 {
-        self.0
+        Psn::from_low_bits(h.finish() as u32)
     }
 }
 
@@ -114,7 +154,8 @@ impl Endpoint {
     /// the 16 GID bytes as 32 lower-case hex digits, NUL-terminated (52 bytes).
     pub fn to_pingpong_message(&self) -> [u8; PINGPONG_MESSAGE_LEN] {
         let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-        let text = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid.0, self.qpn.0, self.psn.0);
+        let text =
+            format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid.0, self.qpn.get(), self.psn.get());
         let mut msg = [0u8; PINGPONG_MESSAGE_LEN];
         msg[..text.len()].copy_from_slice(text.as_bytes());
         msg
@@ -159,8 +200,9 @@ impl Endpoint {
         }
         Ok(Endpoint {
             lid: Lid(hex("lid", lid)? as u16),
-            qpn: Qpn(hex("qpn", qpn)?),
-            psn: Psn::new(hex("psn", psn)?),
+            // Six hex digits each: 24 bits, nothing lost.
+            qpn: Qpn::from_low_bits(hex("qpn", qpn)?),
+            psn: Psn::from_low_bits(hex("psn", psn)?),
             gid: Gid(gid_bytes),
         })
     }
@@ -182,14 +224,14 @@ mod tests {
         Endpoint {
             lid: Lid(0x12),
             qpn: Qpn(0x11),
-            psn: Psn::new(0x3c8a4d),
+            psn: Psn(0x3c8a4d),
             gid: Gid::from("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap()),
         }
     }
 
     #[test]
     fn numbers_print_as_ibv_rc_pingpong_prints_them() {
-        let shown = (Lid(0x12).to_string(), Qpn(0x11).to_string(), Psn::new(0x3c8a4d).to_string());
+        let shown = (Lid(0x12).to_string(), Qpn(0x11).to_string(), Psn(0x3c8a4d).to_string());
         assert_eq!(shown, ("0x0012".into(), "0x000011".into(), "0x3c8a4d".into()));
         let keys = (crate::LKey(0x1a2b).to_string(), crate::RKey(0xdead_beef).to_string());
         assert_eq!(keys, ("0x00001a2b".into(), "0xdeadbeef".into()));
@@ -229,10 +271,32 @@ mod tests {
         assert!(matches!(Endpoint::from_pingpong_message(short), Err(WireError::Layout { .. })));
     }
 
+    #[test]
+    fn numbers_above_24_bits_are_refused_naming_the_type() {
+        assert_eq!(
+            (Qpn::new(Qpn::MAX).unwrap().get(), Psn::new(Psn::MAX).unwrap().get()),
+            (Qpn::MAX, Psn::MAX)
+        );
+        let e = Qpn::new(0x100_0000).unwrap_err();
+        assert_eq!(e.invalid_input_kind(), Some(InvalidInputKind::Range));
+        assert_eq!(
+            e.to_string(),
+            "Qpn::new(0x1000000): a QP number has 24 bits, at most 0xffffff; a larger one would \
+             reach the wire as another"
+        );
+        let e = Psn::new(0x100_0001).unwrap_err();
+        assert!(e.to_string().starts_with("Psn::new(0x1000001): a PSN has 24 bits"), "{e}");
+    }
+
     proptest! {
         #[test]
+        fn every_number_above_24_bits_is_refused(v in 0x100_0000u32..) {
+            prop_assert!(Qpn::new(v).is_err() && Psn::new(v).is_err());
+        }
+
+        #[test]
         fn message_round_trips(lid: u16, qpn in 0u32..=0xff_ffff, psn in 0u32..=0xff_ffff, gid: [u8; 16]) {
-            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn::new(psn), gid: Gid(gid) };
+            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn(psn), gid: Gid(gid) };
             prop_assert_eq!(Endpoint::from_pingpong_message(&e.to_pingpong_message()), Ok(e));
         }
 
@@ -245,7 +309,7 @@ mod tests {
         fn corrupting_one_byte_is_refused_or_decodes_to_something_else(
             qpn in 0u32..=0xff_ffff, pos in 0usize..52, byte: u8,
         ) {
-            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn::new(7), gid: Gid([0xab; 16]) };
+            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn(7), gid: Gid([0xab; 16]) };
             let mut msg = e.to_pingpong_message();
             prop_assume!(msg[pos] != byte);
             msg[pos] = byte;

@@ -18,7 +18,10 @@ pub enum Error {
     #[error(transparent)]
     Load(#[from] sys::LoadError),
 
-    /// The kernel exposes no RDMA at all (`ibv_get_device_list` failed with `ENOSYS`).
+    /// The kernel exposes no RDMA at all: `ibv_get_device_list` failed with `ENOSYS` and
+    /// `/sys/class/infiniband_verbs` is absent. (libibverbs says `ENOSYS` whenever it cannot
+    /// read that directory; when it exists and the process is out of file descriptors, the
+    /// error is [`Error::Verb`] with `EMFILE` instead.)
     #[error(
         "no RDMA devices: the kernel exposes no uverbs (/sys/class/infiniband_verbs is absent). \
          Load the driver of your NIC (mlx5_ib, irdma, ...) or create a soft device \
@@ -196,6 +199,9 @@ pub enum InvalidInputKind {
     NotBound,
     /// An rdma_cm event other than the one the call waits for.
     UnexpectedEvent,
+    /// A socket address that cannot work as given: an IPv6 link-local one without the scope
+    /// id naming its interface.
+    Address,
 }
 
 impl Error {
@@ -227,6 +233,17 @@ impl Error {
         match self {
             Error::Verb { verb, source, .. } => Error::Verb { verb, source, hint: Some(text) },
             other => other,
+        }
+    }
+
+    /// `EMFILE` from `verb`, which said something else (a directory or device node it could
+    /// not open reported as absent): `why` says what it could not open.
+    #[cold]
+    pub(crate) fn out_of_descriptors(verb: &'static str, why: &str) -> Self {
+        Error::Verb {
+            verb,
+            source: io::Error::from_raw_os_error(libc::EMFILE),
+            hint: Some(format!("{why}: {}", descriptors_hint())),
         }
     }
 
@@ -355,8 +372,56 @@ fn hint(verb: &str, errno: i32) -> Option<String> {
              max_sge / max_inline_data"
                 .into()
         }
+        ("ibv_get_device_list", libc::ENOSYS) => {
+            "/sys/class/infiniband_verbs exists but libibverbs could not read it: its \
+             abi_version may be one this rdma-core does not support (see the kernel log)"
+                .into()
+        }
+        (_, libc::EMFILE) => descriptors_hint(),
+        (_, libc::ENFILE) => {
+            "the system's table of open files is full (sysctl fs.file-max): close files or \
+             raise it"
+                .into()
+        }
         _ => return None,
     })
+}
+
+/// What to do when the process has every file descriptor it may.
+fn descriptors_hint() -> String {
+    let limit = nofile_limit().map_or_else(|| "its limit".to_owned(), |n| n.to_string());
+    format!(
+        "the process has as many file descriptors open as RLIMIT_NOFILE allows ({limit}): \
+         close some, or raise the limit (ulimit -n; LimitNOFILE= for a systemd service; \
+         --ulimit nofile= for a container; setrlimit(RLIMIT_NOFILE))"
+    )
+}
+
+/// RLIMIT_NOFILE's soft limit, `None` when unlimited or unknown.
+fn nofile_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes only the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    (lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+/// Descriptors a library may need at once to look at sysfs or open a device node (a netlink
+/// socket, a directory, a file in it).
+const DESCRIPTOR_HEADROOM: u64 = 4;
+
+/// Whether this process has (nearly) every descriptor RLIMIT_NOFILE allows open, so that a
+/// library could not open a directory or node it then reported as absent: the descriptors
+/// in `/proc/self/fd` against the limit (listing them fails with `EMFILE` itself when none
+/// is left).
+pub(crate) fn descriptors_exhausted() -> bool {
+    let Some(limit) = nofile_limit() else { return false };
+    match std::fs::read_dir("/proc/self/fd") {
+        Err(e) => e.raw_os_error() == Some(libc::EMFILE),
+        // The listing's own descriptor is among them.
+        Ok(dir) => (dir.count() as u64).saturating_sub(1) + DESCRIPTOR_HEADROOM > limit,
+    }
 }
 
 /// RLIMIT_MEMLOCK's soft limit, for error messages.
@@ -449,6 +514,28 @@ mod tests {
         assert!(msg.contains("EINVAL") && msg.contains("source GID index"), "{msg}");
         let msg = Error::verb("ibv_alloc_pd", 4095).to_string();
         assert!(msg.starts_with("ibv_alloc_pd failed: errno 4095 ("), "{msg}");
+    }
+
+    #[test]
+    fn emfile_names_rlimit_nofile_and_the_remedy() {
+        let limit = nofile_limit().map_or_else(|| "its limit".to_owned(), |n| n.to_string());
+        let remedy = format!(
+            "the process has as many file descriptors open as RLIMIT_NOFILE allows ({limit}): \
+             close some, or raise the limit (ulimit -n; LimitNOFILE= for a systemd service; \
+             --ulimit nofile= for a container; setrlimit(RLIMIT_NOFILE))"
+        );
+        let msg = Error::verb("ibv_open_device", libc::EMFILE).to_string();
+        assert_eq!(msg, format!("ibv_open_device failed: EMFILE (Too many open files); {remedy}"));
+        let e = Error::out_of_descriptors("ibv_get_device_list", "libibverbs could not open x");
+        assert_eq!(e.errno(), Some(libc::EMFILE));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "ibv_get_device_list failed: EMFILE (Too many open files); libibverbs could not \
+                 open x: {remedy}"
+            )
+        );
+        assert!(!descriptors_exhausted(), "the test process has descriptors to spare");
     }
 
     #[test]

@@ -169,7 +169,7 @@ impl AsyncEvent {
         let qpn = || {
             // SAFETY: a QP event names a QP that ibv_destroy_qp keeps alive until the event
             // is acknowledged, which the caller has not done yet; a plain field read.
-            Qpn(unsafe { (*element.qp).qp_num })
+            Qpn::from_low_bits(unsafe { (*element.qp).qp_num })
         };
         // SAFETY: a CQ event's member is `cq`; only its address is kept.
         let cq = || CqId(unsafe { element.cq } as usize);
@@ -244,7 +244,7 @@ impl std::fmt::Display for AsyncEvent {
             | AsyncEvent::SqDrained(qpn)
             | AsyncEvent::PathMigrated(qpn)
             | AsyncEvent::PathMigrationError(qpn)
-            | AsyncEvent::LastWqeReached(qpn) => write!(f, "{kind} on QP {:#08x}", qpn.0),
+            | AsyncEvent::LastWqeReached(qpn) => write!(f, "{kind} on QP {:#08x}", qpn.get()),
             AsyncEvent::PortActive(port)
             | AsyncEvent::PortError(port)
             | AsyncEvent::LidChange(port)

@@ -63,6 +63,15 @@ impl Mtu {
     pub fn bytes(self) -> Option<u32> {
         (1..=5).contains(&self.0).then(|| 128 << self.0)
     }
+
+    /// `limit` when it is smaller, else `self` (also when either is a value this build does
+    /// not know).
+    pub(crate) fn at_most(self, limit: Mtu) -> Mtu {
+        match (self.bytes(), limit.bytes()) {
+            (Some(asked), Some(most)) if most < asked => limit,
+            _ => self,
+        }
+    }
 }
 
 /// A port's attributes (`struct ibv_port_attr`), from [`Context::query_port`](crate::Context::query_port).

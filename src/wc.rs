@@ -173,7 +173,7 @@ impl WorkCompletion {
     /// The local QP the work request belonged to.
     #[inline]
     pub fn qp_num(&self) -> Qpn {
-        Qpn(self.0.qp_num)
+        Qpn::from_low_bits(self.0.qp_num)
     }
 
     /// The provider's own error code, for error completions.

@@ -332,7 +332,7 @@ impl<'a> SendWr<'a> {
     pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
         self.raw.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
             ah: dest.ah.as_raw(),
-            remote_qpn: dest.qpn.0,
+            remote_qpn: dest.qpn.get(),
             remote_qkey: dest.qkey,
         };
         self.refresh();

@@ -123,12 +123,20 @@ fn builder(include_dirs: &[PathBuf], found: &Arc<Mutex<Vec<String>>>) -> bindgen
 /// Prototypes of optional functions that older headers lack, declared by this crate (as the
 /// newer headers declare them) so that the loader's table has the same fields whatever the
 /// headers: the running library decides at run time whether the symbol is there.
-const OWN_PROTOTYPES: [(&str, &str, &str); 1] = [(
-    "ibv_reg_dmabuf_mr",
-    "rdma-core v34",
-    "pub fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, \
-     fd: ::std::ffi::c_int, access: ::std::ffi::c_int) -> *mut ibv_mr;",
-)];
+const OWN_PROTOTYPES: [(&str, &str, &str); 2] = [
+    (
+        "ibv_reg_dmabuf_mr",
+        "rdma-core v34",
+        "pub fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, \
+         fd: ::std::ffi::c_int, access: ::std::ffi::c_int) -> *mut ibv_mr;",
+    ),
+    // `enum ibv_fork_status` is a C enum: an unsigned int, as bindgen renders it.
+    (
+        "ibv_is_fork_initialized",
+        "rdma-core v35",
+        "pub fn ibv_is_fork_initialized() -> ::std::ffi::c_uint;",
+    ),
+];
 
 /// The declarations of [`OWN_PROTOTYPES`] that `decls` (bindgen's output) lacks.
 fn missing_prototypes(decls: &str) -> String {

@@ -204,7 +204,10 @@ impl Connect for ByHand {
         let (peer, remote) = control.swap_endpoint(&me, mine)?;
         let rtr = ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu);
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        Ok((qp.into_rts(&ToRtsAttr::new(psn)).map_err(|e| e.error)?, remote))
+        // perftest's RNR retry: forever, so a receiver that lags behind under load is waited
+        // for instead of failing the run (the traffic loop's STALL_LIMIT bounds the wait).
+        let rts = ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(psn) };
+        Ok((qp.into_rts(&rts).map_err(|e| e.error)?, remote))
     }
 }
 

@@ -198,7 +198,7 @@ impl<'a> Server<'a> {
                 let buffer = self.pool.complete(wc);
                 let done = Done { status: wc.status(), buffer };
                 // No route: the session is gone, and dropping the buffer returns it.
-                if let Some(tx) = lock(&self.routes).get(&wc.qp_num().0) {
+                if let Some(tx) = lock(&self.routes).get(&wc.qp_num().get()) {
                     let _ = tx.send(done);
                 }
             }
@@ -374,7 +374,7 @@ impl<'a> Server<'a> {
         let qp = connect().map_err(|e| fail(500, format!("creating the session's QP: {e}")))?;
         let me = self.link.endpoint(&qp, psn);
         let (tx, rx) = mpsc::channel();
-        let qpn = qp.qp_num().0;
+        let qpn = qp.qp_num().get();
         lock(&self.routes).insert(qpn, tx);
         let id = sessions.next;
         sessions.next += 1;
@@ -386,7 +386,7 @@ impl<'a> Server<'a> {
             used: Mutex::new(Instant::now()),
         };
         sessions.open.insert(id, Arc::new(session));
-        println!("session {id}: QP {qpn:#x} connected to QP {:#x}", remote.qpn.0);
+        println!("session {id}: QP {qpn:#x} connected to QP {:#x}", remote.qpn.get());
         Ok(Reply::Text(201, vec![(SESSION, id.to_string())], me.to_pingpong_message().to_vec()))
     }
 

@@ -69,7 +69,7 @@ fn converse(ctx: &Context, port: u8, args: &Args, by: &mut dyn Connect) -> Resul
     let (qp, told) = by.connect(new_qp(&pd, &cq, port, 1)?)?;
 
     // Requests differ between clients, so a reply routed to the wrong one fails its check.
-    let seed = qp.qp_num().0 ^ std::process::id().rotate_left(16);
+    let seed = qp.qp_num().get() ^ std::process::id().rotate_left(16);
     let session = Session { qp, cq: &cq, channel: &channel, pool: &pool, seed, told, args };
     let mut bytes = 0;
     let index = session.request(0, &mut bytes)?;

@@ -472,7 +472,7 @@ impl<'a> Server<'a> {
                     client.requests,
                     client.bytes,
                     self.ctx.name(),
-                    client.qp.qp_num().0
+                    client.qp.qp_num().get()
                 );
             }
             if client.in_flight > 0 {

@@ -10,7 +10,7 @@ use rdma_verbs_sys as sys;
 
 use super::event::{CmEvent, CmEventKind, IdPtr, RawEvent};
 use super::id::CmId;
-use crate::error::{check_ptr, Error, Result};
+use crate::error::{check_ptr, descriptors_exhausted, Error, Result};
 
 /// The longest single `poll` while waiting, so a waiter notices events another thread read
 /// into the backlog for it.
@@ -42,18 +42,26 @@ impl EventChannel {
     ///
     /// [`Error::Load`] or [`Error::Verb`] (`dlopen(librdmacm.so.1)`) when libibverbs or
     /// librdmacm cannot be loaded; [`Error::Verb`] from `rdma_create_event_channel`
-    /// (`ENODEV`: no `/dev/infiniband/rdma_cm` — load `rdma_ucm`).
+    /// (`ENODEV`: no `/dev/infiniband/rdma_cm` — load `rdma_ucm`; `EMFILE`, naming
+    /// RLIMIT_NOFILE, when the process has no file descriptor left).
     #[doc(alias = "rdma_create_event_channel")]
     pub fn new() -> Result<EventChannel> {
         let lib = super::rdmacm()?;
         // SAFETY: no arguments; returns a new channel or NULL with errno.
         let raw = unsafe { (lib.fns.rdma_create_event_channel)() };
-        let raw = check_ptr(raw, "rdma_create_event_channel").map_err(|e| {
-            e.with_hint(
+        let raw = check_ptr(raw, "rdma_create_event_channel").map_err(|e| match e.errno() {
+            // librdmacm reports a device list it could not read as ENODEV.
+            Some(libc::ENODEV) if descriptors_exhausted() => Error::out_of_descriptors(
+                "rdma_create_event_channel",
+                "librdmacm could not list the RDMA devices (it reports ENODEV then)",
+            ),
+            Some(libc::ENODEV | libc::ENOENT | libc::EACCES | libc::EPERM) => e.with_hint(
                 "/dev/infiniband/rdma_cm is missing or not accessible: load the rdma_ucm \
                  module (modprobe rdma_ucm) and check its permissions"
                     .into(),
-            )
+            ),
+            // EMFILE and the rest keep their own hint.
+            _ => e,
         })?;
         let channel = EventChannel { raw, lib, backlog: Mutex::new(VecDeque::new()) };
         let fd = channel.fd();

@@ -146,9 +146,12 @@ impl<'ch> CmId<'ch> {
     /// # Errors
     ///
     /// [`Error::Verb`] from `rdma_bind_addr` (`EADDRINUSE`, `EADDRNOTAVAIL`/`ENODEV`: no
-    /// RDMA device has the address).
+    /// RDMA device has the address); [`Error::InvalidInput`]
+    /// ([`InvalidInputKind::Address`]) for an IPv6 link-local address without its scope id,
+    /// before the verb.
     #[doc(alias = "rdma_bind_addr")]
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        check_scope("rdma_bind_addr", "address", &addr)?;
         let mut addr = SockAddr::from(addr);
         // SAFETY: a live id and a valid socket address.
         let ret = unsafe { (self.lib().fns.rdma_bind_addr)(self.as_raw(), addr.as_mut_ptr()) };
@@ -202,7 +205,9 @@ impl<'ch> CmId<'ch> {
     ///
     /// [`Error::Verb`] from `rdma_resolve_addr`, or with the errno of `ADDR_ERROR`:
     /// `ETIMEDOUT` when nobody answered (the address is unreachable or no RDMA device has
-    /// it: check `ip addr`, `rdma link`), `EADDRNOTAVAIL`/`ENODEV`, `ENETUNREACH`.
+    /// it: check `ip addr`, `rdma link`), `EADDRNOTAVAIL`/`ENODEV`, `ENETUNREACH`;
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Address`]) for an IPv6 link-local `src`
+    /// or `dst` without its scope id (the interface it is on), before the verb.
     #[doc(alias = "rdma_resolve_addr")]
     pub fn resolve_addr(
         &self,
@@ -211,6 +216,10 @@ impl<'ch> CmId<'ch> {
         timeout: Duration,
     ) -> Result<()> {
         const VERB: &str = "rdma_resolve_addr";
+        if let Some(src) = &src {
+            check_scope(VERB, "source", src)?;
+        }
+        check_scope(VERB, "destination", &dst)?;
         let mut src = src.map(SockAddr::from);
         let mut dst = SockAddr::from(dst);
         let src_ptr = src.as_mut().map_or(std::ptr::null_mut(), SockAddr::as_mut_ptr);
@@ -370,7 +379,54 @@ impl From<SocketAddr> for SockAddr {
     }
 }
 
+/// Refuses an IPv6 link-local `addr` (fe80::/10) without a scope id: every interface has
+/// such addresses, so the kernel cannot tell which is meant (`EINVAL` from the verb).
+/// `what` names the argument of `verb`.
+fn check_scope(verb: &str, what: &str, addr: &SocketAddr) -> Result<()> {
+    match addr {
+        SocketAddr::V6(a) if a.ip().is_unicast_link_local() && a.scope_id() == 0 => {
+            Err(Error::invalid(
+                InvalidInputKind::Address,
+                format!(
+                    "{verb}: the {what} {} is IPv6 link-local but names no interface (its \
+                     scope id is 0): give the interface's index (if_nametoindex(3)) as the \
+                     scope id, SocketAddrV6::new(ip, port, 0, scope_id)",
+                    a.ip()
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A timeout in rdma_cm's milliseconds (saturating).
 pub(crate) fn millis(timeout: Duration) -> i32 {
     i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv6Addr, SocketAddrV6};
+
+    use super::*;
+
+    #[test]
+    fn a_link_local_address_without_a_scope_is_refused_naming_the_interface() {
+        let link_local: Ipv6Addr = "fe80::1".parse().unwrap();
+        let bare = SocketAddr::V6(SocketAddrV6::new(link_local, 7471, 0, 0));
+        let e = check_scope("rdma_resolve_addr", "destination", &bare).unwrap_err();
+        assert_eq!(e.invalid_input_kind(), Some(InvalidInputKind::Address));
+        assert_eq!(
+            e.to_string(),
+            "rdma_resolve_addr: the destination fe80::1 is IPv6 link-local but names no \
+             interface (its scope id is 0): give the interface's index (if_nametoindex(3)) as \
+             the scope id, SocketAddrV6::new(ip, port, 0, scope_id)"
+        );
+        let scoped = SocketAddr::V6(SocketAddrV6::new(link_local, 7471, 0, 2));
+        let global = SocketAddr::V6(SocketAddrV6::new("2001:db8::1".parse().unwrap(), 1, 0, 0));
+        let v4: SocketAddr = "192.0.2.1:7471".parse().unwrap();
+        for ok in [scoped, global, v4] {
+            assert!(check_scope("rdma_bind_addr", "address", &ok).is_ok(), "{ok}");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 use rdma_verbs_sys as sys;
 
 use crate::error::{Error, InvalidInputKind, Result};
+use crate::qp::{RetryCount, RnrRetry};
 
 /// What a connect or accept asks of the connection (`struct rdma_conn_param`, see
 /// `rdma_connect(3)` and `rdma_accept(3)`).
@@ -20,21 +21,23 @@ pub struct ConnParam<'a> {
     pub responder_resources: u8,
     /// RDMA reads and atomics this side may have outstanding to the peer.
     pub initiator_depth: u8,
-    /// Retries of a send that gets no acknowledgement (0–7; IB/RoCE only).
-    pub retry_count: u8,
-    /// Retries when the peer has no receive posted (0–7, 7 = forever; IB/RoCE only).
-    pub rnr_retry_count: u8,
+    /// Retries of a send that gets no acknowledgement (IB/RoCE only; 7 never ends on rxe).
+    pub retry_count: RetryCount,
+    /// Retries when the peer has no receive posted (IB/RoCE only); [`RnrRetry::INFINITE`]
+    /// retries forever.
+    pub rnr_retry_count: RnrRetry,
 }
 
 impl Default for ConnParam<'_> {
-    /// No private data; 1 read outstanding each way; 7 retries; RNR retries forever.
+    /// No private data; 1 read outstanding each way; 6 retries and 6 RNR retries, as
+    /// [`ToRtsAttr::new`](crate::ToRtsAttr::new): neither waits forever.
     fn default() -> Self {
         ConnParam {
             private_data: &[],
             responder_resources: 1,
             initiator_depth: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
+            retry_count: RetryCount::from_code(6),
+            rnr_retry_count: RnrRetry::from_code(6),
         }
     }
 }
@@ -59,8 +62,8 @@ impl<'a> ConnParam<'a> {
             responder_resources: self.responder_resources,
             initiator_depth: self.initiator_depth,
             flow_control: 1,
-            retry_count: self.retry_count,
-            rnr_retry_count: self.rnr_retry_count,
+            retry_count: self.retry_count.get(),
+            rnr_retry_count: self.rnr_retry_count.get(),
             srq: 0,
             qp_num: 0,
         })
@@ -92,6 +95,8 @@ mod tests {
         assert!(err.to_string().contains("256 bytes of private data"), "{err}");
         let raw = ConnParam::with_private_data(&long[..255]).to_raw().unwrap();
         assert_eq!(raw.private_data_len, 255);
-        assert_eq!(raw.rnr_retry_count, 7);
+        assert_eq!((raw.retry_count, raw.rnr_retry_count), (6, 6), "the defaults end");
+        let forever = ConnParam { rnr_retry_count: RnrRetry::INFINITE, ..Default::default() };
+        assert_eq!(forever.to_raw().unwrap().rnr_retry_count, 7);
     }
 }

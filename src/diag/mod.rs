@@ -10,13 +10,13 @@
 //! | [`Layer::Kernel`] | the devices in `/sys/class/infiniband` and their driver, their `/dev/infiniband/uverbsN` nodes (present, and openable by this user), the `rdma_cm` node, whether libibverbs lists and opens each device |
 //! | [`Layer::Link`] | per port: state, physical state, link layer, rate, active MTU; LID and SM LID on InfiniBand |
 //! | [`Layer::Addressing`] | the GID table (type, netdev), the routable RoCE v2 GID, the netdev's IP addresses |
-//! | [`Layer::Resources`] | `RLIMIT_MEMLOCK`, and a loopback smoke test per device (PD, 1 MiB MR, CQ, two RC QPs to RTS, one SEND) |
+//! | [`Layer::Resources`] | `RLIMIT_MEMLOCK`, fork protection (on? needed: does the kernel copy pinned pages at `fork()`?), and a loopback smoke test per device (PD, 1 MiB MR, CQ, two RC QPs to RTS, one SEND) |
 //! | [`Layer::Extras`] | mlx5dv, the dma-buf registration symbol, `nvidia_peermem`, and a container checklist |
 //!
 //! Check names, for [`Report::find`]: `libibverbs`, `stack`, `librdmacm`, `libmlx5`,
 //! `driver config`, `provider <name>`; `kernel RDMA`, `device <dev>`, `node <uverbsN>`,
 //! `rdma_cm node`, `verbs <dev>`; `port <dev>/<port>`; `GID table <dev>/<port>`,
-//! `routable GID <dev>/<port>`, `IP <dev>/<port>`; `memlock`, `smoke test <dev>`; `mlx5dv`,
+//! `routable GID <dev>/<port>`, `IP <dev>/<port>`; `memlock`, `fork`, `smoke test <dev>`; `mlx5dv`,
 //! `dmabuf`, `nvidia_peermem`, `container`, `container: <item>`. A check skipped for a whole
 //! layer has no object (`port`), one skipped for a device names only the device (`port rxe0`).
 //!
@@ -48,6 +48,7 @@
 
 mod addressing;
 mod extras;
+mod fork;
 mod kernel;
 mod library;
 mod link;
@@ -236,7 +237,7 @@ pub fn run(probe: ProviderProbe) -> Report {
     let opened = kernel::check(&mut report.layer(Layer::Kernel), &devices, &library.verbs);
     let ports = link::check(&mut report.layer(Layer::Link), &opened);
     let routes = addressing::check(&mut report.layer(Layer::Addressing), &devices, &ports);
-    resources::check(&mut report.layer(Layer::Resources), &routes);
+    resources::check(&mut report.layer(Layer::Resources), &library.verbs, &routes);
     extras::check(&mut report.layer(Layer::Extras), &devices, &library);
     report
 }

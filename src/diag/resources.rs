@@ -1,11 +1,14 @@
-//! Resources layer: the locked-memory limit, and a loopback smoke test per device.
+//! Resources layer: the locked-memory limit, fork protection (`super::fork`), and a loopback
+//! smoke test per device.
 
 use std::time::{Duration, Instant};
+
+use rdma_verbs_sys as sys;
 
 use super::addressing::Route;
 use super::link::Port;
 use super::process::{self, Memlock};
-use super::{bytes, named, Out, Targets};
+use super::{bytes, named, Gate, Out, Targets};
 use crate::access::AccessFlags;
 use crate::buffer::{BufferPool, SendOp};
 use crate::endpoint::{Endpoint, Psn};
@@ -29,10 +32,15 @@ const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
 const MESSAGE: &[u8] = b"rdma-verbs doctor smoke test";
 
 /// Runs the layer's checks.
-pub(super) fn check(out: &mut Out<'_>, routes: &Targets<Route<'_>>) {
+pub(super) fn check(
+    out: &mut Out<'_>,
+    verbs: &Gate<&'static sys::Ibverbs>,
+    routes: &Targets<Route<'_>>,
+) {
     let limit = process::memlock();
     let ipc_lock = process::has_ipc_lock() == Some(true);
     memlock(out, limit, ipc_lock);
+    super::fork::check(out, verbs);
     // The routes are per port (`rxe0/1`); the test runs once per device, on its first
     // usable port.
     let mut devices: Vec<(&str, Vec<&Result<Route<'_>, String>>)> = Vec::new();
@@ -171,11 +179,12 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
     };
     let create = at("create the QPs and move them to INIT");
     let (a, b) = (new_qp().map_err(&create)?, new_qp().map_err(&create)?);
-    let endpoint = |qpn| Endpoint { lid: port.attr.lid(), qpn, psn: Psn::new(0), gid: gid.gid };
+    let endpoint =
+        |qpn| Endpoint { lid: port.attr.lid(), qpn, psn: Psn::from_low_bits(0), gid: gid.gid };
     let rtr = |peer| {
         ToRtrAttr::to_endpoint(&endpoint(peer), port.num, Some(gid.index), port.attr.active_mtu())
     };
-    let rts = ToRtsAttr::new(Psn::new(0));
+    let rts = ToRtsAttr::new(Psn::from_low_bits(0));
     let connect = at("connect the QPs (INIT→RTR→RTS)");
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
     let a = a.into_rtr(&rtr(b_qpn)).map_err(|e| connect(e.into()))?;

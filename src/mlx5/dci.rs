@@ -268,7 +268,7 @@ impl<'ctx> Mlx5Context<'ctx> {
         let peer = DcPeer::new(self, pd, peer, route)?;
         let rts = ToRtsAttr {
             max_rd_atomic: self.dci_max_rd_atomic(attr.max_rd_atomic),
-            ..ToRtsAttr::new(Psn::new(0))
+            ..ToRtsAttr::new(Psn::from_low_bits(0))
         };
         let dci = self
             .create_dci(pd, attr)?
@@ -405,17 +405,12 @@ impl<'res> Dci<'res, Rtr> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`, or
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) naming a field out of range, as
-    /// [`QueuePair::into_rts`](crate::QueuePair::into_rts).
+    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
     pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
-        if let Err(error) = attr.check() {
-            return Err(TransitionError { qp: self, error });
-        }
         let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout,
-            retry_cnt: attr.retry_cnt,
-            rnr_retry: attr.rnr_retry,
+            timeout: attr.timeout.get(),
+            retry_cnt: attr.retry_cnt.get(),
+            rnr_retry: attr.rnr_retry.get(),
             sq_psn: attr.sq_psn.get(),
             max_rd_atomic: attr.max_rd_atomic,
             ..Default::default()
@@ -541,14 +536,14 @@ impl Dci<'_, Rts> {
             let d = &wr.dest;
             match wr.stream {
                 None => step(
-                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.0, d.key.0),
+                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.get(), d.key.0),
                     "mlx5dv_wr_set_dc_addr",
                 )?,
                 Some(id) => step(
                     sys::inline::mlx5dv_wr_set_dc_addr_stream(
                         mqp,
                         d.ah.as_raw(),
-                        d.dctn.0,
+                        d.dctn.get(),
                         d.key.0,
                         id,
                     ),
@@ -572,7 +567,7 @@ impl Dci<'_, Rts> {
 impl<S: QpState> std::fmt::Debug for Dci<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dci")
-            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().0))
+            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().get()))
             .field("state", &S::NAME)
             .field("streams", &self.streams)
             .finish()

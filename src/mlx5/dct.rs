@@ -10,12 +10,12 @@ use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, Init, QpState, Reset, Rtr, ToInitAttr};
+use crate::qp::{AddressVector, Init, QpState, Reset, RnrTimer, Rtr, ToInitAttr};
 use crate::srq::SharedReceiveQueue;
 
 use super::context::{DcVersion, Mlx5Context};
 use super::dci::DcRoute;
-use super::endpoint::{DcEndpoint, DcKey, DcTokenError};
+use super::endpoint::{DcEndpoint, DcKey};
 use super::qp::{dv_attr, DcQp, DcTypestate};
 
 /// What a DCT is created with. A DCT has no receive queue of its own: the kernel requires an
@@ -38,8 +38,9 @@ pub struct DctInitAttr<'res, 'srq> {
 pub struct DctToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
-    /// The RNR NAK timer code (12 = 0.64 ms; see `ibv_modify_qp(3)`).
-    pub min_rnr_timer: u8,
+    /// The RNR NAK timer a DCI is told to wait before resending when the DCT's SRQ is empty
+    /// ([`RnrTimer`]; 12 = 0.64 ms).
+    pub min_rnr_timer: RnrTimer,
     /// The port (and GRH) the DCT answers on.
     pub av: AddressVector,
 }
@@ -59,7 +60,7 @@ impl DctToRtrAttr {
     pub fn from_route(route: &DcRoute) -> Self {
         DctToRtrAttr {
             path_mtu: route.path_mtu,
-            min_rnr_timer: 12,
+            min_rnr_timer: RnrTimer::from_code(12),
             av: route.address_vector(Lid(0), Gid::ZERO),
         }
     }
@@ -212,7 +213,7 @@ impl<'res> Dct<'res, Init> {
     pub fn into_rtr(self, attr: &DctToRtrAttr) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
-            min_rnr_timer: attr.min_rnr_timer,
+            min_rnr_timer: attr.min_rnr_timer.get(),
             ah_attr: attr.av.to_raw(),
             ..Default::default()
         };
@@ -229,11 +230,7 @@ impl Dct<'_, Rtr> {
 
     /// The token an initiator needs: this DCT's number and key, with the GID and LID of the
     /// port it answers on and the DC version of its device.
-    ///
-    /// # Errors
-    ///
-    /// [`DcTokenError::DctnRange`] when the provider reports a DCT number above 24 bits.
-    pub fn endpoint(&self, gid: Gid, lid: Lid) -> Result<DcEndpoint, DcTokenError> {
+    pub fn endpoint(&self, gid: Gid, lid: Lid) -> DcEndpoint {
         DcEndpoint::new(gid, lid, self.dctn(), self.key, self.dc_version)
     }
 }
@@ -241,7 +238,7 @@ impl Dct<'_, Rtr> {
 impl<S: QpState> std::fmt::Debug for Dct<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dct")
-            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().0))
+            .field("qpn", &format_args!("{:#x}", self.qp.qp_num().get()))
             .field("state", &S::NAME)
             .finish_non_exhaustive()
     }

@@ -29,11 +29,13 @@ pub struct DcKey(pub u64);
 /// ```
 /// # use rdma_verbs::{Gid, Lid, Qpn};
 /// # use rdma_verbs::mlx5::{DcEndpoint, DcKey, DcVersion};
-/// let ep = DcEndpoint::new(Gid::ZERO, Lid(7), Qpn(0x1234), DcKey(42), DcVersion::V2).unwrap();
+/// # fn main() -> rdma_verbs::Result<()> {
+/// let ep = DcEndpoint::new(Gid::ZERO, Lid(7), Qpn::new(0x1234)?, DcKey(42), DcVersion::V2);
 /// let text = ep.to_string();
 /// assert_eq!(text, "dc2:00000000000000000000000000000000:0007:001234:000000000000002a:2");
 /// assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
 /// assert_eq!(DcEndpoint::from_bytes(&ep.to_bytes()).unwrap(), ep);
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DcEndpoint {
@@ -99,22 +101,9 @@ impl DcEndpoint {
 
     /// The endpoint of the DCT numbered `dctn` with key `dc_key`, on the port with `gid` (zero
     /// on InfiniBand without GRH) and `lid` (0 on RoCE), of a device speaking `dc_version`.
-    ///
-    /// # Errors
-    ///
-    /// [`DcTokenError::DctnRange`] when `dctn` does not fit in 24 bits (no DCT has such a
-    /// number, and no token could carry it).
-    pub fn new(
-        gid: Gid,
-        lid: Lid,
-        dctn: Qpn,
-        dc_key: DcKey,
-        dc_version: DcVersion,
-    ) -> Result<Self, DcTokenError> {
-        if dctn.0 > 0xff_ffff {
-            return Err(DcTokenError::DctnRange { dctn: dctn.0 });
-        }
-        Ok(DcEndpoint { gid, lid, dctn, dc_key, dc_version })
+    #[must_use]
+    pub fn new(gid: Gid, lid: Lid, dctn: Qpn, dc_key: DcKey, dc_version: DcVersion) -> Self {
+        DcEndpoint { gid, lid, dctn, dc_key, dc_version }
     }
 
     /// The DC version of the DCT's device.
@@ -148,7 +137,7 @@ impl DcEndpoint {
         b[..2].copy_from_slice(&BYTES_PREFIX);
         b[2..18].copy_from_slice(&self.gid.0);
         b[18..20].copy_from_slice(&self.lid.0.to_be_bytes());
-        b[20..24].copy_from_slice(&self.dctn.0.to_be_bytes());
+        b[20..24].copy_from_slice(&self.dctn.get().to_be_bytes());
         b[24..32].copy_from_slice(&self.dc_key.0.to_be_bytes());
         b[32] = self.dc_version.number();
         b
@@ -168,13 +157,14 @@ impl DcEndpoint {
         let b: &[u8; Self::BYTES] = b.try_into().map_err(|_| DcTokenError::Layout {
             reason: format!("{} bytes, not {}", b.len(), Self::BYTES),
         })?;
-        DcEndpoint::new(
+        let dctn = u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"));
+        Ok(DcEndpoint::new(
             Gid(b[2..18].try_into().expect("16 bytes")),
             Lid(u16::from_be_bytes([b[18], b[19]])),
-            Qpn(u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"))),
+            Qpn::new(dctn).map_err(|_| DcTokenError::DctnRange { dctn })?,
             DcKey(u64::from_be_bytes(b[24..32].try_into().expect("8 bytes"))),
             dc_version(u128::from(b[32]))?,
-        )
+        ))
     }
 }
 
@@ -189,7 +179,7 @@ impl fmt::Display for DcEndpoint {
             f,
             ":{:04x}:{:06x}:{:016x}:{:x}",
             self.lid.0,
-            self.dctn.0,
+            self.dctn.get(),
             self.dc_key.0,
             self.dc_version.number()
         )
@@ -232,13 +222,13 @@ impl FromStr for DcEndpoint {
         }
         let [gid, lid, dctn, key, version] = values;
         // Each value has at most its field's digits (checked above): the casts keep them whole.
-        DcEndpoint::new(
+        Ok(DcEndpoint::new(
             Gid(gid.to_be_bytes()),
             Lid(lid as u16),
-            Qpn(dctn as u32),
+            Qpn::from_low_bits(dctn as u32),
             DcKey(key as u64),
             dc_version(version)?,
-        )
+        ))
     }
 }
 
@@ -258,7 +248,7 @@ mod tests {
         let version = prop_oneof![Just(DcVersion::V1), Just(DcVersion::V2)];
         (any::<[u8; 16]>(), any::<u16>(), 0u32..=0xff_ffff, any::<u64>(), version).prop_map(
             |(gid, lid, dctn, key, version)| {
-                DcEndpoint::new(Gid(gid), Lid(lid), Qpn(dctn), DcKey(key), version).unwrap()
+                DcEndpoint::new(Gid(gid), Lid(lid), Qpn::new(dctn).unwrap(), DcKey(key), version)
             },
         )
     }
@@ -278,10 +268,9 @@ mod tests {
 
         #[test]
         fn a_dctn_above_24_bits_makes_no_endpoint(dctn in 0x100_0000u32..) {
-            prop_assert_eq!(
-                DcEndpoint::new(Gid::ZERO, Lid(0), Qpn(dctn), DcKey(0), DcVersion::V2),
-                Err(DcTokenError::DctnRange { dctn })
-            );
+            let mut b = sample().to_bytes();
+            b[20..24].copy_from_slice(&dctn.to_be_bytes());
+            prop_assert_eq!(DcEndpoint::from_bytes(&b), Err(DcTokenError::DctnRange { dctn }));
         }
 
         #[test]
@@ -297,8 +286,8 @@ mod tests {
 
     fn sample() -> DcEndpoint {
         let gid = Gid("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets());
-        DcEndpoint::new(gid, Lid(0), Qpn(0xabcdef), DcKey(0x0123_4567_89ab_cdef), DcVersion::V1)
-            .unwrap()
+        let dctn = Qpn::new(0xabcdef).unwrap();
+        DcEndpoint::new(gid, Lid(0), dctn, DcKey(0x0123_4567_89ab_cdef), DcVersion::V1)
     }
 
     #[test]

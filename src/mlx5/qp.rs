@@ -95,7 +95,7 @@ impl<'res> DcQp<'res> {
 
     pub(super) fn qp_num(&self) -> Qpn {
         // SAFETY: a live QP; a plain field read.
-        Qpn(unsafe { (*self.raw.as_ptr()).qp_num })
+        Qpn::from_low_bits(unsafe { (*self.raw.as_ptr()).qp_num })
     }
 
     /// `ibv_modify_qp(3)` to `state` with `mask | IBV_QP_STATE`.
@@ -128,7 +128,7 @@ impl<'res> DcQp<'res> {
 impl Drop for DcQp<'_> {
     fn drop(&mut self) {
         if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking DC QP {:#x}: {e}", self.qp_num().0);
+            log::warn!("leaking DC QP {:#x}: {e}", self.qp_num().get());
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The memory under a registration ([`RegionMemory`]): a zeroed, page-aligned buffer the
+//! The memory under a registration ([`RegionMemory`]): a zeroed buffer of whole pages the
 //! region allocates and owns, or a `&mut [u8]` it borrows.
 #![allow(unsafe_code)]
 //! # Safety
@@ -13,8 +13,10 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, InvalidInputKind, Result};
 
-/// Memory a region can be registered over: a length (a zeroed, page-aligned buffer the
-/// region allocates and owns) or a `&mut [u8]` (borrowed for the region's life).
+/// Memory a region can be registered over: a length (a zeroed buffer of whole pages the
+/// region allocates and owns; the region is that long, the rest of its last page unused) or
+/// a `&mut [u8]` (borrowed for the region's life; with fork protection on, a child must not
+/// touch the rest of the pages it shares, see [`fork`](crate::fork)).
 pub trait RegionMemory<'a>: sealed::Sealed {
     #[doc(hidden)]
     fn into_memory(self) -> Result<Memory<'a>>;
@@ -34,12 +36,18 @@ impl<'a> RegionMemory<'a> for usize {
                 "a memory region needs at least 1 byte".into(),
             ));
         }
-        let layout = Layout::from_size_align(self, page_size()).map_err(|_| {
-            Error::invalid(
-                InvalidInputKind::Size,
-                format!("a {self}-byte buffer cannot be allocated"),
-            )
-        })?;
+        // Whole pages: fork protection (`crate::fork`) madvises whole pages, so nothing else
+        // may share the buffer's last one.
+        let page = page_size();
+        let layout = self
+            .checked_next_multiple_of(page)
+            .and_then(|size| Layout::from_size_align(size, page).ok())
+            .ok_or_else(|| {
+                Error::invalid(
+                    InvalidInputKind::Size,
+                    format!("a {self}-byte buffer cannot be allocated"),
+                )
+            })?;
         // SAFETY: the layout is not zero-sized (checked above).
         let ptr = NonNull::new(unsafe { alloc::alloc_zeroed(layout) }).ok_or_else(|| {
             Error::invalid(
@@ -100,4 +108,24 @@ fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n.is_power_of_two()).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owned_buffer_is_whole_pages_however_long_the_region() {
+        let page = page_size();
+        for (len, pages) in [(1, 1), (64, 1), (page, 1), (page + 1, 2), (3 * page - 1, 3)] {
+            let mut memory = len.into_memory().unwrap();
+            let layout = memory.owned.expect("allocated here");
+            assert_eq!((memory.len, layout.size(), layout.align()), (len, pages * page, page));
+            assert_eq!(memory.ptr.as_ptr() as usize % page, 0, "page-aligned");
+            // SAFETY: never registered, not used again.
+            unsafe { memory.free() };
+        }
+        let e = (usize::MAX - 1).into_memory().unwrap_err();
+        assert_eq!(e.invalid_input_kind(), Some(InvalidInputKind::Size), "{e}");
+    }
 }

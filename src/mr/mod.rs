@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 //! # Safety
 //!
-//! A registration covers bytes that never move and outlive it: a page-aligned heap buffer the
+//! A registration covers bytes that never move and outlive it: a heap buffer of whole pages the
 //! region owns, or a `&'a mut [u8]` it holds for `'a`. The region deregisters before it frees
 //! or releases them. Memory a *peer* may write ([`RemoteWritableRegion`]) is never exposed as
 //! a plain slice, only copied in and out; what the local NIC does with `LOCAL_WRITE` memory is

@@ -73,8 +73,11 @@ impl<'a> Registration<'a> {
             },
         };
         let verb = if iova.is_some() { "ibv_reg_mr_iova2" } else { "ibv_reg_mr" };
-        match check_ptr(raw, verb).map_err(|e| odp_hint(e, access)) {
+        let explain =
+            |e| crate::fork::huge_page_hint(odp_hint(e, access), addr as usize, memory.len);
+        match check_ptr(raw, verb).map_err(explain) {
             Ok(raw) => {
+                crate::fork::note_registration();
                 let local = addr as u64;
                 let iova = iova.unwrap_or(local);
                 Ok(Registration { raw, memory, local, iova, access, pd })
@@ -161,9 +164,13 @@ impl std::fmt::Debug for Registration<'_> {
 }
 
 impl<'a> ProtectionDomain<'a> {
-    /// `ibv_reg_mr(3)`—Registers `memory` — a length (a zeroed, page-aligned buffer the
+    /// `ibv_reg_mr(3)`—Registers `memory` — a length (a zeroed buffer of whole pages the
     /// region allocates and owns) or a `&mut [u8]` (borrowed while registered) — with
     /// `access`.
+    ///
+    /// With fork protection on ([`fork`](crate::fork)), libibverbs keeps children from
+    /// inheriting every page the memory touches: a child that touches anything else on the
+    /// pages of a borrowed slice dies with `SIGSEGV`, so borrow whole pages then.
     ///
     /// # Errors
     ///

@@ -9,10 +9,11 @@ use rdma_verbs_sys as sys;
 use crate::access::AccessFlags;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Endpoint, Lid, Psn, Qpn};
-use crate::error::{Error, InvalidInputKind, Result};
 use crate::gid::Gid;
 use crate::port::Mtu;
 use crate::srq::SharedReceiveQueue;
+
+use super::retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 use crate::verbs_path::VerbsPath;
 
 /// Work queue sizes (`struct ibv_qp_cap`). After creation, [`QueuePair::caps`] holds what
@@ -223,7 +224,13 @@ impl AddressVector {
 /// MIN_RNR_TIMER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToRtrAttr {
-    /// The path MTU: at most both ports' active MTU.
+    /// The path MTU: at most both ports' active MTU. [`QueuePair::into_rtr`] lowers a larger
+    /// one to our port's active MTU, as perftest does ([`QueuePair::query`] shows the value
+    /// in effect): providers accept a larger one (rxe does, and then sends packets the link
+    /// drops). The peer's port is the caller's to respect: exchange the MTUs, use the smaller.
+    ///
+    /// [`QueuePair::into_rtr`]: crate::QueuePair::into_rtr
+    /// [`QueuePair::query`]: crate::QueuePair::query
     pub path_mtu: Mtu,
     /// The peer's QP number.
     pub dest_qpn: Qpn,
@@ -231,8 +238,9 @@ pub struct ToRtrAttr {
     pub rq_psn: Psn,
     /// RDMA READs / atomics the peer may have outstanding against us.
     pub max_dest_rd_atomic: u8,
-    /// The RNR NAK timer code (12 = 0.64 ms; see `ibv_modify_qp(3)`).
-    pub min_rnr_timer: u8,
+    /// The RNR NAK timer the peer is told to wait before resending when we have no receive
+    /// posted ([`RnrTimer`]; 12 = 0.64 ms).
+    pub min_rnr_timer: RnrTimer,
     /// How to reach the peer.
     pub av: AddressVector,
 }
@@ -247,25 +255,35 @@ impl ToRtrAttr {
             dest_qpn: remote.qpn,
             rq_psn: remote.psn,
             max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
+            min_rnr_timer: RnrTimer::from_code(12),
             av: AddressVector::to_endpoint(remote, port, sgid_index),
         }
     }
 }
 
 /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`).
+///
+/// The timers and counts are types that hold only valid values; waiting forever is said by
+/// name:
+///
+/// ```
+/// # use rdma_verbs::*;
+/// # fn main() -> Result<()> {
+/// let rts = ToRtsAttr { timeout: AckTimeout::new(18)?, ..ToRtsAttr::new(Psn::random()) };
+/// let patient = ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..rts };
+/// # drop(patient); Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToRtsAttr {
-    /// The local ACK timeout code, 0–31: 4.096 µs × 2^timeout (14 ≈ 67 ms); 0 means wait
-    /// forever (IBA 9.7.6.1.3). Larger values are refused before the verb.
-    pub timeout: u8,
+    /// The local ACK timeout, 4.096 µs × 2^n ([`AckTimeout`]; 14 ≈ 67 ms);
+    /// [`AckTimeout::INFINITE`] waits forever.
+    pub timeout: AckTimeout,
     /// Transport retries (ACK timeouts, NAKs for sequence errors) before a
-    /// `RETRY_EXC_ERR` completion, 0–7. rxe never counts 7 down (its completer treats 7 as
-    /// "retry forever"), so 7 may never end there.
-    pub retry_cnt: u8,
-    /// Receiver-not-ready retries before a `RNR_RETRY_EXC_ERR` completion, 0–7; 7 means
-    /// retry forever on every provider (IBA 9.7.5.2.8).
-    pub rnr_retry: u8,
+    /// `RETRY_EXC_ERR` completion ([`RetryCount`], 0–7; 7 never ends on rxe).
+    pub retry_cnt: RetryCount,
+    /// Receiver-not-ready retries before a `RNR_RETRY_EXC_ERR` completion ([`RnrRetry`],
+    /// 0–6); [`RnrRetry::INFINITE`] retries forever on every provider.
+    pub rnr_retry: RnrRetry,
     /// Our first send PSN (the one we told the peer).
     pub sq_psn: Psn,
     /// RDMA READs / atomics we may have outstanding.
@@ -280,26 +298,12 @@ impl ToRtsAttr {
     /// these are local to each side, so they interoperate.
     #[must_use]
     pub fn new(sq_psn: Psn) -> Self {
-        ToRtsAttr { timeout: 14, retry_cnt: 6, rnr_retry: 6, sq_psn, max_rd_atomic: 1 }
-    }
-
-    /// Each field against its range (timeout and the 3-bit retry counts).
-    pub(crate) fn check(&self) -> Result<()> {
-        check_ranges(&[
-            ("timeout", self.timeout, 31),
-            ("retry_cnt", self.retry_cnt, 7),
-            ("rnr_retry", self.rnr_retry, 7),
-        ])
-    }
-}
-
-/// Each named attribute `(name, value, max)` against its maximum, before the verb.
-pub(super) fn check_ranges(fields: &[(&str, u8, u8)]) -> Result<()> {
-    match fields.iter().find(|(_, value, max)| value > max) {
-        Some((name, value, max)) => Err(Error::invalid(
-            InvalidInputKind::Range,
-            format!("{name} {value} is out of range: at most {max} (ibv_modify_qp(3))"),
-        )),
-        None => Ok(()),
+        ToRtsAttr {
+            timeout: AckTimeout::from_code(14),
+            retry_cnt: RetryCount::from_code(6),
+            rnr_retry: RnrRetry::from_code(6),
+            sq_psn,
+            max_rd_atomic: 1,
+        }
     }
 }

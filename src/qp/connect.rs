@@ -65,27 +65,30 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
     /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
     /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
     ///
+    /// A `path_mtu` above the active MTU of the port (`attr.av.port`, `ibv_query_port(3)`) is
+    /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in
+    /// effect.
+    ///
     /// # Errors
     ///
     /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
     /// `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID
-    /// index); [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// ([`InvalidInputKind::Range`](crate::InvalidInputKind::Range)) naming `min_rnr_timer`
-    /// above 31, before the verb.
+    /// index), or the error of `ibv_query_port` ([`Error::PortNotFound`](crate::Error::PortNotFound)
+    /// for a port the device lacks).
     pub fn into_rtr(
         self,
         attr: &ToRtrAttr,
     ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
-        if let Err(error) = super::attr::check_ranges(&[("min_rnr_timer", attr.min_rnr_timer, 31)])
-        {
-            return Err(TransitionError { qp: self, error });
-        }
+        let active = match self.pd.context().query_port(attr.av.port) {
+            Ok(port) => port.active_mtu(),
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        };
         let raw = sys::ibv_qp_attr {
-            path_mtu: attr.path_mtu.0,
-            dest_qp_num: attr.dest_qpn.0,
+            path_mtu: attr.path_mtu.at_most(active).0,
+            dest_qp_num: attr.dest_qpn.get(),
             rq_psn: attr.rq_psn.get(),
             max_dest_rd_atomic: attr.max_dest_rd_atomic,
-            min_rnr_timer: attr.min_rnr_timer,
+            min_rnr_timer: attr.min_rnr_timer.get(),
             ah_attr: attr.av.to_raw(),
             ..Default::default()
         };
@@ -116,21 +119,15 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
     /// # Errors
     ///
     /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm);
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// ([`InvalidInputKind::Range`](crate::InvalidInputKind::Range)) naming the field when
-    /// `timeout` is above 31 or `retry_cnt` or `rnr_retry` above 7, before the verb.
+    /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm).
     pub fn into_rts(
         self,
         attr: &ToRtsAttr,
     ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
-        if let Err(error) = attr.check() {
-            return Err(TransitionError { qp: self, error });
-        }
         let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout,
-            retry_cnt: attr.retry_cnt,
-            rnr_retry: attr.rnr_retry,
+            timeout: attr.timeout.get(),
+            retry_cnt: attr.retry_cnt.get(),
+            rnr_retry: attr.rnr_retry.get(),
             sq_psn: attr.sq_psn.get(),
             max_rd_atomic: attr.max_rd_atomic,
             ..Default::default()

@@ -41,7 +41,7 @@ fn context(mock: &Mock, path: Path) -> Context {
 /// A RoCE peer: index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
 fn peer() -> Endpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().expect("an IPv6 address"));
-    Endpoint { lid: Lid(0), qpn: Qpn(0x12), psn: Psn::new(1), gid }
+    Endpoint { lid: Lid(0), qpn: Qpn::new(0x12).unwrap(), psn: Psn::new(1).unwrap(), gid }
 }
 
 /// The WR shapes tried: every opcode but binds (which never fit: `fit::SLOW`), 0 to 5 SGEs
@@ -125,7 +125,7 @@ fn a_wr_that_fits_the_slack_passes_every_exact_check_and_the_common_ones_fit() {
         let cq = ctx.create_cq(64).unwrap();
         let ah: AddressHandle<'_> =
             pd.create_ah(&AddressVector::to_endpoint(&peer(), 1, Some(3))).unwrap();
-        let dest = UdDestination { ah: &ah, qpn: Qpn(0x12), qkey: 7 };
+        let dest = UdDestination { ah: &ah, qpn: Qpn::new(0x12).unwrap(), qkey: 7 };
         let wrs = wrs(&sges, &dest);
         let verbs_path = Some(match path {
             Path::Legacy => VerbsPath::Legacy,
@@ -136,7 +136,7 @@ fn a_wr_that_fits_the_slack_passes_every_exact_check_and_the_common_ones_fit() {
             let attr = QpInitAttr { cap, verbs_path, ..QpInitAttr::new(&cq) };
             let rtr = ToRtrAttr::to_endpoint(&peer(), 1, Some(3), Mtu::MTU_1024);
             for max_rd_atomic in [0, 1] {
-                let rts = ToRtsAttr { max_rd_atomic, ..ToRtsAttr::new(Psn::new(1)) };
+                let rts = ToRtsAttr { max_rd_atomic, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
                 let rc = pd.create_qp::<Rc>(&attr).unwrap();
                 let rc = rc.into_init(&ToInitAttr::default()).unwrap().into_rtr(&rtr).unwrap();
                 let rc = rc.into_rts(&rts).unwrap();
@@ -152,12 +152,12 @@ fn a_wr_that_fits_the_slack_passes_every_exact_check_and_the_common_ones_fit() {
             }
             let uc = pd.create_qp::<Uc>(&attr).unwrap();
             let uc = uc.into_init(&ToInitAttr::default()).unwrap().into_rtr(&rtr).unwrap();
-            let uc = uc.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+            let uc = uc.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap();
             check_all(&uc, &wrs);
             let ud = pd.create_qp::<Ud>(&attr).unwrap();
             let init = UdToInitAttr { port: 1, pkey_index: 0, qkey: 7 };
             let ud = ud.into_init(&init).unwrap().into_rtr().unwrap();
-            let ud = ud.into_rts(Psn::new(1)).unwrap();
+            let ud = ud.into_rts(Psn::new(1).unwrap()).unwrap();
             check_all(&ud, &wrs);
             // An addressed SEND within the path MTU fits a UD QP; unaddressed, or above the
             // MTU, it does not.

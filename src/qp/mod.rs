@@ -25,6 +25,7 @@ mod kind;
 mod modify;
 mod post;
 mod query;
+mod retry;
 mod state;
 
 use std::marker::PhantomData;
@@ -41,6 +42,7 @@ pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
+pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
 use crate::cq::CompletionQueue;
@@ -134,7 +136,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// The QP number, which the peer needs.
     pub fn qp_num(&self) -> Qpn {
         // SAFETY: a live QP; a plain field read.
-        Qpn(unsafe { (*self.raw.as_ptr()).qp_num })
+        Qpn::from_low_bits(unsafe { (*self.raw.as_ptr()).qp_num })
     }
 
     /// The capabilities as creation returned them (at least what was asked);
@@ -329,7 +331,7 @@ impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
 impl<S: QpState, T: QpType> Drop for QueuePair<'_, S, T> {
     fn drop(&mut self) {
         if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking QP {:#x}: {e}", self.qp_num().0);
+            log::warn!("leaking QP {:#x}: {e}", self.qp_num().get());
         }
     }
 }
@@ -337,7 +339,7 @@ impl<S: QpState, T: QpType> Drop for QueuePair<'_, S, T> {
 impl<S: QpState, T: QpType> std::fmt::Debug for QueuePair<'_, S, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
-            .field("qpn", &format_args!("{:#x}", self.qp_num().0))
+            .field("qpn", &format_args!("{:#x}", self.qp_num().get()))
             .field("type", &T::NAME)
             .field("state", &S::NAME)
             .field("caps", &self.caps)

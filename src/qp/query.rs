@@ -5,6 +5,7 @@ use rdma_verbs_sys as sys;
 
 use super::attr::QpCapabilities;
 use super::modify::QueuePairState;
+use super::retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 use super::state::QpState;
 use super::{QpType, QueuePair};
 use crate::access::AccessFlags;
@@ -37,14 +38,15 @@ pub struct QpAttributes {
     pub rq_psn: Psn,
     /// The next send PSN (`sq_psn`).
     pub sq_psn: Psn,
-    /// The local ACK timeout code: 4.096 µs × 2^timeout (`timeout`, RC).
-    pub timeout: u8,
+    /// The local ACK timeout, 4.096 µs × 2^n (`timeout`, RC; before RTS the provider's
+    /// value, usually the code 0, [`AckTimeout::INFINITE`]).
+    pub timeout: AckTimeout,
     /// Transport retries before an error completion (`retry_cnt`, RC).
-    pub retry_cnt: u8,
-    /// Receiver-not-ready retries, 7 meaning forever (`rnr_retry`, RC).
-    pub rnr_retry: u8,
-    /// The RNR NAK timer code (`min_rnr_timer`, RC).
-    pub min_rnr_timer: u8,
+    pub retry_cnt: RetryCount,
+    /// Receiver-not-ready retries (`rnr_retry`, RC).
+    pub rnr_retry: RnrRetry,
+    /// The RNR NAK timer (`min_rnr_timer`, RC).
+    pub min_rnr_timer: RnrTimer,
     /// RDMA READs / atomics this QP may have outstanding (`max_rd_atomic`, RC).
     pub max_rd_atomic: u8,
     /// RDMA READs / atomics the peer may have outstanding against it (`max_dest_rd_atomic`,
@@ -65,13 +67,13 @@ impl QpAttributes {
             qkey: a.qkey,
             access: AccessFlags::from_bits_retain(a.qp_access_flags),
             path_mtu: Mtu(a.path_mtu),
-            dest_qpn: Qpn(a.dest_qp_num),
-            rq_psn: Psn::new(a.rq_psn),
-            sq_psn: Psn::new(a.sq_psn),
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            min_rnr_timer: a.min_rnr_timer,
+            dest_qpn: Qpn::from_low_bits(a.dest_qp_num),
+            rq_psn: Psn::from_low_bits(a.rq_psn),
+            sq_psn: Psn::from_low_bits(a.sq_psn),
+            timeout: AckTimeout::from_code(a.timeout),
+            retry_cnt: RetryCount::from_code(a.retry_cnt),
+            rnr_retry: RnrRetry::from_code(a.rnr_retry),
+            min_rnr_timer: RnrTimer::from_code(a.min_rnr_timer),
             max_rd_atomic: a.max_rd_atomic,
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             caps: QpCapabilities::from_raw(&a.cap),

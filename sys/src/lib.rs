@@ -51,7 +51,7 @@ pub mod mlx5;
 pub mod rdmacm;
 
 pub use bindings::*;
-pub use loader::{ibverbs, Ibverbs, IbverbsFns, LoadError};
+pub use loader::{ibverbs, ForkFns, Ibverbs, IbverbsFns, LoadError};
 #[cfg(rdma_verbs_mlx5dv)]
 pub use mlx5::{mlx5_for, Mlx5, Mlx5Fns, Mlx5LoadError};
 #[cfg(rdma_verbs_rdma_cma)]

@@ -193,6 +193,22 @@ fn_table! {
     }
 }
 
+fn_table! {
+    /// libibverbs' fork protection (`ibv_fork_init(3)`), apart from [`IbverbsFns`]: it acts
+    /// on the process, not on a device, so a table of plain function pointers (a mock
+    /// provider's, [`Ibverbs::from_fns`]) has none.
+    pub struct ForkFns, missing: LoadError::MissingSymbol;
+    required {
+        /// `ibv_fork_init(3)`
+        ibv_fork_init: fn() -> c_int;
+    }
+    optional {
+        /// `ibv_is_fork_initialized@@IBVERBS_1.13` (rdma-core v35), returning an
+        /// `enum ibv_fork_status`.
+        ibv_is_fork_initialized: fn() -> c_uint;
+    }
+}
+
 /// The loaded libibverbs: where it came from and its functions.
 #[allow(missing_debug_implementations)]
 pub struct Ibverbs {
@@ -202,6 +218,8 @@ pub struct Ibverbs {
     path: PathBuf,
     /// The function table.
     pub fns: IbverbsFns,
+    /// The process-wide fork protection, `None` for a table built from function pointers.
+    pub fork: Option<ForkFns>,
 }
 
 impl Ibverbs {
@@ -213,7 +231,7 @@ impl Ibverbs {
     /// Each function in `fns` must behave as the libibverbs function of the same name
     /// (its man page's contract), since safe code calls them on that promise.
     pub unsafe fn from_fns(fns: IbverbsFns, path: PathBuf) -> Ibverbs {
-        Ibverbs { _lib: None, path, fns }
+        Ibverbs { _lib: None, path, fns, fork: None }
     }
 
     /// The file the library was loaded from, symlinks resolved (for example
@@ -272,15 +290,18 @@ fn load_reason(e: &libloading::Error) -> String {
 pub fn ibverbs() -> Result<&'static Ibverbs, LoadError> {
     static LIB: OnceLock<Result<Ibverbs, LoadError>> = OnceLock::new();
     let load = || {
-        let anchor = |fns: &IbverbsFns| fns.ibv_get_device_list as *const c_void;
+        // The verbs and, apart, the fork protection.
+        let resolve = |lib: &Library, name: &str| {
+            Ok((IbverbsFns::resolve(lib, name)?, ForkFns::resolve(lib, name)?))
+        };
+        let anchor = |(fns, _): &(IbverbsFns, ForkFns)| fns.ibv_get_device_list as *const c_void;
         let open_failed = |library, reason| LoadError::Open { library, reason };
         // SAFETY: dlopen runs the library's initialisers. libibverbs' (and its providers')
         // initialisers only set up its own state; the override is the user's explicit choice,
         // and a libibverbs of rdma-core implements the ABI of this build's headers.
-        let (lib, path, fns) = unsafe {
-            open_table(LIBIBVERBS_ENV, LIBIBVERBS_SONAME, IbverbsFns::resolve, anchor, open_failed)
-        }?;
-        Ok(Ibverbs { _lib: Some(lib), path, fns })
+        let (lib, path, (fns, fork)) =
+            unsafe { open_table(LIBIBVERBS_ENV, LIBIBVERBS_SONAME, resolve, anchor, open_failed) }?;
+        Ok(Ibverbs { _lib: Some(lib), path, fns, fork: Some(fork) })
     };
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }

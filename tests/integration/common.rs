@@ -58,6 +58,12 @@ pub fn skipped_for_kernel_rdma() -> bool {
 /// fails this one test, not the whole run. The parent asserts the child ran that one test and
 /// passed; the child, started with `RDMA_VERBS_TEST_CHILD` naming the test, runs `body`.
 pub fn crash_isolated(test: &str, body: impl FnOnce()) {
+    crash_isolated_with(test, &[], body);
+}
+
+/// [`crash_isolated`], with the child's environment extended by `envs` (variables a library
+/// reads when it loads).
+pub fn crash_isolated_with(test: &str, envs: &[(&str, &str)], body: impl FnOnce()) {
     const CHILD: &str = "RDMA_VERBS_TEST_CHILD";
     if std::env::var(CHILD).as_deref() == Ok(test) {
         return body();
@@ -65,6 +71,7 @@ pub fn crash_isolated(test: &str, body: impl FnOnce()) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new(exe);
     cmd.args([test, "--exact", "--test-threads=1", "--nocapture"]).env(CHILD, test);
+    cmd.envs(envs.iter().copied());
     let out = output_within(cmd, Duration::from_secs(120));
     let text = text(&out);
     assert!(out.status.success(), "the child process running {test} failed:\n{text}");

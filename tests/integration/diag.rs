@@ -186,3 +186,38 @@ fn the_loaded_library_answers_symbol_lookups() {
     assert!(lib.has_symbol("ibv_get_device_list"));
     assert!(!lib.has_symbol("ibv_no_such_verb"));
 }
+
+#[test]
+fn fork_protection_asked_for_is_a_warning_that_says_what_it_costs() {
+    let status = match rdma_verbs::fork::status() {
+        Err(rdma_verbs::Error::Load(e)) => return eprintln!("skipped: needs libibverbs: {e}"),
+        other => other,
+    };
+    let json = |envs: &[(&str, &str)]| {
+        String::from_utf8_lossy(&doctor(envs, &["--json"]).stdout).into_owned()
+    };
+    // "0" is off, as libibverbs reads it.
+    let off = json(&[("RDMAV_FORK_SAFE", "0")]);
+    match status {
+        Ok(rdma_verbs::fork::ForkStatus::UNNEEDED) => {
+            assert_finding(&off, "fork", "PASS", &["the kernel copies pinned pages at fork()"])
+        }
+        Ok(_) => assert_finding(
+            &off,
+            "fork",
+            "PASS",
+            &["does not report copying pinned pages", "fork::init()"],
+        ),
+        Err(e) => {
+            assert!(matches!(e, rdma_verbs::Error::Unsupported { .. }), "{e}");
+            assert_finding(&off, "fork", "PASS", &["fork protection is off", "before v35"]);
+        }
+    }
+    let on = json(&[("RDMAV_FORK_SAFE", "1")]);
+    assert_finding(
+        &on,
+        "fork",
+        "WARN",
+        &["RDMAV_FORK_SAFE=1", "SIGSEGV", "EINVAL", "RDMAV_HUGEPAGES_SAFE"],
+    );
+}

@@ -145,7 +145,7 @@ mod hardware {
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
         let dct = dct.into_rtr(&DctToRtrAttr::new(1, sgid, Mtu::MTU_1024)).unwrap();
-        let token = dct.endpoint(gid, lid).unwrap();
+        let token = dct.endpoint(gid, lid);
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
@@ -254,7 +254,7 @@ mod hardware {
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() };
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
         let dct = dct.into_init(&init).unwrap().into_rtr(&DctToRtrAttr::from_route(&route));
-        let token = dct.unwrap().endpoint(gid, lid).unwrap();
+        let token = dct.unwrap().endpoint(gid, lid);
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
@@ -281,7 +281,7 @@ mod hardware {
         assert_eq!(poll_one(), (2, false));
         let dci = mlx5.renew_dci(dci, &DciInitAttr::new(cq)).unwrap().into_init(1, 0).unwrap();
         let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 }).unwrap();
-        let dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0))).unwrap();
+        let dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0).unwrap())).unwrap();
         send(&dci, 3, peer.destination());
         let mut seen = [poll_one(), poll_one()];
         seen.sort();

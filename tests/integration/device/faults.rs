@@ -35,7 +35,10 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let mr = lo.region(4096);
-    let rts = ToRtsAttr { rnr_retry: 0, ..ToRtsAttr::new(Psn::new(100)) };
+    let rts = ToRtsAttr {
+        rnr_retry: RnrRetry::new(0).unwrap(),
+        ..ToRtsAttr::new(Psn::new(100).unwrap())
+    };
     let (a, b) = lo.pair_with::<Rc>(&lo.attr(4), AccessFlags::empty(), &rts);
 
     let send = [mr.sge(..64).unwrap()];

@@ -25,7 +25,8 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         let pool = lo.pool(64, 64);
         let attr = QpInitAttr { verbs_path: Some(path), ..lo.attr(8) };
         // b never posts a receive and a retries RNR forever: every SEND stays queued.
-        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(Psn::new(1)) };
+        let rts =
+            ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
         let (a, b) = lo.pair_with::<Rc>(&attr, AccessFlags::empty(), &rts);
         assert_eq!(a.send_path(), path);
         let mut in_flight = 0;
@@ -83,7 +84,8 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
     for round in 0..100 {
         let init = ToInitAttr { port: PORT, ..Default::default() };
         let (a, b) = (qps.0.into_init(&init).unwrap(), qps.1.into_init(&init).unwrap());
-        let rts = ToRtsAttr { rnr_retry: 7, ..ToRtsAttr::new(Psn::new(1)) };
+        let rts =
+            ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
         let (a, b) = connect_with(&ctx, a, b, &rts);
         // The service's receives, and sends its peer never takes: all outstanding when the
         // connection is torn down.
@@ -141,7 +143,7 @@ fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging()
     let lo = Loopback::new(&ctx, 16);
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     // rxe accepts max_rd_atomic 0 and then never issues the READ: no completion, ever.
-    let rts = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1)) };
+    let rts = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
     let (a, _b) = lo.pair_with::<Rc>(&QpInitAttr::new(&lo.cq), access, &rts);
     let local = lo.region(64);
     let target = lo.pd.register_remote_writable(64, AccessFlags::LOCAL_WRITE | access).unwrap();

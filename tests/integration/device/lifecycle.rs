@@ -46,7 +46,8 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let lo = Loopback::new(&ctx, 8);
     let a = lo.rc_in_init(4, AccessFlags::empty());
     let b = lo.rc_in_init(4, AccessFlags::empty());
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(1)), endpoint(&ctx, &b, Psn::new(2)));
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
     let a = up_with(&ctx, a, &eb, &ToRtsAttr::new(ea.psn));
 
     // RTS → SQD with a bit that transition does not take: refused before the verb, QP intact.
@@ -86,15 +87,21 @@ fn query_reports_the_provider_caps_and_what_the_transitions_set() {
     assert!(caps.max_send_wr >= 4 && caps.max_recv_wr >= 4, "at least what was asked: {q:?}");
     assert!(caps.max_send_sge >= 1 && caps.max_recv_sge >= 1, "{q:?}");
 
-    let (ea, eb) = (endpoint(&ctx, &a, Psn::new(0x11)), endpoint(&ctx, &b, Psn::new(0x22)));
-    let rts = ToRtsAttr { timeout: 17, retry_cnt: 5, rnr_retry: 3, ..ToRtsAttr::new(ea.psn) };
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(0x11).unwrap()), endpoint(&ctx, &b, Psn::new(0x22).unwrap()));
+    let rts = ToRtsAttr {
+        timeout: AckTimeout::new(17).unwrap(),
+        retry_cnt: RetryCount::new(5).unwrap(),
+        rnr_retry: RnrRetry::new(3).unwrap(),
+        ..ToRtsAttr::new(ea.psn)
+    };
     let a = up_with(&ctx, a, &eb, &rts);
     let q = a.query().unwrap();
     let mtu = ctx.query_port(PORT).unwrap().active_mtu();
     assert_eq!(q.state, QueuePairState::RTS);
     assert_eq!((q.path_mtu, q.dest_qpn, q.rq_psn, q.sq_psn), (mtu, b.qp_num(), eb.psn, ea.psn));
-    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (17, 5, 3), "{q:?}");
-    assert_eq!((q.min_rnr_timer, q.max_dest_rd_atomic, q.max_rd_atomic), (12, 1, 1), "{q:?}");
+    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (rts.timeout, rts.retry_cnt, rts.rnr_retry));
+    assert_eq!((q.min_rnr_timer.get(), q.max_dest_rd_atomic, q.max_rd_atomic), (12, 1, 1), "{q:?}");
     assert_eq!(q.caps, caps, "the caps stay");
     drop(b);
 }

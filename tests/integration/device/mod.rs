@@ -5,19 +5,25 @@ mod bandwidth;
 mod buffers;
 #[cfg(feature = "rdmacm")]
 mod cm;
+#[cfg(feature = "rdmacm")]
+mod cm_addr;
 #[cfg(feature = "mlx5")]
 mod dc;
 #[cfg(feature = "diag")]
 mod doctor;
+mod drift;
 mod events;
 mod examples;
 mod faults;
+mod fds;
 mod field;
+mod fork;
 mod latency;
 mod lifecycle;
 mod limits;
 mod loopback;
 mod memory;
+mod mtu;
 mod objstore;
 mod pair;
 mod rc_pingpong;
@@ -27,6 +33,7 @@ mod service_cm;
 mod soundness;
 mod transfers;
 mod transports;
+mod uc;
 #[cfg(feature = "rdmacm")]
 mod verbs_path;
 

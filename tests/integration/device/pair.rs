@@ -190,14 +190,14 @@ pub fn ud_in_rts<'a>(
 ) -> QueuePair<'a, Rts, Ud> {
     let qp = pd.create_qp::<Ud>(attr).unwrap();
     let qp = qp.into_init(&UdToInitAttr { port: PORT, pkey_index: 0, qkey }).unwrap();
-    qp.into_rtr().unwrap().into_rts(Psn::new(0)).unwrap()
+    qp.into_rtr().unwrap().into_rts(Psn::new(0).unwrap()).unwrap()
 }
 
 /// An address handle for reaching QPs of this same port (GRH from the routable GID).
 pub fn loopback_ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
     let gid = ctx.routable_gid(PORT).unwrap().gid;
     let lid = ctx.query_port(PORT).unwrap().lid();
-    let me = Endpoint { lid, qpn: Qpn(0), psn: Psn::new(0), gid };
+    let me = Endpoint { lid, qpn: Qpn::new(0).unwrap(), psn: Psn::new(0).unwrap(), gid };
     pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(sgid_index(ctx)))).unwrap()
 }
 

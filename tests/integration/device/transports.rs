@@ -75,7 +75,7 @@ fn a_ud_send_arrives_behind_the_grh_and_a_wrong_qkey_is_dropped_raw() {
     let wc = wcs.iter().find(|wc| wc.wr_id() == 10).unwrap();
     assert_eq!(wc.byte_len() as usize, Grh::LEN + mtu, "the GRH area counts in byte_len");
     assert_eq!(wc.qp_num(), b.qp_num());
-    assert_eq!(wc.as_raw().src_qp, a.qp_num().0, "the completion names the sending QP");
+    assert_eq!(wc.as_raw().src_qp, a.qp_num().get(), "the completion names the sending QP");
     assert_ne!(wc.as_raw().wc_flags & sys::IBV_WC_GRH, 0, "the completion flags a GRH");
     assert_datagram(&recv.as_slice()[..Grh::LEN + mtu], own_gid(&ctx), &pattern(mtu, 2));
     let late = drain_for(&lo.cq, Duration::from_millis(300));

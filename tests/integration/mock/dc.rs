@@ -160,7 +160,7 @@ fn route() -> DcRoute {
 fn token() -> DcEndpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
     let key = DcKey(0x0123_4567_89ab_cdef);
-    DcEndpoint::new(gid, Lid(0x12), Qpn(0xab_cdef), key, DcVersion::V2).unwrap()
+    DcEndpoint::new(gid, Lid(0x12), Qpn::new(0xab_cdef).unwrap(), key, DcVersion::V2)
 }
 
 #[test]
@@ -267,9 +267,9 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
 
     // The number appears at RTR, and the token carries it with the key.
     let dctn = dct.dctn();
-    assert_ne!(dctn, Qpn(0));
+    assert_ne!(dctn, Qpn::new(0).unwrap());
     let gid = token().gid();
-    let ep = dct.endpoint(gid, Lid(0)).unwrap();
+    let ep = dct.endpoint(gid, Lid(0));
     assert_eq!((ep.gid(), ep.lid(), ep.dctn(), ep.dc_key()), (gid, Lid(0), dctn, key));
     assert_eq!(ep.to_string().parse::<DcEndpoint>().unwrap(), ep);
 
@@ -319,7 +319,7 @@ fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
 
     let dci = dci.into_init(1, 0).unwrap();
     let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_4096 }).unwrap();
-    let _dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0x42))).unwrap();
+    let _dci = dci.into_rts(&ToRtsAttr::new(Psn::new(0x42).unwrap())).unwrap();
     let modifies = f.modifies();
     assert_eq!(
         modifies.iter().map(|m| m.0).collect::<Vec<_>>(),
@@ -504,8 +504,7 @@ impl Dc<'_> {
         let dct =
             dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).map_err(|e| e.error)?;
         let dct = dct.into_rtr(rtr).map_err(|e| e.error)?;
-        let token = dct.endpoint(Gid::ZERO, Lid(0)).unwrap();
-        Ok(token)
+        Ok(dct.endpoint(Gid::ZERO, Lid(0)))
     }
 }
 
@@ -599,7 +598,7 @@ fn a_dci_in_error_goes_back_to_reset_and_to_rts_again() {
     );
     assert_eq!(mock_mlx5::state(dci.as_raw()), sys::IBV_QPS_RESET);
     let dci = dci.into_init(1, 0).unwrap().into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 });
-    let dci = dci.unwrap().into_rts(&ToRtsAttr::new(Psn::new(0))).unwrap();
+    let dci = dci.unwrap().into_rts(&ToRtsAttr::new(Psn::new(0).unwrap())).unwrap();
     assert_eq!((dci.qp_num(), mock_mlx5::state(dci.as_raw())), (qpn, sys::IBV_QPS_RTS));
     post_send(&dci, &peer, 1, &mr.sge(0..8).unwrap()).unwrap();
 }
@@ -692,7 +691,7 @@ fn the_dci_read_depth_is_the_smaller_of_the_dc_limit_and_the_asked_one() {
     let dc = f.dc();
     let dci = dc.create_dci(&DciInitAttr::new(&dc.cq)).unwrap().into_init(1, 0).unwrap();
     let dci = dci.into_rtr(&DciToRtrAttr { path_mtu: Mtu::MTU_1024 }).unwrap();
-    let err = dci.into_rts(&ToRtsAttr { max_rd_atomic: 5, ..ToRtsAttr::new(Psn::new(0)) });
+    let err = dci.into_rts(&ToRtsAttr { max_rd_atomic: 5, ..ToRtsAttr::new(Psn::new(0).unwrap()) });
     let rts = "ibv_modify_qp (DCI RTR→RTS)";
     // (The generic EINVAL hint of an RTS transition names iWARP; it does not know DC.)
     assert_verb_error(&err.unwrap_err().error, rts, libc::EINVAL, &["rdma_cm"]);
@@ -786,8 +785,9 @@ fn dc_needs_a_grh_on_roce_and_none_on_infiniband() {
         let dct = dc.dct_at_rtr(&DctToRtrAttr::from_route(&route));
         let mr = dc.mr();
         // An InfiniBand token: a LID, no GID.
-        let ib_peer = DcEndpoint::new(Gid::ZERO, Lid(0x12), Qpn(0x77), DcKey(1), DcVersion::V2);
-        let peer_token = if sgid_index.is_some() { token() } else { ib_peer.unwrap() };
+        let ib_peer =
+            DcEndpoint::new(Gid::ZERO, Lid(0x12), Qpn::new(0x77).unwrap(), DcKey(1), DcVersion::V2);
+        let peer_token = if sgid_index.is_some() { token() } else { ib_peer };
         f.mock.take_calls();
         let dci = dc.connect(&route, &peer_token);
         let case = format!("link layer {link_layer}, GRH {sgid_index:?}");

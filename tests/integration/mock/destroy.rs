@@ -29,7 +29,7 @@ fn each_object_that_fails_to_be_destroyed_is_logged_and_leaked() {
     let cq = f.ctx.create_cq(32).unwrap();
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    let qpn = qp.qp_num().0;
+    let qpn = qp.qp_num().get();
     type Row<'a> = (*mut (), Box<dyn FnOnce() + 'a>, Verb, Call, String);
     let rows: [Row<'_>; 4] = [
         (
@@ -89,7 +89,7 @@ fn a_leaked_qp_keeps_its_cq_and_pd_busy_and_every_drop_still_only_logs() {
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    let qpn = qp.qp_num().0;
+    let qpn = qp.qp_num().get();
     f.mock.fail(Verb::DestroyQp, libc::EBUSY);
     drop(qp);
     // The provider refuses the parents while the leaked QP uses them (as the kernel does).

@@ -5,10 +5,10 @@ use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid,
-    Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair,
-    QueuePairState, RKey, RecvWr, RemoteAddr, Reset, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr,
-    ToRtsAttr, WcStatus, WorkCompletion,
+    AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
+    InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
+    QueuePair, QueuePairState, RKey, RecvWr, RemoteAddr, Reset, RetryCount, RnrRetry, RnrTimer,
+    Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -18,7 +18,12 @@ use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixt
 /// The peer: a RoCE endpoint with an IPv4-mapped GID.
 fn remote() -> Endpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    Endpoint { lid: Lid(0x12), qpn: Qpn(0xab_cdef), psn: Psn::new(0x12_3456), gid }
+    Endpoint {
+        lid: Lid(0x12),
+        qpn: Qpn::new(0xab_cdef).unwrap(),
+        psn: Psn::new(0x12_3456).unwrap(),
+        gid,
+    }
 }
 
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
@@ -32,6 +37,39 @@ fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queue
     pd.create_rc_qp(&QpInitAttr::new(cq)).unwrap()
 }
 
+/// The `ibv_modify_qp` calls among `calls` (RTR also queries the port, for its active MTU).
+fn modifies(calls: Vec<Call>) -> Vec<Call> {
+    calls.into_iter().filter(|c| matches!(c, Call::ModifyQp { .. })).collect()
+}
+
+#[test]
+fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_and_query_shows_it() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let active = f.ctx.query_port(1).unwrap().active_mtu();
+    assert_eq!(active, Mtu::MTU_1024, "the mock port's");
+    for (asked, in_effect) in [
+        (Mtu::MTU_4096, Mtu::MTU_1024),
+        (Mtu::MTU_2048, Mtu::MTU_1024),
+        (Mtu::MTU_512, Mtu::MTU_512),
+    ] {
+        let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+        f.mock.take_calls();
+        let qp = qp.into_rtr(&ToRtrAttr { path_mtu: asked, ..rtr_attr() }).unwrap();
+        let calls = f.mock.take_calls();
+        assert!(calls.iter().any(|c| matches!(c, Call::QueryPortOp { port: 1, .. })), "{calls:?}");
+        let [Call::ModifyQp { attr, .. }] = &modifies(calls)[..] else { panic!("one modify") };
+        assert_eq!(attr.path_mtu, in_effect.0, "{asked} asked");
+        assert_eq!(qp.query().unwrap().path_mtu, in_effect, "{asked} asked");
+    }
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let mut attr = rtr_attr();
+    attr.av.port = 2;
+    let err = qp.into_rtr(&attr).unwrap_err();
+    assert!(matches!(err.error, Error::PortNotFound { port: 2, .. }), "{}", err.error);
+}
+
 #[test]
 fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let f = Fixture::new();
@@ -43,8 +81,8 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_READ };
     let qp = qp.into_init(&init).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
-    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321))).unwrap();
-    let calls = f.mock.take_calls();
+    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(0x65_4321).unwrap())).unwrap();
+    let calls = modifies(f.mock.take_calls());
     assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
 
     let init_mask =
@@ -119,25 +157,27 @@ fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
     assert_eq!((q.state, q.port, q.pkey_index), (QueuePairState::INIT, 1, 0));
     assert_eq!(q.access, AccessFlags::REMOTE_READ);
 
-    let rtr = ToRtrAttr { max_dest_rd_atomic: 4, min_rnr_timer: 9, ..rtr_attr() };
+    let rtr =
+        ToRtrAttr { max_dest_rd_atomic: 4, min_rnr_timer: RnrTimer::new(9).unwrap(), ..rtr_attr() };
     let qp = qp.into_rtr(&rtr).unwrap();
     let q = qp.query().unwrap();
     assert_eq!(q.state, QueuePairState::RTR);
     assert_eq!((q.path_mtu, q.dest_qpn, q.rq_psn), (Mtu::MTU_1024, remote().qpn, remote().psn));
-    assert_eq!((q.max_dest_rd_atomic, q.min_rnr_timer), (4, 9));
+    assert_eq!((q.max_dest_rd_atomic, q.min_rnr_timer), (4, rtr.min_rnr_timer));
     assert_eq!(q.access, AccessFlags::REMOTE_READ, "what INIT set stays");
 
     let rts = ToRtsAttr {
-        timeout: 17,
-        retry_cnt: 5,
-        rnr_retry: 3,
-        ..ToRtsAttr::new(Psn::new(0x65_4321))
+        timeout: AckTimeout::new(17).unwrap(),
+        retry_cnt: RetryCount::new(5).unwrap(),
+        rnr_retry: RnrRetry::new(3).unwrap(),
+        ..ToRtsAttr::new(Psn::new(0x65_4321).unwrap())
     };
     let qp = qp.into_rts(&ToRtsAttr { max_rd_atomic: 2, ..rts }).unwrap();
     let q = qp.query().unwrap();
     assert_eq!(q.state, QueuePairState::RTS);
-    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (17, 5, 3));
-    assert_eq!((q.sq_psn, q.max_rd_atomic), (Psn::new(0x65_4321), 2));
+    let timers = (q.timeout.get(), q.retry_cnt.get(), q.rnr_retry.get());
+    assert_eq!(timers, (17, 5, 3));
+    assert_eq!((q.sq_psn, q.max_rd_atomic), (Psn::new(0x65_4321).unwrap(), 2));
     assert_eq!((q.path_mtu, q.caps), (Mtu::MTU_1024, rounded), "what RTR and creation set stays");
 
     let qp = qp.reset().unwrap();
@@ -161,7 +201,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
         f.mock.take_calls();
         let err = qp.into_rtr(&attr).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", libc::EINVAL, &gid_hint);
-        let calls = f.mock.take_calls();
+        let calls = modifies(f.mock.take_calls());
         assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
         qp = err.qp;
     }
@@ -207,7 +247,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
     for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
+        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
         qp = err.qp;
     }
@@ -221,7 +261,8 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
 
     // For `?`, a failed transition converts into its error (dropping the QP).
     f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
-    let err = Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1))).map(drop).unwrap_err());
+    let err =
+        Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).map(drop).unwrap_err());
     assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
 }
 
@@ -233,7 +274,7 @@ fn einval_at_rts_gets_the_iwarp_hint() {
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
-    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap_err();
+    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
     assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
 }
 
@@ -244,8 +285,11 @@ macro_rules! connected {
         let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let $qp = rc_qp(&$pd, &$cq).into_init(&ToInitAttr::default()).unwrap();
-        let $qp =
-            $qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+        let $qp = $qp
+            .into_rtr(&rtr_attr())
+            .unwrap()
+            .into_rts(&ToRtsAttr::new(Psn::new(1).unwrap()))
+            .unwrap();
         $f.mock.take_calls();
     };
 }
@@ -296,7 +340,7 @@ fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider()
     let cq = f.ctx.create_cq(32).unwrap();
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-    let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1)) };
+    let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
     let qp = qp.into_rtr(&rtr_attr()).unwrap().into_rts(&no_reads).unwrap();
     f.mock.take_calls();
     let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey(1) });
@@ -451,8 +495,11 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
     let mut qp = rc_qp(&pd, &cq);
     for round in 0..100 {
         let init = qp.into_init(&ToInitAttr::default()).unwrap();
-        let rts =
-            init.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap();
+        let rts = init
+            .into_rtr(&rtr_attr())
+            .unwrap()
+            .into_rts(&ToRtsAttr::new(Psn::new(1).unwrap()))
+            .unwrap();
         // Four receives and four sends to a peer that never answers: all stay outstanding.
         for i in 0..8 {
             let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: pool ran dry"));
@@ -507,32 +554,31 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
 }
 
 #[test]
-fn attributes_out_of_range_are_refused_before_the_verb_naming_them() {
+fn waiting_forever_reaches_the_verb_only_when_named() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let cq = f.ctx.create_cq(32).unwrap();
-    let base = ToRtsAttr::new(Psn::new(1));
-    let cases = [
-        ("timeout 32", ToRtsAttr { timeout: 32, ..base }, "at most 31"),
-        ("retry_cnt 8", ToRtsAttr { retry_cnt: 8, ..base }, "at most 7"),
-        ("rnr_retry 8", ToRtsAttr { rnr_retry: 8, ..base }, "at most 7"),
-    ];
-    for (what, rts, max) in cases {
-        let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-        let qp = qp.into_rtr(&rtr_attr()).unwrap();
-        f.mock.take_calls();
-        let err = qp.into_rts(&rts).unwrap_err();
-        assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::Range), "{what}");
-        assert_eq!(
-            err.error.to_string(),
-            format!("{what} is out of range: {max} (ibv_modify_qp(3))")
-        );
-        assert!(f.mock.take_calls().is_empty(), "{what}: no verb called");
+    for (what, err) in [
+        ("timeout 0", AckTimeout::new(0).unwrap_err()),
+        ("rnr_retry 7", RnrRetry::new(7).unwrap_err()),
+    ] {
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{what}");
+        let constant = if what.starts_with("timeout") { "AckTimeout" } else { "RnrRetry" };
+        assert!(err.to_string().starts_with(what), "{err}");
+        assert!(err.to_string().contains(&format!("use {constant}::INFINITE")), "{err}");
     }
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-    let err = qp.into_rtr(&ToRtrAttr { min_rnr_timer: 32, ..rtr_attr() }).unwrap_err();
-    assert_eq!(
-        err.error.to_string(),
-        "min_rnr_timer 32 is out of range: at most 31 (ibv_modify_qp(3))"
-    );
+    let qp = qp.into_rtr(&rtr_attr()).unwrap();
+    f.mock.take_calls();
+    let forever = ToRtsAttr {
+        timeout: AckTimeout::INFINITE,
+        rnr_retry: RnrRetry::INFINITE,
+        ..ToRtsAttr::new(Psn::new(1).unwrap())
+    };
+    let qp = qp.into_rts(&forever).unwrap();
+    let [Call::ModifyQp { attr, .. }] = &f.mock.take_calls()[..] else { panic!("one modify") };
+    assert_eq!((attr.timeout, attr.rnr_retry), (0, 7), "the codes that mean forever");
+    let q = qp.query().unwrap();
+    assert_eq!((q.timeout, q.rnr_retry), (AckTimeout::INFINITE, RnrRetry::INFINITE));
+    assert_eq!((q.timeout.duration(), q.rnr_retry.count()), (None, None));
 }

@@ -182,7 +182,7 @@ impl<'a, 's> Parts<'a, 's> {
     fn rtr(&self, peer: Qpn) -> ToRtrAttr {
         let gid = self.ctx.routable_gid(PORT).unwrap().gid;
         let lid = self.ctx.query_port(PORT).unwrap().lid();
-        let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0), gid };
+        let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0).unwrap(), gid };
         ToRtrAttr::to_endpoint(&endpoint, PORT, Some(SGID_INDEX), Mtu::MTU_1024)
     }
 
@@ -196,12 +196,12 @@ impl<'a, 's> Parts<'a, 's> {
         let access =
             AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
         let qp = qp.into_init(&ToInitAttr { port: PORT, access, ..Default::default() }).ok()?;
-        qp.into_rtr(&self.rtr(peer)).ok()?.into_rts(&ToRtsAttr::new(Psn::new(0))).ok()
+        qp.into_rtr(&self.rtr(peer)).ok()?.into_rts(&ToRtsAttr::new(Psn::new(0).unwrap())).ok()
     }
 
     fn ud_up(&self, qp: QueuePair<'a, Reset, Ud>) -> Option<QueuePair<'a, Rts, Ud>> {
         let qp = qp.into_init(&UdToInitAttr { port: PORT, pkey_index: 0, qkey: QKEY }).ok()?;
-        qp.into_rtr().ok()?.into_rts(Psn::new(0)).ok()
+        qp.into_rtr().ok()?.into_rts(Psn::new(0).unwrap()).ok()
     }
 
     fn create<T: QpType>(&self, srq: bool) -> QueuePair<'a, Reset, T> {
@@ -300,8 +300,8 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
         let gid = ctx.routable_gid(PORT).unwrap().gid;
         let me = Endpoint {
             lid: ctx.query_port(PORT).unwrap().lid(),
-            qpn: Qpn(0),
-            psn: Psn::new(0),
+            qpn: Qpn::new(0).unwrap(),
+            psn: Psn::new(0).unwrap(),
             gid,
         };
         pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
@@ -496,7 +496,7 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
     let srq = pd.create_srq(4, 1).unwrap();
     let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path: VerbsPath::Legacy };
     let mr = pd.register(3 * 64, AccessFlags::LOCAL_WRITE).unwrap();
-    let qp = parts.connect(parts.create::<Rc>(false), Qpn(0xab_cdef)).unwrap();
+    let qp = parts.connect(parts.create::<Rc>(false), Qpn::new(0xab_cdef).unwrap()).unwrap();
     let sges: Vec<_> = (0..3).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     let mut wrs: SendWrList<'_> =
         sges.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();

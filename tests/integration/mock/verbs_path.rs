@@ -61,7 +61,7 @@ fn forced(path: VerbsPath) -> CqAttr<'static> {
 /// An RC QP on `cq` with room for 16 sends of 2 SGEs and 64 inline bytes, taken to RTS
 /// towards a RoCE peer.
 fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
-    towards(new_qp(pd, cq), Qpn(0x12))
+    towards(new_qp(pd, cq), Qpn::new(0x12).unwrap())
 }
 
 /// Runs `body` with an RC QP of `f` taken to RTS as [`rts_qp`] does (on a CQ of 32 entries),
@@ -91,11 +91,11 @@ fn new_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queu
 /// `qp` taken to RTS towards QP `peer` of a RoCE peer (a QP of this mock is its loopback peer).
 fn towards(qp: QueuePair<'_, Reset>, peer: Qpn) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    let peer = Endpoint { lid: Lid(0), qpn: peer, psn: Psn::new(1), gid };
+    let peer = Endpoint { lid: Lid(0), qpn: peer, psn: Psn::new(1).unwrap(), gid };
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
     let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
-    qp.into_rts(&ToRtsAttr::new(Psn::new(1))).unwrap()
+    qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap()
 }
 
 const RC_OPS: u64 = (sys::IBV_QP_EX_WITH_SEND
@@ -491,7 +491,7 @@ fn a_session_never_ends_an_empty_start_and_a_later_failure_waits_for_the_next_po
             .poll(&mut storage)
             .unwrap()
             .iter()
-            .map(|wc| (wc.wr_id(), wc.opcode(), wc.byte_len(), wc.imm_data(), wc.qp_num().0))
+            .map(|wc| (wc.wr_id(), wc.opcode(), wc.byte_len(), wc.imm_data(), wc.qp_num().get()))
             .collect();
         assert_eq!(
             got,
