@@ -132,10 +132,8 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
             max_rd_atomic: attr.max_rd_atomic,
             ..Default::default()
         };
-        let mut qp =
-            self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)?;
-        qp.limits.rd_atomic = Some(attr.max_rd_atomic);
-        Ok(qp)
+        // (`transition` records max_rd_atomic where the mask carries it: RC.)
+        self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
     }
 }
 
