@@ -257,14 +257,16 @@ fn pingpong(
     while let Some(buf) = pool.take() {
         qp.post_recv_buffer(buf).map_err(|e| e.error)?;
     }
+    // Armed before connecting, as the C tool: the peer may send as soon as the exchange is
+    // done, and a completion that lands before the CQ is armed raises no event.
+    if channel.is_some() {
+        cq.req_notify(false)?;
+    }
     let qp = connect(qp)?;
 
     // The message is in flight or back in `message`; it goes inline when it fits.
     let mut message = Some(message);
 
-    if channel.is_some() {
-        cq.req_notify(false)?;
-    }
     let mut pending = RECV_WRID;
     if args.servername.is_some() {
         send_message(&qp, &mut message)?;
