@@ -407,15 +407,7 @@ impl<'res> Dci<'res, Rtr> {
     ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
     pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout.get(),
-            retry_cnt: attr.retry_cnt.get(),
-            rnr_retry: attr.rnr_retry.get(),
-            sq_psn: attr.sq_psn.get(),
-            max_rd_atomic: attr.max_rd_atomic,
-            ..Default::default()
-        };
-        self.transition(raw, DCI_RTS_MASK, sys::IBV_QPS_RTS, "ibv_modify_qp (DCI RTR→RTS)")
+        self.transition(attr.raw(), DCI_RTS_MASK, sys::IBV_QPS_RTS, "ibv_modify_qp (DCI RTR→RTS)")
     }
 }
 

@@ -306,4 +306,16 @@ impl ToRtsAttr {
             max_rd_atomic: 1,
         }
     }
+
+    /// The `ibv_qp_attr` of RTR → RTS (RC and DCI; each masks what its type takes).
+    pub(crate) fn raw(&self) -> sys::ibv_qp_attr {
+        sys::ibv_qp_attr {
+            timeout: self.timeout.get(),
+            retry_cnt: self.retry_cnt.get(),
+            rnr_retry: self.rnr_retry.get(),
+            sq_psn: self.sq_psn.get(),
+            max_rd_atomic: self.max_rd_atomic,
+            ..Default::default()
+        }
+    }
 }

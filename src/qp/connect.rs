@@ -124,16 +124,8 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
         self,
         attr: &ToRtsAttr,
     ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            timeout: attr.timeout.get(),
-            retry_cnt: attr.retry_cnt.get(),
-            rnr_retry: attr.rnr_retry.get(),
-            sq_psn: attr.sq_psn.get(),
-            max_rd_atomic: attr.max_rd_atomic,
-            ..Default::default()
-        };
         // (`transition` records max_rd_atomic where the mask carries it: RC.)
-        self.transition(raw, T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+        self.transition(attr.raw(), T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
     }
 }
 
