@@ -46,6 +46,11 @@ impl AddressHandle<'_> {
         self.raw.as_ptr()
     }
 
+    /// The PD the AH was created in.
+    pub fn pd(&self) -> &ProtectionDomain<'_> {
+        self.pd
+    }
+
     /// `ibv_destroy_ah(3)`—Destroys the AH, reporting failure (dropping logs instead).
     ///
     /// # Errors

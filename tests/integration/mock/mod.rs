@@ -13,6 +13,7 @@ mod memory;
 mod qp;
 #[cfg(feature = "tokio")]
 mod reactor;
+mod refusals;
 mod resources;
 mod soundness;
 mod verbs_path;

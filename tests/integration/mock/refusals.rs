@@ -1,0 +1,249 @@
+//! Safe calls that would make a work request reach the provider in a shape the crate
+//! promises to refuse, each from an adversarial review of the send path: each test asserts
+//! the crate refuses before the provider (and the strict mock records no violation).
+use rdma_verbs::{
+    AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
+    InvalidInputKind, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, Rc,
+    RemoteAddr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr,
+    Ud, UdDestination, UdToInitAttr, VerbsPath,
+};
+use rdma_verbs_mock::{ContextConfig, Mock, Optional};
+
+use super::Fixture;
+
+const PORT: u8 = 1;
+/// The mock port's RoCE v2 IPv4-mapped GID.
+const SGID_INDEX: u8 = 3;
+const QKEY: u32 = 0x0d0d;
+
+/// A mock context posting through `path`'s verbs.
+fn fixture(path: VerbsPath) -> Fixture {
+    let config = match path {
+        VerbsPath::Extended => ContextConfig::extended_verbs(),
+        _ => ContextConfig::default(),
+    };
+    Fixture::with(Optional::ALL, config)
+}
+
+/// A pool of 16 buffers of 256 bytes over a region of `pd` with `access`.
+fn pool<'a>(pd: &'a ProtectionDomain<'a>, access: AccessFlags) -> BufferPool<'a> {
+    BufferPool::new(pd.register(4096, access).unwrap(), 256).unwrap()
+}
+
+fn attr<'a>(cq: &'a rdma_verbs::CompletionQueue<'a>, path: VerbsPath) -> QpInitAttr<'a, 'a> {
+    let cap = QpCapabilities {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_inline_data: 32,
+        ..Default::default()
+    };
+    QpInitAttr { cap, verbs_path: Some(path), ..QpInitAttr::new(cq) }
+}
+
+fn endpoint(ctx: &Context, qpn: Qpn) -> Endpoint {
+    let gid = ctx.routable_gid(PORT).unwrap().gid;
+    let lid = ctx.query_port(PORT).unwrap().lid();
+    Endpoint { lid, qpn, psn: Psn::new(0).unwrap(), gid }
+}
+
+fn ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
+    let me = endpoint(ctx, Qpn::new(0).unwrap());
+    pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
+}
+
+/// An RC QP connected to itself (the mock executes loopback), in RTS with `max_rd_atomic`.
+fn rc_self<'a>(
+    ctx: &Context,
+    pd: &'a ProtectionDomain<'a>,
+    cq: &'a rdma_verbs::CompletionQueue<'a>,
+    path: VerbsPath,
+    max_rd_atomic: u8,
+) -> QueuePair<'a, Rts, Rc> {
+    let qp = pd.create_qp::<Rc>(&attr(cq, path)).unwrap();
+    let me = qp.qp_num();
+    rc_up(ctx, qp, me, max_rd_atomic)
+}
+
+/// `qp` RESET → RTS towards `peer`, with `max_rd_atomic`.
+fn rc_up<'a>(
+    ctx: &Context,
+    qp: QueuePair<'a, rdma_verbs::Reset, Rc>,
+    peer: Qpn,
+    max_rd_atomic: u8,
+) -> QueuePair<'a, Rts, Rc> {
+    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let qp = qp.into_init(&ToInitAttr { port: PORT, access, ..Default::default() }).unwrap();
+    let rtr = ToRtrAttr::to_endpoint(
+        &endpoint(ctx, peer),
+        PORT,
+        Some(SGID_INDEX),
+        rdma_verbs::Mtu::MTU_1024,
+    );
+    let qp = qp.into_rtr(&rtr).unwrap();
+    qp.into_rts(&ToRtsAttr { max_rd_atomic, ..ToRtsAttr::new(Psn::new(0).unwrap()) }).unwrap()
+}
+
+fn ud_up<'a>(
+    pd: &'a ProtectionDomain<'a>,
+    cq: &'a rdma_verbs::CompletionQueue<'a>,
+    path: VerbsPath,
+) -> QueuePair<'a, Rts, Ud> {
+    let qp = pd.create_qp::<Ud>(&attr(cq, path)).unwrap();
+    let qp = qp.into_init(&UdToInitAttr { port: PORT, pkey_index: 0, qkey: QKEY }).unwrap();
+    qp.into_rtr().unwrap().into_rts(Psn::new(0).unwrap()).unwrap()
+}
+
+/// Runs `test` on a fresh mock context, PD and CQ for each verbs path.
+fn on_each_path(
+    test: impl for<'a> Fn(
+        VerbsPath,
+        &'a Mock,
+        &'a Context,
+        &'a ProtectionDomain<'a>,
+        &'a CompletionQueue<'a>,
+    ),
+) {
+    for path in [VerbsPath::Legacy, VerbsPath::Extended] {
+        let fx = fixture(path);
+        let pd = fx.ctx.alloc_pd().unwrap();
+        let cq = fx.ctx.create_cq(64).unwrap();
+        test(path, &fx.mock, &fx.ctx, &pd, &cq);
+    }
+}
+
+/// A UD send whose address handle belongs to another PD than the QP's (the strict mock's
+/// `Rule::AhOfOtherPd`) is refused, naming the AH's PD.
+#[test]
+fn a_ud_send_with_an_address_handle_of_another_pd_is_refused() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let other = ctx.alloc_pd().unwrap();
+        let pool = pool(pd, AccessFlags::LOCAL_WRITE);
+        let foreign_ah = ah(ctx, &other);
+        let qp = ud_up(pd, cq, path);
+        let dest = UdDestination { ah: &foreign_ah, qpn: qp.qp_num(), qkey: QKEY };
+        let mut buf = pool.take().unwrap();
+        buf.fill(b"hello").unwrap();
+        let result = qp.post_send_buffer_to(buf, &dest, None);
+        let violations = mock.take_violations();
+        let refused = result.as_ref().err().and_then(|e| e.error.invalid_input_kind());
+        assert!(
+            violations.is_empty() && refused == Some(InvalidInputKind::OtherPd),
+            "{path:?}: the crate let a UD WR with another PD's AH through: {:?}; mock: {violations:?}",
+            result.map_err(|e| e.error)
+        );
+    });
+}
+
+/// a WR mutated inside a `SendWrList` through its only `&mut` API (`set_flags`) to
+/// INLINE above `max_inline_data`, and a list whose SGE count goes past `max_send_sge` after
+/// pop/push, are still refused by `post_send_list` (whose contract is met: every SGE names
+/// live registered memory and no wr_id has bit 63 set).
+#[test]
+fn a_list_mutated_in_place_is_checked_again() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let qp = rc_self(ctx, pd, cq, path, 1);
+        let max_sge = qp.caps().max_send_sge as usize;
+        let sges: Vec<Sge> = (0..max_sge + 1).map(|i| mr.sge(i * 8..i * 8 + 8).unwrap()).collect();
+        let big = [mr.sge(0..1024).unwrap()];
+        let mut list = SendWrList::with_capacity(3);
+        list.push(SendWr::send(1, &sges[..1])).unwrap();
+        list.push(SendWr::send(2, &big)).unwrap();
+        list.set_flags(1, SendFlags::INLINE | SendFlags::SIGNALED).unwrap();
+        // SAFETY: every SGE names `mr` (live, this PD, never written during the test); the
+        // wr_ids are small. (Inline SGEs by IOVA equal the CPU address: plain `register`.)
+        let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+        assert_eq!(
+            err.error.invalid_input_kind(),
+            Some(InvalidInputKind::InlineTooLarge),
+            "{path:?}"
+        );
+        list.set_flags(1, SendFlags::SIGNALED).unwrap();
+        list.pop().unwrap();
+        list.push(SendWr::rdma_write(3, &sges, RemoteAddr { addr: 0, rkey: mr.rkey() })).unwrap();
+        // SAFETY: as above.
+        let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+        assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{path:?}");
+        assert!(mock.take_violations().is_empty());
+    });
+}
+
+/// a UD datagram above the port's active MTU, as one buffer and in a list, is refused
+/// before the provider (legacy and extended paths).
+#[test]
+fn a_ud_datagram_above_the_mtu_is_refused() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let mtu = ctx.query_port(PORT).unwrap().active_mtu().bytes().unwrap() as usize;
+        let pool =
+            BufferPool::new(pd.register(4 * mtu + 64, AccessFlags::LOCAL_WRITE).unwrap(), mtu + 1)
+                .unwrap();
+        let ah = ah(ctx, pd);
+        let qp = ud_up(pd, cq, path);
+        let dest = UdDestination { ah: &ah, qpn: qp.qp_num(), qkey: QKEY };
+        let mut buf = pool.take().unwrap();
+        buf.set_len(mtu + 1).unwrap();
+        let err = qp.post_send_buffer_to(buf, &dest, None).unwrap_err();
+        assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::UdTooLarge), "{path:?}");
+        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut small = pool.take().unwrap();
+        small.set_len(8).unwrap();
+        list.push(small, rdma_verbs::UdSend { dest, imm: None }).unwrap();
+        list.push(err.buffer, rdma_verbs::UdSend { dest, imm: Some(1) }).unwrap();
+        let err = qp.post_send_buffers_to(&mut list, true).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::UdTooLarge), "{path:?}");
+        assert_eq!(list.len(), 2, "nothing posted");
+        assert!(mock.take_violations().is_empty(), "{path:?}");
+    });
+}
+
+/// `QueuePair::bind_mw` refuses a `wr_id` with bit 63 set, the buffer tier's mark: a bind
+/// signaled with the `wr_id` of a buffer whose SEND is still queued would complete first and
+/// `BufferPool::complete` would hand that buffer back while the NIC has yet to read it. The
+/// mock's `Rule::WrIdInFlight` is made lenient, as a real provider does not check wr_ids.
+#[test]
+fn bind_mw_refuses_a_buffer_tier_wr_id() {
+    let fx = fixture(VerbsPath::Legacy);
+    let (ctx, mock) = (&fx.ctx, &fx.mock);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let pool = pool(&pd, AccessFlags::LOCAL_WRITE);
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::MW_BIND
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ;
+    let target = pd.register_remote_writable(4096, access).unwrap();
+    let mut window = pd.alloc_mw(rdma_verbs::MwType::Type1).unwrap();
+    // `a` SENDs to itself: the SEND waits at the head of its queue (no receive posted).
+    let a = rc_self(ctx, &pd, &cq, VerbsPath::Legacy, 1);
+    let c = rc_self(ctx, &pd, &cq, VerbsPath::Legacy, 1);
+    let mut buf = pool.take().unwrap();
+    buf.fill(&[7; 200]).unwrap();
+    // A real provider does not check wr_ids: the strict mock's rule for them (which would
+    // fail the bind with EINVAL, the only thing that stops it now) is made lenient, so the
+    // bind is posted as a provider would post it.
+    mock.allow(rdma_verbs_mock::Rule::WrIdInFlight);
+    let _ = mock.take_calls();
+    a.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error).unwrap();
+    let in_flight = mock
+        .take_calls()
+        .into_iter()
+        .find_map(|call| match call {
+            rdma_verbs_mock::Call::PostSend { wr_ids } => wr_ids.first().copied(),
+            _ => None,
+        })
+        .unwrap();
+    assert_ne!(in_flight & (1 << 63), 0);
+    let bind = rdma_verbs::MwBind::new(&target, 0..64, AccessFlags::REMOTE_READ).unwrap();
+    let bound = c.bind_mw(&mut window, &bind, in_flight, SendFlags::SIGNALED);
+    let mut wcs = [rdma_verbs::WorkCompletion::EMPTY; 4];
+    let handed_back: Vec<_> =
+        cq.poll(&mut wcs).unwrap().iter_mut().filter_map(|wc| pool.complete(wc)).collect();
+    let violations = mock.take_violations();
+    let refused = bound.as_ref().err().and_then(rdma_verbs::Error::invalid_input_kind);
+    assert!(
+        refused.is_some() && handed_back.is_empty(),
+        "bind_mw took the in-flight buffer's wr_id ({bound:?}) and complete handed back \
+         {handed_back:?} while its SEND is still queued; mock: {violations:?}"
+    );
+    drop(handed_back);
+}
