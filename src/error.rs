@@ -151,6 +151,8 @@ pub enum InvalidInputKind {
     TooManySges,
     /// Inline data larger than the QP's `max_inline_data` (none on a DCI).
     InlineTooLarge,
+    /// `INLINE` on an RDMA READ or atomic, whose response the NIC writes into the SGEs.
+    InlineReadOrAtomic,
     /// An atomic on a QP that is not RC.
     AtomicNotRc,
     /// An atomic whose SGE is not one 8-byte aligned word, or whose remote address is not
@@ -187,6 +189,8 @@ pub enum InvalidInputKind {
     Transition,
     /// A list posted with unsignaled buffers still in flight on another QP.
     UnsignaledInFlight,
+    /// Buffers of different pools in one [`SendList`](crate::SendList) chain.
+    OtherPool,
     /// An option that needs the extended verbs, with the legacy ones forced.
     NeedsExtendedVerbs,
     /// DCI streams the device does not offer, or that the DCI was created without.

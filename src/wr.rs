@@ -177,11 +177,12 @@ impl<'a> SendWr<'a> {
         let (class, slow) = match self.raw.opcode {
             sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM => (fit::SEND, false),
             sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (fit::WRITE, false),
-            sys::IBV_WR_RDMA_READ => (fit::READ, false),
+            // INLINE on a READ or an atomic, which `check_send_fully` refuses, is slow.
+            sys::IBV_WR_RDMA_READ => (fit::READ, inline),
             sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
                 let aligned = |a: u64| a.is_multiple_of(8);
                 let one_word = matches!(sges, [s] if s.length() == 8 && aligned(s.addr()));
-                (fit::ATOMIC, !(one_word && aligned(self.remote_addr())))
+                (fit::ATOMIC, inline || !(one_word && aligned(self.remote_addr())))
             }
             sys::IBV_WR_LOCAL_INV | sys::IBV_WR_SEND_WITH_INV => (fit::INV, false),
             // Binds (whose window `note_posted` updates) and anything else.

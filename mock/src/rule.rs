@@ -18,6 +18,9 @@ pub enum Rule {
     /// an IOVA other than its address, outside every MR's CPU range: an IOVA passed where the
     /// CPU must read.
     InlineNotCpuMemory,
+    /// Inline data (`IBV_SEND_INLINE`) on an RDMA READ or atomic, whose response the NIC
+    /// writes into the local SGEs: there is no registered memory for it to write.
+    InlineReadOrAtomic,
     /// A UD work request without a live address handle.
     MissingAh,
     /// A UD work request whose address handle belongs to another PD than the QP's.
@@ -53,6 +56,7 @@ impl Rule {
             Rule::LkeyOfOtherPd => "an SGE whose lkey belongs to another PD",
             Rule::MissingLocalWrite => "a local write into an MR without LOCAL_WRITE",
             Rule::InlineNotCpuMemory => "inline data at an IOVA that is not CPU memory",
+            Rule::InlineReadOrAtomic => "inline data on an RDMA READ or atomic",
             Rule::MissingAh => "a UD work request without a live address handle",
             Rule::AhOfOtherPd => "a UD work request with an address handle of another PD",
             Rule::AtomicNotRc => "an atomic on a QP that is not RC",

@@ -105,6 +105,12 @@ pub(crate) fn check_send(
         check_bind(reg, raw.pd, bind)?;
     }
     let write = wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode);
+    if write && wr.inline.is_some() {
+        return Err((
+            Rule::InlineReadOrAtomic,
+            format!("opcode {} with IBV_SEND_INLINE", wr.opcode),
+        ));
+    }
     if wr.inline.is_none() {
         for sge in &wr.sges {
             check_sge(reg, raw.pd, sge, write)?;

@@ -359,6 +359,11 @@ fn forbidden_sends() -> Vec<Case> {
             let wr = Wr { flags: IBV_SEND_INLINE, ..Wr::new(4, IBV_WR_SEND, vec![mr.sge(0, 16)]) };
             (vec![wr], vec![mr])
         }),
+        ("inline RDMA READ", IBV_QPT_RC, Rule::InlineReadOrAtomic, |r| {
+            let (local, remote) = (r.register(64, LOCAL), r.register(64, REMOTE));
+            let read = Wr::new(10, IBV_WR_RDMA_READ, vec![local.sge(0, 16)]).remote(&remote, 0);
+            (vec![Wr { flags: IBV_SEND_INLINE, ..read }], vec![local, remote])
+        }),
         ("UD work request with a NULL AH", IBV_QPT_UD, Rule::MissingAh, |r| {
             let mr = r.register(64, LOCAL);
             let wr = Wr { remote_qpn: 0x77, ..Wr::new(5, IBV_WR_SEND, vec![mr.sge(0, 8)]) };

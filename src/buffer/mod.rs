@@ -14,7 +14,9 @@
 //! A [`SendList`] posts several buffers with one `ibv_post_send`, signaling only the last
 //! (perftest's selective signaling). The others are *batched* behind it: their WRs carry no
 //! usable `wr_id`, and they are released when the last one's completion arrives, which on a
-//! send queue means every WR before it is finished (executed or flushed).
+//! send queue means every WR before it is finished (executed or flushed). The chain is kept
+//! as indices into one pool, so a list posts the chunks of one pool only (checked before
+//! posting): a completion releases exactly the chunks its own chain launched.
 //!
 //! So no reference to a chunk exists while the NIC may read or write it. The pool must outlive
 //! every QP it lends chunks to (`'p: 'res` on the post methods, with `QueuePair` invariant in
@@ -26,7 +28,8 @@
 //!   region's lkey and its address in the region's IOVA space; an inline SGE carries the
 //!   chunk's CPU address instead, which the provider copies from during the post;
 //! - the pool's region is in the PD of the queue it is posted to (checked before posting:
-//!   the lkey would not be valid there);
+//!   the lkey would not be valid there), and has `LOCAL_WRITE` where the NIC writes the chunk
+//!   (receives, RDMA READ, atomics; checked too);
 //! - every send, single or in a list, passes the raw tier's checks
 //!   (`QueuePair::check_list`, `post_send`: SGE count, inline size, atomics RC-only with one
 //!   8-byte aligned SGE and remote word, UD destination and MTU) before any is posted; a UD send

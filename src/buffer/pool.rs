@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::BUFFER_WR_ID_BIT;
+use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::mr::{LKey, MemoryRegion};
 use crate::wc::{WcOpcode, WorkCompletion};
@@ -51,6 +52,8 @@ const NO_PREV: u32 = u32::MAX;
 pub struct BufferPool<'a> {
     mr: MemoryRegion<'a>,
     chunk: usize,
+    /// Whether the region has `LOCAL_WRITE`, which receives, READs and atomics need.
+    local_write: bool,
     id: u64,
     states: Box<[AtomicU8]>,
     /// The `wr_id` of each chunk's current flight.
@@ -65,7 +68,8 @@ pub struct BufferPool<'a> {
 
 impl<'a> BufferPool<'a> {
     /// Cuts `mr` into `mr.len() / chunk_size` buffers (a tail shorter than a chunk is unused).
-    /// Receives and RDMA READs need `mr` registered with `LOCAL_WRITE`.
+    /// Receives, RDMA READs and atomics need `mr` registered with `LOCAL_WRITE` (the NIC
+    /// writes the buffer): without it the posts refuse them.
     ///
     /// # Errors
     ///
@@ -99,6 +103,7 @@ impl<'a> BufferPool<'a> {
         }
         let atomics = |v| (0..count).map(|_| AtomicU32::new(v)).collect();
         Ok(BufferPool {
+            local_write: mr.access().contains(AccessFlags::LOCAL_WRITE),
             mr,
             chunk: chunk_size,
             id: u64::from(id),
@@ -289,6 +294,18 @@ impl<'p> Buffer<'p> {
         self.pool.mr.pd().as_raw()
     }
 
+    /// Its pool's id: two buffers with the same id are chunks of one pool.
+    #[inline]
+    pub(crate) fn pool_id(&self) -> u64 {
+        self.pool.id
+    }
+
+    /// Whether its pool's region lets the NIC write it (`LOCAL_WRITE`).
+    #[inline]
+    pub(crate) fn local_write(&self) -> bool {
+        self.pool.local_write
+    }
+
     /// Hands the chunk to the NIC with a new `wr_id`: in flight (completed by that `wr_id`),
     /// or `batched` (released by the completion of a later WR of the same list, see
     /// [`Flight::chain_before`]). The token is gone until then, or [`Flight::restore`].
@@ -329,9 +346,16 @@ pub(crate) struct Flight<'p> {
 }
 
 impl<'p> Flight<'p> {
+    /// Its pool's id ([`Buffer::pool_id`]).
+    pub(super) fn pool_id(&self) -> u64 {
+        self.pool.id
+    }
+
     /// Chains this (batched) chunk behind `next`, the chunk posted after it in the same list,
-    /// so that `next`'s completion releases it.
+    /// so that `next`'s completion releases it. Both are of one pool (the chain is an index
+    /// into it: `post_list` refuses a list that mixes pools).
     pub(super) fn chain_before(&self, next: &Flight<'p>) {
+        debug_assert_eq!(self.pool.id, next.pool.id, "a chain within one pool");
         self.pool.prev[next.index as usize].store(self.index, Ordering::Relaxed);
     }
 

@@ -4,7 +4,7 @@ use super::pool::{Buffer, Flight};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
-use crate::qp::{Connected, QpState, QpType, QueuePair, ReceiveReady, Rts, Ud};
+use crate::qp::{Connected, QpType, QueuePair, ReceiveReady, Rts, Ud};
 use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, SendWrList, Sge};
 
 /// What a posted [`Buffer`] does on the send queue.
@@ -41,15 +41,18 @@ pub enum SendOp {
 }
 
 impl SendOp {
+    /// Whether the NIC writes the buffer (RDMA READ and atomics do): it then needs
+    /// `LOCAL_WRITE`, and never goes inline.
+    #[inline]
+    fn writes_buffer(self) -> bool {
+        matches!(self, SendOp::RdmaRead(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+
     /// Whether `len` bytes go inline on a QP allowing `max_inline`: they fit, and the NIC
-    /// does not write the buffer (RDMA READ and atomics do).
+    /// does not write the buffer.
     #[inline]
     fn goes_inline(self, len: u32, max_inline: u32) -> bool {
-        len <= max_inline
-            && !matches!(
-                self,
-                SendOp::RdmaRead(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
-            )
+        len <= max_inline && !self.writes_buffer()
     }
 
     /// The WR for `len` bytes in `sge` (none when `len` is 0), with `flags` (INLINE among
@@ -94,6 +97,12 @@ pub trait ListOp<'p>: Copy + sealed::Sealed {
     /// Whether `len` bytes go inline under `max_inline`.
     #[doc(hidden)]
     fn goes_inline(self, len: u32, max_inline: u32) -> bool;
+    /// Whether the NIC writes the buffer (it needs `LOCAL_WRITE`).
+    #[doc(hidden)]
+    #[inline]
+    fn writes_buffer(self) -> bool {
+        false
+    }
     /// Refuses what the op names in another PD than the QP's `pd` (a UD destination's AH).
     #[doc(hidden)]
     #[inline]
@@ -120,6 +129,11 @@ impl<'p> ListOp<'p> for SendOp {
     #[inline]
     fn goes_inline(self, len: u32, max_inline: u32) -> bool {
         SendOp::goes_inline(self, len, max_inline)
+    }
+
+    #[inline]
+    fn writes_buffer(self) -> bool {
+        SendOp::writes_buffer(self)
     }
 }
 
@@ -221,10 +235,11 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP,
-    /// or when a buffer's pool is in another PD or a WR fails [`QueuePair::post_send`]'s
-    /// checks: then nothing is posted and the list is as it was. Otherwise the [`Error`] of
-    /// the provider: buffers from the first refused WR on are back in `list`; those it
-    /// accepted join the open chain, released by a later signaled post.
+    /// holds buffers of two pools (or of another pool than those in flight), when a buffer's
+    /// pool is in another PD or lacks `LOCAL_WRITE` for a READ or atomic, or when a WR fails
+    /// [`QueuePair::post_send`]'s checks: then nothing is posted and the list is as it was.
+    /// Otherwise the [`Error`] of the provider: buffers from the first refused WR on are back
+    /// in `list`; those it accepted join the open chain, released by a later signaled post.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>, signal_last: bool) -> Result<()>
     where
@@ -288,7 +303,9 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     where
         'p: 'res,
     {
-        if let Err(error) = self.check_pool(&buffer).and_then(|()| op.check_pd(self.pd())) {
+        if let Err(error) =
+            check_pool(&buffer, self.pd(), op.writes_buffer()).and_then(|()| op.check_pd(self.pd()))
+        {
             return Err(PostError { buffer, error });
         }
         let len = buffer.len() as u32;
@@ -328,12 +345,22 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         if n == 0 {
             return Ok(());
         }
+        // The chain of unsignaled chunks is kept in one pool's bookkeeping (`chain_before`).
+        let pool = list.open.as_ref().map_or(list.entries[0].0.pool_id(), |(_, t)| t.pool_id());
+        if list.entries.iter().any(|(buffer, _)| buffer.pool_id() != pool) {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherPool,
+                "a SendList chains the buffers of one pool: this one holds (or its unsignaled \
+                 buffers in flight are of) another pool's; post those through another list"
+                    .into(),
+            ));
+        }
         let max_inline = self.caps().max_inline_data;
         // The WRs first: they name the SGEs.
         list.wrs.clear();
         list.sges.clear();
         for (buffer, op) in &list.entries {
-            self.check_pool(buffer)?;
+            check_pool(buffer, self.pd(), op.writes_buffer())?;
             op.check_pd(self.pd())?;
             let len = buffer.len() as u32;
             list.sges.push(buffer.sge(len, op.goes_inline(len, max_inline)));
@@ -416,13 +443,6 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     }
 }
 
-impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
-    #[inline]
-    fn check_pool(&self, buffer: &Buffer<'_>) -> Result<()> {
-        check_pool(buffer, self.pd())
-    }
-}
-
 /// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv` of a QP
 /// or SRQ of `pd`), after [`check_pool`]: the buffer comes back with the error when either
 /// fails.
@@ -431,7 +451,7 @@ pub(crate) fn post_receive<'p>(
     pd: &ProtectionDomain<'_>,
     post: impl FnOnce(&mut RecvWr<'_>) -> Result<()>,
 ) -> Result<(), PostError<'p>> {
-    if let Err(error) = check_pool(&buffer, pd) {
+    if let Err(error) = check_pool(&buffer, pd, true) {
         return Err(PostError { buffer, error });
     }
     let len = buffer.len() as u32;
@@ -441,21 +461,29 @@ pub(crate) fn post_receive<'p>(
         .map_err(|error| PostError { buffer: flight.restore(), error })
 }
 
-/// The NIC checks an SGE's lkey against the PD of the queue it is posted to; a pool of
-/// another PD would only fail there (or, on the strict mock, count as a violation), so it is
-/// refused here, where the error can say why.
+/// The NIC checks an SGE's lkey against the PD of the queue it is posted to, and that the
+/// region lets it write where it `writes` (a receive, READ or atomic); a pool failing either
+/// would only fail there (or, on the strict mock, count as a violation), so it is refused
+/// here, where the error can say why.
 #[inline]
-fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>) -> Result<()> {
-    if buffer.pd_raw() == pd.as_raw() {
-        Ok(())
-    } else {
-        Err(Error::invalid(
+fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>, writes: bool) -> Result<()> {
+    if buffer.pd_raw() != pd.as_raw() {
+        return Err(Error::invalid(
             InvalidInputKind::OtherPd,
             "the buffer's pool is registered in another protection domain than the queue it \
              is posted to: use a pool of that queue's PD"
                 .into(),
-        ))
+        ));
     }
+    if writes && !buffer.local_write() {
+        return Err(Error::invalid(
+            InvalidInputKind::Access,
+            "the NIC writes this buffer (a receive, RDMA READ or atomic), but its pool's \
+             region lacks LOCAL_WRITE: register the pool's region with AccessFlags::LOCAL_WRITE"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// SIGNALED and INLINE as asked.
@@ -475,8 +503,9 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 ///
 /// Unsignaled buffers are chained: when a signaled WR posted after them through this list
 /// *on the same QP* is [completed](super::BufferPool::complete), they all return to their
-/// pool, free for [`take`](super::BufferPool::take). While such a chain is open the list
-/// refuses to post on another QP.
+/// pool, free for [`take`](super::BufferPool::take). So a list posts the buffers of one pool
+/// (the chain is that pool's bookkeeping), and while such a chain is open it refuses to post
+/// on another QP or buffers of another pool.
 #[must_use = "a list does nothing until it is posted"]
 pub struct SendList<'p, Op = SendOp> {
     entries: Vec<(Buffer<'p>, Op)>,

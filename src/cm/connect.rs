@@ -180,7 +180,8 @@ impl CmId<'_> {
             // The CM reports ESTABLISHED only after the QP reached RTS: librdmacm moved it
             // (IB/RoCE; a failed move becomes CONNECT_ERROR), or the kernel did (iWARP).
             CmEventKind::ESTABLISHED => {
-                Ok(Established { qp: qp.retype(), private_data: event.private_data })
+                let qp = qp.retype::<Rts>().learn_rd_atomic();
+                Ok(Established { qp, private_data: event.private_data })
             }
             CmEventKind::REJECTED => {
                 let rejection =

@@ -44,10 +44,7 @@ impl<'res> QueuePair<'res, Reset, Ud> {
         attr: &UdToInitAttr,
     ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>> {
         match self.pd.context().query_port(attr.port) {
-            Ok(port) => {
-                self.limits.ud_mtu =
-                    port.active_mtu().bytes().and_then(|b| u16::try_from(b).ok()).unwrap_or(0)
-            }
+            Ok(port) => self.limits.ud_mtu = super::ud_mtu(&port),
             Err(error) => return Err(TransitionError { qp: self, error }),
         }
         let raw = sys::ibv_qp_attr {

@@ -114,10 +114,11 @@ struct SendLimits {
     /// A UD message's largest size: the port's active MTU (0 until INIT; at most 4096, so 16
     /// bits keep `QueuePair` small).
     ud_mtu: u16,
-    /// `max_rd_atomic` set by [`QueuePair::into_rts`] (RC; read from the attributes by
-    /// `transition`): the RDMA READs and atomics it may have outstanding. With `Some(0)` the QP never issues one (rxe leaves it queued for
-    /// good), so they are refused. `None` when another path set it (rdma_cm, `modify_raw`):
-    /// then nothing is refused for it.
+    /// `max_rd_atomic` in RTS (RC): set by [`QueuePair::into_rts`] (from the attributes, in
+    /// `transition`), read from the device by [`QueuePair::into_checked`] and after rdma_cm
+    /// connects. The RDMA READs and atomics it may have outstanding: with `Some(0)` the QP
+    /// never issues one (rxe leaves it queued for good), so they are refused. `None` outside
+    /// RTS, or when the query failed: then nothing is refused for it.
     rd_atomic: Option<u8>,
 }
 
@@ -178,16 +179,41 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] from `ibv_destroy_qp`; the QP is then leaked.
+    /// [`Error::Verb`] from `ibv_destroy_qp`; the QP is then moved to RESET (else ERROR), so
+    /// that it holds no work request naming memory its owners may free, and leaked.
     #[doc(alias = "ibv_destroy_qp")]
     pub fn destroy(self) -> Result<()> {
         ManuallyDrop::new(self).destroy_raw()
     }
 
+    /// Destroys the QP; when the provider refuses, moves it to RESET (else ERROR) before it
+    /// is leaked. The borrows that kept lent memory (a buffer pool's region, receive buffers)
+    /// alive end with this value, so the leaked QP must not keep work requests naming that
+    /// memory: RESET discards them, ERROR flushes them, and neither lets the NIC touch it.
     fn destroy_raw(&self) -> Result<()> {
+        let fns = &self.pd.context().library().fns;
         // SAFETY: a live QP, destroyed once (by Drop or by `destroy`, which suppresses Drop).
-        let ret = unsafe { (self.pd.context().library().fns.ibv_destroy_qp)(self.as_raw()) };
-        check_errno(ret, "ibv_destroy_qp")
+        let ret = unsafe { (fns.ibv_destroy_qp)(self.as_raw()) };
+        let result = check_errno(ret, "ibv_destroy_qp");
+        if result.is_err() {
+            let quiesced = [sys::IBV_QPS_RESET, sys::IBV_QPS_ERR].into_iter().any(|state| {
+                let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
+                // SAFETY: the QP is still live (its destroy failed); the mask names the one
+                // field set.
+                let ret = unsafe {
+                    (fns.ibv_modify_qp)(self.as_raw(), &mut attr, sys::IBV_QP_STATE as i32)
+                };
+                ret == 0
+            });
+            if !quiesced {
+                log::error!(
+                    "QP {:#x} could be neither destroyed nor moved to RESET or ERROR: work \
+                     requests it still holds may name memory that is freed when its owners drop",
+                    self.qp_num().get()
+                );
+            }
+        }
+        result
     }
 
     /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
@@ -307,25 +333,80 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
 }
 
 impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
-    /// Puts the device's current state back into the type, checking it is `N`.
+    /// Puts the device's current state back into the type, checking it is `N`. What sends
+    /// are checked against is read from the device too, as the typed transitions record it:
+    /// a UD QP's message limit (its port's active MTU) and, in RTS, an RC QP's
+    /// `max_rd_atomic` (with 0, RDMA READs and atomics are refused, not left to hang).
     ///
     /// # Errors
     ///
     /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the actual state
-    /// when it is not `N`, or the [`Error::Verb`] of `ibv_query_qp`.
+    /// when it is not `N`, or the [`Error::Verb`] of `ibv_query_qp` (or, for UD,
+    /// `ibv_query_port`).
     pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
-        match self.query_state() {
-            Ok(state) if Some(state) == N::STATE => Ok(self.retype()),
-            Ok(state) => {
-                let error = Error::invalid(
-                    InvalidInputKind::QpState,
-                    format!("the QP is in {state}, not {}", N::NAME),
-                );
-                Err(TransitionError { qp: self, error })
-            }
-            Err(error) => Err(TransitionError { qp: self, error }),
+        let attr = match self.query_raw(LIMITS_MASK) {
+            Ok(attr) => attr,
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        };
+        let state = QueuePairState(attr.qp_state);
+        if Some(state) != N::STATE {
+            let error = Error::invalid(
+                InvalidInputKind::QpState,
+                format!("the QP is in {state}, not {}", N::NAME),
+            );
+            return Err(TransitionError { qp: self, error });
         }
+        let ud_mtu = match self.ud_mtu_of(&attr) {
+            Ok(mtu) => mtu,
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        };
+        let mut qp = self.retype::<N>();
+        qp.learn_limits(&attr, ud_mtu);
+        Ok(qp)
     }
+}
+
+/// What [`QueuePair::learn_limits`] reads of a QP whose transitions were not ours.
+const LIMITS_MASK: u32 = sys::IBV_QP_STATE | sys::IBV_QP_PORT | sys::IBV_QP_MAX_QP_RD_ATOMIC;
+
+impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
+    /// A UD QP's message limit for the port `attr` names, once it is bound to one (past
+    /// RESET); the limit it has for other types and in RESET.
+    fn ud_mtu_of(&self, attr: &sys::ibv_qp_attr) -> Result<u16> {
+        if T::RAW != sys::IBV_QPT_UD || attr.qp_state == sys::IBV_QPS_RESET {
+            return Ok(self.limits.ud_mtu);
+        }
+        Ok(ud_mtu(&self.pd.context().query_port(attr.port_num)?))
+    }
+
+    /// Records what sends may carry from the device's attributes (`LIMITS_MASK`), for a QP
+    /// that reached its state by another path than the typed transitions (`modify_raw`,
+    /// rdma_cm): `ud_mtu` (from [`Self::ud_mtu_of`]), and an RC QP's `max_rd_atomic` in RTS.
+    pub(crate) fn learn_limits(&mut self, attr: &sys::ibv_qp_attr, ud_mtu: u16) {
+        self.limits.ud_mtu = ud_mtu;
+        if T::RAW == sys::IBV_QPT_RC && attr.qp_state == sys::IBV_QPS_RTS {
+            self.limits.rd_atomic = Some(attr.max_rd_atomic);
+        }
+        self.slack = post::send_slack::<T>(self.pd, &self.caps, self.limits, self.ex.as_ref());
+    }
+}
+
+impl<'res> QueuePair<'res, Rts, Rc> {
+    /// Reads `max_rd_atomic` from the device after rdma_cm moved the QP to RTS (the
+    /// initiator depth it negotiated), so that a READ on a QP that may issue none is refused
+    /// instead of hanging. When the query fails nothing is refused for it, as before.
+    pub(crate) fn learn_rd_atomic(mut self) -> Self {
+        if let Ok(attr) = self.query_raw(LIMITS_MASK) {
+            let ud_mtu = self.limits.ud_mtu;
+            self.learn_limits(&attr, ud_mtu);
+        }
+        self
+    }
+}
+
+/// The largest UD message on a port: its active MTU (0 when unknown, refusing every payload).
+pub(crate) fn ud_mtu(port: &crate::port::PortAttr) -> u16 {
+    port.active_mtu().bytes().and_then(|b| u16::try_from(b).ok()).unwrap_or(0)
 }
 
 impl<S: QpState, T: QpType> Drop for QueuePair<'_, S, T> {

@@ -80,8 +80,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// # Errors
     ///
     /// Before posting: [`Error::InvalidInput`] for more SGEs than `max_send_sge`, inline data
-    /// above `max_inline_data`, an atomic on a non-RC QP or not on one 8-byte, 8-byte-aligned
-    /// SGE and remote address, a UD send without a destination or above the path MTU;
+    /// above `max_inline_data`, an INLINE RDMA READ or atomic, an RDMA READ or atomic on a
+    /// non-RC QP or one moved to RTS with `max_rd_atomic` 0, an atomic not on one 8-byte,
+    /// 8-byte-aligned SGE and remote address, a UD send without a destination or above the
+    /// path MTU;
     /// [`Error::Unsupported`] for atomics on a device without them. Then [`Error::Verb`] from
     /// the provider (`ENOMEM`: the send queue is full); on the extended path
     /// [`Error::Unsupported`] naming the `ibv_wr_*` builder the QP lacks.
@@ -365,6 +367,14 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             ));
         }
         if wr.reads_remote() {
+            if wr.send_flags().contains(SendFlags::INLINE) {
+                return Err(Error::invalid(
+                    InvalidInputKind::InlineReadOrAtomic,
+                    "an RDMA READ or atomic cannot be INLINE: the NIC writes its response into \
+                     the SGEs, which must name registered memory with LOCAL_WRITE"
+                        .into(),
+                ));
+            }
             self.check_reads_remote(wr)?;
         }
         if wr.is_atomic() {

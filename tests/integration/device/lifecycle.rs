@@ -105,3 +105,63 @@ fn query_reports_the_provider_caps_and_what_the_transitions_set() {
     assert_eq!(q.caps, caps, "the caps stay");
     drop(b);
 }
+
+/// QPs raised with `modify_raw` and retyped by `into_checked` are checked as typed ones: the
+/// device's `max_rd_atomic` 0 refuses a READ (rxe would leave it queued for good), and a UD
+/// QP carries a datagram of its port's active MTU (its limit was 0: every payload refused).
+#[test]
+fn into_checked_learns_the_send_limits_from_the_device() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let lo = Loopback::new(&ctx, 8);
+    let ah = super::pair::loopback_ah(&ctx, &lo.pd);
+    let mtu = ctx.query_port(PORT).unwrap().active_mtu().bytes().unwrap() as usize;
+    let mr = lo.region(mtu);
+    let a = lo.rc_in_init(4, AccessFlags::empty());
+    let b = lo.rc_in_init(4, AccessFlags::REMOTE_READ);
+    let (ea, eb) =
+        (endpoint(&ctx, &a, Psn::new(1).unwrap()), endpoint(&ctx, &b, Psn::new(2).unwrap()));
+    let a = up_with(&ctx, a, &eb, &ToRtsAttr::new(ea.psn)).reset().unwrap();
+    let a = a.into_init(&ToInitAttr { port: PORT, ..Default::default() }).unwrap();
+    let rtr = ToRtrAttr::to_endpoint(&eb, PORT, Some(super::pair::sgid_index(&ctx)), Mtu::MTU_1024);
+    let a = a.into_rtr(&rtr).unwrap();
+    let rts = rdma_verbs::sys::ibv_qp_attr {
+        qp_state: QueuePairState::RTS.0,
+        timeout: 14,
+        retry_cnt: 6,
+        rnr_retry: 6,
+        sq_psn: ea.psn.get(),
+        max_rd_atomic: 0,
+        ..Default::default()
+    };
+    let mask = QpAttrMask::STATE
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let a = a.modify_raw(&rts, mask).unwrap().into_checked::<Rts>().unwrap();
+    let sge = [mr.sge(..8).unwrap()];
+    let mut read = SendWr::rdma_read(1, &sge, RemoteAddr { addr: 0, rkey: RKey(0) });
+    // SAFETY: refused before the provider; `mr` outlives the call in any case.
+    let err = unsafe { a.post_send(&mut read) }.expect_err("a READ it cannot issue");
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err}");
+
+    let ud = lo.pd.create_qp::<Ud>(&lo.attr(4)).unwrap();
+    let init = rdma_verbs::sys::ibv_qp_attr {
+        qp_state: QueuePairState::INIT.0,
+        port_num: PORT,
+        qkey: 0x11,
+        ..Default::default()
+    };
+    let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+    let ud = ud.modify_raw(&init, mask).unwrap().into_checked::<Init>().unwrap();
+    let ud = ud.into_rtr().unwrap().into_rts(Psn::new(0).unwrap()).unwrap();
+    let dest = UdDestination { ah: &ah, qpn: ud.qp_num(), qkey: 0x11 };
+    let sge = [mr.sge(..).unwrap()];
+    let mut send = SendWr::send(2, &sge).to(&dest).flags(SendFlags::SIGNALED);
+    // SAFETY: `mr` stays registered and unwritten until the completion below.
+    unsafe { ud.post_send(&mut send) }.expect("a datagram of the active MTU");
+    let wc = &wait_for(&lo.cq, 1)[0];
+    assert!(wc.is_success() && wc.wr_id() == 2, "{wc:?}");
+    drop(b);
+}

@@ -3,7 +3,7 @@
 
 use log::Level;
 use rdma_verbs::{AccessFlags, QpInitAttr};
-use rdma_verbs_mock::{Call, Verb};
+use rdma_verbs_mock::{Call, QpAttr, Verb};
 
 use super::{assert_verb_error, capture, errno_text, Fixture};
 
@@ -11,11 +11,18 @@ fn busy(verb: &str) -> String {
     format!("{verb} failed: {}", errno_text(libc::EBUSY))
 }
 
-/// Asserts `raw` was destroyed once (`call`), not freed, and `warning` was logged.
+/// The call that moves a QP whose destroy failed to RESET, so that it holds no work request
+/// naming memory its owners may free once it is leaked.
+fn reset_call() -> Call {
+    let attr = QpAttr { qp_state: rdma_verbs::sys::IBV_QPS_RESET, ..QpAttr::default() };
+    Call::ModifyQp { mask: rdma_verbs::sys::IBV_QP_STATE as i32, attr }
+}
+
+/// Asserts `raw` was destroyed once (`calls`), not freed, and `warning` was logged.
 #[track_caller]
-fn assert_leaked<T>(f: &Fixture, raw: *mut T, call: Call, warning: String) {
+fn assert_leaked<T>(f: &Fixture, raw: *mut T, calls: Vec<Call>, warning: String) {
     assert_eq!(capture::take(), [(Level::Warn, warning)]);
-    assert_eq!(f.mock.take_calls(), [call], "destroyed once, never retried");
+    assert_eq!(f.mock.take_calls(), calls, "destroyed once, never retried");
     assert!(f.mock.is_live(raw), "leaked, not freed");
 }
 
@@ -30,42 +37,42 @@ fn each_object_that_fails_to_be_destroyed_is_logged_and_leaked() {
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let qpn = qp.qp_num().get();
-    type Row<'a> = (*mut (), Box<dyn FnOnce() + 'a>, Verb, Call, String);
+    type Row<'a> = (*mut (), Box<dyn FnOnce() + 'a>, Verb, Vec<Call>, String);
     let rows: [Row<'_>; 4] = [
         (
             lone_pd.as_raw().cast(),
             Box::new(move || drop(lone_pd)),
             Verb::DeallocPd,
-            Call::DeallocPd,
+            vec![Call::DeallocPd],
             format!("leaking a protection domain of mock0: {}", busy("ibv_dealloc_pd")),
         ),
         (
             lone_cq.as_raw().cast(),
             Box::new(move || drop(lone_cq)),
             Verb::DestroyCq,
-            Call::DestroyCq,
+            vec![Call::DestroyCq],
             format!("leaking a completion queue of mock0: {}", busy("ibv_destroy_cq")),
         ),
         (
             mr.as_raw().cast(),
             Box::new(move || drop(mr)),
             Verb::DeregMr,
-            Call::DeregMr,
+            vec![Call::DeregMr],
             format!("leaking a 4096-byte memory region: {}", busy("ibv_dereg_mr")),
         ),
         (
             qp.as_raw().cast(),
             Box::new(move || drop(qp)),
             Verb::DestroyQp,
-            Call::DestroyQp,
+            vec![Call::DestroyQp, reset_call()],
             format!("leaking QP {qpn:#x}: {}", busy("ibv_destroy_qp")),
         ),
     ];
-    for (raw, drop_it, verb, call, warning) in rows {
+    for (raw, drop_it, verb, calls, warning) in rows {
         f.mock.take_calls();
         f.mock.fail(verb, libc::EBUSY);
         drop_it();
-        assert_leaked(&f, raw, call, warning);
+        assert_leaked(&f, raw, calls, warning);
     }
 }
 
@@ -132,7 +139,10 @@ fn destroy_returns_the_error_or_frees_and_logs_nothing() {
         check(cq.destroy(), "ibv_destroy_cq");
         check(pd.destroy(), "ibv_dealloc_pd");
         assert_eq!(capture::take(), []);
-        let calls = [Call::DeregMr, Call::DestroyQp, Call::DestroyCq, Call::DeallocPd];
+        let mut calls = vec![Call::DeregMr, Call::DestroyQp, Call::DestroyCq, Call::DeallocPd];
+        if fails {
+            calls.insert(2, reset_call());
+        }
         assert_eq!(f.mock.take_calls(), calls);
         assert!(raws.iter().all(|&raw| f.mock.is_live(raw) == fails), "failing: {fails}");
     }

@@ -478,7 +478,9 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
     assert_eq!(err.error.to_string(), "the QP is in INIT, not RTR");
     let qp = err.qp.into_checked::<Init>().unwrap();
     let modified = QpAttr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..QpAttr::default() };
-    let query = Call::QueryQp { mask: state };
+    // `into_checked` reads the state and what sends are checked against.
+    let limits = sys::IBV_QP_STATE | sys::IBV_QP_PORT | sys::IBV_QP_MAX_QP_RD_ATOMIC;
+    let query = Call::QueryQp { mask: limits as i32 };
     assert_eq!(
         f.mock.take_calls(),
         [Call::ModifyQp { mask: mask.bits() as i32, attr: modified }, query.clone(), query]

@@ -3,11 +3,11 @@
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
-    InvalidInputKind, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, Rc,
-    RemoteAddr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr,
-    Ud, UdDestination, UdToInitAttr, VerbsPath,
+    Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
+    QueuePair, Rc, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge, ToInitAttr,
+    ToRtrAttr, ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
 };
-use rdma_verbs_mock::{ContextConfig, Mock, Optional};
+use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
 
 use super::Fixture;
 
@@ -71,6 +71,16 @@ fn rc_up<'a>(
     peer: Qpn,
     max_rd_atomic: u8,
 ) -> QueuePair<'a, Rts, Rc> {
+    let qp = rc_rtr(ctx, qp, peer);
+    qp.into_rts(&ToRtsAttr { max_rd_atomic, ..ToRtsAttr::new(Psn::new(0).unwrap()) }).unwrap()
+}
+
+/// `qp` RESET → RTR towards `peer`.
+fn rc_rtr<'a>(
+    ctx: &Context,
+    qp: QueuePair<'a, rdma_verbs::Reset, Rc>,
+    peer: Qpn,
+) -> QueuePair<'a, Rtr, Rc> {
     let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let qp = qp.into_init(&ToInitAttr { port: PORT, access, ..Default::default() }).unwrap();
     let rtr = ToRtrAttr::to_endpoint(
@@ -79,8 +89,7 @@ fn rc_up<'a>(
         Some(SGID_INDEX),
         rdma_verbs::Mtu::MTU_1024,
     );
-    let qp = qp.into_rtr(&rtr).unwrap();
-    qp.into_rts(&ToRtsAttr { max_rd_atomic, ..ToRtsAttr::new(Psn::new(0).unwrap()) }).unwrap()
+    qp.into_rtr(&rtr).unwrap()
 }
 
 fn ud_up<'a>(
@@ -246,4 +255,186 @@ fn bind_mw_refuses_a_buffer_tier_wr_id() {
          {handed_back:?} while its SEND is still queued; mock: {violations:?}"
     );
     drop(handed_back);
+}
+
+/// A QP raised with `modify_raw` and retyped with `into_checked` is held to what the typed
+/// transitions record: an RC QP in RTS with `max_rd_atomic` 0 refuses an RDMA READ (which
+/// rxe would leave queued for good), and a UD QP carries up to its port's active MTU (it
+/// refused every payload with a limit of 0).
+#[test]
+fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let (pool, ah) = (pool(pd, AccessFlags::LOCAL_WRITE), ah(ctx, pd));
+        let qp = pd.create_qp::<Rc>(&attr(cq, path)).unwrap();
+        let me = qp.qp_num();
+        let mut raw = rdma_verbs::sys::ibv_qp_attr {
+            qp_state: rdma_verbs::sys::IBV_QPS_RTS,
+            timeout: 14,
+            retry_cnt: 6,
+            rnr_retry: 6,
+            max_rd_atomic: 0,
+            ..Default::default()
+        };
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+        let rc = rc_rtr(ctx, qp, me).modify_raw(&raw, mask).unwrap();
+        let rc = rc.into_checked::<Rts>().unwrap();
+        let mut buf = pool.take().unwrap();
+        buf.set_len(8).unwrap();
+        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
+        let err = rc.post_send_buffer(buf, SendOp::RdmaRead(remote)).unwrap_err();
+        assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::Range), "{path:?}");
+
+        let mtu = ctx.query_port(PORT).unwrap().active_mtu().bytes().unwrap() as usize;
+        raw = rdma_verbs::sys::ibv_qp_attr {
+            qp_state: rdma_verbs::sys::IBV_QPS_INIT,
+            port_num: PORT,
+            qkey: QKEY,
+            ..Default::default()
+        };
+        let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+        let ud = pd.create_qp::<Ud>(&attr(cq, path)).unwrap().modify_raw(&raw, mask).unwrap();
+        let ud = ud.into_checked::<Init>().unwrap().into_rtr().unwrap();
+        let ud = ud.into_rts(Psn::new(0).unwrap()).unwrap();
+        let dest = UdDestination { ah: &ah, qpn: ud.qp_num(), qkey: QKEY };
+        let mut buf = err.buffer;
+        buf.set_len(mtu.min(buf.capacity())).unwrap();
+        ud.post_send_buffer_to(buf, &dest, None).map_err(|e| e.error).unwrap();
+        assert!(mock.take_violations().is_empty(), "{path:?}");
+    });
+}
+
+/// A pool whose region lacks `LOCAL_WRITE` cannot take what the NIC writes: receives (on a
+/// QP and on an SRQ), RDMA READs and atomics, alone or in a list, are refused before the
+/// provider (a NIC would fail them with a protection error; the strict mock counts
+/// `Rule::MissingLocalWrite`); its buffers still send.
+#[test]
+fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let pool = pool(pd, AccessFlags::empty());
+        let qp = rc_self(ctx, pd, cq, path, 1);
+        let srq = pd.create_srq(16, 1).unwrap();
+        let access = |error: &rdma_verbs::Error| {
+            assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::Access), "{path:?}")
+        };
+        access(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+        access(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
+        let writers = [
+            SendOp::RdmaRead(remote),
+            SendOp::FetchAdd { remote, add: 1 },
+            SendOp::CompareSwap { remote, compare: 0, swap: 1 },
+        ];
+        let mut list = rdma_verbs::SendList::with_capacity(2);
+        for op in writers {
+            let mut buf = pool.take().unwrap();
+            buf.set_len(8).unwrap();
+            let err = qp.post_send_buffer(buf, op).unwrap_err();
+            access(&err.error);
+            list.push(err.buffer, op).unwrap();
+            access(&qp.post_send_buffers(&mut list, true).unwrap_err());
+            assert_eq!(list.len(), 1, "nothing posted");
+            drop(list.pop());
+        }
+        let mut buf = pool.take().unwrap();
+        buf.fill(b"sent").unwrap();
+        qp.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error).unwrap();
+        assert!(mock.take_violations().is_empty(), "{path:?}");
+    });
+}
+
+/// A QP whose destroy fails is moved to RESET before it is leaked: the borrow that kept its
+/// receive buffer's pool alive ends with it, so when a peer's SEND arrives after the pool
+/// (and its region) is gone, the receive must no longer be queued (the strict mock's
+/// `Rule::MrGoneBeforeExecution`).
+#[test]
+fn a_qp_that_fails_to_be_destroyed_keeps_no_work_into_memory_dropped_after_it() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let sender = pool(pd, AccessFlags::LOCAL_WRITE);
+        let b = pd.create_qp::<Rc>(&attr(cq, path)).unwrap();
+        let a_qpn = {
+            let pool = pool(pd, AccessFlags::LOCAL_WRITE);
+            let a = pd.create_qp::<Rc>(&attr(cq, path)).unwrap();
+            let a = rc_up(ctx, a, b.qp_num(), 1);
+            a.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error).unwrap();
+            mock.fail(Verb::DestroyQp, libc::EBUSY);
+            a.qp_num()
+        }; // `a` leaked, then the pool's region deregistered
+        let b = rc_up(ctx, b, a_qpn, 1);
+        let mut buf = sender.take().unwrap();
+        buf.fill(b"late").unwrap();
+        b.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error).unwrap();
+        let mut wcs = [WorkCompletion::EMPTY; 4];
+        let _ = cq.poll(&mut wcs).unwrap();
+        assert_eq!(mock.take_violations(), [], "{path:?}");
+    });
+}
+
+/// The raw tier refuses `INLINE` on an RDMA READ or atomic (their response is written into
+/// the SGEs; the strict mock's `Rule::InlineReadOrAtomic`), alone and in a list.
+#[test]
+fn an_inline_read_or_atomic_is_refused() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let qp = rc_self(ctx, pd, cq, path, 1);
+        let sge = [mr.sge(0..8).unwrap()];
+        let remote = RemoteAddr { addr: 64, rkey: mr.rkey() };
+        let flags = SendFlags::INLINE | SendFlags::SIGNALED;
+        for wr in [
+            SendWr::rdma_read(1, &sge, remote),
+            SendWr::fetch_add(2, &sge, remote, 1),
+            SendWr::compare_swap(3, &sge, remote, 0, 1),
+        ] {
+            let mut wr = wr.flags(flags);
+            // SAFETY: `sge` names `mr` (live, this PD, untouched during the test); small
+            // wr_ids. (Refused before the provider in any case.)
+            let err = unsafe { qp.post_send(&mut wr) }.unwrap_err();
+            assert_eq!(
+                err.invalid_input_kind(),
+                Some(InvalidInputKind::InlineReadOrAtomic),
+                "{path:?}"
+            );
+            let mut list = SendWrList::with_capacity(1);
+            list.push(wr).unwrap();
+            // SAFETY: as above.
+            let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+            assert_eq!(
+                err.error.invalid_input_kind(),
+                Some(InvalidInputKind::InlineReadOrAtomic),
+                "{path:?}"
+            );
+        }
+        assert_eq!(mock.take_violations(), [], "{path:?}");
+    });
+}
+
+/// A `SendList` chains its unsignaled buffers in one pool's bookkeeping, so it refuses
+/// buffers of two pools, in one post or behind an open chain of another pool's (found by the
+/// property suite: the chain indexed the other pool, freeing a chunk it did not post or
+/// running past its end).
+#[test]
+fn a_send_list_refuses_buffers_of_two_pools() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let (a, b) = (pool(pd, AccessFlags::LOCAL_WRITE), pool(pd, AccessFlags::LOCAL_WRITE));
+        let qp = rc_self(ctx, pd, cq, path, 1);
+        let other_pool = |result: rdma_verbs::Result<()>| {
+            let kind = result.unwrap_err().invalid_input_kind();
+            assert_eq!(kind, Some(InvalidInputKind::OtherPool), "{path:?}");
+        };
+        let mut list = rdma_verbs::SendList::with_capacity(2);
+        list.push(a.take().unwrap(), SendOp::Send).unwrap();
+        list.push(b.take().unwrap(), SendOp::Send).unwrap();
+        other_pool(qp.post_send_buffers(&mut list, true));
+        assert_eq!(list.len(), 2, "nothing posted");
+        drop(list.pop());
+        // `a`'s buffer posted unsignaled: the chain stays open on `a`.
+        qp.post_send_buffers(&mut list, false).unwrap();
+        list.push(b.take().unwrap(), SendOp::Send).unwrap();
+        other_pool(qp.post_send_buffers(&mut list, true));
+        assert_eq!(mock.take_violations(), [], "{path:?}");
+    });
 }

@@ -8,7 +8,8 @@
 //! violation fails the case, and proptest shrinks it to a short sequence.
 //!
 //! The rig: one context (legacy or extended verbs, drawn per case), two PDs, one CQ, an SRQ,
-//! a pool per PD (the first one at a chosen IOVA or not, drawn per case), a remote-writable
+//! a pool per PD (the first one at a chosen IOVA or not, drawn per case) and one the NIC may
+//! only read (no `LOCAL_WRITE`), a remote-writable
 //! target, an AH, and three connected pairs — RC (its second QP fed by the SRQ), UC, UD — that
 //! the mock executes loopback. `PROPTEST_CASES` sets the number of cases (scripts/test runs
 //! 10,000).
@@ -38,7 +39,8 @@ const SGID_INDEX: u8 = 3;
 /// One safe call (or a fault the mock injects before the next one).
 #[derive(Clone, Debug)]
 enum Step {
-    /// `post_recv_buffer` on QP `qp` with a buffer of pool `pool` (1: the other PD's).
+    /// `post_recv_buffer` on QP `qp` with a buffer of pool `pool` (1: the other PD's; 2: one
+    /// without `LOCAL_WRITE`).
     Recv { qp: usize, pool: usize },
     /// `SharedReceiveQueue::post_recv_buffer`.
     SrqRecv { pool: usize },
@@ -49,7 +51,7 @@ enum Step {
     Bind { qp: usize, start: usize, len: usize, rights: AccessFlags },
     /// `post_send_buffers` (`post_send_buffers_to` on UD) of `n` buffers.
     List { qp: usize, pool: usize, op: Op, len: usize, n: usize, signal_last: bool },
-    /// `poll`, then `complete` on both pools; the buffers are dropped.
+    /// `poll`, then `complete` on every pool; the buffers are dropped.
     Poll,
     /// The next WR executed on `qp` completes with an error (the QP goes to ERROR).
     FailNextWr { qp: usize },
@@ -113,8 +115,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn step() -> impl Strategy<Value = Step> {
     let qp = 0..QPS;
-    // Mostly the QPs' own PD; sometimes the other one.
-    let pool = prop_oneof![4 => Just(0usize), 1 => Just(1usize)];
+    // Mostly the QPs' own PD; sometimes the other one, or a region without LOCAL_WRITE.
+    let pool = prop_oneof![4 => Just(0usize), 1 => Just(1usize), 1 => Just(2usize)];
     // Atomics want 8 bytes; 0 is an empty message.
     let len = prop_oneof![Just(8usize), Just(0usize), 0..=CHUNK];
     prop_oneof![
@@ -289,6 +291,8 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
         BufferPool::new(region, CHUNK).unwrap(),
         BufferPool::new(other_pd.register(4 * CHUNK, AccessFlags::LOCAL_WRITE).unwrap(), CHUNK)
             .unwrap(),
+        // The NIC may only read this one (no LOCAL_WRITE).
+        BufferPool::new(pd.register(4 * CHUNK, AccessFlags::empty()).unwrap(), CHUNK).unwrap(),
     ];
     // After the pools: buffers lent to the SRQ outlive it.
     let srq = pd.create_srq(64, 1).unwrap();
