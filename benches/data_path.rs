@@ -22,11 +22,12 @@ mod stub_data_path;
 
 use std::ffi::c_int;
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
 use rdma_verbs::{
-    Context, CqAttr, RKey, RecvWr, RemoteAddr, SendFlags, SendWr, SendWrList, VerbsPath,
-    WorkCompletion,
+    Context, CqAttr, RKey, RecvWr, RemoteAddr, SendFlags, SendList, SendOp, SendWr, SendWrList,
+    VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -34,6 +35,9 @@ use rdma_verbs_sys as sys;
 use stub_data_path::{context, each_wr, stub_extended, with_rts_qp, DataPath, ExtendedStubs};
 
 const LIST: usize = 16;
+
+/// The `wr_id` of the last WR posted, which the next poll completes first.
+static LAST_WR_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Reads each WR of the list and accepts them all.
 ///
@@ -48,7 +52,8 @@ unsafe extern "C" fn post_send(
     // SAFETY: the caller's valid list.
     unsafe {
         each_wr(wr, |w| {
-            black_box((w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags));
+            black_box((w.sg_list, w.num_sge, w.opcode, w.send_flags));
+            LAST_WR_ID.store(w.wr_id, Ordering::Relaxed);
         })
     };
     0
@@ -85,7 +90,7 @@ unsafe extern "C" fn poll_cq(
 ) -> c_int {
     for i in 0..num_entries.max(0) as usize {
         let done = sys::ibv_wc {
-            wr_id: i as u64,
+            wr_id: if i == 0 { LAST_WR_ID.load(Ordering::Relaxed) } else { i as u64 },
             opcode: sys::IBV_WC_RDMA_WRITE,
             byte_len: 64,
             ..Default::default()
@@ -104,7 +109,8 @@ unsafe extern "C" fn poll_cq(
 unsafe extern "C" fn wr_rdma_write(qp: *mut sys::ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: the caller's live extended QP.
     let q = unsafe { &*qp };
-    black_box((q.wr_id, q.wr_flags, rkey, remote_addr));
+    black_box((q.wr_flags, rkey, remote_addr));
+    LAST_WR_ID.store(q.wr_id, Ordering::Relaxed);
 }
 
 /// A CQ that always has a completion: each makes `wr_id` and `status` current.
@@ -152,56 +158,73 @@ const EXTENDED: ExtendedStubs = ExtendedStubs {
     wr_rdma_write,
 };
 
-/// What the binary does: time the cases with criterion, or run one side of one case `n`
-/// times for an instruction count.
-enum Mode<'c> {
-    Time(&'c mut Criterion),
-    Count { case: String, side: String, n: u64 },
-    List,
+/// What the binary does with each case: time it with criterion ([`Time`]), run one side of
+/// one case `n` times for an instruction count ([`Count`]), or print its name ([`List`]).
+/// `data_path` is generic over it, so each mode has its own copy of every closure: in the
+/// count's copy each side's closure has one call site, in [`repeat`], and LLVM inlines it
+/// there as it would into a caller's loop (`post_send` and the rest are `#[inline(always)]`);
+/// neither count then holds a call, frame or spill of the harness that the other does not.
+trait Mode {
+    /// Runs `ours` and `direct` of case `name` as the mode says.
+    fn case<A, B>(&mut self, name: &str, ours: impl FnMut() -> A, direct: impl FnMut() -> B);
 }
 
-impl Mode<'_> {
-    /// Runs `ours` and `direct` of case `name` as the mode says.
+struct Time<'c>(&'c mut Criterion);
+
+impl Mode for Time<'_> {
     fn case<A, B>(
         &mut self,
         name: &str,
         mut ours: impl FnMut() -> A,
         mut direct: impl FnMut() -> B,
     ) {
-        match self {
-            Mode::Time(c) => {
-                let mut g = c.benchmark_group(name);
-                g.bench_function("ours", |b| b.iter(&mut ours));
-                g.bench_function("direct", |b| b.iter(&mut direct));
-                g.finish();
-            }
-            Mode::Count { case, side, n } if case == name => {
-                // Each side is called the same way, through one opaque call per operation, so
-                // that neither count depends on whether LLVM inlined that side's closure into
-                // the loop (it inlines a small one, the direct side's, and not ours: the call,
-                // frame and spills of the harness would be counted against ours alone).
-                let mut ours = || drop(black_box(ours()));
-                let mut direct = || drop(black_box(direct()));
-                let run: &mut dyn FnMut() = if side == "ours" { &mut ours } else { &mut direct };
-                let run = black_box(run);
-                for _ in 0..*n {
-                    run();
-                }
-            }
-            Mode::Count { .. } => {}
-            Mode::List => println!("{name}"),
+        let mut g = self.0.benchmark_group(name);
+        g.bench_function("ours", |b| b.iter(&mut ours));
+        g.bench_function("direct", |b| b.iter(&mut direct));
+        g.finish();
+    }
+}
+
+struct Count {
+    case: String,
+    side: String,
+    n: u64,
+}
+
+impl Mode for Count {
+    fn case<A, B>(&mut self, name: &str, ours: impl FnMut() -> A, direct: impl FnMut() -> B) {
+        match (self.case == name, self.side.as_str()) {
+            (true, "ours") => repeat(self.n, ours),
+            (true, _) => repeat(self.n, direct),
+            (false, _) => {}
         }
     }
 }
 
-fn data_path(mode: &mut Mode<'_>) {
+struct List;
+
+impl Mode for List {
+    fn case<A, B>(&mut self, name: &str, _: impl FnMut() -> A, _: impl FnMut() -> B) {
+        println!("{name}");
+    }
+}
+
+/// Calls `op` `n` times, each result through `black_box`.
+#[inline(never)]
+fn repeat<A>(n: u64, mut op: impl FnMut() -> A) {
+    for _ in 0..black_box(n) {
+        black_box(op());
+    }
+}
+
+fn data_path(mode: &mut impl Mode) {
     let mock = Mock::new();
     let ops = DataPath { post_send, post_recv, poll_cq };
     let legacy = context(&mock, ops, ContextConfig::default());
     let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
     let extended = context(&mock, DataPath { post_send, post_recv, poll_cq }, config);
     for (path, ctx) in [("legacy", &legacy), ("extended", &extended)] {
-        with_rts_qp(ctx, |qp, cq, sge| {
+        with_rts_qp(ctx, |qp, cq, sge, pool| {
             let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
             let stamped = stamped.ok().filter(|cq| cq.path() == VerbsPath::Extended);
             if let (Some(cq), Some(qp)) =
@@ -280,6 +303,54 @@ fn data_path(mode: &mut Mode<'_>) {
                     );
                 }
             }
+            // The buffer tier over the raw one: each round takes its buffers, posts them
+            // (one signaled) and hands the signaled one's completion back to the pool (the
+            // rest of a list return with it); the raw side posts the same WRs (its list
+            // built once) and polls the same completion.
+            let op = SendOp::RdmaWrite(remote);
+            let take = || {
+                let mut buffer = pool.take().expect("every round returns what it takes");
+                buffer.set_len(64).expect("64 bytes fit");
+                buffer
+            };
+            let complete = |storage: &mut [WorkCompletion; 1]| {
+                if let Ok([wc]) = cq.poll(storage) {
+                    drop(pool.complete(wc));
+                }
+            };
+            let (mut safe_wc, mut raw_wc) = ([WorkCompletion::EMPTY], [WorkCompletion::EMPTY]);
+            let mut buffers = SendList::with_capacity(LIST);
+            mode.case(
+                &format!("{path}/buffer_send"),
+                || {
+                    let posted = black_box(qp).post_send_buffer(take(), op).is_ok();
+                    complete(&mut safe_wc);
+                    posted
+                },
+                || {
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    let posted = unsafe { black_box(qp).post_send(&mut one) }.is_ok();
+                    complete(&mut raw_wc);
+                    posted
+                },
+            );
+            mode.case(
+                &format!("{path}/buffer_send_list_16"),
+                || {
+                    for _ in 0..LIST {
+                        let _ = buffers.push(take(), op);
+                    }
+                    let posted = black_box(qp).post_send_buffers(&mut buffers, true).is_ok();
+                    complete(&mut safe_wc);
+                    posted
+                },
+                || {
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    let posted = unsafe { black_box(qp).post_send_list(&mut list) }.is_ok();
+                    complete(&mut raw_wc);
+                    posted
+                },
+            );
             mode.case(
                 &format!("{path}/post_recv"),
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
@@ -449,20 +520,20 @@ fn provider_calls() {
 
 fn main() {
     match std::env::var("DATA_PATH_COUNT").as_deref() {
-        Ok("list") => data_path(&mut Mode::List),
+        Ok("list") => data_path(&mut List),
         Ok("calls") => provider_calls(),
         Ok(spec) => {
             let mut words = spec.split_whitespace();
             let (case, side) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
             let n =
                 words.next().and_then(|n| n.parse().ok()).expect("DATA_PATH_COUNT=\"CASE SIDE N\"");
-            data_path(&mut Mode::Count { case: case.into(), side: side.into(), n });
+            data_path(&mut Count { case: case.into(), side: side.into(), n });
         }
         Err(_) => {
             // No HTML plots: plotters' ab_glyph feature (which examples/bench_report.rs
             // enables) draws text only in fonts registered first, and criterion registers none.
             let mut c = Criterion::default().without_plots().configure_from_args();
-            data_path(&mut Mode::Time(&mut c));
+            data_path(&mut Time(&mut c));
             c.final_summary();
         }
     }

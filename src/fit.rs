@@ -110,8 +110,34 @@ const GUARDS: u64 = {
     guards
 };
 
+/// The value bits of the one-bit fields (the classes), whose maximum is their OR.
+const CLASSES: u64 = {
+    let mut classes = 0;
+    let mut i = 0;
+    while i < FIELDS.len() {
+        if FIELDS[i].width == 1 {
+            classes |= FIELDS[i].mask();
+        }
+        i += 1;
+    }
+    classes
+};
+
+/// The wider fields, whose maximum is taken one by one.
+const NUMBERS: [Field; 3] = [SGES, INLINE, LEN];
+
 // Every field, with its guard, fits the word.
 const _: () = assert!(SLOW.shift + SLOW.width < 64);
+// Every field is a class or one of `NUMBERS`.
+const _: () = {
+    let mut all = 0;
+    let mut i = 0;
+    while i < FIELDS.len() {
+        all |= FIELDS[i].mask();
+        i += 1;
+    }
+    assert!(all == CLASSES | SGES.mask() | INLINE.mask() | LEN.mask());
+};
 
 /// What a send WR asks of the QP that posts it (see the module notes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,7 +147,15 @@ impl Demand {
     /// The demand of an empty list: none of a WR, but the exact path (which posts nothing).
     pub(crate) const EMPTY: Demand = Demand(1 << SLOW.shift);
 
+    /// The demand with each field of `values` set to its value (saturated; the fields are
+    /// distinct, or classes set to 1).
+    #[inline]
+    pub(crate) fn of<const N: usize>(values: [(Field, u64); N]) -> Demand {
+        Demand(values.iter().fold(0, |word, &(f, v)| word | v.min(f.max()) << f.shift))
+    }
+
     /// This demand with `field` set to `value` (saturated).
+    #[cfg(test)]
     #[must_use]
     pub(crate) fn with(self, field: Field, value: u64) -> Demand {
         Demand(field.with(self.0, value))
@@ -129,8 +163,14 @@ impl Demand {
 
     /// The field-wise maximum of two demands: what a list of both asks.
     #[must_use]
+    #[inline]
     pub(crate) fn max(self, other: Demand) -> Demand {
-        Demand(FIELDS.iter().fold(0, |word, f| f.with(word, f.get(self.0).max(f.get(other.0)))))
+        let classes = (self.0 | other.0) & CLASSES;
+        Demand(
+            NUMBERS
+                .iter()
+                .fold(classes, |word, f| word | f.get(self.0).max(f.get(other.0)) << f.shift),
+        )
     }
 
     /// Whether the demand fits a QP of `slack`: every exact check passes.
@@ -210,6 +250,26 @@ mod tests {
         assert!(!Demand::default().with(SLOW, 1).fits(Slack::ANY.exact()));
         assert!(Demand::default().with(SEND, 1).fits(Slack::ANY.exact()));
         assert!(!Demand::default().with(SEND, 1).fits(Slack::ANY.forbid_all()));
+    }
+
+    fn values() -> impl proptest::strategy::Strategy<Value = [u64; 12]> {
+        use proptest::prelude::*;
+        // Small values (classes 0 and 1) and values past each field's range (saturating).
+        proptest::array::uniform12(prop_oneof![0u64..3, 0u64..70_000])
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn max_is_the_maximum_of_every_field(a in values(), b in values()) {
+            let demand = |values: [u64; 12]| {
+                FIELDS.iter().zip(values).fold(Demand::default(), |d, (&f, v)| d.with(f, v))
+            };
+            let (a, b) = (demand(a), demand(b));
+            let expected = FIELDS.iter().fold(Demand::default(), |d, &f| {
+                d.with(f, f.get(a.0).max(f.get(b.0)))
+            });
+            proptest::prop_assert_eq!(a.max(b), expected);
+        }
     }
 
     #[test]

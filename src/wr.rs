@@ -14,6 +14,7 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::ah::UdDestination;
+use crate::buffer::SendOp;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::fit::{self, Demand};
 use crate::mr::{LKey, RKey};
@@ -143,11 +144,8 @@ unsafe impl Send for SendWr<'_> {}
 unsafe impl Sync for SendWr<'_> {}
 
 impl<'a> SendWr<'a> {
-    fn new(wr_id: u64, sges: &'a [Sge], opcode: sys::ibv_wr_opcode) -> Self {
-        Self::with(wr_id, sges, opcode, |_| {})
-    }
-
     /// The WR of `opcode` over `sges`, its union fields set by `fill`, its demand worked out.
+    #[inline]
     fn with(
         wr_id: u64,
         sges: &'a [Sge],
@@ -168,7 +166,87 @@ impl<'a> SendWr<'a> {
         wr
     }
 
+    /// The WR of `op` over `sges` with `flags`, addressed to `dest` (a UD SEND), for the
+    /// constructors below and the buffer tier's single posts.
+    #[inline]
+    pub(crate) fn of(
+        wr_id: u64,
+        sges: &'a [Sge],
+        op: SendOp,
+        flags: SendFlags,
+        dest: Option<&UdDestination<'a>>,
+    ) -> Self {
+        let raw = sys::ibv_send_wr::default();
+        let mut wr =
+            SendWr { raw, demand: Demand::default(), build: Build::Other, _sges: PhantomData };
+        // SAFETY: `sges` and `dest` are borrowed for `'a`, as long as the WR.
+        unsafe { wr.rewrite(wr_id, sges.as_ptr(), sges.len(), op, flags, dest) };
+        wr
+    }
+
+    /// Writes the request of `op` over the `num_sge` SGEs at `sges`, with `flags`, addressed
+    /// to `dest` (a UD SEND), and works its demand out: the one place that writes each
+    /// [`SendOp`]'s request. In place, for the buffer tier's lists, which reuse their WRs
+    /// post after post; the link to the next WR of a list (`next`) is left as it is.
+    ///
+    /// # Safety
+    ///
+    /// The WR was built by [`SendWr::of`] (its other union members are zero), and the SGEs
+    /// and `dest`'s address handle stay alive and unchanged as long as it is used (they are
+    /// read now, for the demand, and by the provider at the post).
+    #[inline]
+    pub(crate) unsafe fn rewrite(
+        &mut self,
+        wr_id: u64,
+        sges: *const Sge,
+        num_sge: usize,
+        op: SendOp,
+        flags: SendFlags,
+        dest: Option<&UdDestination<'_>>,
+    ) {
+        let raw = &mut self.raw;
+        raw.wr_id = wr_id;
+        raw.sg_list = sges.cast_mut().cast();
+        raw.num_sge = i32::try_from(num_sge).unwrap_or(i32::MAX);
+        raw.send_flags = flags.bits();
+        raw.__bindgen_anon_1.imm_data = 0;
+        raw.wr = sys::ibv_send_wr__bindgen_ty_2::default();
+        raw.opcode = match op {
+            SendOp::Send => sys::IBV_WR_SEND,
+            SendOp::SendWithImm(imm) => {
+                raw.__bindgen_anon_1.imm_data = imm.to_be();
+                sys::IBV_WR_SEND_WITH_IMM
+            }
+            SendOp::RdmaWrite(remote) => {
+                set_remote(raw, remote);
+                sys::IBV_WR_RDMA_WRITE
+            }
+            SendOp::RdmaWriteWithImm(remote, imm) => {
+                set_remote(raw, remote);
+                raw.__bindgen_anon_1.imm_data = imm.to_be();
+                sys::IBV_WR_RDMA_WRITE_WITH_IMM
+            }
+            SendOp::RdmaRead(remote) => {
+                set_remote(raw, remote);
+                sys::IBV_WR_RDMA_READ
+            }
+            SendOp::CompareSwap { remote, compare, swap } => {
+                set_atomic(raw, remote, compare, swap);
+                sys::IBV_WR_ATOMIC_CMP_AND_SWP
+            }
+            SendOp::FetchAdd { remote, add } => {
+                set_atomic(raw, remote, add, 0);
+                sys::IBV_WR_ATOMIC_FETCH_AND_ADD
+            }
+        };
+        if let Some(dest) = dest {
+            set_destination(raw, dest);
+        }
+        self.refresh();
+    }
+
     /// Works the demand out again from the request (after any change to it).
+    #[inline]
     fn refresh(&mut self) {
         let sges = self.sges();
         let (n, len) = (sges.len() as u64, self.total_len());
@@ -188,15 +266,16 @@ impl<'a> SendWr<'a> {
             // Binds (whose window `note_posted` updates) and anything else.
             _ => (fit::SLOW, true),
         };
-        self.demand = Demand::default()
-            .with(fit::SGES, n)
-            .with(fit::LEN, len)
-            .with(fit::INLINE, if inline { len } else { 0 })
-            .with(fit::INLINE_LIST, u64::from(inline && n > 1))
-            .with(fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64))
-            .with(fit::UNADDRESSED, u64::from(!self.has_destination()))
-            .with(class, 1)
-            .with(fit::SLOW, u64::from(slow));
+        self.demand = Demand::of([
+            (fit::SGES, n),
+            (fit::LEN, len),
+            (fit::INLINE, if inline { len } else { 0 }),
+            (fit::INLINE_LIST, u64::from(inline && n > 1)),
+            (fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64)),
+            (fit::UNADDRESSED, u64::from(!self.has_destination())),
+            (class, 1),
+            (fit::SLOW, u64::from(slow)),
+        ]);
         self.build = match self.raw.opcode {
             sys::IBV_WR_LOCAL_INV => Build::LocalInv,
             _ if n != 1 || inline => Build::Other,
@@ -224,38 +303,33 @@ impl<'a> SendWr<'a> {
     /// `IBV_WR_SEND`: the peer consumes a receive.
     #[must_use]
     pub fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
-        Self::new(wr_id, sges, sys::IBV_WR_SEND)
+        Self::of(wr_id, sges, SendOp::Send, SendFlags::empty(), None)
     }
 
     /// `IBV_WR_SEND_WITH_IMM`: a SEND carrying 32 bits of immediate data (host order here;
     /// sent big-endian).
     #[must_use]
     pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
-        Self::with(wr_id, sges, sys::IBV_WR_SEND_WITH_IMM, |raw| {
-            raw.__bindgen_anon_1.imm_data = imm.to_be();
-        })
+        Self::of(wr_id, sges, SendOp::SendWithImm(imm), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_RDMA_WRITE`: write the SGEs' bytes to `remote`; the peer sees no completion.
     #[must_use]
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
-        Self::with(wr_id, sges, sys::IBV_WR_RDMA_WRITE, |raw| set_remote(raw, remote))
+        Self::of(wr_id, sges, SendOp::RdmaWrite(remote), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_RDMA_WRITE_WITH_IMM`: an RDMA WRITE that also consumes a receive at the peer,
     /// which completes with `imm`.
     #[must_use]
     pub fn rdma_write_with_imm(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, imm: u32) -> Self {
-        Self::with(wr_id, sges, sys::IBV_WR_RDMA_WRITE_WITH_IMM, |raw| {
-            set_remote(raw, remote);
-            raw.__bindgen_anon_1.imm_data = imm.to_be();
-        })
+        Self::of(wr_id, sges, SendOp::RdmaWriteWithImm(remote, imm), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_RDMA_READ`: read from `remote` into the SGEs (which need `LOCAL_WRITE`).
     #[must_use]
     pub fn rdma_read(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
-        Self::with(wr_id, sges, sys::IBV_WR_RDMA_READ, |raw| set_remote(raw, remote))
+        Self::of(wr_id, sges, SendOp::RdmaRead(remote), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 8 bytes at `remote` equal `compare`, write
@@ -267,28 +341,15 @@ impl<'a> SendWr<'a> {
         compare: u64,
         swap: u64,
     ) -> Self {
-        Self::with(wr_id, sges, sys::IBV_WR_ATOMIC_CMP_AND_SWP, |raw| {
-            raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                remote_addr: remote.addr,
-                compare_add: compare,
-                swap,
-                rkey: remote.rkey.0,
-            };
-        })
+        let op = SendOp::CompareSwap { remote, compare, swap };
+        Self::of(wr_id, sges, op, SendFlags::empty(), None)
     }
 
     /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `add` to the 8 bytes at `remote`; the old value
     /// lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
     #[must_use]
     pub fn fetch_add(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, add: u64) -> Self {
-        Self::with(wr_id, sges, sys::IBV_WR_ATOMIC_FETCH_AND_ADD, |raw| {
-            raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                remote_addr: remote.addr,
-                compare_add: add,
-                swap: 0,
-                rkey: remote.rkey.0,
-            };
-        })
+        Self::of(wr_id, sges, SendOp::FetchAdd { remote, add }, SendFlags::empty(), None)
     }
 
     /// `IBV_WR_LOCAL_INV`: invalidates `rkey` (a type-2 memory window's,
@@ -331,11 +392,7 @@ impl<'a> SendWr<'a> {
     /// Addresses a SEND on a UD QP to `dest`.
     #[must_use]
     pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
-        self.raw.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
-            ah: dest.ah.as_raw(),
-            remote_qpn: dest.qpn.get(),
-            remote_qkey: dest.qkey,
-        };
+        set_destination(&mut self.raw, dest);
         self.refresh();
         self
     }
@@ -352,6 +409,7 @@ impl<'a> SendWr<'a> {
 
     /// Whether this is a SEND that [`SendWr::to`] addressed (the SEND constructors zero the
     /// union, so a non-NULL AH pointer was set by `to`).
+    #[inline]
     pub(crate) fn has_destination(&self) -> bool {
         let send = matches!(self.raw.opcode, sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM);
         // SAFETY: the union is initialised (zeroed, then set by a constructor or `to`).
@@ -402,6 +460,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// The SGEs' total length in bytes.
+    #[inline]
     pub fn total_len(&self) -> u64 {
         self.sges().iter().map(|s| u64::from(s.length())).sum()
     }
@@ -433,16 +492,6 @@ impl<'a> SendWr<'a> {
     pub(crate) fn note_posted(&self) {
         note_posted(&self.raw);
     }
-
-    /// The same request with its borrow forgotten, for a list that owns the SGEs it names.
-    ///
-    /// # Safety
-    ///
-    /// The SGEs (and a UD destination's AH, a bind's window) must stay alive and unchanged
-    /// as long as the returned WR is used.
-    pub(crate) unsafe fn forget_borrow(self) -> SendWr<'static> {
-        SendWr { raw: self.raw, demand: self.demand, build: self.build, _sges: PhantomData }
-    }
 }
 
 /// Sets the remote address and rkey of an RDMA WR.
@@ -450,6 +499,25 @@ fn set_remote(raw: &mut sys::ibv_send_wr, remote: RemoteAddr) {
     raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
         remote_addr: remote.addr,
         rkey: remote.rkey.0,
+    };
+}
+
+/// Sets the remote word and operands of an atomic.
+fn set_atomic(raw: &mut sys::ibv_send_wr, remote: RemoteAddr, compare_add: u64, swap: u64) {
+    raw.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+        remote_addr: remote.addr,
+        compare_add,
+        swap,
+        rkey: remote.rkey.0,
+    };
+}
+
+/// Addresses a UD SEND to `dest`.
+fn set_destination(raw: &mut sys::ibv_send_wr, dest: &UdDestination<'_>) {
+    raw.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+        ah: dest.ah.as_raw(),
+        remote_qpn: dest.qpn.get(),
+        remote_qkey: dest.qkey,
     };
 }
 
@@ -528,6 +596,7 @@ impl<'a> SendWrList<'a> {
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when the list holds
     /// [`capacity`](Self::capacity) WRs already (it never grows, so that its links stay put).
+    #[inline]
     pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
         if self.wrs.len() == self.wrs.capacity() {
             return Err(Error::invalid(
@@ -549,6 +618,27 @@ impl<'a> SendWrList<'a> {
             unsafe { (*base.add(n - 2)).raw.next = &raw mut (*base.add(n - 1)).raw };
         }
         Ok(())
+    }
+
+    /// Makes the list `n` WRs long (at most its capacity: the rest is left out), WR `i`
+    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and sums its demand: for a list
+    /// reused post after post, whose WRs are written where they lie, linked once.
+    #[inline]
+    pub(crate) fn rewrite(&mut self, n: usize, mut write: impl FnMut(usize, &mut SendWr<'a>)) {
+        let n = n.min(self.capacity());
+        while self.wrs.len() > n {
+            self.pop();
+        }
+        while self.wrs.len() < n {
+            // (Within the capacity.)
+            let _ = self.push(SendWr::of(0, &[], SendOp::Send, SendFlags::empty(), None));
+        }
+        let mut demand = Demand::EMPTY;
+        for (i, wr) in self.wrs.iter_mut().enumerate() {
+            write(i, wr);
+            demand = if i == 0 { wr.demand } else { demand.max(wr.demand) };
+        }
+        self.demand = demand;
     }
 
     /// Takes the last WR back out (unlinked).

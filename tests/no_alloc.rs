@@ -290,7 +290,7 @@ fn the_counter_sees_an_allocation_on_this_thread_only() {
 fn the_raw_tier_posts_and_polls_without_allocating() {
     let mock = Mock::new();
     let ctx = context(&mock, STUB, ContextConfig::default());
-    with_rts_qp(&ctx, |qp, cq, sge| {
+    with_rts_qp(&ctx, |qp, cq, sge, _pool| {
         let sges = [sge];
         let (mut one, mut list) = signaled_sends(&sges);
         let mut recv = RecvWr::new(2, &sges);
@@ -312,7 +312,7 @@ fn the_raw_tier_posts_and_polls_without_allocating() {
 fn the_extended_verbs_post_and_poll_without_allocating() {
     let mock = Mock::new();
     let ctx = context(&mock, STUB, ContextConfig::extended_verbs());
-    with_rts_qp(&ctx, |qp, cq, sge| {
+    with_rts_qp(&ctx, |qp, cq, sge, _pool| {
         let (cq_ex, qp_ex) =
             (cq.as_raw_ex().expect("an extended CQ"), qp.as_raw_ex().expect("an extended QP"));
         // SAFETY: both are live and used by nothing else now.

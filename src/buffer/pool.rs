@@ -306,23 +306,62 @@ impl<'p> Buffer<'p> {
         self.pool.local_write
     }
 
-    /// Hands the chunk to the NIC with a new `wr_id`: in flight (completed by that `wr_id`),
-    /// or `batched` (released by the completion of a later WR of the same list, see
-    /// [`Flight::chain_before`]). The token is gone until then, or [`Flight::restore`].
-    pub(crate) fn launch(self, len: u32, batched: bool) -> Flight<'p> {
+    /// The `wr_id` of the chunk's next flight: the one [`launch`](Self::launch) gives it
+    /// (the token is the only way to launch the chunk, so it holds until then).
+    #[inline]
+    pub(crate) fn next_wr_id(&self) -> u64 {
         let (pool, index) = (self.pool, self.index as usize);
-        std::mem::forget(self);
-        pool.lens[index].store(len, Ordering::Relaxed);
         let generation = (pool.flights[index].load(Ordering::Relaxed) >> INDEX_BITS) + 1;
-        let wr_id = BUFFER_WR_ID_BIT
+        BUFFER_WR_ID_BIT
             | pool.id << (INDEX_BITS + GEN_BITS)
             | (generation & ((1 << GEN_BITS) - 1)) << INDEX_BITS
-            | index as u64;
+            | index as u64
+    }
+
+    /// Hands the chunk to the NIC with its [next `wr_id`](Self::next_wr_id), in flight
+    /// (completed by that `wr_id`). The token is gone until then, or [`Flight::restore`].
+    #[inline]
+    pub(crate) fn launch(self, len: u32) -> Flight<'p> {
+        let wr_id = self.mark_launched(len, false, NO_PREV);
+        let (pool, index) = (self.pool, self.index);
+        std::mem::forget(self);
+        Flight { pool, index, len, wr_id }
+    }
+
+    /// Marks the chunk handed to the NIC with its [next `wr_id`](Self::next_wr_id), which
+    /// it returns, as [`launch`](Self::launch) does, for a [`SendList`](super::SendList) that
+    /// still holds the token: in flight, or `batched` behind chunk `before` of this pool
+    /// (`NO_PREV` for none), which the completion of this one releases (and so on down the
+    /// chain). The list then forgets the token once the provider took the WR, or
+    /// [`unmark`](Self::unmark)s it.
+    #[inline]
+    pub(crate) fn mark_launched(&self, len: u32, batched: bool, before: u32) -> u64 {
+        let (pool, index) = (self.pool, self.index as usize);
+        let wr_id = self.next_wr_id();
+        pool.lens[index].store(len, Ordering::Relaxed);
         pool.flights[index].store(wr_id, Ordering::Relaxed);
+        pool.prev[index].store(before, Ordering::Relaxed);
         pool.states[index].store(if batched { BATCHED } else { IN_FLIGHT }, Ordering::Release);
-        Flight { pool, index: index as u32, len, wr_id }
+        wr_id
+    }
+
+    /// Undoes [`mark_launched`](Self::mark_launched): the provider refused the WR (the NIC
+    /// never saw it), the token is the program's again.
+    #[inline]
+    pub(crate) fn unmark(&self) {
+        self.pool.prev[self.index as usize].store(NO_PREV, Ordering::Relaxed);
+        self.pool.states[self.index as usize].store(HELD, Ordering::Relaxed);
+    }
+
+    /// The chunk's index in its pool, as a chain link (`mark_launched`'s `before`).
+    #[inline]
+    pub(crate) fn link(&self) -> u32 {
+        self.index
     }
 }
+
+/// No chunk before: the head of a chain (`Buffer::mark_launched`).
+pub(crate) const UNCHAINED: u32 = NO_PREV;
 
 impl Drop for Buffer<'_> {
     fn drop(&mut self) {
@@ -341,28 +380,15 @@ pub(crate) struct Flight<'p> {
     pool: &'p BufferPool<'p>,
     index: u32,
     len: u32,
-    /// The WR's `wr_id`; for a batched chunk it is never used to complete.
+    /// The WR's `wr_id`.
     pub(crate) wr_id: u64,
 }
 
 impl<'p> Flight<'p> {
-    /// Its pool's id ([`Buffer::pool_id`]).
-    pub(super) fn pool_id(&self) -> u64 {
-        self.pool.id
-    }
-
-    /// Chains this (batched) chunk behind `next`, the chunk posted after it in the same list,
-    /// so that `next`'s completion releases it. Both are of one pool (the chain is an index
-    /// into it: `post_list` refuses a list that mixes pools).
-    pub(super) fn chain_before(&self, next: &Flight<'p>) {
-        debug_assert_eq!(self.pool.id, next.pool.id, "a chain within one pool");
-        self.pool.prev[next.index as usize].store(self.index, Ordering::Relaxed);
-    }
-
     /// The token again, after the provider refused the WR (the NIC never saw it).
     pub(crate) fn restore(self) -> Buffer<'p> {
-        self.pool.prev[self.index as usize].store(NO_PREV, Ordering::Relaxed);
-        self.pool.states[self.index as usize].store(HELD, Ordering::Relaxed);
-        Buffer { pool: self.pool, index: self.index, len: self.len }
+        let buffer = Buffer { pool: self.pool, index: self.index, len: self.len };
+        buffer.unmark();
+        buffer
     }
 }

@@ -1,6 +1,6 @@
 //! Posting buffers: one at a time, or as a list with selective signaling.
 
-use super::pool::{Buffer, Flight};
+use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
@@ -54,27 +54,6 @@ impl SendOp {
     fn goes_inline(self, len: u32, max_inline: u32) -> bool {
         len <= max_inline && !self.writes_buffer()
     }
-
-    /// The WR for `len` bytes in `sge` (none when `len` is 0), with `flags` (INLINE among
-    /// them when [`goes_inline`](Self::goes_inline) said so).
-    #[inline]
-    fn work_request(self, wr_id: u64, sge: &Sge, len: u32, flags: SendFlags) -> SendWr<'_> {
-        let sges = if len == 0 { &[][..] } else { std::slice::from_ref(sge) };
-        match self {
-            SendOp::Send => SendWr::send(wr_id, sges),
-            SendOp::SendWithImm(imm) => SendWr::send_with_imm(wr_id, sges, imm),
-            SendOp::RdmaWrite(remote) => SendWr::rdma_write(wr_id, sges, remote),
-            SendOp::RdmaWriteWithImm(remote, imm) => {
-                SendWr::rdma_write_with_imm(wr_id, sges, remote, imm)
-            }
-            SendOp::RdmaRead(remote) => SendWr::rdma_read(wr_id, sges, remote),
-            SendOp::CompareSwap { remote, compare, swap } => {
-                SendWr::compare_swap(wr_id, sges, remote, compare, swap)
-            }
-            SendOp::FetchAdd { remote, add } => SendWr::fetch_add(wr_id, sges, remote, add),
-        }
-        .flags(flags)
-    }
 }
 
 /// A UD datagram in a [`SendList`]: where it goes, and its immediate data if any.
@@ -89,20 +68,9 @@ pub struct UdSend<'p> {
 /// What a [`SendList`] entry asks of the send queue: a [`SendOp`] on a connected QP (RC, UC),
 /// or a [`UdSend`] on a UD QP. Sealed: the list posts only what these two describe.
 pub trait ListOp<'p>: Copy + sealed::Sealed {
-    /// The WR for `len` bytes of `sge`, with `flags` (the caller decided INLINE).
+    /// The operation, and the destination of a UD datagram.
     #[doc(hidden)]
-    fn work_request<'s>(self, wr_id: u64, sge: &'s Sge, len: u32, flags: SendFlags) -> SendWr<'s>
-    where
-        'p: 's;
-    /// Whether `len` bytes go inline under `max_inline`.
-    #[doc(hidden)]
-    fn goes_inline(self, len: u32, max_inline: u32) -> bool;
-    /// Whether the NIC writes the buffer (it needs `LOCAL_WRITE`).
-    #[doc(hidden)]
-    #[inline]
-    fn writes_buffer(self) -> bool {
-        false
-    }
+    fn parts(self) -> (SendOp, Option<UdDestination<'p>>);
     /// Refuses what the op names in another PD than the QP's `pd` (a UD destination's AH).
     #[doc(hidden)]
     #[inline]
@@ -119,36 +87,15 @@ mod sealed {
 
 impl<'p> ListOp<'p> for SendOp {
     #[inline]
-    fn work_request<'s>(self, wr_id: u64, sge: &'s Sge, len: u32, flags: SendFlags) -> SendWr<'s>
-    where
-        'p: 's,
-    {
-        SendOp::work_request(self, wr_id, sge, len, flags)
-    }
-
-    #[inline]
-    fn goes_inline(self, len: u32, max_inline: u32) -> bool {
-        SendOp::goes_inline(self, len, max_inline)
-    }
-
-    #[inline]
-    fn writes_buffer(self) -> bool {
-        SendOp::writes_buffer(self)
+    fn parts(self) -> (SendOp, Option<UdDestination<'p>>) {
+        (self, None)
     }
 }
 
 impl<'p> ListOp<'p> for UdSend<'p> {
     #[inline]
-    fn work_request<'s>(self, wr_id: u64, sge: &'s Sge, len: u32, flags: SendFlags) -> SendWr<'s>
-    where
-        'p: 's,
-    {
-        self.op().work_request(wr_id, sge, len, flags).to(&self.dest)
-    }
-
-    #[inline]
-    fn goes_inline(self, len: u32, max_inline: u32) -> bool {
-        self.op().goes_inline(len, max_inline)
+    fn parts(self) -> (SendOp, Option<UdDestination<'p>>) {
+        (self.imm.map_or(SendOp::Send, SendOp::SendWithImm), Some(self.dest))
     }
 
     /// The NIC would use an AH of another PD for this QP's datagram (the strict mock counts
@@ -160,23 +107,22 @@ impl<'p> ListOp<'p> for UdSend<'p> {
         }
         Err(Error::invalid(
             InvalidInputKind::OtherPd,
-            "the destination's address handle was created in another protection domain than              the UD QP it is posted on: create the AH with the QP's PD"
+            "the destination's address handle was created in another protection domain than \
+             the UD QP it is posted on: create the AH with the QP's PD"
                 .into(),
         ))
     }
 }
 
-impl UdSend<'_> {
-    fn op(self) -> SendOp {
-        self.imm.map_or(SendOp::Send, SendOp::SendWithImm)
-    }
-}
-
-/// A post the provider refused, with the buffer back.
+/// A post that failed, with the buffer back.
 #[derive(Debug)]
 pub struct PostError<'p> {
-    /// The buffer, unchanged.
-    pub buffer: Buffer<'p>,
+    /// The buffer, unchanged; `None` when the provider may have taken its WR anyway (a
+    /// failed `ibv_wr_complete` on a provider that does not say which WRs it kept, see
+    /// [`QueuePair::post_send`]): the chunk then stays in flight, handed back by
+    /// [`BufferPool::complete`](super::BufferPool::complete) if a completion comes, else
+    /// when the QP is drained or reset and the pool dropped.
+    pub buffer: Option<Buffer<'p>>,
     /// Why.
     pub error: Error,
 }
@@ -303,23 +249,32 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     where
         'p: 'res,
     {
-        if let Err(error) =
-            check_pool(&buffer, self.pd(), op.writes_buffer()).and_then(|()| op.check_pd(self.pd()))
+        let (send_op, dest) = op.parts();
+        if let Err(error) = check_pool(&buffer, self.pd(), send_op.writes_buffer())
+            .and_then(|()| op.check_pd(self.pd()))
         {
-            return Err(PostError { buffer, error });
+            return Err(PostError { buffer: Some(buffer), error });
         }
         let len = buffer.len() as u32;
-        let inline = op.goes_inline(len, self.caps().max_inline_data);
+        let inline = send_op.goes_inline(len, self.caps().max_inline_data);
         let sge = buffer.sge(len, inline);
-        let flight = buffer.launch(len, false);
-        let mut wr = op.work_request(flight.wr_id, &sge, len, send_flags(true, inline));
+        let flight = buffer.launch(len);
+        let sges = if len == 0 { &[][..] } else { std::slice::from_ref(&sge) };
+        let flags = send_flags(true, inline);
+        let mut wr = SendWr::of(flight.wr_id, sges, send_op, flags, dest.as_ref());
         // SAFETY: the chunk is the NIC's alone (its token was consumed by `launch`) until
         // `complete` sees this WR's completion (it is signaled); it stays registered while this
         // QP lives because the pool outlives 'res ('p: 'res), in this QP's PD (checked); an
         // inline SGE holds the chunk's CPU address, any other its IOVA; `wr_id` is the
         // tier's own; a UD destination's AH outlives the QP ('p: 'res).
-        unsafe { self.post_send(&mut wr) }
-            .map_err(|error| PostError { buffer: flight.restore(), error })
+        match unsafe { self.post_one(&mut wr) } {
+            Ok(()) => Ok(()),
+            Err(PostListError { posted: 0, error }) => {
+                Err(PostError { buffer: Some(flight.restore()), error })
+            }
+            // The provider may have taken it: the chunk stays in flight, for its completion.
+            Err(PostListError { error, .. }) => Err(PostError { buffer: None, error }),
+        }
     }
 
     /// Posts a list: every WR is built and checked first, so a refused check leaves the list
@@ -334,7 +289,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     {
         let n = list.entries.len();
         let qp = self.as_raw() as usize;
-        if list.open.as_ref().is_some_and(|(open_qp, _)| *open_qp != qp) {
+        if list.open.is_some_and(|open| open.qp != qp) {
             return Err(Error::invalid(
                 InvalidInputKind::UnsignaledInFlight,
                 "this SendList has unsignaled buffers in flight on another QP: post a signaled \
@@ -345,8 +300,8 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         if n == 0 {
             return Ok(());
         }
-        // The chain of unsignaled chunks is kept in one pool's bookkeeping (`chain_before`).
-        let pool = list.open.as_ref().map_or(list.entries[0].0.pool_id(), |(_, t)| t.pool_id());
+        // The chain of unsignaled chunks is kept in one pool's bookkeeping (`mark_launched`).
+        let pool = list.open.map_or(list.entries[0].0.pool_id(), |open| open.pool);
         if list.entries.iter().any(|(buffer, _)| buffer.pool_id() != pool) {
             return Err(Error::invalid(
                 InvalidInputKind::OtherPool,
@@ -356,45 +311,39 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             ));
         }
         let max_inline = self.caps().max_inline_data;
-        // The WRs first: they name the SGEs.
-        list.wrs.clear();
+        // The SGEs first: the WRs name them.
         list.sges.clear();
         for (buffer, op) in &list.entries {
-            check_pool(buffer, self.pd(), op.writes_buffer())?;
+            let send_op = op.parts().0;
+            check_pool(buffer, self.pd(), send_op.writes_buffer())?;
             op.check_pd(self.pd())?;
             let len = buffer.len() as u32;
-            list.sges.push(buffer.sge(len, op.goes_inline(len, max_inline)));
+            list.sges.push(buffer.sge(len, send_op.goes_inline(len, max_inline)));
         }
-        for (i, ((buffer, op), sge)) in list.entries.iter().zip(&list.sges).enumerate() {
+        let (entries, sges) = (&list.entries, list.sges.as_ptr());
+        list.wrs.rewrite(n, |i, wr| {
+            let (buffer, op) = &entries[i];
+            let (send_op, dest) = op.parts();
             let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
-            let flags = send_flags(signaled, op.goes_inline(len, max_inline));
-            // The wr_id is set at launch below; the checks do not read it.
-            let wr = op.work_request(0, sge, len, flags);
-            // SAFETY: `list.sges` is not changed while `list.wrs` holds WRs naming it (they
-            // are cleared first, above and at the next post); a UD destination's AH outlives
-            // the QP ('p: 'res).
-            // (Never full: both have the entries' capacity.)
-            let _ = list.wrs.push(unsafe { wr.forget_borrow() });
-        }
-        if let Err(error) = self.check_list(&list.wrs) {
-            list.wrs.clear();
-            return Err(error);
-        }
-        for (i, (buffer, op)) in list.entries.drain(..).enumerate() {
-            let signaled = signal_last && i + 1 == n;
-            let len = buffer.len() as u32;
-            let flight = buffer.launch(len, !signaled);
-            match list.flights.last() {
-                Some((before, _)) => before.chain_before(&flight),
-                None => {
-                    if let Some((_, tail)) = &list.open {
-                        tail.chain_before(&flight);
-                    }
-                }
+            let flags = send_flags(signaled, send_op.goes_inline(len, max_inline));
+            let sge = sges.wrapping_add(i);
+            // SAFETY: the WR was built by `SendWr::of` (`SendWrList::rewrite`); SGE `i` (one
+            // of the entries') is not changed while `list.wrs` names it (until the next post);
+            // a UD destination's AH outlives the QP ('p: 'res). The wr_id is the one
+            // `mark_launched` gives the chunk below.
+            unsafe {
+                let id = buffer.next_wr_id();
+                wr.rewrite(id, sge, usize::from(len != 0), send_op, flags, dest.as_ref());
             }
-            // (`i` is below the list's length, n.)
-            let _ = list.wrs.set_wr_id(i, flight.wr_id);
-            list.flights.push((flight, op));
+        });
+        self.check_list(&list.wrs)?;
+        // Every chunk the NIC's from here, each chained behind the one before it (the first
+        // behind the open chain's tail).
+        let mut before = list.open.map_or(UNCHAINED, |open| open.tail);
+        for (i, (buffer, _)) in list.entries.iter().enumerate() {
+            let batched = !(signal_last && i + 1 == n);
+            buffer.mark_launched(buffer.len() as u32, batched, before);
+            before = buffer.link();
         }
         // SAFETY: as in `post_buffer`, for every chunk: each is the NIC's alone until a later
         // signaled WR of this QP completes (on a send queue, after all before it); every WR
@@ -405,17 +354,18 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             Ok(()) => (n, Ok(())),
             Err(PostListError { posted, error }) => (posted, Err(error)),
         };
-        for (flight, op) in list.flights.drain(posted..).rev() {
-            list.entries.insert(0, (flight.restore(), op));
+        // The refused are the program's again; the tokens of the posted are gone, their chunks
+        // in flight until a completion releases them.
+        for (buffer, _) in &list.entries[posted..] {
+            buffer.unmark();
         }
         // The chain stays open unless its last posted WR was the signaled one.
-        let fully_signaled = posted == n && signal_last;
-        if let Some((tail, _)) = list.flights.pop().filter(|_| !fully_signaled) {
-            list.open = Some((qp, tail));
-        } else if fully_signaled {
+        if posted == n && signal_last {
             list.open = None;
+        } else if let Some((last, _)) = posted.checked_sub(1).map(|i| &list.entries[i]) {
+            list.open = Some(OpenChain { qp, pool, tail: last.link() });
         }
-        list.flights.clear();
+        list.entries.drain(..posted).for_each(|(buffer, _)| std::mem::forget(buffer));
         result
     }
 }
@@ -452,13 +402,13 @@ pub(crate) fn post_receive<'p>(
     post: impl FnOnce(&mut RecvWr<'_>) -> Result<()>,
 ) -> Result<(), PostError<'p>> {
     if let Err(error) = check_pool(&buffer, pd, true) {
-        return Err(PostError { buffer, error });
+        return Err(PostError { buffer: Some(buffer), error });
     }
     let len = buffer.len() as u32;
     let sge = [buffer.sge(buffer.capacity() as u32, false)];
-    let flight = buffer.launch(len, false);
+    let flight = buffer.launch(len);
     post(&mut RecvWr::new(flight.wr_id, &sge))
-        .map_err(|error| PostError { buffer: flight.restore(), error })
+        .map_err(|error| PostError { buffer: Some(flight.restore()), error })
 }
 
 /// The NIC checks an SGE's lkey against the PD of the queue it is posted to, and that the
@@ -510,11 +460,21 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 pub struct SendList<'p, Op = SendOp> {
     entries: Vec<(Buffer<'p>, Op)>,
     sges: Vec<Sge>,
-    /// The WRs of the last post, naming `sges` (their borrow forgotten: see `post_list`).
+    /// The WRs of the last post, rewritten in place by each (`SendWrList::rewrite`). They
+    /// name `sges` and the entries' address handles through raw pointers, hence `'static`:
+    /// `post_list` writes the SGEs before the WRs and uses both only within the post.
     wrs: SendWrList<'static>,
-    flights: Vec<(Flight<'p>, Op)>,
-    /// The last unsignaled chunk posted, and on which QP: the tail of the open chain.
-    open: Option<(usize, Flight<'p>)>,
+    /// The unsignaled chunks posted last, until a signaled one closes their chain.
+    open: Option<OpenChain>,
+}
+
+/// The tail of a chain of unsignaled chunks in flight: which QP they were posted on, their
+/// pool's id, and the last one's index, behind which the next posted is chained.
+#[derive(Clone, Copy)]
+struct OpenChain {
+    qp: usize,
+    pool: u64,
+    tail: u32,
 }
 
 impl<'p, Op> SendList<'p, Op> {
@@ -524,7 +484,6 @@ impl<'p, Op> SendList<'p, Op> {
             entries: Vec::with_capacity(capacity),
             sges: Vec::with_capacity(capacity),
             wrs: SendWrList::with_capacity(capacity),
-            flights: Vec::with_capacity(capacity),
             open: None,
         }
     }

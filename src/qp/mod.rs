@@ -391,6 +391,7 @@ impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
     }
 }
 
+#[cfg(feature = "rdmacm")]
 impl<'res> QueuePair<'res, Rts, Rc> {
     /// Reads `max_rd_atomic` from the device after rdma_cm moved the QP to RTS (the
     /// initiator depth it negotiated), so that a READ on a QP that may issue none is refused

@@ -86,12 +86,27 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// path MTU;
     /// [`Error::Unsupported`] for atomics on a device without them. Then [`Error::Verb`] from
     /// the provider (`ENOMEM`: the send queue is full); on the extended path
-    /// [`Error::Unsupported`] naming the `ibv_wr_*` builder the QP lacks.
+    /// [`Error::Unsupported`] naming the `ibv_wr_*` builder the QP lacks. A failed
+    /// `ibv_wr_complete` on a provider this crate does not know (not mlx5 or rxe) may have
+    /// posted the WR anyway (`ibv_wr_post(3)` does not say): keep its memory as if it had
+    /// been, until its completion or the QP's reset.
     #[doc(alias = "ibv_post_send")]
     // Always inlined: the caller then tests the `Result`'s tag instead of receiving it through
     // memory, and no frame is built.
     #[inline(always)]
     pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
+        // SAFETY: the caller's guarantees.
+        unsafe { self.post_one(wr) }.map_err(|e| e.error)
+    }
+
+    /// [`QueuePair::post_send`], saying on failure whether the provider may have posted the
+    /// WR anyway ([`PostListError::posted`] 1: see [`ExQp::failed`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send`].
+    #[inline(always)]
+    pub(crate) unsafe fn post_one(&self, wr: &mut SendWr<'_>) -> Result<(), PostListError> {
         if !wr.demand().fits(self.slack) {
             // SAFETY: the caller's guarantees.
             return unsafe { self.post_send_exactly(wr) };
@@ -103,7 +118,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 // caller upholds the memory contract; the WR fits the QP, so the op is set.
                 let ret = unsafe { self.provider_post_send(wr.as_raw_mut(), &mut bad) };
                 if ret != 0 {
-                    return Err(errno_error(ret, "ibv_post_send"));
+                    return Err(PostListError {
+                        posted: 0,
+                        error: errno_error(ret, "ibv_post_send"),
+                    });
                 }
                 Ok(())
             }
@@ -118,7 +136,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                     }
                 };
                 if ret != 0 {
-                    return Err(ex.failed(ret, 1).error);
+                    return Err(ex.failed(ret, 1));
                 }
                 Ok(())
             }
@@ -170,19 +188,19 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// As [`QueuePair::post_send`].
     #[cold]
     #[inline(never)]
-    unsafe fn post_send_exactly(&self, wr: &mut SendWr<'_>) -> Result<()> {
-        self.check_send_fully(wr)?;
+    unsafe fn post_send_exactly(&self, wr: &mut SendWr<'_>) -> Result<(), PostListError> {
+        let refused = |error| PostListError { posted: 0, error };
+        self.check_send_fully(wr).map_err(refused)?;
         if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-            unsafe { ex.post(std::slice::from_ref(wr), T::RAW == sys::IBV_QPT_UD) }
-                .map_err(|e| e.error)?;
+            unsafe { ex.post(std::slice::from_ref(wr), T::RAW == sys::IBV_QPT_UD) }?;
         } else {
             let mut bad = std::ptr::null_mut();
             // SAFETY: a live QP in RTS; one WR (its `next` is NULL outside a list); the caller
             // upholds the memory contract.
             let ret =
                 unsafe { sys::inline::ibv_post_send(self.as_raw(), wr.as_raw_mut(), &mut bad) };
-            check_errno(ret, "ibv_post_send")?;
+            check_errno(ret, "ibv_post_send").map_err(refused)?;
         }
         wr.note_posted();
         Ok(())

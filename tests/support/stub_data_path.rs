@@ -12,8 +12,9 @@ use std::hint::black_box;
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Context, Endpoint, Gid, Lid, Mtu, ProtectionDomain, Psn,
-    QpCapabilities, QpInitAttr, Qpn, QueuePair, Reset, Rts, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr,
+    AccessFlags, BufferPool, CompletionQueue, Context, Endpoint, Gid, Lid, Mtu, ProtectionDomain,
+    Psn, QpCapabilities, QpInitAttr, Qpn, QueuePair, Reset, Rts, Sge, ToInitAttr, ToRtrAttr,
+    ToRtsAttr,
 };
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -102,17 +103,26 @@ pub fn rts_qp<'a>(pd: &'a ProtectionDomain<'_>, cq: &'a CompletionQueue<'_>) -> 
 }
 
 /// Runs `f` with an RC QP of `ctx` in RTS (room for 64 sends and 64 receives), its CQ (room
-/// for all their completions) and an SGE of the first 64 bytes of a 4 KiB registered region.
+/// for all their completions), an SGE of the first 64 bytes of a 4 KiB registered region,
+/// and a pool of 64 buffers of 64 bytes in the QP's PD (which outlives the QP, as the buffer
+/// tier needs).
 pub fn with_rts_qp<R>(
     ctx: &Context,
-    f: impl FnOnce(&QueuePair<'_, Rts>, &CompletionQueue<'_>, Sge) -> R,
+    f: impl for<'q, 'a> FnOnce(
+        &'q QueuePair<'a, Rts>,
+        &'q CompletionQueue<'a>,
+        Sge,
+        &'a BufferPool<'a>,
+    ) -> R,
 ) -> R {
     let pd = ctx.alloc_pd().expect("a PD");
     let cq = ctx.create_cq(128).expect("a CQ");
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).expect("an MR");
     let sge = mr.sge(..64).expect("an SGE");
+    let pool = BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).expect("an MR"), 64)
+        .expect("a pool");
     let qp = rts_qp(&pd, &cq);
-    f(&qp, &cq, sge)
+    f(&qp, &cq, sge, &pool)
 }
 
 /// The members of an extended CQ and QP that a caller's stub provides; [`stub_extended`]

@@ -391,7 +391,7 @@ fn compare_swap_and_fetch_add_through_buffers_safe() {
             remote.addr
         )
     );
-    assert_eq!(err.buffer.len(), 4);
+    assert_eq!(err.buffer.unwrap().len(), 4);
     assert_eq!(word(&target, 0), 43, "nothing was posted");
     drop(b);
 }

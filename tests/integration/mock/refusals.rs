@@ -197,7 +197,7 @@ fn a_ud_datagram_above_the_mtu_is_refused() {
         let mut small = pool.take().unwrap();
         small.set_len(8).unwrap();
         list.push(small, rdma_verbs::UdSend { dest, imm: None }).unwrap();
-        list.push(err.buffer, rdma_verbs::UdSend { dest, imm: Some(1) }).unwrap();
+        list.push(err.buffer.unwrap(), rdma_verbs::UdSend { dest, imm: Some(1) }).unwrap();
         let err = qp.post_send_buffers_to(&mut list, true).unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::UdTooLarge), "{path:?}");
         assert_eq!(list.len(), 2, "nothing posted");
@@ -301,7 +301,7 @@ fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
         let ud = ud.into_checked::<Init>().unwrap().into_rtr().unwrap();
         let ud = ud.into_rts(Psn::new(0).unwrap()).unwrap();
         let dest = UdDestination { ah: &ah, qpn: ud.qp_num(), qkey: QKEY };
-        let mut buf = err.buffer;
+        let mut buf = err.buffer.unwrap();
         buf.set_len(mtu.min(buf.capacity())).unwrap();
         ud.post_send_buffer_to(buf, &dest, None).map_err(|e| e.error).unwrap();
         assert!(mock.take_violations().is_empty(), "{path:?}");
@@ -335,7 +335,7 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
             buf.set_len(8).unwrap();
             let err = qp.post_send_buffer(buf, op).unwrap_err();
             access(&err.error);
-            list.push(err.buffer, op).unwrap();
+            list.push(err.buffer.unwrap(), op).unwrap();
             access(&qp.post_send_buffers(&mut list, true).unwrap_err());
             assert_eq!(list.len(), 1, "nothing posted");
             drop(list.pop());
