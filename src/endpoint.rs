@@ -189,14 +189,13 @@ impl Endpoint {
                 Err(WireError::NotHex { field, text: text.to_owned() })
             }
         };
+        // All hex digits, so ASCII: the pairs below are sliced at character boundaries.
+        if !gid.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(WireError::NotHex { field: "gid", text: gid.to_owned() });
+        }
         let mut gid_bytes = [0u8; 16];
         for (i, byte) in gid_bytes.iter_mut().enumerate() {
-            let pair = &gid[2 * i..2 * i + 2];
-            *byte = u8::try_from(
-                hex("gid", pair)
-                    .map_err(|_| WireError::NotHex { field: "gid", text: gid.to_owned() })?,
-            )
-            .expect("two hex digits");
+            *byte = u8::from_str_radix(&gid[2 * i..2 * i + 2], 16).expect("two hex digits");
         }
         Ok(Endpoint {
             lid: Lid(hex("lid", lid)? as u16),
@@ -266,6 +265,15 @@ mod tests {
         let mut bad = ok;
         bad[51] = b'0';
         assert!(matches!(Endpoint::from_pingpong_message(&bad), Err(WireError::Layout { .. })));
+        // A 32-byte GID field with a 3-byte character: refused, not sliced inside it.
+        let mut multibyte = Vec::from(&b"0012:000011:3c8a4d:"[..]);
+        multibyte.extend_from_slice("€".as_bytes());
+        multibyte.extend_from_slice(&[b'0'; 29]);
+        multibyte.push(0);
+        assert!(matches!(
+            Endpoint::from_pingpong_message(&multibyte),
+            Err(WireError::NotHex { field: "gid", .. })
+        ));
         // A 30-digit GID, padded with NULs to 52 bytes.
         let short = b"0012:000011:3c8a4d:000000000000000000ffffc0000201\0\0\0";
         assert!(matches!(Endpoint::from_pingpong_message(short), Err(WireError::Layout { .. })));

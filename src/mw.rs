@@ -366,8 +366,8 @@ impl<T: Connected> QueuePair<'_, Rts, T> {
     /// # Errors
     ///
     /// Before the verb: [`Error::InvalidInput`] when `mw` is type 2 (bind it with
-    /// [`SendWr::bind_mw`]), belongs to another PD than the region, or `wr_id` has bit 63
-    /// set (the buffer tier's mark). Then from
+    /// [`SendWr::bind_mw`]), belongs to another PD than the region or this QP, or `wr_id` has
+    /// bit 63 set (the buffer tier's mark). Then from
     /// `ibv_bind_mw`: [`Error::Unsupported`] when the provider has no `bind_mw` op,
     /// [`Error::Verb`] otherwise (`ENOMEM`: the send queue is full).
     #[doc(alias = "ibv_bind_mw")]
@@ -387,13 +387,22 @@ impl<T: Connected> QueuePair<'_, Rts, T> {
             ));
         }
         bind.check_pd(mw)?;
+        if !std::ptr::eq(mw.pd.as_raw(), self.pd().as_raw()) {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherPd,
+                "the window belongs to another protection domain than the QP: bind it on a QP \
+                 of the window's PD"
+                    .into(),
+            ));
+        }
         // The buffer tier reads a completion with this bit as one of its own buffers': one
         // named by a bind would hand that buffer back while the NIC still owns it.
         if wr_id & crate::buffer::BUFFER_WR_ID_BIT != 0 {
             return Err(Error::invalid(
                 InvalidInputKind::Range,
                 format!(
-                    "wr_id {wr_id:#x} has bit 63 set, which marks the buffer tier's work                      requests: use a wr_id below 2^63"
+                    "wr_id {wr_id:#x} has bit 63 set, which marks the buffer tier's work \
+                     requests: use a wr_id below 2^63"
                 ),
             ));
         }

@@ -487,6 +487,16 @@ impl<'a> SendWr<'a> {
         &self.raw
     }
 
+    /// The PD of the window a bind (`IBV_WR_BIND_MW`) binds; `None` for other WRs.
+    pub(crate) fn bound_window_pd(&self) -> Option<*mut sys::ibv_pd> {
+        if self.raw.opcode != sys::IBV_WR_BIND_MW {
+            return None;
+        }
+        // SAFETY: a bind's union member was set by `bind_mw_raw` from a window the WR borrows
+        // for `'a` (`SendWr::bind_mw`), so it is alive; a plain field read.
+        Some(unsafe { (*self.raw.__bindgen_anon_2.bind_mw.mw).pd })
+    }
+
     /// Bookkeeping once the provider accepted this WR (see [`note_posted`]).
     #[inline]
     pub(crate) fn note_posted(&self) {

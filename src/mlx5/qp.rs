@@ -119,9 +119,9 @@ impl<'res> DcQp<'res> {
     }
 
     fn destroy_raw(&self) -> Result<()> {
-        // SAFETY: a live QP, destroyed once (by Drop, or by `destroy`, which suppresses it).
-        let ret = unsafe { (self.fns().ibv_destroy_qp)(self.as_raw()) };
-        check_errno(ret, "ibv_destroy_qp")
+        // SAFETY: a live QP, destroyed once (by Drop, or by `destroy`, which suppresses it);
+        // a failed destroy moves it to RESET or ERROR first, as for the other QPs.
+        unsafe { crate::qp::destroy_qp(self.fns(), self.as_raw()) }
     }
 }
 

@@ -15,8 +15,9 @@ use crate::error::{Error, InvalidInputKind, Result};
 
 /// Memory a region can be registered over: a length (a zeroed buffer of whole pages the
 /// region allocates and owns; the region is that long, the rest of its last page unused) or
-/// a `&mut [u8]` (borrowed for the region's life; with fork protection on, a child must not
-/// touch the rest of the pages it shares, see [`fork`](crate::fork)).
+/// a `&mut [u8]` (borrowed for the region's life, for local access only; with fork
+/// protection on, a child must not touch the rest of the pages it shares, see
+/// [`fork`](crate::fork)).
 pub trait RegionMemory<'a>: sealed::Sealed {
     #[doc(hidden)]
     fn into_memory(self) -> Result<Memory<'a>>;

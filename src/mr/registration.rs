@@ -6,7 +6,10 @@
 //!
 //! A registration covers [`Memory`] that stays valid until it deregisters: owned, or
 //! borrowed for the region's lifetime. It deregisters before freeing owned memory, and leaks
-//! the memory when deregistration fails.
+//! the memory when deregistration fails. A borrow, though, ends with the region whether or
+//! not deregistration succeeded, so borrowed memory is registered for local access only:
+//! after a failed deregistration only this process's own work requests could name it, never
+//! a peer (a local-only region has no rkey a peer may use, and no window binds to it).
 
 use std::ops::RangeBounds;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -20,6 +23,12 @@ use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RemoteAddr, Sge};
+
+/// The rights that let peers reach a region (directly, or through a window bound to it).
+const REMOTE_ACCESS: AccessFlags = AccessFlags::REMOTE_READ
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
 
 /// One `ibv_mr` over [`Memory`]: what the region types share.
 ///
@@ -60,6 +69,30 @@ impl<'a> Registration<'a> {
             (_, reg) => reg,
         };
         let mut memory = memory.into_memory()?;
+        if memory.owned.is_none() && access.intersects(REMOTE_ACCESS) {
+            return Err(Error::invalid(
+                InvalidInputKind::Access,
+                format!(
+                    "borrowed memory is registered for local access only, not {:?}: a peer could \
+                     keep reaching it through the rkey after the borrow ends if \
+                     deregistration failed; register owned memory (a length) for remote access",
+                    access & REMOTE_ACCESS
+                ),
+            ));
+        }
+        let iova_range_fits = iova.is_none_or(|iova| iova.checked_add(memory.len as u64).is_some());
+        if !iova_range_fits {
+            // SAFETY: never registered.
+            unsafe { memory.free() };
+            return Err(Error::invalid(
+                InvalidInputKind::Range,
+                format!(
+                    "an IOVA of {:#x} leaves no room for {} bytes below 2^64: choose a lower IOVA",
+                    iova.unwrap_or_default(),
+                    memory.len
+                ),
+            ));
+        }
         let addr = memory.ptr.as_ptr();
         let raw = match (iova, reg_iova2) {
             // SAFETY: a live PD; the memory stays valid until `dereg` (owned, or borrowed for
@@ -174,9 +207,12 @@ impl<'a> ProtectionDomain<'a> {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for empty memory, or `access` with `REMOTE_WRITE` /
-    ///   `REMOTE_ATOMIC`: memory a peer may write is a [`RemoteWritableRegion`]
-    ///   ([`ProtectionDomain::register_remote_writable`]).
+    /// - [`Error::InvalidInput`] for empty memory, `access` with `REMOTE_WRITE` /
+    ///   `REMOTE_ATOMIC` (memory a peer may write is a [`RemoteWritableRegion`],
+    ///   [`ProtectionDomain::register_remote_writable`]), or a borrowed slice with
+    ///   `REMOTE_READ` or `MW_BIND`: its borrow ends with the region even when
+    ///   deregistration fails, while a peer could still reach it, so only owned memory is
+    ///   registered for peers.
     /// - [`Error::Verb`] from `ibv_reg_mr`: `ENOMEM`/`EPERM`/`EAGAIN` usually mean the
     ///   locked-memory limit (the message gives `RLIMIT_MEMLOCK` and how to raise it);
     ///   `EINVAL` rights the device refuses.
@@ -205,7 +241,8 @@ impl<'a> ProtectionDomain<'a> {
     /// # Errors
     ///
     /// [`Error::Unsupported`] when the loaded rdma-core lacks `ibv_reg_mr_iova2` (before
-    /// v28); otherwise as [`ProtectionDomain::register`] (the verb named `ibv_reg_mr_iova2`).
+    /// v28); [`Error::InvalidInput`] when `iova` plus the length passes 2^64; otherwise as
+    /// [`ProtectionDomain::register`] (the verb named `ibv_reg_mr_iova2`).
     #[doc(alias = "ibv_reg_mr_iova2")]
     pub fn register_with_iova(
         &'a self,
@@ -224,7 +261,8 @@ impl<'a> ProtectionDomain<'a> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when `access` lacks remote-write rights or `LOCAL_WRITE`, or
-    /// the memory is empty; otherwise as [`ProtectionDomain::register`].
+    /// the memory is empty or borrowed (peers reach only owned memory: see
+    /// [`ProtectionDomain::register`]); otherwise as [`ProtectionDomain::register`].
     #[doc(alias = "ibv_reg_mr")]
     pub fn register_remote_writable(
         &'a self,

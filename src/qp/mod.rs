@@ -186,34 +186,9 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         ManuallyDrop::new(self).destroy_raw()
     }
 
-    /// Destroys the QP; when the provider refuses, moves it to RESET (else ERROR) before it
-    /// is leaked. The borrows that kept lent memory (a buffer pool's region, receive buffers)
-    /// alive end with this value, so the leaked QP must not keep work requests naming that
-    /// memory: RESET discards them, ERROR flushes them, and neither lets the NIC touch it.
     fn destroy_raw(&self) -> Result<()> {
-        let fns = &self.pd.context().library().fns;
         // SAFETY: a live QP, destroyed once (by Drop or by `destroy`, which suppresses Drop).
-        let ret = unsafe { (fns.ibv_destroy_qp)(self.as_raw()) };
-        let result = check_errno(ret, "ibv_destroy_qp");
-        if result.is_err() {
-            let quiesced = [sys::IBV_QPS_RESET, sys::IBV_QPS_ERR].into_iter().any(|state| {
-                let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
-                // SAFETY: the QP is still live (its destroy failed); the mask names the one
-                // field set.
-                let ret = unsafe {
-                    (fns.ibv_modify_qp)(self.as_raw(), &mut attr, sys::IBV_QP_STATE as i32)
-                };
-                ret == 0
-            });
-            if !quiesced {
-                log::error!(
-                    "QP {:#x} could be neither destroyed nor moved to RESET or ERROR: work \
-                     requests it still holds may name memory that is freed when its owners drop",
-                    self.qp_num().get()
-                );
-            }
-        }
-        result
+        unsafe { destroy_qp(&self.pd.context().library().fns, self.as_raw()) }
     }
 
     /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
@@ -364,6 +339,37 @@ impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
         qp.learn_limits(&attr, ud_mtu);
         Ok(qp)
     }
+}
+
+/// `ibv_destroy_qp(3)` of `qp`; when the provider refuses, moves it to RESET (else ERROR)
+/// before it is leaked. The borrows that kept lent memory alive (a buffer pool's region,
+/// receive buffers) end with the QP's handle, so the leaked QP must not keep work requests
+/// naming that memory: RESET discards them, ERROR flushes them, and neither lets the NIC
+/// touch it.
+///
+/// # Safety
+///
+/// `qp` is a live QP of the library of `fns`, destroyed once (it is gone, or leaked, after).
+pub(crate) unsafe fn destroy_qp(fns: &sys::IbverbsFns, qp: *mut sys::ibv_qp) -> Result<()> {
+    // SAFETY: the caller's.
+    let result = check_errno(unsafe { (fns.ibv_destroy_qp)(qp) }, "ibv_destroy_qp");
+    if result.is_err() {
+        let quiesced = [sys::IBV_QPS_RESET, sys::IBV_QPS_ERR].into_iter().any(|state| {
+            let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
+            // SAFETY: the QP is still live (its destroy failed); the mask names the one field
+            // set.
+            unsafe { (fns.ibv_modify_qp)(qp, &mut attr, sys::IBV_QP_STATE as i32) == 0 }
+        });
+        if !quiesced {
+            log::error!(
+                "QP {:#x} could be neither destroyed nor moved to RESET or ERROR: work requests \
+                 it still holds may name memory that is freed when its owners drop",
+                // SAFETY: a live QP; a plain field read.
+                unsafe { (*qp).qp_num }
+            );
+        }
+    }
+    result
 }
 
 /// What [`QueuePair::learn_limits`] reads of a QP whose transitions were not ours.

@@ -82,8 +82,8 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// Before posting: [`Error::InvalidInput`] for more SGEs than `max_send_sge`, inline data
     /// above `max_inline_data`, an INLINE RDMA READ or atomic, an RDMA READ or atomic on a
     /// non-RC QP or one moved to RTS with `max_rd_atomic` 0, an atomic not on one 8-byte,
-    /// 8-byte-aligned SGE and remote address, a UD send without a destination or above the
-    /// path MTU;
+    /// 8-byte-aligned SGE and remote address, a bind of a window of another PD, a UD send
+    /// without a destination or above the path MTU;
     /// [`Error::Unsupported`] for atomics on a device without them. Then [`Error::Verb`] from
     /// the provider (`ENOMEM`: the send queue is full); on the extended path
     /// [`Error::Unsupported`] naming the `ibv_wr_*` builder the QP lacks. A failed
@@ -397,6 +397,14 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
         if wr.is_atomic() {
             self.check_atomic(wr)?;
+        }
+        if wr.bound_window_pd().is_some_and(|pd| pd != self.pd.as_raw()) {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherPd,
+                "the window this bind binds belongs to another protection domain than the QP: \
+                 post it on a QP of the window's PD"
+                    .into(),
+            ));
         }
         if T::RAW == sys::IBV_QPT_UD {
             if !wr.has_destination() {

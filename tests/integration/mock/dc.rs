@@ -804,3 +804,19 @@ fn dc_needs_a_grh_on_roce_and_none_on_infiniband() {
         post_send(&dci, &peer, 1, &mr.sge(0..8).unwrap()).unwrap();
     }
 }
+
+/// A DCI whose destroy fails is moved to RESET before it is leaked, as any QP: the work it
+/// held must not outlive the memory dropped after it.
+#[test]
+fn a_dci_that_fails_to_be_destroyed_is_reset_before_it_is_leaked() {
+    let f = Fixture::new();
+    let dc = f.dc();
+    let (dci, _peer) = dc.connect(&route(), &token()).unwrap();
+    let raw = dci.as_raw();
+    f.mock.take_calls();
+    f.mock.fail(Verb::DestroyQp, libc::EBUSY);
+    let err = dci.destroy().unwrap_err();
+    assert_verb_error(&err, "ibv_destroy_qp", libc::EBUSY, &[]);
+    assert_eq!(mock_mlx5::state(raw), sys::IBV_QPS_RESET);
+    assert_eq!(f.modifies().len(), 1, "one modify, to RESET");
+}

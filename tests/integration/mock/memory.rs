@@ -15,7 +15,7 @@ fn register_with_iova_sends_the_iova_and_sges_and_peers_use_it() {
     let mut bytes = vec![0u8; 4096];
     let addr = bytes.as_ptr() as usize;
     f.mock.take_calls();
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let access = AccessFlags::LOCAL_WRITE;
     let mr = pd.register_with_iova(&mut bytes[..], 0x10_0000, access).unwrap();
     let call = Call::RegMrIova2 { addr, length: 4096, iova: 0x10_0000, access: access.bits() };
     assert_eq!(f.mock.take_calls(), [call]);
@@ -28,6 +28,32 @@ fn register_with_iova_sends_the_iova_and_sges_and_peers_use_it() {
     assert_eq!(plain.iova(), plain.addr());
     assert_eq!(plain.sge(..).unwrap().addr(), plain.addr());
     assert_eq!(plain.remote(..).unwrap().addr, plain.addr());
+}
+
+/// A borrow ends with its region even when deregistration fails, so a borrowed slice is
+/// registered for local access only (an adversarial review had a peer's RDMA WRITE land in
+/// bytes the program owned again); an IOVA range past 2^64 is refused before the verb.
+#[test]
+fn borrowed_memory_is_local_only_and_an_iova_range_stays_below_2_64() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mut bytes = vec![0u8; 4096];
+    f.mock.take_calls();
+    for remote in [AccessFlags::REMOTE_READ, AccessFlags::MW_BIND] {
+        let err = pd.register(&mut bytes[..], AccessFlags::LOCAL_WRITE | remote).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err}");
+        assert!(err.to_string().contains("register owned memory"), "{err}");
+    }
+    let writable = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let err = pd.register_remote_writable(&mut bytes[..], writable).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err}");
+    for (len, iova) in [(8192, u64::MAX - 4095), (1, u64::MAX)] {
+        let err = pd.register_with_iova(len, iova, AccessFlags::LOCAL_WRITE).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err}");
+    }
+    assert_eq!(f.mock.take_calls(), [], "nothing reached the library");
+    assert!(pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).is_ok());
+    assert!(pd.register_with_iova(4096, u64::MAX - 4096, AccessFlags::LOCAL_WRITE).is_ok());
 }
 
 #[test]

@@ -438,3 +438,44 @@ fn a_send_list_refuses_buffers_of_two_pools() {
         assert_eq!(mock.take_violations(), [], "{path:?}");
     });
 }
+
+/// A type-1 bind on a QP of another PD than the window's is refused before the provider
+/// (the strict mock's `Rule::BindOutsideMr`).
+#[test]
+fn bind_mw_on_a_qp_of_another_pd_is_refused() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let other = ctx.alloc_pd().unwrap();
+        let qp = rc_self(ctx, pd, cq, path, 1);
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
+        let region = other.register_remote_writable(4096, access).unwrap();
+        let mut window = other.alloc_mw(rdma_verbs::MwType::Type1).unwrap();
+        let bind = rdma_verbs::MwBind::new(&region, 0..64, AccessFlags::REMOTE_WRITE).unwrap();
+        let err = qp.bind_mw(&mut window, &bind, 1, SendFlags::SIGNALED).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherPd), "{path:?}: {err}");
+        assert_eq!(mock.take_violations(), [], "{path:?}");
+    });
+}
+
+/// On a provider this crate does not know (the mock's vendor), a failed `ibv_wr_complete`
+/// may have posted the batch: one buffer's post then keeps it in flight (no buffer in the
+/// `PostError`), as a list's keeps its buffers, instead of handing back a chunk the NIC may
+/// still read.
+#[test]
+fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
+    let fx = fixture(VerbsPath::Extended);
+    let pd = fx.ctx.alloc_pd().unwrap();
+    let cq = fx.ctx.create_cq(64).unwrap();
+    let pool = pool(&pd, AccessFlags::LOCAL_WRITE);
+    let qp = rc_self(&fx.ctx, &pd, &cq, VerbsPath::Extended, 1);
+    let mut list = rdma_verbs::SendList::with_capacity(1);
+    list.push(pool.take().unwrap(), SendOp::Send).unwrap();
+    fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
+    assert!(qp.post_send_buffers(&mut list, true).is_err());
+    assert!(list.is_empty(), "the list's buffer stays in flight");
+    fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
+    let err = qp.post_send_buffer(pool.take().unwrap(), SendOp::Send).unwrap_err();
+    assert!(err.buffer.is_none(), "the buffer stays in flight: {:?}", err.buffer);
+    assert_eq!(err.error.errno(), Some(libc::EIO));
+    let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(free.len(), pool.count() - 2, "both chunks stay the NIC's");
+}
