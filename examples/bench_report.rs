@@ -21,6 +21,12 @@ type Error = Box<dyn std::error::Error>;
 const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const BW_TESTS: [&str; 3] = ["write", "read", "send"];
 /// The latency tests: their `usec_per_iter` column is t_typical.
+/// The lowest ours/perftest ratio of bandwidth and message rate that meets the target: the
+/// noise floor of identical runs in the guest (issue #15).
+const BANDWIDTH_FLOOR: f64 = 0.97;
+/// The highest ours/perftest ratio of t_typical that meets the target: the same floor.
+const LATENCY_FLOOR: f64 = 1.03;
+
 const LAT_TESTS: [&str; 3] = ["write_lat", "read_lat", "send_lat"];
 /// The implementations as `runs.csv` names them: the C tool, and our two tiers.
 const C: &str = "c";
@@ -168,14 +174,19 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
                     show(c),
                     show(ours)
                 );
-                // The issue's targets: MsgRate at 64 B and BW at 64 KiB >= 1.00; latency <= 1.00.
+                // The targets (issue #15): MsgRate at 64 B and BW at 64 KiB >= 0.97, the noise
+                // floor measured between identical runs; rc_pingpong's usec/iter <= 1.00; the
+                // latency tools' t_typical <= 1.03, the same floor the other way.
                 let judged = match name {
                     "msg_rate_mpps" => *bytes == 64,
                     "bw_avg_gbps" => *bytes == 65536,
                     _ => true,
                 };
-                let lower_is_better = matches!(name, "usec_per_iter" | "t_typical_usec");
-                let missed = if lower_is_better { m > 1.0 } else { m < 1.0 };
+                let missed = match name {
+                    "usec_per_iter" => m > 1.0,
+                    "t_typical_usec" => m > LATENCY_FLOOR,
+                    _ => m < BANDWIDTH_FLOOR,
+                };
                 if judged && missed {
                     misses
                         .push(format!("{test} -q {q} {} {imp} {name}: {m:.2}", size_name(*bytes)));
@@ -226,9 +237,10 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
             cell(ratio(runs, "raw", USEC), pairs),
         );
     }
-    md.push_str(
-        "\nTargets (MsgRate at 64 B and BW average at 64 KiB >= 1.00, usec/iter and t_typical \
-         <= 1.00): ",
+    let _ = write!(
+        md,
+        "\nTargets (MsgRate at 64 B and BW average at 64 KiB >= {BANDWIDTH_FLOOR}, rc_pingpong's \
+         usec/iter <= 1.00, t_typical <= {LATENCY_FLOOR}): ",
     );
     if misses.is_empty() {
         md.push_str("all met.\n");
