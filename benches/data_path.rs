@@ -351,6 +351,34 @@ fn data_path(mode: &mut impl Mode) {
                     posted
                 },
             );
+            // write_bw's pattern (-l 1, -Q 16): lists of one WR, each 16th signaled.
+            let mut single: SendWrList<'_> = std::iter::once(wr()).collect();
+            mode.case(
+                &format!("{path}/buffer_send_1x16"),
+                || {
+                    let mut posted = true;
+                    for i in 0..LIST {
+                        let _ = buffers.push(take(), op);
+                        posted &=
+                            black_box(qp).post_send_buffers(&mut buffers, i + 1 == LIST).is_ok();
+                    }
+                    complete(&mut safe_wc);
+                    posted
+                },
+                || {
+                    let mut posted = true;
+                    for i in 0..LIST {
+                        let flags =
+                            if i + 1 == LIST { SendFlags::SIGNALED } else { SendFlags::empty() };
+                        let _ = single.set_flags(0, flags);
+                        // SAFETY: the stub provider only reads the WRs; nothing touches the
+                        // memory.
+                        posted &= unsafe { black_box(qp).post_send_list(&mut single) }.is_ok();
+                    }
+                    complete(&mut raw_wc);
+                    posted
+                },
+            );
             mode.case(
                 &format!("{path}/post_recv"),
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.

@@ -242,50 +242,55 @@ impl<'a> SendWr<'a> {
         if let Some(dest) = dest {
             set_destination(raw, dest);
         }
-        self.refresh();
+        // The demand from the parts at hand (as `refresh` works it out from the request).
+        // SAFETY: the caller's live SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sges, num_sge) };
+        let len = sges.iter().map(|s| u64::from(s.length())).sum();
+        let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
+        let remote = match op {
+            SendOp::RdmaWrite(remote)
+            | SendOp::RdmaWriteWithImm(remote, _)
+            | SendOp::RdmaRead(remote)
+            | SendOp::CompareSwap { remote, .. }
+            | SendOp::FetchAdd { remote, .. } => remote.addr,
+            SendOp::Send | SendOp::SendWithImm(_) => 0,
+        };
+        let aligned = |a: u64| a.is_multiple_of(8);
+        (self.demand, self.build) = shape(
+            self.raw.opcode,
+            num_sge as u64,
+            len,
+            flags.contains(SendFlags::INLINE),
+            addressed,
+            || matches!(sges, [s] if s.length() == 8 && aligned(s.addr())) && aligned(remote),
+        );
+        debug_assert!(
+            {
+                let shaped = (self.demand, self.build);
+                self.refresh();
+                shaped == (self.demand, self.build)
+            },
+            "the parts give the demand the request gives"
+        );
     }
 
     /// Works the demand out again from the request (after any change to it).
     #[inline]
     fn refresh(&mut self) {
         let sges = self.sges();
-        let (n, len) = (sges.len() as u64, self.total_len());
         let inline = self.send_flags().contains(SendFlags::INLINE);
-        // The class of operation, and whether only the exact checks may pass it.
-        let (class, slow) = match self.raw.opcode {
-            sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM => (fit::SEND, false),
-            sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (fit::WRITE, false),
-            // INLINE on a READ or an atomic, which `check_send_fully` refuses, is slow.
-            sys::IBV_WR_RDMA_READ => (fit::READ, inline),
-            sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                let aligned = |a: u64| a.is_multiple_of(8);
-                let one_word = matches!(sges, [s] if s.length() == 8 && aligned(s.addr()));
-                (fit::ATOMIC, inline || !(one_word && aligned(self.remote_addr())))
-            }
-            sys::IBV_WR_LOCAL_INV | sys::IBV_WR_SEND_WITH_INV => (fit::INV, false),
-            // Binds (whose window `note_posted` updates) and anything else.
-            _ => (fit::SLOW, true),
-        };
-        self.demand = Demand::of([
-            (fit::SGES, n),
-            (fit::LEN, len),
-            (fit::INLINE, if inline { len } else { 0 }),
-            (fit::INLINE_LIST, u64::from(inline && n > 1)),
-            (fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64)),
-            (fit::UNADDRESSED, u64::from(!self.has_destination())),
-            (class, 1),
-            (fit::SLOW, u64::from(slow)),
-        ]);
-        self.build = match self.raw.opcode {
-            sys::IBV_WR_LOCAL_INV => Build::LocalInv,
-            _ if n != 1 || inline => Build::Other,
-            sys::IBV_WR_SEND => Build::Send,
-            sys::IBV_WR_SEND_WITH_IMM => Build::SendWithImm,
-            sys::IBV_WR_RDMA_WRITE => Build::RdmaWrite,
-            sys::IBV_WR_RDMA_WRITE_WITH_IMM => Build::RdmaWriteWithImm,
-            sys::IBV_WR_RDMA_READ => Build::RdmaRead,
-            _ => Build::Other,
-        };
+        let aligned = |a: u64| a.is_multiple_of(8);
+        (self.demand, self.build) = shape(
+            self.raw.opcode,
+            sges.len() as u64,
+            self.total_len(),
+            inline,
+            self.has_destination(),
+            || {
+                matches!(sges, [s] if s.length() == 8 && aligned(s.addr()))
+                    && aligned(self.remote_addr())
+            },
+        );
     }
 
     /// How the extended path's fast batch builds it.
@@ -502,6 +507,57 @@ impl<'a> SendWr<'a> {
     pub(crate) fn note_posted(&self) {
         note_posted(&self.raw);
     }
+}
+
+/// What a WR of `opcode` asks of the QP that posts it ([`Demand`]), and how the extended
+/// path's fast batch builds it, from its parts: `n` SGEs of `len` bytes in all, `inline`,
+/// `addressed` (a SEND to a UD destination) and, asked of an atomic only,
+/// `one_aligned_word` (one 8-byte SGE and a remote address, both 8-byte aligned). The one
+/// place a demand is worked out: `SendWr::refresh` reads the parts from the request,
+/// `SendWr::rewrite` has them at hand.
+#[inline(always)]
+fn shape(
+    opcode: sys::ibv_wr_opcode,
+    n: u64,
+    len: u64,
+    inline: bool,
+    addressed: bool,
+    one_aligned_word: impl FnOnce() -> bool,
+) -> (Demand, Build) {
+    // The class of operation, and whether only the exact checks may pass it.
+    let (class, slow) = match opcode {
+        sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM => (fit::SEND, false),
+        sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (fit::WRITE, false),
+        // INLINE on a READ or an atomic, which `check_send_fully` refuses, is slow.
+        sys::IBV_WR_RDMA_READ => (fit::READ, inline),
+        sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            (fit::ATOMIC, inline || !one_aligned_word())
+        }
+        sys::IBV_WR_LOCAL_INV | sys::IBV_WR_SEND_WITH_INV => (fit::INV, false),
+        // Binds (whose window `note_posted` updates) and anything else.
+        _ => (fit::SLOW, true),
+    };
+    let demand = Demand::of([
+        (fit::SGES, n),
+        (fit::LEN, len),
+        (fit::INLINE, if inline { len } else { 0 }),
+        (fit::INLINE_LIST, u64::from(inline && n > 1)),
+        (fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64)),
+        (fit::UNADDRESSED, u64::from(!addressed)),
+        (class, 1),
+        (fit::SLOW, u64::from(slow)),
+    ]);
+    let build = match opcode {
+        sys::IBV_WR_LOCAL_INV => Build::LocalInv,
+        _ if n != 1 || inline => Build::Other,
+        sys::IBV_WR_SEND => Build::Send,
+        sys::IBV_WR_SEND_WITH_IMM => Build::SendWithImm,
+        sys::IBV_WR_RDMA_WRITE => Build::RdmaWrite,
+        sys::IBV_WR_RDMA_WRITE_WITH_IMM => Build::RdmaWriteWithImm,
+        sys::IBV_WR_RDMA_READ => Build::RdmaRead,
+        _ => Build::Other,
+    };
+    (demand, build)
 }
 
 /// Sets the remote address and rkey of an RDMA WR.

@@ -116,16 +116,19 @@ impl<'a> BufferPool<'a> {
     }
 
     /// The size of each buffer, in bytes.
+    #[inline]
     pub fn chunk_size(&self) -> usize {
         self.chunk
     }
 
     /// The number of buffers.
+    #[inline]
     pub fn count(&self) -> usize {
         self.states.len()
     }
 
     /// A free buffer, with length 0; `None` when all are held or in flight.
+    #[inline]
     pub fn take(&self) -> Option<Buffer<'_>> {
         let n = self.count();
         let start = self.hint.load(Ordering::Relaxed);
@@ -143,6 +146,7 @@ impl<'a> BufferPool<'a> {
     /// `wc`'s `wr_id` (a second call returns `None`). Buffers posted before it in the same
     /// [`SendList`](super::SendList) go back to the pool (free for [`take`](Self::take)).
     /// Check `wc.status()` for the outcome.
+    #[inline]
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
         let wr_id = wc.wr_id();
         if wr_id & BUFFER_WR_ID_BIT == 0
@@ -165,6 +169,7 @@ impl<'a> BufferPool<'a> {
     }
 
     /// Frees the batched chunks chained from `index`.
+    #[inline]
     fn release_batch(&self, mut index: u32) {
         while index != NO_PREV {
             let i = index as usize;
@@ -173,10 +178,12 @@ impl<'a> BufferPool<'a> {
         }
     }
 
+    #[inline]
     pub(super) fn chunk_ptr(&self, index: u32) -> *mut u8 {
         (self.mr.addr() as *mut u8).wrapping_add(index as usize * self.chunk)
     }
 
+    #[inline]
     fn lkey(&self) -> LKey {
         self.mr.lkey()
     }
@@ -208,22 +215,26 @@ unsafe impl Sync for Buffer<'_> {}
 
 impl<'p> Buffer<'p> {
     /// The chunk's index in its pool.
+    #[inline]
     pub fn index(&self) -> usize {
         self.index as usize
     }
 
     /// The chunk size in bytes.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.pool.chunk
     }
 
     /// The meaningful bytes: what a send or RDMA WRITE sends, what an RDMA READ fetches, what
     /// a receive received.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
     /// Whether it holds no byte.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -233,6 +244,7 @@ impl<'p> Buffer<'p> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when `len` exceeds the capacity.
+    #[inline]
     pub fn set_len(&mut self, len: usize) -> Result<()> {
         if len > self.capacity() {
             return Err(Error::invalid(
@@ -249,6 +261,7 @@ impl<'p> Buffer<'p> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when `data` exceeds the capacity.
+    #[inline]
     pub fn fill(&mut self, data: &[u8]) -> Result<()> {
         self.set_len(data.len())?;
         self.as_mut_slice().copy_from_slice(data);
@@ -256,6 +269,7 @@ impl<'p> Buffer<'p> {
     }
 
     /// The meaningful bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the token gives exclusive access to its in-bounds chunk, which no WR uses
         // while the token exists; `len <= capacity`.
@@ -263,12 +277,14 @@ impl<'p> Buffer<'p> {
     }
 
     /// The meaningful bytes, mutably.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as `as_slice`, exclusively.
         unsafe { std::slice::from_raw_parts_mut(self.pool.chunk_ptr(self.index), self.len()) }
     }
 
     /// The whole chunk, mutably, whatever the length.
+    #[inline]
     pub fn capacity_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `as_slice`, exclusively, over the whole in-bounds chunk.
         unsafe { std::slice::from_raw_parts_mut(self.pool.chunk_ptr(self.index), self.capacity()) }
@@ -364,6 +380,7 @@ impl<'p> Buffer<'p> {
 pub(crate) const UNCHAINED: u32 = NO_PREV;
 
 impl Drop for Buffer<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.pool.states[self.index as usize].store(FREE, Ordering::Release);
     }

@@ -3,6 +3,7 @@
 use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
+use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QpType, QueuePair, ReceiveReady, Rts, Ud};
 use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, SendWrList, Sge};
@@ -300,50 +301,55 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         if n == 0 {
             return Ok(());
         }
-        // The chain of unsignaled chunks is kept in one pool's bookkeeping (`mark_launched`).
+        // The checks that need no WR first, so that a refusal leaves the list as it was. The
+        // chain of unsignaled chunks is kept in one pool's bookkeeping (`mark_launched`).
         let pool = list.open.map_or(list.entries[0].0.pool_id(), |open| open.pool);
-        if list.entries.iter().any(|(buffer, _)| buffer.pool_id() != pool) {
-            return Err(Error::invalid(
-                InvalidInputKind::OtherPool,
-                "a SendList chains the buffers of one pool: this one holds (or its unsignaled \
-                 buffers in flight are of) another pool's; post those through another list"
-                    .into(),
-            ));
-        }
-        let max_inline = self.caps().max_inline_data;
-        // The SGEs first: the WRs name them.
-        list.sges.clear();
         for (buffer, op) in &list.entries {
-            let send_op = op.parts().0;
-            check_pool(buffer, self.pd(), send_op.writes_buffer())?;
+            if buffer.pool_id() != pool {
+                return Err(Error::invalid(
+                    InvalidInputKind::OtherPool,
+                    "a SendList chains the buffers of one pool: this one holds (or its \
+                     unsignaled buffers in flight are of) another pool's; post those through \
+                     another list"
+                        .into(),
+                ));
+            }
+            check_pool(buffer, self.pd(), op.parts().0.writes_buffer())?;
             op.check_pd(self.pd())?;
-            let len = buffer.len() as u32;
-            list.sges.push(buffer.sge(len, send_op.goes_inline(len, max_inline)));
         }
-        let (entries, sges) = (&list.entries, list.sges.as_ptr());
+        // Then each chunk's SGE and WR, where the last post left them (the SGE first: the WR
+        // names it), the chunk marked the NIC's and chained behind the one before it (the
+        // first behind the open chain's tail).
+        let max_inline = self.caps().max_inline_data;
+        if list.sges.len() < n {
+            // (Within the capacity, which the SGEs' vector was made with: it does not move.)
+            list.sges.resize(n, Sge::new(0, 0, LKey(0)));
+        }
+        let (entries, sges) = (&list.entries, list.sges.as_mut_ptr());
+        let mut before = list.open.map_or(UNCHAINED, |open| open.tail);
         list.wrs.rewrite(n, |i, wr| {
             let (buffer, op) = &entries[i];
             let (send_op, dest) = op.parts();
             let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
-            let flags = send_flags(signaled, send_op.goes_inline(len, max_inline));
+            let inline = send_op.goes_inline(len, max_inline);
             let sge = sges.wrapping_add(i);
-            // SAFETY: the WR was built by `SendWr::of` (`SendWrList::rewrite`); SGE `i` (one
-            // of the entries') is not changed while `list.wrs` names it (until the next post);
-            // a UD destination's AH outlives the QP ('p: 'res). The wr_id is the one
-            // `mark_launched` gives the chunk below.
+            let wr_id = buffer.mark_launched(len, !signaled, before);
+            before = buffer.link();
+            // SAFETY: `i < n <= list.sges.len()`, written through the pointer the WRs name it
+            // by (the vector does not move: see above); the WR was built by `SendWr::of`
+            // (`SendWrList::rewrite`); the SGE is not changed while `list.wrs` names it (until
+            // the next post); a UD destination's AH outlives the QP ('p: 'res).
             unsafe {
-                let id = buffer.next_wr_id();
-                wr.rewrite(id, sge, usize::from(len != 0), send_op, flags, dest.as_ref());
+                sge.write(buffer.sge(len, inline));
+                let flags = send_flags(signaled, inline);
+                wr.rewrite(wr_id, sge, usize::from(len != 0), send_op, flags, dest.as_ref());
             }
         });
-        self.check_list(&list.wrs)?;
-        // Every chunk the NIC's from here, each chained behind the one before it (the first
-        // behind the open chain's tail).
-        let mut before = list.open.map_or(UNCHAINED, |open| open.tail);
-        for (i, (buffer, _)) in list.entries.iter().enumerate() {
-            let batched = !(signal_last && i + 1 == n);
-            buffer.mark_launched(buffer.len() as u32, batched, before);
-            before = buffer.link();
+        if let Err(error) = self.check_list(&list.wrs) {
+            for (buffer, _) in &list.entries {
+                buffer.unmark();
+            }
+            return Err(error);
         }
         // SAFETY: as in `post_buffer`, for every chunk: each is the NIC's alone until a later
         // signaled WR of this QP completes (on a send queue, after all before it); every WR
@@ -493,6 +499,7 @@ impl<'p, Op> SendList<'p, Op> {
     /// # Errors
     ///
     /// The buffer, when the list holds [`capacity`](Self::capacity) buffers already.
+    #[inline]
     pub fn push(&mut self, buffer: Buffer<'p>, op: Op) -> std::result::Result<(), Buffer<'p>> {
         if self.entries.len() == self.entries.capacity() {
             return Err(buffer);
@@ -502,21 +509,25 @@ impl<'p, Op> SendList<'p, Op> {
     }
 
     /// Takes the last buffer back out.
+    #[inline]
     pub fn pop(&mut self) -> Option<Buffer<'p>> {
         self.entries.pop().map(|(buffer, _)| buffer)
     }
 
     /// The number of buffers waiting.
+    #[inline]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether no buffer is waiting.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// The most buffers it holds.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.entries.capacity()
     }
