@@ -107,12 +107,17 @@ fn median(runs: &[Run], imp: &str, metric: Metric) -> Option<f64> {
 
 /// `imp` / C of `metric` in each pair where both ran: (median, min, max, pairs).
 fn ratio(runs: &[Run], imp: &str, metric: Metric) -> Option<(f64, f64, f64, usize)> {
+    ratio_to(runs, imp, C, metric)
+}
+
+/// `imp` / `base` of `metric` in each pair where both ran: (median, min, max, pairs).
+fn ratio_to(runs: &[Run], imp: &str, base: &str, metric: Metric) -> Option<(f64, f64, f64, usize)> {
     let of =
         |imp: &str, pair| runs.iter().find(|r| r.imp == imp && r.pair == pair).and_then(metric);
     let ratios: Vec<f64> = runs
         .iter()
-        .filter(|r| r.imp == C)
-        .filter_map(|c| Some(of(imp, c.pair)? / of(C, c.pair)?))
+        .filter(|r| r.imp == base)
+        .filter_map(|b| Some(of(imp, b.pair)? / of(base, b.pair)?))
         .collect();
     let n = ratios.len();
     spread(ratios).map(|(m, lo, hi)| (m, lo, hi, n))
@@ -139,14 +144,17 @@ fn size_name(bytes: u32) -> String {
 fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) {
     let pairs = runs.iter().flat_map(|(_, r)| r.iter().map(|r| r.pair as usize + 1)).max();
     let pairs = pairs.unwrap_or(0);
-    let mut md = format!("Ours / C: median of the per-pair ratios (min–max); {conditions}.\n");
+    let mut md = format!(
+        "Ours / C (and our safe tier / our raw tier): median of the per-pair ratios (min–max); \
+         {conditions}.\n"
+    );
     let of = |tests: &[&str]| -> Vec<&(Config, Vec<Run>)> {
         runs.iter().filter(|((t, _, _), _)| tests.contains(&t.as_str())).collect()
     };
     if !of(&BW_TESTS).is_empty() {
         md.push_str(
-            "\n| test | -q | size | perftest BW avg [Gb/s] | safe/C BW | raw/C BW | perftest MsgRate [Mpps] | safe/C MsgRate | raw/C MsgRate |\n\
-             |---|---|---|---|---|---|---|---|---|\n",
+            "\n| test | -q | size | perftest BW avg [Gb/s] | safe/C BW | raw/C BW | perftest MsgRate [Mpps] | safe/C MsgRate | raw/C MsgRate | safe/raw MsgRate |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
     }
     let mut csv = String::from(
@@ -199,7 +207,7 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
         let c = |metric| median(runs, C, metric).map_or("–".into(), |v| format!("{v:.6}"));
         let _ = writeln!(
             md,
-            "| {test} | {q} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {test} | {q} | {} | {} | {} | {} | {} | {} | {} | {} |",
             size_name(*bytes),
             c(BW),
             cell(ratio(runs, "safe", BW), pairs),
@@ -207,6 +215,7 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
             c(RATE),
             cell(ratio(runs, "safe", RATE), pairs),
             cell(ratio(runs, "raw", RATE), pairs),
+            cell(ratio_to(runs, "safe", "raw", RATE), pairs),
         );
     }
     let c_usec = |runs: &[Run]| median(runs, C, USEC).map_or("–".into(), |v| format!("{v:.1}"));
