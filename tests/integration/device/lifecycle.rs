@@ -133,12 +133,7 @@ fn into_checked_learns_the_send_limits_from_the_device() {
         max_rd_atomic: 0,
         ..Default::default()
     };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let mask = QpAttrMask::STATE | <Rc as QpType>::RTS_MASK;
     let a = a.modify_raw(&rts, mask).unwrap().into_checked::<Rts>().unwrap();
     let sge = [mr.sge(..8).unwrap()];
     let mut read = SendWr::rdma_read(1, &sge, RemoteAddr { addr: 0, rkey: RKey(0) });

@@ -3,9 +3,9 @@
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
-    Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, Rc, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge, ToInitAttr,
-    ToRtrAttr, ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
+    Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, QpType,
+    Qpn, QueuePair, Rc, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge,
+    ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
 
@@ -275,12 +275,7 @@ fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
             max_rd_atomic: 0,
             ..Default::default()
         };
-        let mask = QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC;
+        let mask = QpAttrMask::STATE | <Rc as QpType>::RTS_MASK;
         let rc = rc_rtr(ctx, qp, me).modify_raw(&raw, mask).unwrap();
         let rc = rc.into_checked::<Rts>().unwrap();
         let mut buf = pool.take().unwrap();
