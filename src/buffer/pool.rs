@@ -55,15 +55,22 @@ pub struct BufferPool<'a> {
     /// Whether the region has `LOCAL_WRITE`, which receives, READs and atomics need.
     local_write: bool,
     id: u64,
-    states: Box<[AtomicU8]>,
-    /// The `wr_id` of each chunk's current flight.
-    flights: Box<[AtomicU64]>,
-    /// For a batched chunk, the chunk posted before it in the same list.
-    prev: Box<[AtomicU32]>,
-    /// The length each chunk had when posted, restored when it completes.
-    lens: Box<[AtomicU32]>,
+    slots: Box<[Slot]>,
     /// Where `take` starts looking.
     hint: AtomicUsize,
+}
+
+/// One chunk's bookkeeping. A post and a completion each touch one slot (one cache line, not
+/// one per field), behind one bounds check.
+struct Slot {
+    /// `FREE`, `HELD`, `IN_FLIGHT` or `BATCHED`.
+    state: AtomicU8,
+    /// For a batched chunk, the chunk posted before it in the same list.
+    prev: AtomicU32,
+    /// The length the chunk had when posted, restored when it completes.
+    len: AtomicU32,
+    /// The `wr_id` of the chunk's current flight.
+    flight: AtomicU64,
 }
 
 impl<'a> BufferPool<'a> {
@@ -101,16 +108,19 @@ impl<'a> BufferPool<'a> {
                 format!("more than {} buffer pools were created", 1 << POOL_BITS),
             ));
         }
-        let atomics = |v| (0..count).map(|_| AtomicU32::new(v)).collect();
         Ok(BufferPool {
             local_write: mr.access().contains(AccessFlags::LOCAL_WRITE),
             mr,
             chunk: chunk_size,
             id: u64::from(id),
-            states: (0..count).map(|_| AtomicU8::new(FREE)).collect(),
-            flights: (0..count).map(|_| AtomicU64::new(0)).collect(),
-            prev: atomics(NO_PREV),
-            lens: atomics(0),
+            slots: (0..count)
+                .map(|_| Slot {
+                    state: AtomicU8::new(FREE),
+                    prev: AtomicU32::new(NO_PREV),
+                    len: AtomicU32::new(0),
+                    flight: AtomicU64::new(0),
+                })
+                .collect(),
             hint: AtomicUsize::new(0),
         })
     }
@@ -124,18 +134,17 @@ impl<'a> BufferPool<'a> {
     /// The number of buffers.
     #[inline]
     pub fn count(&self) -> usize {
-        self.states.len()
+        self.slots.len()
     }
 
     /// A free buffer, with length 0; `None` when all are held or in flight.
     #[inline]
     pub fn take(&self) -> Option<Buffer<'_>> {
-        let n = self.count();
-        let start = self.hint.load(Ordering::Relaxed);
-        (0..n).map(|i| (start + i) % n).find_map(|index| {
-            self.states[index]
-                .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
-                .ok()?;
+        // From the hint to the end, then from the start (no division per probe).
+        let start = self.hint.load(Ordering::Relaxed).min(self.count());
+        let (head, tail) = self.slots.split_at(start);
+        tail.iter().zip(start..).chain(head.iter().zip(0..)).find_map(|(slot, index)| {
+            slot.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).ok()?;
             self.hint.store(index + 1, Ordering::Relaxed);
             Some(Buffer { pool: self, index: index as u32, len: 0 })
         })
@@ -155,26 +164,25 @@ impl<'a> BufferPool<'a> {
             return None;
         }
         let index = (wr_id & ((1 << INDEX_BITS) - 1)) as usize;
-        if self.flights.get(index)?.load(Ordering::Acquire) != wr_id {
+        let slot = self.slots.get(index)?;
+        if slot.flight.load(Ordering::Acquire) != wr_id {
             return None;
         }
-        self.states[index]
-            .compare_exchange(IN_FLIGHT, HELD, Ordering::Acquire, Ordering::Relaxed)
-            .ok()?;
+        slot.state.compare_exchange(IN_FLIGHT, HELD, Ordering::Acquire, Ordering::Relaxed).ok()?;
         wc.consume_wr_id();
-        self.release_batch(self.prev[index].swap(NO_PREV, Ordering::Relaxed));
+        self.release_batch(slot.prev.swap(NO_PREV, Ordering::Relaxed));
         let received = wc.is_success() && wc.opcode() == WcOpcode::RECV;
-        let len = if received { wc.byte_len() } else { self.lens[index].load(Ordering::Relaxed) };
+        let len = if received { wc.byte_len() } else { slot.len.load(Ordering::Relaxed) };
         Some(Buffer { pool: self, index: index as u32, len: len.min(self.chunk as u32) })
     }
 
     /// Frees the batched chunks chained from `index`.
     #[inline]
     fn release_batch(&self, mut index: u32) {
-        while index != NO_PREV {
-            let i = index as usize;
-            index = self.prev[i].swap(NO_PREV, Ordering::Relaxed);
-            self.states[i].store(FREE, Ordering::Release);
+        // (`NO_PREV` is past every slot.)
+        while let Some(slot) = self.slots.get(index as usize) {
+            index = slot.prev.swap(NO_PREV, Ordering::Relaxed);
+            slot.state.store(FREE, Ordering::Release);
         }
     }
 
@@ -326,12 +334,17 @@ impl<'p> Buffer<'p> {
     /// (the token is the only way to launch the chunk, so it holds until then).
     #[inline]
     pub(crate) fn next_wr_id(&self) -> u64 {
-        let (pool, index) = (self.pool, self.index as usize);
-        let generation = (pool.flights[index].load(Ordering::Relaxed) >> INDEX_BITS) + 1;
+        let generation = (self.slot().flight.load(Ordering::Relaxed) >> INDEX_BITS) + 1;
         BUFFER_WR_ID_BIT
-            | pool.id << (INDEX_BITS + GEN_BITS)
+            | self.pool.id << (INDEX_BITS + GEN_BITS)
             | (generation & ((1 << GEN_BITS) - 1)) << INDEX_BITS
-            | index as u64
+            | u64::from(self.index)
+    }
+
+    /// Its chunk's bookkeeping.
+    #[inline]
+    fn slot(&self) -> &'p Slot {
+        &self.pool.slots[self.index as usize]
     }
 
     /// Hands the chunk to the NIC with its [next `wr_id`](Self::next_wr_id), in flight
@@ -352,12 +365,11 @@ impl<'p> Buffer<'p> {
     /// [`unmark`](Self::unmark)s it.
     #[inline]
     pub(crate) fn mark_launched(&self, len: u32, batched: bool, before: u32) -> u64 {
-        let (pool, index) = (self.pool, self.index as usize);
-        let wr_id = self.next_wr_id();
-        pool.lens[index].store(len, Ordering::Relaxed);
-        pool.flights[index].store(wr_id, Ordering::Relaxed);
-        pool.prev[index].store(before, Ordering::Relaxed);
-        pool.states[index].store(if batched { BATCHED } else { IN_FLIGHT }, Ordering::Release);
+        let (slot, wr_id) = (self.slot(), self.next_wr_id());
+        slot.len.store(len, Ordering::Relaxed);
+        slot.flight.store(wr_id, Ordering::Relaxed);
+        slot.prev.store(before, Ordering::Relaxed);
+        slot.state.store(if batched { BATCHED } else { IN_FLIGHT }, Ordering::Release);
         wr_id
     }
 
@@ -365,8 +377,9 @@ impl<'p> Buffer<'p> {
     /// never saw it), the token is the program's again.
     #[inline]
     pub(crate) fn unmark(&self) {
-        self.pool.prev[self.index as usize].store(NO_PREV, Ordering::Relaxed);
-        self.pool.states[self.index as usize].store(HELD, Ordering::Relaxed);
+        let slot = self.slot();
+        slot.prev.store(NO_PREV, Ordering::Relaxed);
+        slot.state.store(HELD, Ordering::Relaxed);
     }
 
     /// The chunk's index in its pool, as a chain link (`mark_launched`'s `before`).
@@ -382,7 +395,7 @@ pub(crate) const UNCHAINED: u32 = NO_PREV;
 impl Drop for Buffer<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.pool.states[self.index as usize].store(FREE, Ordering::Release);
+        self.slot().state.store(FREE, Ordering::Release);
     }
 }
 
