@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs_sys as sys;
 
 use crate::context::Context;
-use crate::error::{check_errno, check_ptr, Result};
+use crate::error::{check_errno, check_ptr, errno_of, Error, Result};
 use crate::fd;
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
@@ -154,12 +154,13 @@ impl<'ctx> CompletionChannel<'ctx> {
             let mut cq_context = std::ptr::null_mut();
             // SAFETY: a live channel and two writable out-pointers; the fd is non-blocking.
             let ret = unsafe { (fns.ibv_get_cq_event)(self.as_raw(), &mut cq, &mut cq_context) };
-            if let Err(e) = check_errno(ret, "ibv_get_cq_event") {
-                return match e.errno() {
-                    Some(libc::EAGAIN) => Ok(n),
-                    Some(libc::EINTR) => continue,
+            if ret != 0 {
+                // Every call ends drained (EAGAIN): told apart without building an `Error`.
+                return match errno_of(ret) {
+                    libc::EAGAIN => Ok(n),
+                    libc::EINTR => continue,
                     _ if n > 0 => Ok(n),
-                    _ => Err(e),
+                    errno => Err(Error::verb("ibv_get_cq_event", errno)),
                 };
             }
             // SAFETY: `cq` is the CQ the event names. It is still allocated even if another

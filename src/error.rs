@@ -288,9 +288,16 @@ pub(crate) fn check_errno(ret: i32, verb: &'static str) -> Result<()> {
 #[cold]
 #[inline(never)]
 pub(crate) fn errno_error(ret: i32, verb: &'static str) -> Error {
+    Error::verb(verb, errno_of(ret))
+}
+
+/// The errno of a verb's non-zero `int` return (see [`check_errno`]), for a caller that
+/// expects some errno values and builds no [`Error`] for them.
+#[inline]
+pub(crate) fn errno_of(ret: i32) -> i32 {
     match ret {
-        -1 => Error::verb(verb, last_errno()),
-        r => Error::verb(verb, r.abs()),
+        -1 => last_errno(),
+        r => r.abs(),
     }
 }
 
