@@ -388,7 +388,7 @@ impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
     /// Records what sends may carry from the device's attributes (`LIMITS_MASK`), for a QP
     /// that reached its state by another path than the typed transitions (`modify_raw`,
     /// rdma_cm): `ud_mtu` (from [`Self::ud_mtu_of`]), and an RC QP's `max_rd_atomic` in RTS.
-    pub(crate) fn learn_limits(&mut self, attr: &sys::ibv_qp_attr, ud_mtu: u16) {
+    fn learn_limits(&mut self, attr: &sys::ibv_qp_attr, ud_mtu: u16) {
         self.limits.ud_mtu = ud_mtu;
         if T::RAW == sys::IBV_QPT_RC && attr.qp_state == sys::IBV_QPS_RTS {
             self.limits.rd_atomic = Some(attr.max_rd_atomic);
@@ -412,7 +412,7 @@ impl<'res> QueuePair<'res, Rts, Rc> {
 }
 
 /// The largest UD message on a port: its active MTU (0 when unknown, refusing every payload).
-pub(crate) fn ud_mtu(port: &crate::port::PortAttr) -> u16 {
+pub(super) fn ud_mtu(port: &crate::port::PortAttr) -> u16 {
     port.active_mtu().bytes().and_then(|b| u16::try_from(b).ok()).unwrap_or(0)
 }
 
