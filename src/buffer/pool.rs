@@ -60,8 +60,9 @@ pub struct BufferPool<'a> {
     hint: AtomicUsize,
 }
 
-/// One chunk's bookkeeping. A post and a completion each touch one slot (one cache line, not
-/// one per field), behind one bounds check.
+/// One chunk's bookkeeping, 24 bytes in one place: a post and a completion each touch one
+/// slot (one cache line, two where it straddles one; four arrays took four), behind one
+/// bounds check.
 struct Slot {
     /// `FREE`, `HELD`, `IN_FLIGHT` or `BATCHED`.
     state: AtomicU8,
