@@ -112,6 +112,10 @@ pub struct Args {
     /// buffer tier
     #[arg(long = "raw")]
     pub raw: bool,
+    /// Post sends with ibv_post_send, not the extended ibv_wr_* calls the provider may have
+    /// (perftest's header says which it uses: "ibv_wr* API")
+    #[arg(long = "use_old_post_send")]
+    pub use_old_post_send: bool,
     /// Print every sample, sorted, before its size's line (the two dropped largest left out)
     #[arg(short = 'H', long = "report-histogram")]
     pub histogram: bool,
@@ -233,7 +237,6 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("use_hugepages", None, "huge-page buffers are not supported"),
     ("odp", None, "on-demand paging is not supported by this tool (the crate has it: odp)"),
     ("mr_per_qp", None, "the buffer tier gives each QP its own region already (--raw: one)"),
-    ("use_old_post_send", None, "the verbs path is chosen per provider (QpInitAttr::verbs_path)"),
     ("events", Some('e'), "completion events are not used: the CQs are busy-polled"),
     (
         "report-cycles",
@@ -328,6 +331,12 @@ pub fn perftest_argv(
 }
 
 impl Args {
+    /// The verbs path of the QPs: the legacy `ibv_post_send` with `--use_old_post_send`, else
+    /// the crate's choice for the provider.
+    pub fn verbs_path(&self) -> Option<rdma_verbs::VerbsPath> {
+        self.use_old_post_send.then_some(rdma_verbs::VerbsPath::Legacy)
+    }
+
     /// The sizes to run.
     pub fn sizes(&self) -> Vec<u32> {
         if self.all {

@@ -72,8 +72,13 @@ pub fn run(
         max_inline_data: args.inline_size.unwrap_or(mode.default_inline()),
         ..Default::default()
     };
-    let qp =
-        pd.create_rc_qp(&QpInitAttr { cap, recv_cq: &recv_cq, ..QpInitAttr::new(&send_cq) })?;
+    let attr = QpInitAttr {
+        cap,
+        recv_cq: &recv_cq,
+        verbs_path: args.verbs_path(),
+        ..QpInitAttr::new(&send_cq)
+    };
+    let qp = pd.create_rc_qp(&attr)?;
     let init = ToInitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
     let qp = qp.into_init(&init).map_err(|e| e.error)?;
     for _ in 0..rx {
