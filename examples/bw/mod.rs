@@ -355,9 +355,9 @@ fn run_bw(
         ..Default::default()
     };
     let init = ToInitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
+    let verbs_path = args.verbs_path();
     let mut ready = Vec::new();
     for _ in 0..qps {
-        let verbs_path = args.verbs_path();
         let qp = pd.create_rc_qp(&QpInitAttr { cap, verbs_path, ..QpInitAttr::new(&cq) })?;
         let qp = qp.into_init(&init).map_err(|e| e.error)?;
         for _ in 0..rx_depth {

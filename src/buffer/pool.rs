@@ -73,6 +73,7 @@ struct Slot {
     /// The `wr_id` of the chunk's current flight.
     flight: AtomicU64,
 }
+static_assertions::assert_eq_size!(Slot, [u8; 24]);
 
 impl<'a> BufferPool<'a> {
     /// Cuts `mr` into `mr.len() / chunk_size` buffers (a tail shorter than a chunk is unused).
