@@ -11,7 +11,7 @@
 
 // Design notes. Events are acknowledged one by one, right after each is read: the man page
 // suggests batching acks because each takes the CQ's mutex, but a wait already costs a
-// poll(2) and a read(2) per event, and acking at once keeps nothing owed across calls (no
+// ppoll(2) and a read(2) per event, and acking at once keeps nothing owed across calls (no
 // per-CQ counters, so no allocation, and a concurrent destroy of the CQ is never held up).
 // `wait` returns only a count, not which CQ the events named: a CQ may be destroyed the moment
 // its event is acknowledged, so the pointer would be useless, and with several CQs on one
@@ -19,7 +19,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdma_verbs_sys as sys;
 
@@ -108,28 +108,28 @@ impl Context {
 impl<'ctx> CompletionChannel<'ctx> {
     /// Sleeps until an armed CQ of this channel gets a completion or `timeout` passes (`None`:
     /// no limit; this is the blocking `ibv_get_cq_event(3)`), then reads and acknowledges
-    /// every pending event (`ibv_ack_cq_events(3)`).
+    /// one event (`ibv_ack_cq_events(3)`).
     ///
-    /// Returns how many events arrived: 0 only when `timeout` passed. Each event means an
-    /// armed CQ fired, and disarmed it: re-arm with
-    /// [`req_notify`](crate::CompletionQueue::req_notify), then poll (see
-    /// [the event loop](CompletionChannel#the-event-loop)). Signals do not end the wait early.
-    /// Allocates nothing.
+    /// Returns 1, or 0 only when `timeout` passed. The event means an armed CQ fired, and
+    /// disarmed it: re-arm with [`req_notify`](crate::CompletionQueue::req_notify), then poll
+    /// (see [the event loop](CompletionChannel#the-event-loop)). With several CQs on the
+    /// channel, events still pending make the next call return at once. Signals do not end
+    /// the wait early. Allocates nothing and reads no clock.
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`](crate::Error::Verb) from `ppoll` or, when no event could be read, from
-    /// `ibv_get_cq_event` (`EIO` once the device is gone).
+    /// [`Error::Verb`](crate::Error::Verb) from `ppoll`, or from `ibv_get_cq_event` (`EIO`
+    /// once the device is gone).
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
-        // `None` twice: no limit, or one past the end of time.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        // Another thread may take the events between the wake-up and the reads: sleep again.
-        while fd::wait_readable(self.as_fd(), deadline, "a completion channel")? {
-            match self.try_get_events()? {
-                0 => continue,
-                n => return Ok(n),
+        // One event per wake-up, as the C idiom: draining would cost one more read(2), the
+        // one that finds nothing, on every call.
+        let mut left = fd::TimeLeft::new(timeout);
+        // Another thread may take the event between the wake-up and the read: sleep again.
+        while fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
+            if self.get_event()? {
+                return Ok(1);
             }
         }
         Ok(0)
@@ -147,19 +147,30 @@ impl<'ctx> CompletionChannel<'ctx> {
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
     pub fn try_get_events(&self) -> Result<usize> {
-        let fns = &self.ctx.library().fns;
         let mut n = 0;
+        loop {
+            match self.get_event() {
+                Ok(true) => n += 1,
+                Ok(false) => return Ok(n),
+                Err(_) if n > 0 => return Ok(n),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads and acknowledges one event if one is pending (`true`), without blocking.
+    fn get_event(&self) -> Result<bool> {
+        let fns = &self.ctx.library().fns;
         loop {
             let mut cq = std::ptr::null_mut();
             let mut cq_context = std::ptr::null_mut();
             // SAFETY: a live channel and two writable out-pointers; the fd is non-blocking.
             let ret = unsafe { (fns.ibv_get_cq_event)(self.as_raw(), &mut cq, &mut cq_context) };
             if ret != 0 {
-                // Every call ends drained (EAGAIN): told apart without building an `Error`.
+                // Nothing pending (EAGAIN) is routine: told apart without building an `Error`.
                 return match errno_of(ret) {
-                    libc::EAGAIN => Ok(n),
+                    libc::EAGAIN => Ok(false),
                     libc::EINTR => continue,
-                    _ if n > 0 => Ok(n),
                     errno => Err(Error::verb("ibv_get_cq_event", errno)),
                 };
             }
@@ -168,7 +179,7 @@ impl<'ctx> CompletionChannel<'ctx> {
             // event the kernel reported for the CQ has been acknowledged, and this one was
             // reported but not yet acknowledged. Acknowledging is our last use of the pointer.
             unsafe { (fns.ibv_ack_cq_events)(cq, 1) };
-            n += 1;
+            return Ok(true);
         }
     }
 

@@ -306,7 +306,7 @@ pub(crate) fn check_ptr<T>(ptr: *mut T, verb: &'static str) -> Result<NonNull<T>
     NonNull::new(ptr).ok_or_else(|| Error::verb(verb, last_errno()))
 }
 
-fn last_errno() -> i32 {
+pub(crate) fn last_errno() -> i32 {
     // A provider that forgot errno leaves 0: report EIO rather than "success".
     io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::EIO)
 }

@@ -17,7 +17,7 @@
 // identity (the object's address) to compare with the caller's objects, not a reference.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdma_verbs_sys as sys;
 
@@ -310,13 +310,12 @@ impl<'ctx> AsyncEvents<'ctx> {
     /// As [`try_next`](Self::try_next), and [`Error::Verb`](crate::Error::Verb) from `ppoll`.
     #[doc(alias = "ibv_get_async_event")]
     pub fn next(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
-        // `None` twice: no limit, or one past the end of time.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut left = fd::TimeLeft::new(timeout);
         loop {
             if let Some(event) = self.try_next()? {
                 return Ok(Some(event));
             }
-            if !fd::wait_readable(self.as_fd(), deadline, "the context's async events")? {
+            if !fd::wait_readable(self.as_fd(), &mut left, "the context's async events")? {
                 return Ok(None);
             }
         }

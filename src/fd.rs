@@ -6,9 +6,9 @@
 //! Both functions take a [`BorrowedFd`], so the descriptor is open for the call.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::time::Instant;
+use std::time::Duration;
 
-use crate::error::{check_errno, Result};
+use crate::error::{check_errno, last_errno, Error, Result};
 
 /// Sets `O_NONBLOCK` on `fd`. `what` names the file in errors ("a completion channel").
 pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, what: &str) -> Result<()> {
@@ -26,27 +26,53 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, what: &str) -> Result<()> {
     check_errno(ret, "fcntl(F_SETFL, O_NONBLOCK)").map_err(on)
 }
 
-/// Sleeps until `fd` is readable (`true`) or `deadline` passes (`false`; `None`: never).
-/// Signals do not end the wait early. `what` names the file in errors.
-pub(crate) fn wait_readable(
-    fd: BorrowedFd<'_>,
-    deadline: Option<Instant>,
-    what: &str,
-) -> Result<bool> {
+/// What is left of a wait: `None` for no limit. [`wait_readable`] counts it down, so a
+/// caller that sleeps again after a wake-up that found nothing keeps its original deadline
+/// without reading the clock.
+pub(crate) struct TimeLeft(Option<libc::timespec>);
+
+impl TimeLeft {
+    /// `timeout` from now; one beyond `time_t` is no limit.
+    pub(crate) fn new(timeout: Option<Duration>) -> Self {
+        TimeLeft(timeout.and_then(|t| {
+            Some(libc::timespec {
+                tv_sec: t.as_secs().try_into().ok()?,
+                tv_nsec: t.subsec_nanos().into(),
+            })
+        }))
+    }
+}
+
+/// Sleeps until `fd` is readable (`true`) or `left` runs out (`false`). Signals do not end
+/// the wait early. `what` names the file in errors.
+///
+/// The system call, not glibc's wrapper: the kernel's `ppoll` writes the time left back into
+/// its timespec, which the wrapper hides (ppoll(2), "C library/kernel differences"). So a
+/// wait reads no clock, and one resumed after a signal or an empty wake-up ends on time.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, left: &mut TimeLeft, what: &str) -> Result<bool> {
+    let ts = left.0.as_mut().map_or(std::ptr::null_mut(), |ts| ts as *mut libc::timespec);
+    let mut pollfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     loop {
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let ts = left.map(|d| libc::timespec {
-            tv_sec: d.as_secs().try_into().unwrap_or(libc::time_t::MAX),
-            tv_nsec: d.subsec_nanos().into(),
-        });
-        let ts = ts.as_ref().map_or(std::ptr::null(), |ts| ts as *const libc::timespec);
-        let mut pollfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, a valid timespec or NULL, and no signal mask.
-        let ready = unsafe { libc::ppoll(&mut pollfd, 1, ts, std::ptr::null()) };
-        match check_errno(ready.min(0), "ppoll") {
-            Err(e) if e.errno() == Some(libc::EINTR) => continue,
-            Err(e) => return Err(e.with_hint(format!("waiting on {what}"))),
-            Ok(()) => return Ok(ready > 0),
+        // SAFETY: one valid pollfd; a writable timespec (of the kernel's layout on the 64-bit
+        // targets this crate builds for) or NULL; no signal mask, so its size is unread.
+        let ready = unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                &mut pollfd as *mut libc::pollfd,
+                1 as libc::c_ulong,
+                ts,
+                std::ptr::null::<libc::sigset_t>(),
+                std::mem::size_of::<libc::sigset_t>(),
+            )
+        };
+        if ready >= 0 {
+            return Ok(ready > 0);
+        }
+        match last_errno() {
+            libc::EINTR => continue,
+            errno => {
+                return Err(Error::verb("ppoll", errno).with_hint(format!("waiting on {what}")))
+            }
         }
     }
 }

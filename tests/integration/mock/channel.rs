@@ -1,6 +1,7 @@
 //! Completion channels: creation, events read through the library, and their errors.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use log::Level;
 use rdma_verbs::InvalidInputKind;
@@ -23,6 +24,42 @@ fn a_channel_is_non_blocking_and_reads_events_through_the_library() {
     f.mock.fail(Verb::GetCqEvent, libc::EIO);
     assert_verb_error(&channel.try_get_events().unwrap_err(), "ibv_get_cq_event", libc::EIO, &[]);
     drop(cq);
+}
+
+#[test]
+fn signals_neither_end_a_wait_early_nor_extend_it() {
+    extern "C" fn interrupt(_: libc::c_int) {}
+    // SAFETY: a handler that does nothing is async-signal-safe; without SA_RESTART, as ppoll
+    // is never restarted anyway: each signal ends the system call with EINTR.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+    }
+    let f = Fixture::new();
+    let channel = f.ctx.create_comp_channel().unwrap();
+    let (timeout, limit) = (Duration::from_millis(300), Duration::from_secs(2));
+    // SAFETY: pthread_self has no preconditions.
+    let waiter = unsafe { libc::pthread_self() };
+    let done = AtomicBool::new(false);
+    let took = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Bounded, so that a wait that never ends shows as a failure, not a hang.
+            let start = Instant::now();
+            while !done.load(Ordering::Relaxed) && start.elapsed() < timeout + limit {
+                // SAFETY: `waiter` runs until `done`, and SIGUSR1 has a handler.
+                unsafe { libc::pthread_kill(waiter, libc::SIGUSR1) };
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let start = Instant::now();
+        assert_eq!(channel.wait(Some(timeout)).unwrap(), 0);
+        let took = start.elapsed();
+        done.store(true, Ordering::Relaxed);
+        took
+    });
+    // A wait that restarted its timeout at each signal (every 5 ms) would outlast them all.
+    assert!(took >= timeout && took < timeout + limit, "{took:?}");
 }
 
 #[test]
