@@ -125,6 +125,8 @@ mod with_mlx5 {
             mode,
             tier: "raw, DC",
             qps: args.qps,
+            // DC sends exist only as mlx5dv's extended builders.
+            verbs_path: VerbsPath::Extended,
         };
         each_size(&sizes, &report, &mut control, |size, control| {
             let plan = &plan(mode, args, size, args.tx_depth);

@@ -91,6 +91,7 @@ pub fn run(
         json: args.json,
         mode,
         tier: if args.raw { "raw" } else { "safe" },
+        verbs_path: qp.send_path(),
         duration: args.duration.is_some(),
         measures,
         histogram: args.histogram,

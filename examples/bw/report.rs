@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use rdma_verbs::VerbsPath;
+
 use super::traffic::Stats;
 use super::Mode;
 
@@ -16,6 +18,14 @@ t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
 
 /// perftest's latency columns of a -D run (`RESULT_FMT_LAT_DUR`).
 const DURATION_COLUMNS: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// perftest's header line that says whether sends go through the `ibv_wr_*` builders
+/// (`ON`, the extended verbs) or `ibv_post_send` (`OFF`: `--use_old_post_send`, or a provider
+/// without the extended QP).
+fn wr_api_line(path: VerbsPath) {
+    let on = if path == VerbsPath::Extended { "ON" } else { "OFF" };
+    println!(" ibv_wr* API     : {on}");
+}
 
 /// A results table: its header, one line per size, its footer.
 pub trait Table {
@@ -36,6 +46,8 @@ pub struct Report {
     pub mode: Mode,
     pub tier: &'static str,
     pub qps: u32,
+    /// How the QPs post sends.
+    pub verbs_path: VerbsPath,
 }
 
 impl Table for Report {
@@ -55,6 +67,7 @@ impl Table for Report {
             self.qps,
             if self.qps == 1 { "" } else { "s" }
         );
+        wr_api_line(self.verbs_path);
         println!(
             " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
         );
@@ -108,6 +121,8 @@ pub struct LatencyTable {
     pub json: bool,
     pub mode: Mode,
     pub tier: &'static str,
+    /// How the QP posts sends.
+    pub verbs_path: VerbsPath,
     /// A -D run: t_avg and transactions per second only.
     pub duration: bool,
     /// This side measures (every side but read_lat's server, which prints the title only).
@@ -204,6 +219,7 @@ impl Table for LatencyTable {
         }
         println!("{RULE}");
         println!(" {} Latency Test ({} tier)", self.mode.title(), self.tier);
+        wr_api_line(self.verbs_path);
         if self.measures {
             println!("{}", self.columns());
         }

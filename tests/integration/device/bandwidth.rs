@@ -158,6 +158,21 @@ fn the_passive_server_prints_perftests_table_of_the_clients_figures() {
 }
 
 #[test]
+fn use_old_post_send_switches_the_sends_to_ibv_post_send_and_the_header_says_so() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let args = ["-s", "64", "-n", "300"];
+    let old = [&args[..], &["--use_old_post_send"]].concat();
+    let (server, client) = pair("write_bw", 18920, &args, &old);
+    assert!(server.status.success() && client.status.success(), "{}", text(&client));
+    for (out, api) in [(&server, "ON"), (&client, "OFF")] {
+        let line = format!(" ibv_wr* API     : {api}\n");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&line), "{}", text(out));
+    }
+}
+
+#[test]
 fn different_sizes_are_refused_on_both_sides() {
     if require_device(RXE).is_none() {
         return;
