@@ -377,8 +377,7 @@ fn run_bw(
 
     let tier = if args.raw { "raw" } else { "safe" };
     let verbs_path = qps_rts[0].send_path();
-    let report =
-        Report { gbits: args.report_gbits, json: args.json, mode, tier, qps, verbs_path };
+    let report = Report { gbits: args.report_gbits, json: args.json, mode, tier, qps, verbs_path };
     each_size(&sizes, &report, control, |size, control| {
         let plan = &plan(mode, args, size, depth);
         let stats = if args.raw {
