@@ -54,7 +54,7 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, left: &mut TimeLeft, what: &str)
     let mut pollfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     loop {
         // SAFETY: one valid pollfd; a writable timespec (of the kernel's layout on the 64-bit
-        // targets this crate builds for) or NULL; no signal mask, so its size is unread.
+        // targets this crate builds for) or NULL; no signal mask, and so no size for one.
         let ready = unsafe {
             libc::syscall(
                 libc::SYS_ppoll,
@@ -62,7 +62,7 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, left: &mut TimeLeft, what: &str)
                 1 as libc::c_ulong,
                 ts,
                 std::ptr::null::<libc::sigset_t>(),
-                std::mem::size_of::<libc::sigset_t>(),
+                0usize,
             )
         };
         if ready >= 0 {
