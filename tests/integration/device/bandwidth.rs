@@ -1,5 +1,5 @@
 //! write_bw / read_bw / send_bw on rxe0: runs, the passive server's table, agreement, limits,
-//! a vanished peer; and the helpers the latency tools' tests share.
+//! a vanished peer; and the helpers the latency tools' tests share. Ports 18900–18920.
 
 use std::path::Path;
 use std::process::{Command, Output};

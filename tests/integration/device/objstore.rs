@@ -1,7 +1,7 @@
 //! examples/objstore on rxe0: round trips with CRC32C checks, three clients at once, and each
 //! bad input (wrong rkey, a range outside the region, a client killed mid-transfer, an
 //! unknown object, a full disk, a malformed token, keys that climb out of the root) answered
-//! with its error while the server goes on serving.
+//! with its error while the server goes on serving. Ports 19100–19109.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -143,7 +143,7 @@ fn round_trips(port: u16, sizes: &[usize]) {
 
 #[test]
 fn round_trips_of_4k_1m_and_16m() {
-    round_trips(18900, &[4096, 1 << 20, 16 << 20]);
+    round_trips(19100, &[4096, 1 << 20, 16 << 20]);
 }
 
 /// 192 MiB (the acceptance size) is slow under emulation (debug build, never timed here): run it
@@ -151,7 +151,7 @@ fn round_trips_of_4k_1m_and_16m() {
 #[test]
 #[ignore = "192 MiB is slow under emulation: run by name with --ignored in the guest"]
 fn round_trip_of_192m() {
-    round_trips(18901, &[192 << 20]);
+    round_trips(19101, &[192 << 20]);
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn three_clients_at_once() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18902);
+    let server = Server::start(19102);
     let dir = scratch("three");
     let inputs: Vec<_> = (0..3)
         .map(|i| data_file(&dir, &format!("in{i}"), (3 << 20) + i * 4099, i as u32))
@@ -238,7 +238,7 @@ fn put_with_token(server: &Server, object: &str, token: &str) -> (u16, String) {
 #[test]
 fn bad_tokens_fail_their_request_and_session_only() {
     let Some(ctx) = require_device(RXE) else { return };
-    let server = Server::start(18903);
+    let server = Server::start(19103);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(4).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
@@ -306,7 +306,7 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18904);
+    let server = Server::start(19104);
     let dir = scratch("killed");
     let big = data_file(&dir, "big", 48 << 20, 1);
     let mut put = server.spawn_client(&["put", "b/big", big.to_str().unwrap()]);
@@ -355,7 +355,7 @@ fn unknown_objects_are_404() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18905);
+    let server = Server::start(19105);
     let dir = scratch("404");
     let get = server.client(&["get", "b/none", dir.join("x").to_str().unwrap()]);
     assert_eq!(get.status.code(), Some(1), "{}", text(&get));
@@ -372,7 +372,7 @@ fn a_full_disk_is_507_and_stores_nothing() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18906);
+    let server = Server::start(19106);
     let bucket = server.root.join("full");
     std::fs::create_dir_all(&bucket).unwrap();
     let mount =
@@ -401,7 +401,7 @@ fn keys_that_climb_out_are_400() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18907);
+    let server = Server::start(19107);
     for path in ["/b/..", "/b/%2e%2e", "/../etc", "//etc/passwd", "/b/a%00", "/b/a/b", "/b"] {
         let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -417,7 +417,7 @@ fn concurrent_puts_of_one_key_leave_one_whole_object() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18908);
+    let server = Server::start(19108);
     let dir = scratch("same-key");
     let inputs: Vec<_> = (0..4)
         .map(|i| data_file(&dir, &format!("in{i}"), (2 << 20) + i * 4099, 10 + i as u32))
@@ -451,7 +451,7 @@ fn a_stalled_upload_blocks_no_one_and_replaces_nothing() {
     if require_device(RXE).is_none() {
         return;
     }
-    let server = Server::start(18909);
+    let server = Server::start(19109);
     let dir = scratch("stalled");
     round_trip(&server, &dir, "b/k", 64 << 10, 4);
     let original = std::fs::read(dir.join("in-4")).unwrap();
