@@ -167,7 +167,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// The WR of `op` over `sges` with `flags`, addressed to `dest` (a UD SEND), for the
-    /// constructors below and the buffer tier's single posts.
+    /// constructors below.
     #[inline]
     pub(crate) fn of(
         wr_id: u64,
@@ -176,38 +176,54 @@ impl<'a> SendWr<'a> {
         flags: SendFlags,
         dest: Option<&UdDestination<'a>>,
     ) -> Self {
+        let len = sges.iter().map(|s| u64::from(s.length())).sum();
+        Self::of_len(wr_id, sges, len, op, flags, dest)
+    }
+
+    /// [`SendWr::of`] over SGEs of `len` bytes in all, for the buffer tier's single posts,
+    /// which know it.
+    #[inline(always)]
+    pub(crate) fn of_len(
+        wr_id: u64,
+        sges: &'a [Sge],
+        len: u64,
+        op: SendOp,
+        flags: SendFlags,
+        dest: Option<&UdDestination<'a>>,
+    ) -> Self {
         let raw = sys::ibv_send_wr::default();
         let mut wr =
             SendWr { raw, demand: Demand::default(), build: Build::Other, _sges: PhantomData };
-        // SAFETY: `sges` and `dest` are borrowed for `'a`, as long as the WR.
-        unsafe { wr.rewrite(wr_id, sges.as_ptr(), sges.len(), op, flags, dest) };
+        // SAFETY: `sges` and `dest` are borrowed for `'a`, as long as the WR; `len` is theirs.
+        unsafe { wr.rewrite(wr_id, sges, len, op, flags, dest) };
         wr
     }
 
-    /// Writes the request of `op` over the `num_sge` SGEs at `sges`, with `flags`, addressed
+    /// Writes the request of `op` over `sges` (`len` bytes in all), with `flags`, addressed
     /// to `dest` (a UD SEND), and works its demand out: the one place that writes each
     /// [`SendOp`]'s request. In place, for the buffer tier's lists, which reuse their WRs
     /// post after post; the link to the next WR of a list (`next`) is left as it is.
     ///
     /// # Safety
     ///
-    /// The WR was built by [`SendWr::of`] (its other union members are zero), and the SGEs
-    /// and `dest`'s address handle stay alive and unchanged as long as it is used (they are
-    /// read now, for the demand, and by the provider at the post).
-    #[inline]
+    /// The WR was built by [`SendWr::of`] (its other union members are zero), `len` is the
+    /// SGEs' total length, and the SGEs and `dest`'s address handle stay alive and unchanged
+    /// as long as the WR is used (they are read now, for the demand, and by the provider at
+    /// the post), whatever the lifetimes here.
+    #[inline(always)]
     pub(crate) unsafe fn rewrite(
         &mut self,
         wr_id: u64,
-        sges: *const Sge,
-        num_sge: usize,
+        sges: &[Sge],
+        len: u64,
         op: SendOp,
         flags: SendFlags,
         dest: Option<&UdDestination<'_>>,
     ) {
         let raw = &mut self.raw;
         raw.wr_id = wr_id;
-        raw.sg_list = sges.cast_mut().cast();
-        raw.num_sge = i32::try_from(num_sge).unwrap_or(i32::MAX);
+        raw.sg_list = sges.as_ptr().cast_mut().cast();
+        raw.num_sge = i32::try_from(sges.len()).unwrap_or(i32::MAX);
         raw.send_flags = flags.bits();
         raw.__bindgen_anon_1.imm_data = 0;
         raw.wr = sys::ibv_send_wr__bindgen_ty_2::default();
@@ -243,9 +259,6 @@ impl<'a> SendWr<'a> {
             set_destination(raw, dest);
         }
         // The demand from the parts at hand (as `refresh` works it out from the request).
-        // SAFETY: the caller's live SGEs.
-        let sges = unsafe { std::slice::from_raw_parts(sges, num_sge) };
-        let len = sges.iter().map(|s| u64::from(s.length())).sum();
         let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
         let remote = match op {
             SendOp::RdmaWrite(remote)
@@ -258,7 +271,7 @@ impl<'a> SendWr<'a> {
         let aligned = |a: u64| a.is_multiple_of(8);
         (self.demand, self.build) = shape(
             self.raw.opcode,
-            num_sge as u64,
+            sges.len() as u64,
             len,
             flags.contains(SendFlags::INLINE),
             addressed,

@@ -1,5 +1,7 @@
 //! Posting buffers: one at a time, or as a list with selective signaling.
 
+use std::mem::ManuallyDrop;
+
 use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
@@ -250,32 +252,62 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     where
         'p: 'res,
     {
-        let (send_op, dest) = op.parts();
-        if let Err(error) = check_pool(&buffer, self.pd(), send_op.writes_buffer())
+        if let Err(error) = check_pool(&buffer, self.pd(), op.parts().0.writes_buffer())
             .and_then(|()| op.check_pd(self.pd()))
         {
             return Err(PostError { buffer: Some(buffer), error });
         }
+        // SAFETY: signaled, the chunk is the NIC's alone until `complete` sees this WR's
+        // completion; its pool is in this QP's PD (checked) and outlives the QP ('p: 'res), as
+        // does a UD destination's AH.
+        match unsafe { self.post_marked(&buffer, op, true, UNCHAINED) } {
+            Ok(()) => {
+                // The token is gone: the chunk is in flight.
+                std::mem::forget(buffer);
+                Ok(())
+            }
+            Err(PostListError { posted: 0, error }) => {
+                buffer.unmark();
+                Err(PostError { buffer: Some(buffer), error })
+            }
+            // The provider may have taken it: the chunk stays in flight, for its completion.
+            Err(PostListError { error, .. }) => {
+                std::mem::forget(buffer);
+                Err(PostError { buffer: None, error })
+            }
+        }
+    }
+
+    /// Marks `buffer`'s chunk launched ([`Buffer::mark_launched`]: in flight when `signaled`,
+    /// else batched behind chunk `before`) and posts its WR with `op`, built on the stack:
+    /// a single post, or a list of one without a list's bookkeeping. Bytes that fit the QP's
+    /// `max_inline_data` go inline. The caller forgets the token once the provider took the
+    /// WR, or [`unmark`](Buffer::unmark)s it.
+    ///
+    /// # Safety
+    ///
+    /// The chunk is the NIC's alone until a completion releases it (its own when `signaled`,
+    /// else that of a later signaled WR of this QP chained behind it); its pool is in this
+    /// QP's PD and outlives the QP, as does a UD destination's address handle.
+    #[inline(always)]
+    unsafe fn post_marked<'p, Op: ListOp<'p>>(
+        &self,
+        buffer: &Buffer<'p>,
+        op: Op,
+        signaled: bool,
+        before: u32,
+    ) -> Result<(), PostListError> {
+        let (send_op, dest) = op.parts();
         let len = buffer.len() as u32;
         let inline = send_op.goes_inline(len, self.caps().max_inline_data);
         let sge = buffer.sge(len, inline);
-        let flight = buffer.launch(len);
         let sges = if len == 0 { &[][..] } else { std::slice::from_ref(&sge) };
-        let flags = send_flags(true, inline);
-        let mut wr = SendWr::of(flight.wr_id, sges, send_op, flags, dest.as_ref());
-        // SAFETY: the chunk is the NIC's alone (its token was consumed by `launch`) until
-        // `complete` sees this WR's completion (it is signaled); it stays registered while this
-        // QP lives because the pool outlives 'res ('p: 'res), in this QP's PD (checked); an
-        // inline SGE holds the chunk's CPU address, any other its IOVA; `wr_id` is the
-        // tier's own; a UD destination's AH outlives the QP ('p: 'res).
-        match unsafe { self.post_one(&mut wr) } {
-            Ok(()) => Ok(()),
-            Err(PostListError { posted: 0, error }) => {
-                Err(PostError { buffer: Some(flight.restore()), error })
-            }
-            // The provider may have taken it: the chunk stays in flight, for its completion.
-            Err(PostListError { error, .. }) => Err(PostError { buffer: None, error }),
-        }
+        let wr_id = buffer.mark_launched(len, !signaled, before);
+        let flags = send_flags(signaled, inline);
+        let mut wr = SendWr::of_len(wr_id, sges, len.into(), send_op, flags, dest.as_ref());
+        // SAFETY: the caller's guarantees for the chunk; an inline SGE holds the chunk's CPU
+        // address, any other its IOVA in the pool's region; `wr_id` is the tier's own.
+        unsafe { self.post_one(&mut wr) }
     }
 
     /// Posts a list: every WR is built and checked first, so a refused check leaves the list
@@ -317,48 +349,20 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             check_pool(buffer, self.pd(), op.parts().0.writes_buffer())?;
             op.check_pd(self.pd())?;
         }
-        // Then each chunk's SGE and WR, where the last post left them (the SGE first: the WR
-        // names it), the chunk marked the NIC's and chained behind the one before it (the
-        // first behind the open chain's tail).
-        let max_inline = self.caps().max_inline_data;
-        if list.sges.len() < n {
-            // (Within the capacity, which the SGEs' vector was made with: it does not move.)
-            list.sges.resize(n, Sge::new(0, 0, LKey(0)));
-        }
-        let (entries, sges) = (&list.entries, list.sges.as_mut_ptr());
-        let mut before = list.open.map_or(UNCHAINED, |open| open.tail);
-        list.wrs.rewrite(n, |i, wr| {
-            let (buffer, op) = &entries[i];
-            let (send_op, dest) = op.parts();
-            let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
-            let inline = send_op.goes_inline(len, max_inline);
-            let sge = sges.wrapping_add(i);
-            let wr_id = buffer.mark_launched(len, !signaled, before);
-            before = buffer.link();
-            // SAFETY: `i < n <= list.sges.len()`, written through the pointer the WRs name it
-            // by (the vector does not move: see above); the WR was built by `SendWr::of`
-            // (`SendWrList::rewrite`); the SGE is not changed while `list.wrs` names it (until
-            // the next post); a UD destination's AH outlives the QP ('p: 'res).
-            unsafe {
-                sge.write(buffer.sge(len, inline));
-                let flags = send_flags(signaled, inline);
-                wr.rewrite(wr_id, sge, usize::from(len != 0), send_op, flags, dest.as_ref());
-            }
-        });
-        if let Err(error) = self.check_list(&list.wrs) {
-            for (buffer, _) in &list.entries {
-                buffer.unmark();
-            }
-            return Err(error);
-        }
-        // SAFETY: as in `post_buffer`, for every chunk: each is the NIC's alone until a later
-        // signaled WR of this QP completes (on a send queue, after all before it); every WR
-        // passed `check_list` and every pool is in this QP's PD; `wrs` and `sges` are not
-        // touched until the next post; the wr_ids are the tier's own.
-        let refused = unsafe { self.post_checked_list(&mut list.wrs) };
-        let (posted, result) = match refused {
-            Ok(()) => (n, Ok(())),
-            Err(PostListError { posted, error }) => (posted, Err(error)),
+        let before = list.open.map_or(UNCHAINED, |open| open.tail);
+        let refused = if n == 1 {
+            // One WR on the stack, as a single post, without the list's arrays of WRs and
+            // SGEs: what a list of one (write_bw's -l 1) costs is then that of one post.
+            let (buffer, op) = &list.entries[0];
+            // SAFETY: as in `post_buffer`; unsignaled, the chunk is released by a later
+            // signaled WR of this list on this QP (on a send queue, after all before it).
+            unsafe { self.post_marked(buffer, *op, signal_last, before) }
+        } else {
+            self.post_many(list, signal_last, before)
+        };
+        let posted = match &refused {
+            Ok(()) => n,
+            Err(PostListError { posted, .. }) => *posted,
         };
         // The refused are the program's again; the tokens of the posted are gone, their chunks
         // in flight until a completion releases them.
@@ -371,8 +375,67 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         } else if let Some((last, _)) = posted.checked_sub(1).map(|i| &list.entries[i]) {
             list.open = Some(OpenChain { qp, pool, tail: last.link() });
         }
-        list.entries.drain(..posted).for_each(|(buffer, _)| std::mem::forget(buffer));
-        result
+        // (Their tokens are `ManuallyDrop`: leaving the list forgets them.)
+        if posted == n {
+            list.entries.clear();
+        } else {
+            list.entries.drain(..posted);
+        }
+        refused.map_err(|refused| refused.error)
+    }
+
+    /// Writes each chunk's SGE and WR where the last post left them (the SGE first: the WR
+    /// names it), the chunk marked the NIC's and chained behind the one before it (the first
+    /// behind `before`, the open chain's tail), and posts the WRs with one call. A list the
+    /// exact checks refuse posts nothing. The caller forgets the tokens of the posted, and
+    /// [`unmark`](Buffer::unmark)s the others. (Out of line, so that LLVM inlines the WR
+    /// writing here and in the one-WR path of `post_list` both, which it did not in one
+    /// function.)
+    #[inline(never)]
+    fn post_many<'p, Op: ListOp<'p>>(
+        &self,
+        list: &mut SendList<'p, Op>,
+        signal_last: bool,
+        mut before: u32,
+    ) -> Result<(), PostListError>
+    where
+        'p: 'res,
+    {
+        let n = list.entries.len();
+        let max_inline = self.caps().max_inline_data;
+        if list.sges.len() < n {
+            // (Within the capacity, which the SGEs' vector was made with: it does not move.)
+            list.sges.resize(n, Sge::new(0, 0, LKey(0)));
+        }
+        let (entries, sges) = (&list.entries, list.sges.as_mut_ptr());
+        list.wrs.rewrite(n, |i, wr| {
+            let (buffer, op) = &entries[i];
+            let (send_op, dest) = op.parts();
+            let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
+            let inline = send_op.goes_inline(len, max_inline);
+            let sge = sges.wrapping_add(i);
+            let wr_id = buffer.mark_launched(len, !signaled, before);
+            before = buffer.link();
+            // SAFETY: `i < n <= list.sges.len()`, written through the vector's own pointer
+            // (it does not move: see above), then read as the WR's zero or one SGE, whose
+            // length is `len`; the WR was built by `SendWr::of` (`SendWrList::rewrite`); the
+            // SGE is not changed while `list.wrs` names it (until the next post); a UD
+            // destination's AH outlives the QP ('p: 'res).
+            unsafe {
+                sge.write(buffer.sge(len, inline));
+                let flags = send_flags(signaled, inline);
+                let sges = std::slice::from_raw_parts(sge, usize::from(len != 0));
+                wr.rewrite(wr_id, sges, len.into(), send_op, flags, dest.as_ref());
+            }
+        });
+        if let Err(error) = self.check_list(&list.wrs) {
+            return Err(PostListError { posted: 0, error });
+        }
+        // SAFETY: as in `post_buffer`, for every chunk: each is the NIC's alone until a later
+        // signaled WR of this QP completes (on a send queue, after all before it); every WR
+        // passed `check_list` and every pool is in this QP's PD; `wrs` and `sges` are not
+        // touched until the next post; the wr_ids are the tier's own.
+        unsafe { self.post_checked_list(&mut list.wrs) }
     }
 }
 
@@ -464,7 +527,9 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 /// on another QP or buffers of another pool.
 #[must_use = "a list does nothing until it is posted"]
 pub struct SendList<'p, Op = SendOp> {
-    entries: Vec<(Buffer<'p>, Op)>,
+    /// The buffers waiting, whose tokens are dropped (their chunks freed) only by `pop` and
+    /// `Drop`: a post forgets those the provider took, without a drop per buffer.
+    entries: Vec<(ManuallyDrop<Buffer<'p>>, Op)>,
     sges: Vec<Sge>,
     /// The WRs of the last post, rewritten in place by each (`SendWrList::rewrite`). They
     /// name `sges` and the entries' address handles through raw pointers, hence `'static`:
@@ -504,14 +569,14 @@ impl<'p, Op> SendList<'p, Op> {
         if self.entries.len() == self.entries.capacity() {
             return Err(buffer);
         }
-        self.entries.push((buffer, op));
+        self.entries.push((ManuallyDrop::new(buffer), op));
         Ok(())
     }
 
     /// Takes the last buffer back out.
     #[inline]
     pub fn pop(&mut self) -> Option<Buffer<'p>> {
-        self.entries.pop().map(|(buffer, _)| buffer)
+        self.entries.pop().map(|(buffer, _)| ManuallyDrop::into_inner(buffer))
     }
 
     /// The number of buffers waiting.
@@ -530,6 +595,13 @@ impl<'p, Op> SendList<'p, Op> {
     #[inline]
     pub fn capacity(&self) -> usize {
         self.entries.capacity()
+    }
+}
+
+impl<Op> Drop for SendList<'_, Op> {
+    /// The buffers still waiting go back to their pool.
+    fn drop(&mut self) {
+        self.entries.drain(..).for_each(|(buffer, _)| drop(ManuallyDrop::into_inner(buffer)));
     }
 }
 
