@@ -120,7 +120,8 @@ impl EventChannel {
         verb: &'static str,
         wanted: impl Fn(&RawEvent) -> bool,
     ) -> Result<RawEvent> {
-        let deadline = Instant::now() + timeout;
+        // (None: a timeout past any clock's range, such as `Duration::MAX`, never ends.)
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             {
                 let mut backlog = self.lock();
@@ -134,15 +135,16 @@ impl EventChannel {
                 }
                 self.lock().push_back(event);
             }
-            let now = Instant::now();
-            if now >= deadline {
+            let left = deadline
+                .map_or(POLL_SLICE, |deadline| deadline.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
                 return Err(Error::Verb {
                     verb,
                     source: std::io::Error::from_raw_os_error(libc::ETIMEDOUT),
                     hint: Some(format!("no rdma_cm event within {} ms", timeout.as_millis())),
                 });
             }
-            self.poll((deadline - now).min(POLL_SLICE))?;
+            self.poll(left.min(POLL_SLICE))?;
         }
     }
 

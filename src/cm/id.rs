@@ -233,7 +233,7 @@ impl<'ch> CmId<'ch> {
             )
         };
         check(ret, VERB)?;
-        self.expect(CmEventKind::ADDR_RESOLVED, timeout + WAIT_SLACK, VERB).map(drop)
+        self.expect(CmEventKind::ADDR_RESOLVED, timeout.saturating_add(WAIT_SLACK), VERB).map(drop)
     }
 
     /// `rdma_resolve_route(3)`—Resolves the route to the resolved address; waits for
@@ -248,7 +248,7 @@ impl<'ch> CmId<'ch> {
         // SAFETY: a live id.
         let ret = unsafe { (self.lib().fns.rdma_resolve_route)(self.as_raw(), millis(timeout)) };
         check(ret, VERB)?;
-        self.expect(CmEventKind::ROUTE_RESOLVED, timeout + WAIT_SLACK, VERB).map(drop)
+        self.expect(CmEventKind::ROUTE_RESOLVED, timeout.saturating_add(WAIT_SLACK), VERB).map(drop)
     }
 
     /// The next event of this id, waiting at most `timeout`.

@@ -45,8 +45,10 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     /// every earlier WR's. It moves the QP to ERROR again after posting them (rxe flushes
     /// what is posted in ERROR when it enters ERROR), polls `cqs` — which must hold the QP's
     /// send and receive CQs — until both markers completed, and moves it to RESET. Every
-    /// other completion polled from `cqs` goes to `each`, other QPs' too when they share them. The markers themselves are not handed
-    /// to `each`. An SRQ's receives are not this QP's and stay posted.
+    /// other completion polled from `cqs` goes to `each`, other QPs' too when they share
+    /// them. The markers themselves are not handed to `each`. An SRQ's receives are not this
+    /// QP's and stay posted. A `timeout` past the clock's range (`Duration::MAX`) sets no
+    /// deadline.
     ///
     /// # Errors
     ///
@@ -96,7 +98,8 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
         timeout: Duration,
         each: &mut impl FnMut(&mut WorkCompletion),
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        // (None: a timeout past any clock's range, such as `Duration::MAX`, never ends.)
+        let deadline = Instant::now().checked_add(timeout);
         self.to_error()?;
         let mut send = Marker::Due;
         // SAFETY: a live QP; a plain read of the SRQ pointer it was created with.
@@ -127,7 +130,7 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
             if send == Marker::Seen && recv == Marker::Seen {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 let arrived = usize::from(send == Marker::Seen) + usize::from(recv == Marker::Seen);
                 return Err(Error::CompletionTimeout { expected: 2, arrived, timeout });
             }

@@ -512,8 +512,10 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
             }
         }
         let mut flushed = Vec::new();
+        // (Every other round with no deadline at all: a timeout past the clock's range.)
+        let limit = if round % 2 == 0 { Duration::from_secs(1) } else { Duration::MAX };
         qp = rts
-            .drain(&[&cq], Duration::from_secs(1), |wc| {
+            .drain(&[&cq], limit, |wc| {
                 flushed.push(wc.status());
                 drop(pool.complete(wc).expect("a buffer-tier completion"));
             })
