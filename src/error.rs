@@ -181,6 +181,9 @@ pub enum InvalidInputKind {
     CqTooSmall,
     /// Access flags that do not go together, or that a region or window lacks.
     Access,
+    /// A region over borrowed memory where only owned memory is sound: a
+    /// [`BufferPool`](crate::BufferPool)'s, whose chunks the NIC writes.
+    BorrowedMemory,
     /// A memory window of the other type than the call binds.
     MwType,
     /// A QP in another state than the call needs.

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{post_receive, Buffer, PostError};
+use crate::buffer::{post_receive, Buffer, Lenders, PostError};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::RecvWr;
@@ -21,6 +21,8 @@ pub struct SharedReceiveQueue<'a> {
     raw: NonNull<sys::ibv_srq>,
     pd: &'a ProtectionDomain<'a>,
     max_wr: u32,
+    /// The buffer pools whose chunks it was given, told when it is destroyed.
+    lenders: Lenders,
     _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
 }
 
@@ -46,7 +48,13 @@ impl<'a> ProtectionDomain<'a> {
         let raw =
             unsafe { (self.context().library().fns.ibv_create_srq)(self.as_raw(), &mut init) };
         let raw = check_ptr(raw, "ibv_create_srq")?;
-        Ok(SharedReceiveQueue { raw, pd: self, max_wr: init.attr.max_wr, _invariant: PhantomData })
+        Ok(SharedReceiveQueue {
+            raw,
+            pd: self,
+            max_wr: init.attr.max_wr,
+            lenders: Lenders::default(),
+            _invariant: PhantomData,
+        })
     }
 }
 
@@ -128,6 +136,7 @@ impl<'a> SharedReceiveQueue<'a> {
     where
         'p: 'a,
     {
+        self.lenders.note(buffer.pool_queues());
         post_receive(buffer, self.pd, |wr| {
             // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
             // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
@@ -146,10 +155,13 @@ impl<'a> SharedReceiveQueue<'a> {
         std::mem::ManuallyDrop::new(self).destroy_raw()
     }
 
-    fn destroy_raw(&self) -> Result<()> {
+    fn destroy_raw(&mut self) -> Result<()> {
         // SAFETY: every QP using it borrows it, so none is alive; destroyed once.
         let ret = unsafe { (self.pd.context().library().fns.ibv_destroy_srq)(self.as_raw()) };
-        check_errno(ret, "ibv_destroy_srq")
+        check_errno(ret, "ibv_destroy_srq")?;
+        // SAFETY: destroyed; the pools it was given chunks of outlive it ('p: 'a).
+        unsafe { self.lenders.release() };
+        Ok(())
     }
 }
 

@@ -42,9 +42,11 @@
 //! The one residual case: a completion kept *unconsumed* while its chunk is posted again
 //! 2^27 times could match the chunk's current flight (the generation has 27 bits).
 
+mod lenders;
 mod pool;
 mod post;
 
+pub(crate) use lenders::Lenders;
 pub use pool::{Buffer, BufferPool};
 pub(crate) use post::post_receive;
 pub use post::{ListOp, PostError, SendList, SendOp, UdSend};

@@ -1,5 +1,6 @@
 //! The pool, its buffers, and the in-flight bookkeeping.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::BUFFER_WR_ID_BIT;
@@ -50,7 +51,8 @@ const NO_PREV: u32 = u32::MAX;
 /// ```
 #[must_use = "the pool's region is deregistered when dropped"]
 pub struct BufferPool<'a> {
-    mr: MemoryRegion<'a>,
+    /// Dropped by the pool's `Drop`, or leaked (see there).
+    mr: ManuallyDrop<MemoryRegion<'a>>,
     chunk: usize,
     /// Whether the region has `LOCAL_WRITE`, which receives, READs and atomics need.
     local_write: bool,
@@ -58,6 +60,9 @@ pub struct BufferPool<'a> {
     slots: Box<[Slot]>,
     /// Where `take` starts looking.
     hint: AtomicUsize,
+    /// The queues (QPs, SRQs) given chunks of this pool and not destroyed yet
+    /// ([`Lenders`](super::lenders::Lenders)).
+    queues: AtomicUsize,
 }
 
 /// One chunk's bookkeeping, 24 bytes in one place: a post and a completion each touch one
@@ -78,14 +83,28 @@ static_assertions::assert_eq_size!(Slot, [u8; 24]);
 impl<'a> BufferPool<'a> {
     /// Cuts `mr` into `mr.len() / chunk_size` buffers (a tail shorter than a chunk is unused).
     /// Receives, RDMA READs and atomics need `mr` registered with `LOCAL_WRITE` (the NIC
-    /// writes the buffer): without it the posts refuse them.
+    /// writes the buffer): without it the posts refuse them. The region must own its memory
+    /// (registered with a length, [`ProtectionDomain::register`](crate::ProtectionDomain::register)):
+    /// a pool and a QP can be leaked (`std::mem::forget`), which ends a borrow without
+    /// deregistering, and the NIC could then still write a receive into a borrowed slice
+    /// that has been freed; leaked owned memory is never reused.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] when `chunk_size` is 0, above `u32::MAX` or larger than the
-    /// region, or the region holds more than 65536 chunks.
+    /// [`Error::InvalidInput`] when the region borrows its memory, when `chunk_size` is 0,
+    /// above `u32::MAX` or larger than the region, or the region holds more than 65536
+    /// chunks, or when 2^20 pools were created.
     pub fn new(mr: MemoryRegion<'a>, chunk_size: usize) -> Result<Self> {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+        if !mr.owns_memory() {
+            return Err(Error::invalid(
+                InvalidInputKind::BorrowedMemory,
+                "a buffer pool needs a region over memory it owns: register a length \
+                 (pd.register(len, access)), not a borrowed slice, which the NIC could go on \
+                 writing after its borrow ends if the pool and a QP were leaked"
+                    .into(),
+            ));
+        }
         if chunk_size == 0 || chunk_size > u32::MAX as usize || chunk_size > mr.len() {
             return Err(Error::invalid(InvalidInputKind::Size, format!(
                 "a buffer pool over a {}-byte region needs a chunk size of 1..={} bytes, not {chunk_size}",
@@ -103,16 +122,21 @@ impl<'a> BufferPool<'a> {
                 ),
             ));
         }
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        if id >= 1 << POOL_BITS {
-            return Err(Error::invalid(
-                InvalidInputKind::Size,
-                format!("more than {} buffer pools were created", 1 << POOL_BITS),
-            ));
-        }
+        // Ids are never reused (two live pools sharing one could complete each other's
+        // chunks), so the counter stops at the limit instead of wrapping after 2^32 calls.
+        let id = NEXT_ID
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
+                (id < 1 << POOL_BITS).then_some(id + 1)
+            })
+            .map_err(|_| {
+                Error::invalid(
+                    InvalidInputKind::Size,
+                    format!("more than {} buffer pools were created", (1 << POOL_BITS) - 1),
+                )
+            })?;
         Ok(BufferPool {
             local_write: mr.access().contains(AccessFlags::LOCAL_WRITE),
-            mr,
+            mr: ManuallyDrop::new(mr),
             chunk: chunk_size,
             id: u64::from(id),
             slots: (0..count)
@@ -124,6 +148,7 @@ impl<'a> BufferPool<'a> {
                 })
                 .collect(),
             hint: AtomicUsize::new(0),
+            queues: AtomicUsize::new(0),
         })
     }
 
@@ -199,12 +224,29 @@ impl<'a> BufferPool<'a> {
     }
 }
 
+impl Drop for BufferPool<'_> {
+    /// Deregisters the region and frees its memory, unless a queue given chunks of it was
+    /// leaked (`std::mem::forget`) or could not be destroyed: its work requests may still
+    /// name them, so the region then stays registered, and its memory allocated, for good.
+    fn drop(&mut self) {
+        if self.queues.load(Ordering::Acquire) != 0 {
+            log::warn!(
+                "leaking a buffer pool's region: a queue holding its chunks was leaked or not \
+                 destroyed, and the NIC may still use them"
+            );
+            return;
+        }
+        // SAFETY: dropped once, here, and not used again; no queue holds its chunks.
+        unsafe { ManuallyDrop::drop(&mut self.mr) };
+    }
+}
+
 impl std::fmt::Debug for BufferPool<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufferPool")
             .field("chunk_size", &self.chunk)
             .field("count", &self.count())
-            .field("mr", &self.mr)
+            .field("mr", &*self.mr)
             .finish()
     }
 }
@@ -318,6 +360,13 @@ impl<'p> Buffer<'p> {
     #[inline]
     pub(crate) fn pd_raw(&self) -> *mut crate::sys::ibv_pd {
         self.pool.mr.pd().as_raw()
+    }
+
+    /// Its pool's count of the queues holding its chunks, which a queue given this buffer
+    /// notes itself in ([`Lenders::note`](super::lenders::Lenders::note)).
+    #[inline]
+    pub(crate) fn pool_queues(&self) -> &'p AtomicUsize {
+        &self.pool.queues
     }
 
     /// Its pool's id: two buffers with the same id are chunks of one pool.

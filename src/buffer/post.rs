@@ -257,6 +257,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         {
             return Err(PostError { buffer: Some(buffer), error });
         }
+        self.lent(&buffer);
         // SAFETY: signaled, the chunk is the NIC's alone until `complete` sees this WR's
         // completion; its pool is in this QP's PD (checked) and outlives the QP ('p: 'res), as
         // does a UD destination's AH.
@@ -349,6 +350,8 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             check_pool(buffer, self.pd(), op.parts().0.writes_buffer())?;
             op.check_pd(self.pd())?;
         }
+        // (One pool: noting its first buffer notes them all.)
+        self.lent(&list.entries[0].0);
         let before = list.open.map_or(UNCHAINED, |open| open.tail);
         let refused = if n == 1 {
             // One WR on the stack, as a single post, without the list's arrays of WRs and
@@ -454,6 +457,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     where
         'p: 'res,
     {
+        self.lent(&buffer);
         post_receive(buffer, self.pd(), |wr| {
             // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
             // its SGE names it by IOVA in a region of this QP's PD (checked).

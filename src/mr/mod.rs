@@ -214,6 +214,12 @@ pub struct MemoryRegion<'a> {
 region_common!(MemoryRegion);
 
 impl MemoryRegion<'_> {
+    /// Whether the region allocated its memory (registered with a length), rather than
+    /// borrowing a `&mut [u8]`.
+    pub(crate) fn owns_memory(&self) -> bool {
+        self.reg.memory.owned.is_some()
+    }
+
     /// The bytes. With the raw tier, reading them while a receive or RDMA READ into them is
     /// outstanding breaks the contract of the `unsafe` post that started it.
     pub fn as_slice(&self) -> &[u8] {

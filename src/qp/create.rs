@@ -7,6 +7,7 @@ use rdma_verbs_sys as sys;
 
 use super::extended::{self, ExQp};
 use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
+use crate::buffer::Lenders;
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::quirks::Quirks;
@@ -153,6 +154,7 @@ impl<'res> ProtectionDomain<'res> {
             caps,
             limits: SendLimits::default(),
             slack: super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref()),
+            lenders: Lenders::default(),
             _res: PhantomData,
             _state: PhantomData,
         }

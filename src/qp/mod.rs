@@ -45,6 +45,7 @@ pub use query::QpAttributes;
 pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
+use crate::buffer::Lenders;
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
@@ -102,6 +103,8 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     /// again whenever one of them changes ([`post::send_slack`]): a post compares a WR's
     /// [`Demand`](crate::fit::Demand) with it.
     slack: Slack,
+    /// The buffer pools whose chunks it was given, told when it is destroyed.
+    lenders: Lenders,
     /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
     /// it, and a covariant `'res` could be shortened at each call.
     _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
@@ -186,9 +189,18 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         ManuallyDrop::new(self).destroy_raw()
     }
 
-    fn destroy_raw(&self) -> Result<()> {
+    fn destroy_raw(&mut self) -> Result<()> {
         // SAFETY: a live QP, destroyed once (by Drop or by `destroy`, which suppresses Drop).
-        unsafe { destroy_qp(&self.pd.context().library().fns, self.as_raw()) }
+        unsafe { destroy_qp(&self.pd.context().library().fns, self.as_raw()) }?;
+        // SAFETY: destroyed; the pools it was given chunks of outlive it ('p: 'res).
+        unsafe { self.lenders.release() };
+        Ok(())
+    }
+
+    /// Notes that the QP is given chunks of `buffer`'s pool (before it posts them).
+    #[inline]
+    pub(crate) fn lent(&self, buffer: &crate::buffer::Buffer<'_>) {
+        self.lenders.note(buffer.pool_queues());
     }
 
     /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
@@ -220,8 +232,9 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// The same QP with another state in its type (also for `cm`, where rdma_cm performs the
     /// transitions).
     pub(crate) fn retype<N: QpState>(self) -> QueuePair<'res, N, T> {
-        let this = ManuallyDrop::new(self);
+        let mut this = ManuallyDrop::new(self);
         QueuePair {
+            lenders: std::mem::take(&mut this.lenders),
             raw: this.raw,
             ex: this.ex,
             pd: this.pd,

@@ -2,7 +2,7 @@
 //! `destroy()` returns the error instead. The mock frees what leaked when it goes.
 
 use log::Level;
-use rdma_verbs::{AccessFlags, QpInitAttr};
+use rdma_verbs::{AccessFlags, BufferPool, QpInitAttr, ToInitAttr};
 use rdma_verbs_mock::{Call, QpAttr, Verb};
 
 use super::{assert_verb_error, capture, errno_text, Fixture};
@@ -145,5 +145,44 @@ fn destroy_returns_the_error_or_frees_and_logs_nothing() {
         }
         assert_eq!(f.mock.take_calls(), calls);
         assert!(raws.iter().all(|&raw| f.mock.is_live(raw) == fails), "failing: {fails}");
+    }
+}
+
+/// A pool outlives the queues it lends chunks to only through their borrows, which
+/// `std::mem::forget` ends without destroying the queue (an adversarial review had a leaked
+/// QP's posted receive aimed at a region deregistered and freed since). So a pool that a
+/// queue leaked this way still holds chunks of leaks its region, saying so; a pool whose
+/// queues were destroyed deregisters it, chunks still posted or not.
+#[test]
+fn a_pool_outlived_by_a_leaked_queue_holding_its_chunks_leaks_its_region() {
+    for (leak, on_srq) in [(true, false), (true, true), (false, false), (false, true)] {
+        capture::start();
+        let f = Fixture::new();
+        let pd = f.ctx.alloc_pd().unwrap();
+        let cq = f.ctx.create_cq(32).unwrap();
+        let region = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let pool = BufferPool::new(region, 256).unwrap();
+        if on_srq {
+            let srq = pd.create_srq(16, 1).unwrap();
+            srq.post_recv_buffer(pool.take().unwrap()).unwrap();
+            if leak {
+                std::mem::forget(srq);
+            }
+        } else {
+            let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
+            let qp = qp.into_init(&ToInitAttr::default()).unwrap();
+            qp.post_recv_buffer(pool.take().unwrap()).unwrap();
+            if leak {
+                std::mem::forget(qp);
+            }
+        }
+        f.mock.take_calls();
+        drop(pool);
+        let case = format!("leaked: {leak}, on an SRQ: {on_srq}");
+        assert_eq!(f.mock.take_calls().contains(&Call::DeregMr), !leak, "{case}");
+        let warning = "leaking a buffer pool's region: a queue holding its chunks was leaked or \
+                       not destroyed, and the NIC may still use them";
+        let expected = if leak { vec![(Level::Warn, warning.to_owned())] } else { vec![] };
+        assert_eq!(capture::take(), expected, "{case}");
     }
 }

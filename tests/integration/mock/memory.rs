@@ -56,6 +56,22 @@ fn borrowed_memory_is_local_only_and_an_iova_range_stays_below_2_64() {
     assert!(pd.register_with_iova(4096, u64::MAX - 4096, AccessFlags::LOCAL_WRITE).is_ok());
 }
 
+/// A pool's chunks are written by the NIC after the post, so a leaked pool and QP
+/// (`std::mem::forget`) would let a receive land in a borrowed slice after its borrow ended
+/// (an adversarial review did it, on the mock and on rxe0): a pool takes owned memory only.
+#[test]
+fn a_buffer_pool_refuses_a_region_over_borrowed_memory() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let mut bytes = vec![0u8; 4096];
+    let borrowed = pd.register(&mut bytes[..], AccessFlags::LOCAL_WRITE).unwrap();
+    let err = rdma_verbs::BufferPool::new(borrowed, 64).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::BorrowedMemory), "{err}");
+    assert!(err.to_string().contains("register a length"), "{err}");
+    let owned = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    assert!(rdma_verbs::BufferPool::new(owned, 64).is_ok());
+}
+
 #[test]
 fn register_with_iova_needs_reg_mr_iova2() {
     let f = Fixture::with(Optional::NONE, ContextConfig::default());
