@@ -22,6 +22,13 @@
 //! every QP it lends chunks to (`'p: 'res` on the post methods, with `QueuePair` invariant in
 //! `'res`), so the memory stays registered while any QP could still use it.
 //!
+//! Borrows do not survive `std::mem::forget`, which ends them without destroying what
+//! holds them, so two rules do not rest on lifetimes: a pool takes owned memory only (a
+//! leaked pool's region is never deregistered nor freed, where a borrowed slice would be
+//! freed under it), and each queue notes the pools it was given chunks of (`Lenders`),
+//! releasing them when it is destroyed; a pool still noted by a queue when it drops (one
+//! leaked, or whose destroy failed) leaks its region instead of freeing it.
+//!
 //! What the NIC is told is right by construction, so no safe caller can make it reach other
 //! memory:
 //! - each SGE covers exactly one chunk (at most its capacity) of the pool's region, by the
