@@ -156,7 +156,8 @@ impl<'a> SharedReceiveQueue<'a> {
     }
 
     fn destroy_raw(&mut self) -> Result<()> {
-        // SAFETY: every QP using it borrows it, so none is alive; destroyed once.
+        // SAFETY: a live SRQ, destroyed once. Every QP using it borrows it, so none is alive
+        // unless leaked (`std::mem::forget`), and then the kernel refuses with `EBUSY`.
         let ret = unsafe { (self.pd.context().library().fns.ibv_destroy_srq)(self.as_raw()) };
         check_errno(ret, "ibv_destroy_srq")?;
         // SAFETY: destroyed; the pools it was given chunks of outlive it ('p: 'a).
