@@ -6,16 +6,15 @@
 //! CQ created on it borrows it, so none outlives it. Its file descriptor is switched to
 //! `O_NONBLOCK` at creation, so draining never blocks and two waiting threads cannot get stuck
 //! on one event. Every event read with `ibv_get_cq_event` is acknowledged with
-//! `ibv_ack_cq_events` before the call that read it returns, so no event is ever left
-//! unacknowledged (`ibv_destroy_cq` would otherwise block forever).
+//! `ibv_ack_cq_events` before its CQ is destroyed (`ibv_destroy_cq` would otherwise block
+//! forever): the CQ owes it (`EventAcks`, its `cq_context`) and acknowledges all it owes in
+//! one call right before the destroy; one read during the destroy is acknowledged at once.
 
-// Design notes. Events are acknowledged one by one, right after each is read: the man page
-// suggests batching acks because each takes the CQ's mutex, but a wait already costs a
-// ppoll(2) and a read(2) per event, and acking at once keeps nothing owed across calls (no
-// per-CQ counters, so no allocation, and a concurrent destroy of the CQ is never held up).
-// `wait` returns only a count, not which CQ the events named: a CQ may be destroyed the moment
-// its event is acknowledged, so the pointer would be useless, and with several CQs on one
-// channel the loop re-arms and polls each of them anyway.
+// Design notes. Acknowledgements are batched per CQ, as ibv_get_cq_event(3) advises: each
+// takes the CQ's mutex and signals a condition variable, which cost more instructions than
+// reading the event. `wait` returns only a count, not which CQ the events named: a CQ may be
+// destroyed the moment its event is acknowledged, so the pointer would be useless, and with
+// several CQs on one channel the loop re-arms and polls each of them anyway.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
@@ -24,6 +23,7 @@ use std::time::Duration;
 use rdma_verbs_sys as sys;
 
 use crate::context::Context;
+use crate::cq::EventAcks;
 use crate::error::{check_errno, check_ptr, errno_of, Error, Result};
 use crate::fd;
 
@@ -78,7 +78,7 @@ pub struct CompletionChannel<'ctx> {
 // SAFETY: the channel is a file descriptor; libibverbs' channel calls are thread-safe.
 unsafe impl Send for CompletionChannel<'_> {}
 // SAFETY: waiting from several threads is safe: the fd is non-blocking, each event is read by
-// exactly one thread, which acknowledges it.
+// exactly one thread, which has it acknowledged.
 unsafe impl Sync for CompletionChannel<'_> {}
 
 impl Context {
@@ -107,8 +107,9 @@ impl Context {
 
 impl<'ctx> CompletionChannel<'ctx> {
     /// Sleeps until an armed CQ of this channel gets a completion or `timeout` passes (`None`:
-    /// no limit; this is the blocking `ibv_get_cq_event(3)`), then reads and acknowledges
-    /// one event (`ibv_ack_cq_events(3)`).
+    /// no limit; this is the blocking `ibv_get_cq_event(3)`), then reads one event. Its
+    /// acknowledgement (`ibv_ack_cq_events(3)`) is batched: the CQ acknowledges the events
+    /// it owes in one call when it is destroyed (or every 2^20 events).
     ///
     /// Returns 1, or 0 only when `timeout` passed. The event means an armed CQ fired, and
     /// disarmed it: re-arm with [`req_notify`](crate::CompletionQueue::req_notify), then poll
@@ -135,9 +136,9 @@ impl<'ctx> CompletionChannel<'ctx> {
         Ok(0)
     }
 
-    /// Reads and acknowledges every pending event without blocking; returns how many there
-    /// were (0 when none). For event loops that watch the descriptor themselves ([`AsFd`]).
-    /// Allocates nothing.
+    /// Reads every pending event without blocking (acknowledged as [`wait`](Self::wait)
+    /// says); returns how many there were (0 when none). For event loops that watch the
+    /// descriptor themselves ([`AsFd`]). Allocates nothing.
     ///
     /// # Errors
     ///
@@ -158,7 +159,9 @@ impl<'ctx> CompletionChannel<'ctx> {
         }
     }
 
-    /// Reads and acknowledges one event if one is pending (`true`), without blocking.
+    /// Reads one event if one is pending (`true`), without blocking, and has it
+    /// acknowledged.
+    #[inline]
     fn get_event(&self) -> Result<bool> {
         let fns = &self.ctx.library().fns;
         loop {
@@ -174,11 +177,17 @@ impl<'ctx> CompletionChannel<'ctx> {
                     errno => Err(Error::verb("ibv_get_cq_event", errno)),
                 };
             }
-            // SAFETY: `cq` is the CQ the event names. It is still allocated even if another
-            // thread is destroying it right now: libibverbs' ibv_destroy_cq waits until every
-            // event the kernel reported for the CQ has been acknowledged, and this one was
-            // reported but not yet acknowledged. Acknowledging is our last use of the pointer.
-            unsafe { (fns.ibv_ack_cq_events)(cq, 1) };
+            match NonNull::new(cq_context.cast::<EventAcks>()) {
+                // SAFETY: a CQ created by this crate on a channel has its `EventAcks` as
+                // `cq_context` (others have none: see `as_raw`). The CQ and the counter are
+                // alive even if another thread is destroying the CQ right now: ibv_destroy_cq
+                // waits until every event the kernel reported for it is acknowledged, and
+                // this one was reported and is not yet; `owe` acknowledges it (now, or at the
+                // destroy) and is the last use of both pointers.
+                Some(acks) => unsafe { acks.as_ref().owe(fns, cq) },
+                // SAFETY: as above, the CQ is alive until this acknowledgement.
+                None => unsafe { (fns.ibv_ack_cq_events)(cq, 1) },
+            }
             return Ok(true);
         }
     }
@@ -189,6 +198,9 @@ impl<'ctx> CompletionChannel<'ctx> {
     }
 
     /// The raw channel pointer.
+    ///
+    /// A CQ created on it by other means than this crate must have a NULL `cq_context`:
+    /// this channel takes a non-NULL one for the counter of events owed by a CQ of its own.
     pub fn as_raw(&self) -> *mut sys::ibv_comp_channel {
         self.raw.as_ptr()
     }

@@ -13,6 +13,10 @@
 //! - asynchronous events queued per context by the test ([`Mock::push_async_event`]), served
 //!   by `ibv_get_async_event` through the context's `async_fd` (an eventfd, readable while
 //!   events are queued), with unacknowledged ones counted ([`Mock::unacked_async_events`]);
+//! - completion events queued per CQ by the test ([`Mock::push_cq_event`]), served by
+//!   `ibv_get_cq_event` through the CQ's channel (an eventfd), with the CQ's `cq_context`; a
+//!   CQ destroyed with events read and not acknowledged, where the real `ibv_destroy_cq`
+//!   blocks forever, is fatal at the mock's drop;
 //! - [`fns`] / [`library`]: an [`IbverbsFns`] of plain `extern "C"` functions over them, with
 //!   the optional symbols present or absent ([`Optional`]).
 //!
@@ -342,6 +346,17 @@ impl Mock {
         state::with(|s| s.push_async_event(ctx, event));
     }
 
+    /// Queues a completion event of the live CQ `cq` on its channel for `ibv_get_cq_event`
+    /// and makes the channel's descriptor readable, as the kernel does when an armed CQ gets
+    /// a completion (the mock does not check that it was armed).
+    ///
+    /// # Panics
+    ///
+    /// When `cq` is not a live CQ of this mock with a channel.
+    pub fn push_cq_event(&self, cq: *mut ibv_cq) {
+        state::with(|s| s.push_cq_event(cq));
+    }
+
     /// How many async events `ibv_get_async_event` handed out that `ibv_ack_async_event` has
     /// not acknowledged yet (a real `ibv_destroy_qp`/`cq`/`srq` would wait for them).
     pub fn unacked_async_events(&self) -> usize {
@@ -397,6 +412,13 @@ impl Mock {
         })
     }
 
+    /// The work requests still queued on live queues (a leaked QP's or SRQ's, say) that name
+    /// memory no longer registered: the NIC would access memory the program may have freed
+    /// once they execute. Empty when none.
+    pub fn dangling_work(&self) -> Vec<String> {
+        state::with(|s| s.reg.dangling_work())
+    }
+
     /// How many completions were queued on `cq` while it already held its capacity (`cqe`)
     /// of them: a CQ overrun (the test's problem, not a violation; the completions are kept).
     pub fn cq_overruns(&self, cq: *mut ibv_cq) -> usize {
@@ -418,7 +440,8 @@ impl Default for Mock {
 
 impl Drop for Mock {
     /// Frees every object still alive; then, unless the thread is already panicking, panics
-    /// if violations of rules not allowed were recorded and never taken.
+    /// if violations of rules not allowed were recorded and never taken, or a CQ was
+    /// destroyed with completion events not acknowledged.
     ///
     /// This is test scaffolding that exists to fail tests: a test that made the "NIC" touch
     /// memory it should not have fails here even if it never looked. (The rule that `Drop`

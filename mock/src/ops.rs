@@ -80,7 +80,8 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
     }
 }
 
-/// `ibv_context.ops.req_notify_cq`: records the request (the mock raises no events).
+/// `ibv_context.ops.req_notify_cq`: records the request (events are raised by the test:
+/// [`Mock::push_cq_event`](crate::Mock::push_cq_event)).
 extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     let result = serve(|s| {
         s.begin(Call::ReqNotifyCq { solicited_only }, Verb::ReqNotifyCq)?;

@@ -364,6 +364,32 @@ impl Registry {
     pub fn is_outstanding(&mut self, queue: Queue, wr_id: u64) -> bool {
         self.inflight_mut(queue).is_some_and(|ids| ids.contains(&wr_id))
     }
+
+    /// The work requests queued on live queues, not executed yet, that name memory no
+    /// longer registered (an lkey no live MR has; lkeys are never reused): each as "queue
+    /// wr_id lkey".
+    pub fn dangling_work(&self) -> Vec<String> {
+        let gone = |sges: &[ibv_sge]| {
+            sges.iter().find(|sge| sge.length != 0 && !self.mrs.contains_key(&sge.lkey)).copied()
+        };
+        let sends = self.qps.iter().flat_map(|(&qpn, qp)| {
+            let queued = qp.sq.iter().filter(|w| w.inline.is_none());
+            queued.map(move |w| (Queue::Send(qpn), w.wr_id, gone(&w.sges)))
+        });
+        let receives = self.qps.iter().flat_map(|(&qpn, qp)| {
+            qp.rq.iter().map(move |w| (Queue::Recv(qpn), w.wr_id, gone(&w.sges)))
+        });
+        let srq_receives = self.srqs.iter().flat_map(|(&handle, srq)| {
+            srq.rq.iter().map(move |w| (Queue::Srq(handle), w.wr_id, gone(&w.sges)))
+        });
+        sends
+            .chain(receives)
+            .chain(srq_receives)
+            .filter_map(|(queue, wr_id, sge)| {
+                sge.map(|sge| format!("{queue:?} wr_id {wr_id:#x} lkey {:#x}", sge.lkey))
+            })
+            .collect()
+    }
 }
 
 /// Where `qp`'s receives are posted: its SRQ or its own receive queue.

@@ -94,6 +94,9 @@ struct CqQueue {
     entries: VecDeque<Entry>,
     /// Completions queued while the CQ already held `cqe` of them.
     overruns: usize,
+    /// Completion events `ibv_get_cq_event` handed out for the CQ, and those acknowledged.
+    events_read: u64,
+    events_acked: u64,
 }
 
 pub(super) struct State {
@@ -112,6 +115,11 @@ pub(super) struct State {
     async_events: HashMap<*mut ibv_context, VecDeque<ibv_async_event>>,
     /// Async events read by `ibv_get_async_event` and not yet acknowledged.
     unacked_async_events: usize,
+    /// The completion events queued on each channel: the CQ each names.
+    cq_events: HashMap<*mut ibv_comp_channel, VecDeque<*mut ibv_cq>>,
+    /// CQs destroyed with events read and not acknowledged: the real `ibv_destroy_cq` would
+    /// have blocked forever (fatal at drop, as a violation).
+    blocked_destroys: Vec<String>,
     /// The member each context's extended CQs and QPs leave NULL
     /// ([`ContextConfig::missing_member`](super::ContextConfig::missing_member)).
     missing_members: HashMap<*mut ibv_context, &'static str>,
@@ -134,6 +142,8 @@ impl State {
             chain_len: None,
             async_events: HashMap::new(),
             unacked_async_events: 0,
+            cq_events: HashMap::new(),
+            blocked_destroys: Vec::new(),
             missing_members: HashMap::new(),
             vendor_ids: HashMap::new(),
             next_id: 0,
@@ -184,6 +194,7 @@ impl State {
                 drop(self.completions.insert(object.cast(), CqQueue::default()))
             }
             Kind::Context => drop(self.async_events.insert(object.cast(), VecDeque::new())),
+            Kind::CompChannel => drop(self.cq_events.insert(object.cast(), VecDeque::new())),
             _ => {}
         }
     }
@@ -201,8 +212,11 @@ impl State {
     pub(super) fn release<T>(&mut self, object: *mut T, kind: Kind) -> Result<(), c_int> {
         self.expect(object, kind)?;
         let actual = self.objects.remove(&object.cast()).expect("checked live above");
-        self.completions.remove(&object.cast());
+        if let Some(cq) = self.completions.remove(&object.cast()) {
+            self.forget_cq_events(object.cast(), &cq);
+        }
         self.async_events.remove(&object.cast());
+        self.cq_events.remove(&object.cast());
         // SAFETY: it was live as `actual`, and is no longer registered, so it is freed once.
         unsafe { free(object.cast(), actual) };
         Ok(())
@@ -303,43 +317,91 @@ impl State {
         std::mem::take(&mut self.violations)
     }
 
-    /// The violations of rules not allowed, recorded and never taken.
+    /// The violations of rules not allowed, recorded and never taken, and the destroys that
+    /// would have blocked.
     pub(super) fn fatal_violations(&self) -> Vec<String> {
         let fatal = self.violations.iter().filter(|v| !self.allowed.contains(&v.rule));
-        fatal.map(ToString::to_string).collect()
+        fatal.map(ToString::to_string).chain(self.blocked_destroys.iter().cloned()).collect()
     }
 
     /// Queues `event` on `ctx` and makes its async_fd readable for one more event.
     pub(super) fn push_async_event(&mut self, ctx: *mut ibv_context, event: ibv_async_event) {
         let queue = self.async_events.get_mut(&ctx).expect("push_async_event wants a live context");
         queue.push_back(event);
-        let one = 1u64;
-        // SAFETY: a live context's descriptor (an eventfd, or -1, which fails harmlessly), and
-        // 8 readable bytes.
-        let wrote =
-            unsafe { libc::write((*ctx).async_fd, ptr::from_ref(&one).cast(), size_of::<u64>()) };
-        assert_eq!(wrote, 8, "signalling the mock context's async_fd");
+        // SAFETY: a live context's descriptor (an eventfd, or -1, which fails harmlessly).
+        signal(unsafe { (*ctx).async_fd });
     }
 
     /// Takes the oldest async event of the live context `ctx`, as the provider's
-    /// `read(async_fd)` would: one count off its eventfd (so `EAGAIN` when none is queued and
-    /// the descriptor is non-blocking; a blocking one would wait), then the event.
+    /// `read(async_fd)` would (see [`take_signal`]).
     pub(super) fn pop_async_event(
         &mut self,
         ctx: *mut ibv_context,
     ) -> Result<ibv_async_event, c_int> {
-        let mut count = 0u64;
-        // SAFETY: a live context's descriptor, and 8 writable bytes.
-        let read = unsafe {
-            libc::read((*ctx).async_fd, ptr::from_mut(&mut count).cast(), size_of::<u64>())
-        };
-        if read != 8 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
-        }
+        // SAFETY: a live context's descriptor.
+        take_signal(unsafe { (*ctx).async_fd })?;
         let event = self.async_events.get_mut(&ctx).and_then(VecDeque::pop_front);
         let event = event.expect("one queued event per count of the eventfd");
         self.unacked_async_events += 1;
         Ok(event)
+    }
+
+    /// Queues a completion event of the live CQ `cq` on its channel and makes the channel's
+    /// descriptor readable for one more event, as the kernel does when an armed CQ completes.
+    pub(super) fn push_cq_event(&mut self, cq: *mut ibv_cq) {
+        assert!(self.completions.contains_key(&cq), "push_cq_event wants a live mock CQ");
+        // SAFETY: a live CQ; an extended one starts with the same fields as an `ibv_cq`.
+        let channel = unsafe { (*cq).channel };
+        let queue =
+            self.cq_events.get_mut(&channel).expect("push_cq_event wants a CQ with a channel");
+        queue.push_back(cq);
+        // SAFETY: a live channel's descriptor.
+        signal(unsafe { (*channel).fd });
+    }
+
+    /// Takes the oldest completion event of the live channel `channel`, as libibverbs'
+    /// `read(channel->fd)` would (see [`take_signal`]): its CQ.
+    pub(super) fn pop_cq_event(
+        &mut self,
+        channel: *mut ibv_comp_channel,
+    ) -> Result<*mut ibv_cq, c_int> {
+        // SAFETY: a live channel's descriptor.
+        take_signal(unsafe { (*channel).fd })?;
+        let cq = self.cq_events.get_mut(&channel).and_then(VecDeque::pop_front);
+        let cq = cq.expect("one queued event per count of the eventfd");
+        if let Some(queue) = self.completions.get_mut(&cq) {
+            queue.events_read += 1;
+        }
+        Ok(cq)
+    }
+
+    /// Counts `n` events of `cq` acknowledged.
+    pub(super) fn ack_cq_events(&mut self, cq: *mut ibv_cq, n: u32) {
+        if let Some(queue) = self.completions.get_mut(&cq) {
+            queue.events_acked += u64::from(n);
+        }
+    }
+
+    /// At the destruction of `cq`: its events still queued are dropped, as the kernel drops
+    /// them; a count of events read that differs from the count acknowledged is a destroy
+    /// that blocks forever (libibverbs waits until the two are equal).
+    fn forget_cq_events(&mut self, cq: *mut ibv_cq, queue: &CqQueue) {
+        if queue.events_read != queue.events_acked {
+            self.blocked_destroys.push(format!(
+                "ibv_destroy_cq would block forever: {} events read, {} acknowledged",
+                queue.events_read, queue.events_acked
+            ));
+        }
+        // SAFETY: a CQ being released, still allocated.
+        let channel = unsafe { (*cq).channel };
+        if let Some(events) = self.cq_events.get_mut(&channel) {
+            let before = events.len();
+            events.retain(|&c| c != cq);
+            for _ in events.len()..before {
+                // SAFETY: a live channel's descriptor, signalled once per queued event.
+                let _ = take_signal(unsafe { (*channel).fd });
+            }
+        }
     }
 
     pub(super) fn ack_async_event(&mut self) {
@@ -360,6 +422,26 @@ impl State {
         }
         entries.into_iter().map(|e| e.wc).collect()
     }
+}
+
+/// Makes the eventfd `fd` readable for one more event (a semaphore eventfd counts them).
+fn signal(fd: c_int) {
+    let one = 1u64;
+    // SAFETY: a descriptor (an eventfd, or -1, which fails harmlessly), and 8 readable bytes.
+    let wrote = unsafe { libc::write(fd, ptr::from_ref(&one).cast(), size_of::<u64>()) };
+    assert_eq!(wrote, 8, "signalling a mock eventfd");
+}
+
+/// Takes one count off the semaphore eventfd `fd`: `EAGAIN` when none is left and the
+/// descriptor is non-blocking (a blocking one would wait).
+fn take_signal(fd: c_int) -> Result<(), c_int> {
+    let mut count = 0u64;
+    // SAFETY: a descriptor, and 8 writable bytes.
+    let read = unsafe { libc::read(fd, ptr::from_mut(&mut count).cast(), size_of::<u64>()) };
+    if read != 8 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    }
+    Ok(())
 }
 
 impl Drop for State {

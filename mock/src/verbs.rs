@@ -389,7 +389,8 @@ pub(super) extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 }
 
 /// `ibv_create_comp_channel`: its descriptor is an eventfd, a real one callers can set flags
-/// on and poll, which never becomes readable (the mock raises no events).
+/// on and poll, readable while completion events are queued
+/// ([`Mock::push_cq_event`](super::Mock::push_cq_event)).
 pub(super) extern "C" fn ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
@@ -398,7 +399,7 @@ pub(super) extern "C" fn ibv_create_comp_channel(
         s.expect(context, Kind::Context)?;
         // SAFETY: eventfd has no preconditions; the channel owns the descriptor, closed when
         // it is freed.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
         if fd < 0 {
             return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
         }
@@ -414,26 +415,47 @@ pub(super) extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     }))
 }
 
-/// `ibv_get_cq_event`: -1 with `errno` set. The mock raises no events, so it answers as a
-/// non-blocking channel with none pending (`EAGAIN`).
-pub(super) extern "C" fn ibv_get_cq_event(
+/// `ibv_get_cq_event`: the oldest event queued on `channel`, its CQ and that CQ's
+/// `cq_context`; -1 with `errno` set on failure (`EAGAIN`: none queued, as on a non-blocking
+/// channel; a blocking one would wait).
+///
+/// # Safety
+///
+/// `cq` and `cq_context` must be writable.
+pub(super) unsafe extern "C" fn ibv_get_cq_event(
     channel: *mut ibv_comp_channel,
-    _cq: *mut *mut ibv_cq,
-    _cq_context: *mut *mut c_void,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
 ) -> c_int {
     let result = serve(|s| {
         s.begin(Call::GetCqEvent, Verb::GetCqEvent)?;
-        s.expect(channel, Kind::CompChannel)
+        s.expect(channel, Kind::CompChannel)?;
+        s.pop_cq_event(channel)
     });
-    set_errno(result.map_or_else(|errno| errno, |()| libc::EAGAIN));
-    -1
+    match result {
+        Ok(got) => {
+            // SAFETY: the caller made both writable; `got` is a live CQ (an extended one
+            // starts with the same fields).
+            unsafe {
+                cq.write(got);
+                cq_context.write((*got).cq_context);
+            }
+            0
+        }
+        Err(errno) => {
+            set_errno(errno);
+            -1
+        }
+    }
 }
 
-/// `ibv_ack_cq_events`.
-pub(super) extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, nevents: c_uint) {
+/// `ibv_ack_cq_events`: counts the acknowledgements; a CQ destroyed with fewer (or more)
+/// than its events read is fatal at the mock's drop.
+pub(super) extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     // Nothing to report: the function returns nothing.
     let _ = serve(|s| {
         s.record(Call::AckCqEvents { nevents });
+        s.ack_cq_events(cq, nevents);
         Ok(())
     });
 }

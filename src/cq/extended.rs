@@ -70,12 +70,13 @@ fn reader(ctx: &Context, timestamps: bool) -> Result<Reader> {
     })
 }
 
-/// `ibv_create_cq_ex` with the standard fields (and timestamps), checking that the provider
-/// filled every member polling calls.
+/// `ibv_create_cq_ex` with the standard fields (and timestamps) and `cq_context`, checking
+/// that the provider filled every member polling calls.
 pub(super) fn create(
     ctx: &Context,
     cqe: i32,
     channel: *mut sys::ibv_comp_channel,
+    cq_context: *mut std::ffi::c_void,
     comp_vector: i32,
     timestamps: bool,
 ) -> Result<(NonNull<sys::ibv_cq>, ExCq)> {
@@ -84,7 +85,7 @@ pub(super) fn create(
     let wc_flags = STANDARD | if timestamps { TIMESTAMP } else { 0 };
     let mut init = sys::ibv_cq_init_attr_ex {
         cqe: cqe as u32,
-        cq_context: std::ptr::null_mut(),
+        cq_context,
         channel,
         comp_vector: comp_vector as u32,
         wc_flags,
@@ -93,7 +94,7 @@ pub(super) fn create(
         parent_domain: std::ptr::null_mut(),
     };
     // SAFETY: a live context; `channel` is NULL or a live channel of it (the caller's
-    // check); `init` is a valid attribute struct.
+    // check); `init` is a valid attribute struct (`cq_context` is only handed back).
     let raw = unsafe { inl::ibv_create_cq_ex(ctx.as_raw(), &mut init) };
     let Some(raw) = NonNull::new(raw) else {
         let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);

@@ -1,6 +1,7 @@
 //! Completion queues, polled through the extended verbs where the provider has them.
 #![allow(unsafe_code)]
 
+mod acks;
 mod attr;
 mod completion;
 mod extended;
@@ -10,6 +11,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+pub(crate) use acks::EventAcks;
 pub use attr::CqAttr;
 pub use completion::Completion;
 
@@ -32,6 +34,9 @@ pub struct CompletionQueue<'ctx> {
     /// Whether it is polled in sessions (`ex`'s [`ExCq::in_sessions`](extended::ExCq::in_sessions)),
     /// kept here so that a poll tests one byte.
     in_sessions: bool,
+    /// The events it owes its channel (its `cq_context`), with a channel: freed once it is
+    /// destroyed (see [`EventAcks`]).
+    acks: Option<NonNull<EventAcks>>,
     ctx: &'ctx Context,
 }
 
@@ -148,31 +153,32 @@ impl Context {
                 "completion timestamps need the extended CQ: do not force VerbsPath::Legacy".into(),
             ));
         }
+        // Unclaimed by the CQ once it exists; freed here if none does.
+        let acks = attr.channel.map(|_| Unclaimed(NonNull::from(Box::leak(Box::default()))));
+        let cq_context = acks.as_ref().map_or(std::ptr::null_mut(), |a| a.0.as_ptr().cast());
+        let with = |raw, ex: Option<extended::ExCq>| CompletionQueue {
+            raw,
+            in_sessions: ex.as_ref().is_some_and(extended::ExCq::in_sessions),
+            ex,
+            acks: acks.map(Unclaimed::into_raw),
+            ctx: self,
+        };
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let strict = attr.timestamps || attr.verbs_path == Some(VerbsPath::Extended);
-            match extended::create(self, n, channel, vector, attr.timestamps) {
-                Ok((raw, ex)) => {
-                    let in_sessions = ex.in_sessions();
-                    return Ok(CompletionQueue { raw, ex: Some(ex), in_sessions, ctx: self });
-                }
+            match extended::create(self, n, channel, cq_context, vector, attr.timestamps) {
+                Ok((raw, ex)) => return Ok(with(raw, Some(ex))),
                 Err(e) if strict || !matches!(e, Error::Unsupported { .. }) => return Err(e),
                 // The provider lacks it: the legacy verbs serve.
                 Err(_) => {}
             }
         }
         // SAFETY: a live context; `channel` is NULL or a live channel of this context that
-        // the caller keeps alive as long as the CQ; no user context.
+        // the caller keeps alive as long as the CQ; `cq_context` is NULL or its event counter,
+        // alive as long as the CQ.
         let raw = unsafe {
-            (self.library().fns.ibv_create_cq)(
-                self.as_raw(),
-                n,
-                std::ptr::null_mut(),
-                channel,
-                vector,
-            )
+            (self.library().fns.ibv_create_cq)(self.as_raw(), n, cq_context, channel, vector)
         };
-        let raw = check_ptr(raw, "ibv_create_cq")?;
-        Ok(CompletionQueue { raw, ex: None, in_sessions: false, ctx: self })
+        Ok(with(check_ptr(raw, "ibv_create_cq")?, None))
     }
 
     /// The completion vector as a C int, checking `channel` is this context's.
@@ -401,10 +407,23 @@ impl<'ctx> CompletionQueue<'ctx> {
         std::mem::ManuallyDrop::new(self).destroy_raw()
     }
 
-    fn destroy_raw(&self) -> Result<()> {
-        // SAFETY: every QP using it borrows it, so none is alive; destroyed once.
-        let ret = unsafe { (self.ctx.library().fns.ibv_destroy_cq)(self.as_raw()) };
-        check_errno(ret, "ibv_destroy_cq")
+    /// Destroys the CQ once: on failure it and its event counter are leaked.
+    fn destroy_raw(&mut self) -> Result<()> {
+        let fns = &self.ctx.library().fns;
+        if let Some(acks) = self.acks {
+            // SAFETY: the live CQ whose `cq_context` the counter is.
+            unsafe { acks.as_ref().close(fns, self.as_raw()) };
+        }
+        // SAFETY: every QP using it borrows it, so none is alive; destroyed once (`Drop` does
+        // not run after `destroy`).
+        let ret = unsafe { (fns.ibv_destroy_cq)(self.as_raw()) };
+        check_errno(ret, "ibv_destroy_cq")?;
+        if let Some(acks) = self.acks.take() {
+            // SAFETY: from `Box::leak` at creation; the CQ is gone, and ibv_destroy_cq returned
+            // only once every event read for it was acknowledged, so no reader holds it.
+            drop(unsafe { Box::from_raw(acks.as_ptr()) });
+        }
+        Ok(())
     }
 }
 
@@ -423,6 +442,23 @@ impl std::fmt::Debug for CompletionQueue<'_> {
             .field("capacity", &self.capacity())
             .field("path", &self.path())
             .finish()
+    }
+}
+
+/// An [`EventAcks`] not yet handed to a CQ: freed when dropped.
+struct Unclaimed(NonNull<EventAcks>);
+
+impl Unclaimed {
+    fn into_raw(self) -> NonNull<EventAcks> {
+        std::mem::ManuallyDrop::new(self).0
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        // SAFETY: from `Box::leak`, and no CQ was created with it (or the one that was is
+        // destroyed, having raised no event).
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use log::Level;
-use rdma_verbs::InvalidInputKind;
+use rdma_verbs::{CqAttr, InvalidInputKind, VerbsPath};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
 use super::{assert_non_blocking, assert_verb_error, capture, errno_text, open, Fixture};
@@ -95,4 +95,64 @@ fn channel_errors() {
     let err = channel.destroy().unwrap_err();
     assert_verb_error(&err, "ibv_destroy_comp_channel", libc::EBUSY, &[]);
     assert_eq!(capture::take(), []);
+}
+
+#[test]
+fn events_are_acknowledged_in_one_call_right_before_their_cq_is_destroyed() {
+    for (config, path) in [
+        (ContextConfig::default(), VerbsPath::Legacy),
+        (ContextConfig::extended_verbs(), VerbsPath::Extended),
+    ] {
+        let f = Fixture::with(Optional::ALL, config);
+        let channel = f.ctx.create_comp_channel().unwrap();
+        let attr = CqAttr { channel: Some(&channel), verbs_path: Some(path), ..CqAttr::default() };
+        let (a, b) =
+            (f.ctx.create_cq_with(4, &attr).unwrap(), f.ctx.create_cq_with(4, &attr).unwrap());
+        for cq in [&a, &b, &a] {
+            f.mock.push_cq_event(cq.as_raw());
+        }
+        f.mock.take_calls();
+        assert_eq!(channel.wait(Some(Duration::from_secs(5))).unwrap(), 1);
+        assert_eq!(channel.try_get_events().unwrap(), 2);
+        assert_eq!(
+            f.mock.take_calls(),
+            vec![Call::GetCqEvent; 4],
+            "{path}: read, none acknowledged"
+        );
+
+        a.destroy().unwrap();
+        assert_eq!(f.mock.take_calls(), [Call::AckCqEvents { nevents: 2 }, Call::DestroyCq]);
+        // Queued and never read: the kernel drops it with the CQ, and nothing is owed for it.
+        f.mock.push_cq_event(b.as_raw());
+        drop(b);
+        assert_eq!(f.mock.take_calls(), [Call::AckCqEvents { nevents: 1 }, Call::DestroyCq]);
+        assert_eq!(channel.try_get_events().unwrap(), 0, "{path}: the unread event went too");
+    }
+}
+
+#[test]
+fn the_mock_fails_a_destroy_that_would_wait_for_acknowledgements_forever() {
+    let f = Fixture::new();
+    let channel = f.ctx.create_comp_channel().unwrap();
+    let fns = &f.ctx.library().fns;
+    // SAFETY: a live context and channel of the mock; no user context.
+    let cq = unsafe {
+        (fns.ibv_create_cq)(f.ctx.as_raw(), 4, std::ptr::null_mut(), channel.as_raw(), 0)
+    };
+    f.mock.push_cq_event(cq);
+    let (mut got, mut cq_context) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: a live channel and two writable out-pointers.
+    assert_eq!(unsafe { (fns.ibv_get_cq_event)(channel.as_raw(), &mut got, &mut cq_context) }, 0);
+    assert_eq!((got, cq_context), (cq, std::ptr::null_mut()));
+    // SAFETY: the CQ is live and used by nothing; its event is deliberately not acknowledged.
+    assert_eq!(unsafe { (fns.ibv_destroy_cq)(cq) }, 0);
+    drop(channel);
+    let Fixture { ctx, mock } = f;
+    drop(ctx);
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(mock))).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains("ibv_destroy_cq would block forever: 1 events read, 0 acknowledged"),
+        "{message}"
+    );
 }

@@ -1,11 +1,13 @@
 //! The soundness proof's property suite (DESIGN §4.10, issue #13): random sequences of *safe*
 //! calls — buffer receives on QPs and an SRQ, single and list sends of every `SendOp` on RC,
-//! UC and UD (to the target by its own rkey or a type-1 window's), window binds, drains, polls that hand buffers back, resets, drops and destroys, and faults the mock
-//! injects — against the strict mock provider, which checks every work request it receives
-//! (SGEs inside a live MR of that lkey and the queue's PD with the access the opcode needs,
-//! inline bytes in CPU memory, a live AH on UD, atomics RC-only and aligned, no buffer-tier
-//! `wr_id` in flight twice, registrations still live when queued work executes). Any
-//! violation fails the case, and proptest shrinks it to a short sequence.
+//! UC and UD (to the target by its own rkey or a type-1 window's), window binds, drains,
+//! polls that hand buffers back, resets, drops, destroys and leaks (`mem::forget`), and faults
+//! the mock injects — against the strict mock provider, which checks every work request it
+//! receives (SGEs inside a live MR of that lkey and the queue's PD with the access the opcode
+//! needs, inline bytes in CPU memory, a live AH on UD, atomics RC-only and aligned, no buffer-tier
+//! `wr_id` in flight twice, registrations still live when queued work executes, and at the
+//! end none deregistered under work still queued on a leaked QP). Any violation fails the
+//! case, and proptest shrinks it to a short sequence.
 //!
 //! The rig: one context (legacy or extended verbs, drawn per case), two PDs, one CQ, an SRQ,
 //! a pool per PD (the first one at a chosen IOVA or not, drawn per case) and one the NIC may
@@ -63,6 +65,9 @@ enum Step {
     Drain { qp: usize },
     /// Dropped, or `destroy`ed.
     Drop { qp: usize, destroy: bool },
+    /// Leaked with `std::mem::forget`: safe, and the QP lives on in the provider with what
+    /// was posted on it.
+    Forget { qp: usize },
 }
 
 /// A `SendOp` with a remote offset into the target (which may be out of range or
@@ -136,7 +141,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::FailPost),
         1 => qp.clone().prop_map(|qp| Step::Reset { qp }),
         1 => qp.clone().prop_map(|qp| Step::Drain { qp }),
-        1 => (qp, any::<bool>()).prop_map(|(qp, destroy)| Step::Drop { qp, destroy }),
+        1 => (qp.clone(), any::<bool>()).prop_map(|(qp, destroy)| Step::Drop { qp, destroy }),
+        1 => qp.prop_map(|qp| Step::Forget { qp }),
     ]
 }
 
@@ -421,6 +427,7 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
             Step::Drop { qp, destroy } => {
                 std::mem::replace(&mut slots[qp], Slot::Gone).remove(destroy);
             }
+            Step::Forget { qp } => std::mem::forget(std::mem::replace(&mut slots[qp], Slot::Gone)),
         }
         let violations = mock.take_violations();
         if !violations.is_empty() {
@@ -428,12 +435,18 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
             return Err(format!("after step {i} ({step:?}): {}", list.join("; ")));
         }
     }
-    drop(slots);
-    let violations = mock.take_violations();
-    if violations.is_empty() {
+    // Then the SRQ and the pools: a pool whose chunks a leaked queue still holds must keep
+    // its region registered.
+    drop((list, ud_list, slots, parts));
+    drop(srq);
+    drop(pools);
+    let (violations, dangling) = (mock.take_violations(), mock.dangling_work());
+    if violations.is_empty() && dangling.is_empty() {
         Ok(handed_back)
     } else {
-        Err(format!("at teardown: {violations:?}"))
+        Err(format!(
+            "at teardown: {violations:?}, work queued on deregistered memory: {dangling:?}"
+        ))
     }
 }
 
