@@ -24,7 +24,7 @@
 //! and the next call of any verb can be made to fail with a chosen errno ([`Mock::fail`]),
 //! returned the way that verb reports errors. The mock also refuses, with the errno a
 //! provider gives, what tests rely on being refused: unknown objects (`EINVAL`), destroying a
-//! PD or CQ still used by a QP or MR (`EBUSY`), sizes above [`device_attr`]'s limits
+//! PD or CQ still used by a QP or MR, or a channel still used by a CQ (`EBUSY`), sizes above [`device_attr`]'s limits
 //! (`EINVAL`), QP transitions from the wrong state or without the attributes `ibv_modify_qp(3)`
 //! requires for each QP type (RC, UC, UD; `EINVAL`), and RTR or an AH without a GRH naming a
 //! valid GID on the Ethernet port (`EINVAL`, as RoCE providers do). RC, UC and UD QPs exist

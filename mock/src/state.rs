@@ -275,6 +275,12 @@ impl State {
         })
     }
 
+    /// Whether a live CQ uses `channel` (libibverbs then refuses to destroy it).
+    pub(super) fn channel_in_use(&self, channel: *mut ibv_comp_channel) -> bool {
+        // SAFETY: live CQs; an extended one starts with the same fields as an `ibv_cq`.
+        self.completions.keys().any(|&cq| unsafe { (*cq).channel } == channel)
+    }
+
     /// Queues a test's completion; its poll retires the oldest outstanding work request
     /// with its `wr_id` on a queue reporting to `cq`.
     pub(super) fn push_completion(&mut self, cq: *mut ibv_cq, wc: ibv_wc) {

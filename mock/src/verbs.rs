@@ -407,10 +407,14 @@ pub(super) extern "C" fn ibv_create_comp_channel(
     }))
 }
 
-/// `ibv_destroy_comp_channel`.
+/// `ibv_destroy_comp_channel`: `EBUSY` while a CQ uses the channel.
 pub(super) extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
     status(serve(|s| {
         s.begin(Call::DestroyCompChannel, Verb::DestroyCompChannel)?;
+        s.expect(channel, Kind::CompChannel)?;
+        if s.channel_in_use(channel) {
+            return Err(libc::EBUSY);
+        }
         s.release(channel, Kind::CompChannel)
     }))
 }

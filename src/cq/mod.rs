@@ -456,8 +456,9 @@ impl Unclaimed {
 
 impl Drop for Unclaimed {
     fn drop(&mut self) {
-        // SAFETY: from `Box::leak`, and no CQ was created with it (or the one that was is
-        // destroyed, having raised no event).
+        // SAFETY: from `Box::leak`, and no CQ holds it: none was created with it, or the one
+        // that was (an extended CQ refused for a missing member) was never armed, so it raises
+        // no event that would hand the pointer back, destroyed or leaked.
         drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }

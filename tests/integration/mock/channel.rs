@@ -80,7 +80,8 @@ fn channel_errors() {
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherContext), "{err:?}");
     assert_eq!(f.mock.take_calls(), [], "refused before the provider");
 
-    f.mock.fail(Verb::DestroyCompChannel, libc::EBUSY);
+    // A CQ leaked on it (safe: `mem::forget`) keeps it busy: the channel is leaked too.
+    std::mem::forget(f.ctx.create_cq_with_channel(4, &channel, 0).unwrap());
     let raw = channel.as_raw();
     drop(channel);
     let warning = format!(
@@ -155,4 +156,32 @@ fn the_mock_fails_a_destroy_that_would_wait_for_acknowledgements_forever() {
         message.contains("ibv_destroy_cq would block forever: 1 events read, 0 acknowledged"),
         "{message}"
     );
+}
+
+#[test]
+fn events_of_a_cq_whose_destroy_failed_are_acknowledged_as_they_are_read() {
+    for (config, path) in [
+        (ContextConfig::default(), VerbsPath::Legacy),
+        (ContextConfig::extended_verbs(), VerbsPath::Extended),
+    ] {
+        let f = Fixture::with(Optional::ALL, config);
+        let channel = f.ctx.create_comp_channel().unwrap();
+        let attr = CqAttr { channel: Some(&channel), verbs_path: Some(path), ..CqAttr::default() };
+        let cq = f.ctx.create_cq_with(4, &attr).unwrap();
+        let raw = cq.as_raw();
+        f.mock.push_cq_event(raw);
+        assert_eq!(channel.try_get_events().unwrap(), 1);
+        f.mock.fail(Verb::DestroyCq, libc::EBUSY);
+        f.mock.take_calls();
+        assert_verb_error(&cq.destroy().unwrap_err(), "ibv_destroy_cq", libc::EBUSY, &[]);
+        assert_eq!(f.mock.take_calls(), [Call::AckCqEvents { nevents: 1 }, Call::DestroyCq]);
+        // Leaked and still raising events: nothing will acknowledge them later, so each is
+        // acknowledged when read.
+        f.mock.push_cq_event(raw);
+        f.mock.push_cq_event(raw);
+        assert_eq!(channel.try_get_events().unwrap(), 2);
+        let ack = Call::AckCqEvents { nevents: 1 };
+        let read_and_ack = [Call::GetCqEvent, ack.clone(), Call::GetCqEvent, ack, Call::GetCqEvent];
+        assert_eq!(f.mock.take_calls(), read_and_ack, "{path}");
+    }
 }
