@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use log::Level;
-use rdma_verbs::{CqAttr, InvalidInputKind, VerbsPath};
+use rdma_verbs::{CompletionChannel, CqAttr, InvalidInputKind, VerbsPath};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
 use super::{assert_non_blocking, assert_verb_error, capture, errno_text, open, Fixture};
@@ -98,8 +98,8 @@ fn channel_errors() {
     assert_eq!(capture::take(), []);
 }
 
-#[test]
-fn events_are_acknowledged_in_one_call_right_before_their_cq_is_destroyed() {
+/// Runs `test` on each verbs path: a fixture, a channel, and CQ attributes of that path on it.
+fn on_each_path(test: impl Fn(&Fixture, &CompletionChannel<'_>, &CqAttr<'_>, VerbsPath)) {
     for (config, path) in [
         (ContextConfig::default(), VerbsPath::Legacy),
         (ContextConfig::extended_verbs(), VerbsPath::Extended),
@@ -107,8 +107,15 @@ fn events_are_acknowledged_in_one_call_right_before_their_cq_is_destroyed() {
         let f = Fixture::with(Optional::ALL, config);
         let channel = f.ctx.create_comp_channel().unwrap();
         let attr = CqAttr { channel: Some(&channel), verbs_path: Some(path), ..CqAttr::default() };
+        test(&f, &channel, &attr, path);
+    }
+}
+
+#[test]
+fn events_are_acknowledged_in_one_call_right_before_their_cq_is_destroyed() {
+    on_each_path(|f, channel, attr, path| {
         let (a, b) =
-            (f.ctx.create_cq_with(4, &attr).unwrap(), f.ctx.create_cq_with(4, &attr).unwrap());
+            (f.ctx.create_cq_with(4, attr).unwrap(), f.ctx.create_cq_with(4, attr).unwrap());
         for cq in [&a, &b, &a] {
             f.mock.push_cq_event(cq.as_raw());
         }
@@ -128,7 +135,7 @@ fn events_are_acknowledged_in_one_call_right_before_their_cq_is_destroyed() {
         drop(b);
         assert_eq!(f.mock.take_calls(), [Call::AckCqEvents { nevents: 1 }, Call::DestroyCq]);
         assert_eq!(channel.try_get_events().unwrap(), 0, "{path}: the unread event went too");
-    }
+    });
 }
 
 #[test]
@@ -160,14 +167,8 @@ fn the_mock_fails_a_destroy_that_would_wait_for_acknowledgements_forever() {
 
 #[test]
 fn events_of_a_cq_whose_destroy_failed_are_acknowledged_as_they_are_read() {
-    for (config, path) in [
-        (ContextConfig::default(), VerbsPath::Legacy),
-        (ContextConfig::extended_verbs(), VerbsPath::Extended),
-    ] {
-        let f = Fixture::with(Optional::ALL, config);
-        let channel = f.ctx.create_comp_channel().unwrap();
-        let attr = CqAttr { channel: Some(&channel), verbs_path: Some(path), ..CqAttr::default() };
-        let cq = f.ctx.create_cq_with(4, &attr).unwrap();
+    on_each_path(|f, channel, attr, path| {
+        let cq = f.ctx.create_cq_with(4, attr).unwrap();
         let raw = cq.as_raw();
         f.mock.push_cq_event(raw);
         assert_eq!(channel.try_get_events().unwrap(), 1);
@@ -183,5 +184,5 @@ fn events_of_a_cq_whose_destroy_failed_are_acknowledged_as_they_are_read() {
         let ack = Call::AckCqEvents { nevents: 1 };
         let read_and_ack = [Call::GetCqEvent, ack.clone(), Call::GetCqEvent, ack, Call::GetCqEvent];
         assert_eq!(f.mock.take_calls(), read_and_ack, "{path}");
-    }
+    });
 }
