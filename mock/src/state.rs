@@ -334,7 +334,7 @@ impl State {
     pub(super) fn push_async_event(&mut self, ctx: *mut ibv_context, event: ibv_async_event) {
         let queue = self.async_events.get_mut(&ctx).expect("push_async_event wants a live context");
         queue.push_back(event);
-        // SAFETY: a live context's descriptor (an eventfd, or -1, which fails harmlessly).
+        // SAFETY: a live context, read for its descriptor.
         signal(unsafe { (*ctx).async_fd });
     }
 
@@ -430,10 +430,11 @@ impl State {
     }
 }
 
-/// Makes the eventfd `fd` readable for one more event (a semaphore eventfd counts them).
+/// Makes the eventfd `fd` readable for one more event (a semaphore eventfd counts them);
+/// panics when it cannot (a context whose eventfd could not be made has -1).
 fn signal(fd: c_int) {
     let one = 1u64;
-    // SAFETY: a descriptor (an eventfd, or -1, which fails harmlessly), and 8 readable bytes.
+    // SAFETY: 8 readable bytes; any descriptor, an invalid one failing with EBADF.
     let wrote = unsafe { libc::write(fd, ptr::from_ref(&one).cast(), size_of::<u64>()) };
     assert_eq!(wrote, 8, "signalling a mock eventfd");
 }

@@ -15,6 +15,8 @@
 
 #![allow(unsafe_code)]
 
+use std::ffi::c_void;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use rdma_verbs_sys as sys;
@@ -75,6 +77,42 @@ impl EventAcks {
             // SAFETY: `owed` events of `cq` were read and left to this counter to acknowledge.
             owed => unsafe { (fns.ibv_ack_cq_events)(cq, owed) },
         }
+    }
+}
+
+/// An [`EventAcks`] on the heap, at an address that never moves: the `cq_context` of a CQ
+/// created on a channel, owned by it. Freed when dropped, which its owner allows only when no
+/// CQ can hand the address back any more; a CQ whose destroy failed forgets it.
+#[derive(Debug)]
+pub(crate) struct HeapAcks(NonNull<EventAcks>);
+
+impl HeapAcks {
+    pub(crate) fn new() -> HeapAcks {
+        HeapAcks(NonNull::from(Box::leak(Box::default())))
+    }
+
+    /// The address to pass as the CQ's `cq_context`.
+    pub(crate) fn as_context(&self) -> *mut c_void {
+        self.0.as_ptr().cast()
+    }
+}
+
+impl std::ops::Deref for HeapAcks {
+    type Target = EventAcks;
+
+    fn deref(&self) -> &EventAcks {
+        // SAFETY: allocated in `new`, freed only by `drop`.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Drop for HeapAcks {
+    fn drop(&mut self) {
+        // SAFETY: from `Box::leak` in `new`, freed once. Its owner drops it only when no CQ
+        // can hand the address back: none was created with it, or the one that was is
+        // destroyed (ibv_destroy_cq returned after every event read was acknowledged), or was
+        // never armed (an extended CQ refused for a missing member), so it raises no event.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }
 

@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 pub(crate) use acks::EventAcks;
+use acks::HeapAcks;
 pub use attr::CqAttr;
 pub use completion::Completion;
 
@@ -34,9 +35,8 @@ pub struct CompletionQueue<'ctx> {
     /// Whether it is polled in sessions (`ex`'s [`ExCq::in_sessions`](extended::ExCq::in_sessions)),
     /// kept here so that a poll tests one byte.
     in_sessions: bool,
-    /// The events it owes its channel (its `cq_context`), with a channel: freed once it is
-    /// destroyed (see [`EventAcks`]).
-    acks: Option<NonNull<EventAcks>>,
+    /// The events it owes its channel (its `cq_context`), with a channel (see [`EventAcks`]).
+    acks: Option<HeapAcks>,
     ctx: &'ctx Context,
 }
 
@@ -153,14 +153,14 @@ impl Context {
                 "completion timestamps need the extended CQ: do not force VerbsPath::Legacy".into(),
             ));
         }
-        // Unclaimed by the CQ once it exists; freed here if none does.
-        let acks = attr.channel.map(|_| Unclaimed(NonNull::from(Box::leak(Box::default()))));
-        let cq_context = acks.as_ref().map_or(std::ptr::null_mut(), |a| a.0.as_ptr().cast());
+        // Owned by the CQ once it exists; freed here if none does.
+        let acks = attr.channel.map(|_| HeapAcks::new());
+        let cq_context = acks.as_ref().map_or(std::ptr::null_mut(), HeapAcks::as_context);
         let with = |raw, ex: Option<extended::ExCq>| CompletionQueue {
             raw,
             in_sessions: ex.as_ref().is_some_and(extended::ExCq::in_sessions),
             ex,
-            acks: acks.map(Unclaimed::into_raw),
+            acks,
             ctx: self,
         };
         if attr.verbs_path != Some(VerbsPath::Legacy) {
@@ -410,20 +410,19 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// Destroys the CQ once: on failure it and its event counter are leaked.
     fn destroy_raw(&mut self) -> Result<()> {
         let fns = &self.ctx.library().fns;
-        if let Some(acks) = self.acks {
+        if let Some(acks) = &self.acks {
             // SAFETY: the live CQ whose `cq_context` the counter is.
-            unsafe { acks.as_ref().close(fns, self.as_raw()) };
+            unsafe { acks.close(fns, self.as_raw()) };
         }
         // SAFETY: every QP using it borrows it, so none is alive; destroyed once (`Drop` does
         // not run after `destroy`).
         let ret = unsafe { (fns.ibv_destroy_cq)(self.as_raw()) };
-        check_errno(ret, "ibv_destroy_cq")?;
-        if let Some(acks) = self.acks.take() {
-            // SAFETY: from `Box::leak` at creation; the CQ is gone, and ibv_destroy_cq returned
-            // only once every event read for it was acknowledged, so no reader holds it.
-            drop(unsafe { Box::from_raw(acks.as_ptr()) });
+        let acks = self.acks.take();
+        if ret != 0 {
+            // The CQ lives on, and may still hand the counter's address back.
+            std::mem::forget(acks);
         }
-        Ok(())
+        check_errno(ret, "ibv_destroy_cq")
     }
 }
 
@@ -442,24 +441,6 @@ impl std::fmt::Debug for CompletionQueue<'_> {
             .field("capacity", &self.capacity())
             .field("path", &self.path())
             .finish()
-    }
-}
-
-/// An [`EventAcks`] not yet handed to a CQ: freed when dropped.
-struct Unclaimed(NonNull<EventAcks>);
-
-impl Unclaimed {
-    fn into_raw(self) -> NonNull<EventAcks> {
-        std::mem::ManuallyDrop::new(self).0
-    }
-}
-
-impl Drop for Unclaimed {
-    fn drop(&mut self) {
-        // SAFETY: from `Box::leak`, and no CQ holds it: none was created with it, or the one
-        // that was (an extended CQ refused for a missing member) was never armed, so it raises
-        // no event that would hand the pointer back, destroyed or leaked.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }
 
