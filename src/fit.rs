@@ -173,6 +173,18 @@ impl Demand {
         )
     }
 
+    /// A bound of the field-wise maximum in one instruction, the bitwise OR: exact for the
+    /// classes, and each wider field holds at least the larger value (exactly it when one
+    /// value's bits cover the other's, as for equal lengths) without leaving its bits. So when
+    /// the union of a list's demands fits, their maximum does; when it does not (lengths
+    /// whose bits differ, e.g. 200 and 60 inline bytes against a limit of 220), only
+    /// [`Demand::max`] can say.
+    #[must_use]
+    #[inline(always)]
+    pub(crate) fn union(self, other: Demand) -> Demand {
+        Demand(self.0 | other.0)
+    }
+
     /// Whether the demand fits a QP of `slack`: every exact check passes.
     #[inline(always)]
     pub(crate) fn fits(self, slack: Slack) -> bool {
@@ -269,6 +281,36 @@ mod tests {
                 d.with(f, f.get(a.0).max(f.get(b.0)))
             });
             proptest::prop_assert_eq!(a.max(b), expected);
+        }
+    }
+
+    fn slacks() -> impl proptest::strategy::Strategy<Value = Slack> {
+        use proptest::prelude::*;
+        (0u64..300, 0u64..300, 0u64..70_000, proptest::array::uniform9(any::<bool>())).prop_map(
+            |(sges, inline, len, allowed)| {
+                let classes =
+                    [SEND, WRITE, READ, ATOMIC, INV, UNADDRESSED, INLINE_LIST, INLINE_MANY];
+                let slack =
+                    Slack::ANY.at_most(SGES, sges).at_most(INLINE, inline).at_most(LEN, len);
+                classes.iter().zip(allowed).fold(slack, |s, (&f, a)| s.allow(f, a)).exact()
+            },
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_union_bounds_the_maximum_and_fits_only_where_it_does(
+            a in values(), b in values(), slack in slacks()
+        ) {
+            let demand = |values: [u64; 12]| {
+                FIELDS.iter().zip(values).fold(Demand::default(), |d, (&f, v)| d.with(f, v))
+            };
+            let (a, b) = (demand(a), demand(b));
+            let (union, max) = (a.union(b), a.max(b));
+            for f in FIELDS {
+                proptest::prop_assert!(f.get(union.0) >= f.get(max.0));
+            }
+            proptest::prop_assert!(!union.fits(slack) || max.fits(slack));
         }
     }
 

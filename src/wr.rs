@@ -16,7 +16,7 @@ use rdma_verbs_sys as sys;
 use crate::ah::UdDestination;
 use crate::buffer::SendOp;
 use crate::error::{Error, InvalidInputKind, Result};
-use crate::fit::{self, Demand};
+use crate::fit::{self, Demand, Slack};
 use crate::mr::{LKey, RKey};
 
 /// The most buffers an inline WR built in an extended batch may have
@@ -656,7 +656,8 @@ pub struct SendWrList<'a> {
     /// made and dropped meanwhile, until the provider follows them. (No Miri toolchain can be
     /// installed where this is built, so this is argued, not checked by Miri.)
     wrs: Vec<SendWr<'a>>,
-    /// The field-wise maximum of the WRs' demands; [`Demand::EMPTY`] when there are none.
+    /// The union of the WRs' demands (a bound of their maximum in one instruction per WR, see
+    /// [`Demand::union`]); [`Demand::EMPTY`] when there are none.
     demand: Demand,
 }
 
@@ -687,7 +688,7 @@ impl<'a> SendWrList<'a> {
                 ),
             ));
         }
-        self.demand = if self.wrs.is_empty() { wr.demand } else { self.demand.max(wr.demand) };
+        self.demand = if self.wrs.is_empty() { wr.demand } else { self.demand.union(wr.demand) };
         // Within the capacity: the storage does not move.
         self.wrs.push(wr);
         let n = self.wrs.len();
@@ -700,7 +701,7 @@ impl<'a> SendWrList<'a> {
     }
 
     /// Makes the list `n` WRs long (at most its capacity: the rest is left out), WR `i`
-    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and sums its demand: for a list
+    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and unites its demand: for a list
     /// reused post after post, whose WRs are written where they lie, linked once.
     #[inline]
     pub(crate) fn rewrite(&mut self, n: usize, mut write: impl FnMut(usize, &mut SendWr<'a>)) {
@@ -715,7 +716,7 @@ impl<'a> SendWrList<'a> {
         let mut demand = Demand::EMPTY;
         for (i, wr) in self.wrs.iter_mut().enumerate() {
             write(i, wr);
-            demand = if i == 0 { wr.demand } else { demand.max(wr.demand) };
+            demand = if i == 0 { wr.demand } else { demand.union(wr.demand) };
         }
         self.demand = demand;
     }
@@ -728,7 +729,7 @@ impl<'a> SendWrList<'a> {
             // SAFETY: `n - 1` is an element.
             unsafe { (*self.wrs.as_mut_ptr().add(n - 1)).raw.next = std::ptr::null_mut() };
         }
-        self.demand = sum(&self.wrs);
+        self.demand = union(&self.wrs);
         Some(wr)
     }
 
@@ -749,8 +750,8 @@ impl<'a> SendWrList<'a> {
         let before = wr.demand;
         wr.set_flags(flags);
         if wr.demand != before {
-            // Only INLINE changes what a WR asks; the list's may shrink, so it is summed anew.
-            self.demand = sum(&self.wrs);
+            // Only INLINE changes what a WR asks; the list's may shrink, so it is united anew.
+            self.demand = union(&self.wrs);
         }
         Ok(())
     }
@@ -806,10 +807,21 @@ impl<'a> SendWrList<'a> {
         self.wrs.capacity()
     }
 
-    /// What the WRs ask of the QP that posts them, together.
+    /// What the WRs ask of the QP that posts them, together: the union of their demands, a
+    /// bound one instruction per WR keeps (see [`Demand::union`]). Where it does not fit,
+    /// [`maximum_fits`](Self::maximum_fits) may still.
     #[inline(always)]
     pub(crate) fn demand(&self) -> Demand {
         self.demand
+    }
+
+    /// Whether the field-wise maximum of the WRs' demands fits `slack`, for a list whose
+    /// union overstates a length (never for an empty list).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn maximum_fits(&self, slack: Slack) -> bool {
+        let max = self.wrs.iter().map(SendWr::demand).reduce(Demand::max);
+        max.unwrap_or(Demand::EMPTY).fits(slack)
     }
 
     /// The WRs, for the extended path (which builds each, ignoring the links).
@@ -848,7 +860,7 @@ impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
             // SAFETY: `i - 1` and `i` are elements; the link is taken from `base` (see `wrs`).
             unsafe { (*base.add(i - 1)).raw.next = &raw mut (*base.add(i)).raw };
         }
-        SendWrList { demand: sum(&wrs), wrs }
+        SendWrList { demand: union(&wrs), wrs }
     }
 }
 
@@ -863,9 +875,9 @@ impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
     }
 }
 
-/// What `wrs` ask together: the field-wise maximum of their demands.
-fn sum(wrs: &[SendWr<'_>]) -> Demand {
-    wrs.iter().map(SendWr::demand).reduce(Demand::max).unwrap_or(Demand::EMPTY)
+/// The union of the demands of `wrs` (see [`Demand::union`]).
+fn union(wrs: &[SendWr<'_>]) -> Demand {
+    wrs.iter().map(SendWr::demand).reduce(Demand::union).unwrap_or(Demand::EMPTY)
 }
 
 impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
@@ -979,7 +991,7 @@ mod tests {
     }
 
     #[test]
-    fn a_list_links_its_wrs_in_place_and_sums_what_they_ask() {
+    fn a_list_links_its_wrs_in_place_and_unites_what_they_ask() {
         let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 8, LKey(7))];
         let mut list = SendWrList::with_capacity(3);
         assert_eq!(list.demand(), Demand::EMPTY);
@@ -992,9 +1004,9 @@ mod tests {
         assert_eq!(list.head().cast_const(), raws[0]);
         assert_eq!(list.index_of(raws[2]), Some(2));
         assert_eq!(list.index_of(std::ptr::null()), None);
-        let sum = |wrs: &[&SendWr<'_>]| wrs.iter().map(|wr| wr.demand()).reduce(Demand::max);
+        let union = |wrs: &[&SendWr<'_>]| wrs.iter().map(|wr| wr.demand()).reduce(Demand::union);
         let all: Vec<_> = list.iter().collect();
-        assert_eq!(Some(list.demand()), sum(&all));
+        assert_eq!(Some(list.demand()), union(&all));
         // Full: refused, never grown (the links would move).
         let err = list.push(SendWr::send(3, &sges)).unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size));
@@ -1002,7 +1014,7 @@ mod tests {
         list.set_flags(1, SendFlags::INLINE).unwrap();
         assert_eq!(list.get(1).map(SendWr::send_flags), Some(SendFlags::INLINE));
         let all: Vec<_> = list.iter().collect();
-        assert_eq!(Some(list.demand()), sum(&all));
+        assert_eq!(Some(list.demand()), union(&all));
         list.set_wr_id(2, 9).unwrap();
         assert_eq!(list.get(2).map(SendWr::wr_id), Some(9));
         let err = list.set_flags(3, SendFlags::SIGNALED).unwrap_err();
@@ -1011,12 +1023,31 @@ mod tests {
         let read = list.pop().unwrap();
         assert!(read.raw.next.is_null() && list.get(1).unwrap().raw.next.is_null());
         let all: Vec<_> = list.iter().collect();
-        assert_eq!(Some(list.demand()), sum(&all));
+        assert_eq!(Some(list.demand()), union(&all));
         let wrs = Vec::from(list);
         assert!(wrs.iter().all(|wr| wr.raw.next.is_null()));
         let list = SendWrList::from(wrs);
         assert_eq!(list.iter().map(SendWr::wr_id).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(list.get(0).unwrap().raw.next.cast_const(), &raw const list.get(1).unwrap().raw);
+    }
+
+    #[test]
+    fn a_list_whose_union_overstates_a_length_fits_by_its_maximum() {
+        // 200 | 60 = 252 inline bytes in the union, against a limit of 220 both keep.
+        let sges = [Sge::new(0x1000, 200, LKey(7)), Sge::new(0x2000, 60, LKey(7))];
+        let inline = |i: usize| {
+            let mut wr = SendWr::send(i as u64, &sges[i..=i]);
+            wr.set_flags(SendFlags::INLINE);
+            wr
+        };
+        let list: SendWrList<'_> = (0..2).map(inline).collect();
+        let slack = Slack::ANY.at_most(fit::SGES, 1).at_most(fit::INLINE, 220).exact();
+        assert!(!list.demand().fits(slack), "the union overstates");
+        assert!(list.maximum_fits(slack), "the maximum fits");
+        assert!(!list.maximum_fits(Slack::ANY.at_most(fit::INLINE, 199).exact()), "200 does not");
+        let empty = SendWrList::with_capacity(1);
+        let any = Slack::ANY.exact();
+        assert!(!empty.demand().fits(any) && !empty.maximum_fits(any), "nor none");
     }
 
     #[test]

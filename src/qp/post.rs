@@ -247,14 +247,14 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             unsafe { self.post_list_fast(list) }
         } else {
             // SAFETY: the caller's guarantees.
-            unsafe { self.post_list_exactly(list) }
+            unsafe { self.post_list_exactly(list, false) }
         }
     }
 
     /// Checks every WR of `list` as [`QueuePair::post_send`] does: one comparison for the
     /// list, or each WR exactly when it doubts them.
     pub(crate) fn check_list(&self, list: &SendWrList<'_>) -> Result<()> {
-        if list.demand().fits(self.slack) {
+        if list.demand().fits(self.slack) || list.maximum_fits(self.slack) {
             return Ok(());
         }
         list.iter().try_for_each(|wr| self.check_send_fully(wr))
@@ -274,7 +274,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             unsafe { self.post_list_fast(list) }
         } else {
             // SAFETY: the caller's guarantees; the WRs passed the exact checks.
-            unsafe { self.post_list_general(list) }
+            unsafe { self.post_list_exactly(list, true) }
         }
     }
 
@@ -283,7 +283,8 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send_list`]; `list.demand()` fits the slack (it is not empty).
+    /// As [`QueuePair::post_send_list`]; the list fits the QP (its demand, or its
+    /// [`maximum`](SendWrList::maximum_fits), fits the slack: it is not empty).
     #[inline(always)]
     unsafe fn post_list_fast(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
         match &self.ex {
@@ -310,17 +311,29 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
     }
 
-    /// [`QueuePair::post_send_list`] of a list whose demand did not fit the slack: every
-    /// WR checked exactly (none posted when one fails), then posted the general way.
+    /// The posts of a list whose demand (the union of its WRs') did not fit the slack: posted
+    /// fast after all when only the union overstated a length and the WRs' maximum fits;
+    /// else every WR checked exactly unless `checked` ([`QueuePair::check_list`]: none
+    /// posted when one fails), then posted the general way.
     ///
     /// # Safety
     ///
     /// As [`QueuePair::post_send_list`].
     #[cold]
     #[inline(never)]
-    unsafe fn post_list_exactly(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
-        for wr in list.iter() {
-            self.check_send_fully(wr).map_err(|error| PostListError { posted: 0, error })?;
+    unsafe fn post_list_exactly(
+        &self,
+        list: &mut SendWrList<'_>,
+        checked: bool,
+    ) -> Result<(), PostListError> {
+        if list.maximum_fits(self.slack) {
+            // SAFETY: the caller's guarantees; the list fits the QP.
+            return unsafe { self.post_list_fast(list) };
+        }
+        if !checked {
+            for wr in list.iter() {
+                self.check_send_fully(wr).map_err(|error| PostListError { posted: 0, error })?;
+            }
         }
         // SAFETY: the caller's guarantees; every WR passed the checks.
         unsafe { self.post_list_general(list) }

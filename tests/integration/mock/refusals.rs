@@ -177,6 +177,30 @@ fn a_list_mutated_in_place_is_checked_again() {
     });
 }
 
+/// The counterpart of the test above: a list whose WRs each fit, but whose lengths' bits
+/// together pass the inline limit (a list's demand is a bitwise union, which overstates
+/// them), is posted, not refused.
+#[test]
+fn a_list_of_inline_lengths_whose_bits_pass_the_limit_together_is_posted() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let qp = rc_self(ctx, pd, cq, path, 1);
+        let limit = qp.caps().max_inline_data as usize;
+        // The lowest bit the limit lacks, below it: `limit | low` passes `limit`.
+        let low = 1 << limit.trailing_ones();
+        assert!(low < limit && limit | low > limit, "{path:?}: limit {limit}");
+        let (a, b) = ([mr.sge(..limit).unwrap()], [mr.sge(..low).unwrap()]);
+        let mut list = SendWrList::from(vec![
+            SendWr::send(1, &a).flags(SendFlags::INLINE),
+            SendWr::send(2, &b).flags(SendFlags::INLINE | SendFlags::SIGNALED),
+        ]);
+        // SAFETY: the SGEs name `mr` (live, this PD, never written during the test; inline
+        // by IOVA, which equals the CPU address of a plain `register`); small wr_ids.
+        unsafe { qp.post_send_list(&mut list) }.unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        assert!(mock.take_violations().is_empty());
+    });
+}
+
 /// a UD datagram above the port's active MTU, as one buffer and in a list, is refused
 /// before the provider (legacy and extended paths).
 #[test]
