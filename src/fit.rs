@@ -9,7 +9,8 @@
 //! `max_inline_data`, RDMA READ and atomics only where they can complete, a UD send
 //! addressed and within the path MTU, an extended-path operation only where its builder
 //! exists) cost the post the same five instructions however many there are, and a list's
-//! demand (the field-wise maximum of its WRs') is tested once for the whole list.
+//! demand (the union of its WRs', a bound of their field-wise maximum) is tested once for
+//! the whole list.
 //!
 //! The test is conservative: when it passes, every exact check of
 //! `QueuePair::check_send_fully` passes and the WR can be built by the fast extended batch;
