@@ -77,6 +77,10 @@ pub struct Args {
     /// Outstanding WRs per QP (tx depth)
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u32,
+    /// Receives kept posted per QP by send_bw's receiving side (default 512, as perftest;
+    /// at most -n)
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<u32>,
     /// WRs per ibv_post_send call (post list)
     #[arg(short = 'l', long = "post_list", default_value_t = 1)]
     pub post_list: u32,
@@ -186,6 +190,7 @@ pub fn parse(test: Test, mode: Mode, argv: Vec<String>) -> Args {
     }
     if test == Test::Latency {
         cmd = cmd
+            .mut_arg("rx_depth", |a| a.hide(true))
             .mut_arg("size", |a| a.default_value("2"))
             .mut_arg("connection", |a| a.help("Connection type: RC (DC: the bw tools only)"));
     }
@@ -197,6 +202,15 @@ pub fn parse(test: Test, mode: Mode, argv: Vec<String>) -> Args {
     args.test = test;
     args
 }
+
+/// Options the latency tools accept with a note, as in [`NOTED`]; the bandwidth tools
+/// implement them.
+const NOTED_LATENCY: &[(&str, Option<char>, bool, &str)] = &[(
+    "rx-depth",
+    Some('r'),
+    true,
+    "one message is in flight at a time: the receiver keeps 2 receives posted",
+)];
 
 /// perftest 4.5's options that are accepted but change nothing here: (long name, short
 /// letter, whether a value follows, why). Each one given is dropped with this note on stderr.
@@ -261,7 +275,6 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("recv_post_list", None, "receives are posted one at a time"),
     ("inline_recv", None, "inline receive (scatter to CQE) is not supported"),
     ("use-srq", None, "receives go to each QP's own queue, not an SRQ"),
-    ("rx-depth", Some('r'), "the receive depth is -t for send_bw and 2 for send_lat"),
     ("outs", Some('o'), "the outstanding RDMA READs per QP are not settable here"),
     ("mcg", Some('g'), "multicast is not supported"),
     ("MGID", Some('M'), "multicast is not supported"),
@@ -316,7 +329,9 @@ pub fn perftest_argv(
         {
             return Err(format!("--{long} is for the {} tools only: {why}", family.family()));
         }
-        if let Some((long, _, takes_value, why)) = NOTED.iter().find(|(l, s, ..)| is(l, *s)) {
+        let latency_noted = if test == Test::Latency { NOTED_LATENCY } else { &[] };
+        let mut noted = NOTED.iter().chain(latency_noted);
+        if let Some((long, _, takes_value, why)) = noted.find(|(l, s, ..)| is(l, *s)) {
             eprintln!("note: --{long} changes nothing here: {why}");
             if *takes_value && !inline_value {
                 argv.next();
@@ -365,6 +380,16 @@ impl Args {
         }
     }
 
+    /// perftest's receive depth for send_bw: -r, else 512; at most -n in a run of -n
+    /// iterations, as perftest clips it.
+    pub fn rx_depth(&self) -> u32 {
+        let depth = self.rx_depth.unwrap_or(512);
+        match self.duration {
+            None => depth.min(u32::try_from(self.iters).unwrap_or(u32::MAX)),
+            Some(_) => depth,
+        }
+    }
+
     /// perftest's CQ moderation: -Q, else -l when posting lists, else 100; never above -t.
     pub fn cq_mod(&self) -> u32 {
         self.cq_mod
@@ -379,6 +404,7 @@ impl Args {
             ("-q (QPs)", self.qps),
             ("-t (tx depth)", self.tx_depth),
             ("-l (post list)", self.post_list),
+            ("-r (rx depth)", self.rx_depth.unwrap_or(1)),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be at least 1"));
@@ -457,6 +483,20 @@ mod tests {
             let e = argv(test, &[arg]).unwrap_err();
             assert!(e.contains("tools only"), "{arg}: {e}");
         }
+    }
+
+    #[test]
+    fn the_receive_depth_is_perftests_and_a_note_on_the_latency_tools() {
+        let send_bw = |args: &[&str]| {
+            let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
+            parse(Test::Bandwidth, Mode::Send, argv.collect()).rx_depth()
+        };
+        assert_eq!(send_bw(&[]), 512);
+        assert_eq!(send_bw(&["-r", "64"]), 64);
+        assert_eq!(send_bw(&["-n", "100"]), 100, "clipped to -n, as perftest");
+        assert_eq!(send_bw(&["-n", "100", "-D", "2"]), 512, "not in a -D run");
+        assert_eq!(argv(Test::Latency, &["-r", "64", "-s", "8"]).unwrap(), ["tool", "-s", "8"]);
+        assert_eq!(argv(Test::Bandwidth, &["-r", "64"]).unwrap(), ["tool", "-r", "64"]);
     }
 
     #[test]

@@ -220,14 +220,15 @@ pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
             format!("-s {max} exceeds {}'s max_mr_size {}", ctx.name(), dev.max_mr_size()).into()
         );
     }
-    if i64::from(args.tx_depth) > i64::from(dev.max_qp_wr()) {
-        return Err(format!(
-            "-t {} exceeds {}'s max_qp_wr {}",
-            args.tx_depth,
-            ctx.name(),
-            dev.max_qp_wr()
-        )
-        .into());
+    for (option, depth) in [("-t", args.tx_depth), ("-r", args.rx_depth())] {
+        if i64::from(depth) > i64::from(dev.max_qp_wr()) {
+            return Err(format!(
+                "{option} {depth} exceeds {}'s max_qp_wr {}",
+                ctx.name(),
+                dev.max_qp_wr()
+            )
+            .into());
+        }
     }
     Ok(())
 }
@@ -305,7 +306,7 @@ fn run_bw(
 
     // Depths, and for the safe tier its buffers: one per outstanding WR, within the budget.
     let qps = args.qps;
-    let want_rx = if receive { args.tx_depth } else { 0 };
+    let want_rx = if receive { args.rx_depth() } else { 0 };
     let wanted = u64::from(qps) * u64::from(args.tx_depth + want_rx);
     let fits = (SAFE_TIER_BUDGET / u64::from(max))
         .min(wanted)

@@ -190,8 +190,10 @@ fn sizes_and_depths_beyond_the_device_are_refused_before_any_resource() {
     if require_device(RXE).is_none() {
         return;
     }
-    let out = output_within(tool("write_bw", 18911, &["-t", "2000000"]), LIMIT);
-    assert_fails_saying(&out, "-t 2000000 exceeds rxe0's max_qp_wr 1048576");
+    for (name, option) in [("write_bw", "-t"), ("send_bw", "-r")] {
+        let out = output_within(tool(name, 18911, &[option, "2000000", "-n", "3000000"]), LIMIT);
+        assert_fails_saying(&out, &format!("{option} 2000000 exceeds rxe0's max_qp_wr 1048576"));
+    }
 }
 
 /// `name`'s server is killed 4 s into a 60 s run: the client must fail within 60 s with one
