@@ -729,7 +729,7 @@ impl<'a> SendWrList<'a> {
             // SAFETY: `n - 1` is an element.
             unsafe { (*self.wrs.as_mut_ptr().add(n - 1)).raw.next = std::ptr::null_mut() };
         }
-        self.demand = union(&self.wrs);
+        self.demand = combined(&self.wrs, Demand::union);
         Some(wr)
     }
 
@@ -751,7 +751,7 @@ impl<'a> SendWrList<'a> {
         wr.set_flags(flags);
         if wr.demand != before {
             // Only INLINE changes what a WR asks; the list's may shrink, so it is united anew.
-            self.demand = union(&self.wrs);
+            self.demand = combined(&self.wrs, Demand::union);
         }
         Ok(())
     }
@@ -820,8 +820,7 @@ impl<'a> SendWrList<'a> {
     #[cold]
     #[inline(never)]
     pub(crate) fn maximum_fits(&self, slack: Slack) -> bool {
-        let max = self.wrs.iter().map(SendWr::demand).reduce(Demand::max);
-        max.unwrap_or(Demand::EMPTY).fits(slack)
+        combined(&self.wrs, Demand::max).fits(slack)
     }
 
     /// The WRs, for the extended path (which builds each, ignoring the links).
@@ -860,7 +859,7 @@ impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
             // SAFETY: `i - 1` and `i` are elements; the link is taken from `base` (see `wrs`).
             unsafe { (*base.add(i - 1)).raw.next = &raw mut (*base.add(i)).raw };
         }
-        SendWrList { demand: union(&wrs), wrs }
+        SendWrList { demand: combined(&wrs, Demand::union), wrs }
     }
 }
 
@@ -875,9 +874,10 @@ impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
     }
 }
 
-/// The union of the demands of `wrs` (see [`Demand::union`]).
-fn union(wrs: &[SendWr<'_>]) -> Demand {
-    wrs.iter().map(SendWr::demand).reduce(Demand::union).unwrap_or(Demand::EMPTY)
+/// The demands of `wrs` combined by `with` ([`Demand::union`] or [`Demand::max`]);
+/// [`Demand::EMPTY`] when there are none.
+fn combined(wrs: &[SendWr<'_>], with: fn(Demand, Demand) -> Demand) -> Demand {
+    wrs.iter().map(SendWr::demand).reduce(with).unwrap_or(Demand::EMPTY)
 }
 
 impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {

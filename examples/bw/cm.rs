@@ -33,7 +33,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
                 .collect::<rdma_verbs::Result<Vec<_>>>()?;
             let ctx = ids[0].context()?;
             crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
-            super::check_limits(ctx, args)?;
+            super::check_limits(ctx, mode, args)?;
             super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids })
         }
         None => {
@@ -47,7 +47,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             let first = listener.get_request(by_cm::TIMEOUT)?;
             let ctx = first.id.context()?;
             crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
-            super::check_limits(ctx, args)?;
+            super::check_limits(ctx, mode, args)?;
             let mut server =
                 by_cm::Server { listener: &listener, first: Some(&first), others: Vec::new() };
             super::run_on(mode, args, ctx, &mut control, &mut server)

@@ -45,7 +45,7 @@ mod with_mlx5 {
         // The gate first: on a non-mlx5 device nothing else is created and no peer awaited.
         let mlx5 = Mlx5Context::open(&ctx)?;
         let (port, gid, mtu) = local_route(&ctx, args)?;
-        check_limits(&ctx, args)?;
+        check_limits(&ctx, mode, args)?;
         let mut control = open_control(mode, args)?;
 
         let sizes = args.sizes();

@@ -147,7 +147,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
     let (port, gid, mtu) = local_route(&ctx, args)?;
     // Refuse what the device cannot do before waiting for the peer.
-    check_limits(&ctx, args)?;
+    check_limits(&ctx, mode, args)?;
     let mut control = open_control(mode, args)?;
     let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu };
     run_on(mode, args, &ctx, &mut control, &mut connect)
@@ -212,7 +212,7 @@ impl Connect for ByHand {
 }
 
 /// Sizes and depths the device cannot take, refused before any QP or MR exists.
-pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
+pub fn check_limits(ctx: &Context, mode: Mode, args: &Args) -> Result<(), Error> {
     let max = args.largest_size();
     let dev = ctx.query_device()?;
     if u64::from(max) > dev.max_mr_size() {
@@ -220,7 +220,11 @@ pub fn check_limits(ctx: &Context, args: &Args) -> Result<(), Error> {
             format!("-s {max} exceeds {}'s max_mr_size {}", ctx.name(), dev.max_mr_size()).into()
         );
     }
-    for (option, depth) in [("-t", args.tx_depth), ("-r", args.rx_depth())] {
+    // The receive depth only where it is used: send_bw's RC QPs (DC's SRQ holds -q × -t).
+    let receives = mode == Mode::Send && args.test == Test::Bandwidth && !args.is_dc();
+    let rx = receives.then(|| args.rx_depth());
+    let depths = [("-t", Some(args.tx_depth)), ("-r", rx)];
+    for (option, depth) in depths.into_iter().filter_map(|(o, d)| Some((o, d?))) {
         if i64::from(depth) > i64::from(dev.max_qp_wr()) {
             return Err(format!(
                 "{option} {depth} exceeds {}'s max_qp_wr {}",
