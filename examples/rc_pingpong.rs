@@ -254,9 +254,14 @@ fn pingpong(
         .into_init(&ToInitAttr { port: args.device.ib_port, ..Default::default() })
         .map_err(|e| e.error)?;
 
+    // Receives are posted again as the C tool does, when at most one is left (all but one
+    // then), but with one call for them all.
+    let mut refill = RecvList::with_capacity(args.rx_depth as usize);
     while let Some(buf) = pool.take() {
-        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+        refill.push(buf).map_err(|_| "more receive buffers than -r")?;
     }
+    let mut routs = refill.len();
+    qp.post_recv_buffers(&mut refill)?;
     // Armed before connecting, as the C tool: the peer may send as soon as the exchange is
     // done, and a completion that lands before the CQ is armed raises no event.
     if channel.is_some() {
@@ -318,9 +323,13 @@ fn pingpong(
                 scnt += 1;
                 message = Some(buf);
             } else {
-                // Each receive buffer goes straight back, keeping rx_depth receives posted.
                 rcnt += 1;
-                qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+                routs -= 1;
+                refill.push(buf).map_err(|_| "more receive buffers than -r")?;
+                if routs <= 1 {
+                    routs += refill.len();
+                    qp.post_recv_buffers(&mut refill)?;
+                }
             }
             pending &= !kind;
             if scnt < args.iters && pending == 0 {

@@ -174,6 +174,7 @@ pub use buffer::Buffer;
 pub use buffer::BufferPool;
 pub use buffer::ListOp;
 pub use buffer::PostError;
+pub use buffer::RecvList;
 pub use buffer::SendList;
 pub use buffer::SendOp;
 pub use buffer::UdSend;

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{post_receive, Buffer, Lenders, PostError};
+use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvList};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::RecvWr;
@@ -142,6 +142,30 @@ impl<'a> SharedReceiveQueue<'a> {
             // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
             // the SRQ's PD (checked), named by its IOVA.
             unsafe { self.post_recv(wr) }
+        })
+    }
+
+    /// `ibv_post_srq_recv(3)`—Posts every buffer of `list` as a receive of its whole
+    /// capacity, with one call, and empties the list, as
+    /// [`QueuePair::post_recv_buffers`](crate::QueuePair::post_recv_buffers) does on a QP;
+    /// each comes back with the completion of the QP that consumed it.
+    ///
+    /// # Errors
+    ///
+    /// As [`QueuePair::post_recv_buffers`](crate::QueuePair::post_recv_buffers), with the
+    /// SRQ's PD (`ENOMEM`: the SRQ is full).
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub fn post_recv_buffers<'p>(&self, list: &mut RecvList<'p>) -> Result<()>
+    where
+        'p: 'a,
+    {
+        let note = |buffer: &Buffer<'p>| self.lenders.note(buffer.pool_queues());
+        list.post(self.pd, note, "ibv_post_srq_recv", |head, bad| {
+            // SAFETY: a live SRQ; `head` is a valid list of WRs, each naming one whole chunk,
+            // the NIC's alone until `complete` sees its completion, by its IOVA in a region of
+            // the SRQ's PD with LOCAL_WRITE (checked) whose pool outlives the SRQ ('p: 'a,
+            // invariant); the wr_ids are the tier's own.
+            unsafe { sys::inline::ibv_post_srq_recv(self.as_raw(), head, bad) }
         })
     }
 

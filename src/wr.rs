@@ -901,7 +901,7 @@ pub struct RecvWr<'a> {
 }
 
 // SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data),
-// and `next`, which is always NULL (receives are posted one at a time).
+// and `next`, which is NULL except during a list's post (`post_linked`).
 unsafe impl Send for RecvWr<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for RecvWr<'_> {}
@@ -927,6 +927,39 @@ impl<'a> RecvWr<'a> {
     pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_recv_wr {
         &mut self.raw
     }
+
+    /// Links `wrs` into one list, hands its head to `post` (`ibv_post_recv` or
+    /// `ibv_post_srq_recv`, with its `bad_wr`), and unlinks them again, so that no `next` is
+    /// set outside the call. Returns what `post` returned and how many WRs the provider took:
+    /// all on success, else those before the one `bad_wr` names (all when it names none of
+    /// them: the provider may then have taken any).
+    pub(crate) fn post_linked(
+        wrs: &mut [RecvWr<'_>],
+        post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
+    ) -> (i32, usize) {
+        let n = wrs.len();
+        // (`repr(transparent)`: the WRs are the C structs; every access below is through
+        // `head`, derived once.)
+        let head = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
+        let mut bad = std::ptr::null_mut();
+        for i in 1..n {
+            // SAFETY: `i - 1 < n`: a WR of `wrs`, reached through the pointer derived from it,
+            // which nothing else uses during this call; `head.add(i)` is the next one.
+            unsafe { (*head.add(i - 1)).next = head.add(i) };
+        }
+        let ret = post(head, &mut bad);
+        for i in 1..n {
+            // SAFETY: as above.
+            unsafe { (*head.add(i - 1)).next = std::ptr::null_mut() };
+        }
+        if ret == 0 {
+            return (0, n);
+        }
+        let size = std::mem::size_of::<sys::ibv_recv_wr>();
+        let offset = (bad as usize).wrapping_sub(head as usize);
+        let named = offset.is_multiple_of(size) && offset / size < n;
+        (ret, if named { offset / size } else { n })
+    }
 }
 
 impl std::fmt::Debug for RecvWr<'_> {
@@ -938,6 +971,31 @@ impl std::fmt::Debug for RecvWr<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The provider sees one list in order; what it took is counted from `bad_wr` (all when
+    /// `bad_wr` names none of the WRs); no WR stays linked after the call.
+    #[test]
+    fn a_receive_list_is_linked_for_the_call_only_and_bad_wr_counts_what_was_taken() {
+        let sges = [Sge::new(0x1000, 64, LKey(7))];
+        let mut wrs: Vec<RecvWr<'_>> = (10..14).map(|id| RecvWr::new(id, &sges)).collect();
+        // (ret, the WR `bad_wr` names: none of the list's when 9, WRs taken)
+        for (ret, bad_index, taken) in
+            [(0, 9, 4), (libc::ENOMEM, 0, 0), (libc::ENOMEM, 2, 2), (libc::ENOMEM, 9, 4)]
+        {
+            let post = |head: *mut sys::ibv_recv_wr, bad: &mut *mut sys::ibv_recv_wr| {
+                let (mut seen, mut wr) = (Vec::new(), head);
+                while !wr.is_null() {
+                    // SAFETY: the list `post_linked` built, alive for the call.
+                    unsafe { (seen.push((*wr).wr_id), wr = (*wr).next) };
+                }
+                assert_eq!(seen, [10, 11, 12, 13]);
+                *bad = head.wrapping_add(bad_index);
+                ret
+            };
+            assert_eq!(RecvWr::post_linked(&mut wrs, post), (ret, taken), "{bad_index}");
+            assert!(wrs.iter().all(|wr| wr.raw.next.is_null()), "{bad_index}");
+        }
+    }
 
     #[test]
     fn builders_fill_the_raw_request() {

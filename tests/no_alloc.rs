@@ -1,9 +1,9 @@
 //! The data path allocates nothing in steady state: each post and each poll, in the raw tier
 //! (`post_send`, `post_send_list`, `post_recv`, `poll`, also through the extended verbs:
 //! `ibv_wr_*` batches and `ibv_start_poll`) and in the buffer tier (`post_send_buffer`,
-//! `post_send_buffers`, `post_recv_buffer`, `complete`), against the mock provider with stub
-//! data-path ops that keep their WRs in a fixed ring (the mock's own allocate; see
-//! `support/stub_data_path.rs`).
+//! `post_send_buffers`, `post_recv_buffer`, `post_recv_buffers`, `complete`), against the
+//! mock provider with stub data-path ops that keep their WRs in a fixed ring (the mock's own
+//! allocate; see `support/stub_data_path.rs`).
 //!
 //! A binary of its own, not a module of `integration`: a global allocator is per binary, and
 //! this one counts. It counts per thread, so the harness and the other tests, on their own
@@ -18,8 +18,8 @@ use std::ffi::c_int;
 use std::hint::black_box;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, QueuePair, RKey, RecvWr, RemoteAddr, Rts, SendFlags, SendList, SendOp,
-    SendWr, SendWrList, Sge, WorkCompletion,
+    AccessFlags, BufferPool, QueuePair, RKey, RecvList, RecvWr, RemoteAddr, Rts, SendFlags,
+    SendList, SendOp, SendWr, SendWrList, Sge, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
@@ -350,12 +350,20 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
     let qp = rts_qp(&pd, &cq);
     let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey(7) });
     let mut list = SendList::with_capacity(LIST);
+    let mut receives = RecvList::with_capacity(2);
     let mut wcs = [WorkCompletion::EMPTY; LIST];
 
-    let names =
-        ["take", "post_send_buffer", "post_send_buffers", "post_recv_buffer", "poll", "complete"];
+    let names = [
+        "take",
+        "post_send_buffer",
+        "post_send_buffers",
+        "post_recv_buffer",
+        "post_recv_buffers",
+        "poll",
+        "complete",
+    ];
     assert_rounds_allocate_nothing(names, || {
-        let mut n = [0; 6];
+        let mut n = [0; 7];
         let mut take = || {
             let mut buffer = None;
             n[0] += allocations_in(|| buffer = pool.take());
@@ -369,18 +377,22 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
         for buffer in batch {
             list.push(buffer, op).unwrap();
         }
+        for _ in 0..2 {
+            receives.push(take()).unwrap();
+        }
         n[1] = allocations_in(|| qp.post_send_buffer(one, op).unwrap());
         n[2] = allocations_in(|| qp.post_send_buffers(&mut list, true).unwrap());
         n[3] = allocations_in(|| qp.post_recv_buffer(receive).unwrap());
+        n[4] = allocations_in(|| qp.post_recv_buffers(&mut receives).unwrap());
         let done = {
             let mut done = None;
-            n[4] = allocations_in(|| done = Some(cq.poll(&mut wcs).unwrap()));
+            n[5] = allocations_in(|| done = Some(cq.poll(&mut wcs).unwrap()));
             done.unwrap()
         };
-        assert_eq!(done.len(), 3, "one completion for each signaled post and the receive");
+        assert_eq!(done.len(), 5, "one completion for each signaled post and each receive");
         for wc in done.iter_mut() {
             let mut back = None;
-            n[5] += allocations_in(|| back = pool.complete(wc));
+            n[6] += allocations_in(|| back = pool.complete(wc));
             assert!(back.is_some(), "each completion returns its buffer");
         }
         n

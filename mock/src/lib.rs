@@ -60,7 +60,8 @@
 //! `SEND_WITH_INV` invalidate it; as rxe, an MR with a window bound cannot be deregistered.
 //! The mock device reports no type-2 windows, so extended QPs are not created with bind ops.
 //!
-//! Not modelled: send queue and receive queue depths (no `ENOMEM` when full), RNR and retry
+//! Not modelled: send queue and receive queue depths (no `ENOMEM` when full, unless
+//! [`Mock::fill_receive_queue_at`] says so), RNR and retry
 //! timing (an RC SEND waits for a receive as long as it takes), Q_Keys and P_Keys, zero-based
 //! windows, SRQ limits, CQ events on completion channels, and DC QPs (the `mlx5` mock records
 //! them unchecked).
@@ -384,6 +385,14 @@ impl Mock {
     /// also in the call log: [`Call::PostSend`]'s `wr_ids`.)
     pub fn expect_chain_len(&self, len: usize) {
         state::with(|s| s.chain_len = Some(len));
+    }
+
+    /// Makes the next receive post (`post_recv`, `post_srq_recv`) find its queue full after
+    /// `position` WRs of its list, as a provider's does (queue depths are otherwise not
+    /// modelled): those before are queued, the call fails with `ENOMEM` and `*bad_wr` names
+    /// the WR at `position`.
+    pub fn fill_receive_queue_at(&self, position: usize) {
+        state::with(|s| s.recv_full_at = Some(position));
     }
 
     /// Makes the next send that QP `qp` executes complete with `status` (signaled or not)

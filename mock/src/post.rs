@@ -140,7 +140,7 @@ pub(super) unsafe extern "C" fn post_send(
         s.expect(qp, Kind::Qp)?;
         let Some(qpn) = s.reg.qpn_of(qp) else { return Ok(None) };
         if !check_chain(s, Queue::Send(qpn), &wr_ids) {
-            return Ok(Some(wr));
+            return Ok(Some((wr, libc::EINVAL)));
         }
         let mut current = wr;
         for position in 0.. {
@@ -155,7 +155,7 @@ pub(super) unsafe extern "C" fn post_send(
             if let Some(b) = broken {
                 if !broke(s, Queue::Send(qpn), raw.wr_id, position, b) {
                     after_post(s, qpn);
-                    return Ok(Some(current));
+                    return Ok(Some((current, libc::EINVAL)));
                 }
                 work.poisoned = true;
             }
@@ -170,19 +170,19 @@ pub(super) unsafe extern "C" fn post_send(
 }
 
 /// The post op's return: 0, or the errno with `*bad_wr` set (to the list's head for a failure
-/// before any WR was read, else to the offending WR with `EINVAL`).
+/// before any WR was read, else to the offending WR, with its errno).
 ///
 /// # Safety
 ///
 /// `bad_wr` must be writable.
 unsafe fn finish<W>(
-    result: Result<Option<*mut W>, c_int>,
+    result: Result<Option<(*mut W, c_int)>, c_int>,
     head: *mut W,
     bad_wr: *mut *mut W,
 ) -> c_int {
     let (bad, errno) = match result {
         Ok(None) => return 0,
-        Ok(Some(bad)) => (bad, libc::EINVAL),
+        Ok(Some(bad)) => bad,
         Err(errno) => (head, errno),
     };
     // SAFETY: the caller guarantees `bad_wr` is writable.
@@ -207,7 +207,7 @@ unsafe fn post_receives(
     target: Target,
     wr: *mut ibv_recv_wr,
     ids: &[u64],
-) -> Result<Option<*mut ibv_recv_wr>, c_int> {
+) -> Result<Option<(*mut ibv_recv_wr, c_int)>, c_int> {
     let (queue, pd, max_sge, qpn) = match target {
         Target::Qp(qp) => {
             s.expect(qp, Kind::Qp)?;
@@ -228,12 +228,17 @@ unsafe fn post_receives(
         }
     };
     if !check_chain(s, queue, ids) {
-        return Ok(Some(wr));
+        return Ok(Some((wr, libc::EINVAL)));
     }
     let mut current = wr;
     let mut bad = None;
+    let full_at = s.recv_full_at.take();
     for position in 0.. {
         if current.is_null() {
+            break;
+        }
+        if full_at == Some(position) {
+            bad = Some((current, libc::ENOMEM));
             break;
         }
         // SAFETY: a non-NULL element of the caller's valid list.
@@ -243,7 +248,7 @@ unsafe fn post_receives(
         let mut work = RecvWork { wr_id: raw.wr_id, sges, poisoned: false };
         if let Err(b) = check_recv(&s.reg, pd, max_sge, &work, &[]) {
             if !broke(s, queue, raw.wr_id, position, b) {
-                bad = Some(current);
+                bad = Some((current, libc::EINVAL));
                 break;
             }
             work.poisoned = true;

@@ -112,6 +112,8 @@ pub(super) struct State {
     allowed: HashSet<Rule>,
     /// The length the next posted list must have ([`Mock::expect_chain_len`](super::Mock)).
     pub(super) chain_len: Option<usize>,
+    /// Where the next receive post finds its queue full ([`Mock::fill_receive_queue_at`](super::Mock)).
+    pub(super) recv_full_at: Option<usize>,
     async_events: HashMap<*mut ibv_context, VecDeque<ibv_async_event>>,
     /// Async events read by `ibv_get_async_event` and not yet acknowledged.
     unacked_async_events: usize,
@@ -140,6 +142,7 @@ impl State {
             violations: Vec::new(),
             allowed: HashSet::new(),
             chain_len: None,
+            recv_full_at: None,
             async_events: HashMap::new(),
             unacked_async_events: 0,
             cq_events: HashMap::new(),

@@ -11,7 +11,8 @@
 //! that `wr_id`, turns the chunk back into a token, and it consumes the completion's
 //! `wr_id` so the same completion cannot serve twice.
 //!
-//! A [`SendList`] posts several buffers with one `ibv_post_send`, signaling only the last
+//! A [`RecvList`] posts several receives with one call; each is a flight of its own, as a
+//! single receive is. A [`SendList`] posts several buffers with one `ibv_post_send`, signaling only the last
 //! (perftest's selective signaling). The others are *batched* behind it: their WRs carry no
 //! usable `wr_id`, and they are released when the last one's completion arrives, which on a
 //! send queue means every WR before it is finished (executed or flushed). The chain is kept
@@ -52,11 +53,13 @@
 mod lenders;
 mod pool;
 mod post;
+mod recv_list;
 
 pub(crate) use lenders::Lenders;
 pub use pool::{Buffer, BufferPool};
 pub(crate) use post::post_receive;
 pub use post::{ListOp, PostError, SendList, SendOp, UdSend};
+pub use recv_list::RecvList;
 
 /// Bit 63 marks the `wr_id`s of this tier.
 pub(crate) const BUFFER_WR_ID_BIT: u64 = 1 << 63;

@@ -489,7 +489,11 @@ pub(crate) fn post_receive<'p>(
 /// would only fail there (or, on the strict mock, count as a violation), so it is refused
 /// here, where the error can say why.
 #[inline]
-fn check_pool(buffer: &Buffer<'_>, pd: &ProtectionDomain<'_>, writes: bool) -> Result<()> {
+pub(super) fn check_pool(
+    buffer: &Buffer<'_>,
+    pd: &ProtectionDomain<'_>,
+    writes: bool,
+) -> Result<()> {
     if buffer.pd_raw() != pd.as_raw() {
         return Err(Error::invalid(
             InvalidInputKind::OtherPd,

@@ -64,6 +64,39 @@ fn a_refused_post_returns_the_buffer() {
     assert_eq!(err.buffer.unwrap().as_slice(), b"kept");
 }
 
+/// A `RecvList` longer than the receive queue: rxe takes what fits and names the first WR it
+/// refused, which stays in the list with the rest; each receive it took then lands a SEND.
+#[test]
+fn a_receive_list_on_a_short_queue_keeps_what_did_not_fit_and_the_rest_receive() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let lo = Loopback::new(&ctx, 64);
+    let pool = lo.pool(16, 256);
+    let (a, b) = lo.rc_pair(2, AccessFlags::empty());
+    let mut list = RecvList::with_capacity(8);
+    for _ in 0..8 {
+        list.push(pool.take().unwrap()).unwrap();
+    }
+    let err = b.post_recv_buffers(&mut list).unwrap_err();
+    assert_eq!(err.errno(), Some(libc::ENOMEM), "{err}");
+    let taken = 8 - list.len();
+    // (Providers may round the queue up past the capacity asked for.)
+    assert!((2..8).contains(&taken), "a queue of 2 took {taken} of 8");
+    drop(list);
+    for i in 0..taken as u8 {
+        let mut buf = pool.take().unwrap();
+        buf.fill(&[i; 100]).unwrap();
+        a.post_send_buffer(buf, SendOp::Send).unwrap();
+        for mut wc in wait_for(&lo.cq, 2) {
+            assert!(wc.is_success(), "{wc:?}");
+            let recv = wc.opcode() == WcOpcode::RECV;
+            let buf = pool.complete(&mut wc).expect("a buffer of the pool");
+            assert!(!recv || buf.as_slice() == [i; 100], "message {i}");
+        }
+    }
+    let all: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(all.len(), 16, "every buffer came back");
+}
+
 #[test]
 fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
     let Some(ctx) = require_device(RXE) else { return };

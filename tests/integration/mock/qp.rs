@@ -7,8 +7,8 @@ use std::time::Duration;
 use rdma_verbs::{
     AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
     InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, QueuePairState, RKey, RecvWr, RemoteAddr, Reset, RetryCount, RnrRetry, RnrTimer,
-    Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
+    QueuePair, QueuePairState, RKey, RecvList, RecvWr, RemoteAddr, Reset, RetryCount, RnrRetry,
+    RnrTimer, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -526,6 +526,61 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
     }
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8, "nothing stranded");
     assert!(f.mock.take_violations().is_empty());
+}
+
+/// A `RecvList` posts its receives with one call, each a flight of its own: a post the
+/// provider refuses keeps them all in the list, a receive queue that fills mid-list keeps the
+/// rest, and every posted buffer comes back with its own completion. The same on an SRQ.
+#[test]
+fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let srq = pd.create_srq(16, 1).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let qp = qp.into_rtr(&rtr_attr()).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap();
+    let mut list = RecvList::with_capacity(4);
+    for _ in 0..4 {
+        list.push(pool.take().unwrap()).unwrap();
+    }
+    assert!(list.push(pool.take().unwrap()).is_err(), "full at its capacity");
+    let posted = |calls: Vec<Call>| match &calls[..] {
+        [Call::PostRecv { wr_ids } | Call::PostSrqRecv { wr_ids }] => wr_ids.len(),
+        other => panic!("one receive post expected: {other:?}"),
+    };
+
+    f.mock.take_calls();
+    f.mock.fail(Verb::PostRecv, libc::ENOMEM);
+    assert_queue_full(&qp.post_recv_buffers(&mut list).unwrap_err(), "ibv_post_recv", libc::ENOMEM);
+    assert_eq!((posted(f.mock.take_calls()), list.len()), (4, 4), "refused: all kept");
+    f.mock.fill_receive_queue_at(2);
+    assert_queue_full(&qp.post_recv_buffers(&mut list).unwrap_err(), "ibv_post_recv", libc::ENOMEM);
+    assert_eq!((posted(f.mock.take_calls()), list.len()), (4, 2), "the last two kept");
+    qp.post_recv_buffers(&mut list).unwrap();
+    assert_eq!((posted(f.mock.take_calls()), list.len()), (2, 0));
+
+    let mut flushed = 0;
+    let qp = qp
+        .drain(&[&cq], Duration::from_secs(1), |wc| {
+            assert_eq!(wc.status(), WcStatus::WR_FLUSH_ERR);
+            drop(pool.complete(wc).expect("each receive its own completion"));
+            flushed += 1;
+        })
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(flushed, 4);
+
+    f.mock.take_calls();
+    for _ in 0..4 {
+        list.push(pool.take().unwrap()).unwrap();
+    }
+    srq.post_recv_buffers(&mut list).unwrap();
+    assert_eq!((posted(f.mock.take_calls()), list.len()), (4, 0));
+    assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 4, "four on the SRQ");
+    assert!(f.mock.take_violations().is_empty());
+    drop(qp);
 }
 
 #[test]

@@ -328,7 +328,7 @@ fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
 }
 
 /// A pool whose region lacks `LOCAL_WRITE` cannot take what the NIC writes: receives (on a
-/// QP and on an SRQ), RDMA READs and atomics, alone or in a list, are refused before the
+/// QP and on an SRQ, alone or in a list), RDMA READs and atomics, alone or in a list, are refused before the
 /// provider (a NIC would fail them with a protection error; the strict mock counts
 /// `Rule::MissingLocalWrite`); its buffers still send.
 #[test]
@@ -342,6 +342,11 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
         };
         access(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
         access(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+        let mut receives = rdma_verbs::RecvList::with_capacity(2);
+        receives.push(pool.take().unwrap()).unwrap();
+        access(&qp.post_recv_buffers(&mut receives).unwrap_err());
+        access(&srq.post_recv_buffers(&mut receives).unwrap_err());
+        assert_eq!(receives.len(), 1, "nothing posted");
         let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
         let writers = [
             SendOp::RdmaRead(remote),

@@ -1,5 +1,5 @@
 //! The soundness proof's property suite (DESIGN §4.10, issue #13): random sequences of *safe*
-//! calls — buffer receives on QPs and an SRQ, single and list sends of every `SendOp` on RC,
+//! calls — buffer receives on QPs and an SRQ, alone and in lists, single and list sends of every `SendOp` on RC,
 //! UC and UD (to the target by its own rkey or a type-1 window's), window binds, drains,
 //! polls that hand buffers back, resets, drops, destroys and leaks (`mem::forget`), and faults
 //! the mock injects — against the strict mock provider, which checks every work request it
@@ -22,9 +22,9 @@ use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
     Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
-    QueuePair, RKey, Rc, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags, SendList, SendOp,
-    SendWr, SendWrList, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud,
-    UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
+    QueuePair, RKey, Rc, RecvList, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags,
+    SendList, SendOp, SendWr, SendWrList, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc,
+    Ud, UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -46,6 +46,9 @@ enum Step {
     Recv { qp: usize, pool: usize },
     /// `SharedReceiveQueue::post_recv_buffer`.
     SrqRecv { pool: usize },
+    /// `post_recv_buffers` of a list with a buffer of each of `pools`, on QP `qp`, or on the
+    /// SRQ when `None`; what it keeps is dropped.
+    RecvList { qp: Option<usize>, pools: Vec<usize> },
     /// `post_send_buffer` (`post_send_buffer_to` on UD) of `len` bytes with `op`, reaching
     /// the target through the memory window's rkey when `window`.
     Send { qp: usize, pool: usize, op: Op, len: usize, window: bool },
@@ -127,6 +130,8 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (qp.clone(), pool.clone()).prop_map(|(qp, pool)| Step::Recv { qp, pool }),
         1 => pool.clone().prop_map(|pool| Step::SrqRecv { pool }),
+        2 => (proptest::option::of(qp.clone()), proptest::collection::vec(pool.clone(), 1..5))
+            .prop_map(|(qp, pools)| Step::RecvList { qp, pools }),
         4 => (qp.clone(), pool.clone(), op(), len.clone(), any::<bool>())
             .prop_map(|(qp, pool, op, len, window)| Step::Send { qp, pool, op, len, window }),
         1 => (qp.clone(), 0..TARGET + CHUNK, 0..TARGET, 0..8u32).prop_map(|(qp, start, len, r)| {
@@ -341,6 +346,19 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                     let _ = srq.post_recv_buffer(buf);
                 }
             }
+            Step::RecvList { qp, pools: ref from } => {
+                let mut receives = RecvList::with_capacity(from.len());
+                for buf in from.iter().filter_map(|&pool| pools[pool].take()) {
+                    receives.push(buf).unwrap();
+                }
+                let _ = match qp.map(|qp| &slots[qp]) {
+                    None => srq.post_recv_buffers(&mut receives),
+                    Some(Slot::Rc(q)) => q.post_recv_buffers(&mut receives),
+                    Some(Slot::Uc(q)) => q.post_recv_buffers(&mut receives),
+                    Some(Slot::Ud(q)) => q.post_recv_buffers(&mut receives),
+                    Some(Slot::Gone) => Ok(()),
+                };
+            }
             Step::Send { qp, pool, op, len, window: through_window } => {
                 let Some(mut buf) = pools[pool].take() else { continue };
                 buf.set_len(len).unwrap();
@@ -452,14 +470,15 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
 
 #[test]
 fn the_rig_executes_loopback_work_on_both_paths() {
-    // A receive on the SRQ (RC b takes its receives there), a SEND from RC a, an RDMA WRITE of a UC pair's, a UD datagram: the
-    // mock executes each, and every buffer comes back with its completion (RC: send and
-    // receive; UC WRITE: send only; UD: send and receive).
+    // A receive on the SRQ (RC b takes its receives there), a SEND from RC a, an RDMA WRITE
+    // of a UC pair's, a UD datagram into the first of a list of two receives: the mock
+    // executes each, and every buffer comes back with its completion (RC: send and receive;
+    // UC WRITE: send only; UD: send and the receive it consumed).
     let steps = [
         Step::SrqRecv { pool: 0 },
         Step::Send { qp: 0, pool: 0, op: Op::Send, len: 100, window: false },
         Step::Send { qp: 2, pool: 0, op: Op::Write(64), len: 200, window: false },
-        Step::Recv { qp: 5, pool: 0 },
+        Step::RecvList { qp: Some(5), pools: vec![0, 0] },
         Step::Send { qp: 4, pool: 0, op: Op::SendWithImm, len: 50, window: false },
         // And an RDMA READ through a window bound to the target: one more.
         Step::Bind { qp: 1, start: 0, len: 512, rights: AccessFlags::REMOTE_READ },

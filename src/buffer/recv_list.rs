@@ -1,0 +1,176 @@
+//! Posting receive buffers as a list: one `ibv_post_recv` (or `ibv_post_srq_recv`) for many.
+
+use std::mem::ManuallyDrop;
+
+use rdma_verbs_sys as sys;
+
+use super::pool::{Buffer, UNCHAINED};
+use super::post::check_pool;
+use crate::error::{errno_error, Result};
+use crate::pd::ProtectionDomain;
+use crate::qp::{QpType, QueuePair, ReceiveReady};
+use crate::wr::{RecvWr, Sge};
+
+/// Buffers to post as receives with one call: [`QueuePair::post_recv_buffers`] or
+/// [`SharedReceiveQueue::post_recv_buffers`](crate::SharedReceiveQueue::post_recv_buffers).
+/// Each receives into its whole capacity and comes back, with its own completion, from
+/// [`BufferPool::complete`](super::BufferPool::complete); a list may hold buffers of several
+/// pools. Its storage is allocated once, by [`with_capacity`](Self::with_capacity), and
+/// reused by every post.
+///
+/// One call for many receives is what a provider's receive path is built for: one lock and,
+/// on a NIC that rings a doorbell record per post, one update for the batch.
+#[must_use = "a list does nothing until it is posted"]
+pub struct RecvList<'p> {
+    /// The buffers waiting, whose tokens are dropped (their chunks freed) only by `pop` and
+    /// `Drop`: a post forgets those the provider took, without a drop per buffer.
+    buffers: Vec<ManuallyDrop<Buffer<'p>>>,
+    sges: Vec<Sge>,
+    /// The WRs of a post, which name `sges` (hence `'static`): filled and emptied within it.
+    wrs: Vec<RecvWr<'static>>,
+}
+
+impl<'p> RecvList<'p> {
+    /// An empty list for up to `capacity` buffers.
+    pub fn with_capacity(capacity: usize) -> Self {
+        RecvList {
+            buffers: Vec::with_capacity(capacity),
+            sges: Vec::with_capacity(capacity),
+            wrs: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Adds `buffer`; when the list is full, hands it back.
+    ///
+    /// # Errors
+    ///
+    /// The buffer, when the list holds [`capacity`](Self::capacity) buffers already.
+    #[inline]
+    pub fn push(&mut self, buffer: Buffer<'p>) -> std::result::Result<(), Buffer<'p>> {
+        if self.buffers.len() == self.buffers.capacity() {
+            return Err(buffer);
+        }
+        self.buffers.push(ManuallyDrop::new(buffer));
+        Ok(())
+    }
+
+    /// Takes the last buffer back out.
+    #[inline]
+    pub fn pop(&mut self) -> Option<Buffer<'p>> {
+        self.buffers.pop().map(ManuallyDrop::into_inner)
+    }
+
+    /// The number of buffers waiting.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Whether no buffer is waiting.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+
+    /// The most buffers it holds.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.buffers.capacity()
+    }
+
+    /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd`, named
+    /// `verb` in errors) after [`check_pool`] and `note` (the queue's lenders) for each:
+    /// each chunk launched as one receive of its whole capacity. The buffers the provider
+    /// took leave the list; the others are the program's again and stay.
+    pub(crate) fn post(
+        &mut self,
+        pd: &ProtectionDomain<'_>,
+        note: impl Fn(&Buffer<'p>),
+        verb: &'static str,
+        post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
+    ) -> Result<()> {
+        if self.buffers.is_empty() {
+            return Ok(());
+        }
+        for buffer in &self.buffers {
+            check_pool(buffer, pd, true)?;
+        }
+        // (Within the capacity, which all three vectors were made with: they do not move.)
+        self.sges.clear();
+        for buffer in &self.buffers {
+            note(buffer);
+            self.sges.push(buffer.sge(buffer.capacity() as u32, false));
+        }
+        self.wrs.clear();
+        let sges = self.sges.as_ptr();
+        for (i, buffer) in self.buffers.iter().enumerate() {
+            let wr_id = buffer.mark_launched(buffer.len() as u32, false, UNCHAINED);
+            // SAFETY: `i < self.sges.len()`; the SGE is not changed while `self.wrs` names it,
+            // which is emptied before this call returns.
+            let sge = unsafe { std::slice::from_raw_parts(sges.add(i), 1) };
+            self.wrs.push(RecvWr::new(wr_id, sge));
+        }
+        let (ret, posted) = RecvWr::post_linked(&mut self.wrs, post);
+        self.wrs.clear();
+        for buffer in &self.buffers[posted..] {
+            buffer.unmark();
+        }
+        // (Their tokens are `ManuallyDrop`: leaving the list forgets them, their chunks in
+        // flight until a completion hands each back.)
+        self.buffers.drain(..posted);
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(errno_error(ret, verb))
+        }
+    }
+}
+
+impl Drop for RecvList<'_> {
+    /// The buffers still waiting go back to their pool.
+    fn drop(&mut self) {
+        self.buffers.drain(..).for_each(|buffer| drop(ManuallyDrop::into_inner(buffer)));
+    }
+}
+
+impl std::fmt::Debug for RecvList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvList")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
+    /// `ibv_post_recv(3)`—Posts every buffer of `list` as a receive of its whole capacity,
+    /// with one call, and empties the list. Each comes back from
+    /// [`BufferPool::complete`](super::BufferPool::complete) with its own completion, its
+    /// length set to the bytes received. No allocation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) when a buffer's pool is registered
+    /// in another PD than the QP's, or without `LOCAL_WRITE`: nothing is posted and the list
+    /// is as it was. Otherwise the provider's [`Error::Verb`](crate::Error::Verb) (`ENOMEM`
+    /// when the receive queue is full): the buffers before the one it refused are posted, the
+    /// rest stay in `list`.
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post_recv_buffers<'p>(&self, list: &mut RecvList<'p>) -> Result<()>
+    where
+        'p: 'res,
+    {
+        list.post(
+            self.pd(),
+            |buffer| self.lent(buffer),
+            "ibv_post_recv",
+            |head, bad| {
+                // SAFETY: a live QP in a receive-ready state; `head` is a valid list of WRs, each
+                // naming one whole chunk, the NIC's alone until `complete` sees its completion,
+                // by its IOVA in a region of this QP's PD with LOCAL_WRITE (checked) whose pool
+                // outlives the QP ('p: 'res); the wr_ids are the tier's own.
+                unsafe { sys::inline::ibv_post_recv(self.as_raw(), head, bad) }
+            },
+        )
+    }
+}
