@@ -169,6 +169,9 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
     let mut misses = Vec::new();
     // The judged cells' A/A medians, and those beyond the floor either way.
     let (mut judged_aa, mut unresolved) = (Vec::new(), Vec::new());
+    // Per kind of judged cell and implementation: the sum of the logs of the cells' medians,
+    // and their number, for the geometric mean over the cells.
+    let mut pooled: std::collections::BTreeMap<(&str, &str), (f64, usize)> = Default::default();
     for ((test, q, bytes), runs) in runs {
         let latency = LAT_TESTS.contains(&test.as_str());
         let metrics: &[(&str, Metric)] = if test == "pingpong" {
@@ -214,6 +217,15 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
                     };
                 if judged && missed {
                     misses.push(format!("{cell_name}, {imp}: {m:.2}; A/A {}", cell(aa, pairs)));
+                }
+                if judged {
+                    let kind = match name {
+                        "usec_per_iter" => "rc_pingpong usec/iter",
+                        "t_typical_usec" => "t_typical",
+                        _ => "MsgRate at 64 B and BW at 64 KiB",
+                    };
+                    let (sum, cells) = pooled.entry((kind, imp)).or_default();
+                    (*sum, *cells) = (*sum + m.ln(), *cells + 1);
                 }
             }
         }
@@ -296,6 +308,22 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
             md.push_str(".\n");
         } else {
             let _ = writeln!(md, ":\n\n- {}", unresolved.join("\n- "));
+        }
+    }
+    if !pooled.is_empty() {
+        md.push_str(
+            "\nPooled over the cells, where one cell's noise partly cancels another's: the geometric \
+             mean of the judged cells' medians.\n\n| cells | safe/C | raw/C | A/A |\n|---|---|---|---|\n",
+        );
+        let kinds: Vec<&str> = pooled.keys().map(|(kind, _)| *kind).collect();
+        for kind in kinds.iter().copied().collect::<std::collections::BTreeSet<_>>() {
+            let mean = |imp| {
+                pooled.get(&(kind, imp)).map_or("–".into(), |&(sum, cells)| {
+                    format!("{:.3} ({cells} cells)", (sum / cells as f64).exp())
+                })
+            };
+            let _ =
+                writeln!(md, "| {kind} | {} | {} | {} |", mean("safe"), mean("raw"), mean(C_AGAIN));
         }
     }
     (md, csv)
