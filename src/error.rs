@@ -147,7 +147,8 @@ pub enum Error {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum InvalidInputKind {
-    /// A work request has more SGEs than the QP's `max_send_sge`.
+    /// A work request has more SGEs than the QP's `max_send_sge`, or a buffer-tier receive
+    /// goes to a queue that takes none (`max_recv_sge` or an SRQ's `max_sge` 0).
     TooManySges,
     /// Inline data larger than the QP's `max_inline_data` (none on a DCI).
     InlineTooLarge,

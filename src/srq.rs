@@ -21,6 +21,8 @@ pub struct SharedReceiveQueue<'a> {
     raw: NonNull<sys::ibv_srq>,
     pd: &'a ProtectionDomain<'a>,
     max_wr: u32,
+    /// The SGEs a receive may have (at least what was asked).
+    max_sge: u32,
     /// The buffer pools whose chunks it was given, told when it is destroyed.
     lenders: Lenders,
     _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
@@ -52,6 +54,7 @@ impl<'a> ProtectionDomain<'a> {
             raw,
             pd: self,
             max_wr: init.attr.max_wr,
+            max_sge: init.attr.max_sge,
             lenders: Lenders::default(),
             _invariant: PhantomData,
         })
@@ -130,14 +133,15 @@ impl<'a> SharedReceiveQueue<'a> {
     /// # Errors
     ///
     /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the SRQ's, else the provider's.
+    /// buffer's pool is registered in another PD than the SRQ's or without `LOCAL_WRITE`, or
+    /// when the SRQ takes no SGE per receive (`max_sge` 0), else the provider's.
     #[doc(alias = "ibv_post_srq_recv")]
     pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'a,
     {
         self.lenders.note(buffer.pool_queues());
-        post_receive(buffer, self.pd, |wr| {
+        post_receive(buffer, self.pd, self.max_sge, |wr| {
             // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
             // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
             // the SRQ's PD (checked), named by its IOVA.
@@ -160,7 +164,7 @@ impl<'a> SharedReceiveQueue<'a> {
         'p: 'a,
     {
         let note = |buffer: &Buffer<'p>| self.lenders.note(buffer.pool_queues());
-        list.post(self.pd, note, "ibv_post_srq_recv", |head, bad| {
+        list.post(self.pd, self.max_sge, note, "ibv_post_srq_recv", |head, bad| {
             // SAFETY: a live SRQ; `head` is a valid list of WRs, each naming one whole chunk,
             // the NIC's alone until `complete` sees its completion, by its IOVA in a region of
             // the SRQ's PD with LOCAL_WRITE (checked) whose pool outlives the SRQ ('p: 'a,

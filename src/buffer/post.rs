@@ -450,7 +450,8 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     /// # Errors
     ///
     /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the QP's, else that of
+    /// buffer's pool is registered in another PD than the QP's or without `LOCAL_WRITE`, or
+    /// when the QP takes no SGE per receive (`max_recv_sge` 0), else that of
     /// [`QueuePair::post_recv`] (e.g. `ENOMEM` when the receive queue is full).
     #[doc(alias = "ibv_post_recv")]
     pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
@@ -458,7 +459,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
         'p: 'res,
     {
         self.lent(&buffer);
-        post_receive(buffer, self.pd(), |wr| {
+        post_receive(buffer, self.pd(), self.caps().max_recv_sge, |wr| {
             // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
             // its SGE names it by IOVA in a region of this QP's PD (checked).
             unsafe { self.post_recv(wr) }
@@ -467,14 +468,15 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
 }
 
 /// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv` of a QP
-/// or SRQ of `pd`), after [`check_pool`]: the buffer comes back with the error when either
-/// fails.
+/// or SRQ of `pd` taking up to `max_sge` SGEs per receive), after [`check_receive`]: the
+/// buffer comes back with the error when either fails.
 pub(crate) fn post_receive<'p>(
     buffer: Buffer<'p>,
     pd: &ProtectionDomain<'_>,
+    max_sge: u32,
     post: impl FnOnce(&mut RecvWr<'_>) -> Result<()>,
 ) -> Result<(), PostError<'p>> {
-    if let Err(error) = check_pool(&buffer, pd, true) {
+    if let Err(error) = check_receive(&buffer, pd, max_sge) {
         return Err(PostError { buffer: Some(buffer), error });
     }
     let len = buffer.len() as u32;
@@ -511,6 +513,27 @@ pub(super) fn check_pool(
         ));
     }
     Ok(())
+}
+
+/// [`check_pool`] for a receive (the NIC writes it), on a queue of `pd` taking up to `max_sge`
+/// SGEs per receive: one that takes none (created with `max_recv_sge` 0) would refuse the
+/// buffer's one SGE in the provider (the strict mock's `Rule::TooManySges`), so it is refused
+/// here, saying why.
+#[inline]
+pub(super) fn check_receive(
+    buffer: &Buffer<'_>,
+    pd: &ProtectionDomain<'_>,
+    max_sge: u32,
+) -> Result<()> {
+    if max_sge == 0 {
+        return Err(Error::invalid(
+            InvalidInputKind::TooManySges,
+            "this queue was created to take no SGE per receive (max_recv_sge / max_sge 0): \
+             create it with at least 1 to post buffers to it"
+                .into(),
+        ));
+    }
+    check_pool(buffer, pd, true)
 }
 
 /// SIGNALED and INLINE as asked.

@@ -5,7 +5,7 @@ use std::mem::ManuallyDrop;
 use rdma_verbs_sys as sys;
 
 use super::pool::{Buffer, UNCHAINED};
-use super::post::check_pool;
+use super::post::check_receive;
 use crate::error::{errno_error, Result};
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
@@ -78,13 +78,15 @@ impl<'p> RecvList<'p> {
         self.buffers.capacity()
     }
 
-    /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd`, named
-    /// `verb` in errors) after [`check_pool`] and `note` (the queue's lenders) for each:
+    /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd` taking up
+    /// to `max_sge` SGEs per receive, named `verb` in errors) after [`check_receive`] and
+    /// `note` (the queue's lenders) for each:
     /// each chunk launched as one receive of its whole capacity. The buffers the provider
     /// took leave the list; the others are the program's again and stay.
     pub(crate) fn post(
         &mut self,
         pd: &ProtectionDomain<'_>,
+        max_sge: u32,
         note: impl Fn(&Buffer<'p>),
         verb: &'static str,
         post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
@@ -93,7 +95,7 @@ impl<'p> RecvList<'p> {
             return Ok(());
         }
         for buffer in &self.buffers {
-            check_pool(buffer, pd, true)?;
+            check_receive(buffer, pd, max_sge)?;
         }
         // (Within the capacity, which all three vectors were made with: they do not move.)
         self.sges.clear();
@@ -151,8 +153,8 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when a buffer's pool is registered
-    /// in another PD than the QP's, or without `LOCAL_WRITE`: nothing is posted and the list
-    /// is as it was. Otherwise the provider's [`Error::Verb`](crate::Error::Verb) (`ENOMEM`
+    /// in another PD than the QP's, or without `LOCAL_WRITE`, or when the QP takes no SGE per
+    /// receive (`max_recv_sge` 0): nothing is posted and the list is as it was. Otherwise the provider's [`Error::Verb`](crate::Error::Verb) (`ENOMEM`
     /// when the receive queue is full): the buffers before the one it refused are posted, the
     /// rest stay in `list`.
     #[doc(alias = "ibv_post_recv")]
@@ -162,6 +164,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     {
         list.post(
             self.pd(),
+            self.caps().max_recv_sge,
             |buffer| self.lent(buffer),
             "ibv_post_recv",
             |head, bad| {

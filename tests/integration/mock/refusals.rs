@@ -371,6 +371,32 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
     });
 }
 
+/// A QP or SRQ created to take no SGE per receive (`max_recv_sge` / `max_sge` 0) would be
+/// handed a buffer's one SGE (the strict mock's `Rule::TooManySges`; a provider fails it):
+/// buffer receives there are refused before the provider, alone or in a list.
+#[test]
+fn a_queue_that_takes_no_receive_sge_refuses_buffer_receives() {
+    on_each_path(|path, mock, _, pd, cq| {
+        let pool = pool(pd, AccessFlags::LOCAL_WRITE);
+        let mut init = attr(cq, path);
+        init.cap.max_recv_sge = 0;
+        let qp = pd.create_qp::<Rc>(&init).unwrap();
+        let qp = qp.into_init(&ToInitAttr { port: PORT, ..Default::default() }).unwrap();
+        let srq = pd.create_srq(16, 0).unwrap();
+        let no_sge = |error: &rdma_verbs::Error| {
+            assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{error}");
+        };
+        no_sge(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+        no_sge(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+        let mut receives = rdma_verbs::RecvList::with_capacity(1);
+        receives.push(pool.take().unwrap()).unwrap();
+        no_sge(&qp.post_recv_buffers(&mut receives).unwrap_err());
+        no_sge(&srq.post_recv_buffers(&mut receives).unwrap_err());
+        assert_eq!(receives.len(), 1, "nothing posted");
+        assert!(mock.take_violations().is_empty(), "{path:?}");
+    });
+}
+
 /// A QP whose destroy fails is moved to RESET before it is leaked: the borrow that kept its
 /// receive buffer's pool alive ends with it, so when a peer's SEND arrives after the pool
 /// (and its region) is gone, the receive must no longer be queued (the strict mock's
