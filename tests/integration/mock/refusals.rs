@@ -4,8 +4,9 @@
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
     Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, QpType,
-    Qpn, QueuePair, Rc, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge,
-    ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
+    Qpn, QueuePair, Rc, ReceiveReady, RecvList, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr,
+    SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdDestination,
+    UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
 
@@ -100,6 +101,24 @@ fn ud_up<'a>(
     let qp = pd.create_qp::<Ud>(&attr(cq, path)).unwrap();
     let qp = qp.into_init(&UdToInitAttr { port: PORT, pkey_index: 0, qkey: QKEY }).unwrap();
     qp.into_rtr().unwrap().into_rts(Psn::new(0).unwrap()).unwrap()
+}
+
+/// Asserts that a buffer of `pool` posted as a receive on `qp` and on `srq`, alone and in a
+/// list, is refused with `kind` before the provider, the list keeping it.
+fn assert_receives_refused<'a, S: ReceiveReady>(
+    qp: &QueuePair<'a, S, Rc>,
+    srq: &SharedReceiveQueue<'a>,
+    pool: &'a BufferPool<'a>,
+    kind: InvalidInputKind,
+) {
+    let refused = |error: &rdma_verbs::Error| assert_eq!(error.invalid_input_kind(), Some(kind));
+    refused(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+    refused(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
+    let mut receives = RecvList::with_capacity(1);
+    receives.push(pool.take().unwrap()).unwrap();
+    refused(&qp.post_recv_buffers(&mut receives).unwrap_err());
+    refused(&srq.post_recv_buffers(&mut receives).unwrap_err());
+    assert_eq!(receives.len(), 1, "nothing posted");
 }
 
 /// Runs `test` on a fresh mock context, PD and CQ for each verbs path.
@@ -340,13 +359,7 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
         let access = |error: &rdma_verbs::Error| {
             assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::Access), "{path:?}")
         };
-        access(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
-        access(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
-        let mut receives = rdma_verbs::RecvList::with_capacity(2);
-        receives.push(pool.take().unwrap()).unwrap();
-        access(&qp.post_recv_buffers(&mut receives).unwrap_err());
-        access(&srq.post_recv_buffers(&mut receives).unwrap_err());
-        assert_eq!(receives.len(), 1, "nothing posted");
+        assert_receives_refused(&qp, &srq, &pool, InvalidInputKind::Access);
         let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
         let writers = [
             SendOp::RdmaRead(remote),
@@ -383,16 +396,7 @@ fn a_queue_that_takes_no_receive_sge_refuses_buffer_receives() {
         let qp = pd.create_qp::<Rc>(&init).unwrap();
         let qp = qp.into_init(&ToInitAttr { port: PORT, ..Default::default() }).unwrap();
         let srq = pd.create_srq(16, 0).unwrap();
-        let no_sge = |error: &rdma_verbs::Error| {
-            assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{error}");
-        };
-        no_sge(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
-        no_sge(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
-        let mut receives = rdma_verbs::RecvList::with_capacity(1);
-        receives.push(pool.take().unwrap()).unwrap();
-        no_sge(&qp.post_recv_buffers(&mut receives).unwrap_err());
-        no_sge(&srq.post_recv_buffers(&mut receives).unwrap_err());
-        assert_eq!(receives.len(), 1, "nothing posted");
+        assert_receives_refused(&qp, &srq, &pool, InvalidInputKind::TooManySges);
         assert!(mock.take_violations().is_empty(), "{path:?}");
     });
 }
