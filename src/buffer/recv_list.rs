@@ -80,9 +80,9 @@ impl<'p> RecvList<'p> {
 
     /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd` taking up
     /// to `max_sge` SGEs per receive, named `verb` in errors) after [`check_receive`] and
-    /// `note` (the queue's lenders) for each:
-    /// each chunk launched as one receive of its whole capacity. The buffers the provider
-    /// took leave the list; the others are the program's again and stay.
+    /// `note` (the queue's lenders) for each: each chunk launched as one receive of its whole
+    /// capacity. The buffers the provider took leave the list; the others are the program's
+    /// again and stay.
     pub(crate) fn post(
         &mut self,
         pd: &ProtectionDomain<'_>,
