@@ -1,10 +1,10 @@
 //! The data path's cost over the provider, on both verbs paths: our `post_send` (one WR, and
-//! a 16-WR list through `post_send_list`), `post_recv` and `poll` (16 completions) against a
-//! direct call of the same provider functions in the same run — on the legacy path the op
-//! read from `(*(*qp).context).ops` at each call as the C inline verbs do; on the extended
-//! path `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete` and `ibv_start_poll` /
-//! `ibv_next_poll` / `ibv_end_poll` called through the members of `ibv_qp_ex` / `ibv_cq_ex`,
-//! as C code calls them. Compare each `ours` with its `direct` (target: ≤ 1.05×).
+//! a 16-WR list through `post_send_list`), `post_recv` (one, and a 16-WR list through
+//! `post_recv_list`) and `poll` (16 completions) against a direct call of the same provider
+//! functions in the same run — on the legacy path the op read from `(*(*qp).context).ops` at
+//! each call as the C inline verbs do; on the extended path `ibv_wr_start` / `ibv_wr_*` /
+//! `ibv_wr_complete` and `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` called through
+//! the members of `ibv_qp_ex` / `ibv_cq_ex`, as C code calls them. Compare each `ours` with its `direct` (target: ≤ 1.05×).
 //!
 //! The provider is the mock (crate `rdma-verbs-mock`) with stub data-path ops and members
 //! that do the least a provider must and record nothing (see `stub_data_path.rs` for why not
@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
 use rdma_verbs::{
-    Context, CqAttr, RKey, RecvWr, RemoteAddr, SendFlags, SendList, SendOp, SendWr, SendWrList,
-    VerbsPath, WorkCompletion,
+    Context, CqAttr, RKey, RecvWr, RecvWrList, RemoteAddr, SendFlags, SendList, SendOp, SendWr,
+    SendWrList, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -255,20 +255,21 @@ fn data_path(mode: &mut impl Mode) {
                 rkey: remote.rkey.0,
             };
             let mut raw_list = [raw_send; LIST];
-            for i in 1..LIST {
-                raw_list[i - 1].next = &mut raw_list[i];
-            }
+            link(&mut raw_list, |wr| &mut wr.next);
             let mut raw_recv = sys::ibv_recv_wr {
                 wr_id: 1,
                 sg_list: &mut raw_sge,
                 num_sge: 1,
                 ..Default::default()
             };
+            let mut raw_recv_list = [raw_recv; LIST];
+            link(&mut raw_recv_list, |wr| &mut wr.next);
             let wr = || SendWr::rdma_write(1, &sges, remote);
             let mut one = wr().flags(SendFlags::SIGNALED);
             let mut list: SendWrList<'_> = (0..LIST).map(|_| wr()).collect();
             list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
             let mut recv = RecvWr::new(1, &sges);
+            let mut recv_list: RecvWrList<'_> = (0..LIST).map(|_| RecvWr::new(1, &sges)).collect();
             let mut storage = [WorkCompletion::EMPTY; LIST];
             let mut raw_storage = [sys::ibv_wc::default(); LIST];
             let (mut stamps, mut raw_stamps) = ([0u64; LIST], [0u64; LIST]);
@@ -386,6 +387,12 @@ fn data_path(mode: &mut impl Mode) {
                 || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
             );
             mode.case(
+                &format!("{path}/post_recv_list_16"),
+                // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                || unsafe { black_box(qp).post_recv_list(&mut recv_list) }.is_ok(),
+                || direct_post_recv(black_box(qp_raw), &mut raw_recv_list[0]) == 0,
+            );
+            mode.case(
                 &format!("{path}/poll_16"),
                 || black_box(cq).poll(&mut storage).map_or(0, |done| done.len()),
                 || direct_poll(black_box(cq_raw), &mut raw_storage),
@@ -406,6 +413,15 @@ fn data_path(mode: &mut impl Mode) {
                 );
             }
         });
+    }
+}
+
+/// Links `wrs` in order through the `next` that `next_of` names, as C code builds a list.
+fn link<T>(wrs: &mut [T], next_of: fn(&mut T) -> &mut *mut T) {
+    let base = wrs.as_mut_ptr();
+    for i in 1..wrs.len() {
+        // SAFETY: `i - 1` and `i` are elements of `wrs`, reached from its own pointer.
+        unsafe { *next_of(&mut *base.add(i - 1)) = base.add(i) };
     }
 }
 

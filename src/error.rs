@@ -295,6 +295,14 @@ pub(crate) fn errno_error(ret: i32, verb: &'static str) -> Error {
     Error::verb(verb, errno_of(ret))
 }
 
+/// A failed list post's error: `ret` from `verb`, which took `posted` WRs of the list (the
+/// list's `taken_before` its `bad_wr`).
+#[cold]
+#[inline(never)]
+pub(crate) fn list_error(ret: i32, posted: usize, verb: &'static str) -> PostListError {
+    PostListError { posted, error: errno_error(ret, verb) }
+}
+
 /// The errno of a verb's non-zero `int` return (see [`check_errno`]), for a caller that
 /// expects some errno values and builds no [`Error`] for them.
 #[inline]
@@ -453,7 +461,9 @@ fn memlock_limit() -> Option<String> {
 }
 
 /// A list post the provider refused part-way
-/// ([`QueuePair::post_send_list`](crate::QueuePair::post_send_list)).
+/// ([`QueuePair::post_send_list`](crate::QueuePair::post_send_list),
+/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list),
+/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list)).
 #[derive(Debug, thiserror::Error)]
 #[error("{error} (after {posted} work requests of the list were posted)")]
 pub struct PostListError {

@@ -260,6 +260,7 @@ pub use wc::WcOpcode;
 pub use wc::WcStatus;
 pub use wc::WorkCompletion;
 pub use wr::RecvWr;
+pub use wr::RecvWrList;
 pub use wr::RemoteAddr;
 pub use wr::SendFlags;
 pub use wr::SendWr;

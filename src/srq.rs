@@ -7,9 +7,11 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvList};
-use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
+use crate::error::{
+    check_errno, check_ptr, list_error, Error, InvalidInputKind, PostListError, Result,
+};
 use crate::pd::ProtectionDomain;
-use crate::wr::RecvWr;
+use crate::wr::{RecvWr, RecvWrList};
 
 /// A shared receive queue (`struct ibv_srq`, `ibv_create_srq(3)`): QPs created with it in
 /// [`QpInitAttr::srq`](crate::QpInitAttr::srq) take their receives from here. A QP's error
@@ -124,6 +126,34 @@ impl<'a> SharedReceiveQueue<'a> {
         let ret =
             unsafe { sys::inline::ibv_post_srq_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
         check_errno(ret, "ibv_post_srq_recv")
+    }
+
+    /// `ibv_post_srq_recv(3)`—Posts the WRs of `list` with one call, as
+    /// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list) does on a QP; an empty
+    /// list posts nothing.
+    ///
+    /// # Safety
+    ///
+    /// As [`SharedReceiveQueue::post_recv`], for every WR of the list.
+    ///
+    /// # Errors
+    ///
+    /// [`PostListError`]: the number of WRs the provider accepted before the one it refused,
+    /// and why ([`Error::WorkQueueFull`]: the SRQ is full).
+    #[doc(alias = "ibv_post_srq_recv")]
+    #[inline]
+    pub unsafe fn post_recv_list(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live SRQ; a non-empty list, linked and alive for the call; the caller
+        // upholds the memory contract for each WR.
+        let ret = unsafe { sys::inline::ibv_post_srq_recv(self.as_raw(), list.head(), &mut bad) };
+        if ret != 0 {
+            return Err(list_error(ret, list.taken_before(bad), "ibv_post_srq_recv"));
+        }
+        Ok(())
     }
 
     /// `ibv_post_srq_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back

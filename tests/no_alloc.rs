@@ -1,5 +1,5 @@
 //! The data path allocates nothing in steady state: each post and each poll, in the raw tier
-//! (`post_send`, `post_send_list`, `post_recv`, `poll`, also through the extended verbs:
+//! (`post_send`, `post_send_list`, `post_recv`, `post_recv_list`, `poll`, also through the extended verbs:
 //! `ibv_wr_*` batches and `ibv_start_poll`) and in the buffer tier (`post_send_buffer`,
 //! `post_send_buffers`, `post_recv_buffer`, `post_recv_buffers`, `complete`), against the
 //! mock provider with stub data-path ops that keep their WRs in a fixed ring (the mock's own
@@ -18,8 +18,8 @@ use std::ffi::c_int;
 use std::hint::black_box;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, QueuePair, RKey, RecvList, RecvWr, RemoteAddr, Rts, SendFlags,
-    SendList, SendOp, SendWr, SendWrList, Sge, WorkCompletion,
+    AccessFlags, BufferPool, QueuePair, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, Rts,
+    SendFlags, SendList, SendOp, SendWr, SendWrList, Sge, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
@@ -294,16 +294,19 @@ fn the_raw_tier_posts_and_polls_without_allocating() {
         let sges = [sge];
         let (mut one, mut list) = signaled_sends(&sges);
         let mut recv = RecvWr::new(2, &sges);
+        let mut recvs: RecvWrList<'_> = (3..5).map(|id| RecvWr::new(id, &sges)).collect();
         let mut wcs = [WorkCompletion::EMPTY; LIST];
-        let names = ["post_send", "post_send_list", "post_recv", "poll"];
+        let names = ["post_send", "post_send_list", "post_recv", "post_recv_list", "poll"];
         assert_rounds_allocate_nothing(names, || {
             let [send, send_list] = post_sends(qp, &mut one, &mut list);
             // SAFETY: the stub provider never touches the memory.
             let recv = allocations_in(|| unsafe { qp.post_recv(&mut recv) }.unwrap());
+            // SAFETY: as above.
+            let recv_list = allocations_in(|| unsafe { qp.post_recv_list(&mut recvs) }.unwrap());
             let mut polled = 0;
             let poll = allocations_in(|| polled = cq.poll(&mut wcs).unwrap().len());
-            assert_eq!(polled, 3, "one completion for each signaled post and the receive");
-            [send, send_list, recv, poll]
+            assert_eq!(polled, 5, "one completion for each signaled post and each receive");
+            [send, send_list, recv, recv_list, poll]
         });
     });
 }

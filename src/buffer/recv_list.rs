@@ -9,7 +9,7 @@ use super::post::check_receive;
 use crate::error::{errno_error, Result};
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
-use crate::wr::{RecvWr, Sge};
+use crate::wr::{RecvWrList, Sge};
 
 /// Buffers to post as receives with one call: [`QueuePair::post_recv_buffers`] or
 /// [`SharedReceiveQueue::post_recv_buffers`](crate::SharedReceiveQueue::post_recv_buffers).
@@ -26,8 +26,9 @@ pub struct RecvList<'p> {
     /// `Drop`: a post forgets those the provider took, without a drop per buffer.
     buffers: Vec<ManuallyDrop<Buffer<'p>>>,
     sges: Vec<Sge>,
-    /// The WRs of a post, which name `sges` (hence `'static`): filled and emptied within it.
-    wrs: Vec<RecvWr<'static>>,
+    /// The WRs of a post, linked once and rewritten by each post to name `sges` (hence
+    /// `'static`: they are read only within a post).
+    wrs: RecvWrList<'static>,
 }
 
 impl<'p> RecvList<'p> {
@@ -36,7 +37,7 @@ impl<'p> RecvList<'p> {
         RecvList {
             buffers: Vec::with_capacity(capacity),
             sges: Vec::with_capacity(capacity),
-            wrs: Vec::with_capacity(capacity),
+            wrs: RecvWrList::with_capacity(capacity),
         }
     }
 
@@ -97,23 +98,23 @@ impl<'p> RecvList<'p> {
         for buffer in &self.buffers {
             check_receive(buffer, pd, max_sge)?;
         }
-        // (Within the capacity, which all three vectors were made with: they do not move.)
+        // (Within the capacity, which `sges` was made with: it does not move.)
         self.sges.clear();
         for buffer in &self.buffers {
             note(buffer);
             self.sges.push(buffer.sge(buffer.capacity() as u32, false));
         }
-        self.wrs.clear();
-        let sges = self.sges.as_ptr();
-        for (i, buffer) in self.buffers.iter().enumerate() {
+        let (buffers, sges) = (&self.buffers, self.sges.as_ptr());
+        self.wrs.rewrite(buffers.len(), |i, wr| {
+            let buffer = &buffers[i];
             let wr_id = buffer.mark_launched(buffer.len() as u32, false, UNCHAINED);
-            // SAFETY: `i < self.sges.len()`; the SGE is not changed while `self.wrs` names it,
-            // which is emptied before this call returns.
-            let sge = unsafe { std::slice::from_raw_parts(sges.add(i), 1) };
-            self.wrs.push(RecvWr::new(wr_id, sge));
-        }
-        let (ret, posted) = RecvWr::post_linked(&mut self.wrs, post);
-        self.wrs.clear();
+            // SAFETY: `i < self.sges.len()`; the SGE is not changed until the next post, which
+            // rewrites every WR it hands over.
+            wr.refill(wr_id, unsafe { std::slice::from_raw_parts(sges.add(i), 1) });
+        });
+        let mut bad = std::ptr::null_mut();
+        let ret = post(self.wrs.head(), &mut bad);
+        let posted = if ret == 0 { self.wrs.len() } else { self.wrs.taken_before(bad) };
         for buffer in &self.buffers[posted..] {
             buffer.unmark();
         }

@@ -4,10 +4,12 @@ use rdma_verbs_sys as sys;
 
 use super::extended::ExQp;
 use super::{QpCapabilities, QpType, QueuePair, ReceiveReady, Rts, SendLimits};
-use crate::error::{check_errno, errno_error, Error, InvalidInputKind, PostListError, Result};
+use crate::error::{
+    check_errno, errno_error, list_error, Error, InvalidInputKind, PostListError, Result,
+};
 use crate::fit::{self, Slack};
 use crate::pd::ProtectionDomain;
-use crate::wr::{RecvWr, SendFlags, SendWr, SendWrList, Sge};
+use crate::wr::{RecvWr, RecvWrList, SendFlags, SendWr, SendWrList, Sge};
 
 impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// `ibv_post_recv(3)`—Posts one receive work request.
@@ -34,6 +36,36 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
         let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
         if ret != 0 {
             return Err(errno_error(ret, "ibv_post_recv"));
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv(3)`—Posts the WRs of `list` with one call (one provider lock and, on
+    /// a NIC, one doorbell record update for all). The list was linked as it was built
+    /// ([`RecvWrList`]) and goes to the provider as it is; an empty list posts nothing.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_recv`], for every WR of the list.
+    ///
+    /// # Errors
+    ///
+    /// [`PostListError`]: the number of WRs the provider accepted before the one it refused
+    /// (those are posted, the rest are not), and why: [`Error::WorkQueueFull`] when the
+    /// receive queue has no room, `EINVAL` for more SGEs than `max_recv_sge`. A provider that
+    /// names none of the list's WRs as refused may have posted any: all are counted.
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub unsafe fn post_recv_list(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP in a receive-ready state; a non-empty list, linked and alive for
+        // the call; the caller upholds the memory contract for each WR.
+        let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), list.head(), &mut bad) };
+        if ret != 0 {
+            return Err(list_error(ret, list.taken_before(bad), "ibv_post_recv"));
         }
         Ok(())
     }
@@ -295,7 +327,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 // op is set.
                 let ret = unsafe { self.provider_post_send(list.head(), &mut bad) };
                 if ret != 0 {
-                    return Err(list_error(ret, bad, list));
+                    return Err(list_error(ret, list.taken_before(bad), "ibv_post_send"));
                 }
                 Ok(())
             }
@@ -362,7 +394,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             if ret == 0 {
                 Ok(())
             } else {
-                Err(list_error(ret, bad, list))
+                Err(list_error(ret, list.taken_before(bad), "ibv_post_send"))
             }
         };
         let posted = result.as_ref().map_or_else(|e| e.posted, |()| list.len());
@@ -494,16 +526,6 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
         Ok(())
     }
-}
-
-/// A failed list post's error: how many WRs the provider accepted before `bad`, the one it
-/// refused. A provider that names no WR of the list may have posted any of them: all are
-/// counted (the buffer tier then never hands back memory the NIC might use).
-#[cold]
-#[inline(never)]
-fn list_error(ret: i32, bad: *mut sys::ibv_send_wr, list: &SendWrList<'_>) -> PostListError {
-    let posted = list.index_of(bad).unwrap_or(list.len());
-    PostListError { posted, error: errno_error(ret, "ibv_post_send") }
 }
 
 /// The slack of a QP of type `T` with `caps` and `limits`, posting through `ex` when it has

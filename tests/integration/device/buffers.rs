@@ -139,16 +139,16 @@ fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
 }
 
 #[test]
-fn a_raw_list_rings_one_doorbell_for_many_sends() {
+fn raw_lists_post_many_receives_with_one_call_and_many_sends_with_one_doorbell() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let mr = lo.region(8 * 64);
     let (a, b) = lo.rc_pair(8, AccessFlags::empty());
     let recv: Vec<_> = (4..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
-    for (i, sge) in recv.iter().enumerate() {
-        // SAFETY: the receive areas are not touched until their completions.
-        unsafe { b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap() };
-    }
+    let mut recvs: RecvWrList<'_> =
+        recv.iter().zip(10..).map(|(s, id)| RecvWr::new(id, s)).collect();
+    // SAFETY: the receive areas are not touched until their completions.
+    unsafe { b.post_recv_list(&mut recvs).unwrap() };
     let send: Vec<_> = (0..4).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     let mut wrs: Vec<_> =
         send.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();

@@ -7,8 +7,9 @@ use std::time::Duration;
 use rdma_verbs::{
     AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
     InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, QueuePairState, RKey, RecvList, RecvWr, RemoteAddr, Reset, RetryCount, RnrRetry,
-    RnrTimer, Rtr, SendOp, SendWr, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
+    QueuePair, QueuePairState, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, Reset, RetryCount,
+    RnrRetry, RnrTimer, Rtr, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
+    WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -528,6 +529,61 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
     assert!(f.mock.take_violations().is_empty());
 }
 
+/// The `wr_id`s of the one receive post (QP or SRQ) that `calls` must hold.
+fn one_receive_post(calls: &[Call]) -> Vec<u64> {
+    match calls {
+        [Call::PostRecv { wr_ids } | Call::PostSrqRecv { wr_ids }] => wr_ids.clone(),
+        other => panic!("one receive post expected: {other:?}"),
+    }
+}
+
+/// A raw `RecvWrList` goes to the provider as one list, in order, post after post; a queue
+/// that fills part-way counts the WRs taken before it, and only those complete. An empty list
+/// posts nothing. The same on an SRQ.
+#[test]
+fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let region = pd.register(4 * 64, AccessFlags::LOCAL_WRITE).unwrap();
+    let sges: Vec<[Sge; 1]> = (0..4).map(|i| [region.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
+    let mut list: RecvWrList<'_> =
+        sges.iter().zip(10..).map(|(s, id)| RecvWr::new(id, s)).collect();
+    let srq = pd.create_srq(16, 1).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let qp = qp.into_rtr(&rtr_attr()).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap();
+
+    f.mock.take_calls();
+    f.mock.fill_receive_queue_at(2);
+    // SAFETY: `region` outlives the QP and the SRQ (declared before them) and is not touched.
+    let err = unsafe { qp.post_recv_list(&mut list) }.unwrap_err();
+    assert_eq!(err.posted, 2);
+    assert_queue_full(&err.error, "ibv_post_recv", libc::ENOMEM);
+    assert_eq!(one_receive_post(&f.mock.take_calls()), [10, 11, 12, 13]);
+    // SAFETY: as above.
+    unsafe { qp.post_recv_list(&mut RecvWrList::with_capacity(1)) }.unwrap();
+    assert_eq!(f.mock.take_calls(), [], "an empty list posts nothing");
+    let mut flushed = Vec::new();
+    let qp = qp
+        .drain(&[&cq], Duration::from_secs(1), |wc| flushed.push(wc.wr_id()))
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(flushed, [10, 11], "only what the provider took");
+
+    f.mock.take_calls();
+    // SAFETY: as above.
+    unsafe { srq.post_recv_list(&mut list) }.unwrap();
+    assert_eq!(one_receive_post(&f.mock.take_calls()), [10, 11, 12, 13], "the same list again");
+    f.mock.fill_receive_queue_at(0);
+    // SAFETY: as above.
+    let err = unsafe { srq.post_recv_list(&mut list) }.unwrap_err();
+    assert_eq!(err.posted, 0);
+    assert_queue_full(&err.error, "ibv_post_srq_recv", libc::ENOMEM);
+    assert!(f.mock.take_violations().is_empty());
+    drop(qp);
+}
+
 /// A `RecvList` posts its receives with one call, each a flight of its own: a post the
 /// provider refuses keeps them all in the list, a receive queue that fills mid-list keeps the
 /// rest, and every posted buffer comes back with its own completion. The same on an SRQ.
@@ -546,10 +602,7 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
         list.push(pool.take().unwrap()).unwrap();
     }
     assert!(list.push(pool.take().unwrap()).is_err(), "full at its capacity");
-    let posted = |calls: Vec<Call>| match &calls[..] {
-        [Call::PostRecv { wr_ids } | Call::PostSrqRecv { wr_ids }] => wr_ids.len(),
-        other => panic!("one receive post expected: {other:?}"),
-    };
+    let posted = |calls: Vec<Call>| one_receive_post(&calls).len();
 
     f.mock.take_calls();
     f.mock.fail(Verb::PostRecv, libc::ENOMEM);

@@ -15,9 +15,12 @@ use rdma_verbs_sys as sys;
 
 use crate::ah::UdDestination;
 use crate::buffer::SendOp;
-use crate::error::{Error, InvalidInputKind, Result};
-use crate::fit::{self, Demand, Slack};
+use crate::fit::{self, Demand};
 use crate::mr::{LKey, RKey};
+
+mod list;
+
+pub use list::{RecvWrList, SendWrList};
 
 /// The most buffers an inline WR built in an extended batch may have
 /// (`ibv_wr_set_inline_data_list` takes them from an array on the stack); one with more goes
@@ -627,272 +630,6 @@ impl std::fmt::Debug for SendWr<'_> {
     }
 }
 
-/// Send work requests linked once into the list `ibv_post_send(3)` walks, for
-/// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list) to post with one doorbell,
-/// again and again: perftest's post lists.
-///
-/// The list is linked as WRs are pushed, and what its WRs ask of a QP (SGE counts, inline
-/// sizes, operations) is summed up then, so that a post checks the whole list against the
-/// QP with one comparison and hands it to the provider as it is. Its storage is allocated
-/// once, by [`with_capacity`](Self::with_capacity) (or taken over from a `Vec`): a full list
-/// hands WRs back instead of growing, so the links never move. Its WRs can be read, and their
-/// flags and `wr_id`s set, in place.
-///
-/// ```
-/// # use rdma_verbs::{SendWr, SendWrList, SendFlags, Sge, LKey};
-/// let sges = [Sge::new(0x1000, 64, LKey(7))];
-/// let mut list = SendWrList::with_capacity(4);
-/// for wr_id in 0..4 {
-///     list.push(SendWr::send(wr_id, &sges)).unwrap();
-/// }
-/// list.set_flags(3, SendFlags::SIGNALED).unwrap();
-/// assert!(list.push(SendWr::send(4, &sges)).is_err(), "full");
-/// assert_eq!(list.get(3).map(SendWr::send_flags), Some(SendFlags::SIGNALED));
-/// ```
-pub struct SendWrList<'a> {
-    /// Linked through `raw.next` with pointers taken from `as_mut_ptr`, the storage's own
-    /// (never from a reference to an element, which a later access would invalidate): they
-    /// stay valid under Stacked and Tree Borrows whatever references to the elements are
-    /// made and dropped meanwhile, until the provider follows them. (No Miri toolchain can be
-    /// installed where this is built, so this is argued, not checked by Miri.)
-    wrs: Vec<SendWr<'a>>,
-    /// The union of the WRs' demands (a bound of their maximum in one instruction per WR, see
-    /// [`Demand::union`]); [`Demand::EMPTY`] when there are none.
-    demand: Demand,
-}
-
-// (Send and Sync follow from `SendWr`'s: the links point into the list's own storage.)
-
-impl<'a> SendWrList<'a> {
-    /// An empty list for up to `capacity` WRs.
-    #[must_use]
-    pub fn with_capacity(capacity: usize) -> Self {
-        SendWrList { wrs: Vec::with_capacity(capacity), demand: Demand::EMPTY }
-    }
-
-    /// Appends `wr`, linking it after the last one.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when the list holds
-    /// [`capacity`](Self::capacity) WRs already (it never grows, so that its links stay put).
-    #[inline]
-    pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
-        if self.wrs.len() == self.wrs.capacity() {
-            return Err(Error::invalid(
-                InvalidInputKind::Size,
-                format!(
-                    "the SendWrList is full ({} WRs, its capacity): make it with a larger \
-                     SendWrList::with_capacity",
-                    self.wrs.capacity()
-                ),
-            ));
-        }
-        self.demand = if self.wrs.is_empty() { wr.demand } else { self.demand.union(wr.demand) };
-        // Within the capacity: the storage does not move.
-        self.wrs.push(wr);
-        let n = self.wrs.len();
-        if n > 1 {
-            let base = self.wrs.as_mut_ptr();
-            // SAFETY: `n - 2` and `n - 1` are elements; the link is taken from `base`.
-            unsafe { (*base.add(n - 2)).raw.next = &raw mut (*base.add(n - 1)).raw };
-        }
-        Ok(())
-    }
-
-    /// Makes the list `n` WRs long (at most its capacity: the rest is left out), WR `i`
-    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and unites its demand: for a list
-    /// reused post after post, whose WRs are written where they lie, linked once.
-    #[inline]
-    pub(crate) fn rewrite(&mut self, n: usize, mut write: impl FnMut(usize, &mut SendWr<'a>)) {
-        let n = n.min(self.capacity());
-        while self.wrs.len() > n {
-            self.pop();
-        }
-        while self.wrs.len() < n {
-            // (Within the capacity.)
-            let _ = self.push(SendWr::of(0, &[], SendOp::Send, SendFlags::empty(), None));
-        }
-        let mut demand = Demand::EMPTY;
-        for (i, wr) in self.wrs.iter_mut().enumerate() {
-            write(i, wr);
-            demand = if i == 0 { wr.demand } else { demand.union(wr.demand) };
-        }
-        self.demand = demand;
-    }
-
-    /// Takes the last WR back out (unlinked).
-    pub fn pop(&mut self) -> Option<SendWr<'a>> {
-        let wr = self.wrs.pop()?;
-        let n = self.wrs.len();
-        if n > 0 {
-            // SAFETY: `n - 1` is an element.
-            unsafe { (*self.wrs.as_mut_ptr().add(n - 1)).raw.next = std::ptr::null_mut() };
-        }
-        self.demand = combined(&self.wrs, Demand::union);
-        Some(wr)
-    }
-
-    /// Removes every WR.
-    pub fn clear(&mut self) {
-        self.wrs.clear();
-        self.demand = Demand::EMPTY;
-    }
-
-    /// Sets the flags of WR `index` (replacing earlier ones), e.g. to signal the last.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
-    /// [`len`](Self::len).
-    pub fn set_flags(&mut self, index: usize, flags: SendFlags) -> Result<()> {
-        let wr = self.element(index, "set_flags")?;
-        let before = wr.demand;
-        wr.set_flags(flags);
-        if wr.demand != before {
-            // Only INLINE changes what a WR asks; the list's may shrink, so it is united anew.
-            self.demand = combined(&self.wrs, Demand::union);
-        }
-        Ok(())
-    }
-
-    /// Sets the `wr_id` of WR `index`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
-    /// [`len`](Self::len).
-    pub fn set_wr_id(&mut self, index: usize, wr_id: u64) -> Result<()> {
-        self.element(index, "set_wr_id")?.set_wr_id(wr_id);
-        Ok(())
-    }
-
-    /// WR `index`, or the error naming `method`.
-    fn element(&mut self, index: usize, method: &str) -> Result<&mut SendWr<'a>> {
-        let len = self.wrs.len();
-        self.wrs.get_mut(index).ok_or_else(|| {
-            Error::invalid(
-                InvalidInputKind::Range,
-                format!("SendWrList::{method}: index {index} is past the list's {len} WRs"),
-            )
-        })
-    }
-
-    /// WR `index`.
-    #[must_use]
-    pub fn get(&self, index: usize) -> Option<&SendWr<'a>> {
-        self.wrs.get(index)
-    }
-
-    /// The WRs, in posting order.
-    pub fn iter(&self) -> std::slice::Iter<'_, SendWr<'a>> {
-        self.wrs.iter()
-    }
-
-    /// The number of WRs.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.wrs.len()
-    }
-
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.wrs.is_empty()
-    }
-
-    /// The most WRs it holds.
-    #[must_use]
-    pub fn capacity(&self) -> usize {
-        self.wrs.capacity()
-    }
-
-    /// What the WRs ask of the QP that posts them, together: the union of their demands, a
-    /// bound one instruction per WR keeps (see [`Demand::union`]). Where it does not fit,
-    /// [`maximum_fits`](Self::maximum_fits) may still.
-    #[inline(always)]
-    pub(crate) fn demand(&self) -> Demand {
-        self.demand
-    }
-
-    /// Whether the field-wise maximum of the WRs' demands fits `slack`, for a list whose
-    /// union overstates a length (never for an empty list).
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn maximum_fits(&self, slack: Slack) -> bool {
-        combined(&self.wrs, Demand::max).fits(slack)
-    }
-
-    /// The WRs, for the extended path (which builds each, ignoring the links).
-    #[inline(always)]
-    pub(crate) fn as_slice(&self) -> &[SendWr<'a>] {
-        &self.wrs
-    }
-
-    /// The first WR's raw request, heading the linked list, from `as_mut_ptr` like the links
-    /// (see `wrs`). Without a test for an empty list: then it is dangling, to be passed to no
-    /// one (the posts never hand an empty list over).
-    #[inline(always)]
-    pub(crate) fn head(&mut self) -> *mut sys::ibv_send_wr {
-        let first = self.wrs.as_mut_ptr().cast::<u8>();
-        first.wrapping_add(std::mem::offset_of!(SendWr<'_>, raw)).cast()
-    }
-
-    /// The index of the WR whose raw request is at `raw` (the provider's `bad_wr`), when it
-    /// is one of the list's.
-    pub(crate) fn index_of(&self, raw: *const sys::ibv_send_wr) -> Option<usize> {
-        let first = self.wrs.as_ptr();
-        // SAFETY: a place computation only, inside (or one past) the allocation.
-        let base = unsafe { &raw const (*first).raw } as usize;
-        let offset = (raw as usize).checked_sub(base)?;
-        let size = std::mem::size_of::<SendWr<'_>>();
-        let index = offset / size;
-        (offset % size == 0 && index < self.wrs.len()).then_some(index)
-    }
-}
-
-impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
-    /// The WRs of `wrs`, linked in order; the list's capacity is the vector's.
-    fn from(mut wrs: Vec<SendWr<'a>>) -> Self {
-        let (n, base) = (wrs.len(), wrs.as_mut_ptr());
-        for i in 1..n {
-            // SAFETY: `i - 1` and `i` are elements; the link is taken from `base` (see `wrs`).
-            unsafe { (*base.add(i - 1)).raw.next = &raw mut (*base.add(i)).raw };
-        }
-        SendWrList { demand: combined(&wrs, Demand::union), wrs }
-    }
-}
-
-impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
-    /// The WRs, unlinked, each to be posted alone or listed again.
-    fn from(list: SendWrList<'a>) -> Self {
-        let mut wrs = list.wrs;
-        for wr in &mut wrs {
-            wr.raw.next = std::ptr::null_mut();
-        }
-        wrs
-    }
-}
-
-/// The demands of `wrs` combined by `with` ([`Demand::union`] or [`Demand::max`]);
-/// [`Demand::EMPTY`] when there are none.
-fn combined(wrs: &[SendWr<'_>], with: fn(Demand, Demand) -> Demand) -> Demand {
-    wrs.iter().map(SendWr::demand).reduce(with).unwrap_or(Demand::EMPTY)
-}
-
-impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
-    /// The WRs, linked in order; the list's capacity is their number.
-    fn from_iter<I: IntoIterator<Item = SendWr<'a>>>(wrs: I) -> Self {
-        Self::from(wrs.into_iter().collect::<Vec<_>>())
-    }
-}
-
-impl std::fmt::Debug for SendWrList<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(&self.wrs).finish()
-    }
-}
-
 /// A receive work request (`struct ibv_recv_wr`) over a borrowed SGE list.
 #[repr(transparent)]
 pub struct RecvWr<'a> {
@@ -901,7 +638,8 @@ pub struct RecvWr<'a> {
 }
 
 // SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data),
-// and `next`, which is NULL except during a list's post (`post_linked`).
+// and `next`, which is NULL except inside a `RecvWrList`, which links its own elements and
+// never lets one out without clearing it.
 unsafe impl Send for RecvWr<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for RecvWr<'_> {}
@@ -910,13 +648,9 @@ impl<'a> RecvWr<'a> {
     /// A receive into `sges`, reported with `wr_id`.
     #[must_use]
     pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
-        let raw = sys::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: sges.as_ptr().cast_mut().cast(),
-            num_sge: i32::try_from(sges.len()).unwrap_or(i32::MAX),
-        };
-        RecvWr { raw, _sges: PhantomData }
+        let mut wr = RecvWr { raw: sys::ibv_recv_wr::default(), _sges: PhantomData };
+        wr.refill(wr_id, sges);
+        wr
     }
 
     /// The `wr_id`.
@@ -924,41 +658,29 @@ impl<'a> RecvWr<'a> {
         self.raw.wr_id
     }
 
-    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_recv_wr {
-        &mut self.raw
+    /// Sets the `wr_id`.
+    pub fn set_wr_id(&mut self, wr_id: u64) {
+        self.raw.wr_id = wr_id;
     }
 
-    /// Links `wrs` into one list, hands its head to `post` (`ibv_post_recv` or
-    /// `ibv_post_srq_recv`, with its `bad_wr`), and unlinks them again, so that no `next` is
-    /// set outside the call. Returns what `post` returned and how many WRs the provider took:
-    /// all on success, else those before the one `bad_wr` names (all when it names none of
-    /// them: the provider may then have taken any).
-    pub(crate) fn post_linked(
-        wrs: &mut [RecvWr<'_>],
-        post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
-    ) -> (i32, usize) {
-        let n = wrs.len();
-        // (`repr(transparent)`: the WRs are the C structs; every access below is through
-        // `head`, derived once.)
-        let head = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
-        let mut bad = std::ptr::null_mut();
-        for i in 1..n {
-            // SAFETY: `i - 1 < n`: a WR of `wrs`, reached through the pointer derived from it,
-            // which nothing else uses during this call; `head.add(i)` is the next one.
-            unsafe { (*head.add(i - 1)).next = head.add(i) };
-        }
-        let ret = post(head, &mut bad);
-        for i in 1..n {
-            // SAFETY: as above.
-            unsafe { (*head.add(i - 1)).next = std::ptr::null_mut() };
-        }
-        if ret == 0 {
-            return (0, n);
-        }
-        let size = std::mem::size_of::<sys::ibv_recv_wr>();
-        let offset = (bad as usize).wrapping_sub(head as usize);
-        let named = offset.is_multiple_of(size) && offset / size < n;
-        (ret, if named { offset / size } else { n })
+    /// The number of SGEs.
+    pub fn num_sge(&self) -> usize {
+        self.raw.num_sge as usize
+    }
+
+    /// Makes this a receive into `sges` reported with `wr_id`, where it lies (its link, when
+    /// it is in a [`RecvWrList`], is kept).
+    #[inline(always)]
+    pub(crate) fn refill(&mut self, wr_id: u64, sges: &'a [Sge]) {
+        self.raw.wr_id = wr_id;
+        self.raw.sg_list = sges.as_ptr().cast_mut().cast();
+        self.raw.num_sge = i32::try_from(sges.len()).unwrap_or(i32::MAX);
+    }
+
+    /// The raw request, whose `next` is NULL (only a [`RecvWrList`] links WRs, and it lets
+    /// none out linked).
+    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_recv_wr {
+        &mut self.raw
     }
 }
 
@@ -971,31 +693,6 @@ impl std::fmt::Debug for RecvWr<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The provider sees one list in order; what it took is counted from `bad_wr` (all when
-    /// `bad_wr` names none of the WRs); no WR stays linked after the call.
-    #[test]
-    fn a_receive_list_is_linked_for_the_call_only_and_bad_wr_counts_what_was_taken() {
-        let sges = [Sge::new(0x1000, 64, LKey(7))];
-        let mut wrs: Vec<RecvWr<'_>> = (10..14).map(|id| RecvWr::new(id, &sges)).collect();
-        // (ret, the WR `bad_wr` names: none of the list's when 9, WRs taken)
-        for (ret, bad_index, taken) in
-            [(0, 9, 4), (libc::ENOMEM, 0, 0), (libc::ENOMEM, 2, 2), (libc::ENOMEM, 9, 4)]
-        {
-            let post = |head: *mut sys::ibv_recv_wr, bad: &mut *mut sys::ibv_recv_wr| {
-                let (mut seen, mut wr) = (Vec::new(), head);
-                while !wr.is_null() {
-                    // SAFETY: the list `post_linked` built, alive for the call.
-                    unsafe { (seen.push((*wr).wr_id), wr = (*wr).next) };
-                }
-                assert_eq!(seen, [10, 11, 12, 13]);
-                *bad = head.wrapping_add(bad_index);
-                ret
-            };
-            assert_eq!(RecvWr::post_linked(&mut wrs, post), (ret, taken), "{bad_index}");
-            assert!(wrs.iter().all(|wr| wr.raw.next.is_null()), "{bad_index}");
-        }
-    }
 
     #[test]
     fn builders_fill_the_raw_request() {
@@ -1046,66 +743,6 @@ mod tests {
         };
         let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey(1), info);
         assert_eq!(bind.demand(), demand(0, 0).with(fit::SLOW, 1));
-    }
-
-    #[test]
-    fn a_list_links_its_wrs_in_place_and_unites_what_they_ask() {
-        let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 8, LKey(7))];
-        let mut list = SendWrList::with_capacity(3);
-        assert_eq!(list.demand(), Demand::EMPTY);
-        list.push(SendWr::send(0, &sges[..1])).unwrap();
-        list.push(SendWr::send(1, &sges)).unwrap();
-        list.push(SendWr::rdma_read(2, &sges[..1], RemoteAddr { addr: 0, rkey: RKey(1) })).unwrap();
-        let links: Vec<_> = list.iter().map(|wr| wr.raw.next.cast_const()).collect();
-        let raws: Vec<_> = list.iter().map(|wr| &raw const wr.raw).collect();
-        assert_eq!(links, [raws[1], raws[2], std::ptr::null()]);
-        assert_eq!(list.head().cast_const(), raws[0]);
-        assert_eq!(list.index_of(raws[2]), Some(2));
-        assert_eq!(list.index_of(std::ptr::null()), None);
-        let union = |wrs: &[&SendWr<'_>]| wrs.iter().map(|wr| wr.demand()).reduce(Demand::union);
-        let all: Vec<_> = list.iter().collect();
-        assert_eq!(Some(list.demand()), union(&all));
-        // Full: refused, never grown (the links would move).
-        let err = list.push(SendWr::send(3, &sges)).unwrap_err();
-        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size));
-        // INLINE changes what a WR asks, and so the list's.
-        list.set_flags(1, SendFlags::INLINE).unwrap();
-        assert_eq!(list.get(1).map(SendWr::send_flags), Some(SendFlags::INLINE));
-        let all: Vec<_> = list.iter().collect();
-        assert_eq!(Some(list.demand()), union(&all));
-        list.set_wr_id(2, 9).unwrap();
-        assert_eq!(list.get(2).map(SendWr::wr_id), Some(9));
-        let err = list.set_flags(3, SendFlags::SIGNALED).unwrap_err();
-        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range));
-        // Out of the list, a WR is alone again.
-        let read = list.pop().unwrap();
-        assert!(read.raw.next.is_null() && list.get(1).unwrap().raw.next.is_null());
-        let all: Vec<_> = list.iter().collect();
-        assert_eq!(Some(list.demand()), union(&all));
-        let wrs = Vec::from(list);
-        assert!(wrs.iter().all(|wr| wr.raw.next.is_null()));
-        let list = SendWrList::from(wrs);
-        assert_eq!(list.iter().map(SendWr::wr_id).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!(list.get(0).unwrap().raw.next.cast_const(), &raw const list.get(1).unwrap().raw);
-    }
-
-    #[test]
-    fn a_list_whose_union_overstates_a_length_fits_by_its_maximum() {
-        // 200 | 60 = 252 inline bytes in the union, against a limit of 220 both keep.
-        let sges = [Sge::new(0x1000, 200, LKey(7)), Sge::new(0x2000, 60, LKey(7))];
-        let inline = |i: usize| {
-            let mut wr = SendWr::send(i as u64, &sges[i..=i]);
-            wr.set_flags(SendFlags::INLINE);
-            wr
-        };
-        let list: SendWrList<'_> = (0..2).map(inline).collect();
-        let slack = Slack::ANY.at_most(fit::SGES, 1).at_most(fit::INLINE, 220).exact();
-        assert!(!list.demand().fits(slack), "the union overstates");
-        assert!(list.maximum_fits(slack), "the maximum fits");
-        assert!(!list.maximum_fits(Slack::ANY.at_most(fit::INLINE, 199).exact()), "200 does not");
-        let empty = SendWrList::with_capacity(1);
-        let any = Slack::ANY.exact();
-        assert!(!empty.demand().fits(any) && !empty.maximum_fits(any), "nor none");
     }
 
     #[test]

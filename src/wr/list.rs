@@ -1,0 +1,669 @@
+//! Work-request lists linked once: the lists `ibv_post_send(3)` and `ibv_post_recv(3)` walk,
+//! built so that posting one again and again costs no linking.
+
+use rdma_verbs_sys as sys;
+
+use super::{RecvWr, SendFlags, SendWr};
+use crate::buffer::SendOp;
+use crate::error::{Error, InvalidInputKind, Result};
+use crate::fit::{Demand, Slack};
+
+/// A WR whose C request carries the `next` link the post verbs follow.
+pub(super) trait Linked {
+    /// The C request (`ibv_send_wr`, `ibv_recv_wr`).
+    type Raw;
+
+    /// The C request inside `*wr`: address arithmetic only, no reference is made.
+    fn raw(wr: *mut Self) -> *mut Self::Raw;
+
+    /// Sets `(*raw).next`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is the request of a live WR that no reference in use points to.
+    unsafe fn set_next(raw: *mut Self::Raw, next: *mut Self::Raw);
+}
+
+impl Linked for SendWr<'_> {
+    type Raw = sys::ibv_send_wr;
+
+    #[inline(always)]
+    fn raw(wr: *mut Self) -> *mut sys::ibv_send_wr {
+        wr.cast::<u8>().wrapping_add(std::mem::offset_of!(SendWr<'_>, raw)).cast()
+    }
+
+    #[inline(always)]
+    unsafe fn set_next(raw: *mut sys::ibv_send_wr, next: *mut sys::ibv_send_wr) {
+        // SAFETY: the caller's live, unaliased request.
+        unsafe { (*raw).next = next };
+    }
+}
+
+impl Linked for RecvWr<'_> {
+    type Raw = sys::ibv_recv_wr;
+
+    #[inline(always)]
+    fn raw(wr: *mut Self) -> *mut sys::ibv_recv_wr {
+        // (`repr(transparent)`: the WR is its request.)
+        wr.cast()
+    }
+
+    #[inline(always)]
+    unsafe fn set_next(raw: *mut sys::ibv_recv_wr, next: *mut sys::ibv_recv_wr) {
+        // SAFETY: the caller's live, unaliased request.
+        unsafe { (*raw).next = next };
+    }
+}
+
+/// WRs linked in order through their requests' `next`, in storage allocated once: a full
+/// chain hands WRs back instead of growing, so the links never move. Every WR's `next` points
+/// to the following one's request, the last's is NULL, and a WR leaves the chain unlinked.
+///
+/// The links are taken from `as_mut_ptr`, the storage's own pointer (never from a reference
+/// to an element, which a later access would invalidate): they stay valid under Stacked and
+/// Tree Borrows whatever references to the elements are made and dropped meanwhile, until the
+/// provider follows them. (No Miri toolchain can be installed where this is built, so this is
+/// argued, not checked by Miri.)
+pub(super) struct Chain<W> {
+    wrs: Vec<W>,
+}
+
+impl<W: Linked> Chain<W> {
+    pub(super) fn with_capacity(capacity: usize) -> Self {
+        Chain { wrs: Vec::with_capacity(capacity) }
+    }
+
+    /// The WRs of `wrs`, linked in order; the chain's capacity is the vector's.
+    pub(super) fn from_vec(mut wrs: Vec<W>) -> Self {
+        let base = wrs.as_mut_ptr();
+        for i in 1..wrs.len() {
+            // SAFETY: `i - 1` and `i` are elements, reached from `base` (see the type).
+            unsafe { W::set_next(W::raw(base.add(i - 1)), W::raw(base.add(i))) };
+        }
+        Chain { wrs }
+    }
+
+    /// The WRs, unlinked.
+    pub(super) fn into_vec(mut self) -> Vec<W> {
+        let (n, base) = (self.wrs.len(), self.wrs.as_mut_ptr());
+        for i in 0..n {
+            // SAFETY: `i` is an element, reached from `base`.
+            unsafe { W::set_next(W::raw(base.add(i)), std::ptr::null_mut()) };
+        }
+        self.wrs
+    }
+
+    /// Appends `wr`, linked after the last WR; hands it back when the chain is full.
+    #[inline]
+    pub(super) fn push(&mut self, wr: W) -> std::result::Result<(), W> {
+        let n = self.wrs.len();
+        if n == self.wrs.capacity() {
+            return Err(wr);
+        }
+        // Within the capacity: the storage does not move.
+        self.wrs.push(wr);
+        if n > 0 {
+            let base = self.wrs.as_mut_ptr();
+            // SAFETY: `n - 1` and `n` are elements, reached from `base`.
+            unsafe { W::set_next(W::raw(base.add(n - 1)), W::raw(base.add(n))) };
+        }
+        Ok(())
+    }
+
+    /// Keeps the first `n` WRs (all when there are fewer), the last of them unlinked.
+    #[inline]
+    pub(super) fn truncate(&mut self, n: usize) {
+        if n >= self.wrs.len() {
+            return;
+        }
+        self.wrs.truncate(n);
+        if n > 0 {
+            // SAFETY: `n - 1` is an element, reached from the storage's pointer.
+            unsafe { W::set_next(W::raw(self.wrs.as_mut_ptr().add(n - 1)), std::ptr::null_mut()) };
+        }
+    }
+
+    /// Takes the last WR back out (unlinked: it was the last).
+    pub(super) fn pop(&mut self) -> Option<W> {
+        let wr = self.wrs.pop()?;
+        let n = self.wrs.len();
+        if n > 0 {
+            // SAFETY: `n - 1` is an element, reached from the storage's pointer.
+            unsafe { W::set_next(W::raw(self.wrs.as_mut_ptr().add(n - 1)), std::ptr::null_mut()) };
+        }
+        Some(wr)
+    }
+
+    /// Makes the chain `n` WRs long (at most its capacity), adding `blank()`s or leaving WRs
+    /// out, then has `write(i, wr)` write WR `i` where it lies (without touching its link):
+    /// for a list reused post after post.
+    #[inline]
+    pub(super) fn rewrite(
+        &mut self,
+        n: usize,
+        blank: impl Fn() -> W,
+        mut write: impl FnMut(usize, &mut W),
+    ) {
+        let n = n.min(self.capacity());
+        self.truncate(n);
+        while self.wrs.len() < n {
+            // (Within the capacity.)
+            let _ = self.push(blank());
+        }
+        for (i, wr) in self.wrs.iter_mut().enumerate() {
+            write(i, wr);
+        }
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.wrs.clear();
+    }
+
+    /// WR `index`, to change in place (never its link: no method of `W` writes `next`).
+    pub(super) fn get_mut(&mut self, index: usize) -> Option<&mut W> {
+        self.wrs.get_mut(index)
+    }
+
+    #[inline(always)]
+    pub(super) fn as_slice(&self) -> &[W] {
+        &self.wrs
+    }
+
+    #[inline(always)]
+    pub(super) fn capacity(&self) -> usize {
+        self.wrs.capacity()
+    }
+
+    /// The first WR's request, heading the chain, from the storage's pointer like the links.
+    /// Without a test for an empty chain: then it is dangling, to be passed to no one.
+    #[inline(always)]
+    pub(super) fn head(&mut self) -> *mut W::Raw {
+        W::raw(self.wrs.as_mut_ptr())
+    }
+
+    /// How many WRs a provider took that refused the one whose request is at `bad` (its
+    /// `bad_wr`): those before it, or all when `bad` names none of the chain's (the provider
+    /// may then have taken any: counting all, the buffer tier never hands back memory the NIC
+    /// might use).
+    pub(super) fn taken_before(&self, bad: *const W::Raw) -> usize {
+        let base = W::raw(self.wrs.as_ptr().cast_mut()) as usize;
+        let size = std::mem::size_of::<W>();
+        let index = (bad as usize).checked_sub(base).filter(|offset| offset % size == 0);
+        index.map(|offset| offset / size).filter(|&i| i < self.wrs.len()).unwrap_or(self.wrs.len())
+    }
+}
+
+/// The error of a push to the full list `list` of `capacity` WRs.
+fn full(list: &str, capacity: usize) -> Error {
+    Error::invalid(
+        InvalidInputKind::Size,
+        format!(
+            "the {list} is full ({capacity} WRs, its capacity): make it with a larger \
+             {list}::with_capacity"
+        ),
+    )
+}
+
+/// The error of `list::method` given an `index` past its `len` WRs.
+fn past(list: &str, method: &str, index: usize, len: usize) -> Error {
+    Error::invalid(
+        InvalidInputKind::Range,
+        format!("{list}::{method}: index {index} is past the list's {len} WRs"),
+    )
+}
+
+/// Send work requests linked once into the list `ibv_post_send(3)` walks, for
+/// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list) to post with one doorbell,
+/// again and again: perftest's post lists.
+///
+/// The list is linked as WRs are pushed, and what its WRs ask of a QP (SGE counts, inline
+/// sizes, operations) is summed up then, so that a post checks the whole list against the
+/// QP with one comparison and hands it to the provider as it is. Its storage is allocated
+/// once, by [`with_capacity`](Self::with_capacity) (or taken over from a `Vec`): a full list
+/// hands WRs back instead of growing, so the links never move. Its WRs can be read, and their
+/// flags and `wr_id`s set, in place.
+///
+/// ```
+/// # use rdma_verbs::{SendWr, SendWrList, SendFlags, Sge, LKey};
+/// let sges = [Sge::new(0x1000, 64, LKey(7))];
+/// let mut list = SendWrList::with_capacity(4);
+/// for wr_id in 0..4 {
+///     list.push(SendWr::send(wr_id, &sges)).unwrap();
+/// }
+/// list.set_flags(3, SendFlags::SIGNALED).unwrap();
+/// assert!(list.push(SendWr::send(4, &sges)).is_err(), "full");
+/// assert_eq!(list.get(3).map(SendWr::send_flags), Some(SendFlags::SIGNALED));
+/// ```
+pub struct SendWrList<'a> {
+    wrs: Chain<SendWr<'a>>,
+    /// The union of the WRs' demands (a bound of their maximum in one instruction per WR, see
+    /// [`Demand::union`]); [`Demand::EMPTY`] when there are none.
+    demand: Demand,
+}
+
+// (Send and Sync follow from `SendWr`'s: the links point into the list's own storage.)
+
+impl<'a> SendWrList<'a> {
+    /// An empty list for up to `capacity` WRs.
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> Self {
+        SendWrList { wrs: Chain::with_capacity(capacity), demand: Demand::EMPTY }
+    }
+
+    /// Appends `wr`, linking it after the last one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when the list holds
+    /// [`capacity`](Self::capacity) WRs already (it never grows, so that its links stay put).
+    #[inline]
+    pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
+        let demand = if self.is_empty() { wr.demand } else { self.demand.union(wr.demand) };
+        self.wrs.push(wr).map_err(|_| full("SendWrList", self.capacity()))?;
+        self.demand = demand;
+        Ok(())
+    }
+
+    /// Makes the list `n` WRs long (at most its capacity: the rest is left out), WR `i`
+    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and unites its demand: for a list
+    /// reused post after post, whose WRs are written where they lie, linked once.
+    #[inline]
+    pub(crate) fn rewrite(&mut self, n: usize, mut write: impl FnMut(usize, &mut SendWr<'a>)) {
+        let mut demand = Demand::EMPTY;
+        let blank = || SendWr::of(0, &[], SendOp::Send, SendFlags::empty(), None);
+        self.wrs.rewrite(n, blank, |i, wr| {
+            write(i, wr);
+            demand = if i == 0 { wr.demand } else { demand.union(wr.demand) };
+        });
+        self.demand = demand;
+    }
+
+    /// Takes the last WR back out (unlinked).
+    pub fn pop(&mut self) -> Option<SendWr<'a>> {
+        let wr = self.wrs.pop()?;
+        self.demand = combined(self.wrs.as_slice(), Demand::union);
+        Some(wr)
+    }
+
+    /// Removes every WR.
+    pub fn clear(&mut self) {
+        self.wrs.clear();
+        self.demand = Demand::EMPTY;
+    }
+
+    /// Sets the flags of WR `index` (replacing earlier ones), e.g. to signal the last.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
+    /// [`len`](Self::len).
+    pub fn set_flags(&mut self, index: usize, flags: SendFlags) -> Result<()> {
+        let wr = self.element(index, "set_flags")?;
+        let before = wr.demand;
+        wr.set_flags(flags);
+        if wr.demand != before {
+            // Only INLINE changes what a WR asks; the list's may shrink, so it is united anew.
+            self.demand = combined(self.wrs.as_slice(), Demand::union);
+        }
+        Ok(())
+    }
+
+    /// Sets the `wr_id` of WR `index`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
+    /// [`len`](Self::len).
+    pub fn set_wr_id(&mut self, index: usize, wr_id: u64) -> Result<()> {
+        self.element(index, "set_wr_id")?.set_wr_id(wr_id);
+        Ok(())
+    }
+
+    /// WR `index`, or the error naming `method`.
+    fn element(&mut self, index: usize, method: &str) -> Result<&mut SendWr<'a>> {
+        let len = self.len();
+        self.wrs.get_mut(index).ok_or_else(|| past("SendWrList", method, index, len))
+    }
+
+    /// WR `index`.
+    #[must_use]
+    pub fn get(&self, index: usize) -> Option<&SendWr<'a>> {
+        self.wrs.as_slice().get(index)
+    }
+
+    /// The WRs, in posting order.
+    pub fn iter(&self) -> std::slice::Iter<'_, SendWr<'a>> {
+        self.wrs.as_slice().iter()
+    }
+
+    /// The number of WRs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.wrs.as_slice().len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most WRs it holds.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.wrs.capacity()
+    }
+
+    /// What the WRs ask of the QP that posts them, together: the union of their demands, a
+    /// bound one instruction per WR keeps (see [`Demand::union`]). Where it does not fit,
+    /// [`maximum_fits`](Self::maximum_fits) may still.
+    #[inline(always)]
+    pub(crate) fn demand(&self) -> Demand {
+        self.demand
+    }
+
+    /// Whether the field-wise maximum of the WRs' demands fits `slack`, for a list whose
+    /// union overstates a length (never for an empty list).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn maximum_fits(&self, slack: Slack) -> bool {
+        combined(self.wrs.as_slice(), Demand::max).fits(slack)
+    }
+
+    /// The WRs, for the extended path (which builds each, ignoring the links).
+    #[inline(always)]
+    pub(crate) fn as_slice(&self) -> &[SendWr<'a>] {
+        self.wrs.as_slice()
+    }
+
+    /// The first WR's raw request, heading the linked list; dangling when the list is empty,
+    /// to be passed to no one then (the posts never hand an empty list over).
+    #[inline(always)]
+    pub(crate) fn head(&mut self) -> *mut sys::ibv_send_wr {
+        self.wrs.head()
+    }
+
+    /// How many WRs the provider took when it refused the one at `bad` (see
+    /// [`Chain::taken_before`]).
+    pub(crate) fn taken_before(&self, bad: *const sys::ibv_send_wr) -> usize {
+        self.wrs.taken_before(bad)
+    }
+}
+
+impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
+    /// The WRs of `wrs`, linked in order; the list's capacity is the vector's.
+    fn from(wrs: Vec<SendWr<'a>>) -> Self {
+        SendWrList { demand: combined(&wrs, Demand::union), wrs: Chain::from_vec(wrs) }
+    }
+}
+
+impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
+    /// The WRs, unlinked, each to be posted alone or listed again.
+    fn from(list: SendWrList<'a>) -> Self {
+        list.wrs.into_vec()
+    }
+}
+
+/// The demands of `wrs` combined by `with` ([`Demand::union`] or [`Demand::max`]);
+/// [`Demand::EMPTY`] when there are none.
+fn combined(wrs: &[SendWr<'_>], with: fn(Demand, Demand) -> Demand) -> Demand {
+    wrs.iter().map(SendWr::demand).reduce(with).unwrap_or(Demand::EMPTY)
+}
+
+impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
+    /// The WRs, linked in order; the list's capacity is their number.
+    fn from_iter<I: IntoIterator<Item = SendWr<'a>>>(wrs: I) -> Self {
+        Self::from(wrs.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::fmt::Debug for SendWrList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Receive work requests linked once into the list `ibv_post_recv(3)` walks, for
+/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list) and
+/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list) to post
+/// with one call (one provider lock, one doorbell record), again and again.
+///
+/// Its storage is allocated once, by [`with_capacity`](Self::with_capacity) (or taken over
+/// from a `Vec`): a full list hands WRs back instead of growing, so the links never move.
+///
+/// ```
+/// # use rdma_verbs::{RecvWr, RecvWrList, Sge, LKey};
+/// let slots = [[Sge::new(0x1000, 4096, LKey(7))], [Sge::new(0x2000, 4096, LKey(7))]];
+/// let mut list: RecvWrList<'_> = slots.iter().zip(0..).map(|(s, id)| RecvWr::new(id, s)).collect();
+/// assert!(list.push(RecvWr::new(2, &slots[0])).is_err(), "full");
+/// list.set_wr_id(1, 9).unwrap();
+/// assert_eq!(list.iter().map(RecvWr::wr_id).collect::<Vec<_>>(), [0, 9]);
+/// ```
+pub struct RecvWrList<'a> {
+    wrs: Chain<RecvWr<'a>>,
+}
+
+// (Send and Sync follow from `RecvWr`'s: the links point into the list's own storage.)
+
+impl<'a> RecvWrList<'a> {
+    /// An empty list for up to `capacity` WRs.
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> Self {
+        RecvWrList { wrs: Chain::with_capacity(capacity) }
+    }
+
+    /// Appends `wr`, linking it after the last one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Size`]) when the list holds
+    /// [`capacity`](Self::capacity) WRs already (it never grows, so that its links stay put).
+    #[inline]
+    pub fn push(&mut self, wr: RecvWr<'a>) -> Result<()> {
+        self.wrs.push(wr).map_err(|_| full("RecvWrList", self.capacity()))
+    }
+
+    /// Makes the list `n` WRs long (at most its capacity), WR `i` written by `write(i, wr)`
+    /// (with [`RecvWr::refill`]): for a list reused post after post.
+    #[inline]
+    pub(crate) fn rewrite(&mut self, n: usize, write: impl FnMut(usize, &mut RecvWr<'a>)) {
+        self.wrs.rewrite(n, || RecvWr::new(0, &[]), write);
+    }
+
+    /// Takes the last WR back out (unlinked).
+    pub fn pop(&mut self) -> Option<RecvWr<'a>> {
+        self.wrs.pop()
+    }
+
+    /// Removes every WR.
+    pub fn clear(&mut self) {
+        self.wrs.clear();
+    }
+
+    /// Sets the `wr_id` of WR `index`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
+    /// [`len`](Self::len).
+    pub fn set_wr_id(&mut self, index: usize, wr_id: u64) -> Result<()> {
+        let len = self.len();
+        let wr =
+            self.wrs.get_mut(index).ok_or_else(|| past("RecvWrList", "set_wr_id", index, len))?;
+        wr.set_wr_id(wr_id);
+        Ok(())
+    }
+
+    /// WR `index`.
+    #[must_use]
+    pub fn get(&self, index: usize) -> Option<&RecvWr<'a>> {
+        self.wrs.as_slice().get(index)
+    }
+
+    /// The WRs, in posting order.
+    pub fn iter(&self) -> std::slice::Iter<'_, RecvWr<'a>> {
+        self.wrs.as_slice().iter()
+    }
+
+    /// The number of WRs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.wrs.as_slice().len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most WRs it holds.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.wrs.capacity()
+    }
+
+    /// The first WR's raw request, heading the linked list; dangling when the list is empty,
+    /// to be passed to no one then.
+    #[inline(always)]
+    pub(crate) fn head(&mut self) -> *mut sys::ibv_recv_wr {
+        self.wrs.head()
+    }
+
+    /// How many WRs the provider took when it refused the one at `bad` (see
+    /// [`Chain::taken_before`]).
+    pub(crate) fn taken_before(&self, bad: *const sys::ibv_recv_wr) -> usize {
+        self.wrs.taken_before(bad)
+    }
+}
+
+impl<'a> From<Vec<RecvWr<'a>>> for RecvWrList<'a> {
+    /// The WRs of `wrs`, linked in order; the list's capacity is the vector's.
+    fn from(wrs: Vec<RecvWr<'a>>) -> Self {
+        RecvWrList { wrs: Chain::from_vec(wrs) }
+    }
+}
+
+impl<'a> From<RecvWrList<'a>> for Vec<RecvWr<'a>> {
+    /// The WRs, unlinked, each to be posted alone or listed again.
+    fn from(list: RecvWrList<'a>) -> Self {
+        list.wrs.into_vec()
+    }
+}
+
+impl<'a> FromIterator<RecvWr<'a>> for RecvWrList<'a> {
+    /// The WRs, linked in order; the list's capacity is their number.
+    fn from_iter<I: IntoIterator<Item = RecvWr<'a>>>(wrs: I) -> Self {
+        Self::from(wrs.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::fmt::Debug for RecvWrList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fit;
+    use crate::mr::{LKey, RKey};
+    use crate::wr::{RemoteAddr, Sge};
+
+    #[test]
+    fn a_list_links_its_wrs_in_place_and_unites_what_they_ask() {
+        let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 8, LKey(7))];
+        let mut list = SendWrList::with_capacity(3);
+        assert_eq!(list.demand(), Demand::EMPTY);
+        list.push(SendWr::send(0, &sges[..1])).unwrap();
+        list.push(SendWr::send(1, &sges)).unwrap();
+        list.push(SendWr::rdma_read(2, &sges[..1], RemoteAddr { addr: 0, rkey: RKey(1) })).unwrap();
+        let links: Vec<_> = list.iter().map(|wr| wr.raw.next.cast_const()).collect();
+        let raws: Vec<_> = list.iter().map(|wr| &raw const wr.raw).collect();
+        assert_eq!(links, [raws[1], raws[2], std::ptr::null()]);
+        assert_eq!(list.head().cast_const(), raws[0]);
+        // A refused WR counts those before it; a `bad_wr` naming none counts all.
+        assert_eq!(list.taken_before(raws[2]), 2);
+        assert_eq!(list.taken_before(std::ptr::null()), 3);
+        assert_eq!(list.taken_before(raws[0].wrapping_byte_add(1)), 3);
+        let union = |wrs: &[&SendWr<'_>]| wrs.iter().map(|wr| wr.demand()).reduce(Demand::union);
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(Some(list.demand()), union(&all));
+        // Full: refused, never grown (the links would move).
+        let err = list.push(SendWr::send(3, &sges)).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size));
+        // INLINE changes what a WR asks, and so the list's.
+        list.set_flags(1, SendFlags::INLINE).unwrap();
+        assert_eq!(list.get(1).map(SendWr::send_flags), Some(SendFlags::INLINE));
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(Some(list.demand()), union(&all));
+        list.set_wr_id(2, 9).unwrap();
+        assert_eq!(list.get(2).map(SendWr::wr_id), Some(9));
+        let err = list.set_flags(3, SendFlags::SIGNALED).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range));
+        // Out of the list, a WR is alone again.
+        let read = list.pop().unwrap();
+        assert!(read.raw.next.is_null() && list.get(1).unwrap().raw.next.is_null());
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(Some(list.demand()), union(&all));
+        let wrs = Vec::from(list);
+        assert!(wrs.iter().all(|wr| wr.raw.next.is_null()));
+        let list = SendWrList::from(wrs);
+        assert_eq!(list.iter().map(SendWr::wr_id).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(list.get(0).unwrap().raw.next.cast_const(), &raw const list.get(1).unwrap().raw);
+    }
+
+    #[test]
+    fn a_list_whose_union_overstates_a_length_fits_by_its_maximum() {
+        // 200 | 60 = 252 inline bytes in the union, against a limit of 220 both keep.
+        let sges = [Sge::new(0x1000, 200, LKey(7)), Sge::new(0x2000, 60, LKey(7))];
+        let inline = |i: usize| {
+            let mut wr = SendWr::send(i as u64, &sges[i..=i]);
+            wr.set_flags(SendFlags::INLINE);
+            wr
+        };
+        let list: SendWrList<'_> = (0..2).map(inline).collect();
+        let slack = Slack::ANY.at_most(fit::SGES, 1).at_most(fit::INLINE, 220).exact();
+        assert!(!list.demand().fits(slack), "the union overstates");
+        assert!(list.maximum_fits(slack), "the maximum fits");
+        assert!(!list.maximum_fits(Slack::ANY.at_most(fit::INLINE, 199).exact()), "200 does not");
+        let empty = SendWrList::with_capacity(1);
+        let any = Slack::ANY.exact();
+        assert!(!empty.demand().fits(any) && !empty.maximum_fits(any), "nor none");
+    }
+
+    #[test]
+    fn a_receive_list_links_in_place_and_is_rewritten_without_relinking() {
+        let sges = [Sge::new(0x1000, 64, LKey(7)), Sge::new(0x2000, 64, LKey(7))];
+        let walk = |list: &mut RecvWrList<'_>| {
+            let (mut seen, mut wr) = (Vec::new(), list.head());
+            while !wr.is_null() {
+                // SAFETY: the list's own chain, alive and unchanged during the walk.
+                unsafe { (seen.push(((*wr).wr_id, (*wr).sg_list)), wr = (*wr).next) };
+            }
+            seen
+        };
+        let addr = |i: usize| (&raw const sges[i]).cast_mut().cast::<sys::ibv_sge>();
+        let mut list: RecvWrList<'_> = (10..13).map(|id| RecvWr::new(id, &sges[..1])).collect();
+        assert_eq!(walk(&mut list), [(10, addr(0)), (11, addr(0)), (12, addr(0))]);
+        let err = list.push(RecvWr::new(13, &sges)).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size));
+        list.set_wr_id(2, 20).unwrap();
+        let err = list.set_wr_id(3, 0).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range));
+        let head = list.head();
+        assert_eq!(list.taken_before(head.wrapping_add(1)), 1);
+        assert_eq!(list.taken_before(head.wrapping_add(3)), 3, "past the list: all");
+        // Shorter, then longer again: the last WR ends the walk each time.
+        list.rewrite(2, |i, wr| wr.refill(30 + i as u64, &sges[1..]));
+        assert_eq!(walk(&mut list), [(30, addr(1)), (31, addr(1))]);
+        list.rewrite(3, |i, wr| wr.refill(40 + i as u64, &sges[i % 2..=i % 2]));
+        assert_eq!(walk(&mut list), [(40, addr(0)), (41, addr(1)), (42, addr(0))]);
+        assert_eq!(list.head(), head, "the storage never moved");
+        let last = list.pop().unwrap();
+        assert!(last.raw.next.is_null() && list.get(1).unwrap().raw.next.is_null());
+        let wrs = Vec::from(list);
+        assert!(wrs.iter().all(|wr| wr.raw.next.is_null()), "out of the list, each is alone");
+    }
+}
