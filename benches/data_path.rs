@@ -20,14 +20,15 @@
 #[path = "../tests/support/stub_data_path.rs"]
 mod stub_data_path;
 
+use std::cell::RefCell;
 use std::ffi::c_int;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
 use rdma_verbs::{
-    Context, CqAttr, RKey, RecvWr, RecvWrList, RemoteAddr, SendFlags, SendList, SendOp, SendWr,
-    SendWrList, VerbsPath, WorkCompletion,
+    Context, CqAttr, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, SendFlags, SendList, SendOp,
+    SendWr, SendWrList, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -99,6 +100,58 @@ unsafe extern "C" fn poll_cq(
         unsafe { wc.add(i).write(done) };
     }
     num_entries
+}
+
+thread_local! {
+    /// The `wr_id`s of the receives posted through [`post_recv_noting`] and not yet polled.
+    static NOTED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// As [`post_recv`], noting each receive's `wr_id` for [`poll_noted`] to complete: the
+/// receiving context's, for the buffer tier's receives, which must come back to their pool.
+///
+/// # Safety
+///
+/// As `ibv_post_recv(3)`: `wr` is a valid list.
+unsafe extern "C" fn post_recv_noting(
+    _qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_recv_wr,
+    _bad_wr: *mut *mut sys::ibv_recv_wr,
+) -> c_int {
+    NOTED.with_borrow_mut(|noted| {
+        // SAFETY: the caller's valid list.
+        unsafe {
+            each_wr(wr, |w| {
+                black_box((w.sg_list, w.num_sge));
+                noted.push(w.wr_id);
+            })
+        };
+    });
+    0
+}
+
+/// Completes the oldest receives [`post_recv_noting`] noted, up to `num_entries`, each
+/// having received 64 bytes.
+///
+/// # Safety
+///
+/// As `ibv_poll_cq(3)`: `wc` is writable for `num_entries` entries.
+unsafe extern "C" fn poll_noted(
+    _cq: *mut sys::ibv_cq,
+    num_entries: c_int,
+    wc: *mut sys::ibv_wc,
+) -> c_int {
+    NOTED.with_borrow_mut(|noted| {
+        let n = noted.len().min(num_entries.max(0) as usize);
+        for (i, &wr_id) in noted[..n].iter().enumerate() {
+            let done =
+                sys::ibv_wc { wr_id, opcode: sys::IBV_WC_RECV, byte_len: 64, ..Default::default() };
+            // SAFETY: `i < num_entries`, which the caller made writable.
+            unsafe { wc.add(i).write(done) };
+        }
+        noted.drain(..n);
+        n as c_int
+    })
 }
 
 /// Reads the WR's fields as a provider's builder does.
@@ -414,6 +467,38 @@ fn data_path(mode: &mut impl Mode) {
             }
         });
     }
+    // The buffer tier's receive list over the raw tier's, on a context whose stubs complete
+    // what was posted: each round posts 16 receives with one call and polls their 16
+    // completions, the buffer tier's going back to their pool (the raw side asks the pool
+    // too, which names none of its WRs). One path: receives are posted the same way on both.
+    let ops = DataPath { post_send, post_recv: post_recv_noting, poll_cq: poll_noted };
+    let receiving = context(&mock, ops, ContextConfig::default());
+    with_rts_qp(&receiving, |qp, cq, sge, pool| {
+        let sges = [sge];
+        let mut raw: RecvWrList<'_> = (0..LIST).map(|_| RecvWr::new(1, &sges)).collect();
+        let mut buffers = RecvList::with_capacity(LIST);
+        let returned = |storage: &mut [WorkCompletion; LIST]| {
+            cq.poll(storage)
+                .map_or(0, |wcs| wcs.iter_mut().filter_map(|wc| pool.complete(wc)).count())
+        };
+        let (mut safe_wcs, mut raw_wcs) =
+            ([WorkCompletion::EMPTY; LIST], [WorkCompletion::EMPTY; LIST]);
+        mode.case(
+            "legacy/buffer_recv_list_16",
+            || {
+                for _ in 0..LIST {
+                    let _ = buffers.push(pool.take().expect("every round returns what it takes"));
+                }
+                let posted = black_box(qp).post_recv_buffers(&mut buffers).is_ok();
+                posted && returned(&mut safe_wcs) == LIST
+            },
+            || {
+                // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                let posted = unsafe { black_box(qp).post_recv_list(&mut raw) }.is_ok();
+                posted && returned(&mut raw_wcs) == 0
+            },
+        );
+    });
 }
 
 /// Links `wrs` in order through the `next` that `next_of` names, as C code builds a list.
