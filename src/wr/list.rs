@@ -113,25 +113,24 @@ impl<W: Linked> Chain<W> {
     /// Keeps the first `n` WRs (all when there are fewer), the last of them unlinked.
     #[inline]
     pub(super) fn truncate(&mut self, n: usize) {
-        if n >= self.wrs.len() {
-            return;
-        }
         self.wrs.truncate(n);
-        if n > 0 {
-            // SAFETY: `n - 1` is an element, reached from the storage's pointer.
-            unsafe { W::set_next(W::raw(self.wrs.as_mut_ptr().add(n - 1)), std::ptr::null_mut()) };
-        }
+        self.end();
     }
 
     /// Takes the last WR back out (unlinked: it was the last).
     pub(super) fn pop(&mut self) -> Option<W> {
         let wr = self.wrs.pop()?;
-        let n = self.wrs.len();
-        if n > 0 {
-            // SAFETY: `n - 1` is an element, reached from the storage's pointer.
-            unsafe { W::set_next(W::raw(self.wrs.as_mut_ptr().add(n - 1)), std::ptr::null_mut()) };
-        }
+        self.end();
         Some(wr)
+    }
+
+    /// Ends the chain at its last WR (a NULL `next`), after WRs left it.
+    #[inline]
+    fn end(&mut self) {
+        if let Some(last) = self.wrs.len().checked_sub(1) {
+            // SAFETY: `last` is an element, reached from the storage's pointer.
+            unsafe { W::set_next(W::raw(self.wrs.as_mut_ptr().add(last)), std::ptr::null_mut()) };
+        }
     }
 
     /// Makes the chain `n` WRs long (at most its capacity), adding `blank()`s or leaving WRs
