@@ -219,8 +219,9 @@ pub(super) unsafe extern "C" fn create_qp_ex(
     context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    // SAFETY: the caller passes a valid, exclusive attribute struct.
-    let a = unsafe { &mut *attr };
+    // SAFETY: the caller passes a valid, exclusive attribute struct. (A copy: `init` below
+    // borrows the struct mutably while these fields are still read.)
+    let a = unsafe { attr.read() };
     let call = Call::CreateQpEx {
         qp_type: a.qp_type,
         comp_mask: a.comp_mask,

@@ -74,23 +74,26 @@ fn broke(s: &mut State, queue: Queue, wr_id: u64, position: usize, broken: Broke
 unsafe fn read_send(s: &State, wr: &ibv_send_wr) -> (SendWork, Option<Broken>) {
     // SAFETY: the caller's valid work request.
     let sges = unsafe { sges(wr.sg_list, wr.num_sge) };
-    // SAFETY: every member of these unions is plain integers (and a pointer read as an
-    // address); the opcode says which one the caller set, the others are read and ignored.
-    let (imm, rdma, atomic, ud) =
-        unsafe { (wr.__bindgen_anon_1.imm_data, wr.wr.rdma, wr.wr.atomic, wr.wr.ud) };
     let atomics = matches!(wr.opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD);
-    let mut work = SendWork {
-        wr_id: wr.wr_id,
-        opcode: wr.opcode,
-        signaled: wr.send_flags & IBV_SEND_SIGNALED != 0,
-        imm,
-        remote_addr: if atomics { atomic.remote_addr } else { rdma.remote_addr },
-        rkey: if atomics { atomic.rkey } else { rdma.rkey },
-        compare_add: atomic.compare_add,
-        swap: atomic.swap,
-        ah: ud.ah as usize,
-        remote_qpn: ud.remote_qpn,
-        ..SendWork::default()
+    // SAFETY: plain integers (and a pointer read as an address), read field by field: the
+    // atomic member only for an atomic, which sets it, since a member assigned whole leaves
+    // its padding uninitialised, and `rdma`'s ends 4 bytes into `compare_add`. The rest are
+    // read for every WR: `imm_data` is the whole union, `rdma`'s fields and `ud`'s first two
+    // lie where `rdma` and `atomic` have fields, set or zeroed, never padding.
+    let mut work = unsafe {
+        SendWork {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled: wr.send_flags & IBV_SEND_SIGNALED != 0,
+            imm: wr.__bindgen_anon_1.imm_data,
+            remote_addr: if atomics { wr.wr.atomic.remote_addr } else { wr.wr.rdma.remote_addr },
+            rkey: if atomics { wr.wr.atomic.rkey } else { wr.wr.rdma.rkey },
+            compare_add: if atomics { wr.wr.atomic.compare_add } else { 0 },
+            swap: if atomics { wr.wr.atomic.swap } else { 0 },
+            ah: wr.wr.ud.ah as usize,
+            remote_qpn: wr.wr.ud.remote_qpn,
+            ..SendWork::default()
+        }
     };
     if wr.opcode == IBV_WR_BIND_MW {
         // SAFETY: the union member a BIND_MW request sets; plain fields and pointers.

@@ -362,12 +362,12 @@ impl ExQp {
         if self.send_ops & bit == 0 {
             return Err(Error::Unsupported { what: name });
         }
-        // SAFETY: inside the caller's batch; the union members read are the ones the WR's
-        // opcode set (the constructors of `SendWr` zero the rest).
+        // SAFETY: inside the caller's batch; each arm reads only the union member its opcode
+        // set (another's bytes may lie in that member's padding, uninitialised).
         let ret = unsafe {
             (*qp).wr_id = wr.wr_id;
             (*qp).wr_flags = wr.send_flags;
-            let (rdma, atomic) = (wr.wr.rdma, wr.wr.atomic);
+            let (rdma, atomic) = (&wr.wr.rdma, &wr.wr.atomic);
             match wr.opcode {
                 sys::IBV_WR_SEND => inl::ibv_wr_send(qp),
                 sys::IBV_WR_SEND_WITH_IMM => inl::ibv_wr_send_imm(qp, wr.__bindgen_anon_1.imm_data),

@@ -576,12 +576,11 @@ fn shape(
     (demand, build)
 }
 
-/// Sets the remote address and rkey of an RDMA WR.
+/// Sets the remote address and rkey of an RDMA WR, field by field: assigned whole, the
+/// member's 4 bytes of padding would be left uninitialised, inside the other members' fields.
 fn set_remote(raw: &mut sys::ibv_send_wr, remote: RemoteAddr) {
-    raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-        remote_addr: remote.addr,
-        rkey: remote.rkey.0,
-    };
+    raw.wr.rdma.remote_addr = remote.addr;
+    raw.wr.rdma.rkey = remote.rkey.0;
 }
 
 /// Sets the remote word and operands of an atomic.
