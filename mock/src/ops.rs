@@ -29,8 +29,8 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     ctx.cmd_fd = -1;
     // An eventfd counting the events queued by `Mock::push_async_event`: readable while any
     // is queued, like a provider's async_fd (-1 if it cannot be made: reads then fail EBADF).
-    // SAFETY: eventfd has no preconditions; the context owns the descriptor (closed in `free`).
-    ctx.async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    // (The context owns the descriptor, closed in `free`.)
+    ctx.async_fd = event_fd();
     ctx.num_comp_vectors = 1;
     // `__VERBS_ABI_IS_EXTENDED` marks a context that lives inside a `verbs_context`.
     ctx.abi_compat = if config.extended { usize::MAX as *mut c_void } else { ptr::null_mut() };
@@ -136,4 +136,13 @@ pub(super) unsafe fn write_prefix(dst: *mut u8, len: usize) {
     let n = len.min(size_of::<ibv_port_attr>());
     // SAFETY: `n` bytes fit in both `attr` and the caller's buffer.
     unsafe { ptr::copy_nonoverlapping(ptr::from_ref(&attr).cast::<u8>(), dst, n) };
+}
+
+/// A new eventfd (or -1) whose reads take one event each (`EFD_SEMAPHORE`), as a provider's
+/// channels hand over events; under Miri, which has no `EFD_SEMAPHORE`, a plain one, whose
+/// read takes all that are pending (no test run under Miri counts events).
+pub(crate) fn event_fd() -> c_int {
+    let semaphore = if cfg!(miri) { 0 } else { libc::EFD_SEMAPHORE };
+    // SAFETY: eventfd has no preconditions.
+    unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | semaphore) }
 }

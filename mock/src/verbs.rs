@@ -397,9 +397,8 @@ pub(super) extern "C" fn ibv_create_comp_channel(
     or_null(serve(|s| {
         s.begin(Call::CreateCompChannel, Verb::CreateCompChannel)?;
         s.expect(context, Kind::Context)?;
-        // SAFETY: eventfd has no preconditions; the channel owns the descriptor, closed when
-        // it is freed.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        // (The channel owns the descriptor, closed when it is freed.)
+        let fd = super::ops::event_fd();
         if fd < 0 {
             return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
         }
