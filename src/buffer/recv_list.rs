@@ -33,6 +33,12 @@ pub struct RecvList<'p> {
 
 impl<'p> RecvList<'p> {
     /// An empty list for up to `capacity` buffers.
+    ///
+    /// # Panics
+    ///
+    /// As `Vec::with_capacity`: when the storage would pass `isize::MAX` bytes (and, as any
+    /// allocation, the process aborts when memory runs out). A list need hold no more than a
+    /// queue's depth.
     pub fn with_capacity(capacity: usize) -> Self {
         RecvList {
             buffers: Vec::with_capacity(capacity),

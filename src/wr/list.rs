@@ -243,6 +243,12 @@ pub struct SendWrList<'a> {
 
 impl<'a> SendWrList<'a> {
     /// An empty list for up to `capacity` WRs.
+    ///
+    /// # Panics
+    ///
+    /// As `Vec::with_capacity`: when the storage would pass `isize::MAX` bytes (and, as any
+    /// allocation, the process aborts when memory runs out). A list need hold no more than a
+    /// queue's depth.
     #[must_use]
     pub fn with_capacity(capacity: usize) -> Self {
         SendWrList { wrs: Chain::with_capacity(capacity), demand: Demand::EMPTY }
@@ -445,6 +451,12 @@ pub struct RecvWrList<'a> {
 
 impl<'a> RecvWrList<'a> {
     /// An empty list for up to `capacity` WRs.
+    ///
+    /// # Panics
+    ///
+    /// As `Vec::with_capacity`: when the storage would pass `isize::MAX` bytes (and, as any
+    /// allocation, the process aborts when memory runs out). A list need hold no more than a
+    /// queue's depth.
     #[must_use]
     pub fn with_capacity(capacity: usize) -> Self {
         RecvWrList { wrs: Chain::with_capacity(capacity) }
