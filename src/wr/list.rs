@@ -300,7 +300,7 @@ impl<'a> SendWrList<'a> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
-    /// [`len`](Self::len).
+    /// the list's length.
     pub fn set_flags(&mut self, index: usize, flags: SendFlags) -> Result<()> {
         let wr = self.element(index, "set_flags")?;
         let before = wr.demand;
@@ -317,7 +317,7 @@ impl<'a> SendWrList<'a> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
-    /// [`len`](Self::len).
+    /// the list's length.
     pub fn set_wr_id(&mut self, index: usize, wr_id: u64) -> Result<()> {
         self.element(index, "set_wr_id")?.set_wr_id(wr_id);
         Ok(())
@@ -327,29 +327,6 @@ impl<'a> SendWrList<'a> {
     fn element(&mut self, index: usize, method: &str) -> Result<&mut SendWr<'a>> {
         let len = self.len();
         self.wrs.get_mut(index).ok_or_else(|| past("SendWrList", method, index, len))
-    }
-
-    /// WR `index`.
-    #[must_use]
-    pub fn get(&self, index: usize) -> Option<&SendWr<'a>> {
-        self.wrs.as_slice().get(index)
-    }
-
-    /// The WRs, in posting order.
-    pub fn iter(&self) -> std::slice::Iter<'_, SendWr<'a>> {
-        self.wrs.as_slice().iter()
-    }
-
-    /// The number of WRs.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.wrs.as_slice().len()
-    }
-
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The most WRs it holds.
@@ -418,6 +395,16 @@ impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
     /// The WRs, linked in order; the list's capacity is their number.
     fn from_iter<I: IntoIterator<Item = SendWr<'a>>>(wrs: I) -> Self {
         Self::from(wrs.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<'a> std::ops::Deref for SendWrList<'a> {
+    type Target = [SendWr<'a>];
+
+    /// The WRs, in posting order, to read (`len`, `get`, `iter`, …): changed only through
+    /// the list's own methods, which keep the links.
+    fn deref(&self) -> &[SendWr<'a>] {
+        self.wrs.as_slice()
     }
 }
 
@@ -495,36 +482,13 @@ impl<'a> RecvWrList<'a> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::Range`]) when `index` is not below
-    /// [`len`](Self::len).
+    /// the list's length.
     pub fn set_wr_id(&mut self, index: usize, wr_id: u64) -> Result<()> {
         let len = self.len();
         let wr =
             self.wrs.get_mut(index).ok_or_else(|| past("RecvWrList", "set_wr_id", index, len))?;
         wr.set_wr_id(wr_id);
         Ok(())
-    }
-
-    /// WR `index`.
-    #[must_use]
-    pub fn get(&self, index: usize) -> Option<&RecvWr<'a>> {
-        self.wrs.as_slice().get(index)
-    }
-
-    /// The WRs, in posting order.
-    pub fn iter(&self) -> std::slice::Iter<'_, RecvWr<'a>> {
-        self.wrs.as_slice().iter()
-    }
-
-    /// The number of WRs.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.wrs.as_slice().len()
-    }
-
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The most WRs it holds.
@@ -565,6 +529,16 @@ impl<'a> FromIterator<RecvWr<'a>> for RecvWrList<'a> {
     /// The WRs, linked in order; the list's capacity is their number.
     fn from_iter<I: IntoIterator<Item = RecvWr<'a>>>(wrs: I) -> Self {
         Self::from(wrs.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<'a> std::ops::Deref for RecvWrList<'a> {
+    type Target = [RecvWr<'a>];
+
+    /// The WRs, in posting order, to read (`len`, `get`, `iter`, …): changed only through
+    /// the list's own methods, which keep the links.
+    fn deref(&self) -> &[RecvWr<'a>] {
+        self.wrs.as_slice()
     }
 }
 
@@ -621,7 +595,7 @@ mod tests {
         assert!(wrs.iter().all(|wr| wr.raw.next.is_null()));
         let list = SendWrList::from(wrs);
         assert_eq!(list.iter().map(SendWr::wr_id).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!(list.get(0).unwrap().raw.next.cast_const(), &raw const list.get(1).unwrap().raw);
+        assert_eq!(list[0].raw.next.cast_const(), &raw const list[1].raw);
     }
 
     #[test]
