@@ -7,9 +7,7 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvList};
-use crate::error::{
-    check_errno, check_ptr, list_error, Error, InvalidInputKind, PostListError, Result,
-};
+use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RecvWr, RecvWrList};
 
@@ -143,17 +141,11 @@ impl<'a> SharedReceiveQueue<'a> {
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]
     pub unsafe fn post_recv_list(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live SRQ; a non-empty list, linked and alive for the call; the caller
-        // upholds the memory contract for each WR.
-        let ret = unsafe { sys::inline::ibv_post_srq_recv(self.as_raw(), list.head(), &mut bad) };
-        if ret != 0 {
-            return Err(list_error(ret, list.taken_before(bad), "ibv_post_srq_recv"));
-        }
-        Ok(())
+        list.post_with("ibv_post_srq_recv", |head, bad| {
+            // SAFETY: a live SRQ; `head` heads the list, linked and alive for the call; the
+            // caller upholds the memory contract for each WR.
+            unsafe { sys::inline::ibv_post_srq_recv(self.as_raw(), head, bad) }
+        })
     }
 
     /// `ibv_post_srq_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back

@@ -6,7 +6,7 @@ use rdma_verbs_sys as sys;
 
 use super::pool::{Buffer, UNCHAINED};
 use super::post::check_receive;
-use crate::error::{errno_error, Result};
+use crate::error::Result;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
 use crate::wr::{RecvWrList, Sge};
@@ -118,20 +118,15 @@ impl<'p> RecvList<'p> {
             // rewrites every WR it hands over.
             wr.refill(wr_id, unsafe { std::slice::from_raw_parts(sges.add(i), 1) });
         });
-        let mut bad = std::ptr::null_mut();
-        let ret = post(self.wrs.head(), &mut bad);
-        let posted = if ret == 0 { self.wrs.len() } else { self.wrs.taken_before(bad) };
+        let result = self.wrs.post_with(verb, post);
+        let posted = result.as_ref().map_or_else(|e| e.posted, |()| self.wrs.len());
         for buffer in &self.buffers[posted..] {
             buffer.unmark();
         }
         // (Their tokens are `ManuallyDrop`: leaving the list forgets them, their chunks in
         // flight until a completion hands each back.)
         self.buffers.drain(..posted);
-        if ret == 0 {
-            Ok(())
-        } else {
-            Err(errno_error(ret, verb))
-        }
+        result.map_err(|e| e.error)
     }
 }
 

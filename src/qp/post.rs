@@ -57,17 +57,11 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub unsafe fn post_recv_list(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP in a receive-ready state; a non-empty list, linked and alive for
-        // the call; the caller upholds the memory contract for each WR.
-        let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), list.head(), &mut bad) };
-        if ret != 0 {
-            return Err(list_error(ret, list.taken_before(bad), "ibv_post_recv"));
-        }
-        Ok(())
+        list.post_with("ibv_post_recv", |head, bad| {
+            // SAFETY: a live QP in a receive-ready state; `head` heads the list, linked and
+            // alive for the call; the caller upholds the memory contract for each WR.
+            unsafe { sys::inline::ibv_post_recv(self.as_raw(), head, bad) }
+        })
     }
 }
 

@@ -5,7 +5,7 @@ use rdma_verbs_sys as sys;
 
 use super::{RecvWr, SendFlags, SendWr};
 use crate::buffer::SendOp;
-use crate::error::{Error, InvalidInputKind, Result};
+use crate::error::{list_error, Error, InvalidInputKind, PostListError, Result};
 use crate::fit::{Demand, Slack};
 
 /// A WR whose C request carries the `next` link the post verbs follow.
@@ -497,17 +497,28 @@ impl<'a> RecvWrList<'a> {
         self.wrs.capacity()
     }
 
-    /// The first WR's raw request, heading the linked list; dangling when the list is empty,
-    /// to be passed to no one then.
-    #[inline(always)]
-    pub(crate) fn head(&mut self) -> *mut sys::ibv_recv_wr {
-        self.wrs.head()
-    }
-
-    /// How many WRs the provider took when it refused the one at `bad` (see
+    /// Hands the linked list to `post` (`ibv_post_recv` or `ibv_post_srq_recv`, named `verb`
+    /// in errors) with a `bad_wr` to fill; an empty list is handed to no one.
+    ///
+    /// # Errors
+    ///
+    /// What `post` returned, with the WRs it took before the one it refused (see
     /// [`Chain::taken_before`]).
-    pub(crate) fn taken_before(&self, bad: *const sys::ibv_recv_wr) -> usize {
-        self.wrs.taken_before(bad)
+    #[inline]
+    pub(crate) fn post_with(
+        &mut self,
+        verb: &'static str,
+        post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
+    ) -> std::result::Result<(), PostListError> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let mut bad = std::ptr::null_mut();
+        let ret = post(self.wrs.head(), &mut bad);
+        if ret != 0 {
+            return Err(list_error(ret, self.wrs.taken_before(bad), verb));
+        }
+        Ok(())
     }
 }
 
@@ -617,37 +628,55 @@ mod tests {
         assert!(!empty.demand().fits(any) && !empty.maximum_fits(any), "nor none");
     }
 
+    /// Posts `list` to a provider that walks it and, when `refused` names a WR (its index,
+    /// past the list for one the provider does not name), fails it: what the provider saw
+    /// (`wr_id`, SGE list), and the count of a failed post.
+    fn post_walked(
+        list: &mut RecvWrList<'_>,
+        refused: Option<usize>,
+    ) -> (Vec<(u64, *mut sys::ibv_sge)>, std::result::Result<(), usize>) {
+        let mut seen = Vec::new();
+        let result = list.post_with("ibv_post_recv", |head, bad| {
+            let mut wr = head;
+            while !wr.is_null() {
+                // SAFETY: the list's own chain, alive and unchanged during the call.
+                unsafe { (seen.push(((*wr).wr_id, (*wr).sg_list)), wr = (*wr).next) };
+            }
+            let Some(index) = refused else { return 0 };
+            *bad = head.wrapping_add(index);
+            libc::ENOMEM
+        });
+        (seen, result.map_err(|e| e.posted))
+    }
+
     #[test]
     fn a_receive_list_links_in_place_and_is_rewritten_without_relinking() {
         let sges = [Sge::new(0x1000, 64, LKey(7)), Sge::new(0x2000, 64, LKey(7))];
-        let walk = |list: &mut RecvWrList<'_>| {
-            let (mut seen, mut wr) = (Vec::new(), list.head());
-            while !wr.is_null() {
-                // SAFETY: the list's own chain, alive and unchanged during the walk.
-                unsafe { (seen.push(((*wr).wr_id, (*wr).sg_list)), wr = (*wr).next) };
-            }
-            seen
-        };
         let addr = |i: usize| (&raw const sges[i]).cast_mut().cast::<sys::ibv_sge>();
         let mut list: RecvWrList<'_> = (10..13).map(|id| RecvWr::new(id, &sges[..1])).collect();
-        assert_eq!(walk(&mut list), [(10, addr(0)), (11, addr(0)), (12, addr(0))]);
+        let all = vec![(10, addr(0)), (11, addr(0)), (12, addr(0))];
+        assert_eq!(post_walked(&mut list, None), (all.clone(), Ok(())));
+        // A refused WR counts those before it; a `bad_wr` naming none counts all.
+        assert_eq!(post_walked(&mut list, Some(1)), (all.clone(), Err(1)));
+        assert_eq!(post_walked(&mut list, Some(3)), (all, Err(3)));
         let err = list.push(RecvWr::new(13, &sges)).unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size));
         list.set_wr_id(2, 20).unwrap();
         let err = list.set_wr_id(3, 0).unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range));
-        let head = list.head();
-        assert_eq!(list.taken_before(head.wrapping_add(1)), 1);
-        assert_eq!(list.taken_before(head.wrapping_add(3)), 3, "past the list: all");
+        let head = list.wrs.head();
         // Shorter, then longer again: the last WR ends the walk each time.
         list.rewrite(2, |i, wr| wr.refill(30 + i as u64, &sges[1..]));
-        assert_eq!(walk(&mut list), [(30, addr(1)), (31, addr(1))]);
+        assert_eq!(post_walked(&mut list, None).0, [(30, addr(1)), (31, addr(1))]);
         list.rewrite(3, |i, wr| wr.refill(40 + i as u64, &sges[i % 2..=i % 2]));
-        assert_eq!(walk(&mut list), [(40, addr(0)), (41, addr(1)), (42, addr(0))]);
-        assert_eq!(list.head(), head, "the storage never moved");
+        assert_eq!(post_walked(&mut list, None).0, [(40, addr(0)), (41, addr(1)), (42, addr(0))]);
+        assert_eq!(list.wrs.head(), head, "the storage never moved");
         let last = list.pop().unwrap();
-        assert!(last.raw.next.is_null() && list.get(1).unwrap().raw.next.is_null());
+        assert!(last.raw.next.is_null() && list[1].raw.next.is_null());
         let wrs = Vec::from(list);
         assert!(wrs.iter().all(|wr| wr.raw.next.is_null()), "out of the list, each is alone");
+        let mut empty = RecvWrList::with_capacity(1);
+        let result = empty.post_with("ibv_post_recv", |_, _| panic!("an empty list is posted"));
+        assert!(result.is_ok());
     }
 }
