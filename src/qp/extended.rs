@@ -717,7 +717,7 @@ mod tests {
         .into_iter()
         .collect();
         // SAFETY: the fake members touch nothing; the WRs are the kinds the batch builds.
-        assert_eq!(unsafe { ex.post_fast::<false>(list.as_slice()) }, 0);
+        assert_eq!(unsafe { ex.post_fast::<false>(&list) }, 0);
         let calls = CALLS.with(|calls| calls.take());
         assert_eq!(
             calls,

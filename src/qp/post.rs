@@ -328,7 +328,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
             Some(ex) => {
                 // SAFETY: a live QP in RTS; the caller upholds the memory contract; the list
                 // fits the QP, so the fast batch can build every WR.
-                let ret = unsafe { self.post_fast(ex, list.as_slice()) };
+                let ret = unsafe { self.post_fast(ex, list) };
                 if ret != 0 {
                     return Err(ex.failed(ret, list.len()));
                 }
@@ -379,7 +379,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
         let result = if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-            unsafe { ex.post(list.as_slice(), T::RAW == sys::IBV_QPT_UD) }
+            unsafe { ex.post(list, T::RAW == sys::IBV_QPT_UD) }
         } else {
             let mut bad = std::ptr::null_mut();
             // SAFETY: a live QP in RTS; the list, linked within its storage and not empty; the

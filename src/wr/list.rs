@@ -351,12 +351,6 @@ impl<'a> SendWrList<'a> {
         combined(self.wrs.as_slice(), Demand::max).fits(slack)
     }
 
-    /// The WRs, for the extended path (which builds each, ignoring the links).
-    #[inline(always)]
-    pub(crate) fn as_slice(&self) -> &[SendWr<'a>] {
-        self.wrs.as_slice()
-    }
-
     /// The first WR's raw request, heading the linked list; dangling when the list is empty,
     /// to be passed to no one then (the posts never hand an empty list over).
     #[inline(always)]

@@ -8,7 +8,7 @@ use rdma_verbs::{
     AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
     InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
     QueuePair, QueuePairState, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, Reset, RetryCount,
-    RnrRetry, RnrTimer, Rtr, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
+    RnrRetry, RnrTimer, Rtr, Rts, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
     WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
@@ -36,6 +36,12 @@ fn rtr_attr() -> ToRtrAttr {
 
 fn rc_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Reset> {
     pd.create_rc_qp(&QpInitAttr::new(cq)).unwrap()
+}
+
+/// [`rc_qp`] connected to [`remote`], in RTS.
+fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
+    let qp = rc_qp(pd, cq).into_init(&ToInitAttr::default()).unwrap();
+    qp.into_rtr(&rtr_attr()).unwrap().into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap()
 }
 
 /// The `ibv_modify_qp` calls among `calls` (RTR also queries the port, for its active MTU).
@@ -285,12 +291,7 @@ macro_rules! connected {
         let $pd = $f.ctx.alloc_pd().unwrap();
         let $cq = $f.ctx.create_cq(32).unwrap();
         let $mr = $pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
-        let $qp = rc_qp(&$pd, &$cq).into_init(&ToInitAttr::default()).unwrap();
-        let $qp = $qp
-            .into_rtr(&rtr_attr())
-            .unwrap()
-            .into_rts(&ToRtsAttr::new(Psn::new(1).unwrap()))
-            .unwrap();
+        let $qp = rts_qp(&$pd, &$cq);
         $f.mock.take_calls();
     };
 }
@@ -550,9 +551,7 @@ fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
     let mut list: RecvWrList<'_> =
         sges.iter().zip(10..).map(|(s, id)| RecvWr::new(id, s)).collect();
     let srq = pd.create_srq(16, 1).unwrap();
-    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-    let qp = qp.into_rtr(&rtr_attr()).unwrap();
-    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap();
+    let qp = rts_qp(&pd, &cq);
 
     f.mock.take_calls();
     f.mock.fill_receive_queue_at(2);
@@ -594,9 +593,7 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
     let cq = f.ctx.create_cq(64).unwrap();
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let srq = pd.create_srq(16, 1).unwrap();
-    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
-    let qp = qp.into_rtr(&rtr_attr()).unwrap();
-    let qp = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap();
+    let qp = rts_qp(&pd, &cq);
     let mut list = RecvList::with_capacity(4);
     for _ in 0..4 {
         list.push(pool.take().unwrap()).unwrap();
