@@ -11,7 +11,7 @@ use sys::inline as inl;
 use crate::context::Context;
 use crate::error::{check_errno, errno_error, Error, PostListError, Result};
 use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
-use crate::wr::{Build, SendWr, INLINE_BUFS};
+use crate::wr::{Build, Builds, SendWr, INLINE_BUFS};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -266,22 +266,39 @@ impl ExQp {
     /// the batch is a bind (those never fit), so no bookkeeping follows. Returns what
     /// `ibv_wr_complete` returned ([`ExQp::failed`] makes the error of a non-zero one).
     ///
+    /// `builds` are those of the WRs (a [`SendWrList`](crate::SendWrList) keeps them): when
+    /// they share one, it is dispatched on once, and the loop that builds each WR is the one C
+    /// code would write for that kind; else each WR's build is dispatched on.
+    ///
     /// Out of line, so that the legacy path's few instructions inline into the caller.
     ///
     /// # Safety
     ///
     /// As [`ExQp::post`]; every WR's demand fits the slack of this QP's
-    /// [`QueuePair`](super::QueuePair).
+    /// [`QueuePair`](super::QueuePair); `builds` holds the build of each.
     #[inline(never)]
-    pub(super) unsafe fn post_fast<const UD: bool>(&self, wrs: &[SendWr<'_>]) -> i32 {
+    pub(super) unsafe fn post_fast<const UD: bool>(
+        &self,
+        wrs: &[SendWr<'_>],
+        builds: Builds,
+    ) -> i32 {
         let qp = self.raw.as_ptr();
         // SAFETY: a live extended QP, whose members called here are set (see above); the
         // batch is opened and closed within this call, on this thread; each WR as the caller
-        // guarantees.
+        // guarantees, of the build given (its own, or the one they share).
         unsafe {
             (*qp).wr_start.unwrap_unchecked()(qp);
-            for wr in wrs {
-                build_fast(qp, wr, UD);
+            // One call per arm, so that each loop, its kind a constant, is specialised by
+            // LLVM for that kind.
+            match builds.common() {
+                b @ Some(Build::Send) => build_each::<UD>(qp, wrs, b),
+                b @ Some(Build::SendWithImm) => build_each::<UD>(qp, wrs, b),
+                b @ Some(Build::RdmaWrite) => build_each::<UD>(qp, wrs, b),
+                b @ Some(Build::RdmaWriteWithImm) => build_each::<UD>(qp, wrs, b),
+                b @ Some(Build::RdmaRead) => build_each::<UD>(qp, wrs, b),
+                b @ Some(Build::LocalInv) => build_each::<UD>(qp, wrs, b),
+                b @ Some(Build::Other) => build_each::<UD>(qp, wrs, b),
+                None => build_each::<UD>(qp, wrs, None),
             }
             (*qp).wr_complete.unwrap_unchecked()(qp)
         }
@@ -298,7 +315,7 @@ impl ExQp {
         // SAFETY: as in `post_fast`.
         unsafe {
             (*qp).wr_start.unwrap_unchecked()(qp);
-            build_fast(qp, wr, UD);
+            build_as(qp, wr.as_raw(), wr.build(), UD);
             (*qp).wr_complete.unwrap_unchecked()(qp)
         }
     }
@@ -424,20 +441,41 @@ impl ExQp {
     }
 }
 
-/// One WR of an open batch, built without tests: its id and flags, its builder, its UD
-/// address, its data. A WR of one plain SGE (the common one, [`Build`] says which) is built
-/// with one dispatch on its kind, a local invalidate with its builder alone (it has no data,
-/// as in [`ExQp::build`]); any other with one dispatch on its opcode, then one on its data.
+/// Every WR of `wrs` in an open batch ([`build_as`]), each of build `common` or, for `None`,
+/// of its own.
 ///
 /// # Safety
 ///
-/// Inside a batch of `qp` opened on this thread; `wr` valid as for [`ExQp::post`], of a
-/// [`SendWr`] whose demand fits the slack of `qp`'s QP: its opcode is one that
-/// [`builder`] knows (binds and other opcodes never fit), its builder and data setter are
-/// set, and a UD WR is addressed.
+/// As [`build_as`] for each WR, `common` its build when given.
 #[inline(always)]
-unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &SendWr<'_>, ud: bool) {
-    let raw = wr.as_raw();
+unsafe fn build_each<const UD: bool>(
+    qp: *mut sys::ibv_qp_ex,
+    wrs: &[SendWr<'_>],
+    common: Option<Build>,
+) {
+    for wr in wrs {
+        let build = match common {
+            Some(build) => build,
+            None => wr.build(),
+        };
+        // SAFETY: the caller's.
+        unsafe { build_as(qp, wr.as_raw(), build, UD) };
+    }
+}
+
+/// One WR of an open batch, built without tests: its id and flags, its builder, its UD
+/// address, its data. `build` is the WR's [`Build`]: a WR of one plain SGE (the common one) is
+/// built by its kind alone, a local invalidate with its builder alone (it has no data, as in
+/// [`ExQp::build`]); any other by its opcode, then by its data.
+///
+/// # Safety
+///
+/// Inside a batch of `qp` opened on this thread; `wr` valid as for [`ExQp::post`], the
+/// request of a [`SendWr`] whose build is `build` and whose demand fits the slack of `qp`'s
+/// QP: its opcode is one that [`builder`] knows (binds and other opcodes never fit), its
+/// builder and data setter are set, and a UD WR is addressed.
+#[inline(always)]
+unsafe fn build_as(qp: *mut sys::ibv_qp_ex, raw: &sys::ibv_send_wr, build: Build, ud: bool) {
     // SAFETY: inside the caller's batch, for a WR that fits (the caller's guarantees); no
     // reference to `*qp` is held across the calls, which may write it.
     unsafe {
@@ -449,7 +487,7 @@ unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &SendWr<'_>, ud: bool) {
             let s = *raw.sg_list;
             (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey, s.addr, s.length);
         };
-        match wr.build() {
+        match build {
             Build::Send => one(sys::IBV_WR_SEND),
             Build::SendWithImm => one(sys::IBV_WR_SEND_WITH_IMM),
             Build::RdmaWrite => one(sys::IBV_WR_RDMA_WRITE),
@@ -470,7 +508,7 @@ unsafe fn build_fast(qp: *mut sys::ibv_qp_ex, wr: &SendWr<'_>, ud: bool) {
 ///
 /// # Safety
 ///
-/// As [`build_fast`]: inside the batch, `opcode` one of those below and its builder set.
+/// As [`build_as`]: inside the batch, `opcode` one of those below and its builder set.
 #[inline(always)]
 unsafe fn builder(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, opcode: sys::ibv_wr_opcode) {
     // SAFETY: the caller's; the union members read are those the WR's opcode set (the
@@ -529,7 +567,7 @@ unsafe fn builder(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, opcode: sys::i
 ///
 /// # Safety
 ///
-/// As [`build_fast`]: after the builder; a WR that fits a UD QP is addressed.
+/// As [`build_as`]: after the builder; a WR that fits a UD QP is addressed.
 #[inline(always)]
 unsafe fn set_ud_addr(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) {
     if ud {
@@ -546,7 +584,7 @@ unsafe fn set_ud_addr(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) 
 ///
 /// # Safety
 ///
-/// As [`build_fast`]: after the builder (and UD address).
+/// As [`build_as`]: after the builder (and UD address).
 #[inline(always)]
 unsafe fn data_fast(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) {
     let n = wr.num_sge as usize;
@@ -717,7 +755,8 @@ mod tests {
         .into_iter()
         .collect();
         // SAFETY: the fake members touch nothing; the WRs are the kinds the batch builds.
-        assert_eq!(unsafe { ex.post_fast::<false>(&list) }, 0);
+        let post = |list: &SendWrList<'_>| unsafe { ex.post_fast::<false>(list, list.builds()) };
+        assert_eq!(post(&list), 0);
         let calls = CALLS.with(|calls| calls.take());
         assert_eq!(
             calls,
@@ -731,5 +770,12 @@ mod tests {
                 "wr_complete"
             ]
         );
+        // WRs of one build, built by it (one dispatch for the list).
+        let writes: SendWrList<'_> =
+            (0..2).map(|i| SendWr::rdma_write(i, &sges[..1], remote)).collect();
+        assert_eq!(post(&writes), 0);
+        let calls = CALLS.with(|calls| calls.take());
+        let each = ["wr_rdma_write", "wr_set_sge"];
+        assert_eq!(calls, [&["wr_start"][..], &each, &each, &["wr_complete"]].concat());
     }
 }

@@ -189,19 +189,19 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         unsafe { (*(*qp).context).ops.post_send.unwrap_unchecked()(qp, wr, bad) }
     }
 
-    /// [`ExQp::post_fast`] for this QP's type.
+    /// [`ExQp::post_fast`] of `list` for this QP's type.
     ///
     /// # Safety
     ///
     /// As [`ExQp::post_fast`].
     #[inline(always)]
-    unsafe fn post_fast(&self, ex: &ExQp, wrs: &[SendWr<'_>]) -> i32 {
-        // SAFETY: the caller's guarantees.
+    unsafe fn post_fast(&self, ex: &ExQp, list: &SendWrList<'_>) -> i32 {
+        // SAFETY: the caller's guarantees; the list's builds are its WRs'.
         unsafe {
             if T::RAW == sys::IBV_QPT_UD {
-                ex.post_fast::<true>(wrs)
+                ex.post_fast::<true>(list, list.builds())
             } else {
-                ex.post_fast::<false>(wrs)
+                ex.post_fast::<false>(list, list.builds())
             }
         }
     }

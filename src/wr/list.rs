@@ -3,7 +3,7 @@
 
 use rdma_verbs_sys as sys;
 
-use super::{RecvWr, SendFlags, SendWr};
+use super::{Builds, RecvWr, SendFlags, SendWr};
 use crate::buffer::SendOp;
 use crate::error::{list_error, Error, InvalidInputKind, PostListError, Result};
 use crate::fit::{Demand, Slack};
@@ -234,9 +234,43 @@ fn past(list: &str, method: &str, index: usize, len: usize) -> Error {
 /// ```
 pub struct SendWrList<'a> {
     wrs: Chain<SendWr<'a>>,
+    /// What the WRs need together, worked out as they change.
+    shape: Shape,
+}
+
+/// What a list's WRs need, together: what they ask of the QP, and how the extended path's
+/// fast batch builds them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Shape {
     /// The union of the WRs' demands (a bound of their maximum in one instruction per WR, see
     /// [`Demand::union`]); [`Demand::EMPTY`] when there are none.
     demand: Demand,
+    /// Their builds: when they share one, the batch dispatches on it once for the list
+    /// instead of once per WR.
+    builds: Builds,
+}
+
+impl Shape {
+    const EMPTY: Shape = Shape { demand: Demand::EMPTY, builds: Builds::NONE };
+
+    #[inline(always)]
+    fn of(wr: &SendWr<'_>) -> Shape {
+        Shape { demand: wr.demand(), builds: Builds::NONE.with(wr.build()) }
+    }
+
+    /// This shape with `wr`'s.
+    #[must_use]
+    #[inline(always)]
+    fn with(self, wr: &SendWr<'_>) -> Shape {
+        Shape { demand: self.demand.union(wr.demand()), builds: self.builds.with(wr.build()) }
+    }
+
+    fn of_all(wrs: &[SendWr<'_>]) -> Shape {
+        match wrs.split_first() {
+            Some((first, rest)) => rest.iter().fold(Shape::of(first), Shape::with),
+            None => Shape::EMPTY,
+        }
+    }
 }
 
 // (Send and Sync follow from `SendWr`'s: the links point into the list's own storage.)
@@ -251,7 +285,7 @@ impl<'a> SendWrList<'a> {
     /// queue's depth.
     #[must_use]
     pub fn with_capacity(capacity: usize) -> Self {
-        SendWrList { wrs: Chain::with_capacity(capacity), demand: Demand::EMPTY }
+        SendWrList { wrs: Chain::with_capacity(capacity), shape: Shape::EMPTY }
     }
 
     /// Appends `wr`, linking it after the last one.
@@ -262,37 +296,37 @@ impl<'a> SendWrList<'a> {
     /// [`capacity`](Self::capacity) WRs already (it never grows, so that its links stay put).
     #[inline]
     pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
-        let demand = if self.is_empty() { wr.demand } else { self.demand.union(wr.demand) };
+        let shape = if self.is_empty() { Shape::of(&wr) } else { self.shape.with(&wr) };
         self.wrs.push(wr).map_err(|_| full("SendWrList", self.capacity()))?;
-        self.demand = demand;
+        self.shape = shape;
         Ok(())
     }
 
     /// Makes the list `n` WRs long (at most its capacity: the rest is left out), WR `i`
-    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and unites its demand: for a list
-    /// reused post after post, whose WRs are written where they lie, linked once.
+    /// written by `write(i, wr)` (with [`SendWr::rewrite`]), and works out its shape anew:
+    /// for a list reused post after post, whose WRs are written where they lie, linked once.
     #[inline]
     pub(crate) fn rewrite(&mut self, n: usize, mut write: impl FnMut(usize, &mut SendWr<'a>)) {
-        let mut demand = Demand::EMPTY;
+        let mut shape = Shape::EMPTY;
         let blank = || SendWr::of(0, &[], SendOp::Send, SendFlags::empty(), None);
         self.wrs.rewrite(n, blank, |i, wr| {
             write(i, wr);
-            demand = if i == 0 { wr.demand } else { demand.union(wr.demand) };
+            shape = if i == 0 { Shape::of(wr) } else { shape.with(wr) };
         });
-        self.demand = demand;
+        self.shape = shape;
     }
 
     /// Takes the last WR back out (unlinked).
     pub fn pop(&mut self) -> Option<SendWr<'a>> {
         let wr = self.wrs.pop()?;
-        self.demand = combined(self.wrs.as_slice(), Demand::union);
+        self.shape = Shape::of_all(self.wrs.as_slice());
         Some(wr)
     }
 
     /// Removes every WR.
     pub fn clear(&mut self) {
         self.wrs.clear();
-        self.demand = Demand::EMPTY;
+        self.shape = Shape::EMPTY;
     }
 
     /// Sets the flags of WR `index` (replacing earlier ones), e.g. to signal the last.
@@ -303,11 +337,11 @@ impl<'a> SendWrList<'a> {
     /// the list's length.
     pub fn set_flags(&mut self, index: usize, flags: SendFlags) -> Result<()> {
         let wr = self.element(index, "set_flags")?;
-        let before = wr.demand;
+        let before = Shape::of(wr);
         wr.set_flags(flags);
-        if wr.demand != before {
-            // Only INLINE changes what a WR asks; the list's may shrink, so it is united anew.
-            self.demand = combined(self.wrs.as_slice(), Demand::union);
+        if Shape::of(wr) != before {
+            // Only INLINE changes a WR's shape; the list's may shrink, so it is worked out anew.
+            self.shape = Shape::of_all(self.wrs.as_slice());
         }
         Ok(())
     }
@@ -340,7 +374,13 @@ impl<'a> SendWrList<'a> {
     /// [`maximum_fits`](Self::maximum_fits) may still.
     #[inline(always)]
     pub(crate) fn demand(&self) -> Demand {
-        self.demand
+        self.shape.demand
+    }
+
+    /// How the extended path's fast batch builds the WRs: see [`Builds::common`].
+    #[inline(always)]
+    pub(crate) fn builds(&self) -> Builds {
+        self.shape.builds
     }
 
     /// Whether the field-wise maximum of the WRs' demands fits `slack`, for a list whose
@@ -348,7 +388,7 @@ impl<'a> SendWrList<'a> {
     #[cold]
     #[inline(never)]
     pub(crate) fn maximum_fits(&self, slack: Slack) -> bool {
-        combined(self.wrs.as_slice(), Demand::max).fits(slack)
+        self.iter().map(SendWr::demand).reduce(Demand::max).is_some_and(|max| max.fits(slack))
     }
 
     /// The first WR's raw request, heading the linked list; dangling when the list is empty,
@@ -368,7 +408,7 @@ impl<'a> SendWrList<'a> {
 impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
     /// The WRs of `wrs`, linked in order; the list's capacity is the vector's.
     fn from(wrs: Vec<SendWr<'a>>) -> Self {
-        SendWrList { demand: combined(&wrs, Demand::union), wrs: Chain::from_vec(wrs) }
+        SendWrList { shape: Shape::of_all(&wrs), wrs: Chain::from_vec(wrs) }
     }
 }
 
@@ -377,12 +417,6 @@ impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
     fn from(list: SendWrList<'a>) -> Self {
         list.wrs.into_vec()
     }
-}
-
-/// The demands of `wrs` combined by `with` ([`Demand::union`] or [`Demand::max`]);
-/// [`Demand::EMPTY`] when there are none.
-fn combined(wrs: &[SendWr<'_>], with: fn(Demand, Demand) -> Demand) -> Demand {
-    wrs.iter().map(SendWr::demand).reduce(with).unwrap_or(Demand::EMPTY)
 }
 
 impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
@@ -558,7 +592,7 @@ mod tests {
     use super::*;
     use crate::fit;
     use crate::mr::{LKey, RKey};
-    use crate::wr::{RemoteAddr, Sge};
+    use crate::wr::{Build, RemoteAddr, Sge};
 
     #[test]
     fn a_list_links_its_wrs_in_place_and_unites_what_they_ask() {
@@ -601,6 +635,41 @@ mod tests {
         let list = SendWrList::from(wrs);
         assert_eq!(list.iter().map(SendWr::wr_id).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(list[0].raw.next.cast_const(), &raw const list[1].raw);
+    }
+
+    #[test]
+    fn a_list_knows_the_build_its_wrs_share_whatever_changes_them() {
+        let sges = [Sge::new(0x1000, 8, LKey(7))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+        let mut list: SendWrList<'_> =
+            (0..3).map(|i| SendWr::rdma_write(i, &sges, remote)).collect();
+        let common = |list: &SendWrList<'_>| list.builds().common();
+        assert_eq!(common(&list), Some(Build::RdmaWrite));
+        // INLINE makes one WR one the batch builds by its data: the builds differ, until undone.
+        list.set_flags(1, SendFlags::INLINE).unwrap();
+        assert_eq!(common(&list), None);
+        list.set_flags(1, SendFlags::SIGNALED).unwrap();
+        assert_eq!(common(&list), Some(Build::RdmaWrite));
+        list.pop();
+        list.push(SendWr::send(3, &sges)).unwrap();
+        assert_eq!(common(&list), None);
+        list.pop();
+        assert_eq!(common(&list), Some(Build::RdmaWrite));
+        // Rewritten in place, as the buffer tier reuses its list.
+        let rewrite = |list: &mut SendWrList<'_>, inline_at: usize| {
+            list.rewrite(3, |i, wr| {
+                let flags = if i == inline_at { SendFlags::INLINE } else { SendFlags::empty() };
+                // SAFETY: the list's WRs come from `SendWr::of`; `sges` outlives the list.
+                unsafe { wr.rewrite(i as u64, &sges, 8, SendOp::Send, flags, None) };
+            });
+        };
+        rewrite(&mut list, 3);
+        assert_eq!(common(&list), Some(Build::Send));
+        rewrite(&mut list, 0);
+        assert_eq!(common(&list), None);
+        let list = SendWrList::from(Vec::from(list));
+        assert_eq!(common(&list), None);
+        assert_eq!(SendWrList::with_capacity(1).builds().common(), None, "none for none");
     }
 
     #[test]

@@ -122,18 +122,49 @@ pub struct SendWr<'a> {
 }
 
 /// How the extended path's fast batch builds a WR: the common ones, of one SGE and not
-/// inline, and local invalidates, with one dispatch on this; any other on its opcode, then on
-/// its data.
+/// inline, and local invalidates, by their kind alone; any other by its opcode, then by its
+/// data. One bit each, so that the builds of a list's WRs are collected by OR ([`Builds`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Build {
-    Send,
-    SendWithImm,
-    RdmaWrite,
-    RdmaWriteWithImm,
-    RdmaRead,
+    Send = 1,
+    SendWithImm = 1 << 1,
+    RdmaWrite = 1 << 2,
+    RdmaWriteWithImm = 1 << 3,
+    RdmaRead = 1 << 4,
     /// Local invalidate: its builder alone (it carries no data).
-    LocalInv,
-    Other,
+    LocalInv = 1 << 5,
+    Other = 1 << 6,
+}
+
+/// The builds of a list's WRs, one bit each: one OR per WR keeps them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Builds(u8);
+
+impl Builds {
+    /// Those of no WR.
+    pub(crate) const NONE: Builds = Builds(0);
+
+    #[must_use]
+    #[inline(always)]
+    pub(crate) fn with(self, build: Build) -> Builds {
+        Builds(self.0 | build as u8)
+    }
+
+    /// The build every WR has, when they share one: `None` where they differ, or for none.
+    #[inline(always)]
+    pub(crate) fn common(self) -> Option<Build> {
+        // (Build's discriminants; a unit test checks each way round.)
+        Some(match self.0 {
+            1 => Build::Send,
+            0b10 => Build::SendWithImm,
+            0b100 => Build::RdmaWrite,
+            0b1000 => Build::RdmaWriteWithImm,
+            0b1_0000 => Build::RdmaRead,
+            0b10_0000 => Build::LocalInv,
+            0b100_0000 => Build::Other,
+            _ => return None,
+        })
+    }
 }
 
 // SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data);
@@ -742,6 +773,26 @@ mod tests {
         };
         let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey(1), info);
         assert_eq!(bind.demand(), demand(0, 0).with(fit::SLOW, 1));
+    }
+
+    #[test]
+    fn builds_name_the_build_their_wrs_share_and_none_where_they_differ() {
+        let all = [
+            Build::Send,
+            Build::SendWithImm,
+            Build::RdmaWrite,
+            Build::RdmaWriteWithImm,
+            Build::RdmaRead,
+            Build::LocalInv,
+            Build::Other,
+        ];
+        assert_eq!(Builds::NONE.common(), None);
+        for a in all {
+            assert_eq!(Builds::NONE.with(a).with(a).common(), Some(a));
+            for b in all.into_iter().filter(|&b| b != a) {
+                assert_eq!(Builds::NONE.with(a).with(b).common(), None, "{a:?} and {b:?}");
+            }
+        }
     }
 
     #[test]

@@ -54,8 +54,10 @@ enum Step {
     Send { qp: usize, pool: usize, op: Op, len: usize, window: bool },
     /// `bind_mw`: the type-1 window over `len` bytes of the target from `start`, with `rights`.
     Bind { qp: usize, start: usize, len: usize, rights: AccessFlags },
-    /// `post_send_buffers` (`post_send_buffers_to` on UD) of `n` buffers.
-    List { qp: usize, pool: usize, op: Op, len: usize, n: usize, signal_last: bool },
+    /// `post_send_buffers` (`post_send_buffers_to` on UD) of `n` buffers, the first and
+    /// every other one of `ops[0]` and `lens[0]`, the rest of `ops[1]` and `lens[1]` (a list
+    /// of WRs built alike or not).
+    List { qp: usize, pool: usize, ops: [Op; 2], lens: [usize; 2], n: usize, signal_last: bool },
     /// `poll`, then `complete` on every pool; the buffers are dropped.
     Poll,
     /// The next WR executed on `qp` completes with an error (the QP goes to ERROR).
@@ -138,9 +140,15 @@ fn step() -> impl Strategy<Value = Step> {
             let rights = AccessFlags::from_bits_truncate(r << 1) & WINDOW_RIGHTS;
             Step::Bind { qp, start, len, rights }
         }),
-        2 => (qp.clone(), pool, op(), len, 1..5usize, any::<bool>()).prop_map(
-            |(qp, pool, op, len, n, signal_last)| Step::List { qp, pool, op, len, n, signal_last }
-        ),
+        2 => (qp.clone(), pool, [op(), op()], [len.clone(), len], 1..5usize, any::<bool>())
+            .prop_map(|(qp, pool, ops, lens, n, signal_last)| Step::List {
+                qp,
+                pool,
+                ops,
+                lens,
+                n,
+                signal_last
+            }),
         4 => Just(Step::Poll),
         1 => qp.clone().prop_map(|qp| Step::FailNextWr { qp }),
         1 => Just(Step::FailPost),
@@ -371,10 +379,11 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                     Slot::Gone => Ok(()),
                 };
             }
-            Step::List { qp, pool, op, len, n, signal_last } => {
+            Step::List { qp, pool, ops, lens, n, signal_last } => {
                 let dest = UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
-                for _ in 0..n {
+                for i in 0..n {
                     let Some(mut buf) = pools[pool].take() else { break };
+                    let (op, len) = (ops[i % 2], lens[i % 2]);
                     buf.set_len(len).unwrap();
                     let _ = match &slots[qp] {
                         Slot::Ud(_) => ud_list.push(buf, UdSend { dest, imm: op.imm() }),
@@ -498,7 +507,8 @@ fn the_rig_executes_loopback_work_on_both_paths() {
 /// region at a chosen IOVA whose SGEs carried CPU addresses (receive, send, read).
 #[test]
 fn the_holes_of_issue_13_stay_closed() {
-    let list = |qp, op| Step::List { qp, pool: 0, op, len: 8, n: 2, signal_last: true };
+    let list =
+        |qp, op| Step::List { qp, pool: 0, ops: [op; 2], lens: [8; 2], n: 2, signal_last: true };
     let holes = [
         ("an atomic on UC in a list", vec![list(2, Op::FetchAdd(0))], false),
         ("a misaligned atomic in a list", vec![list(0, Op::CompareSwap(4))], false),
