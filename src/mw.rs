@@ -217,6 +217,9 @@ impl<'r> MwBind<'r> {
 /// Binding is therefore safe: a window exposes nothing the region's own rkey does not.
 /// Deregistering a region while windows are bound to it may fail (rxe: `EINVAL`); the region is
 /// then leaked, never freed under the NIC. Drop windows (or invalidate type-2 ones) first.
+/// Likewise for the QP a type-2 window was bound through: on rxe (Linux 6.1) the bound window
+/// holds a reference to that QP, and destroying the QP first makes `ibv_destroy_qp` wait 50 s
+/// in the kernel (with a warning from `__rxe_cleanup` in its log) before it goes on.
 ///
 /// # Example
 ///
