@@ -672,6 +672,78 @@ mod tests {
         assert_eq!(SendWrList::with_capacity(1).builds().common(), None, "none for none");
     }
 
+    /// A change to a list, as a program may make it.
+    #[derive(Clone, Debug)]
+    enum Change {
+        /// A WR of kind `.0` (see `wr_of`) with `.1` SGEs, inline when `.2`.
+        Push(u8, usize, bool),
+        Pop,
+        Clear,
+        /// INLINE on (or off) WR `.0` (modulo the length).
+        SetInline(usize, bool),
+        /// The list rewritten to `.0` WRs of op `.1`, inline when `.2`, with 0, 1, 2 SGEs.
+        Rewrite(usize, u8, bool),
+    }
+
+    fn changes() -> impl proptest::strategy::Strategy<Value = Vec<Change>> {
+        use proptest::prelude::*;
+        let change = prop_oneof![
+            (0u8..5, 0usize..3, any::<bool>()).prop_map(|(k, n, i)| Change::Push(k, n, i)),
+            Just(Change::Pop),
+            Just(Change::Clear),
+            (0usize..4, any::<bool>()).prop_map(|(at, on)| Change::SetInline(at, on)),
+            (0usize..5, 0u8..5, any::<bool>()).prop_map(|(n, k, i)| Change::Rewrite(n, k, i)),
+        ];
+        proptest::collection::vec(change, 1..24)
+    }
+
+    proptest::proptest! {
+        /// Whatever changes a list, and in whatever order, what it keeps of its WRs (their
+        /// demands' union, their common build) is what they would give worked out anew.
+        #[test]
+        fn a_list_keeps_the_shape_of_the_wrs_it_holds(changes in changes()) {
+            let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 300, LKey(7))];
+            let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+            let wr_of = |kind: u8, n: usize, inline: bool| {
+                let sges = &sges[..n];
+                let wr = match kind {
+                    0 => SendWr::send(1, sges),
+                    1 => SendWr::send_with_imm(1, sges, 9),
+                    2 => SendWr::rdma_write(1, sges, remote),
+                    3 => SendWr::rdma_read(1, sges, remote),
+                    _ => SendWr::local_inv(1, RKey(3)),
+                };
+                wr.flags(if inline { SendFlags::INLINE } else { SendFlags::empty() })
+            };
+            let mut list = SendWrList::with_capacity(4);
+            for change in changes {
+                match change {
+                    Change::Push(kind, n, inline) => drop(list.push(wr_of(kind, n, inline))),
+                    Change::Pop => drop(list.pop()),
+                    Change::Clear => list.clear(),
+                    Change::SetInline(at, on) if !list.is_empty() => {
+                        let flags = if on { SendFlags::INLINE } else { SendFlags::SIGNALED };
+                        list.set_flags(at % list.len(), flags).unwrap();
+                    }
+                    Change::SetInline(..) => {}
+                    Change::Rewrite(n, kind, inline) => list.rewrite(n, |i, wr| {
+                        let ops = [SendOp::Send, SendOp::SendWithImm(9), SendOp::RdmaWrite(remote),
+                            SendOp::RdmaRead(remote)];
+                        let sges = &sges[..i % 3];
+                        let len = sges.iter().map(|s| u64::from(s.length())).sum();
+                        let flags = if inline { SendFlags::INLINE } else { SendFlags::empty() };
+                        // SAFETY: the list's WRs come from `SendWr::of`; `sges` outlives it.
+                        unsafe { wr.rewrite(2, sges, len, ops[usize::from(kind) % 4], flags, None) };
+                    }),
+                }
+                proptest::prop_assert!(list.shape == Shape::of_all(&list), "{list:?}");
+                let builds: Vec<_> = list.iter().map(SendWr::build).collect();
+                let common = builds.first().filter(|&&b| builds.iter().all(|&c| c == b));
+                proptest::prop_assert_eq!(list.builds().common(), common.copied());
+            }
+        }
+    }
+
     #[test]
     fn a_list_whose_union_overstates_a_length_fits_by_its_maximum() {
         // 200 | 60 = 252 inline bytes in the union, against a limit of 220 both keep.
