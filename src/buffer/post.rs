@@ -407,7 +407,6 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let n = list.entries.len();
         let max_inline = self.caps().max_inline_data;
         if list.sges.len() < n {
-            // (Within the capacity, which the SGEs' vector was made with: it does not move.)
             list.sges.resize(n, Sge::new(0, 0, LKey(0)));
         }
         let (entries, sges) = (&list.entries, list.sges.as_mut_ptr());
@@ -420,10 +419,10 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             let wr_id = buffer.mark_launched(len, !signaled, before);
             before = buffer.link();
             // SAFETY: `i < n <= list.sges.len()`, written through the vector's own pointer
-            // (it does not move: see above), then read as the WR's zero or one SGE, whose
-            // length is `len`; the WR was built by `SendWr::of` (`SendWrList::rewrite`); the
-            // SGE is not changed while `list.wrs` names it (until the next post); a UD
-            // destination's AH outlives the QP ('p: 'res).
+            // (taken after any resize, and not moved since), then read as the WR's zero or
+            // one SGE, whose length is `len`; the WR was built by `SendWr::of`
+            // (`SendWrList::rewrite`); the SGE is not changed while `list.wrs` names it (until
+            // the next post); a UD destination's AH outlives the QP ('p: 'res).
             unsafe {
                 sge.write(buffer.sge(len, inline));
                 let flags = send_flags(signaled, inline);
@@ -603,7 +602,7 @@ impl<'p, Op> SendList<'p, Op> {
     /// The buffer, when the list holds [`capacity`](Self::capacity) buffers already.
     #[inline]
     pub fn push(&mut self, buffer: Buffer<'p>, op: Op) -> std::result::Result<(), Buffer<'p>> {
-        if self.entries.len() == self.entries.capacity() {
+        if self.entries.len() >= self.capacity() {
             return Err(buffer);
         }
         self.entries.push((ManuallyDrop::new(buffer), op));
@@ -631,7 +630,9 @@ impl<'p, Op> SendList<'p, Op> {
     /// The most buffers it holds.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.entries.capacity()
+        // (`Vec::with_capacity` promises at least what is asked: a post of more buffers than
+        // there are WRs would count those left out as posted.)
+        self.entries.capacity().min(self.wrs.capacity())
     }
 }
 
@@ -648,5 +649,22 @@ impl<Op> std::fmt::Debug for SendList<'_, Op> {
             .field("len", &self.len())
             .field("capacity", &self.capacity())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_holds_no_more_buffers_than_it_has_wrs_for() {
+        // Vectors may be given more than asked: the least of them bounds the list.
+        let list = SendList::<SendOp> {
+            entries: Vec::with_capacity(4),
+            sges: Vec::new(),
+            wrs: SendWrList::with_capacity(2),
+            open: None,
+        };
+        assert_eq!(list.capacity(), 2);
     }
 }

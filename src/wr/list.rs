@@ -365,6 +365,7 @@ impl<'a> SendWrList<'a> {
 
     /// The most WRs it holds.
     #[must_use]
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.wrs.capacity()
     }
@@ -521,6 +522,7 @@ impl<'a> RecvWrList<'a> {
 
     /// The most WRs it holds.
     #[must_use]
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.wrs.capacity()
     }
