@@ -700,6 +700,14 @@ mod tests {
     }
 
     proptest::proptest! {
+        // Under Miri (scripts/miri runs these tests for the links' pointer work): a few cases,
+        // and no file of failures to read, which its isolation refuses.
+        #![proptest_config({
+            use proptest::test_runner::Config;
+            let few = Config { cases: 8, failure_persistence: None, ..Config::default() };
+            if cfg!(miri) { few } else { Config::default() }
+        })]
+
         /// Whatever changes a list, and in whatever order, what it keeps of its WRs (their
         /// demands' union, their common build) is what they would give worked out anew.
         #[test]
