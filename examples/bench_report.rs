@@ -193,10 +193,12 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
         for &(name, metric) in metrics {
             // The targets (issue #15): MsgRate at 64 B and BW at 64 KiB >= 0.97, the noise
             // floor measured between identical runs; rc_pingpong's usec/iter <= 1.00; the
-            // latency tools' t_typical <= 1.03, the same floor the other way.
+            // latency tools' t_typical <= 1.03, the same floor the other way. BW at one size
+            // is MsgRate times that size, so its ratio is judged by MsgRate's, which perftest
+            // prints to 6 decimals where its 64 KiB BW in Gb/s has 2 (0.25: steps of 4 %).
             let judged = match name {
-                "msg_rate_mpps" => *bytes == 64,
-                "bw_avg_gbps" => *bytes == 65536,
+                "msg_rate_mpps" => *bytes == 64 || *bytes == 65536,
+                "bw_avg_gbps" => false,
                 _ => true,
             };
             let cell_name = format!("{test} -q {q} {} {name}", size_name(*bytes));
@@ -286,8 +288,9 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
     }
     let _ = write!(
         md,
-        "\nTargets (MsgRate at 64 B and BW average at 64 KiB >= {BANDWIDTH_FLOOR}, rc_pingpong's \
-         usec/iter <= 1.00, t_typical <= {LATENCY_FLOOR}): ",
+        "\nTargets (MsgRate at 64 B and BW average at 64 KiB >= {BANDWIDTH_FLOOR}, the latter \
+         judged by its MsgRate, the same ratio printed to more digits; rc_pingpong's usec/iter \
+         <= 1.00, t_typical <= {LATENCY_FLOOR}): ",
     );
     if misses.is_empty() {
         md.push_str("all met.\n");
