@@ -117,6 +117,10 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// channel, events still pending make the next call return at once. Signals do not end
     /// the wait early. Allocates nothing and reads no clock.
     ///
+    /// An event already pending (one that came while the caller worked) costs one `read(2)`,
+    /// as the blocking C call; otherwise a `read(2)` that finds nothing, `ppoll(2)` to sleep,
+    /// and the `read(2)` of the event.
+    ///
     /// # Errors
     ///
     /// [`Error::Verb`](crate::Error::Verb) from `ppoll`, or from `ibv_get_cq_event` (`EIO`
@@ -124,8 +128,13 @@ impl<'ctx> CompletionChannel<'ctx> {
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
-        // One event per wake-up, as the C idiom: draining would cost one more read(2), the
-        // one that finds nothing, on every call.
+        // One event per call, as the C idiom: draining would cost one more read(2), the one
+        // that finds nothing, on every call. Read first: in a request-response loop the event
+        // is most often pending already (rc_pingpong -e on rxe: over 99 % of waits), and when
+        // it is not, the failed read is paid before sleeping, not after the wake-up.
+        if self.get_event()? {
+            return Ok(1);
+        }
         let mut left = fd::TimeLeft::new(timeout);
         // Another thread may take the event between the wake-up and the read: sleep again.
         while fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
