@@ -132,17 +132,16 @@ impl<'ctx> CompletionChannel<'ctx> {
         // that finds nothing, on every call. Read first: in a request-response loop the event
         // is most often pending already (rc_pingpong -e on rxe: over 99 % of waits), and when
         // it is not, the failed read is paid before sleeping, not after the wake-up.
-        if self.get_event()? {
-            return Ok(1);
-        }
         let mut left = fd::TimeLeft::new(timeout);
-        // Another thread may take the event between the wake-up and the read: sleep again.
-        while fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
+        // (Another thread may take the event between the wake-up and the read: sleep again.)
+        loop {
             if self.get_event()? {
                 return Ok(1);
             }
+            if !fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
+                return Ok(0);
+            }
         }
-        Ok(0)
     }
 
     /// Reads every pending event without blocking (acknowledged as [`wait`](Self::wait)
