@@ -215,9 +215,16 @@ impl DeviceAttr {
         self.0.max_mr
     }
 
-    /// The most outstanding RDMA READ / atomic operations a QP can be the target of.
+    /// The most outstanding RDMA READ / atomic operations a QP can be the target of: the
+    /// bound of [`ToRtrAttr::max_dest_rd_atomic`](crate::ToRtrAttr::max_dest_rd_atomic).
     pub fn max_qp_rd_atom(&self) -> i32 {
         self.0.max_qp_rd_atom
+    }
+
+    /// The most outstanding RDMA READ / atomic operations a QP can initiate: the bound of
+    /// [`ToRtsAttr::max_rd_atomic`](crate::ToRtsAttr::max_rd_atomic).
+    pub fn max_qp_init_rd_atom(&self) -> i32 {
+        self.0.max_qp_init_rd_atom
     }
 
     /// The number of physical ports.
