@@ -87,6 +87,10 @@ pub struct Args {
     /// Signal one WR in this many (CQ moderation; default 100, or -l when -l > 1)
     #[arg(short = 'Q', long = "cq-mod")]
     pub cq_mod: Option<u32>,
+    /// RDMA READs outstanding per QP (read tests; default, and at most: the device's limit,
+    /// max_qp_rd_atom, as perftest)
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u32>,
     /// Largest message sent inline, in bytes (default: what the QP offers)
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
@@ -275,7 +279,6 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("recv_post_list", None, "receives are posted one at a time"),
     ("inline_recv", None, "inline receive (scatter to CQE) is not supported"),
     ("use-srq", None, "receives go to each QP's own queue, not an SRQ"),
-    ("outs", Some('o'), "the outstanding RDMA READs per QP are not settable here"),
     ("mcg", Some('g'), "multicast is not supported"),
     ("MGID", Some('M'), "multicast is not supported"),
     ("sl", Some('S'), "the service level is 0 (set it in code: ToRtrAttr)"),

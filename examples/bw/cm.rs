@@ -34,7 +34,8 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             let ctx = ids[0].context()?;
             crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
-            super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids })
+            let reads = super::read_depth(ctx, mode, args)?;
+            super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids, reads })
         }
         None => {
             let listener = CmId::new(&channel, PortSpace::TCP)?;
@@ -48,8 +49,13 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             let ctx = first.id.context()?;
             crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
-            let mut server =
-                by_cm::Server { listener: &listener, first: Some(&first), others: Vec::new() };
+            let reads = super::read_depth(ctx, mode, args)?;
+            let mut server = by_cm::Server {
+                listener: &listener,
+                first: Some(&first),
+                others: Vec::new(),
+                reads,
+            };
             super::run_on(mode, args, ctx, &mut control, &mut server)
         }
     }
@@ -96,6 +102,9 @@ mod by_cm {
     /// The client: one resolved id per QP.
     pub struct Client<'a, 'ch> {
         pub ids: &'a [CmId<'ch>],
+        /// RDMA READs outstanding each way asked for ([`super::super::read_depth`]); the
+        /// server's reply may lower them.
+        pub reads: u8,
     }
 
     impl Connect for Client<'_, '_> {
@@ -107,9 +116,12 @@ mod by_cm {
             _: &mut Control,
         ) -> Result<(QueuePair<'q, Rts>, RemoteAddr), Error> {
             let data = encode(mine);
-            let up = self.ids[i]
-                .connect(qp, &ConnParam::with_private_data(&data), TIMEOUT)
-                .map_err(|e| e.error)?;
+            let param = ConnParam {
+                responder_resources: self.reads,
+                initiator_depth: self.reads,
+                ..ConnParam::with_private_data(&data)
+            };
+            let up = self.ids[i].connect(qp, &param, TIMEOUT).map_err(|e| e.error)?;
             let remote = decode(&up.private_data)?;
             Ok((up.qp, remote))
         }
@@ -121,6 +133,8 @@ mod by_cm {
         pub first: Option<&'a ConnectRequest<'ch>>,
         /// The later requests, kept until the end: dropping one disconnects its QP.
         pub others: Vec<ConnectRequest<'ch>>,
+        /// RDMA READs outstanding each way at most ([`super::super::read_depth`]).
+        pub reads: u8,
     }
 
     impl Connect for Server<'_, '_> {
@@ -140,10 +154,13 @@ mod by_cm {
             };
             let remote = decode(&request.private_data)?;
             let data = encode(mine);
-            let up = request
-                .id
-                .accept(qp, &ConnParam::with_private_data(&data), TIMEOUT)
-                .map_err(|e| e.error)?;
+            // No more than the client asked for either way (rdma_accept(3)).
+            let param = ConnParam {
+                responder_resources: self.reads.min(request.initiator_depth),
+                initiator_depth: self.reads.min(request.responder_resources),
+                ..ConnParam::with_private_data(&data)
+            };
+            let up = request.id.accept(qp, &param, TIMEOUT).map_err(|e| e.error)?;
             Ok((up.qp, remote))
         }
     }

@@ -46,6 +46,9 @@ mod with_mlx5 {
         let mlx5 = Mlx5Context::open(&ctx)?;
         let (port, gid, mtu) = local_route(&ctx, args)?;
         check_limits(&ctx, mode, args)?;
+        if args.outs.is_some() {
+            eprintln!("note: --outs changes nothing with -c DC: a DCI READs as deep as the device's DC limit");
+        }
         let mut control = open_control(mode, args)?;
 
         let sizes = args.sizes();
@@ -127,6 +130,7 @@ mod with_mlx5 {
             qps: args.qps,
             // DC sends exist only as mlx5dv's extended builders.
             verbs_path: VerbsPath::Extended,
+            reads: None,
         };
         each_size(&sizes, &report, &mut control, |size, control| {
             let plan = &plan(mode, args, size, args.tx_depth);

@@ -126,6 +126,16 @@ impl Control {
         Ok(())
     }
 
+    /// Sends our `what` figure, receives the peer's, and returns the smaller.
+    pub fn smaller_of(&mut self, what: &str, ours: u8) -> Result<u8, Error> {
+        self.send(&format!("{what} {ours}"))?;
+        let line = self.recv()?;
+        let theirs = line.strip_prefix(what).and_then(|n| n.strip_prefix(' ')?.parse::<u8>().ok());
+        let theirs = theirs
+            .ok_or_else(|| format!("the peer is out of step: it sent {line:?}, not its {what}"))?;
+        Ok(ours.min(theirs))
+    }
+
     /// Exchanges a QP endpoint and the memory the peer may reach.
     pub fn swap_endpoint(
         &mut self,

@@ -149,7 +149,9 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     // Refuse what the device cannot do before waiting for the peer.
     check_limits(&ctx, mode, args)?;
     let mut control = open_control(mode, args)?;
-    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu };
+    // Each side's responder accepts no more READs than its own figure: the smaller of the two.
+    let reads = control.smaller_of("reads", read_depth(&ctx, mode, args)?)?;
+    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads };
     run_on(mode, args, &ctx, &mut control, &mut connect)
 }
 
@@ -163,6 +165,33 @@ pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEn
         None => port.active_mtu(),
     };
     Ok((port, gid, mtu))
+}
+
+/// The RDMA READs each QP keeps outstanding, perftest's `-o`: for read tests `-o`, by
+/// default the device's limit (`max_qp_rd_atom`, and `max_qp_init_rd_atom` for the side that
+/// READs), and at most that limit, as perftest caps it, with its note. Other tests post no
+/// READ: 1, the verbs' default.
+pub fn read_depth(ctx: &Context, mode: Mode, args: &Args) -> Result<u8, Error> {
+    if mode != Mode::Read {
+        if args.outs.is_some() {
+            eprintln!("note: --outs changes nothing here: only RDMA READs are outstanding reads");
+        }
+        return Ok(1);
+    }
+    let dev = ctx.query_device()?;
+    let limit = dev.max_qp_rd_atom().min(dev.max_qp_init_rd_atom()).clamp(0, 255) as u8;
+    if limit == 0 {
+        return Err(format!("{} allows no outstanding RDMA READ per QP", ctx.name()).into());
+    }
+    Ok(match args.outs {
+        Some(0) | None => limit,
+        Some(n) if n > u32::from(limit) => {
+            eprintln!(" Number of outstanding reads is above max = {limit}");
+            eprintln!(" Changing to that max value");
+            limit
+        }
+        Some(n) => n as u8,
+    })
 }
 
 /// Connects each QP to its peer (receives already posted), exchanging the memory the peer
@@ -184,6 +213,8 @@ struct ByHand {
     lid: Lid,
     gid: Option<GidEntry>,
     mtu: Mtu,
+    /// RDMA READs outstanding each way ([`read_depth`], agreed with the peer).
+    reads: u8,
 }
 
 impl Connect for ByHand {
@@ -202,11 +233,18 @@ impl Connect for ByHand {
             gid: self.gid.map_or(Gid::ZERO, |g| g.gid),
         };
         let (peer, remote) = control.swap_endpoint(&me, mine)?;
-        let rtr = ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu);
+        let rtr = ToRtrAttr {
+            max_dest_rd_atomic: self.reads,
+            ..ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu)
+        };
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
         // perftest's RNR retry: forever, so a receiver that lags behind under load is waited
         // for instead of failing the run (the traffic loop's STALL_LIMIT bounds the wait).
-        let rts = ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(psn) };
+        let rts = ToRtsAttr {
+            rnr_retry: RnrRetry::INFINITE,
+            max_rd_atomic: self.reads,
+            ..ToRtsAttr::new(psn)
+        };
         Ok((qp.into_rts(&rts).map_err(|e| e.error)?, remote))
     }
 }
@@ -382,7 +420,13 @@ fn run_bw(
 
     let tier = if args.raw { "raw" } else { "safe" };
     let verbs_path = qps_rts[0].send_path();
-    let report = Report { gbits: args.report_gbits, json: args.json, mode, tier, qps, verbs_path };
+    // What the QP was given, as the connection (by hand or rdma_cm) settled it.
+    let reads = match mode {
+        Mode::Read => Some(qps_rts[0].query()?.max_rd_atomic),
+        _ => None,
+    };
+    let report =
+        Report { gbits: args.report_gbits, json: args.json, mode, tier, qps, verbs_path, reads };
     each_size(&sizes, &report, control, |size, control| {
         let plan = &plan(mode, args, size, depth);
         let stats = if args.raw {

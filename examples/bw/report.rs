@@ -48,6 +48,8 @@ pub struct Report {
     pub qps: u32,
     /// How the QPs post sends.
     pub verbs_path: VerbsPath,
+    /// The RDMA READs each QP keeps outstanding (read tests), for perftest's header line.
+    pub reads: Option<u8>,
 }
 
 impl Table for Report {
@@ -68,6 +70,9 @@ impl Table for Report {
             if self.qps == 1 { "" } else { "s" }
         );
         wr_api_line(self.verbs_path);
+        if let Some(reads) = self.reads {
+            println!(" Outstand reads  : {reads}");
+        }
         println!(
             " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
         );

@@ -158,6 +158,34 @@ fn the_passive_server_prints_perftests_table_of_the_clients_figures() {
 }
 
 #[test]
+fn read_bw_keeps_the_devices_outstanding_reads_or_the_smaller_o_of_the_two_sides() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let reads = |out: &Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = stdout.lines().find_map(|l| l.strip_prefix(" Outstand reads  : "));
+        line.and_then(|n| n.parse::<u32>().ok()).unwrap_or_else(|| panic!("{}", text(out)))
+    };
+    let args = ["-s", "64", "-n", "300"];
+    // Above the device's limit: capped to it with perftest's note; the default is that limit.
+    let (server, client) = pair("read_bw", 18916, &[&args[..], &["-o", "100000"]].concat(), &args);
+    assert!(server.status.success() && client.status.success(), "{}", text(&server));
+    let stderr = String::from_utf8_lossy(&server.stderr);
+    let limit: u32 = stderr
+        .split(" Number of outstanding reads is above max = ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no note of the cap: {}", text(&server)));
+    assert!(limit > 1, "rxe takes more than one READ outstanding: {limit}");
+    assert_eq!((reads(&server), reads(&client)), (limit, limit));
+    // Fewer on one side: both QPs keep that many.
+    let (server, client) = pair("read_bw", 18917, &args, &[&args[..], &["-o", "4"]].concat());
+    assert!(server.status.success() && client.status.success(), "{}", text(&client));
+    assert_eq!((reads(&server), reads(&client)), (4, 4));
+}
+
+#[test]
 fn use_old_post_send_switches_the_sends_to_ibv_post_send_and_the_header_says_so() {
     if require_device(RXE).is_none() {
         return;
