@@ -91,6 +91,21 @@ pub struct Args {
     /// max_qp_rd_atom, as perftest)
     #[arg(short = 'o', long = "outs")]
     pub outs: Option<u32>,
+    /// Service level, 0-15 (default 0)
+    #[arg(short = 'S', long = "sl")]
+    pub sl: Option<u8>,
+    /// Traffic class of the GRH (on RoCE: DSCP << 2 | ECN; default 0)
+    #[arg(long = "tclass")]
+    pub tclass: Option<u8>,
+    /// Hop limit of the GRH (default 1, as ibv_rc_pingpong's)
+    #[arg(short = 'L', long = "hop_limit")]
+    pub hop_limit: Option<u8>,
+    /// Local ACK timeout: 4.096 us x 2^n, n 1-31 (default 14)
+    #[arg(short = 'u', long = "qp-timeout")]
+    pub qp_timeout: Option<u8>,
+    /// Retries of a send that is not acknowledged, 0-7 (default 6; rxe never counts 7 down)
+    #[arg(long = "retry_count")]
+    pub retry_count: Option<u8>,
     /// Largest message sent inline, in bytes (default: what the QP offers)
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
@@ -281,12 +296,12 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("use-srq", None, "receives go to each QP's own queue, not an SRQ"),
     ("mcg", Some('g'), "multicast is not supported"),
     ("MGID", Some('M'), "multicast is not supported"),
-    ("sl", Some('S'), "the service level is 0 (set it in code: ToRtrAttr)"),
-    ("tos", Some('T'), "the traffic class is 0 (set it in code: ToRtrAttr)"),
-    ("tclass", None, "the traffic class is 0 (set it in code: ToRtrAttr)"),
-    ("hop_limit", Some('L'), "the hop limit is the default (set it in code: ToRtrAttr)"),
-    ("qp-timeout", Some('u'), "the QP timeout is the default (set it in code: ToRtsAttr)"),
-    ("retry_count", None, "the retry count is the default (set it in code: ToRtsAttr)"),
+    (
+        "tos",
+        Some('T'),
+        "rdma_cm's type of service (-R) is not set by this tool: connected by hand, --tclass \
+         sets the GRH's traffic class",
+    ),
     ("pkey_index", None, "P_Key index 0 is used"),
     ("dlid", None, "the peer's LID comes from the exchange"),
     ("source_ip", None, "rdma_cm binds to the device's address (-R)"),
@@ -438,8 +453,47 @@ impl Args {
         if self.is_dc() && self.rdma_cm {
             return Err("-c DC does not work with -R: DC QPs are not connected by rdma_cm".into());
         }
+        self.check_path()?;
         if self.size > MAX_SIZE || (self.all && self.max_size < 2) {
             return Err(format!("sizes run from 2 B (-a) or 1 B to {MAX_SIZE} B"));
+        }
+        Ok(())
+    }
+
+    /// -S, --tclass, -L, -u and --retry_count: in range, and only where this tool sets them
+    /// (on a QP connected by hand).
+    fn check_path(&self) -> Result<(), String> {
+        let given = [
+            ("-S", self.sl.is_some()),
+            ("--tclass", self.tclass.is_some()),
+            ("-L", self.hop_limit.is_some()),
+            ("-u", self.qp_timeout.is_some()),
+            ("--retry_count", self.retry_count.is_some()),
+        ];
+        if let Some((name, _)) = given.iter().find(|(_, given)| *given) {
+            if self.rdma_cm {
+                return Err(format!(
+                    "{name} is not set with -R: rdma_cm takes the path and the timers from its \
+                     route; connect by hand (without -R) to set them"
+                ));
+            }
+            if self.is_dc() {
+                return Err(format!("{name} is not set with -c DC: DC routes take the defaults"));
+            }
+        }
+        if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
+            return Err(format!("-S {sl} must be 0-15 (a 4-bit service level)"));
+        }
+        if let Some(n) = self.qp_timeout {
+            if n == 0 || n > rdma_verbs::AckTimeout::MAX_EXPONENT {
+                return Err(format!(
+                    "-u {n} must be 1-31, the exponent of 4.096 us x 2^n (0, never time out, is \
+                     not offered)"
+                ));
+            }
+        }
+        if let Some(n) = self.retry_count.filter(|&n| n > rdma_verbs::RetryCount::MAX) {
+            return Err(format!("--retry_count {n} must be 0-7"));
         }
         Ok(())
     }
@@ -500,6 +554,27 @@ mod tests {
         assert_eq!(send_bw(&["-n", "100", "-D", "2"]), 512, "not in a -D run");
         assert_eq!(argv(Test::Latency, &["-r", "64", "-s", "8"]).unwrap(), ["tool", "-s", "8"]);
         assert_eq!(argv(Test::Bandwidth, &["-r", "64"]).unwrap(), ["tool", "-r", "64"]);
+    }
+
+    #[test]
+    fn the_path_options_are_checked_and_refused_where_rdma_cm_or_dc_sets_the_path() {
+        let check = |args: &[&str]| {
+            let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
+            parse(Test::Bandwidth, Mode::Write, argv.collect()).check()
+        };
+        let all = ["-S", "15", "--tclass", "96", "-L", "64", "-u", "31", "--retry_count", "7"];
+        assert_eq!(check(&all), Ok(()));
+        for (args, says) in [
+            (&["-S", "16"][..], "-S 16 must be 0-15"),
+            (&["-u", "0"], "-u 0 must be 1-31"),
+            (&["-u", "32"], "-u 32 must be 1-31"),
+            (&["--retry_count", "8"], "--retry_count 8 must be 0-7"),
+            (&["-R", "--tclass", "96"], "--tclass is not set with -R"),
+            (&["-c", "DC", "-L", "64"], "-L is not set with -c DC"),
+        ] {
+            let e = check(args).unwrap_err();
+            assert!(e.starts_with(says), "{args:?}: {e}");
+        }
     }
 
     #[test]

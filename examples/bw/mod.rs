@@ -151,7 +151,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let mut control = open_control(mode, args)?;
     // Each side's responder accepts no more READs than its own figure: the smaller of the two.
     let reads = control.smaller_of("reads", read_depth(&ctx, mode, args)?)?;
-    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads };
+    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
     run_on(mode, args, &ctx, &mut control, &mut connect)
 }
 
@@ -208,16 +208,18 @@ pub trait Connect {
 }
 
 /// The QPs connected by hand: endpoints swapped over the TCP channel, then INIT → RTR → RTS.
-struct ByHand {
+struct ByHand<'a> {
     port: u8,
     lid: Lid,
     gid: Option<GidEntry>,
     mtu: Mtu,
     /// RDMA READs outstanding each way ([`read_depth`], agreed with the peer).
     reads: u8,
+    /// -S, --tclass, -L, -u and --retry_count (checked by [`Args::check`]).
+    args: &'a Args,
 }
 
-impl Connect for ByHand {
+impl Connect for ByHand<'_> {
     fn connect<'q>(
         &mut self,
         _: usize,
@@ -233,18 +235,34 @@ impl Connect for ByHand {
             gid: self.gid.map_or(Gid::ZERO, |g| g.gid),
         };
         let (peer, remote) = control.swap_endpoint(&me, mine)?;
-        let rtr = ToRtrAttr {
+        let mut rtr = ToRtrAttr {
             max_dest_rd_atomic: self.reads,
             ..ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu)
         };
+        let args = self.args;
+        rtr.av.sl = args.sl.unwrap_or(rtr.av.sl);
+        if args.tclass.is_some() || args.hop_limit.is_some() {
+            let grh = rtr.av.grh.as_mut().ok_or(
+                "--tclass and -L set the GRH, which this connection does not use (an \
+                 InfiniBand port without -x): give -x, a GID index",
+            )?;
+            grh.traffic_class = args.tclass.unwrap_or(grh.traffic_class);
+            grh.hop_limit = args.hop_limit.unwrap_or(grh.hop_limit);
+        }
         let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
         // perftest's RNR retry: forever, so a receiver that lags behind under load is waited
         // for instead of failing the run (the traffic loop's STALL_LIMIT bounds the wait).
-        let rts = ToRtsAttr {
+        let mut rts = ToRtsAttr {
             rnr_retry: RnrRetry::INFINITE,
             max_rd_atomic: self.reads,
             ..ToRtsAttr::new(psn)
         };
+        if let Some(n) = args.qp_timeout {
+            rts.timeout = AckTimeout::new(n)?;
+        }
+        if let Some(n) = args.retry_count {
+            rts.retry_cnt = RetryCount::new(n)?;
+        }
         Ok((qp.into_rts(&rts).map_err(|e| e.error)?, remote))
     }
 }

@@ -186,6 +186,22 @@ fn read_bw_keeps_the_devices_outstanding_reads_or_the_smaller_o_of_the_two_sides
 }
 
 #[test]
+fn perftests_path_options_set_the_qps_connected_by_hand() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let path = ["-S", "1", "--tclass", "96", "-L", "64", "-u", "16", "--retry_count", "5"];
+    let args = [&["-s", "64", "-n", "300"][..], &path].concat();
+    let (server, client) = pair("write_bw", 18918, &args, &args);
+    assert!(
+        server.status.success() && client.status.success(),
+        "server:\n{}\nclient:\n{}",
+        text(&server),
+        text(&client)
+    );
+}
+
+#[test]
 fn use_old_post_send_switches_the_sends_to_ibv_post_send_and_the_header_says_so() {
     if require_device(RXE).is_none() {
         return;
