@@ -94,13 +94,10 @@ pub struct Args {
     /// Service level, 0-15 (default 0)
     #[arg(short = 'S', long = "sl")]
     pub sl: Option<u8>,
-    /// Traffic class of the GRH (on RoCE: DSCP << 2 | ECN; default 0)
-    #[arg(long = "tclass")]
+    /// Traffic class of the GRH, decimal or 0x hex (on RoCE: DSCP << 2 | ECN; default 0)
+    #[arg(long = "tclass", value_parser = decimal_or_hex)]
     pub tclass: Option<u8>,
-    /// Hop limit of the GRH (default 1, as ibv_rc_pingpong's)
-    #[arg(short = 'L', long = "hop_limit")]
-    pub hop_limit: Option<u8>,
-    /// Local ACK timeout: 4.096 us x 2^n, n 1-31 (default 14)
+    /// Local ACK timeout: 4.096 us x 2^n, n 1-31, or 0: never (default 14)
     #[arg(short = 'u', long = "qp-timeout")]
     pub qp_timeout: Option<u8>,
     /// Retries of a send that is not acknowledged, 0-7 (default 6; rxe never counts 7 down)
@@ -153,6 +150,15 @@ pub struct Args {
     /// The tool's family, set by [`parse`].
     #[arg(skip = Test::Bandwidth)]
     pub test: Test,
+}
+
+/// A byte in decimal or `0x` hex, as perftest reads numbers (`strtol` with base 0).
+fn decimal_or_hex(s: &str) -> Result<u8, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|_| format!("{s:?} is not a byte (0-255, or 0x00-0xff)"))
 }
 
 /// An option of one family only: (long name, short letter, the [`Args`] field, the family,
@@ -299,8 +305,14 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     (
         "tos",
         Some('T'),
-        "rdma_cm's type of service (-R) is not set by this tool: connected by hand, --tclass \
-         sets the GRH's traffic class",
+        "rdma_cm's type of service (-R) is not set by this tool: connected by hand (without \
+         -R), --tclass sets the GRH's traffic class",
+    ),
+    (
+        "hop_limit",
+        Some('L'),
+        "perftest takes it for raw Ethernet QPs only; the RC QPs here send with hop limit 255, \
+         as perftest's",
     ),
     ("pkey_index", None, "P_Key index 0 is used"),
     ("dlid", None, "the peer's LID comes from the exchange"),
@@ -460,40 +472,81 @@ impl Args {
         Ok(())
     }
 
-    /// -S, --tclass, -L, -u and --retry_count: in range, and only where this tool sets them
-    /// (on a QP connected by hand).
+    /// -S, --tclass, -u and --retry_count: in range, and only where this tool sets them (by
+    /// hand all four; with -R rdma_cm's route sets all but the retry count; a DC route takes
+    /// -S and --tclass, a DCI's timers are the crate's).
     fn check_path(&self) -> Result<(), String> {
-        let given = [
-            ("-S", self.sl.is_some()),
-            ("--tclass", self.tclass.is_some()),
-            ("-L", self.hop_limit.is_some()),
-            ("-u", self.qp_timeout.is_some()),
-            ("--retry_count", self.retry_count.is_some()),
-        ];
-        if let Some((name, _)) = given.iter().find(|(_, given)| *given) {
-            if self.rdma_cm {
-                return Err(format!(
-                    "{name} is not set with -R: rdma_cm takes the path and the timers from its \
-                     route; connect by hand (without -R) to set them"
-                ));
-            }
-            if self.is_dc() {
-                return Err(format!("{name} is not set with -c DC: DC routes take the defaults"));
-            }
+        let by_hand_only: &[(&str, bool)] = if self.rdma_cm {
+            &[("-S", self.sl.is_some()), ("--tclass", self.tclass.is_some())]
+        } else {
+            &[]
+        };
+        let not_dc: &[(&str, bool)] =
+            if self.is_dc() { &[("--retry_count", self.retry_count.is_some())] } else { &[] };
+        let timeout = [("-u", self.qp_timeout.is_some() && (self.rdma_cm || self.is_dc()))];
+        if let Some((name, _)) = by_hand_only.iter().chain(not_dc).chain(&timeout).find(|o| o.1) {
+            let why = if self.rdma_cm {
+                "rdma_cm takes the path and the ACK timeout from its route; connect by hand \
+                 (without -R) to set them"
+            } else {
+                "a DCI's timers are the crate's defaults (DciInitAttr)"
+            };
+            let with = if self.rdma_cm { "-R" } else { "-c DC" };
+            return Err(format!("{name} is not set with {with}: {why}"));
         }
         if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
             return Err(format!("-S {sl} must be 0-15 (a 4-bit service level)"));
         }
-        if let Some(n) = self.qp_timeout {
-            if n == 0 || n > rdma_verbs::AckTimeout::MAX_EXPONENT {
-                return Err(format!(
-                    "-u {n} must be 1-31, the exponent of 4.096 us x 2^n (0, never time out, is \
-                     not offered)"
-                ));
+        match self.qp_timeout {
+            Some(0) => {
+                eprintln!("note: -u 0: the QPs never time out waiting for an ACK, as perftest's")
             }
+            Some(n) if n > rdma_verbs::AckTimeout::MAX_EXPONENT => {
+                return Err(format!(
+                    "-u {n} must be 1-31, the exponent of 4.096 us x 2^n, or 0 (never time out)"
+                ))
+            }
+            _ => {}
         }
         if let Some(n) = self.retry_count.filter(|&n| n > rdma_verbs::RetryCount::MAX) {
             return Err(format!("--retry_count {n} must be 0-7"));
+        }
+        Ok(())
+    }
+
+    /// Sets -S, --tclass, -u and --retry_count on the attributes of a QP connected by hand,
+    /// and the GRH's hop limit to 255, as perftest's (a route across IP routers; values
+    /// checked by [`Args::check`]).
+    ///
+    /// # Errors
+    ///
+    /// `--tclass` on a route without GRH: the peer sent no GID.
+    pub fn set_path(
+        &self,
+        rtr: &mut rdma_verbs::ToRtrAttr,
+        rts: &mut rdma_verbs::ToRtsAttr,
+    ) -> Result<(), String> {
+        rtr.av.sl = self.sl.unwrap_or(rtr.av.sl);
+        match rtr.av.grh.as_mut() {
+            Some(grh) => {
+                grh.hop_limit = 255;
+                grh.traffic_class = self.tclass.unwrap_or(grh.traffic_class);
+            }
+            None if self.tclass.is_some() => {
+                return Err("--tclass sets the GRH's traffic class, but the peer sent no GID: \
+                            give -x on both sides"
+                    .into())
+            }
+            None => {}
+        }
+        if let Some(n) = self.qp_timeout {
+            rts.timeout = match n {
+                0 => rdma_verbs::AckTimeout::INFINITE,
+                n => rdma_verbs::AckTimeout::new(n).map_err(|e| e.to_string())?,
+            };
+        }
+        if let Some(n) = self.retry_count {
+            rts.retry_cnt = rdma_verbs::RetryCount::new(n).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -562,19 +615,63 @@ mod tests {
             let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
             parse(Test::Bandwidth, Mode::Write, argv.collect()).check()
         };
-        let all = ["-S", "15", "--tclass", "96", "-L", "64", "-u", "31", "--retry_count", "7"];
+        let all = ["-S", "15", "--tclass", "0x60", "-u", "31", "--retry_count", "7"];
         assert_eq!(check(&all), Ok(()));
+        assert_eq!(check(&["-R", "--retry_count", "5"]), Ok(()));
+        assert_eq!(check(&["-c", "DC", "-S", "3", "--tclass", "106"]), Ok(()));
         for (args, says) in [
             (&["-S", "16"][..], "-S 16 must be 0-15"),
-            (&["-u", "0"], "-u 0 must be 1-31"),
             (&["-u", "32"], "-u 32 must be 1-31"),
             (&["--retry_count", "8"], "--retry_count 8 must be 0-7"),
             (&["-R", "--tclass", "96"], "--tclass is not set with -R"),
-            (&["-c", "DC", "-L", "64"], "-L is not set with -c DC"),
+            (&["-R", "-u", "16"], "-u is not set with -R"),
+            (&["-c", "DC", "--retry_count", "3"], "--retry_count is not set with -c DC"),
         ] {
             let e = check(args).unwrap_err();
             assert!(e.starts_with(says), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_path_options_set_the_attributes_of_a_qp_connected_by_hand() {
+        use rdma_verbs::{AckTimeout, Endpoint, Gid, Lid, Mtu, Psn, Qpn, RetryCount};
+        use std::net::Ipv4Addr;
+        let args = |argv: &[&str]| {
+            let argv = std::iter::once("tool").chain(argv.iter().copied()).map(String::from);
+            parse(Test::Bandwidth, Mode::Write, argv.collect())
+        };
+        let psn = Psn::new(0).unwrap();
+        let peer = |gid| Endpoint { lid: Lid(0), qpn: Qpn::new(5).unwrap(), psn, gid };
+        let roce = peer(Gid::from(Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped()));
+        let attrs = |peer: &Endpoint| {
+            let rtr = rdma_verbs::ToRtrAttr::to_endpoint(peer, 1, Some(3), Mtu::MTU_1024);
+            (rtr, rdma_verbs::ToRtsAttr::new(psn))
+        };
+
+        let (mut rtr, mut rts) = attrs(&roce);
+        let given = args(&["-S", "3", "--tclass", "0x68", "-u", "18", "--retry_count", "4"]);
+        given.set_path(&mut rtr, &mut rts).unwrap();
+        let grh = rtr.av.grh.unwrap();
+        assert_eq!((rtr.av.sl, grh.traffic_class, grh.hop_limit), (3, 0x68, 255));
+        assert_eq!(
+            (rts.timeout, rts.retry_cnt),
+            (AckTimeout::new(18).unwrap(), RetryCount::new(4).unwrap())
+        );
+
+        // Unset, the defaults stay, but for perftest's hop limit; -u 0 is never.
+        let (mut rtr, mut rts) = attrs(&roce);
+        args(&["-u", "0"]).set_path(&mut rtr, &mut rts).unwrap();
+        let (default_rtr, default_rts) = attrs(&roce);
+        assert_eq!((rtr.av.sl, rtr.av.grh.unwrap().traffic_class), (0, 0));
+        assert_eq!(rtr.av.grh.unwrap().hop_limit, 255);
+        assert_eq!(rts.retry_cnt, default_rts.retry_cnt);
+        assert_eq!(rts.timeout, AckTimeout::INFINITE);
+        assert_ne!(default_rtr.av.grh.unwrap().hop_limit, 255);
+
+        // No GRH when the peer sent no GID: a traffic class has nowhere to go.
+        let (mut rtr, mut rts) = attrs(&peer(Gid::ZERO));
+        let e = args(&["--tclass", "96"]).set_path(&mut rtr, &mut rts).unwrap_err();
+        assert!(e.contains("the peer sent no GID: give -x on both sides"), "{e}");
     }
 
     #[test]

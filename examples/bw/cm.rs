@@ -34,8 +34,8 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             let ctx = ids[0].context()?;
             crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
-            let reads = super::read_depth(ctx, mode, args)?;
-            super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids, reads })
+            let param = by_cm::param(super::read_depth(ctx, mode, args)?, args)?;
+            super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids, param })
         }
         None => {
             let listener = CmId::new(&channel, PortSpace::TCP)?;
@@ -49,12 +49,12 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             let ctx = first.id.context()?;
             crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
-            let reads = super::read_depth(ctx, mode, args)?;
+            let param = by_cm::param(super::read_depth(ctx, mode, args)?, args)?;
             let mut server = by_cm::Server {
                 listener: &listener,
                 first: Some(&first),
                 others: Vec::new(),
-                reads,
+                param,
             };
             super::run_on(mode, args, ctx, &mut control, &mut server)
         }
@@ -71,13 +71,28 @@ mod by_cm {
     use std::time::Duration;
 
     use rdma_verbs::cm::{CmId, ConnParam, ConnectRequest};
-    use rdma_verbs::{Init, QueuePair, RKey, RemoteAddr, Rts};
+    use rdma_verbs::{Init, QueuePair, RKey, RemoteAddr, RetryCount, Rts};
 
+    use super::super::args::Args;
     use super::super::exchange::Control;
     use super::super::{Connect, Error};
 
     /// How long to wait for the peer's connection steps.
     pub const TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// What each connection asks for (private data aside): `reads` RDMA READs outstanding each
+    /// way ([`super::super::read_depth`]) and `--retry_count`, as perftest's `-R`.
+    pub fn param(reads: u8, args: &Args) -> Result<ConnParam<'static>, Error> {
+        let mut param = ConnParam {
+            responder_resources: reads,
+            initiator_depth: reads,
+            ..ConnParam::default()
+        };
+        if let Some(n) = args.retry_count {
+            param.retry_count = RetryCount::new(n)?;
+        }
+        Ok(param)
+    }
 
     /// `addr` then `rkey`, little-endian: the 12 bytes of private data.
     fn encode(mine: RemoteAddr) -> [u8; 12] {
@@ -102,9 +117,8 @@ mod by_cm {
     /// The client: one resolved id per QP.
     pub struct Client<'a, 'ch> {
         pub ids: &'a [CmId<'ch>],
-        /// RDMA READs outstanding each way asked for ([`super::super::read_depth`]); the
-        /// server's reply may lower them.
-        pub reads: u8,
+        /// What each connect asks for ([`param`]); the server's reply may lower the reads.
+        pub param: ConnParam<'static>,
     }
 
     impl Connect for Client<'_, '_> {
@@ -116,11 +130,7 @@ mod by_cm {
             _: &mut Control,
         ) -> Result<(QueuePair<'q, Rts>, RemoteAddr), Error> {
             let data = encode(mine);
-            let param = ConnParam {
-                responder_resources: self.reads,
-                initiator_depth: self.reads,
-                ..ConnParam::with_private_data(&data)
-            };
+            let param = ConnParam { private_data: &data, ..self.param };
             let up = self.ids[i].connect(qp, &param, TIMEOUT).map_err(|e| e.error)?;
             let remote = decode(&up.private_data)?;
             Ok((up.qp, remote))
@@ -133,8 +143,8 @@ mod by_cm {
         pub first: Option<&'a ConnectRequest<'ch>>,
         /// The later requests, kept until the end: dropping one disconnects its QP.
         pub others: Vec<ConnectRequest<'ch>>,
-        /// RDMA READs outstanding each way at most ([`super::super::read_depth`]).
-        pub reads: u8,
+        /// What each accept gives at most ([`param`]).
+        pub param: ConnParam<'static>,
     }
 
     impl Connect for Server<'_, '_> {
@@ -156,9 +166,10 @@ mod by_cm {
             let data = encode(mine);
             // No more than the client asked for either way (rdma_accept(3)).
             let param = ConnParam {
-                responder_resources: self.reads.min(request.initiator_depth),
-                initiator_depth: self.reads.min(request.responder_resources),
-                ..ConnParam::with_private_data(&data)
+                private_data: &data,
+                responder_resources: self.param.responder_resources.min(request.initiator_depth),
+                initiator_depth: self.param.initiator_depth.min(request.responder_resources),
+                ..self.param
             };
             let up = request.id.accept(qp, &param, TIMEOUT).map_err(|e| e.error)?;
             Ok((up.qp, remote))

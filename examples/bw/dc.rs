@@ -58,7 +58,11 @@ mod with_mlx5 {
         let target = server || args.bidirectional;
         let qps = args.qps as usize;
         // Hop limit 255, as perftest's DC; RDMA READ depth: the device's DC limit.
-        let route = DcRoute::new(args.ib_port, gid.map(|g| g.index), mtu);
+        let route = DcRoute {
+            sl: args.sl.unwrap_or(0),
+            traffic_class: args.tclass.unwrap_or(0),
+            ..DcRoute::new(args.ib_port, gid.map(|g| g.index), mtu)
+        };
 
         let pd = ctx.alloc_pd()?;
         let rx_depth = if receive { args.qps * args.tx_depth } else { 0 };

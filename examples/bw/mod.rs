@@ -148,18 +148,24 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let (port, gid, mtu) = local_route(&ctx, args)?;
     // Refuse what the device cannot do before waiting for the peer.
     check_limits(&ctx, mode, args)?;
+    let reads = read_depth(&ctx, mode, args)?;
     let mut control = open_control(mode, args)?;
     // Each side's responder accepts no more READs than its own figure: the smaller of the two.
-    let reads = control.smaller_of("reads", read_depth(&ctx, mode, args)?)?;
+    let reads = control.smaller_of("reads", reads)?;
     let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
     run_on(mode, args, &ctx, &mut control, &mut connect)
 }
 
 /// Our port, the GID we send from (`-x`, or the routable one on Ethernet) and the path MTU
-/// (`-m`, or the port's active MTU).
+/// (`-m`, or the port's active MTU); refuses `--tclass` where no GID, and so no GRH, is sent.
 pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEntry>, Mtu), Error> {
     let port = ctx.query_port(args.ib_port)?;
     let gid = crate::common::source_gid(ctx, args.ib_port, &port, args.gid_index)?;
+    if args.tclass.is_some() && gid.is_none() {
+        return Err(
+            "--tclass sets the GRH's traffic class: on InfiniBand give -x, a GID index".into()
+        );
+    }
     let mtu = match args.mtu {
         Some(bytes) => crate::common::path_mtu(bytes)?,
         None => port.active_mtu(),
@@ -215,7 +221,7 @@ struct ByHand<'a> {
     mtu: Mtu,
     /// RDMA READs outstanding each way ([`read_depth`], agreed with the peer).
     reads: u8,
-    /// -S, --tclass, -L, -u and --retry_count (checked by [`Args::check`]).
+    /// -S, --tclass, -u and --retry_count ([`Args::set_path`]).
     args: &'a Args,
 }
 
@@ -239,30 +245,16 @@ impl Connect for ByHand<'_> {
             max_dest_rd_atomic: self.reads,
             ..ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu)
         };
-        let args = self.args;
-        rtr.av.sl = args.sl.unwrap_or(rtr.av.sl);
-        if args.tclass.is_some() || args.hop_limit.is_some() {
-            let grh = rtr.av.grh.as_mut().ok_or(
-                "--tclass and -L set the GRH, which this connection does not use (an \
-                 InfiniBand port without -x): give -x, a GID index",
-            )?;
-            grh.traffic_class = args.tclass.unwrap_or(grh.traffic_class);
-            grh.hop_limit = args.hop_limit.unwrap_or(grh.hop_limit);
-        }
-        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        // perftest's RNR retry: forever, so a receiver that lags behind under load is waited
-        // for instead of failing the run (the traffic loop's STALL_LIMIT bounds the wait).
         let mut rts = ToRtsAttr {
+            // perftest's RNR retry: forever, so a receiver that lags behind under load is
+            // waited for instead of failing the run (the traffic loop's STALL_LIMIT bounds
+            // the wait).
             rnr_retry: RnrRetry::INFINITE,
             max_rd_atomic: self.reads,
             ..ToRtsAttr::new(psn)
         };
-        if let Some(n) = args.qp_timeout {
-            rts.timeout = AckTimeout::new(n)?;
-        }
-        if let Some(n) = args.retry_count {
-            rts.retry_cnt = RetryCount::new(n)?;
-        }
+        self.args.set_path(&mut rtr, &mut rts)?;
+        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
         Ok((qp.into_rts(&rts).map_err(|e| e.error)?, remote))
     }
 }

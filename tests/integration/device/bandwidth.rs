@@ -185,12 +185,14 @@ fn read_bw_keeps_the_devices_outstanding_reads_or_the_smaller_o_of_the_two_sides
     assert_eq!((reads(&server), reads(&client)), (4, 4));
 }
 
+/// The attributes they set are checked by the unit test `the_path_options_set_the_attributes_of
+/// _a_qp_connected_by_hand` (examples/bw/args.rs); here, that rxe's QPs take them and run.
 #[test]
-fn perftests_path_options_set_the_qps_connected_by_hand() {
+fn perftests_path_options_are_taken_by_the_qps_connected_by_hand() {
     if require_device(RXE).is_none() {
         return;
     }
-    let path = ["-S", "1", "--tclass", "96", "-L", "64", "-u", "16", "--retry_count", "5"];
+    let path = ["-S", "1", "--tclass", "0x60", "-u", "16", "--retry_count", "5"];
     let args = [&["-s", "64", "-n", "300"][..], &path].concat();
     let (server, client) = pair("write_bw", 18918, &args, &args);
     assert!(
