@@ -122,6 +122,9 @@ pub struct Args {
     /// Both sides send (bidirectional)
     #[arg(short = 'b', long = "bidirectional")]
     pub bidirectional: bool,
+    /// Register the buffers without PCIe relaxed ordering (perftest asks for it by default)
+    #[arg(long = "disable_pcie_relaxed")]
+    pub disable_pcie_relaxed: bool,
     /// Report Gb/sec instead of MB/sec
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
@@ -321,7 +324,6 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("com_rdma_cm", Some('z'), "the exchange is TCP; -R connects the QPs through rdma_cm"),
     ("output", None, "the table (or --json) is the only output"),
     ("out_json_file", None, "--json writes to stdout: redirect it"),
-    ("disable_pcie_relaxed", None, "relaxed ordering is never asked for"),
     ("log_dci_streams", None, "DCI streams are not supported by this tool"),
     ("log_active_dci_streams", None, "DCI streams are not supported by this tool"),
     ("aes_block_size", None, "crypto (AES-XTS) memory keys are not supported"),
@@ -420,11 +422,25 @@ impl Args {
         }
     }
 
-    /// perftest's CQ moderation: -Q, else -l when posting lists, else 100; never above -t.
+    /// perftest's CQ moderation: -Q, else -l when posting lists, else every WR signaled for
+    /// messages over 8 KiB (not with -a, whose sizes share one setting), else 100; never above
+    /// -t.
     pub fn cq_mod(&self) -> u32 {
-        self.cq_mod
-            .unwrap_or(if self.post_list > 1 { self.post_list } else { 100 })
-            .min(self.tx_depth)
+        let default = match self.post_list {
+            1 if self.size > 8192 && !self.all => 1,
+            1 => 100,
+            list => list,
+        };
+        self.cq_mod.unwrap_or(default).min(self.tx_depth)
+    }
+
+    /// The access every region of ours adds, as perftest's: PCIe relaxed ordering (an
+    /// optional flag, which a device without it ignores) unless --disable_pcie_relaxed.
+    pub fn relaxed(&self) -> rdma_verbs::AccessFlags {
+        match self.disable_pcie_relaxed {
+            true => rdma_verbs::AccessFlags::empty(),
+            false => rdma_verbs::AccessFlags::RELAXED_ORDERING,
+        }
     }
 
     /// The checks that need no device: each message says what to change.
@@ -672,6 +688,20 @@ mod tests {
         let (mut rtr, mut rts) = attrs(&peer(Gid::ZERO));
         let e = args(&["--tclass", "96"]).set_path(&mut rtr, &mut rts).unwrap_err();
         assert!(e.contains("the peer sent no GID: give -x on both sides"), "{e}");
+    }
+
+    #[test]
+    fn cq_moderation_is_perftests_every_wr_for_messages_over_8_kib() {
+        let cq_mod = |args: &[&str]| {
+            let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
+            parse(Test::Bandwidth, Mode::Write, argv.collect()).cq_mod()
+        };
+        assert_eq!(cq_mod(&[]), 1, "64 KiB by default");
+        assert_eq!(cq_mod(&["-s", "8192"]), 100);
+        assert_eq!(cq_mod(&["-a"]), 100, "-a's sizes share one setting");
+        assert_eq!(cq_mod(&["-l", "4"]), 4, "a post list's size");
+        assert_eq!(cq_mod(&["-Q", "10"]), 10, "as asked");
+        assert_eq!(cq_mod(&["-s", "64", "-t", "50"]), 50, "at most the tx depth");
     }
 
     #[test]

@@ -68,11 +68,11 @@ mod with_mlx5 {
         let rx_depth = if receive { args.qps * args.tx_depth } else { 0 };
         let cq = ctx.create_cq(args.qps * args.tx_depth + rx_depth.max(1))?;
         let srq = pd.create_srq(rx_depth.max(1), 1)?;
-        let peer_memory = PeerMemory::new(&pd, mode, max)?;
+        let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
         let send_regions: Vec<MemoryRegion<'_>> = (0..qps)
-            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE))
+            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed()))
             .collect::<Result<_>>()?;
-        let recv_region = pd.register(max as usize, AccessFlags::LOCAL_WRITE)?;
+        let recv_region = pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?;
         let recv_sge = [recv_region.sge(..)?];
 
         let mut dcts = Vec::new();

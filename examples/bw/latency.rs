@@ -48,20 +48,20 @@ pub fn run(
     let pd = ctx.alloc_pd()?;
     let send_cq = ctx.create_cq(1)?;
     let recv_cq = ctx.create_cq(rx.max(1))?;
-    let peer_memory = PeerMemory::new(&pd, mode, max)?;
+    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
     // The safe tier's pool: one buffer to send from (or READ into) and send_lat's receives;
     // the raw tier's regions: one to send from, one that every receive names.
     let chunks = if args.raw { 1 } else { 1 + rx as usize };
     let pool = BufferPool::new(
-        pd.register(chunks * max as usize, AccessFlags::LOCAL_WRITE)?,
+        pd.register(chunks * max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?,
         max as usize,
     )?;
     let mut raw_send = match args.raw {
-        true => Some(pd.register(max as usize, AccessFlags::LOCAL_WRITE)?),
+        true => Some(pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?),
         false => None,
     };
     let raw_recv = match args.raw && rx > 0 {
-        true => Some(pd.register(max as usize, AccessFlags::LOCAL_WRITE)?),
+        true => Some(pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?),
         false => None,
     };
     let recv_sge = raw_recv.as_ref().map(|r| Ok::<_, Error>([r.sge(..)?])).transpose()?;
@@ -69,7 +69,7 @@ pub fn run(
     let cap = QpCapabilities {
         max_send_wr: 1,
         max_recv_wr: rx.max(1),
-        max_inline_data: args.inline_size.unwrap_or(mode.default_inline()),
+        max_inline_data: args.inline_size.unwrap_or(mode.latency_inline()),
         ..Default::default()
     };
     let attr = QpInitAttr {
@@ -328,7 +328,6 @@ fn spin<T>(
                 .into());
             }
         }
-        std::hint::spin_loop();
     }
 }
 

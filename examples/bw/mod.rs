@@ -71,10 +71,9 @@ impl Mode {
     }
 
     /// perftest's default inline sizes of its latency tests (`DEF_INLINE_WRITE`,
-    /// `DEF_INLINE_SEND_RC_UC`), which the bw tools use too (perftest's bw tests inline
-    /// nothing unless -I is given; on devices it does not know, rxe and siw among them, no
-    /// test does).
-    fn default_inline(self) -> u32 {
+    /// `DEF_INLINE_SEND_RC_UC`; on devices it does not know, rxe and siw among them, it
+    /// inlines nothing). Its bw tests inline nothing unless -I is given.
+    fn latency_inline(self) -> u32 {
         match self {
             Mode::Write => 220,
             Mode::Read => 0,
@@ -381,7 +380,7 @@ fn run_bw(
     let pd = ctx.alloc_pd()?;
     // Room for every WR the QPs may have outstanding (their capacities, not the run depth).
     let cq = ctx.create_cq(qps * (args.tx_depth + rx_depth.max(1)))?;
-    let peer_memory = PeerMemory::new(&pd, mode, max)?;
+    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
     let mine = peer_memory.remote;
     // Our side's memory: the safe tier's pool, or the raw tier's one region per QP.
     let pool_len = if args.raw {
@@ -389,10 +388,13 @@ fn run_bw(
     } else {
         (u64::from(qps) * u64::from(depth + rx_depth)) as usize * max as usize
     };
-    let pool = BufferPool::new(pd.register(pool_len, AccessFlags::LOCAL_WRITE)?, max as usize)?;
+    let pool = BufferPool::new(
+        pd.register(pool_len, AccessFlags::LOCAL_WRITE | args.relaxed())?,
+        max as usize,
+    )?;
     let raw_regions: Vec<MemoryRegion<'_>> = if args.raw {
         (0..2 * qps)
-            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE))
+            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed()))
             .collect::<Result<_>>()?
     } else {
         Vec::new()
@@ -400,7 +402,8 @@ fn run_bw(
     let recv_sges: Vec<[Sge; 1]> =
         raw_regions.iter().skip(qps as usize).map(|r| Ok([r.sge(..)?])).collect::<Result<_>>()?;
 
-    let inline = args.inline_size.unwrap_or(mode.default_inline());
+    // perftest's bw tests inline nothing by default.
+    let inline = args.inline_size.unwrap_or(0);
     let cap = QpCapabilities {
         max_send_wr: args.tx_depth,
         max_recv_wr: rx_depth.max(1),
@@ -521,15 +524,20 @@ pub struct PeerMemory<'a> {
 }
 
 impl<'a> PeerMemory<'a> {
-    /// `max` bytes on `pd` for `mode`.
-    pub fn new(pd: &'a ProtectionDomain<'a>, mode: Mode, max: u32) -> Result<Self, Error> {
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    /// `max` bytes on `pd` for `mode`, with `extra` access (relaxed ordering).
+    pub fn new(
+        pd: &'a ProtectionDomain<'a>,
+        mode: Mode,
+        max: u32,
+        extra: AccessFlags,
+    ) -> Result<Self, Error> {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | extra;
         let write_target = match mode {
             Mode::Write => Some(pd.register_remote_writable(max as usize, access)?),
             _ => None,
         };
         let read_source = match mode {
-            Mode::Read => Some(pd.register(max as usize, AccessFlags::REMOTE_READ)?),
+            Mode::Read => Some(pd.register(max as usize, AccessFlags::REMOTE_READ | extra)?),
             _ => None,
         };
         let remote = match (&write_target, &read_source) {

@@ -142,7 +142,10 @@ pub fn run(
     let mut sent_report = false;
     let mut stats = Stats::default();
     let mut wcs: [WorkCompletion; 16] = Default::default();
-    let start = Instant::now();
+    // As perftest's: from the first post, or for a side that only receives from its first
+    // receive, to the last completion (not to the exchange with the peer that ends the loop).
+    let began = Instant::now();
+    let mut start = began;
     let mut last_progress = start;
     let mut idle = 0u32;
     loop {
@@ -201,6 +204,9 @@ pub fn run(
             continue;
         }
         last_progress = Instant::now();
+        if !plan.initiate && stats.received == 0 {
+            start = last_progress;
+        }
         for wc in done.iter_mut() {
             let is_recv = matches!(wc.opcode(), WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM);
             let owners = if is_recv { recv_qpns } else { Some(qpns) };
@@ -222,7 +228,11 @@ pub fn run(
             tier.complete(q, wc)?;
         }
     }
-    stats.elapsed = start.elapsed();
+    stats.elapsed = last_progress.duration_since(start);
+    if stats.elapsed.is_zero() {
+        // Everything arrived in the first poll: from the loop's start instead.
+        stats.elapsed = last_progress.duration_since(began);
+    }
     stats.posted = posted.iter().sum();
     stats.completed = completed.iter().sum();
     if plan.report_to_peer {
