@@ -594,6 +594,15 @@ mod tests {
         perftest_argv(test, std::iter::once("tool").chain(args.iter().copied()).map(String::from))
     }
 
+    /// The parsed arguments of tool `mode`_`test` given `args`.
+    fn parsed(test: Test, mode: Mode, args: &[&str]) -> Args {
+        parse(
+            test,
+            mode,
+            std::iter::once("tool").chain(args.iter().copied()).map(String::from).collect(),
+        )
+    }
+
     #[test]
     fn a_noted_option_is_dropped_with_its_value_attached_or_not() {
         for args in [&["-f", "2", "-s", "8"][..], &["-f2", "-s", "8"], &["--margin=2", "-s", "8"]] {
@@ -613,10 +622,7 @@ mod tests {
 
     #[test]
     fn the_receive_depth_is_perftests_and_a_note_on_the_latency_tools() {
-        let send_bw = |args: &[&str]| {
-            let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
-            parse(Test::Bandwidth, Mode::Send, argv.collect()).rx_depth()
-        };
+        let send_bw = |args: &[&str]| parsed(Test::Bandwidth, Mode::Send, args).rx_depth();
         assert_eq!(send_bw(&[]), 512);
         assert_eq!(send_bw(&["-r", "64"]), 64);
         assert_eq!(send_bw(&["-n", "100"]), 100, "clipped to -n, as perftest");
@@ -627,10 +633,7 @@ mod tests {
 
     #[test]
     fn the_path_options_are_checked_and_refused_where_rdma_cm_or_dc_sets_the_path() {
-        let check = |args: &[&str]| {
-            let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
-            parse(Test::Bandwidth, Mode::Write, argv.collect()).check()
-        };
+        let check = |args: &[&str]| parsed(Test::Bandwidth, Mode::Write, args).check();
         let all = ["-S", "15", "--tclass", "0x60", "-u", "31", "--retry_count", "7"];
         assert_eq!(check(&all), Ok(()));
         assert_eq!(check(&["-R", "--retry_count", "5"]), Ok(()));
@@ -652,10 +655,7 @@ mod tests {
     fn the_path_options_set_the_attributes_of_a_qp_connected_by_hand() {
         use rdma_verbs::{AckTimeout, Endpoint, Gid, Lid, Mtu, Psn, Qpn, RetryCount};
         use std::net::Ipv4Addr;
-        let args = |argv: &[&str]| {
-            let argv = std::iter::once("tool").chain(argv.iter().copied()).map(String::from);
-            parse(Test::Bandwidth, Mode::Write, argv.collect())
-        };
+        let args = |args: &[&str]| parsed(Test::Bandwidth, Mode::Write, args);
         let psn = Psn::new(0).unwrap();
         let peer = |gid| Endpoint { lid: Lid(0), qpn: Qpn::new(5).unwrap(), psn, gid };
         let roce = peer(Gid::from(Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped()));
@@ -692,10 +692,7 @@ mod tests {
 
     #[test]
     fn cq_moderation_is_perftests_every_wr_for_messages_over_8_kib() {
-        let cq_mod = |args: &[&str]| {
-            let argv = std::iter::once("tool").chain(args.iter().copied()).map(String::from);
-            parse(Test::Bandwidth, Mode::Write, argv.collect()).cq_mod()
-        };
+        let cq_mod = |args: &[&str]| parsed(Test::Bandwidth, Mode::Write, args).cq_mod();
         assert_eq!(cq_mod(&[]), 1, "64 KiB by default");
         assert_eq!(cq_mod(&["-s", "8192"]), 100);
         assert_eq!(cq_mod(&["-a"]), 100, "-a's sizes share one setting");
@@ -706,12 +703,11 @@ mod tests {
 
     #[test]
     fn each_tool_has_perftests_defaults() {
-        let parsed = |test, mode| parse(test, mode, vec!["tool".into()]);
-        let write_bw = parsed(Test::Bandwidth, Mode::Write);
+        let write_bw = parsed(Test::Bandwidth, Mode::Write, &[]);
         assert_eq!((write_bw.size, write_bw.iters), (65536, 5000));
-        let send_bw = parsed(Test::Bandwidth, Mode::Send);
+        let send_bw = parsed(Test::Bandwidth, Mode::Send, &[]);
         assert_eq!((send_bw.size, send_bw.iters), (65536, 1000));
-        let read_lat = parsed(Test::Latency, Mode::Read);
+        let read_lat = parsed(Test::Latency, Mode::Read, &[]);
         assert_eq!((read_lat.size, read_lat.iters, read_lat.test), (2, 1000, Test::Latency));
     }
 }
