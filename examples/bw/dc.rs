@@ -35,7 +35,8 @@ mod with_mlx5 {
     use super::super::report::Report;
     use super::super::traffic::{self, Tier};
     use super::super::{
-        check_limits, each_size, local_route, nothing_lost, open_control, plan, PeerMemory, Roles,
+        check_limits, each_size, local_route, nothing_lost, open_control, plan, with_peer,
+        PeerMemory, Roles,
     };
     use super::{Args, Error, Mode};
 
@@ -144,7 +145,8 @@ mod with_mlx5 {
                 .collect::<Result<_>>()?;
             let lists = DcTier::lists(&targets, &sges, &remotes, mode, args.post_list);
             let mut tier = DcTier { dcis: &dcis, lists, srq: &srq, recv_sge: &recv_sge };
-            nothing_lost(traffic::run(&mut tier, &cq, &qpns, None, plan, control)?).map(Some)
+            let stats = nothing_lost(traffic::run(&mut tier, &cq, &qpns, None, plan, control)?)?;
+            with_peer(stats, args, control).map(Some)
         })
     }
 

@@ -459,7 +459,7 @@ fn run_bw(
                 Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
             traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)?
         };
-        nothing_lost(stats).map(Some)
+        with_peer(nothing_lost(stats)?, args, control).map(Some)
     })
 }
 
@@ -488,6 +488,16 @@ pub fn nothing_lost(stats: Stats) -> Result<Stats, Error> {
             stats.posted, stats.completed
         )
         .into());
+    }
+    Ok(stats)
+}
+
+/// With -b, `stats` with the peer's figures, swapped over `control`, for the report's sum of
+/// both directions; else `stats`.
+pub fn with_peer(mut stats: Stats, args: &Args, control: &mut Control) -> Result<Stats, Error> {
+    if args.bidirectional {
+        control.send(&stats.to_line())?;
+        stats.peer = Some(Box::new(Stats::from_line(&control.recv()?)?));
     }
     Ok(stats)
 }

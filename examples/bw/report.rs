@@ -79,14 +79,23 @@ impl Table for Report {
     }
 
     /// One size's line. `messages` counts what the side that measured moved: WRs it
-    /// completed plus SENDs it received.
+    /// completed plus SENDs it received; with -b, the WRs each side completed, each side's
+    /// rate over its own time and the two summed, as perftest's duplex report.
     fn line(&self, size: u32, stats: &Stats) {
-        let messages = stats.completed + stats.received;
+        let sides: Vec<(u64, &Stats)> = match &stats.peer {
+            Some(peer) => vec![(stats.completed, stats), (peer.completed, &**peer)],
+            None => vec![(stats.completed + stats.received, stats)],
+        };
         let secs = stats.elapsed.as_secs_f64();
-        let bytes = messages as f64 * f64::from(size);
+        let messages: u64 = sides.iter().map(|(n, _)| n).sum();
+        let per_sec = |(n, s): &(u64, &Stats)| *n as f64 / s.elapsed.as_secs_f64();
+        let rate_per_sec: f64 = sides.iter().map(per_sec).sum();
+        let bytes_per_sec = rate_per_sec * f64::from(size);
+        let peak_bps: f64 =
+            sides.iter().map(|side| side.1.peak.max(per_sec(side) * f64::from(size))).sum();
         let factor = if self.gbits { 125_000_000.0 } else { f64::from(1 << 20) };
-        let (avg, peak) = (bytes / secs / factor, stats.peak.max(bytes / secs) / factor);
-        let rate = messages as f64 / secs / 1e6;
+        let (avg, peak) = (bytes_per_sec / factor, peak_bps / factor);
+        let rate = rate_per_sec / 1e6;
         if self.json {
             println!(
                 "{{\"mode\":\"{}\",\"tier\":\"{}\",\"bytes\":{size},\"iterations\":{messages},\"qps\":{},\

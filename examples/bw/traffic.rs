@@ -48,11 +48,14 @@ pub struct Stats {
     pub elapsed: Duration,
     /// The best rate of any prefix of the run, in bytes per second (perftest's peak).
     pub peak: f64,
+    /// With -b, the peer's figures, whose own completions the report adds (perftest's duplex
+    /// report: each side's rate over its own time, summed).
+    pub peer: Option<Box<Stats>>,
 }
 
 impl Stats {
-    /// The line that carries these figures to the passive peer.
-    fn to_line(&self) -> String {
+    /// The line that carries these figures to the peer (not its `peer`).
+    pub fn to_line(&self) -> String {
         format!(
             "report {} {} {} {} {}",
             self.posted,
@@ -64,7 +67,7 @@ impl Stats {
     }
 
     /// The figures of a [`Stats::to_line`] line.
-    fn from_line(line: &str) -> Result<Stats, Error> {
+    pub fn from_line(line: &str) -> Result<Stats, Error> {
         let bad = || format!("the peer is out of step: expected its report, got {line:?}");
         let fields: Vec<&str> = line.split(' ').collect();
         let ["report", posted, completed, received, nanos, peak] = fields[..] else {
@@ -77,6 +80,7 @@ impl Stats {
             received: int(received)?,
             elapsed: Duration::from_nanos(int(nanos)?),
             peak: peak.parse().map_err(|_| bad())?,
+            peer: None,
         })
     }
 }
@@ -408,6 +412,7 @@ mod tests {
             received: 7,
             elapsed: Duration::new(3, 141_592_653),
             peak: 1.0 / 3.0 * 1e9,
+            peer: None,
         };
         assert_eq!(Stats::from_line(&stats.to_line()).unwrap(), stats);
         for bad in ["report 1 2 3", "sent 5", "report 1 2 3 x 0.5"] {

@@ -103,6 +103,14 @@ fn sweep(name: &str, port: u16, extra: &[&str]) {
                 "size {bytes}: every posted WR completes once"
             );
         }
+        if extra.contains(&"-b") {
+            // Both directions, as perftest's duplex report: each side's WRs and the peer's.
+            for out in [&server, &client] {
+                let iterations: Vec<u64> =
+                    json_lines(out).iter().map(|l| json_field(l, "iterations")).collect();
+                assert_eq!(iterations, vec![2 * per_size; 16], "{}", text(out));
+            }
+        }
         if name == "send_bw" {
             let received: Vec<u64> = json_rows(&server).iter().map(|r| r.3).collect();
             assert_eq!(
