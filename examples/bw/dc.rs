@@ -35,8 +35,8 @@ mod with_mlx5 {
     use super::super::report::Report;
     use super::super::traffic::{self, Tier};
     use super::super::{
-        check_limits, each_size, local_route, nothing_lost, open_control, plan, with_peer,
-        PeerMemory, Roles,
+        agree_mtu, check_limits, each_size, local_route, nothing_lost, open_control, plan,
+        with_peer, PeerMemory, Roles,
     };
     use super::{Args, Error, Mode};
 
@@ -51,6 +51,7 @@ mod with_mlx5 {
             eprintln!("note: --outs changes nothing with -c DC: a DCI READs as deep as the device's DC limit");
         }
         let mut control = open_control(mode, args)?;
+        let mtu = agree_mtu(&mut control, mtu)?;
 
         let sizes = args.sizes();
         let max = args.largest_size();

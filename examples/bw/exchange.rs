@@ -1,7 +1,9 @@
 //! The TCP side channel: parameters both sides must agree on, endpoints, and step barriers.
 
+use std::fmt::Display;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
+use std::str::FromStr;
 use std::time::Duration;
 
 use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
@@ -127,10 +129,14 @@ impl Control {
     }
 
     /// Sends our `what` figure, receives the peer's, and returns the smaller.
-    pub fn smaller_of(&mut self, what: &str, ours: u8) -> Result<u8, Error> {
+    pub fn smaller_of<T: FromStr + Display + Ord>(
+        &mut self,
+        what: &str,
+        ours: T,
+    ) -> Result<T, Error> {
         self.send(&format!("{what} {ours}"))?;
         let line = self.recv()?;
-        let theirs = line.strip_prefix(what).and_then(|n| n.strip_prefix(' ')?.parse::<u8>().ok());
+        let theirs = line.strip_prefix(what).and_then(|n| n.strip_prefix(' ')?.parse::<T>().ok());
         let theirs = theirs
             .ok_or_else(|| format!("the peer is out of step: it sent {line:?}, not its {what}"))?;
         Ok(ours.min(theirs))

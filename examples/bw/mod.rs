@@ -151,6 +151,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let mut control = open_control(mode, args)?;
     // Each side's responder accepts no more READs than its own figure: the smaller of the two.
     let reads = control.smaller_of("reads", reads)?;
+    let mtu = agree_mtu(&mut control, mtu)?;
     let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
     run_on(mode, args, &ctx, &mut control, &mut connect)
 }
@@ -170,6 +171,14 @@ pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEn
         None => port.active_mtu(),
     };
     Ok((port, gid, mtu))
+}
+
+/// The path MTU both sides use: the smaller of theirs, as perftest's (ports of different
+/// MTUs, or `-m` on one side only).
+pub fn agree_mtu(control: &mut Control, mtu: Mtu) -> Result<Mtu, Error> {
+    let ours = mtu.bytes().ok_or("the port reports an MTU this build does not know")?;
+    let both = control.smaller_of("mtu", ours)?;
+    Ok(Mtu::from_bytes(both).ok_or_else(|| format!("the peer's MTU {both} is not 256-4096"))?)
 }
 
 /// The RDMA READs each QP keeps outstanding, perftest's `-o`: for read tests `-o`, by

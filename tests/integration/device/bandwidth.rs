@@ -212,6 +212,23 @@ fn perftests_path_options_are_taken_by_the_qps_connected_by_hand() {
 }
 
 #[test]
+fn sides_of_different_mtus_use_the_smaller_as_perftest() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    // 4 KiB messages in packets of 512 B: a side that sent 1024 B packets to a QP whose path
+    // MTU is 512 would be refused by its responder.
+    let args = ["-s", "4096", "-n", "300"];
+    let (server, client) = pair("write_bw", 18919, &[&args[..], &["-m", "512"]].concat(), &args);
+    assert!(
+        server.status.success() && client.status.success(),
+        "server:\n{}\nclient:\n{}",
+        text(&server),
+        text(&client)
+    );
+}
+
+#[test]
 fn use_old_post_send_switches_the_sends_to_ibv_post_send_and_the_header_says_so() {
     if require_device(RXE).is_none() {
         return;
