@@ -438,7 +438,9 @@ fn run_bw(
         remotes.push(remote);
     }
     let qpns: Vec<Qpn> = qps_rts.iter().map(|qp| qp.qp_num()).collect();
-    let max_inline = qps_rts[0].caps().max_inline_data;
+    // The raw tier inlines up to what was asked, as perftest's, not up to what the provider
+    // rounded it to.
+    let max_inline = qps_rts[0].caps().max_inline_data.min(inline);
 
     let tier = if args.raw { "raw" } else { "safe" };
     let verbs_path = qps_rts[0].send_path();
