@@ -38,6 +38,16 @@ pub(super) fn pair_of(
     (wait_within(server, LIMIT), client)
 }
 
+/// Both sides of a pair exited with success; else their outputs.
+pub(super) fn assert_ran(server: &Output, client: &Output) {
+    assert!(
+        server.status.success() && client.status.success(),
+        "server:\n{}\nclient:\n{}",
+        text(server),
+        text(client)
+    );
+}
+
 /// Server then client of our example `name`.
 pub(super) fn pair(
     name: &str,
@@ -86,12 +96,7 @@ fn sweep(name: &str, port: u16, extra: &[&str]) {
         let mut args = vec!["-a", "--max-size", "65536", "-n", "200", "-q", qps, "--json"];
         args.extend_from_slice(extra);
         let (server, client) = pair(name, port + i as u16, &args, &args);
-        assert!(
-            server.status.success() && client.status.success(),
-            "server:\n{}\nclient:\n{}",
-            text(&server),
-            text(&client)
-        );
+        assert_ran(&server, &client);
         let rows = json_rows(&client);
         let sizes: Vec<u64> = rows.iter().map(|r| r.0).collect();
         assert_eq!(sizes, (1..=16).map(|p| 1u64 << p).collect::<Vec<_>>(), "{}", text(&client));
@@ -203,12 +208,7 @@ fn perftests_path_options_are_taken_by_the_qps_connected_by_hand() {
     let path = ["-S", "1", "--tclass", "0x60", "-u", "16", "--retry_count", "5"];
     let args = [&["-s", "64", "-n", "300"][..], &path].concat();
     let (server, client) = pair("write_bw", 18918, &args, &args);
-    assert!(
-        server.status.success() && client.status.success(),
-        "server:\n{}\nclient:\n{}",
-        text(&server),
-        text(&client)
-    );
+    assert_ran(&server, &client);
 }
 
 #[test]
@@ -220,12 +220,7 @@ fn sides_of_different_mtus_use_the_smaller_as_perftest() {
     // MTU is 512 would be refused by its responder.
     let args = ["-s", "4096", "-n", "300"];
     let (server, client) = pair("write_bw", 18919, &[&args[..], &["-m", "512"]].concat(), &args);
-    assert!(
-        server.status.success() && client.status.success(),
-        "server:\n{}\nclient:\n{}",
-        text(&server),
-        text(&client)
-    );
+    assert_ran(&server, &client);
 }
 
 #[test]

@@ -6,22 +6,13 @@ use std::path::Path;
 use std::process::Output;
 
 use super::bandwidth::{
-    a_server_that_dies_mid_run, json_field, json_lines, pair, pair_of, PEER_GONE,
+    a_server_that_dies_mid_run, assert_ran, json_field, json_lines, pair, pair_of, PEER_GONE,
 };
 use crate::common::{require_device, text, RXE};
 
 /// The figures of a latency JSON line, in perftest's order.
 const FIGURES: [&str; 7] =
     ["t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"];
-
-fn assert_ran(server: &Output, client: &Output) {
-    assert!(
-        server.status.success() && client.status.success(),
-        "server:\n{}\nclient:\n{}",
-        text(server),
-        text(client)
-    );
-}
 
 /// A JSON line's sizes and figures hang together: 0 < t_min <= t_typical, t_avg <= t_max and
 /// t_min <= the percentiles <= t_max.
