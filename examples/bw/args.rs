@@ -492,22 +492,25 @@ impl Args {
     /// hand all four; with -R rdma_cm's route sets all but the retry count; a DC route takes
     /// -S and --tclass, a DCI's timers are the crate's).
     fn check_path(&self) -> Result<(), String> {
-        let by_hand_only: &[(&str, bool)] = if self.rdma_cm {
-            &[("-S", self.sl.is_some()), ("--tclass", self.tclass.is_some())]
-        } else {
-            &[]
-        };
-        let not_dc: &[(&str, bool)] =
-            if self.is_dc() { &[("--retry_count", self.retry_count.is_some())] } else { &[] };
-        let timeout = [("-u", self.qp_timeout.is_some() && (self.rdma_cm || self.is_dc()))];
-        if let Some((name, _)) = by_hand_only.iter().chain(not_dc).chain(&timeout).find(|o| o.1) {
-            let why = if self.rdma_cm {
+        // What -R (rdma_cm's route) and -c DC (the crate's DCI timers) set themselves.
+        let (with, why, theirs): (_, _, &[(&str, bool)]) = if self.rdma_cm {
+            (
+                "-R",
                 "rdma_cm takes the path and the ACK timeout from its route; connect by hand \
-                 (without -R) to set them"
-            } else {
-                "a DCI's timers are the crate's defaults (DciInitAttr)"
-            };
-            let with = if self.rdma_cm { "-R" } else { "-c DC" };
+                 (without -R) to set them",
+                &[("-S", self.sl.is_some()), ("--tclass", self.tclass.is_some())],
+            )
+        } else if self.is_dc() {
+            (
+                "-c DC",
+                "a DCI's timers are the crate's defaults (DciInitAttr)",
+                &[("--retry_count", self.retry_count.is_some())],
+            )
+        } else {
+            ("", "", &[])
+        };
+        let timeout = [("-u", self.qp_timeout.is_some() && !with.is_empty())];
+        if let Some((name, _)) = theirs.iter().chain(&timeout).find(|(_, given)| *given) {
             return Err(format!("{name} is not set with {with}: {why}"));
         }
         if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
