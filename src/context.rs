@@ -222,7 +222,7 @@ impl DeviceAttr {
     }
 
     /// The most outstanding RDMA READ / atomic operations a QP can initiate: the bound of
-    /// [`ToRtsAttr::max_rd_atomic`](crate::ToRtsAttr::max_rd_atomic).
+    /// [`ToRtsAttr::max_rd_atomic`](crate::ToRtsAttr::max_rd_atomic) (`ibv_query_device(3)`).
     pub fn max_qp_init_rd_atom(&self) -> i32 {
         self.0.max_qp_init_rd_atom
     }
