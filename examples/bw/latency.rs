@@ -95,6 +95,10 @@ pub fn run(
         mode,
         tier: if args.raw { "raw" } else { "safe" },
         verbs_path: qp.send_path(),
+        reads: match mode {
+            Mode::Read => Some(qp.query()?.max_rd_atomic),
+            _ => None,
+        },
         duration: args.duration.is_some(),
         measures,
         histogram: args.histogram,

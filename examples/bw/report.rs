@@ -19,12 +19,15 @@ t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
 /// perftest's latency columns of a -D run (`RESULT_FMT_LAT_DUR`).
 const DURATION_COLUMNS: &str = " #bytes        #iterations       t_avg[usec]    tps average";
 
-/// perftest's header line that says whether sends go through the `ibv_wr_*` builders
+/// perftest's header lines on the QPs: whether sends go through the `ibv_wr_*` builders
 /// (`ON`, the extended verbs) or `ibv_post_send` (`OFF`: `--use_old_post_send`, or a provider
-/// without the extended QP).
-fn wr_api_line(path: VerbsPath) {
+/// without the extended QP), and for READ tests the RDMA READs each QP keeps outstanding.
+fn qp_lines(path: VerbsPath, reads: Option<u8>) {
     let on = if path == VerbsPath::Extended { "ON" } else { "OFF" };
     println!(" ibv_wr* API     : {on}");
+    if let Some(reads) = reads {
+        println!(" Outstand reads  : {reads}");
+    }
 }
 
 /// A results table: its header, one line per size, its footer.
@@ -69,10 +72,7 @@ impl Table for Report {
             self.qps,
             if self.qps == 1 { "" } else { "s" }
         );
-        wr_api_line(self.verbs_path);
-        if let Some(reads) = self.reads {
-            println!(" Outstand reads  : {reads}");
-        }
+        qp_lines(self.verbs_path, self.reads);
         println!(
             " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
         );
@@ -137,6 +137,8 @@ pub struct LatencyTable {
     pub tier: &'static str,
     /// How the QP posts sends.
     pub verbs_path: VerbsPath,
+    /// The RDMA READs the QP keeps outstanding (read_lat), for perftest's header line.
+    pub reads: Option<u8>,
     /// A -D run: t_avg and transactions per second only.
     pub duration: bool,
     /// This side measures (every side but read_lat's server, which prints the title only).
@@ -233,7 +235,7 @@ impl Table for LatencyTable {
         }
         println!("{RULE}");
         println!(" {} Latency Test ({} tier)", self.mode.title(), self.tier);
-        wr_api_line(self.verbs_path);
+        qp_lines(self.verbs_path, self.reads);
         if self.measures {
             println!("{}", self.columns());
         }

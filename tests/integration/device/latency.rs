@@ -84,7 +84,7 @@ fn the_tables_are_perftests_beside_ib_lat() {
         let ours = pair(&format!("{mode}_lat"), port, &args, &args);
         let c_args = ["-s", "64", "-n", "100", "-F"];
         let perftest = pair_of(Path::new(&format!("ib_{mode}_lat")), port + 1, &c_args, &c_args);
-        let mut headers = Vec::new();
+        let (mut headers, mut reads) = (Vec::new(), Vec::new());
         for (server, client) in [&ours, &perftest] {
             assert_ran(server, client);
             let (header, row) = table(client).unwrap_or_else(|| panic!("{}", text(client)));
@@ -96,8 +96,17 @@ fn the_tables_are_perftests_beside_ib_lat() {
             // A READ's target measures nothing and prints no table; the ping-pongs' does.
             assert_eq!(table(server).is_some(), mode != "read", "{}", text(server));
             headers.push(header);
+            let stdout = String::from_utf8_lossy(&client.stdout).into_owned();
+            reads.push(
+                stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix(" Outstand reads  : ")?.parse::<u32>().ok()),
+            );
         }
         assert_eq!(headers[0], headers[1], "ib_{mode}_lat's columns");
+        // The RDMA READs outstanding, in READ tests only: the device's limit in both.
+        assert_eq!(reads[0], reads[1], "ib_{mode}_lat's Outstand reads\n{}", text(&ours.1));
+        assert_eq!(reads[0].is_some(), mode == "read", "{}", text(&ours.1));
     }
 }
 
