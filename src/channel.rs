@@ -132,13 +132,15 @@ impl<'ctx> CompletionChannel<'ctx> {
         // that finds nothing, on every call. Read first: in a request-response loop the event
         // is most often pending already (rc_pingpong -e on rxe: over 99 % of waits), and when
         // it is not, the failed read is paid before sleeping, not after the wake-up.
-        let mut left = fd::TimeLeft::new(timeout);
+        // (The time left is worked out only for a wait that sleeps.)
+        let mut left = None;
         // (Another thread may take the event between the wake-up and the read: sleep again.)
         loop {
             if self.get_event()? {
                 return Ok(1);
             }
-            if !fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
+            let left = left.get_or_insert_with(|| fd::TimeLeft::new(timeout));
+            if !fd::wait_readable(self.as_fd(), left, "a completion channel")? {
                 return Ok(0);
             }
         }

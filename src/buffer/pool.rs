@@ -21,6 +21,9 @@ const BATCHED: u8 = 3;
 const INDEX_BITS: u32 = 16;
 const GEN_BITS: u32 = 27;
 const POOL_BITS: u32 = 20;
+/// The bits below the pool's id: a flight's generation and chunk index.
+const FLIGHT_BITS: u32 = INDEX_BITS + GEN_BITS;
+const FLIGHT_MASK: u64 = (1 << FLIGHT_BITS) - 1;
 const NO_PREV: u32 = u32::MAX;
 
 /// A registered region cut into `count` chunks of `chunk_size` bytes that circulate between
@@ -56,7 +59,8 @@ pub struct BufferPool<'a> {
     chunk: usize,
     /// Whether the region has `LOCAL_WRITE`, which receives, READs and atomics need.
     local_write: bool,
-    id: u64,
+    /// The high bits of every `wr_id` of its chunks: bit 63 and the pool's id.
+    wr_ids: u64,
     slots: Box<[Slot]>,
     /// Where `take` starts looking.
     hint: AtomicUsize,
@@ -138,7 +142,7 @@ impl<'a> BufferPool<'a> {
             local_write: mr.access().contains(AccessFlags::LOCAL_WRITE),
             mr: ManuallyDrop::new(mr),
             chunk: chunk_size,
-            id: u64::from(id),
+            wr_ids: BUFFER_WR_ID_BIT | u64::from(id) << FLIGHT_BITS,
             slots: (0..count)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
@@ -185,9 +189,7 @@ impl<'a> BufferPool<'a> {
     #[inline]
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
         let wr_id = wc.wr_id();
-        if wr_id & BUFFER_WR_ID_BIT == 0
-            || (wr_id >> (INDEX_BITS + GEN_BITS)) & ((1 << POOL_BITS) - 1) != self.id
-        {
+        if wr_id & !FLIGHT_MASK != self.wr_ids {
             return None;
         }
         let index = (wr_id & ((1 << INDEX_BITS) - 1)) as usize;
@@ -256,6 +258,8 @@ impl std::fmt::Debug for BufferPool<'_> {
 #[must_use = "the buffer goes back to its pool when dropped"]
 pub struct Buffer<'p> {
     pool: &'p BufferPool<'p>,
+    /// Below the pool's chunk count: made only by `take` and `complete` from a slot's
+    /// position (and kept by a `Flight`), which `slot` relies on.
     index: u32,
     len: u32,
 }
@@ -372,7 +376,7 @@ impl<'p> Buffer<'p> {
     /// Its pool's id: two buffers with the same id are chunks of one pool.
     #[inline]
     pub(crate) fn pool_id(&self) -> u64 {
-        self.pool.id
+        self.pool.wr_ids
     }
 
     /// Whether its pool's region lets the NIC write it (`LOCAL_WRITE`).
@@ -386,8 +390,7 @@ impl<'p> Buffer<'p> {
     #[inline]
     pub(crate) fn next_wr_id(&self) -> u64 {
         let generation = (self.slot().flight.load(Ordering::Relaxed) >> INDEX_BITS) + 1;
-        BUFFER_WR_ID_BIT
-            | self.pool.id << (INDEX_BITS + GEN_BITS)
+        self.pool.wr_ids
             | (generation & ((1 << GEN_BITS) - 1)) << INDEX_BITS
             | u64::from(self.index)
     }
@@ -395,7 +398,9 @@ impl<'p> Buffer<'p> {
     /// Its chunk's bookkeeping.
     #[inline]
     fn slot(&self) -> &'p Slot {
-        &self.pool.slots[self.index as usize]
+        debug_assert!((self.index as usize) < self.pool.slots.len());
+        // SAFETY: a buffer's index is below its pool's slot count (see `index`).
+        unsafe { self.pool.slots.get_unchecked(self.index as usize) }
     }
 
     /// Hands the chunk to the NIC with its [next `wr_id`](Self::next_wr_id), in flight

@@ -9,6 +9,7 @@ use super::post::check_receive;
 use crate::error::Result;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
+use crate::mr::LKey;
 use crate::wr::{RecvWrList, Sge};
 
 /// Buffers to post as receives with one call: [`QueuePair::post_recv_buffers`] or
@@ -25,7 +26,8 @@ pub struct RecvList<'p> {
     /// The buffers waiting, whose tokens are dropped (their chunks freed) only by `pop` and
     /// `Drop`: a post forgets those the provider took, without a drop per buffer.
     buffers: Vec<ManuallyDrop<Buffer<'p>>>,
-    sges: Vec<Sge>,
+    /// One SGE per buffer, exactly `capacity` of them: the list's capacity.
+    sges: Box<[Sge]>,
     /// The WRs of a post, linked once and rewritten by each post to name `sges` (hence
     /// `'static`: they are read only within a post).
     wrs: RecvWrList<'static>,
@@ -42,7 +44,7 @@ impl<'p> RecvList<'p> {
     pub fn with_capacity(capacity: usize) -> Self {
         RecvList {
             buffers: Vec::with_capacity(capacity),
-            sges: Vec::with_capacity(capacity),
+            sges: vec![Sge::new(0, 0, LKey(0)); capacity].into_boxed_slice(),
             wrs: RecvWrList::with_capacity(capacity),
         }
     }
@@ -54,7 +56,7 @@ impl<'p> RecvList<'p> {
     /// The buffer, when the list holds [`capacity`](Self::capacity) buffers already.
     #[inline]
     pub fn push(&mut self, buffer: Buffer<'p>) -> std::result::Result<(), Buffer<'p>> {
-        if self.buffers.len() == self.buffers.capacity() {
+        if self.buffers.len() == self.capacity() {
             return Err(buffer);
         }
         self.buffers.push(ManuallyDrop::new(buffer));
@@ -82,12 +84,12 @@ impl<'p> RecvList<'p> {
     /// The most buffers it holds.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.buffers.capacity()
+        self.sges.len()
     }
 
     /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd` taking up
     /// to `max_sge` SGEs per receive, named `verb` in errors) after [`check_receive`] and
-    /// `note` (the queue's lenders) for each: each chunk launched as one receive of its whole
+    /// `note` (the queue's lenders) for each pool: each chunk launched as one receive of its whole
     /// capacity. The buffers the provider took leave the list; the others are the program's
     /// again and stay.
     pub(crate) fn post(
@@ -101,22 +103,30 @@ impl<'p> RecvList<'p> {
         if self.buffers.is_empty() {
             return Ok(());
         }
+        // The checks first, so that a refusal leaves the list as it was. They are the pool's
+        // (its PD and access), so they run once for each run of one pool's buffers: a list
+        // most often holds a single pool's.
+        let mut checked = std::ptr::null();
         for buffer in &self.buffers {
-            check_receive(buffer, pd, max_sge)?;
+            let pool = std::ptr::from_ref(buffer.pool_queues());
+            if pool != checked {
+                check_receive(buffer, pd, max_sge)?;
+                checked = pool;
+            }
         }
-        // (Within the capacity, which `sges` was made with: it does not move.)
-        self.sges.clear();
-        for buffer in &self.buffers {
-            note(buffer);
-            self.sges.push(buffer.sge(buffer.capacity() as u32, false));
-        }
-        let (buffers, sges) = (&self.buffers, self.sges.as_ptr());
-        self.wrs.rewrite(buffers.len(), |i, wr| {
-            let buffer = &buffers[i];
+        let mut noted = std::ptr::null();
+        let items = self.buffers.iter().zip(self.sges.iter_mut());
+        self.wrs.rewrite(items, |(buffer, sge), wr| {
+            let pool = std::ptr::from_ref(buffer.pool_queues());
+            if pool != noted {
+                note(buffer);
+                noted = pool;
+            }
+            *sge = buffer.sge(buffer.capacity() as u32, false);
             let wr_id = buffer.mark_launched(buffer.len() as u32, false, UNCHAINED);
-            // SAFETY: `i < self.sges.len()`; the SGE is not changed until the next post, which
-            // rewrites every WR it hands over.
-            wr.refill(wr_id, unsafe { std::slice::from_raw_parts(sges.add(i), 1) });
+            // SAFETY: the list's own SGE, not changed until the next post, which rewrites
+            // every WR it hands over (hence `'static`: the WRs are read only within a post).
+            wr.refill(wr_id, unsafe { &*std::ptr::from_ref(std::slice::from_ref(sge)) });
         });
         let result = self.wrs.post_with(verb, post);
         let posted = result.as_ref().map_or_else(|e| e.posted, |()| self.wrs.len());

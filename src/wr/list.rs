@@ -132,24 +132,24 @@ impl<W: Linked> Chain<W> {
         }
     }
 
-    /// Makes the chain `n` WRs long (at most its capacity), adding `blank()`s or leaving WRs
-    /// out, then has `write(i, wr)` write WR `i` where it lies (without touching its link):
-    /// for a list reused post after post.
+    /// Makes the chain as long as `items` (at most its capacity), adding `blank()`s or
+    /// leaving WRs out, then has `write(item, wr)` write each WR from its item where it lies
+    /// (without touching its link): for a list reused post after post.
     #[inline]
-    pub(super) fn rewrite(
+    pub(super) fn rewrite<X>(
         &mut self,
-        n: usize,
+        items: impl ExactSizeIterator<Item = X>,
         blank: impl Fn() -> W,
-        mut write: impl FnMut(usize, &mut W),
+        mut write: impl FnMut(X, &mut W),
     ) {
-        let n = n.min(self.capacity());
+        let n = items.len().min(self.capacity());
         self.truncate(n);
         while self.wrs.len() < n {
             // (Within the capacity.)
             let _ = self.push(blank());
         }
-        for (i, wr) in self.wrs.iter_mut().enumerate() {
-            write(i, wr);
+        for (item, wr) in items.zip(self.wrs.iter_mut()) {
+            write(item, wr);
         }
     }
 
@@ -309,7 +309,7 @@ impl<'a> SendWrList<'a> {
     pub(crate) fn rewrite(&mut self, n: usize, mut write: impl FnMut(usize, &mut SendWr<'a>)) {
         let mut shape = Shape::EMPTY;
         let blank = || SendWr::of(0, &[], SendOp::Send, SendFlags::empty(), None);
-        self.wrs.rewrite(n, blank, |i, wr| {
+        self.wrs.rewrite(0..n, blank, |i, wr| {
             write(i, wr);
             shape = if i == 0 { Shape::of(wr) } else { shape.with(wr) };
         });
@@ -489,11 +489,15 @@ impl<'a> RecvWrList<'a> {
         self.wrs.push(wr).map_err(|_| full("RecvWrList", self.capacity()))
     }
 
-    /// Makes the list `n` WRs long (at most its capacity), WR `i` written by `write(i, wr)`
-    /// (with [`RecvWr::refill`]): for a list reused post after post.
+    /// Makes the list as long as `items` (at most its capacity), each WR written from its
+    /// item by `write(item, wr)` (with [`RecvWr::refill`]): for a list reused post after post.
     #[inline]
-    pub(crate) fn rewrite(&mut self, n: usize, write: impl FnMut(usize, &mut RecvWr<'a>)) {
-        self.wrs.rewrite(n, || RecvWr::new(0, &[]), write);
+    pub(crate) fn rewrite<X>(
+        &mut self,
+        items: impl ExactSizeIterator<Item = X>,
+        write: impl FnMut(X, &mut RecvWr<'a>),
+    ) {
+        self.wrs.rewrite(items, || RecvWr::new(0, &[]), write);
     }
 
     /// Takes the last WR back out (unlinked).
@@ -796,9 +800,9 @@ mod tests {
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range));
         let head = list.wrs.head();
         // Shorter, then longer again: the last WR ends the walk each time.
-        list.rewrite(2, |i, wr| wr.refill(30 + i as u64, &sges[1..]));
+        list.rewrite(0..2, |i, wr| wr.refill(30 + i as u64, &sges[1..]));
         assert_eq!(post_walked(&mut list, None).0, [(30, addr(1)), (31, addr(1))]);
-        list.rewrite(3, |i, wr| wr.refill(40 + i as u64, &sges[i % 2..=i % 2]));
+        list.rewrite(0..3, |i, wr| wr.refill(40 + i as u64, &sges[i % 2..=i % 2]));
         assert_eq!(post_walked(&mut list, None).0, [(40, addr(0)), (41, addr(1)), (42, addr(0))]);
         assert_eq!(list.wrs.head(), head, "the storage never moved");
         let last = list.pop().unwrap();
