@@ -127,21 +127,30 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// once the device is gone).
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
+    #[inline]
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
         // One event per call, as the C idiom: draining would cost one more read(2), the one
         // that finds nothing, on every call. Read first: in a request-response loop the event
         // is most often pending already (rc_pingpong -e on rxe: over 99 % of waits), and when
-        // it is not, the failed read is paid before sleeping, not after the wake-up.
-        // (The time left is worked out only for a wait that sleeps.)
-        let mut left = None;
+        // it is not, the failed read is paid before sleeping, not after the wake-up. That read
+        // is inlined into the caller; the sleep is not.
+        if self.get_event()? {
+            return Ok(1);
+        }
+        self.sleep_for_event(timeout)
+    }
+
+    /// [`wait`](Self::wait) after its first read found nothing.
+    #[inline(never)]
+    fn sleep_for_event(&self, timeout: Option<Duration>) -> Result<usize> {
+        let mut left = fd::TimeLeft::new(timeout);
         // (Another thread may take the event between the wake-up and the read: sleep again.)
         loop {
+            if !fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
+                return Ok(0);
+            }
             if self.get_event()? {
                 return Ok(1);
-            }
-            let left = left.get_or_insert_with(|| fd::TimeLeft::new(timeout));
-            if !fd::wait_readable(self.as_fd(), left, "a completion channel")? {
-                return Ok(0);
             }
         }
     }
