@@ -186,7 +186,8 @@ impl<'a> BufferPool<'a> {
     /// `wc`'s `wr_id` (a second call returns `None`). Buffers posted before it in the same
     /// [`SendList`](super::SendList) go back to the pool (free for [`take`](Self::take)).
     /// Check `wc.status()` for the outcome.
-    #[inline]
+    // Always inlined: called per completion, its `Option` then lives in registers.
+    #[inline(always)]
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
         let wr_id = wc.wr_id();
         if wr_id & !FLIGHT_MASK != self.wr_ids {
