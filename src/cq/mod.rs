@@ -242,7 +242,7 @@ impl<'ctx> CompletionQueue<'ctx> {
     }
 
     /// `poll` through `ibv_poll_cq`.
-    #[inline]
+    #[inline(always)]
     fn poll_legacy<'a>(
         &self,
         storage: &'a mut [WorkCompletion],
