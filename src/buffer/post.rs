@@ -8,7 +8,7 @@ use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QpType, QueuePair, ReceiveReady, Rts, Ud};
-use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWr, SendWrList, Sge};
+use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWrList, Sge};
 
 /// What a posted [`Buffer`] does on the send queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,21 @@ pub enum SendOp {
 }
 
 impl SendOp {
+    /// Its `ibv_wr_opcode`.
+    #[inline(always)]
+    pub(crate) fn opcode(self) -> rdma_verbs_sys::ibv_wr_opcode {
+        use rdma_verbs_sys as sys;
+        match self {
+            SendOp::Send => sys::IBV_WR_SEND,
+            SendOp::SendWithImm(_) => sys::IBV_WR_SEND_WITH_IMM,
+            SendOp::RdmaWrite(_) => sys::IBV_WR_RDMA_WRITE,
+            SendOp::RdmaWriteWithImm(..) => sys::IBV_WR_RDMA_WRITE_WITH_IMM,
+            SendOp::RdmaRead(_) => sys::IBV_WR_RDMA_READ,
+            SendOp::CompareSwap { .. } => sys::IBV_WR_ATOMIC_CMP_AND_SWP,
+            SendOp::FetchAdd { .. } => sys::IBV_WR_ATOMIC_FETCH_AND_ADD,
+        }
+    }
+
     /// Whether the NIC writes the buffer (RDMA READ and atomics do): it then needs
     /// `LOCAL_WRITE`, and never goes inline.
     #[inline]
@@ -243,7 +258,7 @@ impl<'res> QueuePair<'res, Rts, Ud> {
 
 impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     /// One buffer with `op`, signaled: the path of every single-buffer send.
-    #[inline]
+    #[inline(always)]
     fn post_buffer<'p, Op: ListOp<'p>>(
         &self,
         buffer: Buffer<'p>,
@@ -302,13 +317,12 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let len = buffer.len() as u32;
         let inline = send_op.goes_inline(len, self.caps().max_inline_data);
         let sge = buffer.sge(len, inline);
-        let sges = if len == 0 { &[][..] } else { std::slice::from_ref(&sge) };
         let wr_id = buffer.mark_launched(len, !signaled, before);
         let flags = send_flags(signaled, inline);
-        let mut wr = SendWr::of_len(wr_id, sges, len.into(), send_op, flags, dest.as_ref());
+        let sge = (len != 0).then_some(&sge);
         // SAFETY: the caller's guarantees for the chunk; an inline SGE holds the chunk's CPU
         // address, any other its IOVA in the pool's region; `wr_id` is the tier's own.
-        unsafe { self.post_one(&mut wr) }
+        unsafe { self.post_parts(wr_id, sge, len.into(), send_op, flags, dest.as_ref()) }
     }
 
     /// Posts a list: every WR is built and checked first, so a refused check leaves the list

@@ -7,9 +7,9 @@ use rdma_verbs_sys as sys;
 use super::pool::{Buffer, UNCHAINED};
 use super::post::check_receive;
 use crate::error::Result;
+use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
-use crate::mr::LKey;
 use crate::wr::{RecvWrList, Sge};
 
 /// Buffers to post as receives with one call: [`QueuePair::post_recv_buffers`] or

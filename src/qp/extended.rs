@@ -8,10 +8,12 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
+use crate::ah::UdDestination;
+use crate::buffer::SendOp;
 use crate::context::Context;
 use crate::error::{check_errno, errno_error, Error, PostListError, Result};
 use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
-use crate::wr::{Build, Builds, SendWr, INLINE_BUFS};
+use crate::wr::{Build, Builds, SendFlags, SendWr, Sge, INLINE_BUFS};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
 /// operations it was created with.
@@ -317,6 +319,85 @@ impl ExQp {
         unsafe {
             (*qp).wr_start.unwrap_unchecked()(qp);
             build_as(qp, wr.as_raw(), wr.build(), UD);
+            (*qp).wr_complete.unwrap_unchecked()(qp)
+        }
+    }
+
+    /// [`ExQp::post_one_fast`] of the request [`SendWr::rewrite`] would write from these
+    /// parts, built from them: the buffer tier's single posts, which have the typed parts and
+    /// need no request written only to be read back.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExQp::post_fast`], for the WR of these parts, whose demand
+    /// ([`shape_of_parts`](crate::wr::shape_of_parts)) fits the QP's slack: `sge` is its one
+    /// SGE, or none for no data (inline bytes are copied during the call).
+    #[inline(always)]
+    pub(super) unsafe fn post_parts_fast<const UD: bool>(
+        &self,
+        wr_id: u64,
+        sge: Option<&Sge>,
+        op: SendOp,
+        flags: SendFlags,
+        dest: Option<&UdDestination<'_>>,
+    ) -> i32 {
+        let qp = self.raw.as_ptr();
+        // SAFETY: as in `post_fast`; the builder of `op` and the data setters are set (the
+        // demand fits); no reference to `*qp` is held across the calls, which may write it.
+        unsafe {
+            (*qp).wr_start.unwrap_unchecked()(qp);
+            (*qp).wr_id = wr_id;
+            (*qp).wr_flags = flags.bits();
+            match op {
+                SendOp::Send => (*qp).wr_send.unwrap_unchecked()(qp),
+                SendOp::SendWithImm(imm) => (*qp).wr_send_imm.unwrap_unchecked()(qp, imm.to_be()),
+                SendOp::RdmaWrite(r) => {
+                    (*qp).wr_rdma_write.unwrap_unchecked()(qp, r.rkey.0, r.addr)
+                }
+                SendOp::RdmaWriteWithImm(r, imm) => {
+                    (*qp).wr_rdma_write_imm.unwrap_unchecked()(qp, r.rkey.0, r.addr, imm.to_be());
+                }
+                SendOp::RdmaRead(r) => (*qp).wr_rdma_read.unwrap_unchecked()(qp, r.rkey.0, r.addr),
+                SendOp::CompareSwap { remote, compare, swap } => {
+                    (*qp).wr_atomic_cmp_swp.unwrap_unchecked()(
+                        qp,
+                        remote.rkey.0,
+                        remote.addr,
+                        compare,
+                        swap,
+                    )
+                }
+                SendOp::FetchAdd { remote, add } => {
+                    (*qp).wr_atomic_fetch_add.unwrap_unchecked()(
+                        qp,
+                        remote.rkey.0,
+                        remote.addr,
+                        add,
+                    );
+                }
+            }
+            if let (true, Some(d)) = (UD, dest) {
+                (*qp).wr_set_ud_addr.unwrap_unchecked()(qp, d.ah.as_raw(), d.qpn.get(), d.qkey);
+            }
+            match (flags.contains(SendFlags::INLINE), sge) {
+                (false, Some(s)) => {
+                    (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().0, s.addr(), s.length())
+                }
+                (true, Some(s)) => (*qp).wr_set_inline_data.unwrap_unchecked()(
+                    qp,
+                    s.addr() as *mut c_void,
+                    s.length() as usize,
+                ),
+                // No data: an empty list, or no inline bytes, as `data_fast` sets it.
+                (false, None) => (*qp).wr_set_sge_list.unwrap_unchecked()(
+                    qp,
+                    0,
+                    NonNull::<sys::ibv_sge>::dangling().as_ptr(),
+                ),
+                (true, None) => {
+                    (*qp).wr_set_inline_data.unwrap_unchecked()(qp, std::ptr::null_mut(), 0)
+                }
+            }
             (*qp).wr_complete.unwrap_unchecked()(qp)
         }
     }

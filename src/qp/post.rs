@@ -4,12 +4,14 @@ use rdma_verbs_sys as sys;
 
 use super::extended::ExQp;
 use super::{QpCapabilities, QpType, QueuePair, ReceiveReady, Rts, SendLimits};
+use crate::ah::UdDestination;
+use crate::buffer::SendOp;
 use crate::error::{
     check_errno, errno_error, list_error, Error, InvalidInputKind, PostListError, Result,
 };
 use crate::fit::{self, Slack};
 use crate::pd::ProtectionDomain;
-use crate::wr::{RecvWr, RecvWrList, SendFlags, SendWr, SendWrList, Sge};
+use crate::wr::{shape_of_parts, RecvWr, RecvWrList, SendFlags, SendWr, SendWrList, Sge};
 
 impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// `ibv_post_recv(3)`—Posts one receive work request.
@@ -167,6 +169,49 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 Ok(())
             }
         }
+    }
+
+    /// [`QueuePair::post_one`] of the WR `SendWr::of_len` builds from these parts: on the
+    /// extended path, when its demand fits, built from the parts without writing the request
+    /// (the buffer tier's single posts); otherwise that WR, posted as any.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_send`], for that WR; `sge` is its one SGE (`len` bytes), or none
+    /// for no data.
+    #[inline(always)]
+    pub(crate) unsafe fn post_parts(
+        &self,
+        wr_id: u64,
+        sge: Option<&Sge>,
+        len: u64,
+        op: SendOp,
+        flags: SendFlags,
+        dest: Option<&UdDestination<'_>>,
+    ) -> Result<(), PostListError> {
+        let sges = sge.map_or(&[][..], std::slice::from_ref);
+        let ex = match &self.ex {
+            // The demand the WR would have, tested as `post_one` tests it.
+            Some(ex) if shape_of_parts(sges, len, op, flags, dest).0.fits(self.slack) => ex,
+            _ => {
+                let mut wr = SendWr::of_len(wr_id, sges, len, op, flags, dest);
+                // SAFETY: the caller's guarantees.
+                return unsafe { self.post_one(&mut wr) };
+            }
+        };
+        // SAFETY: a live QP in RTS; the caller upholds the memory contract; the WR fits the
+        // QP, so the fast batch can build it.
+        let ret = unsafe {
+            if T::RAW == sys::IBV_QPT_UD {
+                ex.post_parts_fast::<true>(wr_id, sge, op, flags, dest)
+            } else {
+                ex.post_parts_fast::<false>(wr_id, sge, op, flags, dest)
+            }
+        };
+        if ret != 0 {
+            return Err(ex.failed(ret, 1));
+        }
+        Ok(())
     }
 
     /// The provider's `post_send` op called as the C inline `ibv_post_send` calls it, without

@@ -261,56 +261,25 @@ impl<'a> SendWr<'a> {
         raw.send_flags = flags.bits();
         raw.__bindgen_anon_1.imm_data = 0;
         raw.wr = sys::ibv_send_wr__bindgen_ty_2::default();
-        raw.opcode = match op {
-            SendOp::Send => sys::IBV_WR_SEND,
-            SendOp::SendWithImm(imm) => {
-                raw.__bindgen_anon_1.imm_data = imm.to_be();
-                sys::IBV_WR_SEND_WITH_IMM
-            }
-            SendOp::RdmaWrite(remote) => {
-                set_remote(raw, remote);
-                sys::IBV_WR_RDMA_WRITE
-            }
+        raw.opcode = op.opcode();
+        match op {
+            SendOp::Send => {}
+            SendOp::SendWithImm(imm) => raw.__bindgen_anon_1.imm_data = imm.to_be(),
+            SendOp::RdmaWrite(remote) | SendOp::RdmaRead(remote) => set_remote(raw, remote),
             SendOp::RdmaWriteWithImm(remote, imm) => {
                 set_remote(raw, remote);
                 raw.__bindgen_anon_1.imm_data = imm.to_be();
-                sys::IBV_WR_RDMA_WRITE_WITH_IMM
-            }
-            SendOp::RdmaRead(remote) => {
-                set_remote(raw, remote);
-                sys::IBV_WR_RDMA_READ
             }
             SendOp::CompareSwap { remote, compare, swap } => {
                 set_atomic(raw, remote, compare, swap);
-                sys::IBV_WR_ATOMIC_CMP_AND_SWP
             }
-            SendOp::FetchAdd { remote, add } => {
-                set_atomic(raw, remote, add, 0);
-                sys::IBV_WR_ATOMIC_FETCH_AND_ADD
-            }
-        };
+            SendOp::FetchAdd { remote, add } => set_atomic(raw, remote, add, 0),
+        }
         if let Some(dest) = dest {
             set_destination(raw, dest);
         }
         // The demand from the parts at hand (as `refresh` works it out from the request).
-        let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
-        let remote = match op {
-            SendOp::RdmaWrite(remote)
-            | SendOp::RdmaWriteWithImm(remote, _)
-            | SendOp::RdmaRead(remote)
-            | SendOp::CompareSwap { remote, .. }
-            | SendOp::FetchAdd { remote, .. } => remote.addr,
-            SendOp::Send | SendOp::SendWithImm(_) => 0,
-        };
-        let aligned = |a: u64| a.is_multiple_of(8);
-        (self.demand, self.build) = shape(
-            self.raw.opcode,
-            sges.len() as u64,
-            len,
-            flags.contains(SendFlags::INLINE),
-            addressed,
-            || matches!(sges, [s] if s.length() == 8 && aligned(s.addr())) && aligned(remote),
-        );
+        (self.demand, self.build) = shape_of_parts(sges, len, op, flags, dest);
         debug_assert!(
             {
                 let shaped = (self.demand, self.build);
@@ -605,6 +574,32 @@ fn shape(
         _ => Build::Other,
     };
     (demand, build)
+}
+
+/// The demand and build of the request [`SendWr::rewrite`] writes from these parts, worked
+/// out from the parts (as `refresh` does from the request): for the buffer tier, whose
+/// extended path builds from them without writing the request.
+#[inline(always)]
+pub(crate) fn shape_of_parts(
+    sges: &[Sge],
+    len: u64,
+    op: SendOp,
+    flags: SendFlags,
+    dest: Option<&UdDestination<'_>>,
+) -> (Demand, Build) {
+    let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
+    let remote = match op {
+        SendOp::RdmaWrite(remote)
+        | SendOp::RdmaWriteWithImm(remote, _)
+        | SendOp::RdmaRead(remote)
+        | SendOp::CompareSwap { remote, .. }
+        | SendOp::FetchAdd { remote, .. } => remote.addr,
+        SendOp::Send | SendOp::SendWithImm(_) => 0,
+    };
+    let aligned = |a: u64| a.is_multiple_of(8);
+    shape(op.opcode(), sges.len() as u64, len, flags.contains(SendFlags::INLINE), addressed, || {
+        matches!(sges, [s] if s.length() == 8 && aligned(s.addr())) && aligned(remote)
+    })
 }
 
 /// Sets the remote address and rkey of an RDMA WR, field by field: assigned whole, the
