@@ -127,7 +127,7 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// once the device is gone).
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
-    #[inline]
+    #[inline(always)]
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
         // One event per call, as the C idiom: draining would cost one more read(2), the one
         // that finds nothing, on every call. Read first: in a request-response loop the event
@@ -180,7 +180,7 @@ impl<'ctx> CompletionChannel<'ctx> {
 
     /// Reads one event if one is pending (`true`), without blocking, and has it
     /// acknowledged.
-    #[inline]
+    #[inline(always)]
     fn get_event(&self) -> Result<bool> {
         let fns = &self.ctx.library().fns;
         loop {

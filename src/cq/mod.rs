@@ -373,7 +373,7 @@ impl<'ctx> CompletionQueue<'ctx> {
     ///
     /// <https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html>
     #[doc(alias = "ibv_req_notify_cq")]
-    #[inline]
+    #[inline(always)]
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // SAFETY: a live CQ.
         let ret = unsafe { sys::inline::ibv_req_notify_cq(self.as_raw(), solicited_only.into()) };
