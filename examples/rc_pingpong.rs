@@ -24,7 +24,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{PEER_TIMEOUT, RECV_WRID, SEND_WRID};
+use common::{c_number, PEER_TIMEOUT, RECV_WRID, SEND_WRID};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -42,24 +42,24 @@ type Error = Box<dyn std::error::Error>;
 #[command(version)]
 struct Args {
     /// Listen on / connect to TCP port
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    #[arg(short = 'p', long = "port", default_value_t = 18515, value_parser = c_number::<u16>)]
     port: u16,
     #[command(flatten)]
     device: common::DeviceArgs,
     /// Size of message to exchange, in bytes
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    #[arg(short = 's', long = "size", default_value_t = 4096, value_parser = c_number::<u32>)]
     size: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = c_number::<u32>)]
     mtu: u32,
     /// Number of receives to post at a time
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500, value_parser = c_number::<u32>)]
     rx_depth: u32,
     /// Number of exchanges
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    #[arg(short = 'n', long = "iters", default_value_t = 1000, value_parser = c_number::<u64>)]
     iters: u64,
     /// Service level
-    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = c_number::<u8>)]
     sl: u8,
     /// Sleep on CQ events (default poll)
     #[arg(short = 'e', long = "events")]

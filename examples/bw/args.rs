@@ -3,6 +3,7 @@
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use super::Mode;
+use crate::common::c_number;
 
 /// The largest -a size: perftest's 8 MiB.
 pub const MAX_SIZE: u32 = 8 << 20;
@@ -51,66 +52,66 @@ pub struct Args {
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
     /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::<u8>)]
     pub ib_port: u8,
     /// GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'x', long = "gid-index")]
+    #[arg(short = 'x', long = "gid-index", value_parser = c_number::<u8>)]
     pub gid_index: Option<u8>,
     /// Message size in bytes
-    #[arg(short = 's', long = "size", default_value_t = 65536)]
+    #[arg(short = 's', long = "size", default_value_t = 65536, value_parser = c_number::<u32>)]
     pub size: u32,
     /// Iterations (per QP)
-    #[arg(short = 'n', long = "iters", default_value_t = 5000)]
+    #[arg(short = 'n', long = "iters", default_value_t = 5000, value_parser = c_number::<u64>)]
     pub iters: u64,
     /// Run all sizes 2 B .. 8 MiB (powers of two; capped by --max-size)
     #[arg(short = 'a', long = "all")]
     pub all: bool,
     /// Largest size of -a, in bytes
-    #[arg(long = "max-size", default_value_t = MAX_SIZE)]
+    #[arg(long = "max-size", default_value_t = MAX_SIZE, value_parser = c_number::<u32>)]
     pub max_size: u32,
     /// Number of QPs
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = c_number::<u32>)]
     pub qps: u32,
     /// Run for this many seconds instead of -n iterations
-    #[arg(short = 'D', long = "duration")]
+    #[arg(short = 'D', long = "duration", value_parser = c_number::<u64>)]
     pub duration: Option<u64>,
     /// Outstanding WRs per QP (tx depth)
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = c_number::<u32>)]
     pub tx_depth: u32,
     /// Receives kept posted per QP by send_bw's receiving side (default 512, as perftest;
     /// at most -n)
-    #[arg(short = 'r', long = "rx-depth")]
+    #[arg(short = 'r', long = "rx-depth", value_parser = c_number::<u32>)]
     pub rx_depth: Option<u32>,
     /// WRs per ibv_post_send call (post list)
-    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    #[arg(short = 'l', long = "post_list", default_value_t = 1, value_parser = c_number::<u32>)]
     pub post_list: u32,
     /// Signal one WR in this many (CQ moderation; default 100, or -l when -l > 1)
-    #[arg(short = 'Q', long = "cq-mod")]
+    #[arg(short = 'Q', long = "cq-mod", value_parser = c_number::<u32>)]
     pub cq_mod: Option<u32>,
     /// RDMA READs outstanding per QP (read tests; default, and at most: the device's limit,
     /// max_qp_rd_atom, as perftest)
-    #[arg(short = 'o', long = "outs")]
+    #[arg(short = 'o', long = "outs", value_parser = c_number::<u32>)]
     pub outs: Option<u32>,
     /// Service level, 0-15 (default 0)
-    #[arg(short = 'S', long = "sl")]
+    #[arg(short = 'S', long = "sl", value_parser = c_number::<u8>)]
     pub sl: Option<u8>,
-    /// Traffic class of the GRH, decimal or 0x hex (on RoCE: DSCP << 2 | ECN; default 0)
-    #[arg(long = "tclass", value_parser = decimal_or_hex)]
+    /// Traffic class of the GRH (on RoCE: DSCP << 2 | ECN; default 0)
+    #[arg(long = "tclass", value_parser = c_number::<u8>)]
     pub tclass: Option<u8>,
     /// Local ACK timeout: 4.096 us x 2^n, n 1-31, or 0: never (default 14)
-    #[arg(short = 'u', long = "qp-timeout")]
+    #[arg(short = 'u', long = "qp-timeout", value_parser = c_number::<u8>)]
     pub qp_timeout: Option<u8>,
     /// Retries of a send that is not acknowledged, 0-7 (default 6; rxe never counts 7 down)
-    #[arg(long = "retry_count")]
+    #[arg(long = "retry_count", value_parser = c_number::<u8>)]
     pub retry_count: Option<u8>,
     /// Largest message sent inline, in bytes (default: what the QP offers)
-    #[arg(short = 'I', long = "inline_size")]
+    #[arg(short = 'I', long = "inline_size", value_parser = c_number::<u32>)]
     pub inline_size: Option<u32>,
     /// Path MTU in bytes (default: the port's active MTU)
-    #[arg(short = 'm', long = "mtu")]
+    #[arg(short = 'm', long = "mtu", value_parser = c_number::<u32>)]
     pub mtu: Option<u32>,
     /// TCP port for the parameter exchange
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    #[arg(short = 'p', long = "port", default_value_t = 18515, value_parser = c_number::<u16>)]
     pub port: u16,
     /// Connection type: RC, or DC (mlx5 Dynamically Connected: DCIs post to the peer's DCTs;
     /// needs --features mlx5 and a ConnectX device; always the raw tier)
@@ -146,22 +147,13 @@ pub struct Args {
     #[arg(short = 'U', long = "report-unsorted")]
     pub unsorted: bool,
     /// Microseconds to wait (spinning) before each post
-    #[arg(long = "latency_gap", default_value_t = 0)]
+    #[arg(long = "latency_gap", default_value_t = 0, value_parser = c_number::<u64>)]
     pub latency_gap: u64,
     /// Server to connect to (none: act as the server)
     pub server: Option<String>,
     /// The tool's family, set by [`parse`].
     #[arg(skip = Test::Bandwidth)]
     pub test: Test,
-}
-
-/// A byte in decimal or `0x` hex, as perftest reads numbers (`strtol` with base 0).
-fn decimal_or_hex(s: &str) -> Result<u8, String> {
-    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u8::from_str_radix(hex, 16),
-        None => s.parse(),
-    };
-    parsed.map_err(|_| format!("{s:?} is not a byte (0-255, or 0x00-0xff)"))
 }
 
 /// An option of one family only: (long name, short letter, the [`Args`] field, the family,
@@ -604,6 +596,27 @@ mod tests {
             mode,
             std::iter::once("tool").chain(args.iter().copied()).map(String::from).collect(),
         )
+    }
+
+    #[test]
+    fn numbers_are_read_as_perftest_reads_them_decimal_hex_or_octal() {
+        let args =
+            parsed(Test::Bandwidth, Mode::Write, &["-s", "0x10000", "-x", "03", "-n", "010"]);
+        assert_eq!((args.size, args.gid_index, args.iters), (65536, Some(3), 8));
+        assert_eq!(parsed(Test::Bandwidth, Mode::Write, &["--tclass", "0X6a"]).tclass, Some(106));
+        for (arg, says) in [
+            ("0x", "is not a number"),
+            ("12ab", "is not a number"),
+            ("09", "is not a number"),
+            ("-1", "is out of range: 0..=255"),
+            ("256", "is out of range: 0..=255"),
+            ("0x100", "is out of range: 0..=255"),
+        ] {
+            let e = c_number::<u8>(arg).unwrap_err();
+            assert!(e.contains(says), "{arg}: {e}");
+        }
+        assert_eq!(c_number::<u8>(" +0377"), Ok(255));
+        assert_eq!(c_number::<u8>("-0"), Ok(0));
     }
 
     #[test]

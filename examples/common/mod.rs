@@ -18,6 +18,48 @@ pub const RECV_WRID: u64 = 1;
 /// See [`RECV_WRID`].
 pub const SEND_WRID: u64 = 2;
 
+/// A number as the C tools read their options (`strtol` with base 0): decimal, `0x` hex or
+/// `0` octal (`-s 0x10000`, `-x 03`), here within `T`'s range; for clap's `value_parser`.
+pub fn c_number<T: CNumber>(s: &str) -> std::result::Result<T, String> {
+    let t = s.trim_start();
+    let (negative, t) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (radix, digits) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => (16, hex),
+        None if t.len() > 1 && t.starts_with('0') => (8, &t[1..]),
+        None => (10, t),
+    };
+    let value = (!digits.is_empty() && digits.chars().all(|c| c.is_digit(radix)))
+        .then(|| u128::from_str_radix(digits, radix).ok())
+        .flatten()
+        .ok_or_else(|| format!("{s:?} is not a number (decimal, 0x hex or 0 octal)"))?;
+    (!negative || value == 0)
+        .then(|| T::try_from(value).ok())
+        .flatten()
+        .ok_or_else(|| format!("{s:?} is out of range: {}..={}", T::MIN, T::MAX))
+}
+
+/// The integer types of the options [`c_number`] reads.
+pub trait CNumber: TryFrom<u128> + Clone + Send + Sync + 'static {
+    const MIN: u128 = 0;
+    const MAX: u128;
+}
+
+impl CNumber for u8 {
+    const MAX: u128 = u8::MAX as u128;
+}
+impl CNumber for u16 {
+    const MAX: u128 = u16::MAX as u128;
+}
+impl CNumber for u32 {
+    const MAX: u128 = u32::MAX as u128;
+}
+impl CNumber for u64 {
+    const MAX: u128 = u64::MAX as u128;
+}
+
 /// The device options of the examples, as `ibv_rc_pingpong` spells them.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DeviceArgs {
@@ -25,10 +67,10 @@ pub struct DeviceArgs {
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
     /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::<u8>)]
     pub ib_port: u8,
     /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
+    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::<u8>)]
     pub gid_idx: Option<u8>,
 }
 
