@@ -2,6 +2,8 @@
 
 use std::mem::ManuallyDrop;
 
+use rdma_verbs_sys as sys;
+
 use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
@@ -46,8 +48,7 @@ pub enum SendOp {
 impl SendOp {
     /// Its `ibv_wr_opcode`.
     #[inline(always)]
-    pub(crate) fn opcode(self) -> rdma_verbs_sys::ibv_wr_opcode {
-        use rdma_verbs_sys as sys;
+    pub(crate) fn opcode(self) -> sys::ibv_wr_opcode {
         match self {
             SendOp::Send => sys::IBV_WR_SEND,
             SendOp::SendWithImm(_) => sys::IBV_WR_SEND_WITH_IMM,

@@ -379,6 +379,8 @@ impl ExQp {
             if let (true, Some(d)) = (UD, dest) {
                 (*qp).wr_set_ud_addr.unwrap_unchecked()(qp, d.ah.as_raw(), d.qpn.get(), d.qkey);
             }
+            // `data_fast`'s cases for one SGE or none, matched here on the `Option`: through
+            // its count and pointer instead, rc_pingpong's message cost 5 instructions more.
             match (flags.contains(SendFlags::INLINE), sge) {
                 (false, Some(s)) => {
                     (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().0, s.addr(), s.length())
