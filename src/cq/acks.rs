@@ -17,21 +17,22 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdma_verbs_sys as sys;
 
-/// The counter's value once its CQ is being destroyed: each event is then acknowledged at
-/// once.
-const CLOSED: u32 = u32::MAX;
-/// Owed events are acknowledged in one call when this many accumulate, well before the
-/// counter could reach `CLOSED`.
-const FLUSH_AT: u32 = 1 << 20;
+/// The counter's top bit, set once its CQ is being destroyed: each event is then
+/// acknowledged at once. The count below it never reaches it (2^63 events).
+const CLOSED: u64 = 1 << 63;
+/// Owed events are acknowledged in one call each time the count reaches a multiple of this.
+const FLUSH_AT: u64 = 1 << 20;
 
 /// The events owed by one CQ, reached through the `cq_context` that `ibv_get_cq_event` hands
-/// back with each event (the CQ's creation sets it to this counter's address).
+/// back with each event (the CQ's creation sets it to this counter's address). It counts
+/// every event read; those up to the last multiple of [`FLUSH_AT`] are acknowledged, the
+/// rest owed.
 #[derive(Debug, Default)]
-pub(crate) struct EventAcks(AtomicU32);
+pub(crate) struct EventAcks(AtomicU64);
 
 impl EventAcks {
     /// Notes one event of `cq`, read with `ibv_get_cq_event`: owed, or acknowledged now
@@ -41,28 +42,22 @@ impl EventAcks {
     ///
     /// `cq` is the live CQ this counter belongs to, and the event was read and not yet
     /// acknowledged (which keeps both alive until this returns).
+    // One atomic addition, no compare-and-swap loop: this runs on every event.
     #[inline]
     pub(crate) unsafe fn owe(&self, fns: &sys::IbverbsFns, cq: *mut sys::ibv_cq) {
-        let mut owed = self.0.load(Ordering::Acquire);
-        loop {
-            let (next, ack) = match owed {
-                CLOSED => (CLOSED, 1),
-                n if n + 1 == FLUSH_AT => (0, FLUSH_AT),
-                n => (n + 1, 0),
-            };
-            match self.0.compare_exchange_weak(owed, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    if ack > 0 {
-                        // SAFETY: `ack` events of `cq` were read and none of them acknowledged:
-                        // this one, and when the batch is full, those owed. After this call
-                        // the CQ may be freed; the counter is not touched again.
-                        unsafe { (fns.ibv_ack_cq_events)(cq, ack) };
-                    }
-                    return;
-                }
-                Err(now) => owed = now,
-            }
-        }
+        let count = self.0.fetch_add(1, Ordering::AcqRel) + 1;
+        let ack = if count & CLOSED != 0 {
+            1
+        } else if count.is_multiple_of(FLUSH_AT) {
+            // This event completes a batch: exactly one reader's count lands on each multiple.
+            FLUSH_AT as u32
+        } else {
+            return;
+        };
+        // SAFETY: `ack` events of `cq` were read and none of them acknowledged: this one, and
+        // when the batch is full, those owed. After this call the CQ may be freed; the
+        // counter is not touched again.
+        unsafe { (fns.ibv_ack_cq_events)(cq, ack) };
     }
 
     /// Acknowledges every event owed and has later ones acknowledged at once: called right
@@ -72,10 +67,13 @@ impl EventAcks {
     ///
     /// `cq` is the live CQ this counter belongs to.
     pub(crate) unsafe fn close(&self, fns: &sys::IbverbsFns, cq: *mut sys::ibv_cq) {
-        match self.0.swap(CLOSED, Ordering::AcqRel) {
-            0 | CLOSED => {}
+        let count = self.0.swap(CLOSED, Ordering::AcqRel);
+        // Those past the last multiple of FLUSH_AT: the reader that reached it acknowledges
+        // the batch (even if it has not yet).
+        let owed = if count & CLOSED != 0 { 0 } else { count % FLUSH_AT };
+        if owed > 0 {
             // SAFETY: `owed` events of `cq` were read and left to this counter to acknowledge.
-            owed => unsafe { (fns.ibv_ack_cq_events)(cq, owed) },
+            unsafe { (fns.ibv_ack_cq_events)(cq, owed as u32) };
         }
     }
 }
@@ -129,7 +127,7 @@ mod tests {
         // Never dereferenced: the mock's ibv_ack_cq_events only records the call.
         let cq = std::ptr::dangling_mut::<sys::ibv_cq>();
         let acks = EventAcks::default();
-        let owe = |n: u32| {
+        let owe = |n: u64| {
             for _ in 0..n {
                 // SAFETY: the mock's acknowledgement reads neither pointer.
                 unsafe { acks.owe(fns, cq) };
@@ -139,7 +137,7 @@ mod tests {
         owe(FLUSH_AT - 1);
         assert_eq!(mock.take_calls(), []);
         owe(1);
-        assert_eq!(mock.take_calls(), [Call::AckCqEvents { nevents: FLUSH_AT }]);
+        assert_eq!(mock.take_calls(), [Call::AckCqEvents { nevents: FLUSH_AT as u32 }]);
         owe(3);
         // SAFETY: the mock's acknowledgement reads neither pointer.
         unsafe { acks.close(fns, cq) };
