@@ -504,6 +504,8 @@ pub(crate) fn post_receive<'p>(
 /// region lets it write where it `writes` (a receive, READ or atomic); a pool failing either
 /// would only fail there (or, on the strict mock, count as a violation), so it is refused
 /// here, where the error can say why.
+// Its errors are built out of line so that the test inlines where the post does: two
+// compares, where a call and its `Result` in memory cost a dozen instructions.
 #[inline]
 pub(super) fn check_pool(
     buffer: &Buffer<'_>,
@@ -511,22 +513,32 @@ pub(super) fn check_pool(
     writes: bool,
 ) -> Result<()> {
     if buffer.pd_raw() != pd.as_raw() {
-        return Err(Error::invalid(
+        return Err(pool_refused(true));
+    }
+    if writes && !buffer.local_write() {
+        return Err(pool_refused(false));
+    }
+    Ok(())
+}
+
+/// [`check_pool`]'s error: the pool is of another PD, or else lacks LOCAL_WRITE.
+#[cold]
+#[inline(never)]
+fn pool_refused(other_pd: bool) -> Error {
+    if other_pd {
+        return Error::invalid(
             InvalidInputKind::OtherPd,
             "the buffer's pool is registered in another protection domain than the queue it \
              is posted to: use a pool of that queue's PD"
                 .into(),
-        ));
+        );
     }
-    if writes && !buffer.local_write() {
-        return Err(Error::invalid(
-            InvalidInputKind::Access,
-            "the NIC writes this buffer (a receive, RDMA READ or atomic), but its pool's \
-             region lacks LOCAL_WRITE: register the pool's region with AccessFlags::LOCAL_WRITE"
-                .into(),
-        ));
-    }
-    Ok(())
+    Error::invalid(
+        InvalidInputKind::Access,
+        "the NIC writes this buffer (a receive, RDMA READ or atomic), but its pool's \
+         region lacks LOCAL_WRITE: register the pool's region with AccessFlags::LOCAL_WRITE"
+            .into(),
+    )
 }
 
 /// [`check_pool`] for a receive (the NIC writes it), on a queue of `pd` taking up to `max_sge`
