@@ -202,8 +202,13 @@ impl<'a> BufferPool<'a> {
         wc.consume_wr_id();
         self.release_batch(slot.prev.swap(NO_PREV, Ordering::Relaxed));
         let received = wc.is_success() && wc.opcode() == WcOpcode::RECV;
-        let len = if received { wc.byte_len() } else { slot.len.load(Ordering::Relaxed) };
-        Some(Buffer { pool: self, index: index as u32, len: len.min(self.chunk as u32) })
+        // (What a launch stored is within the chunk; what the provider reports is held to it.)
+        let len = if received {
+            wc.byte_len().min(self.chunk as u32)
+        } else {
+            slot.len.load(Ordering::Relaxed)
+        };
+        Some(Buffer { pool: self, index: index as u32, len })
     }
 
     /// Frees the batched chunks chained from `index`.
@@ -419,9 +424,10 @@ impl<'p> Buffer<'p> {
     /// still holds the token: in flight, or `batched` behind chunk `before` of this pool
     /// (`NO_PREV` for none), which the completion of this one releases (and so on down the
     /// chain). The list then forgets the token once the provider took the WR, or
-    /// [`unmark`](Self::unmark)s it.
+    /// [`unmark`](Self::unmark)s it. `len` is within the chunk (`complete` gives it back).
     #[inline]
     pub(crate) fn mark_launched(&self, len: u32, batched: bool, before: u32) -> u64 {
+        debug_assert!(len as usize <= self.pool.chunk);
         let (slot, wr_id) = (self.slot(), self.next_wr_id());
         slot.len.store(len, Ordering::Relaxed);
         slot.flight.store(wr_id, Ordering::Relaxed);
