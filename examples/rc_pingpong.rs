@@ -313,15 +313,18 @@ fn pingpong(
         for wc in done.iter_mut() {
             let status = wc.status();
             let buf = pool.complete(wc).ok_or("a completion for none of our buffers")?;
-            let kind = if buf.index() == message_index { SEND_WRID } else { RECV_WRID };
+            let sent = buf.index() == message_index;
             if status != WcStatus::SUCCESS {
+                let kind = if sent { SEND_WRID } else { RECV_WRID };
                 return Err(
                     format!("Failed status {status} ({}) for wr_id {kind}", status.0).into()
                 );
             }
-            if kind == SEND_WRID {
+            // (Each branch clears its own constant: the kind is never held in a register.)
+            if sent {
                 scnt += 1;
                 message = Some(buf);
+                pending &= !SEND_WRID;
             } else {
                 rcnt += 1;
                 routs -= 1;
@@ -330,8 +333,8 @@ fn pingpong(
                     routs += refill.len();
                     qp.post_recv_buffers(&mut refill)?;
                 }
+                pending &= !RECV_WRID;
             }
-            pending &= !kind;
             if scnt < args.iters && pending == 0 {
                 send_message(&qp, &mut message)?;
                 pending = RECV_WRID | SEND_WRID;
