@@ -378,28 +378,17 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         } else {
             self.post_many(list, signal_last, before)
         };
-        let posted = match &refused {
-            Ok(()) => n,
-            Err(PostListError { posted, .. }) => *posted,
-        };
-        // The refused are the program's again; the tokens of the posted are gone, their chunks
-        // in flight until a completion releases them.
-        for (buffer, _) in &list.entries[posted..] {
-            buffer.unmark();
+        // (Settled in each arm: with all posted, the compiler drops what handles the refused.)
+        match refused {
+            Ok(()) => {
+                list.settle(n, signal_last, qp, pool);
+                Ok(())
+            }
+            Err(PostListError { posted, error }) => {
+                list.settle(posted, signal_last, qp, pool);
+                Err(error)
+            }
         }
-        // The chain stays open unless its last posted WR was the signaled one.
-        if posted == n && signal_last {
-            list.open = None;
-        } else if let Some((last, _)) = posted.checked_sub(1).map(|i| &list.entries[i]) {
-            list.open = Some(OpenChain { qp, pool, tail: last.link() });
-        }
-        // (Their tokens are `ManuallyDrop`: leaving the list forgets them.)
-        if posted == n {
-            list.entries.clear();
-        } else {
-            list.entries.drain(..posted);
-        }
-        refused.map_err(|refused| refused.error)
     }
 
     /// Writes each chunk's SGE and WR where the last post left them (the SGE first: the WR
@@ -606,6 +595,29 @@ struct OpenChain {
 }
 
 impl<'p, Op> SendList<'p, Op> {
+    /// After a post of its entries on QP `qp` (chaining chunks of pool `pool`) of which the
+    /// provider took the first `posted`: their tokens are gone, their chunks in flight until a
+    /// completion releases them, and they leave the list; the refused are the program's again
+    /// and stay. The chain stays open unless its last posted WR was the signaled one.
+    #[inline(always)]
+    fn settle(&mut self, posted: usize, signal_last: bool, qp: usize, pool: u64) {
+        let n = self.entries.len();
+        for (buffer, _) in &self.entries[posted..] {
+            buffer.unmark();
+        }
+        if posted == n && signal_last {
+            self.open = None;
+        } else if let Some((last, _)) = posted.checked_sub(1).map(|i| &self.entries[i]) {
+            self.open = Some(OpenChain { qp, pool, tail: last.link() });
+        }
+        // (Their tokens are `ManuallyDrop`: leaving the list forgets them.)
+        if posted == n {
+            self.entries.clear();
+        } else {
+            self.entries.drain(..posted);
+        }
+    }
+
     /// An empty list for up to `capacity` buffers.
     ///
     /// # Panics
