@@ -697,8 +697,9 @@ mod tests {
             if cfg!(miri) { few } else { Config::default() }
         })]
 
-        /// Whatever changes a list, and in whatever order, what it keeps of its WRs (their
-        /// demands' union, their common build) is what they would give worked out anew.
+        /// Whatever changes a list, and in whatever order, what it keeps of its WRs (each one's
+        /// demand and build, their demands' union, their common build) is what they would give
+        /// worked out anew.
         #[test]
         fn a_list_keeps_the_shape_of_the_wrs_it_holds(changes in changes()) {
             let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 300, LKey(7))];
@@ -735,6 +736,7 @@ mod tests {
                         unsafe { wr.rewrite(2, sges, len, ops[usize::from(kind) % 4], flags, None) };
                     }),
                 }
+                proptest::prop_assert!(list.iter().all(SendWr::is_current), "{list:?}");
                 proptest::prop_assert!(list.shape == Shape::of_all(&list), "{list:?}");
                 let builds: Vec<_> = list.iter().map(SendWr::build).collect();
                 let common = builds.first().filter(|&&b| builds.iter().all(|&c| c == b));

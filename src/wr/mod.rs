@@ -281,11 +281,7 @@ impl<'a> SendWr<'a> {
         // The demand from the parts at hand (as `refresh` works it out from the request).
         (self.demand, self.build) = shape_of_parts(sges, len, op, flags, dest);
         debug_assert!(
-            {
-                let shaped = (self.demand, self.build);
-                self.refresh();
-                shaped == (self.demand, self.build)
-            },
+            (self.demand, self.build) == self.worked_out(),
             "the parts give the demand the request gives"
         );
     }
@@ -293,10 +289,16 @@ impl<'a> SendWr<'a> {
     /// Works the demand out again from the request (after any change to it).
     #[inline]
     fn refresh(&mut self) {
+        (self.demand, self.build) = self.worked_out();
+    }
+
+    /// The demand and build of the request as it is now.
+    #[inline]
+    fn worked_out(&self) -> (Demand, Build) {
         let sges = self.sges();
         let inline = self.send_flags().contains(SendFlags::INLINE);
         let aligned = |a: u64| a.is_multiple_of(8);
-        (self.demand, self.build) = shape(
+        shape(
             self.raw.opcode,
             sges.len() as u64,
             self.total_len(),
@@ -306,7 +308,13 @@ impl<'a> SendWr<'a> {
                 matches!(sges, [s] if s.length() == 8 && aligned(s.addr()))
                     && aligned(self.remote_addr())
             },
-        );
+        )
+    }
+
+    /// Whether the demand and build kept are those of the request as it is now.
+    #[cfg(test)]
+    pub(crate) fn is_current(&self) -> bool {
+        (self.demand, self.build) == self.worked_out()
     }
 
     /// How the extended path's fast batch builds it.
@@ -460,8 +468,13 @@ impl<'a> SendWr<'a> {
     /// Sets the send flags of a prebuilt WR (replacing earlier ones), e.g. to signal one in
     /// `cq_mod` of a reused list.
     pub fn set_flags(&mut self, flags: SendFlags) {
+        let inline_changed = (self.send_flags() ^ flags).contains(SendFlags::INLINE);
         self.raw.send_flags = flags.bits();
-        self.refresh();
+        // Of the flags, only INLINE enters the demand and the build (see `shape`): signaling
+        // one WR in `cq_mod` leaves them as they are.
+        if inline_changed {
+            self.refresh();
+        }
     }
 
     /// Sets the `wr_id` of a prebuilt WR.
