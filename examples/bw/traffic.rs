@@ -274,14 +274,19 @@ fn post_some(
             return Ok(());
         }
         let after = *posted + n;
-        let cq_mod = u64::from(plan.cq_mod);
-        let signal = after / cq_mod != *posted / cq_mod || left == n;
+        let signal = crosses_multiple(*posted, n, u64::from(plan.cq_mod)) || left == n;
         tier.post(q, n as u32, plan.size, signal)?;
         *posted = after;
         if signal {
             marks.push_back(after);
         }
     }
+}
+
+/// Whether a multiple of `cq_mod` (at least 1) lies in `(posted, posted + n]`, `n` at least 1:
+/// with one division, as perftest's test per post.
+fn crosses_multiple(posted: u64, n: u64, cq_mod: u64) -> bool {
+    posted % cq_mod + n >= cq_mod
 }
 
 /// The safe buffer tier: each WR takes its own buffer from the pool; a completion returns
@@ -403,6 +408,22 @@ impl Tier for Raw<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_is_signaled_when_it_crosses_a_multiple_of_cq_mod() {
+        for cq_mod in 1..=7 {
+            for posted in 0..40 {
+                for n in 1..=9 {
+                    let crosses = (posted + 1..=posted + n).any(|c| c % cq_mod == 0);
+                    assert_eq!(
+                        crosses_multiple(posted, n, cq_mod),
+                        crosses,
+                        "{posted} {n} {cq_mod}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_report_line_carries_the_figures_exactly() {
