@@ -601,13 +601,13 @@ pub(crate) fn shape_of_parts(
     dest: Option<&UdDestination<'_>>,
 ) -> (Demand, Build) {
     let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
+    // (Asked of an atomic only: a test of two variants, where one of all seven was a jump.)
+    let remote = match op {
+        SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => remote.addr,
+        _ => 0,
+    };
     let aligned = |a: u64| a.is_multiple_of(8);
     shape(op.opcode(), sges.len() as u64, len, flags.contains(SendFlags::INLINE), addressed, || {
-        // (Asked of an atomic only: the other ops skip this match.)
-        let remote = match op {
-            SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => remote.addr,
-            _ => 0,
-        };
         matches!(sges, [s] if s.length() == 8 && aligned(s.addr())) && aligned(remote)
     })
 }
