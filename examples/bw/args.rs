@@ -611,6 +611,7 @@ mod tests {
             ("-1", "is out of range: 0..=255"),
             ("256", "is out of range: 0..=255"),
             ("0x100", "is out of range: 0..=255"),
+            ("999999999999999999999999999999999999999999", "is out of range: 0..=255"),
         ] {
             let e = c_number::<u8>(arg).unwrap_err();
             assert!(e.contains(says), "{arg}: {e}");

@@ -31,13 +31,14 @@ pub fn c_number<T: CNumber>(s: &str) -> std::result::Result<T, String> {
         None if t.len() > 1 && t.starts_with('0') => (8, &t[1..]),
         None => (10, t),
     };
-    let value = (!digits.is_empty() && digits.chars().all(|c| c.is_digit(radix)))
-        .then(|| u128::from_str_radix(digits, radix).ok())
-        .flatten()
-        .ok_or_else(|| format!("{s:?} is not a number (decimal, 0x hex or 0 octal)"))?;
-    (!negative || value == 0)
-        .then(|| T::try_from(value).ok())
-        .flatten()
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(format!("{s:?} is not a number (decimal, 0x hex or 0 octal)"));
+    }
+    // (Digits past u128 are past `T` too: out of range, as strtol clamps them.)
+    u128::from_str_radix(digits, radix)
+        .ok()
+        .filter(|&value| !negative || value == 0)
+        .and_then(|value| T::try_from(value).ok())
         .ok_or_else(|| format!("{s:?} is out of range: {}..={}", T::MIN, T::MAX))
 }
 
