@@ -83,6 +83,15 @@ impl Context {
         &self.name
     }
 
+    /// The completion vectors the device's CQs can raise their events through
+    /// (`ibv_context.num_comp_vectors`): a CQ's `comp_vector` is below it. See
+    /// `ibv_create_cq(3)`.
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: the context is live while `self` is; a plain field read.
+        let n = unsafe { (*self.as_raw()).num_comp_vectors };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// The loaded libibverbs this context belongs to.
     pub fn library(&self) -> &'static sys::Ibverbs {
         self.lib

@@ -149,6 +149,12 @@ pub struct Args {
     /// Microseconds to wait (spinning) before each post
     #[arg(long = "latency_gap", default_value_t = 0, value_parser = c_number::<u64>)]
     pub latency_gap: u64,
+    /// Sleep on CQ events instead of busy-polling the CQs (read and send tests, with -n)
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Completion vector of the CQs' events (with -e; default 0)
+    #[arg(short = 'X', long = "vector", value_parser = c_number::<u32>)]
+    pub comp_vector: Option<u32>,
     /// Server to connect to (none: act as the server)
     pub server: Option<String>,
     /// The tool's family, set by [`parse`].
@@ -271,13 +277,11 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("use_hugepages", None, "huge-page buffers are not supported"),
     ("odp", None, "on-demand paging is not supported by this tool (the crate has it: odp)"),
     ("mr_per_qp", None, "the buffer tier gives each QP its own region already (--raw: one)"),
-    ("events", Some('e'), "completion events are not used: the CQs are busy-polled"),
     (
         "report-cycles",
         Some('C'),
         "times come from the monotonic clock, in usec: there are no cycle counts to report",
     ),
-    ("vector", Some('X'), "completion vectors need -e, which is not supported"),
     ("cpu_util", None, "CPU utilisation is not measured"),
     ("report-counters", Some('W'), "port counters are not read"),
     ("report-both", None, "one direction's figures only (with -b: the sum)"),
@@ -435,8 +439,9 @@ impl Args {
         }
     }
 
-    /// The checks that need no device: each message says what to change.
-    pub fn check(&self) -> Result<(), String> {
+    /// The checks that need no device, for the tool of `mode`: each message says what to
+    /// change.
+    pub fn check(&self, mode: Mode) -> Result<(), String> {
         let positive = [
             ("-s (size)", self.size),
             ("-q (QPs)", self.qps),
@@ -474,6 +479,7 @@ impl Args {
             return Err("-c DC does not work with -R: DC QPs are not connected by rdma_cm".into());
         }
         self.check_path()?;
+        self.check_events(mode)?;
         if self.size > MAX_SIZE || (self.all && self.max_size < 2) {
             return Err(format!("sizes run from 2 B (-a) or 1 B to {MAX_SIZE} B"));
         }
@@ -558,6 +564,24 @@ impl Args {
         }
         if let Some(n) = self.retry_count {
             rts.retry_cnt = rdma_verbs::RetryCount::new(n).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// -e and -X where perftest takes them: -e not on WRITE nor with -D, -X only with -e.
+    fn check_events(&self, mode: Mode) -> Result<(), String> {
+        if self.comp_vector.is_some() && !self.events {
+            return Err("-X picks the completion vector of -e's events: give -e too".into());
+        }
+        if self.events && mode == Mode::Write {
+            return Err("-e is not available on RDMA WRITE, as in perftest (write_lat watches \
+                        memory, not a CQ): use the read or send tools for events"
+                .into());
+        }
+        if self.events && self.duration.is_some() {
+            return Err("-e does not work with -D, as in perftest (a -D run polls to watch the \
+                        clock): give -n iterations"
+                .into());
         }
         Ok(())
     }
@@ -650,7 +674,7 @@ mod tests {
 
     #[test]
     fn the_path_options_are_checked_and_refused_where_rdma_cm_or_dc_sets_the_path() {
-        let check = |args: &[&str]| parsed(Test::Bandwidth, Mode::Write, args).check();
+        let check = |args: &[&str]| parsed(Test::Bandwidth, Mode::Write, args).check(Mode::Write);
         let all = ["-S", "15", "--tclass", "0x60", "-u", "31", "--retry_count", "7"];
         assert_eq!(check(&all), Ok(()));
         assert_eq!(check(&["-R", "--retry_count", "5"]), Ok(()));
@@ -664,6 +688,21 @@ mod tests {
             (&["-c", "DC", "--retry_count", "3"], "--retry_count is not set with -c DC"),
         ] {
             let e = check(args).unwrap_err();
+            assert!(e.starts_with(says), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn events_are_taken_where_perftest_takes_them() {
+        let check = |mode, args: &[&str]| parsed(Test::Latency, mode, args).check(mode);
+        assert_eq!(check(Mode::Read, &["-e", "-X", "1"]), Ok(()));
+        assert_eq!(check(Mode::Send, &["-e"]), Ok(()));
+        for (mode, args, says) in [
+            (Mode::Write, &["-e"][..], "-e is not available on RDMA WRITE"),
+            (Mode::Send, &["-e", "-D", "2"], "-e does not work with -D"),
+            (Mode::Read, &["-X", "1"], "-X picks the completion vector of -e's events"),
+        ] {
+            let e = check(mode, args).unwrap_err();
             assert!(e.starts_with(says), "{args:?}: {e}");
         }
     }

@@ -32,6 +32,7 @@ mod with_mlx5 {
     use rdma_verbs::mlx5::*;
     use rdma_verbs::*;
 
+    use super::super::events;
     use super::super::report::Report;
     use super::super::traffic::{self, Tier};
     use super::super::{
@@ -66,9 +67,11 @@ mod with_mlx5 {
             ..DcRoute::new(args.ib_port, gid.map(|g| g.index), mtu)
         };
 
+        let channel = events::channel(&ctx, args)?;
         let pd = ctx.alloc_pd()?;
         let rx_depth = if receive { args.qps * args.tx_depth } else { 0 };
-        let cq = ctx.create_cq(args.qps * args.tx_depth + rx_depth.max(1))?;
+        let cqe = args.qps * args.tx_depth + rx_depth.max(1);
+        let cq = events::create_cq(&ctx, cqe, channel.as_ref(), args)?;
         let srq = pd.create_srq(rx_depth.max(1), 1)?;
         let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
         let send_regions: Vec<MemoryRegion<'_>> = (0..qps)
@@ -137,7 +140,9 @@ mod with_mlx5 {
             // DC sends exist only as mlx5dv's extended builders.
             verbs_path: VerbsPath::Extended,
             reads: None,
+            events: events::header_name(&ctx, args),
         };
+        let waits = events::Cq { cq: &cq, channel: channel.as_ref() };
         each_size(&sizes, &report, &mut control, |size, control| {
             let plan = &plan(mode, args, size, args.tx_depth);
             let sges: Vec<[Sge; 1]> = send_regions
@@ -146,7 +151,7 @@ mod with_mlx5 {
                 .collect::<Result<_>>()?;
             let lists = DcTier::lists(&targets, &sges, &remotes, mode, args.post_list);
             let mut tier = DcTier { dcis: &dcis, lists, srq: &srq, recv_sge: &recv_sge };
-            let stats = nothing_lost(traffic::run(&mut tier, &cq, &qpns, None, plan, control)?)?;
+            let stats = nothing_lost(traffic::run(&mut tier, waits, &qpns, None, plan, control)?)?;
             with_peer(stats, args, control).map(Some)
         })
     }

@@ -9,6 +9,9 @@
 //! - read_lat: the client READs `-s` bytes of the server's buffer, one READ at a time; the
 //!   server only waits, on TCP, and prints no table.
 //!
+//! With -e (read_lat and send_lat, as perftest's), each wait for a completion sleeps until the
+//! CQ's event first, re-arms the CQ and then polls it, as perftest's (`events.rs`).
+//!
 //! The samples are the `n - 1` times from one post to the next (`report.rs` says what is made
 //! of them). A -D run ends when the side that posts first finds its time up between two round
 //! trips: it tells the peer over TCP how many it posted, so that nothing is left in flight.
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 
 use super::args::Args;
+use super::events::{self, Cq};
 use super::exchange::Control;
 use super::report::{Latency, LatencyTable};
 use super::traffic::{self, check_wc, STALL_LIMIT};
@@ -45,9 +49,12 @@ pub fn run(
     let measures = mode != Mode::Read || !server;
     let rx = if mode == Mode::Send { RX_DEPTH } else { 0 };
 
+    // With -e, each CQ has its own channel, as perftest's.
+    let (send_channel, recv_channel) = (events::channel(ctx, args)?, events::channel(ctx, args)?);
     let pd = ctx.alloc_pd()?;
-    let send_cq = ctx.create_cq(1)?;
-    let recv_cq = ctx.create_cq(rx.max(1))?;
+    let send_cq = events::create_cq(ctx, 1, send_channel.as_ref(), args)?;
+    let recv_cq = events::create_cq(ctx, rx.max(1), recv_channel.as_ref(), args)?;
+    let send = Cq { cq: &send_cq, channel: send_channel.as_ref() };
     let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
     // The safe tier's pool: one buffer to send from (or READ into) and send_lat's receives;
     // the raw tier's regions: one to send from, one that every receive names.
@@ -99,6 +106,7 @@ pub fn run(
             Mode::Read => Some(qp.query()?.max_rd_atomic),
             _ => None,
         },
+        events: events::header_name(ctx, args),
         duration: args.duration.is_some(),
         measures,
         histogram: args.histogram,
@@ -106,7 +114,7 @@ pub fn run(
     };
     let incoming = match mode {
         Mode::Write => Incoming::Byte(peer_memory.write_target.as_ref().expect("a WRITE target")),
-        Mode::Send => Incoming::Recv(&recv_cq),
+        Mode::Send => Incoming::Recv(Cq { cq: &recv_cq, channel: recv_channel.as_ref() }),
         Mode::Read => Incoming::Nothing,
     };
     each_size(&sizes, &table, control, |size, control| {
@@ -139,11 +147,11 @@ pub fn run(
                         | if inline { SendFlags::INLINE } else { SendFlags::empty() },
                     recv_sge: recv_sge.as_ref(),
                 };
-                measure(&mut tier, &send_cq, &incoming, &plan, control)?
+                measure(&mut tier, send, &incoming, &plan, control)?
             }
             None => {
                 let mut tier = SafePost { qp: &qp, pool: &pool, op: mode.op(remote) };
-                measure(&mut tier, &send_cq, &incoming, &plan, control)?
+                measure(&mut tier, send, &incoming, &plan, control)?
             }
         };
         Ok(Some(latency))
@@ -167,7 +175,7 @@ enum Incoming<'r, 'a> {
     /// write_lat: its count in the last byte of our buffer.
     Byte(&'r RemoteWritableRegion<'a>),
     /// send_lat: a receive completion.
-    Recv(&'r CompletionQueue<'a>),
+    Recv(Cq<'r, 'a>),
     /// read_lat: the peer sends nothing.
     Nothing,
 }
@@ -175,7 +183,7 @@ enum Incoming<'r, 'a> {
 /// One size's run; see the module docs.
 fn measure(
     tier: &mut impl Post,
-    send_cq: &CompletionQueue<'_>,
+    send: Cq<'_, '_>,
     incoming: &Incoming<'_, '_>,
     plan: &Plan,
     control: &mut Control,
@@ -217,7 +225,8 @@ fn measure(
         posts += 1;
         spin(
             "for the completion of our WR",
-            || match send_cq.poll(&mut wcs)?.first_mut() {
+            || send.sleep(),
+            || match send.cq.poll(&mut wcs)?.first_mut() {
                 Some(wc) => {
                     check_wc(wc, 0)?;
                     tier.complete(wc).map(Some)
@@ -273,6 +282,7 @@ impl Incoming<'_, '_> {
         match self {
             Incoming::Byte(region) => spin(
                 "for the peer's RDMA WRITE",
+                || Ok(true),
                 || {
                     region.read(size as usize - 1, &mut byte)?;
                     // The NIC writes the byte behind the compiler's back: read it every time.
@@ -283,8 +293,9 @@ impl Incoming<'_, '_> {
             ),
             Incoming::Recv(cq) => spin(
                 "for the peer's SEND",
+                || cq.sleep(),
                 || {
-                    let Some(wc) = cq.poll(&mut wcs)?.first_mut() else { return Ok(None) };
+                    let Some(wc) = cq.cq.poll(&mut wcs)?.first_mut() else { return Ok(None) };
                     check_wc(wc, 0)?;
                     if wc.byte_len() != size {
                         return Err(format!(
@@ -303,18 +314,25 @@ impl Incoming<'_, '_> {
     }
 }
 
-/// Spins until `ready` gives a value. Once the wait is longer than [`CONTROL_EVERY`], `idle`
-/// runs that often (it may end the wait with a value); after [`STALL_LIMIT`] it fails,
-/// saying what it was waiting `what`.
+/// Spins until `ready` gives a value, calling `sleep` before each try (with -e it sleeps
+/// until the CQ's event: false when none came in [`STALL_LIMIT`]). Once the wait is longer
+/// than [`CONTROL_EVERY`], `idle` runs that often (it may end the wait with a value); after
+/// [`STALL_LIMIT`] it fails, saying what it was waiting `what`.
 fn spin<T>(
     what: &str,
+    mut sleep: impl FnMut() -> Result<bool, Error>,
     mut ready: impl FnMut() -> Result<Option<T>, Error>,
     mut idle: impl FnMut() -> Result<Option<T>, Error>,
 ) -> Result<T, Error> {
     let since = Instant::now();
     let mut next_idle = since + CONTROL_EVERY;
     let mut spins = 0u32;
+    let stalled =
+        || format!("waited {} s {what} in vain: the peer is gone", STALL_LIMIT.as_secs()).into();
     loop {
+        if !sleep()? {
+            return Err(stalled());
+        }
         if let Some(value) = ready()? {
             return Ok(value);
         }
@@ -328,11 +346,7 @@ fn spin<T>(
                 next_idle = now + CONTROL_EVERY;
             }
             if now - since > STALL_LIMIT {
-                return Err(format!(
-                    "waited {} s {what} in vain: the peer is gone",
-                    STALL_LIMIT.as_secs()
-                )
-                .into());
+                return Err(stalled());
             }
         }
     }

@@ -25,6 +25,7 @@
 mod args;
 mod cm;
 mod dc;
+mod events;
 mod exchange;
 mod latency;
 mod report;
@@ -136,7 +137,7 @@ pub fn main(tool: &str) -> ExitCode {
 }
 
 fn run(mode: Mode, args: &Args) -> Result<(), Error> {
-    args.check()?;
+    args.check(mode)?;
     if args.rdma_cm {
         return cm::run(mode, args);
     }
@@ -267,9 +268,16 @@ impl Connect for ByHand<'_> {
     }
 }
 
-/// Sizes and depths the device cannot take, refused before any QP or MR exists.
+/// Sizes, depths and completion vectors the device cannot take, refused before any QP or
+/// MR exists.
 pub fn check_limits(ctx: &Context, mode: Mode, args: &Args) -> Result<(), Error> {
     let max = args.largest_size();
+    let vectors = ctx.num_comp_vectors();
+    if let Some(vector) = args.comp_vector.filter(|&v| v >= vectors) {
+        return Err(
+            format!("-X {vector}: {} has completion vectors 0..{vectors}", ctx.name()).into()
+        );
+    }
     let dev = ctx.query_device()?;
     if u64::from(max) > dev.max_mr_size() {
         return Err(
@@ -386,9 +394,12 @@ fn run_bw(
         (depth, if receive { scale(want_rx) } else { 0 })
     };
 
+    let channel = events::channel(ctx, args)?;
     let pd = ctx.alloc_pd()?;
     // Room for every WR the QPs may have outstanding (their capacities, not the run depth).
-    let cq = ctx.create_cq(qps * (args.tx_depth + rx_depth.max(1)))?;
+    let cq =
+        events::create_cq(ctx, qps * (args.tx_depth + rx_depth.max(1)), channel.as_ref(), args)?;
+    let waits = events::Cq { cq: &cq, channel: channel.as_ref() };
     let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
     let mine = peer_memory.remote;
     // Our side's memory: the safe tier's pool, or the raw tier's one region per QP.
@@ -449,8 +460,17 @@ fn run_bw(
         Mode::Read => Some(qps_rts[0].query()?.max_rd_atomic),
         _ => None,
     };
-    let report =
-        Report { gbits: args.report_gbits, json: args.json, mode, tier, qps, verbs_path, reads };
+    let events = events::header_name(ctx, args);
+    let report = Report {
+        gbits: args.report_gbits,
+        json: args.json,
+        mode,
+        tier,
+        qps,
+        verbs_path,
+        reads,
+        events,
+    };
     each_size(&sizes, &report, control, |size, control| {
         let plan = &plan(mode, args, size, depth);
         let stats = if args.raw {
@@ -462,13 +482,13 @@ fn run_bw(
             let inline = size <= max_inline && mode != Mode::Read;
             let mut tier =
                 Raw::new(&qps_rts, &send_sges, &recv_sges, mode, &remotes, args.post_list, inline);
-            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)?
+            traffic::run(&mut tier, waits, &qpns, Some(&qpns), plan, control)?
         } else {
             let lists =
                 (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
             let mut tier =
                 Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
-            traffic::run(&mut tier, &cq, &qpns, Some(&qpns), plan, control)?
+            traffic::run(&mut tier, waits, &qpns, Some(&qpns), plan, control)?
         };
         with_peer(nothing_lost(stats)?, args, control).map(Some)
     })

@@ -19,10 +19,14 @@ t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
 /// perftest's latency columns of a -D run (`RESULT_FMT_LAT_DUR`).
 const DURATION_COLUMNS: &str = " #bytes        #iterations       t_avg[usec]    tps average";
 
-/// perftest's header lines on the QPs: whether sends go through the `ibv_wr_*` builders
-/// (`ON`, the extended verbs) or `ibv_post_send` (`OFF`: `--use_old_post_send`, or a provider
-/// without the extended QP), and for READ tests the RDMA READs each QP keeps outstanding.
-fn qp_lines(path: VerbsPath, reads: Option<u8>) {
+/// perftest's header lines on the setup: with -e, the device and vector its events use
+/// (`rxe0_comp0`); whether sends go through the `ibv_wr_*` builders (`ON`, the extended verbs)
+/// or `ibv_post_send` (`OFF`: `--use_old_post_send`, or a provider without the extended QP);
+/// and for READ tests the RDMA READs each QP keeps outstanding.
+fn setup_lines(events: Option<&str>, path: VerbsPath, reads: Option<u8>) {
+    if let Some(events) = events {
+        println!(" Test with events. Using {events}");
+    }
     let on = if path == VerbsPath::Extended { "ON" } else { "OFF" };
     println!(" ibv_wr* API     : {on}");
     if let Some(reads) = reads {
@@ -53,6 +57,8 @@ pub struct Report {
     pub verbs_path: VerbsPath,
     /// The RDMA READs each QP keeps outstanding (read tests), for perftest's header line.
     pub reads: Option<u8>,
+    /// With -e, the device and vector of the events, for perftest's header line.
+    pub events: Option<String>,
 }
 
 impl Table for Report {
@@ -72,7 +78,7 @@ impl Table for Report {
             self.qps,
             if self.qps == 1 { "" } else { "s" }
         );
-        qp_lines(self.verbs_path, self.reads);
+        setup_lines(self.events.as_deref(), self.verbs_path, self.reads);
         println!(
             " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
         );
@@ -139,6 +145,8 @@ pub struct LatencyTable {
     pub verbs_path: VerbsPath,
     /// The RDMA READs the QP keeps outstanding (read_lat), for perftest's header line.
     pub reads: Option<u8>,
+    /// With -e, the device and vector of the events, for perftest's header line.
+    pub events: Option<String>,
     /// A -D run: t_avg and transactions per second only.
     pub duration: bool,
     /// This side measures (every side but read_lat's server, which prints the title only).
@@ -235,7 +243,7 @@ impl Table for LatencyTable {
         }
         println!("{RULE}");
         println!(" {} Latency Test ({} tier)", self.mode.title(), self.tier);
-        qp_lines(self.verbs_path, self.reads);
+        setup_lines(self.events.as_deref(), self.verbs_path, self.reads);
         if self.measures {
             println!("{}", self.columns());
         }

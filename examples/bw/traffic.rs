@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
+use super::events::Cq;
 use super::exchange::Control;
 use super::{Error, Mode};
 
@@ -124,7 +125,7 @@ pub fn check_wc(wc: &WorkCompletion, q: usize) -> Result<(), Error> {
 /// (`None` when receives come from one SRQ that no QP owns: those are given QP 0).
 pub fn run(
     tier: &mut impl Tier,
-    cq: &CompletionQueue<'_>,
+    cq: Cq<'_, '_>,
     qpns: &[Qpn],
     recv_qpns: Option<&[Qpn]>,
     plan: &Plan,
@@ -177,8 +178,14 @@ pub fn run(
             control.send(&format!("sent {}", posted.iter().sum::<u64>()))?;
             sent_report = true;
         }
-        if !heard_peer && (plan.receive || initiator_done) && idle.is_multiple_of(1024) {
-            if let Some(line) = control.try_recv()? {
+        // With -e, a side that expects no more completions waits for the peer's word on TCP.
+        let awaiting =
+            !initiator_done || (plan.receive && expected.is_none_or(|e| stats.received < e));
+        let asleep = cq.channel.is_some() && !awaiting;
+        if !heard_peer && (plan.receive || initiator_done) && (asleep || idle.is_multiple_of(1024))
+        {
+            let line = if asleep { Some(control.recv()?) } else { control.try_recv()? };
+            if let Some(line) = line {
                 let count = line.strip_prefix("sent ").and_then(|n| n.parse().ok());
                 let count: u64 =
                     count.ok_or_else(|| format!("the peer is out of step: it sent {line:?}"))?;
@@ -192,10 +199,15 @@ pub fn run(
             break;
         }
 
-        let done = cq.poll(&mut wcs)?;
+        let done = cq.cq.poll(&mut wcs)?;
         if done.is_empty() {
             idle = idle.wrapping_add(1);
-            if idle.is_multiple_of(4096) && last_progress.elapsed() > STALL_LIMIT {
+            let stalled = if cq.channel.is_some() {
+                awaiting && !cq.sleep()?
+            } else {
+                idle.is_multiple_of(4096) && last_progress.elapsed() > STALL_LIMIT
+            };
+            if stalled {
                 return Err(format!(
                     "no completion for {} s ({} of {} WRs completed, {} received): the peer is gone",
                     STALL_LIMIT.as_secs(),

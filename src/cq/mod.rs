@@ -193,9 +193,8 @@ impl Context {
                 ),
             ));
         }
-        // SAFETY: a live context; a plain field read.
-        let vectors = unsafe { (*self.as_raw()).num_comp_vectors };
-        i32::try_from(comp_vector).ok().filter(|&v| v < vectors).ok_or_else(|| {
+        let vectors = self.num_comp_vectors();
+        i32::try_from(comp_vector).ok().filter(|_| comp_vector < vectors).ok_or_else(|| {
             Error::invalid(
                 InvalidInputKind::Range,
                 format!(

@@ -20,7 +20,7 @@ pub(super) fn on_rxe(program: &Path, port: u16, args: &[&str]) -> Command {
     cmd
 }
 
-fn tool(name: &str, port: u16, args: &[&str]) -> Command {
+pub(super) fn tool(name: &str, port: u16, args: &[&str]) -> Command {
     on_rxe(&example(name), port, args)
 }
 
@@ -88,7 +88,9 @@ fn json_rows(out: &Output) -> Vec<(u64, u64, u64, u64)> {
         .collect()
 }
 
-fn sweep(name: &str, port: u16, extra: &[&str]) {
+/// `name` with -a up to 64 KiB, 200 iterations, 1 and 4 QPs (ports `port` and `port + 1`) and
+/// `extra`: every size reported, every WR completed once, every SEND received.
+pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
     if require_device(RXE).is_none() {
         return;
     }

@@ -1,13 +1,17 @@
-//! Completion channels: sleeping on CQ events, and rc_pingpong -e against the C tool.
+//! Completion channels: sleeping on CQ events, rc_pingpong -e against the C tool, and the
+//! perftest tools' -e (ports 19338–19351).
 
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
+use super::bandwidth::{self, tool};
+use super::latency;
 use super::pair::{connect, wait_for, Loopback};
 use super::rc_pingpong::{assert_ran, c_tool, ours, pair};
-use crate::common::{require_device, RXE};
+use crate::common::{example, require_device, spawn_server, text, wait_within, RXE};
 
 /// How long any event may take to arrive: Soft-RoCE is slow, not stuck.
 const EVENT_LIMIT: Duration = Duration::from_secs(30);
@@ -159,4 +163,99 @@ fn rc_pingpong_e_serves_the_c_client_e() {
 #[test]
 fn rc_pingpong_e_is_a_client_of_the_c_server_e() {
     pingpong_with_events(18701, c_tool(), ours());
+}
+
+#[test]
+fn read_bw_and_send_bw_run_on_events_with_e() {
+    bandwidth::sweep("read_bw", 19340, &["-e"]);
+    bandwidth::sweep("send_bw", 19342, &["-e", "-b", "-X", "0"]);
+}
+
+#[test]
+fn the_header_names_the_events_device_and_vector_as_ib_read_lat_does() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let args = ["-e", "-n", "20"];
+    for (i, program) in [example("read_lat"), PathBuf::from("ib_read_lat")].iter().enumerate() {
+        let (server, client) = bandwidth::pair_of(program, 19338 + i as u16, &args, &args);
+        bandwidth::assert_ran(&server, &client);
+        let stdout = String::from_utf8_lossy(&client.stdout);
+        let line = format!(" Test with events. Using {RXE}_comp0");
+        assert!(stdout.lines().any(|l| l == line), "{}: {}", program.display(), text(&client));
+    }
+}
+
+#[test]
+fn read_lat_and_send_lat_run_on_events_with_e() {
+    latency::sweep("read_lat", 19344, &["-e"]);
+    latency::sweep("send_lat", 19346, &["-e"]);
+}
+
+/// Linux's USER_HZ: the unit of the times in /proc/PID/stat.
+const USER_HZ: f64 = 100.0;
+
+/// The CPU time process `pid` has used, in seconds (its utime and stime).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command name, which is in parentheses: state first, then utime
+    // and stime at 12 and 13.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("(comm)") + 2..].split(' ').collect();
+    let ticks = |i: usize| fields[i].parse::<u64>().expect("a tick count") as f64;
+    (ticks(11) + ticks(12)) / USER_HZ
+}
+
+/// Stops `name`'s server 3 s into a long run with `args` and returns the CPU seconds its
+/// client uses over the next 2 s, while it waits for the stopped peer; then kills both.
+fn cpu_while_the_server_is_stopped(name: &str, port: u16, args: &[&str]) -> f64 {
+    let signal = |sig: &str, pid: u32| {
+        let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill");
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    let mut server = spawn_server(tool(name, port, args), port);
+    let mut client = tool(name, port, args)
+        .arg("127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the client");
+    std::thread::sleep(Duration::from_secs(3));
+    if let Some(status) = client.try_wait().expect("try_wait") {
+        let out = client.wait_with_output().expect("wait");
+        panic!("{name} {args:?} ended ({status}) before its server was stopped: {}", text(&out));
+    }
+    signal("-STOP", server.id());
+    // Time for what is in flight to complete, and the client to find nothing more comes.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_seconds(client.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_seconds(client.id()) - before;
+    signal("-CONT", server.id());
+    for child in [&mut server, &mut client] {
+        let _ = child.kill();
+    }
+    wait_within(server, Duration::from_secs(10));
+    wait_within(client, Duration::from_secs(10));
+    used
+}
+
+/// With -e a side sleeps while it waits: for its peer's SEND (send_lat) or, its receives
+/// gone, for its own SENDs' retries (send_bw). Without -e the same client busy-polls those
+/// 2 s away, which shows the measurement sees the difference.
+#[test]
+fn with_e_a_client_sleeps_while_its_server_is_stopped() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let runs = [
+        ("send_lat", &["-n", "1000000"][..]),
+        ("send_bw", &["-n", "1000000", "-s", "64", "-r", "16"][..]),
+    ];
+    for (i, (name, args)) in runs.into_iter().enumerate() {
+        let port = 19348 + 2 * i as u16;
+        let polling = cpu_while_the_server_is_stopped(name, port, args);
+        let events = cpu_while_the_server_is_stopped(name, port + 1, &[args, &["-e"]].concat());
+        assert!(polling > 1.0, "{name} {args:?} used {polling} s of the 2 s polling");
+        assert!(events < 0.2, "{name} {args:?} -e used {events} s of the 2 s: it does not sleep");
+    }
 }

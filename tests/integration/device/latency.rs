@@ -22,15 +22,17 @@ fn assert_consistent(line: &str) {
     assert!(min <= p99 && p99 <= p99_9 && p99_9 <= max && stdev >= 0.0, "{line}");
 }
 
-/// `name` with -a up to 4 KiB, 50 iterations, in both tiers: every size reported by every
-/// side that measures (read_lat's server does not), with consistent figures.
-fn sweep(name: &str, port: u16) {
+/// `name` with -a up to 4 KiB, 50 iterations and `extra`, in both tiers (ports `port` and
+/// `port + 1`): every size reported by every side that measures (read_lat's server does not),
+/// with consistent figures.
+pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
     if require_device(RXE).is_none() {
         return;
     }
     for (i, tier) in [&[][..], &["--raw"][..]].into_iter().enumerate() {
         let mut args = vec!["-a", "--max-size", "4096", "-n", "50", "--json"];
         args.extend_from_slice(tier);
+        args.extend_from_slice(extra);
         let (server, client) = pair(name, port + i as u16, &args, &args);
         assert_ran(&server, &client);
         let sides: &[&Output] = if name == "read_lat" { &[&client] } else { &[&server, &client] };
@@ -51,17 +53,17 @@ fn sweep(name: &str, port: u16) {
 
 #[test]
 fn write_lat_sweeps_sizes_in_both_tiers() {
-    sweep("write_lat", 19300);
+    sweep("write_lat", 19300, &[]);
 }
 
 #[test]
 fn read_lat_sweeps_sizes_in_both_tiers() {
-    sweep("read_lat", 19302);
+    sweep("read_lat", 19302, &[]);
 }
 
 #[test]
 fn send_lat_sweeps_sizes_in_both_tiers() {
-    sweep("send_lat", 19304);
+    sweep("send_lat", 19304, &[]);
 }
 
 /// The column header line of a latency table and the row after it (after the last header:

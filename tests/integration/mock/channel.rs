@@ -77,6 +77,7 @@ fn channel_errors() {
     let channel = f.ctx.create_comp_channel().unwrap();
     let other = open(&f.mock, Optional::ALL, ContextConfig::default());
     f.mock.take_calls();
+    assert_eq!(f.ctx.num_comp_vectors(), 1);
     let err = f.ctx.create_cq_with_channel(16, &channel, 1).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err:?}");
     assert_eq!(err.to_string(), "completion vector 1 does not exist: mock0 has vectors 0..1");
