@@ -3,9 +3,10 @@
 //! # Safety
 //!
 //! A [`CompletionChannel`] owns an `ibv_comp_channel` until `ibv_destroy_comp_channel`; every
-//! CQ created on it borrows it, so none outlives it. Its file descriptor is switched to
-//! `O_NONBLOCK` at creation, so draining never blocks and two waiting threads cannot get stuck
-//! on one event. Every event read with `ibv_get_cq_event` is acknowledged with
+//! CQ created on it borrows it, so none outlives it. Its file descriptor starts blocking, as
+//! C's, so that an unbounded wait is the one blocking `read(2)` of `ibv_get_cq_event`; every
+//! call that must not block (a timed wait, draining) first switches it to `O_NONBLOCK` for
+//! good, so no such call can block in a read, whichever thread takes the event. Every event read with `ibv_get_cq_event` is acknowledged with
 //! `ibv_ack_cq_events` before its CQ is destroyed (`ibv_destroy_cq` would otherwise block
 //! forever): the CQ owes it (`EventAcks`, its `cq_context`) and acknowledges all it owes in
 //! one call right before the destroy; one read during the destroy is acknowledged at once.
@@ -18,6 +19,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdma_verbs_sys as sys;
@@ -73,23 +75,27 @@ use crate::fd;
 pub struct CompletionChannel<'ctx> {
     raw: NonNull<sys::ibv_comp_channel>,
     ctx: &'ctx Context,
+    /// The descriptor is `O_NONBLOCK` (set once by the first call that must not block).
+    nonblocking: AtomicBool,
 }
 
 // SAFETY: the channel is a file descriptor; libibverbs' channel calls are thread-safe.
 unsafe impl Send for CompletionChannel<'_> {}
-// SAFETY: waiting from several threads is safe: the fd is non-blocking, each event is read by
-// exactly one thread, which has it acknowledged.
+// SAFETY: waiting from several threads is safe: each event is read by exactly one thread,
+// which has it acknowledged; a thread whose wait must not block reads only once the
+// descriptor is non-blocking.
 unsafe impl Sync for CompletionChannel<'_> {}
 
 impl Context {
-    /// `ibv_create_comp_channel(3)`—Creates a completion channel, whose file descriptor is
-    /// set to `O_NONBLOCK`.
+    /// `ibv_create_comp_channel(3)`—Creates a completion channel. Its file descriptor is
+    /// blocking, as C's, until the first call that must not block (a timed
+    /// [`wait`](CompletionChannel::wait), [`try_get_events`](CompletionChannel::try_get_events))
+    /// sets `O_NONBLOCK` on it for good.
     ///
     /// # Errors
     ///
     /// [`Error::Verb`](crate::Error::Verb) from `ibv_create_comp_channel` (`EMFILE`/`ENFILE`:
-    /// out of file descriptors; `ENOMEM`), or from `fcntl` when the flag cannot be set (the
-    /// channel is then destroyed).
+    /// out of file descriptors; `ENOMEM`).
     ///
     /// # References
     ///
@@ -98,18 +104,16 @@ impl Context {
     pub fn create_comp_channel(&self) -> Result<CompletionChannel<'_>> {
         // SAFETY: a live context.
         let raw = unsafe { (self.library().fns.ibv_create_comp_channel)(self.as_raw()) };
-        let channel =
-            CompletionChannel { raw: check_ptr(raw, "ibv_create_comp_channel")?, ctx: self };
-        fd::set_nonblocking(channel.as_fd(), "a completion channel")?;
-        Ok(channel)
+        let raw = check_ptr(raw, "ibv_create_comp_channel")?;
+        Ok(CompletionChannel { raw, ctx: self, nonblocking: AtomicBool::new(false) })
     }
 }
 
 impl<'ctx> CompletionChannel<'ctx> {
     /// Sleeps until an armed CQ of this channel gets a completion or `timeout` passes (`None`:
-    /// no limit; this is the blocking `ibv_get_cq_event(3)`), then reads one event. Its
-    /// acknowledgement (`ibv_ack_cq_events(3)`) is batched: the CQ acknowledges the events
-    /// it owes in one call when it is destroyed (or every 2^20 events).
+    /// no limit), then reads one event. Its acknowledgement (`ibv_ack_cq_events(3)`) is
+    /// batched: the CQ acknowledges the events it owes in one call when it is destroyed (or
+    /// every 2^20 events).
     ///
     /// Returns 1, or 0 only when `timeout` passed. The event means an armed CQ fired, and
     /// disarmed it: re-arm with [`req_notify`](crate::CompletionQueue::req_notify), then poll
@@ -117,23 +121,34 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// channel, events still pending make the next call return at once. Signals do not end
     /// the wait early. Allocates nothing and reads no clock.
     ///
-    /// An event already pending (one that came while the caller worked) costs one `read(2)`,
-    /// as the blocking C call; otherwise a `read(2)` that finds nothing, `ppoll(2)` to sleep,
-    /// and the `read(2)` of the event.
+    /// - `None`, while the descriptor is still blocking (no timed wait or
+    ///   [`try_get_events`](Self::try_get_events) yet): the blocking `ibv_get_cq_event(3)`, one
+    ///   `read(2)`, exactly as C.
+    /// - A timeout (which first makes the descriptor non-blocking, for good): an event already
+    ///   pending costs one `read(2)`; otherwise a `read(2)` that finds nothing, `ppoll(2)` to
+    ///   sleep, and the `read(2)` of the event. So does `None` after that.
+    ///
+    /// With several threads waiting, each event wakes one; a timed wait ends on time even
+    /// while another thread sleeps in an unbounded one.
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`](crate::Error::Verb) from `ppoll`, or from `ibv_get_cq_event` (`EIO`
-    /// once the device is gone).
+    /// [`Error::Verb`](crate::Error::Verb) from `ppoll`, from `ibv_get_cq_event` (`EIO` once
+    /// the device is gone), or from the `fcntl` that sets `O_NONBLOCK`.
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
     #[inline(always)]
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
+        if timeout.is_some() {
+            self.make_nonblocking()?;
+        }
         // One event per call, as the C idiom: draining would cost one more read(2), the one
         // that finds nothing, on every call. Read first: in a request-response loop the event
         // is most often pending already (rc_pingpong -e on rxe: over 99 % of waits), and when
         // it is not, the failed read is paid before sleeping, not after the wake-up. That read
-        // is inlined into the caller; the sleep is not.
+        // is inlined into the caller; the sleep is not. (Without a timeout on a descriptor
+        // still blocking, that read is the sleep. Another thread may switch the descriptor
+        // meanwhile: the read then finds nothing and the wait sleeps in ppoll instead.)
         if self.get_event()? {
             return Ok(1);
         }
@@ -143,6 +158,8 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// [`wait`](Self::wait) after its first read found nothing.
     #[inline(never)]
     fn sleep_for_event(&self, timeout: Option<Duration>) -> Result<usize> {
+        // (A read after ppoll must not block: another thread may take the event first.)
+        self.make_nonblocking()?;
         let mut left = fd::TimeLeft::new(timeout);
         // (Another thread may take the event between the wake-up and the read: sleep again.)
         loop {
@@ -155,18 +172,34 @@ impl<'ctx> CompletionChannel<'ctx> {
         }
     }
 
+    /// Sets `O_NONBLOCK` on the descriptor unless it is set; once set, it stays.
+    #[inline(always)]
+    fn make_nonblocking(&self) -> Result<()> {
+        // Acquire: a thread that sees the flag reads after the fcntl that set it, so its read
+        // cannot block. Two threads may both set it: the second fcntl changes nothing.
+        if self.nonblocking.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        fd::set_nonblocking(self.as_fd(), "a completion channel")?;
+        self.nonblocking.store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// Reads every pending event without blocking (acknowledged as [`wait`](Self::wait)
     /// says); returns how many there were (0 when none). For event loops that watch the
-    /// descriptor themselves ([`AsFd`]). Allocates nothing.
+    /// descriptor themselves ([`AsFd`]). Makes the descriptor non-blocking for good, as a
+    /// timed wait does. Allocates nothing.
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`](crate::Error::Verb) from `ibv_get_cq_event` when it fails before any
-    /// event was read (`EIO` once the device is gone); after some were read, they are
-    /// returned and the failure comes again at the next call.
+    /// [`Error::Verb`](crate::Error::Verb) from the `fcntl` that sets `O_NONBLOCK`, or from
+    /// `ibv_get_cq_event` when it fails before any event was read (`EIO` once the device is
+    /// gone); after some were read, they are returned and the failure comes again at the
+    /// next call.
     #[doc(alias = "ibv_get_cq_event")]
     #[doc(alias = "ibv_ack_cq_events")]
     pub fn try_get_events(&self) -> Result<usize> {
+        self.make_nonblocking()?;
         let mut n = 0;
         loop {
             match self.get_event() {
@@ -178,15 +211,15 @@ impl<'ctx> CompletionChannel<'ctx> {
         }
     }
 
-    /// Reads one event if one is pending (`true`), without blocking, and has it
-    /// acknowledged.
+    /// Reads one event (`true`), or finds none pending (`false`), and has it acknowledged;
+    /// blocks until one comes while the descriptor is blocking.
     #[inline(always)]
     fn get_event(&self) -> Result<bool> {
         let fns = &self.ctx.library().fns;
         loop {
             let mut cq = std::ptr::null_mut();
             let mut cq_context = std::ptr::null_mut();
-            // SAFETY: a live channel and two writable out-pointers; the fd is non-blocking.
+            // SAFETY: a live channel and two writable out-pointers.
             let ret = unsafe { (fns.ibv_get_cq_event)(self.as_raw(), &mut cq, &mut cq_context) };
             if ret != 0 {
                 // Nothing pending (EAGAIN) is routine: told apart without building an `Error`.
@@ -245,8 +278,9 @@ impl<'ctx> CompletionChannel<'ctx> {
 }
 
 impl AsFd for CompletionChannel<'_> {
-    /// The channel's descriptor (non-blocking), for readiness only: `poll`/`epoll` it, then
-    /// call [`try_get_events`](CompletionChannel::try_get_events). Never read it directly:
+    /// The channel's descriptor, for readiness only: `poll`/`epoll` it, then call
+    /// [`try_get_events`](CompletionChannel::try_get_events), which makes it non-blocking
+    /// (it is blocking until a call that must not block). Never read it directly:
     /// an event read that way is never acknowledged, and destroying its CQ then blocks forever.
     fn as_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the channel owns `fd` until ibv_destroy_comp_channel, which needs `self`.

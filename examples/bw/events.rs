@@ -3,6 +3,15 @@
 //! (`-X` picks the interrupt vector), is armed once created, and a wait reads one event,
 //! re-arms the CQ and then polls it (perftest's `ctx_notify_events`); the crate batches the
 //! events' acknowledgements.
+//!
+//! A wait is perftest's one blocking `read(2)` (an unbounded `CompletionChannel::wait`): a
+//! timed one costs a `ppoll(2)` and a failed `read(2)` more whenever the event is not pending
+//! yet, nearly every wait of send_lat, 4 % of its round trip. perftest's wait has no limit; ours
+//! has a watchdog thread, which ends the process when one wait lasts [`STALL_LIMIT`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant};
 
 use rdma_verbs::{CompletionChannel, CompletionQueue, Context};
 
@@ -18,24 +27,63 @@ pub struct Cq<'c, 'a> {
 }
 
 impl Cq<'_, '_> {
-    /// With -e, sleeps until the CQ's event and re-arms it: false when none came within
-    /// [`STALL_LIMIT`]. Without -e, true at once.
-    pub fn sleep(&self) -> Result<bool, Error> {
-        let Some(channel) = self.channel else { return Ok(true) };
-        if channel.wait(Some(STALL_LIMIT))? == 0 {
-            return Ok(false);
-        }
+    /// With -e, sleeps until the CQ's event (the watchdog bounds the wait) and re-arms the CQ.
+    /// Without -e, returns at once.
+    pub fn sleep(&self) -> Result<(), Error> {
+        let Some(channel) = self.channel else { return Ok(()) };
+        WAITS.fetch_add(1, Ordering::Relaxed);
+        let woke = channel.wait(None);
+        WAITS.fetch_add(1, Ordering::Relaxed);
+        woke?;
         self.cq.req_notify(false)?;
-        Ok(true)
+        Ok(())
     }
 }
 
-/// With -e, a channel for one CQ (create it before the CQ, which borrows it).
+/// Waits begun and ended in [`Cq::sleep`]: odd while one is under way.
+static WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// How often the watchdog looks at [`WAITS`].
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Ends the process, saying why, when one wait has lasted [`STALL_LIMIT`].
+fn watchdog() {
+    let mut seen = (WAITS.load(Ordering::Relaxed), Instant::now());
+    loop {
+        std::thread::sleep(WATCH_EVERY);
+        let now = (WAITS.load(Ordering::Relaxed), Instant::now());
+        if now.0 != seen.0 {
+            seen = now;
+        } else if stalled(seen, now) {
+            let program = std::env::args().next().unwrap_or_default();
+            let tool = program.rsplit('/').next().unwrap_or("perftest tool");
+            eprintln!(
+                "{tool}: no completion event for {} s: the peer is gone",
+                STALL_LIMIT.as_secs()
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Whether the count of waits `seen` at one time and still at `now` is one wait that has
+/// lasted [`STALL_LIMIT`].
+fn stalled(seen: (u64, Instant), now: (u64, Instant)) -> bool {
+    seen.0 == now.0 && seen.0 % 2 == 1 && now.1.duration_since(seen.1) >= STALL_LIMIT
+}
+
+/// With -e, a channel for one CQ (create it before the CQ, which borrows it); starts the
+/// watchdog once.
 pub fn channel<'ctx>(
     ctx: &'ctx Context,
     args: &Args,
 ) -> Result<Option<CompletionChannel<'ctx>>, Error> {
-    Ok(if args.events { Some(ctx.create_comp_channel()?) } else { None })
+    if !args.events {
+        return Ok(None);
+    }
+    static WATCHDOG: Once = Once::new();
+    WATCHDOG.call_once(|| drop(std::thread::spawn(watchdog)));
+    Ok(Some(ctx.create_comp_channel()?))
 }
 
 /// A CQ of at least `cqe` entries; with `channel` (-e) its events go there, through -X's
@@ -56,4 +104,19 @@ pub fn create_cq<'a>(
 /// With -e, how perftest's header names the events' device and vector (`rxe0_comp0`).
 pub fn header_name(ctx: &Context, args: &Args) -> Option<String> {
     args.events.then(|| format!("{}_comp{}", ctx.name(), args.comp_vector.unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_fires_only_on_one_wait_that_lasted_the_limit() {
+        let t = Instant::now();
+        let later = t + STALL_LIMIT;
+        assert!(stalled((3, t), (3, later)), "one wait under way all along");
+        assert!(!stalled((3, t), (3, later - Duration::from_millis(1))), "not yet");
+        assert!(!stalled((4, t), (4, later)), "no wait under way: the tool is elsewhere");
+        assert!(!stalled((3, t), (5, later)), "other waits began and ended meanwhile");
+    }
 }

@@ -282,7 +282,7 @@ impl Incoming<'_, '_> {
         match self {
             Incoming::Byte(region) => spin(
                 "for the peer's RDMA WRITE",
-                || Ok(true),
+                || Ok(()),
                 || {
                     region.read(size as usize - 1, &mut byte)?;
                     // The NIC writes the byte behind the compiler's back: read it every time.
@@ -315,12 +315,12 @@ impl Incoming<'_, '_> {
 }
 
 /// Spins until `ready` gives a value, calling `sleep` before each try (with -e it sleeps
-/// until the CQ's event: false when none came in [`STALL_LIMIT`]). Once the wait is longer
+/// until the CQ's event; the watchdog of `events.rs` bounds that). Once the wait is longer
 /// than 1024 tries and [`CONTROL_EVERY`], `idle` runs that often (it may end the wait with a
 /// value); after [`STALL_LIMIT`] more it fails, saying what it was waiting `what`.
 fn spin<T>(
     what: &str,
-    mut sleep: impl FnMut() -> Result<bool, Error>,
+    mut sleep: impl FnMut() -> Result<(), Error>,
     mut ready: impl FnMut() -> Result<Option<T>, Error>,
     mut idle: impl FnMut() -> Result<Option<T>, Error>,
 ) -> Result<T, Error> {
@@ -331,9 +331,7 @@ fn spin<T>(
     let stalled =
         || format!("waited {} s {what} in vain: the peer is gone", STALL_LIMIT.as_secs()).into();
     loop {
-        if !sleep()? {
-            return Err(stalled());
-        }
+        sleep()?;
         if let Some(value) = ready()? {
             return Ok(value);
         }

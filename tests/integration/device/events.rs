@@ -1,5 +1,5 @@
 //! Completion channels: sleeping on CQ events, rc_pingpong -e against the C tool, and the
-//! perftest tools' -e (ports 19338–19351).
+//! perftest tools' -e (ports 19338–19352).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -129,6 +129,42 @@ fn each_wait_reads_one_event_and_each_arming_fires_once() {
     });
 }
 
+#[test]
+fn a_timed_wait_ends_on_time_while_another_thread_sleeps_in_an_unbounded_one() {
+    let Some(ctx) = require_device(RXE) else { return };
+    // A timed wait that read the still-blocking descriptor would sleep until the event, which
+    // comes only after it returns: a failure here, not a hang.
+    finishes_within(Duration::from_secs(60), move || {
+        let channel = ctx.create_comp_channel().unwrap();
+        let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(16, &channel, 0).unwrap());
+        let mr = lo.region(4096);
+        let attr = QpInitAttr { sq_sig_all: true, ..lo.attr(4) };
+        let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
+        let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);
+        lo.cq.req_notify(false).unwrap();
+        std::thread::scope(|s| {
+            let unbounded = s.spawn(|| channel.wait(None).unwrap());
+            // Time for it to block in its read.
+            std::thread::sleep(Duration::from_millis(200));
+            let (timeout, start) = (Duration::from_millis(300), Instant::now());
+            assert_eq!(channel.wait(Some(timeout)).unwrap(), 0);
+            let took = start.elapsed();
+            assert!(took >= timeout && took < timeout + Duration::from_secs(5), "{took:?}");
+            assert!(!unbounded.is_finished(), "the unbounded wait ended without an event");
+
+            // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
+            // completions are polled below.
+            unsafe {
+                b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap();
+                a.post_send(&mut SendWr::send(2, &send_sge)).unwrap();
+            }
+            assert_eq!(unbounded.join().unwrap(), 1, "the event woke the unbounded wait");
+        });
+        let wcs = wait_for(&lo.cq, 2);
+        assert!(wcs.len() == 2 && wcs.iter().all(|wc| wc.is_success()), "{wcs:?}");
+    });
+}
+
 /// Runs `body` on a thread and fails if it has not finished within `limit`.
 fn finishes_within(limit: Duration, body: impl FnOnce() + Send + 'static) {
     let worker = std::thread::spawn(body);
@@ -190,6 +226,14 @@ fn the_header_names_the_events_device_and_vector_as_ib_read_lat_does() {
 fn read_lat_and_send_lat_run_on_events_with_e() {
     latency::sweep("read_lat", 19344, &["-e"]);
     latency::sweep("send_lat", 19346, &["-e"]);
+}
+
+/// With -e a wait has no timeout of its own, as perftest's: the watchdog ends a client that
+/// waits for a SEND from a server that died.
+#[test]
+fn with_e_a_client_whose_server_dies_fails_in_bounded_time() {
+    let watchdog = ["send_lat: no completion event for 30 s: the peer is gone"];
+    bandwidth::a_server_that_dies_mid_run("send_lat", 19352, &["-e", "-n", "1000000"], &watchdog);
 }
 
 /// Linux's USER_HZ: the unit of the times in /proc/PID/stat.

@@ -7,18 +7,27 @@ use log::Level;
 use rdma_verbs::{CompletionChannel, CqAttr, InvalidInputKind, VerbsPath};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
-use super::{assert_non_blocking, assert_verb_error, capture, errno_text, open, Fixture};
+use super::{
+    assert_non_blocking, assert_verb_error, capture, errno_text, is_non_blocking, open, Fixture,
+};
 
 #[test]
-fn a_channel_is_non_blocking_and_reads_events_through_the_library() {
+fn a_channel_blocks_as_c_until_a_call_must_not_and_reads_events_through_the_library() {
     let f = Fixture::new();
     let channel = f.ctx.create_comp_channel().unwrap();
-    assert_non_blocking(&channel);
+    assert!(!is_non_blocking(&channel), "C's descriptor, for the one blocking read");
     let cq = f.ctx.create_cq_with_channel(16, &channel, 0).unwrap();
     let create_cq = Call::CreateCq { cqe: 16, channel: true, comp_vector: 0 };
     assert_eq!(f.mock.take_calls(), [Call::CreateCompChannel, create_cq]);
 
+    // An unbounded wait is C's one read (the mock's eventfd, blocking too, has the event).
+    f.mock.push_cq_event(cq.as_raw());
+    assert_eq!(channel.wait(None).unwrap(), 1);
+    assert_eq!(f.mock.take_calls(), [Call::GetCqEvent]);
+    assert!(!is_non_blocking(&channel), "only a call that must not block switches it");
+
     assert_eq!(channel.try_get_events().unwrap(), 0, "EAGAIN: nothing pending");
+    assert_non_blocking(&channel);
     assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0, "timed out");
     assert_eq!(
         f.mock.take_calls(),
@@ -28,6 +37,21 @@ fn a_channel_is_non_blocking_and_reads_events_through_the_library() {
     f.mock.fail(Verb::GetCqEvent, libc::EIO);
     assert_verb_error(&channel.try_get_events().unwrap_err(), "ibv_get_cq_event", libc::EIO, &[]);
     drop(cq);
+}
+
+#[test]
+fn a_timed_wait_makes_the_descriptor_non_blocking_before_it_reads() {
+    // On a blocking descriptor the mock's first read would block for good: in a thread of its
+    // own (the mock's state is per thread), so that this shows as a failure, not a hang.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let f = Fixture::new();
+        let channel = f.ctx.create_comp_channel().unwrap();
+        assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0, "timed out");
+        assert_non_blocking(&channel);
+        done.send(()).unwrap();
+    });
+    finished.recv_timeout(Duration::from_secs(30)).expect("the timed wait blocked in its read");
 }
 
 #[test]

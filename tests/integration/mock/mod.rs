@@ -109,14 +109,20 @@ pub fn assert_queue_full(err: &Error, verb: &str, errno: i32) {
     );
 }
 
+/// Whether `fd` is non-blocking (`O_NONBLOCK`).
+pub fn is_non_blocking(fd: impl std::os::fd::AsFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GETFL on a live descriptor (borrowed for the call) only reads its flags.
+    let flags = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_GETFL) };
+    assert_ne!(flags, -1, "F_GETFL");
+    flags & libc::O_NONBLOCK != 0
+}
+
 /// Asserts that `fd` is non-blocking (`O_NONBLOCK`), as the crate sets the descriptors it
 /// polls.
 #[track_caller]
 pub fn assert_non_blocking(fd: impl std::os::fd::AsFd) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: F_GETFL on a live descriptor (borrowed for the call) only reads its flags.
-    let flags = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_GETFL) };
-    assert_ne!(flags & libc::O_NONBLOCK, 0, "flags {flags:#x}");
+    assert!(is_non_blocking(fd));
 }
 
 /// Asserts `err` says the provider or library lacks `what`.
