@@ -6,10 +6,11 @@
 //! CQ created on it borrows it, so none outlives it. Its file descriptor starts blocking, as
 //! C's, so that an unbounded wait is the one blocking `read(2)` of `ibv_get_cq_event`; every
 //! call that must not block (a timed wait, draining) first switches it to `O_NONBLOCK` for
-//! good, so no such call can block in a read, whichever thread takes the event. Every event read with `ibv_get_cq_event` is acknowledged with
-//! `ibv_ack_cq_events` before its CQ is destroyed (`ibv_destroy_cq` would otherwise block
-//! forever): the CQ owes it (`EventAcks`, its `cq_context`) and acknowledges all it owes in
-//! one call right before the destroy; one read during the destroy is acknowledged at once.
+//! good, so no such call can block in a read, whichever thread takes the event. Every event
+//! read with `ibv_get_cq_event` is acknowledged with `ibv_ack_cq_events` before its CQ is
+//! destroyed (`ibv_destroy_cq` would otherwise block forever): the CQ owes it (`EventAcks`,
+//! its `cq_context`) and acknowledges all it owes in one call right before the destroy; one
+//! read during the destroy is acknowledged at once.
 
 // Design notes. Acknowledgements are batched per CQ, as ibv_get_cq_event(3) advises: each
 // takes the CQ's mutex and signals a condition variable, which cost more instructions than
@@ -128,8 +129,9 @@ impl<'ctx> CompletionChannel<'ctx> {
     ///   pending costs one `read(2)`; otherwise a `read(2)` that finds nothing, `ppoll(2)` to
     ///   sleep, and the `read(2)` of the event. So does `None` after that.
     ///
-    /// With several threads waiting, each event wakes one; a timed wait ends on time even
-    /// while another thread sleeps in an unbounded one.
+    /// With several threads waiting, each event ends one wait; a timed wait ends on time even
+    /// while another thread sleeps in an unbounded one. (Never clear `O_NONBLOCK` on the
+    /// descriptor yourself: timed waits would then block in their read.)
     ///
     /// # Errors
     ///
@@ -280,8 +282,10 @@ impl<'ctx> CompletionChannel<'ctx> {
 impl AsFd for CompletionChannel<'_> {
     /// The channel's descriptor, for readiness only: `poll`/`epoll` it, then call
     /// [`try_get_events`](CompletionChannel::try_get_events), which makes it non-blocking
-    /// (it is blocking until a call that must not block). Never read it directly:
-    /// an event read that way is never acknowledged, and destroying its CQ then blocks forever.
+    /// (it is blocking until a call that must not block). Never change its status flags
+    /// (clearing `O_NONBLOCK` would make timed waits block in their read), and never read it
+    /// directly: an event read that way is never acknowledged, and destroying its CQ then
+    /// blocks forever.
     fn as_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the channel owns `fd` until ibv_destroy_comp_channel, which needs `self`.
         unsafe { BorrowedFd::borrow_raw((*self.raw.as_ptr()).fd) }

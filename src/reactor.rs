@@ -1,7 +1,7 @@
 //! Completions and asynchronous events on tokio's reactor (feature `tokio`).
 //!
 //! The verbs' event files — a [`CompletionChannel`] and a context's [`AsyncEvents`] — are
-//! non-blocking descriptors; here they are registered with tokio
+//! read here only once non-blocking; they are registered with tokio
 //! ([`tokio::io::unix::AsyncFd`]) so a task awaits them instead
 //! of a thread sleeping on them:
 //!

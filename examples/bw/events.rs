@@ -48,13 +48,10 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// Ends the process, saying why, when one wait has lasted [`STALL_LIMIT`].
 fn watchdog() {
-    let mut seen = (WAITS.load(Ordering::Relaxed), Instant::now());
+    let mut watch = Watch::new((WAITS.load(Ordering::Relaxed), Instant::now()));
     loop {
         std::thread::sleep(WATCH_EVERY);
-        let now = (WAITS.load(Ordering::Relaxed), Instant::now());
-        if now.0 != seen.0 {
-            seen = now;
-        } else if stalled(seen, now) {
+        if watch.stalled((WAITS.load(Ordering::Relaxed), Instant::now())) {
             let program = std::env::args().next().unwrap_or_default();
             let tool = program.rsplit('/').next().unwrap_or("perftest tool");
             eprintln!(
@@ -66,10 +63,30 @@ fn watchdog() {
     }
 }
 
-/// Whether the count of waits `seen` at one time and still at `now` is one wait that has
-/// lasted [`STALL_LIMIT`].
-fn stalled(seen: (u64, Instant), now: (u64, Instant)) -> bool {
-    seen.0 == now.0 && seen.0 % 2 == 1 && now.1.duration_since(seen.1) >= STALL_LIMIT
+/// What the watchdog saw of [`WAITS`]: the count, and since when.
+struct Watch {
+    seen: (u64, Instant),
+    /// When it looked last.
+    last: Instant,
+}
+
+impl Watch {
+    fn new(now: (u64, Instant)) -> Self {
+        Watch { seen: now, last: now.1 }
+    }
+
+    /// Looks at the count `now`: whether one wait has lasted [`STALL_LIMIT`]. A look far later
+    /// than [`WATCH_EVERY`] after the last starts again: the process was stopped, and the wait
+    /// it was in may have its event by now.
+    fn stalled(&mut self, now: (u64, Instant)) -> bool {
+        let paused = now.1.duration_since(self.last) > 5 * WATCH_EVERY;
+        self.last = now.1;
+        if now.0 != self.seen.0 || paused {
+            self.seen = now;
+            return false;
+        }
+        now.0 % 2 == 1 && now.1.duration_since(self.seen.1) >= STALL_LIMIT
+    }
 }
 
 /// With -e, a channel for one CQ (create it before the CQ, which borrows it); starts the
@@ -113,10 +130,21 @@ mod tests {
     #[test]
     fn the_watchdog_fires_only_on_one_wait_that_lasted_the_limit() {
         let t = Instant::now();
-        let later = t + STALL_LIMIT;
-        assert!(stalled((3, t), (3, later)), "one wait under way all along");
-        assert!(!stalled((3, t), (3, later - Duration::from_millis(1))), "not yet");
-        assert!(!stalled((4, t), (4, later)), "no wait under way: the tool is elsewhere");
-        assert!(!stalled((3, t), (5, later)), "other waits began and ended meanwhile");
+        // Looks every second from `t` at `counts`: the look at which it fires.
+        let fires_at = |counts: &[u64]| {
+            let mut watch = Watch::new((counts[0], t));
+            (1..counts.len()).find(|&i| watch.stalled((counts[i], t + WATCH_EVERY * i as u32)))
+        };
+        let looks = STALL_LIMIT.as_secs() as usize;
+        assert_eq!(fires_at(&vec![3; looks + 2]), Some(looks), "one wait under way all along");
+        assert_eq!(fires_at(&vec![4; looks + 2]), None, "no wait under way: the tool is elsewhere");
+        let mut moving = vec![3; looks + 2];
+        moving[looks / 2] = 5;
+        assert_eq!(fires_at(&moving), None, "other waits began and ended meanwhile");
+
+        let (mut watch, resumed) = (Watch::new((3, t)), t + STALL_LIMIT);
+        assert!(!watch.stalled((3, resumed)), "a look after a pause starts again");
+        let fired = (1..=looks).find(|&i| watch.stalled((3, resumed + WATCH_EVERY * i as u32)));
+        assert_eq!(fired, Some(looks), "then it fires a whole limit later");
     }
 }

@@ -129,8 +129,11 @@ fn each_wait_reads_one_event_and_each_arming_fires_once() {
     });
 }
 
+/// In each round a thread sleeps in an unbounded wait while a timed wait beside it times out,
+/// then a completion's event ends the unbounded one: in the first round it sleeps in the read
+/// of the still-blocking descriptor, in the second in `ppoll`, the descriptor non-blocking.
 #[test]
-fn a_timed_wait_ends_on_time_while_another_thread_sleeps_in_an_unbounded_one() {
+fn an_unbounded_wait_takes_its_event_and_a_timed_wait_beside_it_ends_on_time() {
     let Some(ctx) = require_device(RXE) else { return };
     // A timed wait that read the still-blocking descriptor would sleep until the event, which
     // comes only after it returns: a failure here, not a hang.
@@ -141,27 +144,29 @@ fn a_timed_wait_ends_on_time_while_another_thread_sleeps_in_an_unbounded_one() {
         let attr = QpInitAttr { sq_sig_all: true, ..lo.attr(4) };
         let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
         let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);
-        lo.cq.req_notify(false).unwrap();
-        std::thread::scope(|s| {
-            let unbounded = s.spawn(|| channel.wait(None).unwrap());
-            // Time for it to block in its read.
-            std::thread::sleep(Duration::from_millis(200));
-            let (timeout, start) = (Duration::from_millis(300), Instant::now());
-            assert_eq!(channel.wait(Some(timeout)).unwrap(), 0);
-            let took = start.elapsed();
-            assert!(took >= timeout && took < timeout + Duration::from_secs(5), "{took:?}");
-            assert!(!unbounded.is_finished(), "the unbounded wait ended without an event");
+        for round in [1, 2] {
+            lo.cq.req_notify(false).unwrap();
+            std::thread::scope(|s| {
+                let unbounded = s.spawn(|| channel.wait(None).unwrap());
+                // Time for it to fall asleep.
+                std::thread::sleep(Duration::from_millis(200));
+                let (timeout, start) = (Duration::from_millis(300), Instant::now());
+                assert_eq!(channel.wait(Some(timeout)).unwrap(), 0);
+                let took = start.elapsed();
+                assert!(took >= timeout && took < timeout + Duration::from_secs(5), "{took:?}");
+                assert!(!unbounded.is_finished(), "round {round}: it ended without an event");
 
-            // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
-            // completions are polled below.
-            unsafe {
-                b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap();
-                a.post_send(&mut SendWr::send(2, &send_sge)).unwrap();
-            }
-            assert_eq!(unbounded.join().unwrap(), 1, "the event woke the unbounded wait");
-        });
-        let wcs = wait_for(&lo.cq, 2);
-        assert!(wcs.len() == 2 && wcs.iter().all(|wc| wc.is_success()), "{wcs:?}");
+                // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
+                // completions are polled below.
+                unsafe {
+                    b.post_recv(&mut RecvWr::new(round, &recv_sge)).unwrap();
+                    a.post_send(&mut SendWr::send(round, &send_sge)).unwrap();
+                }
+                assert_eq!(unbounded.join().unwrap(), 1, "round {round}: the event woke it");
+            });
+            let wcs = wait_for(&lo.cq, 2);
+            assert!(wcs.len() == 2 && wcs.iter().all(|wc| wc.is_success()), "{wcs:?}");
+        }
     });
 }
 
@@ -229,11 +234,40 @@ fn read_lat_and_send_lat_run_on_events_with_e() {
 }
 
 /// With -e a wait has no timeout of its own, as perftest's: the watchdog ends a client that
-/// waits for a SEND from a server that died.
+/// waits for a SEND from a server stopped (SIGSTOP) for good. (Stopped, not killed: rxe keeps
+/// answering for the stopped process, so no SEND of the client can fail first.)
 #[test]
-fn with_e_a_client_whose_server_dies_fails_in_bounded_time() {
-    let watchdog = ["send_lat: no completion event for 30 s: the peer is gone"];
-    bandwidth::a_server_that_dies_mid_run("send_lat", 19352, &["-e", "-n", "1000000"], &watchdog);
+fn with_e_a_client_whose_server_never_answers_fails_in_bounded_time() {
+    if require_device(RXE).is_none() {
+        return;
+    }
+    let (port, args) = (19352, ["-e", "-n", "1000000"]);
+    let mut server = spawn_server(tool("send_lat", port, &args), port);
+    let client = tool("send_lat", port, &args)
+        .arg("127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the client");
+    std::thread::sleep(Duration::from_secs(3));
+    signal("-STOP", server.id());
+    let stopped = Instant::now();
+    let out = wait_within(client, Duration::from_secs(90));
+    let took = stopped.elapsed();
+    signal("-CONT", server.id());
+    let _ = server.kill();
+    wait_within(server, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let watchdog = "send_lat: no completion event for 30 s: the peer is gone";
+    assert!(stderr.contains(watchdog), "{}", text(&out));
+    assert!(took > Duration::from_secs(29) && took < Duration::from_secs(45), "{took:?}");
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to process `pid`.
+fn signal(sig: &str, pid: u32) {
+    let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
 }
 
 /// Linux's USER_HZ: the unit of the times in /proc/PID/stat.
@@ -252,10 +286,6 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// Stops `name`'s server 3 s into a long run with `args` and returns the CPU seconds its
 /// client uses over the next 2 s, while it waits for the stopped peer; then kills both.
 fn cpu_while_the_server_is_stopped(name: &str, port: u16, args: &[&str]) -> f64 {
-    let signal = |sig: &str, pid: u32| {
-        let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill");
-        assert!(status.success(), "kill {sig} {pid}");
-    };
     let mut server = spawn_server(tool(name, port, args), port);
     let mut client = tool(name, port, args)
         .arg("127.0.0.1")

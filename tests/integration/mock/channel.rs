@@ -11,47 +11,72 @@ use super::{
     assert_non_blocking, assert_verb_error, capture, errno_text, is_non_blocking, open, Fixture,
 };
 
-#[test]
-fn a_channel_blocks_as_c_until_a_call_must_not_and_reads_events_through_the_library() {
-    let f = Fixture::new();
-    let channel = f.ctx.create_comp_channel().unwrap();
-    assert!(!is_non_blocking(&channel), "C's descriptor, for the one blocking read");
-    let cq = f.ctx.create_cq_with_channel(16, &channel, 0).unwrap();
-    let create_cq = Call::CreateCq { cqe: 16, channel: true, comp_vector: 0 };
-    assert_eq!(f.mock.take_calls(), [Call::CreateCompChannel, create_cq]);
-
-    // An unbounded wait is C's one read (the mock's eventfd, blocking too, has the event).
-    f.mock.push_cq_event(cq.as_raw());
-    assert_eq!(channel.wait(None).unwrap(), 1);
-    assert_eq!(f.mock.take_calls(), [Call::GetCqEvent]);
-    assert!(!is_non_blocking(&channel), "only a call that must not block switches it");
-
-    assert_eq!(channel.try_get_events().unwrap(), 0, "EAGAIN: nothing pending");
-    assert_non_blocking(&channel);
-    assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0, "timed out");
-    assert_eq!(
-        f.mock.take_calls(),
-        [Call::GetCqEvent, Call::GetCqEvent],
-        "wait tried one read before sleeping, and none after: the file never became readable"
-    );
-    f.mock.fail(Verb::GetCqEvent, libc::EIO);
-    assert_verb_error(&channel.try_get_events().unwrap_err(), "ibv_get_cq_event", libc::EIO, &[]);
-    drop(cq);
+/// Runs `body` on a thread of its own (the mock's state is per thread) and fails if it has not
+/// finished within 30 s: on a blocking descriptor with nothing pending, the mock's read blocks
+/// for good, as the kernel's would, and that must show as a failure, not a hang.
+fn without_hanging(body: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        body();
+        done.send(()).unwrap();
+    });
+    match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(()) => worker.join().unwrap(),
+        // The body panicked: its panic, not a timeout.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(worker.join().unwrap_err())
+        }
+        Err(timeout) => panic!("blocked in a read: {timeout}"),
+    }
 }
 
 #[test]
-fn a_timed_wait_makes_the_descriptor_non_blocking_before_it_reads() {
-    // On a blocking descriptor the mock's first read would block for good: in a thread of its
-    // own (the mock's state is per thread), so that this shows as a failure, not a hang.
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+fn a_channel_blocks_as_c_until_a_call_must_not_and_reads_events_through_the_library() {
+    without_hanging(|| {
         let f = Fixture::new();
         let channel = f.ctx.create_comp_channel().unwrap();
-        assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0, "timed out");
+        assert!(!is_non_blocking(&channel), "C's descriptor, for the one blocking read");
+        let cq = f.ctx.create_cq_with_channel(16, &channel, 0).unwrap();
+        let create_cq = Call::CreateCq { cqe: 16, channel: true, comp_vector: 0 };
+        assert_eq!(f.mock.take_calls(), [Call::CreateCompChannel, create_cq]);
+
+        // An unbounded wait is C's one read (the mock's eventfd, blocking too, has the event).
+        f.mock.push_cq_event(cq.as_raw());
+        assert_eq!(channel.wait(None).unwrap(), 1);
+        assert_eq!(f.mock.take_calls(), [Call::GetCqEvent]);
+        assert!(!is_non_blocking(&channel), "only a call that must not block switches it");
+
+        assert_eq!(channel.try_get_events().unwrap(), 0, "EAGAIN: nothing pending");
         assert_non_blocking(&channel);
-        done.send(()).unwrap();
+        assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0, "timed out");
+        assert_eq!(
+            f.mock.take_calls(),
+            [Call::GetCqEvent, Call::GetCqEvent],
+            "wait tried one read before sleeping, and none after: the file never became readable"
+        );
+        f.mock.push_cq_event(cq.as_raw());
+        assert_eq!(channel.wait(None).unwrap(), 1, "unbounded, on the non-blocking descriptor");
+        f.mock.fail(Verb::GetCqEvent, libc::EIO);
+        let err = channel.try_get_events().unwrap_err();
+        assert_verb_error(&err, "ibv_get_cq_event", libc::EIO, &[]);
+        drop(cq);
     });
-    finished.recv_timeout(Duration::from_secs(30)).expect("the timed wait blocked in its read");
+}
+
+#[test]
+fn each_call_that_must_not_block_makes_the_descriptor_non_blocking_before_it_reads() {
+    let calls: [fn(&CompletionChannel<'_>) -> usize; 2] = [
+        |channel| channel.wait(Some(Duration::from_millis(1))).unwrap(),
+        |channel| channel.try_get_events().unwrap(),
+    ];
+    for call in calls {
+        without_hanging(move || {
+            let f = Fixture::new();
+            let channel = f.ctx.create_comp_channel().unwrap();
+            assert_eq!(call(&channel), 0, "nothing pending");
+            assert_non_blocking(&channel);
+        });
+    }
 }
 
 #[test]
@@ -128,15 +153,21 @@ fn channel_errors() {
 }
 
 /// Runs `test` on each verbs path: a fixture, a channel, and CQ attributes of that path on it.
-fn on_each_path(test: impl Fn(&Fixture, &CompletionChannel<'_>, &CqAttr<'_>, VerbsPath)) {
+/// (Each [`without_hanging`].)
+fn on_each_path(
+    test: impl Fn(&Fixture, &CompletionChannel<'_>, &CqAttr<'_>, VerbsPath) + Copy + Send + 'static,
+) {
     for (config, path) in [
         (ContextConfig::default(), VerbsPath::Legacy),
         (ContextConfig::extended_verbs(), VerbsPath::Extended),
     ] {
-        let f = Fixture::with(Optional::ALL, config);
-        let channel = f.ctx.create_comp_channel().unwrap();
-        let attr = CqAttr { channel: Some(&channel), verbs_path: Some(path), ..CqAttr::default() };
-        test(&f, &channel, &attr, path);
+        without_hanging(move || {
+            let f = Fixture::with(Optional::ALL, config);
+            let channel = f.ctx.create_comp_channel().unwrap();
+            let attr =
+                CqAttr { channel: Some(&channel), verbs_path: Some(path), ..CqAttr::default() };
+            test(&f, &channel, &attr, path);
+        });
     }
 }
 
