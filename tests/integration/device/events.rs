@@ -2,7 +2,7 @@
 //! perftest tools' -e (ports 19338–19352).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
@@ -83,27 +83,35 @@ fn wait_with_nothing_pending_times_out_with_zero() {
     assert_eq!(channel.try_get_events().unwrap(), 0);
 }
 
-#[test]
-fn each_wait_reads_one_event_and_each_arming_fires_once() {
+/// Runs `body` with a channel and a fixture whose CQ, of `cqe` entries, is on it, on a thread
+/// that must finish within 60 s: unacknowledged events would make destroying a CQ block
+/// forever, and a wait that blocks where it must not would sleep for good; either shows as a
+/// failure, not a hang.
+fn on_a_channel(
+    cqe: u32,
+    body: impl FnOnce(&CompletionChannel<'_>, &Loopback<'_>) + Send + 'static,
+) {
     let Some(ctx) = require_device(RXE) else { return };
-    // Unacknowledged events would make destroying the CQs block forever: run the test on a
-    // thread so that shows as a failure, not a hang.
     finishes_within(Duration::from_secs(60), move || {
         let channel = ctx.create_comp_channel().unwrap();
+        let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(cqe, &channel, 0).unwrap());
+        body(&channel, &lo);
+    });
+}
+
+#[test]
+fn each_wait_reads_one_event_and_each_arming_fires_once() {
+    on_a_channel(4, |channel, lo| {
         // The fixture's CQ takes the send completions.
-        let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(4, &channel, 0).unwrap());
-        let (send_cq, recv_cq) = (&lo.cq, ctx.create_cq_with_channel(4, &channel, 0).unwrap());
+        let recv_cq = lo.ctx.create_cq_with_channel(4, channel, 0).unwrap();
+        let send_cq = &lo.cq;
         let mr = lo.region(4096);
         let attr = QpInitAttr { recv_cq: &recv_cq, sq_sig_all: true, ..lo.attr(4) };
         let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
-        let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);
         let exchange = |id: u64| {
-            // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
-            // completions are polled before the next exchange or the end of the test.
-            unsafe {
-                b.post_recv(&mut RecvWr::new(id, &recv_sge)).unwrap();
-                a.post_send(&mut SendWr::send(id, &send_sge)).unwrap();
-            }
+            // SAFETY: both completions are polled before the next exchange or the end of the
+            // test.
+            unsafe { post_message(&a, &b, &mr, id) };
             for cq in [send_cq, &recv_cq] {
                 let wcs = wait_for(cq, 1);
                 assert!(wcs.len() == 1 && wcs[0].is_success() && wcs[0].wr_id() == id, "{wcs:?}");
@@ -134,16 +142,12 @@ fn each_wait_reads_one_event_and_each_arming_fires_once() {
 /// of the still-blocking descriptor, in the second in `ppoll`, the descriptor non-blocking.
 #[test]
 fn an_unbounded_wait_takes_its_event_and_a_timed_wait_beside_it_ends_on_time() {
-    let Some(ctx) = require_device(RXE) else { return };
-    // A timed wait that read the still-blocking descriptor would sleep until the event, which
-    // comes only after it returns: a failure here, not a hang.
-    finishes_within(Duration::from_secs(60), move || {
-        let channel = ctx.create_comp_channel().unwrap();
-        let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(16, &channel, 0).unwrap());
+    // (A timed wait that read the still-blocking descriptor would sleep until the event, which
+    // comes only after it returns.)
+    on_a_channel(16, |channel, lo| {
         let mr = lo.region(4096);
         let attr = QpInitAttr { sq_sig_all: true, ..lo.attr(4) };
         let (a, b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
-        let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(2048..).unwrap()]);
         for round in [1, 2] {
             lo.cq.req_notify(false).unwrap();
             std::thread::scope(|s| {
@@ -156,18 +160,34 @@ fn an_unbounded_wait_takes_its_event_and_a_timed_wait_beside_it_ends_on_time() {
                 assert!(took >= timeout && took < timeout + Duration::from_secs(5), "{took:?}");
                 assert!(!unbounded.is_finished(), "round {round}: it ended without an event");
 
-                // SAFETY: nothing reads or writes `mr` while the WRs are outstanding; both
-                // completions are polled below.
-                unsafe {
-                    b.post_recv(&mut RecvWr::new(round, &recv_sge)).unwrap();
-                    a.post_send(&mut SendWr::send(round, &send_sge)).unwrap();
-                }
+                // SAFETY: both completions are polled below, before the next round.
+                unsafe { post_message(&a, &b, &mr, round) };
                 assert_eq!(unbounded.join().unwrap(), 1, "round {round}: the event woke it");
             });
             let wcs = wait_for(&lo.cq, 2);
             assert!(wcs.len() == 2 && wcs.iter().all(|wc| wc.is_success()), "{wcs:?}");
         }
     });
+}
+
+/// Posts a receive of `mr`'s second half on `b` and a SEND of `mr`'s first 64 bytes on `a`,
+/// both with wr_id `id`.
+///
+/// # Safety
+///
+/// Nothing reads or writes `mr` until both WRs' completions are polled.
+unsafe fn post_message(
+    a: &QueuePair<'_, Rts, Rc>,
+    b: &QueuePair<'_, Rts, Rc>,
+    mr: &MemoryRegion<'_>,
+    id: u64,
+) {
+    let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(mr.len() / 2..).unwrap()]);
+    // SAFETY: the caller keeps `mr` untouched until both WRs complete.
+    unsafe {
+        b.post_recv(&mut RecvWr::new(id, &recv_sge)).unwrap();
+        a.post_send(&mut SendWr::send(id, &send_sge)).unwrap();
+    }
 }
 
 /// Runs `body` on a thread and fails if it has not finished within `limit`.
@@ -241,16 +261,7 @@ fn with_e_a_client_whose_server_never_answers_fails_in_bounded_time() {
     if require_device(RXE).is_none() {
         return;
     }
-    let (port, args) = (19352, ["-e", "-n", "1000000"]);
-    let mut server = spawn_server(tool("send_lat", port, &args), port);
-    let client = tool("send_lat", port, &args)
-        .arg("127.0.0.1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the client");
-    std::thread::sleep(Duration::from_secs(3));
-    signal("-STOP", server.id());
+    let (mut server, client) = stop_the_server("send_lat", 19352, &["-e", "-n", "1000000"]);
     let stopped = Instant::now();
     let out = wait_within(client, Duration::from_secs(90));
     let took = stopped.elapsed();
@@ -283,10 +294,10 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / USER_HZ
 }
 
-/// Stops `name`'s server 3 s into a long run with `args` and returns the CPU seconds its
-/// client uses over the next 2 s, while it waits for the stopped peer; then kills both.
-fn cpu_while_the_server_is_stopped(name: &str, port: u16, args: &[&str]) -> f64 {
-    let mut server = spawn_server(tool(name, port, args), port);
+/// Starts `name`'s server and client on TCP `port` for a long run with `args`, and stops
+/// (SIGSTOP) the server 3 s into it, the client still running: (server, client).
+fn stop_the_server(name: &str, port: u16, args: &[&str]) -> (Child, Child) {
+    let server = spawn_server(tool(name, port, args), port);
     let mut client = tool(name, port, args)
         .arg("127.0.0.1")
         .stdout(Stdio::piped())
@@ -299,6 +310,13 @@ fn cpu_while_the_server_is_stopped(name: &str, port: u16, args: &[&str]) -> f64 
         panic!("{name} {args:?} ended ({status}) before its server was stopped: {}", text(&out));
     }
     signal("-STOP", server.id());
+    (server, client)
+}
+
+/// Stops `name`'s server 3 s into a long run with `args` and returns the CPU seconds its
+/// client uses over the next 2 s, while it waits for the stopped peer; then kills both.
+fn cpu_while_the_server_is_stopped(name: &str, port: u16, args: &[&str]) -> f64 {
+    let (mut server, mut client) = stop_the_server(name, port, args);
     // Time for what is in flight to complete, and the client to find nothing more comes.
     std::thread::sleep(Duration::from_millis(500));
     let before = cpu_seconds(client.id());
