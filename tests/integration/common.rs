@@ -215,3 +215,19 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Runs `body` on a thread of its own and fails, saying `suspect`, if it has not finished
+/// within `limit`: what would block for good (a read on a blocking descriptor,
+/// `ibv_destroy_cq` waiting for unacknowledged events) shows as a failure, not a hang. A panic
+/// of `body` is passed on.
+pub fn finishes_within(limit: Duration, suspect: &str, body: impl FnOnce() + Send + 'static) {
+    let worker = std::thread::spawn(body);
+    let start = Instant::now();
+    while !worker.is_finished() {
+        assert!(start.elapsed() < limit, "not finished after {limit:?}: {suspect}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Err(panic) = worker.join() {
+        std::panic::resume_unwind(panic);
+    }
+}

@@ -11,7 +11,9 @@ use super::bandwidth::{self, tool};
 use super::latency;
 use super::pair::{connect, wait_for, Loopback};
 use super::rc_pingpong::{assert_ran, c_tool, ours, pair};
-use crate::common::{example, require_device, spawn_server, text, wait_within, RXE};
+use crate::common::{
+    example, finishes_within, require_device, spawn_server, text, wait_within, RXE,
+};
 
 /// How long any event may take to arrive: Soft-RoCE is slow, not stuck.
 const EVENT_LIMIT: Duration = Duration::from_secs(30);
@@ -92,7 +94,8 @@ fn on_a_channel(
     body: impl FnOnce(&CompletionChannel<'_>, &Loopback<'_>) + Send + 'static,
 ) {
     let Some(ctx) = require_device(RXE) else { return };
-    finishes_within(Duration::from_secs(60), move || {
+    let suspect = "a read that blocks, or ibv_destroy_cq waiting for unacknowledged events?";
+    finishes_within(Duration::from_secs(60), suspect, move || {
         let channel = ctx.create_comp_channel().unwrap();
         let lo = Loopback::with_cq(&ctx, ctx.create_cq_with_channel(cqe, &channel, 0).unwrap());
         body(&channel, &lo);
@@ -187,22 +190,6 @@ unsafe fn post_message(
     unsafe {
         b.post_recv(&mut RecvWr::new(id, &recv_sge)).unwrap();
         a.post_send(&mut SendWr::send(id, &send_sge)).unwrap();
-    }
-}
-
-/// Runs `body` on a thread and fails if it has not finished within `limit`.
-fn finishes_within(limit: Duration, body: impl FnOnce() + Send + 'static) {
-    let worker = std::thread::spawn(body);
-    let start = Instant::now();
-    while !worker.is_finished() {
-        assert!(
-            start.elapsed() < limit,
-            "not finished after {limit:?}: is ibv_destroy_cq waiting for unacknowledged events?"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if let Err(panic) = worker.join() {
-        std::panic::resume_unwind(panic);
     }
 }
 

@@ -7,27 +7,17 @@ use log::Level;
 use rdma_verbs::{CompletionChannel, CqAttr, InvalidInputKind, VerbsPath};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
+use crate::common::finishes_within;
+
 use super::{
     assert_non_blocking, assert_verb_error, capture, errno_text, is_non_blocking, open, Fixture,
 };
 
-/// Runs `body` on a thread of its own (the mock's state is per thread) and fails if it has not
-/// finished within 30 s: on a blocking descriptor with nothing pending, the mock's read blocks
-/// for good, as the kernel's would, and that must show as a failure, not a hang.
+/// Runs `body` on a thread of its own (the mock's state is per thread) that must finish within
+/// 30 s: on a blocking descriptor with nothing pending, the mock's read blocks for good, as the
+/// kernel's would.
 fn without_hanging(body: impl FnOnce() + Send + 'static) {
-    let (done, finished) = std::sync::mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        body();
-        done.send(()).unwrap();
-    });
-    match finished.recv_timeout(Duration::from_secs(30)) {
-        Ok(()) => worker.join().unwrap(),
-        // The body panicked: its panic, not a timeout.
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            std::panic::resume_unwind(worker.join().unwrap_err())
-        }
-        Err(timeout) => panic!("blocked in a read: {timeout}"),
-    }
+    finishes_within(Duration::from_secs(30), "blocked in a read?", body);
 }
 
 #[test]
