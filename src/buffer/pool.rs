@@ -171,14 +171,36 @@ impl<'a> BufferPool<'a> {
     /// A free buffer, with length 0; `None` when all are held or in flight.
     #[inline]
     pub fn take(&self) -> Option<Buffer<'_>> {
-        // From the hint to the end, then from the start (no division per probe).
-        let start = self.hint.load(Ordering::Relaxed).min(self.count());
+        // The chunk after the one taken last is free when they come back in the order they
+        // went (a queue's completions do): tried first, without setting up the search.
+        let hint = self.hint.load(Ordering::Relaxed);
+        match self.slots.get(hint) {
+            Some(slot) if self.claim(slot, hint) => {
+                Some(Buffer { pool: self, index: hint as u32, len: 0 })
+            }
+            _ => self.search(hint),
+        }
+    }
+
+    /// [`take`](Self::take)'s search when the hinted chunk is not free: from the hint to the
+    /// end, then from the start (no division per probe).
+    #[inline(never)]
+    fn search(&self, hint: usize) -> Option<Buffer<'_>> {
+        let start = hint.min(self.count());
         let (head, tail) = self.slots.split_at(start);
         tail.iter().zip(start..).chain(head.iter().zip(0..)).find_map(|(slot, index)| {
-            slot.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).ok()?;
-            self.hint.store(index + 1, Ordering::Relaxed);
-            Some(Buffer { pool: self, index: index as u32, len: 0 })
+            self.claim(slot, index).then_some(Buffer { pool: self, index: index as u32, len: 0 })
         })
+    }
+
+    /// Takes the chunk of `slot`, at `index`, if it is free, and moves the hint past it.
+    #[inline(always)]
+    fn claim(&self, slot: &Slot, index: usize) -> bool {
+        if slot.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        self.hint.store(index + 1, Ordering::Relaxed);
+        true
     }
 
     /// The buffer that `wc` ended, when `wc` belongs to this pool: its length set to the
