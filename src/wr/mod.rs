@@ -298,17 +298,11 @@ impl<'a> SendWr<'a> {
         let sges = self.sges();
         let inline = self.send_flags().contains(SendFlags::INLINE);
         let aligned = |a: u64| a.is_multiple_of(8);
-        shape(
-            self.raw.opcode,
-            sges.len() as u64,
-            self.total_len(),
-            inline,
-            self.has_destination(),
-            || {
-                matches!(sges, [s] if s.length() == 8 && aligned(s.addr()))
-                    && aligned(self.remote_addr())
-            },
-        )
+        let kind = kind_of_opcode(self.raw.opcode, inline, || {
+            matches!(sges, [s] if s.length() == 8 && aligned(s.addr()))
+                && aligned(self.remote_addr())
+        });
+        shape(kind, sges.len() as u64, self.total_len(), inline, self.has_destination())
     }
 
     /// Whether the demand and build kept are those of the request as it is now.
@@ -538,34 +532,67 @@ impl<'a> SendWr<'a> {
     }
 }
 
-/// What a WR of `opcode` asks of the QP that posts it ([`Demand`]), and how the extended
-/// path's fast batch builds it, from its parts: `n` SGEs of `len` bytes in all, `inline`,
-/// `addressed` (a SEND to a UD destination) and, asked of an atomic only,
-/// `one_aligned_word` (one 8-byte SGE and a remote address, both 8-byte aligned). The one
-/// place a demand is worked out: `SendWr::refresh` reads the parts from the request,
-/// `SendWr::rewrite` has them at hand.
+/// What sort of operation a WR is, as its [`Demand`] and [`Build`] need it: its class (one of
+/// `fit`'s one-bit fields), whether only the exact checks may pass it, and its build when it
+/// carries one SGE and no inline data.
+#[derive(Clone, Copy)]
+struct Kind {
+    class: fit::Field,
+    slow: bool,
+    build: Build,
+}
+
+/// The [`Kind`] of a WR of `opcode`: `inline` and, asked of an atomic only,
+/// `one_aligned_word` (one 8-byte SGE and a remote address, both 8-byte aligned).
 #[inline(always)]
-fn shape(
+fn kind_of_opcode(
     opcode: sys::ibv_wr_opcode,
-    n: u64,
-    len: u64,
     inline: bool,
-    addressed: bool,
     one_aligned_word: impl FnOnce() -> bool,
-) -> (Demand, Build) {
-    // The class of operation, and whether only the exact checks may pass it.
-    let (class, slow) = match opcode {
-        sys::IBV_WR_SEND | sys::IBV_WR_SEND_WITH_IMM => (fit::SEND, false),
-        sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (fit::WRITE, false),
+) -> Kind {
+    let kind = |class, slow, build| Kind { class, slow, build };
+    match opcode {
+        sys::IBV_WR_SEND => kind(fit::SEND, false, Build::Send),
+        sys::IBV_WR_SEND_WITH_IMM => kind(fit::SEND, false, Build::SendWithImm),
+        sys::IBV_WR_RDMA_WRITE => kind(fit::WRITE, false, Build::RdmaWrite),
+        sys::IBV_WR_RDMA_WRITE_WITH_IMM => kind(fit::WRITE, false, Build::RdmaWriteWithImm),
         // INLINE on a READ or an atomic, which `check_send_fully` refuses, is slow.
-        sys::IBV_WR_RDMA_READ => (fit::READ, inline),
+        sys::IBV_WR_RDMA_READ => kind(fit::READ, inline, Build::RdmaRead),
         sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-            (fit::ATOMIC, inline || !one_aligned_word())
+            kind(fit::ATOMIC, inline || !one_aligned_word(), Build::Other)
         }
-        sys::IBV_WR_LOCAL_INV | sys::IBV_WR_SEND_WITH_INV => (fit::INV, false),
+        sys::IBV_WR_LOCAL_INV => kind(fit::INV, false, Build::LocalInv),
+        sys::IBV_WR_SEND_WITH_INV => kind(fit::INV, false, Build::Other),
         // Binds (whose window `note_posted` updates) and anything else.
-        _ => (fit::SLOW, true),
-    };
+        _ => kind(fit::SLOW, true, Build::Other),
+    }
+}
+
+impl SendOp {
+    /// [`kind_of_opcode`] of its opcode, told by the variant: one dispatch where the opcode's
+    /// cost a post of the buffer tier two (see the test `a_send_op_is_of_its_opcodes_kind`).
+    #[inline(always)]
+    fn kind(self, inline: bool, one_aligned_word: impl FnOnce(u64) -> bool) -> Kind {
+        let kind = |class, slow, build| Kind { class, slow, build };
+        match self {
+            SendOp::Send => kind(fit::SEND, false, Build::Send),
+            SendOp::SendWithImm(_) => kind(fit::SEND, false, Build::SendWithImm),
+            SendOp::RdmaWrite(_) => kind(fit::WRITE, false, Build::RdmaWrite),
+            SendOp::RdmaWriteWithImm(..) => kind(fit::WRITE, false, Build::RdmaWriteWithImm),
+            SendOp::RdmaRead(_) => kind(fit::READ, inline, Build::RdmaRead),
+            SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => {
+                kind(fit::ATOMIC, inline || !one_aligned_word(remote.addr), Build::Other)
+            }
+        }
+    }
+}
+
+/// What a WR of `kind` asks of the QP that posts it ([`Demand`]), and how the extended
+/// path's fast batch builds it, from its parts: `n` SGEs of `len` bytes in all, `inline`,
+/// `addressed` (a SEND to a UD destination). The one place a demand is worked out:
+/// `SendWr::refresh` reads the parts from the request, `SendWr::rewrite` has them at hand.
+#[inline(always)]
+fn shape(kind: Kind, n: u64, len: u64, inline: bool, addressed: bool) -> (Demand, Build) {
     let demand = Demand::of([
         (fit::SGES, n),
         (fit::LEN, len),
@@ -573,18 +600,13 @@ fn shape(
         (fit::INLINE_LIST, u64::from(inline && n > 1)),
         (fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64)),
         (fit::UNADDRESSED, u64::from(!addressed)),
-        (class, 1),
-        (fit::SLOW, u64::from(slow)),
+        (kind.class, 1),
+        (fit::SLOW, u64::from(kind.slow)),
     ]);
-    let build = match opcode {
-        sys::IBV_WR_LOCAL_INV => Build::LocalInv,
+    let build = match kind.build {
+        Build::LocalInv => Build::LocalInv,
         _ if n != 1 || inline => Build::Other,
-        sys::IBV_WR_SEND => Build::Send,
-        sys::IBV_WR_SEND_WITH_IMM => Build::SendWithImm,
-        sys::IBV_WR_RDMA_WRITE => Build::RdmaWrite,
-        sys::IBV_WR_RDMA_WRITE_WITH_IMM => Build::RdmaWriteWithImm,
-        sys::IBV_WR_RDMA_READ => Build::RdmaRead,
-        _ => Build::Other,
+        build => build,
     };
     (demand, build)
 }
@@ -601,15 +623,12 @@ pub(crate) fn shape_of_parts(
     dest: Option<&UdDestination<'_>>,
 ) -> (Demand, Build) {
     let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
-    // (Asked of an atomic only: a test of two variants, where one of all seven was a jump.)
-    let remote = match op {
-        SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => remote.addr,
-        _ => 0,
-    };
+    let inline = flags.contains(SendFlags::INLINE);
     let aligned = |a: u64| a.is_multiple_of(8);
-    shape(op.opcode(), sges.len() as u64, len, flags.contains(SendFlags::INLINE), addressed, || {
+    let kind = op.kind(inline, |remote| {
         matches!(sges, [s] if s.length() == 8 && aligned(s.addr())) && aligned(remote)
-    })
+    });
+    shape(kind, sges.len() as u64, len, inline, addressed)
 }
 
 /// Sets the remote address and rkey of an RDMA WR, field by field: assigned whole, the
@@ -778,6 +797,31 @@ mod tests {
         };
         let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey(1), info);
         assert_eq!(bind.demand(), demand(0, 0).with(fit::SLOW, 1));
+    }
+
+    #[test]
+    fn a_send_op_is_of_its_opcodes_kind() {
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+        let ops = [
+            SendOp::Send,
+            SendOp::SendWithImm(1),
+            SendOp::RdmaWrite(remote),
+            SendOp::RdmaWriteWithImm(remote, 1),
+            SendOp::RdmaRead(remote),
+            SendOp::CompareSwap { remote, compare: 1, swap: 2 },
+            SendOp::FetchAdd { remote, add: 1 },
+        ];
+        for op in ops {
+            for (inline, aligned, n) in [(false, true, 1), (true, true, 1), (false, false, 0)] {
+                let by_op = op.kind(inline, |_| aligned);
+                let by_opcode = kind_of_opcode(op.opcode(), inline, || aligned);
+                assert_eq!(
+                    shape(by_op, n, 8, inline, false),
+                    shape(by_opcode, n, 8, inline, false),
+                    "{op:?}, inline {inline}, aligned {aligned}, {n} SGEs"
+                );
+            }
+        }
     }
 
     #[test]
