@@ -336,52 +336,35 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     where
         'p: 'res,
     {
-        let n = list.entries.len();
         let qp = self.as_raw() as usize;
         if list.open.is_some_and(|open| open.qp != qp) {
-            return Err(Error::invalid(
-                InvalidInputKind::UnsignaledInFlight,
-                "this SendList has unsignaled buffers in flight on another QP: post a signaled \
-                 WR there first"
-                    .into(),
-            ));
+            return Err(open_elsewhere());
         }
-        if n == 0 {
-            return Ok(());
-        }
-        // The checks that need no WR first, so that a refusal leaves the list as it was. The
-        // chain of unsignaled chunks is kept in one pool's bookkeeping (`mark_launched`).
-        let pool = list.open.map_or(list.entries[0].0.pool_id(), |open| open.pool);
-        for (buffer, op) in &list.entries {
-            if buffer.pool_id() != pool {
-                return Err(Error::invalid(
-                    InvalidInputKind::OtherPool,
-                    "a SendList chains the buffers of one pool: this one holds (or its \
-                     unsignaled buffers in flight are of) another pool's; post those through \
-                     another list"
-                        .into(),
-                ));
-            }
-            check_pool(buffer, self.pd(), op.parts().0.writes_buffer())?;
-            op.check_pd(self.pd())?;
-        }
-        // (One pool: noting its first buffer notes them all.)
-        self.lent(&list.entries[0].0);
+        let Some((first, _)) = list.entries.first() else { return Ok(()) };
+        // The chain of unsignaled chunks is kept in one pool's bookkeeping (`mark_launched`).
+        let pool = list.open.map_or(first.pool_id(), |open| open.pool);
         let before = list.open.map_or(UNCHAINED, |open| open.tail);
-        let refused = if n == 1 {
+        let refused = if let [(buffer, op)] = &list.entries[..] {
             // One WR on the stack, as a single post, without the list's arrays of WRs and
             // SGEs: what a list of one (write_bw's -l 1) costs is then that of one post.
-            let (buffer, op) = &list.entries[0];
+            self.check_entry(buffer, *op, pool)?;
+            self.lent(buffer);
             // SAFETY: as in `post_buffer`; unsignaled, the chunk is released by a later
             // signaled WR of this list on this QP (on a send queue, after all before it).
             unsafe { self.post_marked(buffer, *op, signal_last, before) }
         } else {
+            // The checks that need no WR first, so that a refusal leaves the list as it was.
+            for (buffer, op) in &list.entries {
+                self.check_entry(buffer, *op, pool)?;
+            }
+            // (One pool: noting its first buffer notes them all.)
+            self.lent(&list.entries[0].0);
             self.post_many(list, signal_last, before)
         };
         // (Settled in each arm: with all posted, the compiler drops what handles the refused.)
         match refused {
             Ok(()) => {
-                list.settle(n, signal_last, qp, pool);
+                list.settle(list.entries.len(), signal_last, qp, pool);
                 Ok(())
             }
             Err(PostListError { posted, error }) => {
@@ -389,6 +372,28 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
                 Err(error)
             }
         }
+    }
+
+    /// The checks of a list's entry that need no WR: its buffer is of the list's `pool`, whose
+    /// region is in this QP's PD and lets the NIC write it when the op does, and a UD
+    /// destination's AH is of this PD.
+    #[inline(always)]
+    fn check_entry<'p, Op: ListOp<'p>>(
+        &self,
+        buffer: &Buffer<'p>,
+        op: Op,
+        pool: u64,
+    ) -> Result<()> {
+        if buffer.pool_id() != pool {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherPool,
+                "a SendList chains the buffers of one pool: this one holds (or its unsignaled \
+                 buffers in flight are of) another pool's; post those through another list"
+                    .into(),
+            ));
+        }
+        check_pool(buffer, self.pd(), op.parts().0.writes_buffer())?;
+        op.check_pd(self.pd())
     }
 
     /// Writes each chunk's SGE and WR where the last post left them (the SGE first: the WR
@@ -508,6 +513,18 @@ pub(super) fn check_pool(
         return Err(pool_refused(false));
     }
     Ok(())
+}
+
+/// [`QueuePair::post_send_buffers`]'s error for a list whose open chain is on another QP.
+#[cold]
+#[inline(never)]
+fn open_elsewhere() -> Error {
+    Error::invalid(
+        InvalidInputKind::UnsignaledInFlight,
+        "this SendList has unsignaled buffers in flight on another QP: post a signaled WR \
+         there first"
+            .into(),
+    )
 }
 
 /// [`check_pool`]'s error: the pool is of another PD, or else lacks LOCAL_WRITE.
