@@ -189,7 +189,9 @@ impl<'a> BufferPool<'a> {
         let start = hint.min(self.count());
         let (head, tail) = self.slots.split_at(start);
         tail.iter().zip(start..).chain(head.iter().zip(0..)).find_map(|(slot, index)| {
-            self.claim(slot, index).then_some(Buffer { pool: self, index: index as u32, len: 0 })
+            // (`then`, not `then_some`: a token built for a chunk not claimed would free it
+            // when dropped.)
+            self.claim(slot, index).then(|| Buffer { pool: self, index: index as u32, len: 0 })
         })
     }
 

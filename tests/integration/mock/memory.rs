@@ -56,6 +56,26 @@ fn borrowed_memory_is_local_only_and_an_iova_range_stays_below_2_64() {
     assert!(pd.register_with_iova(4096, u64::MAX - 4096, AccessFlags::LOCAL_WRITE).is_ok());
 }
 
+/// `take` on a pool whose chunks are all held (or in flight) finds none, and leaves each as it
+/// was: a search that marked the chunks it probed free would hand one out twice (a
+/// `then_some` built, and dropped, a token for each chunk it failed to claim).
+#[test]
+fn take_from_a_pool_with_no_free_chunk_finds_none_and_frees_none() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let pool =
+        rdma_verbs::BufferPool::new(pd.register(4 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64)
+            .unwrap();
+    let held: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(held.len(), 4);
+    for _ in 0..3 {
+        assert!(pool.take().is_none(), "every chunk is held");
+    }
+    drop(held);
+    let again: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(again.len(), 4, "the dropped buffers came back, once each");
+}
+
 /// A pool's chunks are written by the NIC after the post, so a leaked pool and QP
 /// (`std::mem::forget`) would let a receive land in a borrowed slice after its borrow ended
 /// (an adversarial review did it, on the mock and on rxe0): a pool takes owned memory only.
