@@ -405,8 +405,22 @@ fn data_path(mode: &mut impl Mode) {
                     posted
                 },
             );
-            // write_bw's pattern (-l 1, -Q 16): lists of one WR, each 16th signaled.
+            // write_bw's pattern (-l 1, -Q 16): a WR per post, each 16th signaled; ours as
+            // lists of one, and through a list's chain without storing the buffer in it
+            // (`post_send_buffer_chained`, what write_bw does).
             let mut single: SendWrList<'_> = std::iter::once(wr()).collect();
+            let mut raw_1x16 = || {
+                let mut posted = true;
+                for i in 0..LIST {
+                    let flags =
+                        if i + 1 == LIST { SendFlags::SIGNALED } else { SendFlags::empty() };
+                    let _ = single.set_flags(0, flags);
+                    // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                    posted &= unsafe { black_box(qp).post_send_list(&mut single) }.is_ok();
+                }
+                complete(&mut raw_wc);
+                posted
+            };
             mode.case(
                 &format!("{path}/buffer_send_1x16"),
                 || {
@@ -419,19 +433,22 @@ fn data_path(mode: &mut impl Mode) {
                     complete(&mut safe_wc);
                     posted
                 },
+                &mut raw_1x16,
+            );
+            mode.case(
+                &format!("{path}/buffer_send_chained_1x16"),
                 || {
                     let mut posted = true;
                     for i in 0..LIST {
-                        let flags =
-                            if i + 1 == LIST { SendFlags::SIGNALED } else { SendFlags::empty() };
-                        let _ = single.set_flags(0, flags);
-                        // SAFETY: the stub provider only reads the WRs; nothing touches the
-                        // memory.
-                        posted &= unsafe { black_box(qp).post_send_list(&mut single) }.is_ok();
+                        let signaled = i + 1 == LIST;
+                        posted &= black_box(qp)
+                            .post_send_buffer_chained(&mut buffers, take(), op, signaled)
+                            .is_ok();
                     }
-                    complete(&mut raw_wc);
+                    complete(&mut safe_wc);
                     posted
                 },
+                &mut raw_1x16,
             );
             mode.case(
                 &format!("{path}/post_recv"),

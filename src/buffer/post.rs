@@ -212,6 +212,35 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     {
         self.post_list(list, signal_last)
     }
+
+    /// `ibv_post_send(3)`—Posts `buffer` with `op` as the next WR of `list`'s chain,
+    /// signaled or not: what [`QueuePair::post_send_buffers`] does for a list of this one
+    /// buffer, without storing it in `list` first (perftest's `-l 1`: a post per WR, with
+    /// selective signaling). Unsignaled, the buffer comes back with the next signaled WR
+    /// posted through `list` on this QP; signaled, from
+    /// [`BufferPool::complete`](super::BufferPool::complete) with its completion, and the
+    /// unsignaled ones chained before it go back to the pool. Buffers waiting in `list` stay
+    /// there (a later post chains them behind this one).
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_send_buffers`]
+    /// for a list of this buffer; the list's chain is then as it was. The buffer is `None`
+    /// when the provider may have taken the WR anyway (see [`PostError::buffer`]): it then
+    /// joins the chain as posted.
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffer_chained<'p>(
+        &self,
+        list: &mut SendList<'p>,
+        buffer: Buffer<'p>,
+        op: SendOp,
+        signaled: bool,
+    ) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        self.post_chained(list, buffer, op, signaled)
+    }
 }
 
 impl<'res> QueuePair<'res, Rts, Ud> {
@@ -254,6 +283,28 @@ impl<'res> QueuePair<'res, Rts, Ud> {
         'p: 'res,
     {
         self.post_list(list, signal_last)
+    }
+
+    /// `ibv_post_send(3)`—Sends `buffer` as one datagram to `send`'s destination, as the next
+    /// WR of `list`'s chain, signaled or not: [`QueuePair::post_send_buffer_chained`] on a
+    /// UD QP. The address handle outlives the QP (`'p: 'res`).
+    ///
+    /// # Errors
+    ///
+    /// As [`QueuePair::post_send_buffer_chained`], and the UD checks of
+    /// [`QueuePair::post_send`] (a datagram above the path MTU).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_buffer_chained_to<'p>(
+        &self,
+        list: &mut SendList<'p, UdSend<'p>>,
+        buffer: Buffer<'p>,
+        send: UdSend<'p>,
+        signaled: bool,
+    ) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        self.post_chained(list, buffer, send, signaled)
     }
 }
 
@@ -336,6 +387,21 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     where
         'p: 'res,
     {
+        if list.entries.len() == 1 {
+            // One WR on the stack, as a single post, without the list's arrays of WRs and
+            // SGEs: what a list of one costs is then that of one post.
+            let Some((buffer, op)) = list.entries.pop() else { return Ok(()) };
+            return match self.post_chained(list, ManuallyDrop::into_inner(buffer), op, signal_last)
+            {
+                Ok(()) => Ok(()),
+                // Refused: the list as it was.
+                Err(PostError { buffer: Some(buffer), error }) => {
+                    list.entries.push((ManuallyDrop::new(buffer), op));
+                    Err(error)
+                }
+                Err(PostError { buffer: None, error }) => Err(error),
+            };
+        }
         let qp = self.as_raw() as usize;
         if list.open.is_some_and(|open| open.qp != qp) {
             return Err(open_elsewhere());
@@ -344,25 +410,14 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         // The chain of unsignaled chunks is kept in one pool's bookkeeping (`mark_launched`).
         let pool = list.open.map_or(first.pool_id(), |open| open.pool);
         let before = list.open.map_or(UNCHAINED, |open| open.tail);
-        let refused = if let [(buffer, op)] = &list.entries[..] {
-            // One WR on the stack, as a single post, without the list's arrays of WRs and
-            // SGEs: what a list of one (write_bw's -l 1) costs is then that of one post.
+        // The checks that need no WR first, so that a refusal leaves the list as it was.
+        for (buffer, op) in &list.entries {
             self.check_entry(buffer, *op, pool)?;
-            self.lent(buffer);
-            // SAFETY: as in `post_buffer`; unsignaled, the chunk is released by a later
-            // signaled WR of this list on this QP (on a send queue, after all before it).
-            unsafe { self.post_marked(buffer, *op, signal_last, before) }
-        } else {
-            // The checks that need no WR first, so that a refusal leaves the list as it was.
-            for (buffer, op) in &list.entries {
-                self.check_entry(buffer, *op, pool)?;
-            }
-            // (One pool: noting its first buffer notes them all.)
-            self.lent(&list.entries[0].0);
-            self.post_many(list, signal_last, before)
-        };
+        }
+        // (One pool: noting its first buffer notes them all.)
+        self.lent(&list.entries[0].0);
         // (Settled in each arm: with all posted, the compiler drops what handles the refused.)
-        match refused {
+        match self.post_many(list, signal_last, before) {
             Ok(()) => {
                 list.settle(list.entries.len(), signal_last, qp, pool);
                 Ok(())
@@ -371,6 +426,52 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
                 list.settle(posted, signal_last, qp, pool);
                 Err(error)
             }
+        }
+    }
+
+    /// Posts `buffer` with `op` as the next WR of `list`'s chain (behind its open chain's
+    /// tail), after the checks of a list's entry; the chain then ends with it, or is closed
+    /// when it is signaled.
+    #[inline(always)]
+    fn post_chained<'p, Op: ListOp<'p>>(
+        &self,
+        list: &mut SendList<'p, Op>,
+        buffer: Buffer<'p>,
+        op: Op,
+        signaled: bool,
+    ) -> Result<(), PostError<'p>>
+    where
+        'p: 'res,
+    {
+        let qp = self.as_raw() as usize;
+        let (pool, before) = match list.open {
+            Some(open) if open.qp != qp => {
+                return Err(PostError { buffer: Some(buffer), error: open_elsewhere() })
+            }
+            Some(open) => (open.pool, open.tail),
+            None => (buffer.pool_id(), UNCHAINED),
+        };
+        if let Err(error) = self.check_entry(&buffer, op, pool) {
+            return Err(PostError { buffer: Some(buffer), error });
+        }
+        self.lent(&buffer);
+        // SAFETY: as in `post_buffer`; unsignaled, the chunk is released by a later signaled
+        // WR of this list on this QP (on a send queue, after all before it).
+        let refused = match unsafe { self.post_marked(&buffer, op, signaled, before) } {
+            Ok(()) => None,
+            Err(PostListError { posted: 0, error }) => {
+                buffer.unmark();
+                return Err(PostError { buffer: Some(buffer), error });
+            }
+            // The provider may have taken it: counted as posted, as in a list.
+            Err(PostListError { error, .. }) => Some(error),
+        };
+        list.open = (!signaled).then_some(OpenChain { qp, pool, tail: buffer.link() });
+        // The token is gone: the chunk is in flight.
+        std::mem::forget(buffer);
+        match refused {
+            None => Ok(()),
+            Some(error) => Err(PostError { buffer: None, error }),
         }
     }
 

@@ -97,8 +97,11 @@ fn a_receive_list_on_a_short_queue_keeps_what_did_not_fit_and_the_rest_receive()
     assert_eq!(all.len(), 16, "every buffer came back");
 }
 
+/// Eight RDMA WRITEs, only the last signaled, posted as one list (one `ibv_post_send`) and
+/// then one at a time through the list's chain (`post_send_buffer_chained`): the signaled
+/// completion frees all eight, and the data landed.
 #[test]
-fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
+fn a_send_list_or_its_chain_signals_the_last_and_frees_them_all() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let pool = lo.pool(8, 1024);
@@ -108,33 +111,41 @@ fn a_send_list_posts_once_signals_the_last_and_frees_them_all() {
     let (a, b) = lo.rc_pair(8, remote_access);
 
     let mut list = SendList::with_capacity(8);
-    for i in 0..8u8 {
-        let mut buf = pool.take().unwrap();
-        buf.fill(&[i; 1024]).unwrap();
-        let remote = target.remote(usize::from(i) * 1024..).unwrap();
-        list.push(buf, SendOp::RdmaWrite(remote)).unwrap();
-    }
-    assert!(pool.take().is_none(), "all 8 buffers are in the list");
-    a.post_send_buffers(&mut list, true).unwrap();
-    assert!(list.is_empty());
+    for chained in [false, true] {
+        for i in 0..8u8 {
+            let mut buf = pool.take().unwrap();
+            buf.fill(&[i + u8::from(chained); 1024]).unwrap();
+            let op = SendOp::RdmaWrite(target.remote(usize::from(i) * 1024..).unwrap());
+            match chained {
+                true => a.post_send_buffer_chained(&mut list, buf, op, i == 7).unwrap(),
+                false => list.push(buf, op).unwrap(),
+            }
+        }
+        assert!(pool.take().is_none(), "all 8 buffers are in the list or in flight");
+        if !chained {
+            a.post_send_buffers(&mut list, true).unwrap();
+        }
+        assert!(list.is_empty());
 
-    let mut wcs = wait_for(&lo.cq, 1);
-    assert!(wcs[0].is_success(), "{wcs:?}");
-    let last = pool.complete(&mut wcs[0]).expect("the signaled last WR names its buffer");
-    assert_eq!(last.as_slice(), &[7u8; 1024][..]);
-    drop(last);
-    // The seven unsignaled ones came back with it.
-    let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
-    assert_eq!(free.len(), 8);
-    let mut written = vec![0u8; 8 * 1024];
-    target.read(0, &mut written).unwrap();
-    for (i, chunk) in written.chunks(1024).enumerate() {
-        assert!(chunk.iter().all(|&b| usize::from(b) == i), "chunk {i}");
+        let mut wcs = wait_for(&lo.cq, 1);
+        assert!(wcs[0].is_success(), "{wcs:?}");
+        let last = pool.complete(&mut wcs[0]).expect("the signaled last WR names its buffer");
+        assert_eq!(last.as_slice(), &[7 + u8::from(chained); 1024][..]);
+        drop(last);
+        // The seven unsignaled ones came back with it.
+        let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+        assert_eq!(free.len(), 8, "chained: {chained}");
+        let mut written = vec![0u8; 8 * 1024];
+        target.read(0, &mut written).unwrap();
+        for (i, chunk) in written.chunks(1024).enumerate() {
+            let want = i + usize::from(chained);
+            assert!(chunk.iter().all(|&b| usize::from(b) == want), "chunk {i}, chained: {chained}");
+        }
+        assert!(
+            lo.cq.poll(&mut [WorkCompletion::EMPTY; 4]).unwrap().is_empty(),
+            "only the last WR was signaled"
+        );
     }
-    assert!(
-        lo.cq.poll(&mut [WorkCompletion::EMPTY; 4]).unwrap().is_empty(),
-        "only the last WR was signaled"
-    );
     drop(b);
 }
 

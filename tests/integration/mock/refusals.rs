@@ -493,6 +493,52 @@ fn a_send_list_refuses_buffers_of_two_pools() {
     });
 }
 
+/// A list's chain is one QP's and one pool's: a post through it on another QP while it is
+/// open, or of another pool's buffer, is refused, by `post_send_buffers` and by
+/// `post_send_buffer_chained` alike, the buffer back and the chain as it was; a signaled post
+/// through it then releases every chunk chained.
+#[test]
+fn a_chain_refuses_another_qp_or_pool_and_a_signaled_post_releases_it() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let (a, b) = (pool(pd, AccessFlags::LOCAL_WRITE), pool(pd, AccessFlags::LOCAL_WRITE));
+        let (qp, other) = (rc_self(ctx, pd, cq, path, 1), rc_self(ctx, pd, cq, path, 1));
+        fn refused(
+            err: rdma_verbs::PostError<'_>,
+            kind: InvalidInputKind,
+        ) -> rdma_verbs::Buffer<'_> {
+            assert_eq!(err.error.invalid_input_kind(), Some(kind), "{err}");
+            err.buffer.expect("a refused buffer comes back")
+        }
+        for _ in 0..2 {
+            qp.post_recv_buffer(b.take().unwrap()).map_err(|e| e.error).unwrap();
+        }
+        let mut list = rdma_verbs::SendList::with_capacity(1);
+        qp.post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, false).unwrap();
+        let elsewhere = InvalidInputKind::UnsignaledInFlight;
+        let err = other.post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, true);
+        let buf = refused(err.unwrap_err(), elsewhere);
+        list.push(buf, SendOp::Send).unwrap();
+        let err = other.post_send_buffers(&mut list, true).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(elsewhere), "{path:?}");
+        drop(list.pop());
+        let err = qp.post_send_buffer_chained(&mut list, b.take().unwrap(), SendOp::Send, true);
+        drop(refused(err.unwrap_err(), InvalidInputKind::OtherPool));
+        // The chain as it was: a signaled post closes it, and its completion frees both (the
+        // SENDs land in the receives of `b`'s chunks, QP to itself).
+        qp.post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, true).unwrap();
+        let mut wcs = [WorkCompletion::EMPTY; 4];
+        let back: Vec<_> =
+            cq.poll(&mut wcs).unwrap().iter_mut().filter_map(|wc| a.complete(wc)).collect();
+        assert_eq!(back.len(), 1, "{path:?}: one signaled WR");
+        drop(back);
+        let free: Vec<_> = std::iter::from_fn(|| a.take()).collect();
+        assert_eq!(free.len(), a.count(), "{path:?}: the unsignaled chunk came back too");
+        // Closed, the chain takes another QP's posts.
+        other.post_send_buffer_chained(&mut list, b.take().unwrap(), SendOp::Send, true).unwrap();
+        assert_eq!(mock.take_violations(), [], "{path:?}");
+    });
+}
+
 /// A type-1 bind on a QP of another PD than the window's is refused before the provider
 /// (the strict mock's `Rule::BindOutsideMr`).
 #[test]
@@ -512,8 +558,8 @@ fn bind_mw_on_a_qp_of_another_pd_is_refused() {
 
 /// On a provider this crate does not know (the mock's vendor), a failed `ibv_wr_complete`
 /// may have posted the batch: one buffer's post then keeps it in flight (no buffer in the
-/// `PostError`), as a list's keeps its buffers, instead of handing back a chunk the NIC may
-/// still read.
+/// `PostError`), as a list's keeps its buffers (and a chained post its one), instead of
+/// handing back a chunk the NIC may still read.
 #[test]
 fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
     let fx = fixture(VerbsPath::Extended);
@@ -530,6 +576,9 @@ fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
     let err = qp.post_send_buffer(pool.take().unwrap(), SendOp::Send).unwrap_err();
     assert!(err.buffer.is_none(), "the buffer stays in flight: {:?}", err.buffer);
     assert_eq!(err.error.errno(), Some(libc::EIO));
+    fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
+    let err = qp.post_send_buffer_chained(&mut list, pool.take().unwrap(), SendOp::Send, true);
+    assert!(err.unwrap_err().buffer.is_none(), "a chained buffer stays in flight too");
     let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
-    assert_eq!(free.len(), pool.count() - 2, "both chunks stay the NIC's");
+    assert_eq!(free.len(), pool.count() - 3, "the three chunks stay the NIC's");
 }

@@ -58,6 +58,9 @@ enum Step {
     /// every other one of `ops[0]` and `lens[0]`, the rest of `ops[1]` and `lens[1]` (a list
     /// of WRs built alike or not).
     List { qp: usize, pool: usize, ops: [Op; 2], lens: [usize; 2], n: usize, signal_last: bool },
+    /// `post_send_buffer_chained` (`post_send_buffer_chained_to` on UD) of `len` bytes with
+    /// `op` through the list of `List` steps, `signaled` or not.
+    Chained { qp: usize, pool: usize, op: Op, len: usize, signaled: bool },
     /// `poll`, then `complete` on every pool; the buffers are dropped.
     Poll,
     /// The next WR executed on `qp` completes with an error (the QP goes to ERROR).
@@ -140,6 +143,9 @@ fn step() -> impl Strategy<Value = Step> {
             let rights = AccessFlags::from_bits_truncate(r << 1) & WINDOW_RIGHTS;
             Step::Bind { qp, start, len, rights }
         }),
+        2 => (qp.clone(), pool.clone(), op(), len.clone(), any::<bool>()).prop_map(
+            |(qp, pool, op, len, signaled)| Step::Chained { qp, pool, op, len, signaled }
+        ),
         2 => (qp.clone(), pool, [op(), op()], [len.clone(), len], 1..5usize, any::<bool>())
             .prop_map(|(qp, pool, ops, lens, n, signal_last)| Step::List {
                 qp,
@@ -334,6 +340,8 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
     let qpns: Vec<Qpn> = slots.iter().map(|s| s.qp_num().unwrap()).collect();
     let mut list = SendList::with_capacity(4);
     let mut ud_list = SendList::with_capacity(4);
+    // A UD QP sends to its pair's QP.
+    let dest = |qp: usize| UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
     let mut wcs = [WorkCompletion::EMPTY; 16];
     let mut handed_back = 0;
 
@@ -370,17 +378,16 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
             Step::Send { qp, pool, op, len, window: through_window } => {
                 let Some(mut buf) = pools[pool].take() else { continue };
                 buf.set_len(len).unwrap();
-                let dest = UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
                 let send_op = op.send_op(remote, through_window.then(|| window.rkey()));
                 let _ = match &slots[qp] {
                     Slot::Rc(q) => q.post_send_buffer(buf, send_op).map_err(drop),
                     Slot::Uc(q) => q.post_send_buffer(buf, send_op).map_err(drop),
-                    Slot::Ud(q) => q.post_send_buffer_to(buf, &dest, op.imm()).map_err(drop),
+                    Slot::Ud(q) => q.post_send_buffer_to(buf, &dest(qp), op.imm()).map_err(drop),
                     Slot::Gone => Ok(()),
                 };
             }
             Step::List { qp, pool, ops, lens, n, signal_last } => {
-                let dest = UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
+                let dest = dest(qp);
                 for i in 0..n {
                     let Some(mut buf) = pools[pool].take() else { break };
                     let (op, len) = (ops[i % 2], lens[i % 2]);
@@ -399,6 +406,18 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 // What the list kept (refused, or its QP gone) goes back to the pools.
                 while list.pop().is_some() {}
                 while ud_list.pop().is_some() {}
+            }
+            Step::Chained { qp, pool, op, len, signaled } => {
+                let Some(mut buf) = pools[pool].take() else { continue };
+                buf.set_len(len).unwrap();
+                let (send_op, send) =
+                    (op.send_op(remote, None), UdSend { dest: dest(qp), imm: op.imm() });
+                let _ = match &slots[qp] {
+                    Slot::Rc(q) => q.post_send_buffer_chained(&mut list, buf, send_op, signaled),
+                    Slot::Uc(q) => q.post_send_buffer_chained(&mut list, buf, send_op, signaled),
+                    Slot::Ud(q) => q.post_send_buffer_chained_to(&mut ud_list, buf, send, signaled),
+                    Slot::Gone => Ok(()),
+                };
             }
             Step::Bind { qp, start, len, rights } => {
                 // A range past the target or rights it lacks are refused before the verb.
