@@ -486,8 +486,12 @@ fn run_bw(
         } else {
             let lists =
                 (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
-            let mut tier =
-                Safe { qps: &qps_rts, pool: &pool, lists, mode, remotes: remotes.clone() };
+            let mut tier = Safe {
+                qps: &qps_rts,
+                pool: &pool,
+                lists,
+                ops: remotes.iter().map(|&r| mode.op(r)).collect(),
+            };
             traffic::run(&mut tier, waits, &qpns, Some(&qpns), plan, control)?
         };
         with_peer(nothing_lost(stats)?, args, control).map(Some)

@@ -308,19 +308,27 @@ pub struct Safe<'q, 'a> {
     pub qps: &'q [QueuePair<'a, Rts>],
     pub pool: &'a BufferPool<'a>,
     pub lists: Vec<SendList<'a>>,
-    pub mode: Mode,
-    pub remotes: Vec<RemoteAddr>,
+    /// Each QP's operation, built once (as the raw tier's WRs).
+    pub ops: Vec<SendOp>,
 }
 
 impl Tier for Safe<'_, '_> {
     fn post(&mut self, q: usize, n: u32, size: u32, signal: bool) -> Result<(), Error> {
-        let op = self.mode.op(self.remotes[q]);
-        let list = &mut self.lists[q];
-        for _ in 0..n {
+        let (list, op) = (&mut self.lists[q], self.ops[q]);
+        let take = || {
             let mut buf =
                 self.pool.take().ok_or("the buffer pool ran dry: every buffer is in flight")?;
             buf.set_len(size as usize)?;
-            list.push(buf, op).map_err(|_| "the post list is full")?;
+            Ok::<_, Error>(buf)
+        };
+        if n == 1 {
+            // (-l 1: straight to the QP, without storing the buffer in the list.)
+            return Ok(self.qps[q]
+                .post_send_buffer_chained(list, take()?, op, signal)
+                .map_err(|e| e.error)?);
+        }
+        for _ in 0..n {
+            list.push(take()?, op).map_err(|_| "the post list is full")?;
         }
         Ok(self.qps[q].post_send_buffers(list, signal)?)
     }
