@@ -390,7 +390,7 @@ pub(crate) fn discard(s: &mut State, qpn: u32) {
         qp.rq.clear();
         qp.unsignaled.clear();
         qp.batch = None;
-        qp.sq_inflight.clear();
-        qp.rq_inflight.clear();
+        s.reg.discard(Queue::Send(qpn));
+        s.reg.discard(Queue::Recv(qpn));
     }
 }

@@ -361,13 +361,15 @@ fn complete_batch(s: &mut State, qpn: u32, mut batch: Vec<SendWork>) -> Result<(
     let queue = Queue::Send(qpn);
     let ids: Vec<u64> = batch.iter().map(|w| w.wr_id).collect();
     let mut fatal = !check_chain(s, queue, &ids);
-    for (position, work) in batch.iter_mut().enumerate() {
+    for position in 0..batch.len() {
+        let (earlier, rest) = batch.split_at_mut(position);
+        let work = &mut rest[0];
         // A failed inline read was recorded when its setter ran.
         fatal |= work.fatal;
         if work.poisoned {
             continue;
         }
-        if let Err((rule, detail)) = check_send(&s.reg, &s.reg.qps[&qpn], work, &ids[..position]) {
+        if let Err((rule, detail)) = check_send(&s.reg, &s.reg.qps[&qpn], work, earlier) {
             let wr_id = work.wr_id;
             fatal |= !s.violate(Violation { rule, queue, wr_id, position, detail });
             work.poisoned = true;

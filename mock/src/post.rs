@@ -114,7 +114,8 @@ unsafe fn read_send(s: &State, wr: &ibv_send_wr) -> (SendWork, Option<Broken>) {
 
 /// Queues the checked (or poisoned) send `w` on QP `qpn`.
 pub(crate) fn enqueue_send(s: &mut State, qpn: u32, w: SendWork) {
-    s.reg.post(Queue::Send(qpn), w.wr_id);
+    let named: &[ibv_sge] = if w.inline.is_some() { &[] } else { &w.sges };
+    s.reg.post(Queue::Send(qpn), w.wr_id, named);
     s.reg.qps.get_mut(&qpn).expect("live").sq.push_back(w);
 }
 
@@ -256,7 +257,7 @@ unsafe fn post_receives(
             }
             work.poisoned = true;
         }
-        s.reg.post(queue, work.wr_id);
+        s.reg.post(queue, work.wr_id, &work.sges);
         match queue {
             Queue::Srq(handle) => s.reg.srqs.get_mut(&handle).expect("live").rq.push_back(work),
             _ => s.reg.qps.get_mut(&qpn.expect("a QP's queue")).expect("live").rq.push_back(work),

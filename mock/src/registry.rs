@@ -263,6 +263,9 @@ pub(crate) struct Registry {
     pub ahs: HashMap<usize, *mut ibv_pd>,
     /// By the window's address.
     pub mws: HashMap<usize, MwInfo>,
+    /// The bytes each outstanding buffer-tier work request names, by its `wr_id`: per SGE
+    /// (non-inline), its lkey and IOVA range ([`Rule::BufferInFlight`](crate::Rule)).
+    pub buffer_bytes: HashMap<u64, Vec<(u32, std::ops::Range<u64>)>>,
 }
 
 /// The bit the safe crate's buffer tier sets in its wr_ids.
@@ -319,10 +322,16 @@ impl Registry {
         }
     }
 
-    /// Counts `wr_id` outstanding on `queue`.
-    pub fn post(&mut self, queue: Queue, wr_id: u64) {
+    /// Counts `wr_id` outstanding on `queue`, naming the bytes of `sges` (none for inline
+    /// data, which is read at the post).
+    pub fn post(&mut self, queue: Queue, wr_id: u64, sges: &[ibv_sge]) {
         if let Some(inflight) = self.inflight_mut(queue) {
             inflight.push(wr_id);
+            if wr_id & BUFFER_TIER_BIT != 0 {
+                let bytes = sges.iter().filter(|g| g.length != 0);
+                let ranges = bytes.map(|g| (g.lkey, g.addr..g.addr + u64::from(g.length)));
+                self.buffer_bytes.insert(wr_id, ranges.collect());
+            }
         }
     }
 
@@ -331,8 +340,29 @@ impl Registry {
         if let Some(inflight) = self.inflight_mut(queue) {
             if let Some(i) = inflight.iter().position(|&id| id == wr_id) {
                 inflight.remove(i);
+                self.buffer_bytes.remove(&wr_id);
             }
         }
+    }
+
+    /// Forgets everything outstanding on `queue` (a QP reset or destroyed, an SRQ gone).
+    pub fn discard(&mut self, queue: Queue) {
+        let ids = self.inflight_mut(queue).map(std::mem::take).unwrap_or_default();
+        for wr_id in ids {
+            self.buffer_bytes.remove(&wr_id);
+        }
+    }
+
+    /// An outstanding buffer-tier work request naming bytes of `sge` (same lkey, overlapping
+    /// IOVA range), if any.
+    pub fn buffer_in_flight(&self, sge: &ibv_sge) -> Option<u64> {
+        let range = sge.addr..sge.addr + u64::from(sge.length);
+        self.buffer_bytes.iter().find_map(|(&wr_id, ranges)| {
+            ranges
+                .iter()
+                .any(|(lkey, r)| *lkey == sge.lkey && r.start < range.end && range.start < r.end)
+                .then_some(wr_id)
+        })
     }
 
     /// Whether the buffer-tier `wr_id` is outstanding anywhere in this mock.

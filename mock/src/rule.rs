@@ -39,6 +39,10 @@ pub enum Rule {
     /// A buffer-tier `wr_id` (bit 63 set) posted while an earlier work request with the same
     /// `wr_id` is still outstanding on any queue of this mock.
     WrIdInFlight,
+    /// A buffer-tier work request (`wr_id` bit 63) whose SGE overlaps, in the same MR, an SGE
+    /// of another buffer-tier work request still outstanding on any queue of this mock: the
+    /// buffer tier handed out a chunk the NIC still owns.
+    BufferInFlight,
     /// A queued work request, when the mock came to execute it, named memory that is no
     /// longer registered: the NIC would access memory the program may have freed.
     MrGoneBeforeExecution,
@@ -65,6 +69,7 @@ impl Rule {
             Rule::TooManySges => "more SGEs than the queue allows",
             Rule::ChainLength => "a posted list of another length than declared",
             Rule::WrIdInFlight => "a buffer-tier wr_id posted while it is outstanding",
+            Rule::BufferInFlight => "a buffer-tier SGE over bytes of an outstanding one",
             Rule::MrGoneBeforeExecution => {
                 "the NIC would access memory that is no longer registered"
             }

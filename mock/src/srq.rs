@@ -10,6 +10,7 @@ use rdma_verbs_sys::bindings::*;
 use super::call::{Call, Verb};
 use super::device::device_attr;
 use super::registry::SrqInfo;
+use super::rule::Queue;
 use super::state::{serve, Kind};
 use super::verbs::{or_null, status};
 
@@ -80,6 +81,7 @@ pub(super) extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         if s.reg.qps.values().any(|qp| qp.srq == Some(handle)) {
             return Err(libc::EBUSY);
         }
+        s.reg.discard(Queue::Srq(handle));
         s.reg.srqs.remove(&handle);
         s.release(srq, Kind::Srq)
     }))

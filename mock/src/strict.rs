@@ -72,16 +72,17 @@ pub(crate) fn read_inline(reg: &Registry, chunks: &[(usize, usize)]) -> Result<V
     Ok(bytes)
 }
 
-/// Checks a send work request against its QP (`qp` of number `qpn`); `earlier` are the
-/// buffer-tier wr_ids accepted before it in the same post but not yet counted outstanding.
+/// Checks a send work request against its QP (`qp` of number `qpn`); `earlier` are the work
+/// requests before it in the same post, not yet counted outstanding.
 pub(crate) fn check_send(
     reg: &Registry,
     qp: &QpInfo,
     wr: &SendWork,
-    earlier: &[u64],
+    earlier: &[SendWork],
 ) -> Result<(), Broken> {
     let raw = qp.raw();
-    check_wr_id(reg, wr.wr_id, earlier)?;
+    let earlier_ids: Vec<u64> = earlier.iter().map(|w| w.wr_id).collect();
+    check_wr_id(reg, wr.wr_id, &earlier_ids)?;
     if wr.inline.is_none() && wr.sges.len() > qp.max_send_sge as usize {
         let detail = format!("{} SGEs, max_send_sge {}", wr.sges.len(), qp.max_send_sge);
         return Err((Rule::TooManySges, detail));
@@ -115,6 +116,9 @@ pub(crate) fn check_send(
         for sge in &wr.sges {
             check_sge(reg, raw.pd, sge, write)?;
         }
+        let buffers = earlier.iter().filter(|w| w.wr_id & crate::registry::BUFFER_TIER_BIT != 0);
+        let earlier = buffers.filter(|w| w.inline.is_none()).flat_map(|w| &w.sges);
+        check_buffer_bytes(reg, wr.wr_id, &wr.sges, earlier)?;
     }
     Ok(())
 }
@@ -150,7 +154,39 @@ pub(crate) fn check_recv(
         let detail = format!("{} SGEs, max_recv_sge {max_sge}", wr.sges.len());
         return Err((Rule::TooManySges, detail));
     }
-    wr.sges.iter().try_for_each(|sge| check_sge(reg, pd, sge, true))
+    wr.sges.iter().try_for_each(|sge| check_sge(reg, pd, sge, true))?;
+    check_buffer_bytes(reg, wr.wr_id, &wr.sges, [].iter())
+}
+
+/// [`Rule::BufferInFlight`], for a buffer-tier work request: its SGEs against those of the
+/// outstanding ones, and the `earlier` SGEs of its own post.
+fn check_buffer_bytes<'a>(
+    reg: &Registry,
+    wr_id: u64,
+    sges: &[ibv_sge],
+    earlier: impl Iterator<Item = &'a ibv_sge> + Clone,
+) -> Result<(), Broken> {
+    if wr_id & crate::registry::BUFFER_TIER_BIT == 0 {
+        return Ok(());
+    }
+    let overlap = |a: &ibv_sge, b: &ibv_sge| {
+        a.lkey == b.lkey
+            && a.addr < b.addr + u64::from(b.length)
+            && b.addr < a.addr + u64::from(a.length)
+    };
+    for sge in sges.iter().filter(|g| g.length != 0) {
+        let what = format!("SGE {:#x}+{} lkey {:#x}", sge.addr, sge.length, sge.lkey);
+        if let Some(other) = reg.buffer_in_flight(sge) {
+            return Err((Rule::BufferInFlight, format!("{what}: wr_id {other:#x} names it")));
+        }
+        if earlier.clone().any(|e| e.length != 0 && overlap(sge, e)) {
+            return Err((
+                Rule::BufferInFlight,
+                format!("{what}: a WR before it in the post names it"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// [`Rule::WrIdInFlight`].

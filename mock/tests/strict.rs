@@ -385,6 +385,11 @@ fn forbidden_sends() -> Vec<Case> {
             let wr = Wr::new(id, IBV_WR_SEND, vec![mr.sge(0, 8)]);
             (vec![wr.clone(), wr], vec![mr])
         }),
+        ("buffer-tier SGEs over the same bytes", IBV_QPT_RC, Rule::BufferInFlight, |r| {
+            let mr = r.register(64, LOCAL);
+            let first = Wr::new(1 << 63 | 10, IBV_WR_SEND, vec![mr.sge(0, 16)]);
+            (vec![first, Wr::new(1 << 63 | 11, IBV_WR_SEND, vec![mr.sge(8, 16)])], vec![mr])
+        }),
     ]
 }
 

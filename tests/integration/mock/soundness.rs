@@ -550,6 +550,18 @@ fn the_holes_of_issue_13_stay_closed() {
     }
 }
 
+/// A pool run dry hands out no chunk the NIC holds: 17 receives on a pool of 16 chunks (the
+/// last finds none), then one more. A search that freed each chunk it failed to claim (a
+/// token built with `then_some`, dropped) gave the 18th receive a chunk of the first,
+/// still queued (the mock's `Rule::BufferInFlight`).
+#[test]
+fn a_dry_pool_hands_out_no_chunk_in_flight() {
+    let steps = vec![Step::Recv { qp: 0, pool: 0 }; 18];
+    for extended in [false, true] {
+        assert_eq!(run(&steps, extended, false), Ok(0), "extended {extended}");
+    }
+}
+
 /// Hole 2: after a list post, a WR of the list posted alone posts only itself (its `next`
 /// from the list is not followed), on the legacy verbs where `next` is the list.
 #[test]
