@@ -1,9 +1,9 @@
 //! The data path allocates nothing in steady state: each post and each poll, in the raw tier
 //! (`post_send`, `post_send_list`, `post_recv`, `post_recv_list`, `poll`, also through the extended verbs:
 //! `ibv_wr_*` batches and `ibv_start_poll`) and in the buffer tier (`post_send_buffer`,
-//! `post_send_buffers`, `post_recv_buffer`, `post_recv_buffers`, `complete`), against the
-//! mock provider with stub data-path ops that keep their WRs in a fixed ring (the mock's own
-//! allocate; see `support/stub_data_path.rs`).
+//! `post_send_buffers`, `post_send_buffer_chained`, `post_recv_buffer`, `post_recv_buffers`,
+//! `complete`), against the mock provider with stub data-path ops that keep their WRs in a
+//! fixed ring (the mock's own allocate; see `support/stub_data_path.rs`).
 //!
 //! A binary of its own, not a module of `integration`: a global allocator is per binary, and
 //! this one counts. It counts per thread, so the harness and the other tests, on their own
@@ -360,13 +360,14 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
         "take",
         "post_send_buffer",
         "post_send_buffers",
+        "post_send_buffer_chained",
         "post_recv_buffer",
         "post_recv_buffers",
         "poll",
         "complete",
     ];
     assert_rounds_allocate_nothing(names, || {
-        let mut n = [0; 7];
+        let mut n = [0; 8];
         let mut take = || {
             let mut buffer = None;
             n[0] += allocations_in(|| buffer = pool.take());
@@ -375,6 +376,7 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
             buffer
         };
         let one = take();
+        let chained = [take(), take()];
         let batch: Vec<_> = (0..LIST).map(|_| take()).collect();
         let receive = take();
         for buffer in batch {
@@ -385,17 +387,23 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
         }
         n[1] = allocations_in(|| qp.post_send_buffer(one, op).unwrap());
         n[2] = allocations_in(|| qp.post_send_buffers(&mut list, true).unwrap());
-        n[3] = allocations_in(|| qp.post_recv_buffer(receive).unwrap());
-        n[4] = allocations_in(|| qp.post_recv_buffers(&mut receives).unwrap());
+        // Two through the list's chain, the second signaled: it brings the first back.
+        for (buffer, signaled) in chained.into_iter().zip([false, true]) {
+            n[3] += allocations_in(|| {
+                qp.post_send_buffer_chained(&mut list, buffer, op, signaled).unwrap()
+            });
+        }
+        n[4] = allocations_in(|| qp.post_recv_buffer(receive).unwrap());
+        n[5] = allocations_in(|| qp.post_recv_buffers(&mut receives).unwrap());
         let done = {
             let mut done = None;
-            n[5] = allocations_in(|| done = Some(cq.poll(&mut wcs).unwrap()));
+            n[6] = allocations_in(|| done = Some(cq.poll(&mut wcs).unwrap()));
             done.unwrap()
         };
-        assert_eq!(done.len(), 5, "one completion for each signaled post and each receive");
+        assert_eq!(done.len(), 6, "one completion for each signaled post and each receive");
         for wc in done.iter_mut() {
             let mut back = None;
-            n[6] += allocations_in(|| back = pool.complete(wc));
+            n[7] += allocations_in(|| back = pool.complete(wc));
             assert!(back.is_some(), "each completion returns its buffer");
         }
         n
