@@ -26,7 +26,7 @@ const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const BW_TESTS: [&str; 3] = ["write", "read", "send"];
 /// The latency tests: their `usec_per_iter` column is t_typical.
 /// The lowest ours/perftest ratio of bandwidth and message rate that meets the target: the
-/// noise floor of identical runs in the guest (issue #15).
+/// noise floor of identical runs in the guest.
 const BANDWIDTH_FLOOR: f64 = 0.97;
 /// The highest ours/perftest ratio of t_typical that meets the target: the same floor.
 const LATENCY_FLOOR: f64 = 1.03;
@@ -191,7 +191,7 @@ fn summarize(runs: &[(Config, Vec<Run>)], conditions: &str) -> (String, String) 
         };
         let imps: &[&str] = if test == "pingpong" { &OURS[..1] } else { &OURS };
         for &(name, metric) in metrics {
-            // The targets (issue #15): MsgRate at 64 B and BW at 64 KiB >= 0.97, the noise
+            // The targets: MsgRate at 64 B and BW at 64 KiB >= 0.97, the noise
             // floor measured between identical runs; rc_pingpong's usec/iter <= 1.00; the
             // latency tools' t_typical <= 1.03, the same floor the other way. BW at one size
             // is MsgRate times that size, so its ratio is judged by MsgRate's, which perftest

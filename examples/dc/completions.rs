@@ -1,4 +1,4 @@
-//! dc_pingpong's wait for one completion, keeping the others (issue #19).
+//! dc_pingpong's wait for one completion, keeping the others.
 //!
 //! The DCT's receives and the DCI's sends complete on one CQ, and DC orders one QP's
 //! completions only against that QP's own: the peer's SEND (a receive completion) can be

@@ -8,7 +8,7 @@
 //! new rdma-core must still load on an old one.
 //!
 //! Plain `dlsym` returns each symbol's default version node, which is what a C program linked
-//! today gets (see `reference/verbs-abi.md` §1.4 for the nodes).
+//! today gets (`IBVERBS_1.0`, `IBVERBS_1.1`, … in rdma-core's `libibverbs/libibverbs.map.in`).
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, OsString};
 use std::os::unix::ffi::OsStrExt;

@@ -270,7 +270,7 @@ unsafe fn reopen(path: &Path) -> Result<Mlx5, Mlx5LoadError> {
     Ok(Mlx5 { _lib: Some(lib), path: path.to_owned(), fns })
 }
 
-// The offsets the inline `mlx5dv_wr_set_dc_addr*` rely on (verbs-abi.md §1.5).
+// The offsets the inline `mlx5dv_wr_set_dc_addr*` rely on (`struct mlx5dv_qp_ex` in rdma-core's `providers/mlx5/mlx5dv.h`).
 static_assertions::const_assert_eq!(std::mem::offset_of!(mlx5dv_qp_ex, wr_set_dc_addr), 8);
 static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_qp_init_attr>(), 40);
 static_assertions::const_assert_eq!(std::mem::size_of::<mlx5dv_dc_init_attr>(), 16);

@@ -1,4 +1,4 @@
-//! Integration tests: one binary (see STYLE 24).
+//! Integration tests: one binary (one link, one run of the harness).
 //!
 //! - `host`: need only the host (and libibverbs where installed); run everywhere.
 //! - `device` (feature `device-tests`, so a plain `cargo test` on a host counts only tests

@@ -1,4 +1,4 @@
-//! #16: an IPv6 link-local address without a scope id (the interface it is on) is refused
+//! An IPv6 link-local address without a scope id (the interface it is on) is refused
 //! before rdma_cm sees it, naming what is missing; the kernel would answer a bare `EINVAL`.
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};

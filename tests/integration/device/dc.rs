@@ -232,7 +232,7 @@ mod hardware {
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
         let caps = mlx5.caps();
         eprintln!("{caps:?}");
-        // Streams are reported only with at least 2^1 concurrent (#19).
+        // Streams are reported only with at least 2^1 concurrent.
         assert!(caps.dci_streams.is_none_or(|s| s.max_log_concurrent > 0), "{caps:?}");
         assert!(caps.dci_max_rd_atomic >= 1, "{caps:?}");
         let part = ctx.query_device().unwrap().vendor_part_id();

@@ -1,4 +1,4 @@
-//! #16: structure drift canaries on rxe0. Every structure the crate hands libibverbs to fill
+//! Structure drift canaries on rxe0. Every structure the crate hands libibverbs to fill
 //! (queries, the capabilities a create writes back, completions, async events) is passed here
 //! as the crate passes it — this build's binding type, through the same function — with
 //! canary bytes right after it. Were the loaded library's structure larger than the

@@ -1,4 +1,4 @@
-//! #16: a process out of file descriptors. libibverbs reports a `/sys/class/infiniband_verbs`
+//! A process out of file descriptors. libibverbs reports a `/sys/class/infiniband_verbs`
 //! it could not open as `ENOSYS`, which read as "the kernel exposes no uverbs"; librdmacm's
 //! event channel got the "rdma_cm node missing" hint. Both now say `EMFILE`, the limit and
 //! how to raise it. Run in a child process: RLIMIT_NOFILE is lowered there to 64.

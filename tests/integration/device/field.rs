@@ -1,4 +1,4 @@
-//! Faults from the field (#16) on rxe0: a full send queue on both verbs paths, a refused
+//! Faults from the field on rxe0: a full send queue on both verbs paths, a refused
 //! batch that strands nothing, and draining a QP so a reconnecting service keeps its pool.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! #16: fork protection (`rdma_verbs::fork`) on rxe0. Each test runs in a child process of
+//! Fork protection (`rdma_verbs::fork`) on rxe0. Each test runs in a child process of
 //! its own (`crash_isolated`): protection is process-wide and cannot be turned off, and the
 //! tests fork. The forked processes run only `write`/`read`/`_exit`.
 

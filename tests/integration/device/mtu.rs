@@ -1,4 +1,4 @@
-//! #16: a path MTU above the port's active MTU. rxe accepts RTR with 4096 on a port whose
+//! A path MTU above the port's active MTU. rxe accepts RTR with 4096 on a port whose
 //! active MTU is 1024 and `ibv_query_qp` reports 4096 back; `into_rtr` lowers it to the
 //! active MTU, as perftest does, and `query` shows the MTU in effect.
 

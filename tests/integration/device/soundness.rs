@@ -1,4 +1,4 @@
-//! Regression tests for the soundness holes of issue #13 on rxe0: safe lists go through the
+//! Regression tests for the soundness holes once open, on rxe0: safe lists go through the
 //! checks of `post_send`, UD lists carry a destination per datagram, a WR once posted in a
 //! list posts only itself, and a buffer pool over a region at a chosen IOVA addresses it by
 //! that IOVA (inline copies by its CPU address). The cases that crashed run in a child

@@ -1,4 +1,4 @@
-//! #16: UC has no receiver-not-ready flow control: a SEND that arrives before its receive is
+//! UC has no receiver-not-ready flow control: a SEND that arrives before its receive is
 //! posted is dropped, silently — the sender's completion is a success, and the receive
 //! posted afterwards takes the next SEND, not the lost one. (RC would RNR-NAK and resend.)
 

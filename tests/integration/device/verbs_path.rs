@@ -1,4 +1,4 @@
-//! One suite over a device for both verbs paths (issue #7): SEND, SEND with immediate, RDMA
+//! One suite over a device for both verbs paths: SEND, SEND with immediate, RDMA
 //! WRITE (with immediate, and from two SGEs), RDMA READ, atomics, and a batch of many WRs per doorbell, every
 //! completion and byte checked. Its QPs connect through rdma_cm to the device's own address,
 //! so the same code runs on rxe0 (`$RDMA_VM_IPV4`), which has the extended CQ and QP, and on

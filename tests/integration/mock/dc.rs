@@ -490,7 +490,7 @@ fn a_pd_of_another_context_is_refused() {
     assert!(err.to_string().contains("Mlx5Context"), "{err}");
 }
 
-// Issue #19: DC ready for its first ConnectX run.
+// DC ready for its first ConnectX run.
 
 #[path = "../../../examples/dc/completions.rs"]
 mod completions;

@@ -149,8 +149,8 @@ fn destroy_returns_the_error_or_frees_and_logs_nothing() {
 }
 
 /// A pool outlives the queues it lends chunks to only through their borrows, which
-/// `std::mem::forget` ends without destroying the queue (an adversarial review had a leaked
-/// QP's posted receive aimed at a region deregistered and freed since). So a pool that a
+/// `std::mem::forget` ends without destroying the queue (otherwise a leaked
+/// QP's posted receive could aim at a region deregistered and freed since). So a pool that a
 /// queue leaked this way still holds chunks of leaks its region, saying so; a pool whose
 /// queues were destroyed deregisters it, chunks still posted or not.
 #[test]

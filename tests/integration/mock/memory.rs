@@ -31,7 +31,7 @@ fn register_with_iova_sends_the_iova_and_sges_and_peers_use_it() {
 }
 
 /// A borrow ends with its region even when deregistration fails, so a borrowed slice is
-/// registered for local access only (an adversarial review had a peer's RDMA WRITE land in
+/// registered for local access only (otherwise a peer's RDMA WRITE could land in
 /// bytes the program owned again); an IOVA range past 2^64 is refused before the verb.
 #[test]
 fn borrowed_memory_is_local_only_and_an_iova_range_stays_below_2_64() {
@@ -78,7 +78,7 @@ fn take_from_a_pool_with_no_free_chunk_finds_none_and_frees_none() {
 
 /// A pool's chunks are written by the NIC after the post, so a leaked pool and QP
 /// (`std::mem::forget`) would let a receive land in a borrowed slice after its borrow ended
-/// (an adversarial review did it, on the mock and on rxe0): a pool takes owned memory only.
+/// (shown on the mock and on rxe0): a pool takes owned memory only.
 #[test]
 fn a_buffer_pool_refuses_a_region_over_borrowed_memory() {
     let f = Fixture::new();

@@ -1,5 +1,5 @@
 //! Safe calls that would make a work request reach the provider in a shape the crate
-//! promises to refuse, each from an adversarial review of the send path: each test asserts
+//! promises to refuse, each a way into the send path once open: each test asserts
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,

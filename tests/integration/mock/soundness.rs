@@ -1,4 +1,4 @@
-//! The soundness proof's property suite (DESIGN §4.10, issue #13): random sequences of *safe*
+//! The soundness proof's property suite: random sequences of *safe*
 //! calls — buffer receives on QPs and an SRQ, alone and in lists, single and list sends of every `SendOp` on RC,
 //! UC and UD (to the target by its own rkey or a type-1 window's), window binds, drains,
 //! polls that hand buffers back, resets, drops, destroys and leaks (`mem::forget`), and faults
@@ -521,11 +521,11 @@ fn the_rig_executes_loopback_work_on_both_paths() {
     }
 }
 
-/// Issue #13's holes, each a sequence the strict mock flagged before the fix: a list that
+/// Holes once open, each a sequence the strict mock flagged before the fix: a list that
 /// skipped `post_send`'s checks (an atomic on UC, a misaligned atomic), and a pool over a
 /// region at a chosen IOVA whose SGEs carried CPU addresses (receive, send, read).
 #[test]
-fn the_holes_of_issue_13_stay_closed() {
+fn closed_holes_stay_closed() {
     let list =
         |qp, op| Step::List { qp, pool: 0, ops: [op; 2], lens: [8; 2], n: 2, signal_last: true };
     let holes = [

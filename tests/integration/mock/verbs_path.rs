@@ -1,4 +1,4 @@
-//! The extended verbs and their fallback (issue #7): which path a CQ and a QP take for each
+//! The extended verbs and their fallback: which path a CQ and a QP take for each
 //! provider, the calls a batch of work requests and a poll make on the extended path, and a
 //! missing member or `EOPNOTSUPP` surfacing as `Unsupported` naming it.
 
