@@ -166,6 +166,11 @@ mod wr;
 
 pub use rdma_verbs_sys as sys;
 
+/// The README's code blocks, compiled and checked as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use access::AccessFlags;
 pub use ah::AddressHandle;
 pub use ah::Grh;
