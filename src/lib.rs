@@ -7,6 +7,9 @@
 //! run time (`dlopen`), never linked, so one binary runs on NVIDIA MLNX_OFED / DOCA-OFED hosts
 //! and on distributions' inbox rdma-core alike.
 //!
+//! The [`guide`] explains the concepts and the two posting tiers, connecting peers, the
+//! safety model, events, DC, and running on real hardware.
+//!
 //! # Quick start
 //!
 //! ```no_run
@@ -148,6 +151,7 @@ mod fd;
 mod fit;
 pub mod fork;
 mod gid;
+pub mod guide;
 mod mr;
 mod mw;
 mod odp;

@@ -32,8 +32,9 @@
 //! # drop((dci, target)); Ok(()) }
 //! ```
 //!
-//! Not verified on ConnectX hardware by this crate's CI (which has none): see the README,
-//! "DC on ConnectX hardware".
+//! Not verified on ConnectX hardware by this crate's CI (which has none): the
+//! [guide's DC chapter](crate::guide::dc) says what is verified, and how to run the hardware
+//! tests.
 #![allow(unsafe_code)]
 //! # Safety
 //!
