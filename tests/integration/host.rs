@@ -86,17 +86,6 @@ fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
 }
 
 #[test]
-fn the_readme_example_is_examples_loopback_verbatim() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let example = std::fs::read_to_string(root.join("examples/loopback.rs")).unwrap();
-    assert!(
-        readme.contains(&format!("```rust\n{example}```")),
-        "README.md must show examples/loopback.rs verbatim"
-    );
-}
-
-#[test]
 fn perftest_options_are_checked_before_any_verb() {
     // (tool, arguments, exit status, stderr): 1 for a bad value, 2 for a refused option.
     for (tool, args, code, expected) in [
