@@ -1,6 +1,5 @@
 //! Host-tier tests: no RDMA device needed.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
