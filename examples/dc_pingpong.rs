@@ -105,8 +105,8 @@ fn run(args: &Args) -> Result<(), Error> {
     let key = DcKey(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
     let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
     let init = ToInitAttr { port: ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
-    let dct = dct.into_init(&init).map_err(|e| e.error)?;
-    let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route)).map_err(|e| e.error)?;
+    let dct = dct.into_init(&init)?;
+    let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route))?;
     let me = Peer {
         token: dct.endpoint(gid.map_or(Gid::ZERO, |g| g.gid), port.lid()),
         write_to: region.remote(written_at..written_at + size)?,

@@ -29,9 +29,8 @@ fn run() -> Result<()> {
     let cap = QpCapabilities { max_send_wr: 2, max_recv_wr: 1, ..Default::default() };
     // The QP that is written to must allow it: REMOTE_WRITE in its INIT attributes.
     let new_qp = |access| -> Result<_> {
-        Ok(pd
-            .create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?
-            .into_init(&ToInitAttr { access, ..ToInitAttr::default() })?)
+        pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?
+            .into_init(&ToInitAttr { access, ..ToInitAttr::default() })
     };
     let (a, b) = (new_qp(AccessFlags::empty())?, new_qp(AccessFlags::REMOTE_WRITE)?);
 

@@ -65,8 +65,10 @@
 //! ```
 //!
 //! - Children borrow their parents: dropping a parent first does not compile.
-//! - Each transition takes exactly the attributes it needs and computes the attribute mask;
-//!   a failed transition returns the QP with the error ([`TransitionError`]).
+//! - Each transition takes exactly the attributes it needs and computes the attribute mask.
+//!   A failed transition returns an [`Error`], which `?` takes anywhere; its `try_` twin
+//!   hands the QP back with it ([`TransitionError`]), as the buffer posts' twins hand back
+//!   the buffer (see [`Error`]).
 //! - Two posting tiers: the safe one moves [`Buffer`]s of a [`BufferPool`] into the QP and
 //!   hands them back with their completion; the raw one is `unsafe`: the caller promises the
 //!   memory stays registered and untouched while the NIC may use it. Polling is safe and

@@ -154,11 +154,26 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the SRQ's or without `LOCAL_WRITE`, or
-    /// when the SRQ takes no SGE per receive (`max_sge` 0), else the provider's.
+    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+    /// SRQ's or without `LOCAL_WRITE`, or when the SRQ takes no SGE per receive (`max_sge`
+    /// 0), else the provider's. The buffer goes back to its pool;
+    /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
     #[doc(alias = "ibv_post_srq_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
+    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
+    where
+        'p: 'a,
+    {
+        self.try_post_recv_buffer(buffer).map_err(Error::from)
+    }
+
+    /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_recv_buffer`](Self::post_recv_buffer).
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub fn try_post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'a,
     {

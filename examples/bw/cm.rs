@@ -131,7 +131,7 @@ mod by_cm {
         ) -> Result<(QueuePair<'q, Rts>, RemoteAddr), Error> {
             let data = encode(mine);
             let param = ConnParam { private_data: &data, ..self.param };
-            let up = self.ids[i].connect(qp, &param, TIMEOUT).map_err(|e| e.error)?;
+            let up = self.ids[i].connect(qp, &param, TIMEOUT)?;
             let remote = decode(&up.private_data)?;
             Ok((up.qp, remote))
         }
@@ -171,7 +171,7 @@ mod by_cm {
                 initiator_depth: self.param.initiator_depth.min(request.responder_resources),
                 ..self.param
             };
-            let up = request.id.accept(qp, &param, TIMEOUT).map_err(|e| e.error)?;
+            let up = request.id.accept(qp, &param, TIMEOUT)?;
             Ok((up.qp, remote))
         }
     }

@@ -87,8 +87,8 @@ mod with_mlx5 {
             for q in 0..qps {
                 let key = DcKey(0xdc00 + q as u64);
                 let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
-                let dct = dct.into_init(&init).map_err(|e| e.error)?;
-                dcts.push(dct.into_rtr(&rtr).map_err(|e| e.error)?);
+                let dct = dct.into_init(&init)?;
+                dcts.push(dct.into_rtr(&rtr)?);
             }
         }
         for _ in 0..rx_depth {

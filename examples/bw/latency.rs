@@ -88,7 +88,7 @@ pub fn run(
     };
     let qp = pd.create_rc_qp(&attr)?;
     let init = ToInitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
-    let qp = qp.into_init(&init).map_err(|e| e.error)?;
+    let qp = qp.into_init(&init)?;
     for _ in 0..rx {
         post_first_receive(&qp, &pool, recv_sge.as_ref(), args.raw)?;
     }
@@ -374,7 +374,7 @@ impl Post for SafePost<'_, '_> {
         if let Some(last) = buf.as_mut_slice().last_mut() {
             *last = mark;
         }
-        self.qp.post_send_buffer(buf, self.op).map_err(|e| e.error)?;
+        self.qp.post_send_buffer(buf, self.op)?;
         Ok(())
     }
 

@@ -263,8 +263,8 @@ impl Connect for ByHand<'_> {
             ..ToRtsAttr::new(psn)
         };
         self.args.set_path(&mut rtr, &mut rts)?;
-        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        Ok((qp.into_rts(&rts).map_err(|e| e.error)?, remote))
+        let qp = qp.into_rtr(&rtr)?;
+        Ok((qp.into_rts(&rts)?, remote))
     }
 }
 
@@ -435,7 +435,7 @@ fn run_bw(
     let mut ready = Vec::new();
     for _ in 0..qps {
         let qp = pd.create_rc_qp(&QpInitAttr { cap, verbs_path, ..QpInitAttr::new(&cq) })?;
-        let qp = qp.into_init(&init).map_err(|e| e.error)?;
+        let qp = qp.into_init(&init)?;
         for _ in 0..rx_depth {
             post_first_receive(&qp, &pool, recv_sges.get(ready.len()), args.raw)?;
         }
@@ -607,7 +607,7 @@ pub fn post_first_receive<'a>(
         unsafe { qp.post_recv(&mut RecvWr::new(0, sge))? };
     } else {
         let buf = pool.take().ok_or("the buffer pool ran dry")?;
-        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+        qp.post_recv_buffer(buf)?;
     }
     Ok(())
 }

@@ -323,9 +323,7 @@ impl Tier for Safe<'_, '_> {
         };
         if n == 1 {
             // (-l 1: straight to the QP, without storing the buffer in the list.)
-            return Ok(self.qps[q]
-                .post_send_buffer_chained(list, take()?, op, signal)
-                .map_err(|e| e.error)?);
+            return Ok(self.qps[q].post_send_buffer_chained(list, take()?, op, signal)?);
         }
         for _ in 0..n {
             list.push(take()?, op).map_err(|_| "the post list is full")?;
@@ -347,7 +345,7 @@ pub fn complete_safe<'a>(
 ) -> Result<(), Error> {
     let buf = pool.complete(wc).ok_or("a completion for none of our buffers")?;
     if matches!(wc.opcode(), WcOpcode::RECV) {
-        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+        qp.post_recv_buffer(buf)?;
     }
     Ok(())
 }

@@ -34,7 +34,7 @@ const NO_PREV: u32 = u32::MAX;
 /// # use rdma_verbs::*;
 /// # fn f<'a>(qp: &QueuePair<'a, Rts>, pool: &'a BufferPool<'a>) -> Result<()> {
 /// let buf = pool.take().unwrap();
-/// qp.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error)?;
+/// qp.post_send_buffer(buf, SendOp::Send)?;
 /// let first = buf.as_slice()[0]; // error: the buffer moved into the QP: in flight
 /// # Ok(()) }
 /// ```
@@ -47,7 +47,7 @@ const NO_PREV: u32 = u32::MAX;
 /// let qp = pd.create_rc_qp(&QpInitAttr::new(cq))?.into_init(&ToInitAttr::default())?;
 /// {
 ///     let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE)?, 1024)?;
-///     qp.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error)?;
+///     qp.post_recv_buffer(pool.take().unwrap())?;
 /// } // error: `pool` dropped while the QP may still write into it
 /// drop(qp);
 /// # Ok(()) }

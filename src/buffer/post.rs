@@ -133,7 +133,13 @@ impl<'p> ListOp<'p> for UdSend<'p> {
     }
 }
 
-/// A post that failed, with the buffer back.
+/// A failed post that hands the buffer back, to retry or reuse: the error of the `try_`
+/// posts ([`QueuePair::try_post_send_buffer`], …; see [`Error`] for why their plain twins
+/// return an [`Error`] instead).
+///
+/// It converts into an [`Error`] with `?` in a function returning
+/// [`Result`](crate::Result) (the buffer then goes back to its pool); its message says only
+/// what became of the buffer, its [`source`](std::error::Error::source) is the [`Error`].
 #[derive(Debug)]
 pub struct PostError<'p> {
     /// The buffer, unchanged; `None` when the provider may have taken its WR anyway (a
@@ -148,13 +154,23 @@ pub struct PostError<'p> {
 
 impl std::fmt::Display for PostError<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
+        f.write_str(match self.buffer {
+            Some(_) => "the buffer was not posted; it is handed back",
+            None => "the provider may have taken the buffer's work request: it stays in flight",
+        })
     }
 }
 
 impl std::error::Error for PostError<'_> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
+    }
+}
+
+impl From<PostError<'_>> for Error {
+    /// The error alone: the buffer goes back to its pool.
+    fn from(e: PostError<'_>) -> Self {
+        e.error
     }
 }
 
@@ -173,12 +189,32 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the QP's, else those of
-    /// [`QueuePair::post_send`] (its checks, e.g. an atomic on UC or not 8-byte aligned; then
-    /// the provider's, e.g. `ENOMEM` when the send queue is full).
+    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+    /// QP's, else those of [`QueuePair::post_send`] (its checks, e.g. an atomic on UC or not
+    /// 8-byte aligned; then the provider's, e.g. `ENOMEM` when the send queue is full). The
+    /// buffer goes back to its pool (or stays in flight where the provider may have taken its
+    /// WR, see [`PostError::buffer`]); [`try_post_send_buffer`](Self::try_post_send_buffer)
+    /// hands it back.
     #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<(), PostError<'p>>
+    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_buffer(buffer, op).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer`](Self::post_send_buffer), handing the buffer back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_send_buffer`](Self::post_send_buffer).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer<'p>(
+        &self,
+        buffer: Buffer<'p>,
+        op: SendOp,
+    ) -> Result<(), PostError<'p>>
     where
         'p: 'res,
     {
@@ -224,12 +260,34 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_send_buffers`]
-    /// for a list of this buffer; the list's chain is then as it was. The buffer is `None`
-    /// when the provider may have taken the WR anyway (see [`PostError::buffer`]): it then
-    /// joins the chain as posted.
+    /// The error of [`QueuePair::post_send_buffers`] for a list of this buffer; the list's
+    /// chain is then as it was, and the buffer goes back to its pool — unless the provider
+    /// may have taken the WR anyway (see [`PostError::buffer`]): it then joins the chain as
+    /// posted. [`try_post_send_buffer_chained`](Self::try_post_send_buffer_chained) hands it
+    /// back.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer_chained<'p>(
+        &self,
+        list: &mut SendList<'p>,
+        buffer: Buffer<'p>,
+        op: SendOp,
+        signaled: bool,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_chained(list, buffer, op, signaled).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer_chained`](Self::post_send_buffer_chained), handing the buffer back
+    /// on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
+    /// error of [`post_send_buffer_chained`](Self::post_send_buffer_chained).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer_chained<'p>(
         &self,
         list: &mut SendList<'p>,
         buffer: Buffer<'p>,
@@ -252,8 +310,29 @@ impl<'res> QueuePair<'res, Rts, Ud> {
     /// # Errors
     ///
     /// As [`QueuePair::post_send_buffer`], and the UD checks of [`QueuePair::post_send`].
+    /// [`try_post_send_buffer_to`](Self::try_post_send_buffer_to) hands the buffer back.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer_to<'p>(
+        &self,
+        buffer: Buffer<'p>,
+        dest: &UdDestination<'p>,
+        imm: Option<u32>,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_buffer(buffer, UdSend { dest: *dest, imm }).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer_to`](Self::post_send_buffer_to), handing the buffer back on
+    /// failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_send_buffer_to`](Self::post_send_buffer_to).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer_to<'p>(
         &self,
         buffer: Buffer<'p>,
         dest: &UdDestination<'p>,
@@ -293,8 +372,31 @@ impl<'res> QueuePair<'res, Rts, Ud> {
     ///
     /// As [`QueuePair::post_send_buffer_chained`], and the UD checks of
     /// [`QueuePair::post_send`] (a datagram above the path MTU).
+    /// [`try_post_send_buffer_chained_to`](Self::try_post_send_buffer_chained_to) hands the
+    /// buffer back.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer_chained_to<'p>(
+        &self,
+        list: &mut SendList<'p, UdSend<'p>>,
+        buffer: Buffer<'p>,
+        send: UdSend<'p>,
+        signaled: bool,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_chained(list, buffer, send, signaled).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to), handing the buffer
+    /// back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
+    /// error of [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer_chained_to<'p>(
         &self,
         list: &mut SendList<'p, UdSend<'p>>,
         buffer: Buffer<'p>,
@@ -558,12 +660,27 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the QP's or without `LOCAL_WRITE`, or
-    /// when the QP takes no SGE per receive (`max_recv_sge` 0), else that of
-    /// [`QueuePair::post_recv`] (e.g. `ENOMEM` when the receive queue is full).
+    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+    /// QP's or without `LOCAL_WRITE`, or when the QP takes no SGE per receive
+    /// (`max_recv_sge` 0), else that of [`QueuePair::post_recv`] (e.g. `ENOMEM` when the
+    /// receive queue is full). The buffer goes back to its pool;
+    /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
     #[doc(alias = "ibv_post_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
+    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.try_post_recv_buffer(buffer).map_err(Error::from)
+    }
+
+    /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_recv_buffer`](Self::post_recv_buffer).
+    #[doc(alias = "ibv_post_recv")]
+    pub fn try_post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'res,
     {

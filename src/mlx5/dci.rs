@@ -302,7 +302,7 @@ impl<'ctx> Mlx5Context<'ctx> {
         dci: Dci<'res, S>,
         attr: &DciInitAttr<'res>,
     ) -> Result<Dci<'res, Reset>> {
-        match dci.reset() {
+        match dci.try_reset() {
             Ok(dci) => Ok(dci),
             Err(refused) => {
                 log::debug!("DCI reset refused ({}): recreating the DCI", refused.error);
@@ -351,8 +351,18 @@ impl<'res, S: QpState> Dci<'res, S> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_reset`](Self::try_reset) hands it back.
+    pub fn reset(self) -> Result<Dci<'res, Reset>> {
+        self.try_reset().map_err(Error::from)
+    }
+
+    /// [`reset`](Self::reset), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>> {
+    pub fn try_reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr::default();
         self.transition(raw, 0, sys::IBV_QPS_RESET, "ibv_modify_qp (DCI →RESET)")
     }
@@ -376,8 +386,18 @@ impl<'res> Dci<'res, Reset> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_into_init`](Self::try_into_init) hands it back.
+    pub fn into_init(self, port: u8, pkey_index: u16) -> Result<Dci<'res, Init>> {
+        self.try_into_init(port, pkey_index).map_err(Error::from)
+    }
+
+    /// [`into_init`](Self::into_init), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_init(
+    pub fn try_into_init(
         self,
         port: u8,
         pkey_index: u16,
@@ -392,8 +412,21 @@ impl<'res> Dci<'res, Init> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_into_rtr`](Self::try_into_rtr) hands it back.
+    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>> {
+        self.try_into_rtr(attr).map_err(Error::from)
+    }
+
+    /// [`into_rtr`](Self::into_rtr), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
+    pub fn try_into_rtr(
+        self,
+        attr: &DciToRtrAttr,
+    ) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
         self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
     }
@@ -405,8 +438,18 @@ impl<'res> Dci<'res, Rtr> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_into_rts`](Self::try_into_rts) hands it back.
+    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>> {
+        self.try_into_rts(attr).map_err(Error::from)
+    }
+
+    /// [`into_rts`](Self::into_rts), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
+    pub fn try_into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
         self.transition(attr.raw(), DCI_RTS_MASK, sys::IBV_QPS_RTS, "ibv_modify_qp (DCI RTR→RTS)")
     }
 }

@@ -48,7 +48,7 @@ pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 use crate::buffer::Lenders;
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
-use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
+use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::fit::Slack;
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
@@ -269,8 +269,18 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the QP is dropped.
+    /// [`try_reset`](Self::try_reset) hands it back.
+    pub fn reset(self) -> Result<QueuePair<'res, Reset, T>> {
+        self.try_reset().map_err(Error::from)
+    }
+
+    /// [`reset`](Self::reset), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the QP and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
+    pub fn try_reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
         self.transition(
             sys::ibv_qp_attr::default(),
             0,
@@ -286,11 +296,26 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the mask bits that
-    /// are missing or not allowed for the transition (or the transition itself), or the
-    /// [`Error::Verb`] of `ibv_modify_qp` / `ibv_query_qp`.
+    /// [`Error::InvalidInput`] naming the mask bits that are missing or not allowed for the
+    /// transition (or the transition itself), or the [`Error::Verb`] of `ibv_modify_qp` /
+    /// `ibv_query_qp`; the QP is dropped. [`try_modify_raw`](Self::try_modify_raw) hands it
+    /// back.
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify_raw(
+        self,
+        attr: &sys::ibv_qp_attr,
+        mask: QpAttrMask,
+    ) -> Result<QueuePair<'res, Unknown, T>> {
+        self.try_modify_raw(attr, mask).map_err(Error::from)
+    }
+
+    /// [`modify_raw`](Self::modify_raw), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and the error of [`modify_raw`](Self::modify_raw).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn try_modify_raw(
         self,
         attr: &sys::ibv_qp_attr,
         mask: QpAttrMask,
@@ -328,20 +353,30 @@ impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the actual state
-    /// when it is not `N`, or the [`Error::Verb`] of `ibv_query_qp` (or, for UD,
-    /// `ibv_query_port`).
-    pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
+    /// [`Error::WrongState`] naming the actual state when it is not `N`, or the
+    /// [`Error::Verb`] of `ibv_query_qp` (or, for UD, `ibv_query_port`); the QP is dropped.
+    /// [`try_into_checked`](Self::try_into_checked) hands it back.
+    pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>> {
+        self.try_into_checked().map_err(Error::from)
+    }
+
+    /// [`into_checked`](Self::into_checked), handing the QP back on failure (still of
+    /// [`Unknown`] state, to check for another).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and the error of [`into_checked`](Self::into_checked).
+    pub fn try_into_checked<N: QpState>(
+        self,
+    ) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
         let attr = match self.query_raw(LIMITS_MASK) {
             Ok(attr) => attr,
             Err(error) => return Err(TransitionError { qp: self, error }),
         };
         let state = QueuePairState(attr.qp_state);
         if Some(state) != N::STATE {
-            let error = Error::invalid(
-                InvalidInputKind::QpState,
-                format!("the QP is in {state}, not {}", N::NAME),
-            );
+            let error =
+                Error::WrongState { message: format!("the QP is in {state}, not {}", N::NAME) };
             return Err(TransitionError { qp: self, error });
         }
         let ud_mtu = match self.ud_mtu_of(&attr) {

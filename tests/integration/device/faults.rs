@@ -268,7 +268,7 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
     assert_eq!(err.to_string(), too_long);
     let mut buf = pool.take().unwrap();
     buf.set_len(mtu + 1).unwrap();
-    let err = u.post_send_buffer_to(buf, &dest, None).unwrap_err();
+    let err = u.try_post_send_buffer_to(buf, &dest, None).unwrap_err();
     assert_eq!(err.error.to_string(), too_long);
     assert_eq!(err.buffer.unwrap().len(), mtu + 1, "the buffer comes back");
     let one = [mr.sge(..16).unwrap()];

@@ -53,7 +53,7 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     // RTS → SQD with a bit that transition does not take: refused before the verb, QP intact.
     let attr =
         rdma_verbs::sys::ibv_qp_attr { qp_state: QueuePairState::SQD.0, ..Default::default() };
-    let err = a.modify_raw(&attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU).unwrap_err();
+    let err = a.try_modify_raw(&attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU).unwrap_err();
     assert_eq!(
         err.error.to_string(),
         "modify_raw RTS→SQD (RC QP): bits not allowed in this transition: PATH_MTU"
@@ -65,7 +65,7 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let attr =
         rdma_verbs::sys::ibv_qp_attr { qp_state: QueuePairState::ERR.0, ..Default::default() };
     let a = a.modify_raw(&attr, QpAttrMask::STATE).unwrap();
-    let err = a.into_checked::<Rts>().unwrap_err();
+    let err = a.try_into_checked::<Rts>().unwrap_err();
     assert_eq!(err.error.to_string(), "the QP is in ERROR, not RTS");
     let a = err.qp.reset().unwrap();
     assert_eq!(a.query_state().unwrap(), QueuePairState::RESET);

@@ -203,8 +203,7 @@ fn open_session<'a>(
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-    let qp =
-        qp.into_init(&ToInitAttr { access, ..Default::default() }).map_err(|e| e.error).unwrap();
+    let qp = qp.into_init(&ToInitAttr { access, ..Default::default() }).unwrap();
     let psn = Psn::random();
     let me = Endpoint {
         lid: port.lid(),
@@ -220,8 +219,8 @@ fn open_session<'a>(
         max_dest_rd_atomic: 4,
         ..ToRtrAttr::to_endpoint(&remote, 1, Some(gid_index), port.active_mtu())
     };
-    let qp = qp.into_rtr(&rtr).map_err(|e| e.error).unwrap();
-    let qp = qp.into_rts(&ToRtsAttr::new(psn)).map_err(|e| e.error).unwrap();
+    let qp = qp.into_rtr(&rtr).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(psn)).unwrap();
     OwnSession { id, _qp: qp }
 }
 

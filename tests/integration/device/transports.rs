@@ -382,7 +382,7 @@ fn compare_swap_and_fetch_add_through_buffers_safe() {
     let mut buf = pool.take().unwrap();
     buf.set_len(4).unwrap();
     let at = base + 8 * buf.index() as u64;
-    let err = a.post_send_buffer(buf, SendOp::FetchAdd { remote, add: 1 }).unwrap_err();
+    let err = a.try_post_send_buffer(buf, SendOp::FetchAdd { remote, add: 1 }).unwrap_err();
     assert_eq!(
         err.error.to_string(),
         format!(

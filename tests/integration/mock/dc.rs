@@ -501,9 +501,8 @@ impl Dc<'_> {
         let srq = self.srq();
         let dct = self.create_dct(&srq, DcKey(7))?;
         let access = AccessFlags::REMOTE_WRITE;
-        let dct =
-            dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).map_err(|e| e.error)?;
-        let dct = dct.into_rtr(rtr).map_err(|e| e.error)?;
+        let dct = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access })?;
+        let dct = dct.into_rtr(rtr)?;
         Ok(dct.endpoint(Gid::ZERO, Lid(0)))
     }
 }
@@ -616,7 +615,7 @@ fn renew_dci_resets_or_where_the_kernel_refuses_recreates_the_dci() {
             // An older kernel: RESET only from RESET.
             let refused = dc.connect(&route(), &token()).unwrap().0;
             let err = refused.reset().unwrap_err();
-            assert_verb_error(&err.error, "ibv_modify_qp (DCI →RESET)", libc::EINVAL, &[]);
+            assert_verb_error(&err, "ibv_modify_qp (DCI →RESET)", libc::EINVAL, &[]);
         }
         f.mock.take_calls();
         let renewed = dc.mlx5.renew_dci(dci, &DciInitAttr::new(&dc.cq)).unwrap();
@@ -694,7 +693,7 @@ fn the_dci_read_depth_is_the_smaller_of_the_dc_limit_and_the_asked_one() {
     let err = dci.into_rts(&ToRtsAttr { max_rd_atomic: 5, ..ToRtsAttr::new(Psn::new(0).unwrap()) });
     let rts = "ibv_modify_qp (DCI RTR→RTS)";
     // (The generic EINVAL hint of an RTS transition names iWARP; it does not know DC.)
-    assert_verb_error(&err.unwrap_err().error, rts, libc::EINVAL, &["rdma_cm"]);
+    assert_verb_error(&err.unwrap_err(), rts, libc::EINVAL, &["rdma_cm"]);
 }
 
 #[test]

@@ -74,7 +74,7 @@ fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_and_query_shows_it() {
     let mut attr = rtr_attr();
     attr.av.port = 2;
     let err = qp.into_rtr(&attr).unwrap_err();
-    assert!(matches!(err.error, Error::PortNotFound { port: 2, .. }), "{}", err.error);
+    assert!(matches!(err, Error::PortNotFound { port: 2, .. }), "{err}");
 }
 
 #[test]
@@ -206,7 +206,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
         ToRtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
     ] {
         f.mock.take_calls();
-        let err = qp.into_rtr(&attr).unwrap_err();
+        let err = qp.try_into_rtr(&attr).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", libc::EINVAL, &gid_hint);
         let calls = modifies(f.mock.take_calls());
         assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
@@ -229,7 +229,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     let mut qp = qp;
     for (errno, hint) in [(libc::EINVAL, &[][..]), (libc::ENOMEM, &[][..])] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_init(&ToInitAttr::default()).unwrap_err();
+        let err = qp.try_into_init(&ToInitAttr::default()).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RESET→INIT)", errno, hint);
         qp = err.qp;
     }
@@ -240,12 +240,12 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
         [(libc::EINVAL, &gid[..]), (libc::ENOMEM, &[][..]), (libc::ETIMEDOUT, &[][..])]
     {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rtr(&rtr_attr()).unwrap_err();
+        let err = qp.try_into_rtr(&rtr_attr()).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", errno, hint);
         qp = err.qp;
     }
     f.mock.fail(Verb::ModifyQp, libc::EOPNOTSUPP);
-    let err = qp.into_rtr(&rtr_attr()).unwrap_err();
+    let err = qp.try_into_rtr(&rtr_attr()).unwrap_err();
     assert_unsupported(&err.error, "ibv_modify_qp (INIT→RTR)");
     let qp = err.qp;
     assert_eq!(qp.query_state().unwrap(), QueuePairState::INIT);
@@ -254,7 +254,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
     for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
+        let err = qp.try_into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
         qp = err.qp;
     }
@@ -266,11 +266,12 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     assert!(!calls.iter().any(|c| matches!(c, Call::DestroyQp | Call::CreateQp { .. })));
     assert!(f.mock.is_live(raw));
 
-    // For `?`, a failed transition converts into its error (dropping the QP).
+    // The plain transition fails with the `Error` alone: the QP is destroyed, not leaked.
     f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
-    let err =
-        Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).map(drop).unwrap_err());
+    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
     assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
+    assert!(f.mock.take_calls().contains(&Call::DestroyQp));
+    assert!(!f.mock.is_live(raw));
 }
 
 #[test]
@@ -282,7 +283,7 @@ fn einval_at_rts_gets_the_iwarp_hint() {
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
     let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
-    assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
+    assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
 }
 
 /// An RC QP in RTS (with its PD, CQ and an MR for SGEs), the calls so far taken.
@@ -463,7 +464,7 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
 
     // RESET→RTR is no RC transition: refused before the provider.
     let rtr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_RTR, ..Default::default() };
-    let err = qp.modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
+    let err = qp.try_modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
     assert_eq!(
         err.error.invalid_input_kind(),
         Some(InvalidInputKind::Transition),
@@ -476,7 +477,8 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
     let mask =
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
     let qp = err.qp.modify_raw(&init, mask).unwrap();
-    let err = qp.into_checked::<Rtr>().unwrap_err();
+    let err = qp.try_into_checked::<Rtr>().unwrap_err();
+    assert!(matches!(err.error, Error::WrongState { .. }), "{:?}", err.error);
     assert_eq!(err.error.to_string(), "the QP is in INIT, not RTR");
     let qp = err.qp.into_checked::<Init>().unwrap();
     let modified = QpAttr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..QpAttr::default() };
@@ -508,9 +510,9 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
         for i in 0..8 {
             let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: pool ran dry"));
             if i % 2 == 0 {
-                rts.post_recv_buffer(buffer).map_err(|e| e.error).unwrap();
+                rts.post_recv_buffer(buffer).unwrap();
             } else {
-                rts.post_send_buffer(buffer, SendOp::Send).map_err(|e| e.error).unwrap();
+                rts.post_send_buffer(buffer, SendOp::Send).unwrap();
             }
         }
         let mut flushed = Vec::new();
@@ -521,7 +523,6 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
                 flushed.push(wc.status());
                 drop(pool.complete(wc).expect("a buffer-tier completion"));
             })
-            .map_err(|e| e.error)
             .unwrap();
         assert_eq!(flushed, [WcStatus::WR_FLUSH_ERR; 8], "round {round}");
         assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
@@ -564,10 +565,7 @@ fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
     unsafe { qp.post_recv_list(&mut RecvWrList::with_capacity(1)) }.unwrap();
     assert_eq!(f.mock.take_calls(), [], "an empty list posts nothing");
     let mut flushed = Vec::new();
-    let qp = qp
-        .drain(&[&cq], Duration::from_secs(1), |wc| flushed.push(wc.wr_id()))
-        .map_err(|e| e.error)
-        .unwrap();
+    let qp = qp.drain(&[&cq], Duration::from_secs(1), |wc| flushed.push(wc.wr_id())).unwrap();
     assert_eq!(flushed, [10, 11], "only what the provider took");
 
     f.mock.take_calls();
@@ -618,7 +616,6 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
             drop(pool.complete(wc).expect("each receive its own completion"));
             flushed += 1;
         })
-        .map_err(|e| e.error)
         .unwrap();
     assert_eq!(flushed, 4);
 
@@ -644,7 +641,7 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Another CQ than the QP's: refused before anything changes.
     let other = f.ctx.create_cq(8).unwrap();
-    let err = qp.drain(&[&other], Duration::ZERO, |_| {}).unwrap_err();
+    let err = qp.try_drain(&[&other], Duration::ZERO, |_| {}).unwrap_err();
     assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::OtherCq));
     assert_eq!(err.error.to_string(), "drain polls the QP's CQs: pass its send CQ too");
     assert_eq!(err.qp.query_state().unwrap(), QueuePairState::INIT);
@@ -652,7 +649,7 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
     // The marker's post fails (as a provider refusing posts in ERROR would): the error comes
     // back with the QP.
     f.mock.fail(Verb::PostSend, libc::EINVAL);
-    let err = qp.drain(&[&cq], Duration::from_secs(1), |_| {}).unwrap_err();
+    let err = qp.try_drain(&[&cq], Duration::from_secs(1), |_| {}).unwrap_err();
     assert_verb_error(
         &err.error,
         "ibv_post_send",

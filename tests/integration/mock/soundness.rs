@@ -459,11 +459,11 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 let (cqs, limit) = ([&cq], Duration::from_secs(5));
                 // A drain that fails hands the QP back (in ERROR): it stays as it is.
                 slots[qp] = match std::mem::replace(&mut slots[qp], Slot::Gone) {
-                    Slot::Rc(q) => match q.drain(&cqs, limit, &mut hand_back) {
+                    Slot::Rc(q) => match q.try_drain(&cqs, limit, &mut hand_back) {
                         Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Rc),
                         Err(e) => Slot::Rc(e.qp),
                     },
-                    Slot::Uc(q) => match q.drain(&cqs, limit, &mut hand_back) {
+                    Slot::Uc(q) => match q.try_drain(&cqs, limit, &mut hand_back) {
                         Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Uc),
                         Err(e) => Slot::Uc(e.qp),
                     },
