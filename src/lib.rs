@@ -202,7 +202,6 @@ pub use event::AsyncEventType;
 pub use event::AsyncEvents;
 pub use event::CqId;
 pub use event::SrqId;
-pub use gid::routable_gid;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;

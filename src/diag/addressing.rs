@@ -6,7 +6,7 @@ use super::netdev::{self, Netdev};
 use super::sysfs::SysDevice;
 use super::{named, Gate, Out, Targets};
 use crate::device::TransportType;
-use crate::gid::{routable_gid, GidEntry, GidType};
+use crate::gid::{routable_roce_gid, GidEntry, GidType};
 
 /// A port and the GID to address it with (`None` on iWARP, addressed by IP through rdma_cm).
 #[derive(Clone, Copy)]
@@ -158,7 +158,7 @@ fn routable(
         "give {netdev} an IPv4 address (ip addr add <address>/<prefix> dev {netdev}): RoCE v2 \
          then adds an IPv4-mapped GID"
     );
-    let Some(gid) = routable_gid(table).copied() else {
+    let Some(gid) = routable_roce_gid(table).copied() else {
         out.fail(&check, "no RoCE GID in the table", add_ip);
         return Err(none);
     };
