@@ -279,14 +279,14 @@ fn data_path(mode: &mut impl Mode) {
     for (path, ctx) in [("legacy", &legacy), ("extended", &extended)] {
         with_rts_qp(ctx, |qp, cq, sge, pool| {
             let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
-            let stamped = stamped.ok().filter(|cq| cq.path() == VerbsPath::Extended);
+            let stamped = stamped.ok().filter(|cq| cq.verbs_path() == VerbsPath::Extended);
             if let (Some(cq), Some(qp)) =
                 (stamped.as_ref().and_then(|cq| cq.as_raw_ex()), qp.as_raw_ex())
             {
                 // SAFETY: live extended objects that nothing else uses.
                 unsafe { stub_extended(cq, qp, &EXTENDED) };
             }
-            assert_eq!(qp.send_path() == VerbsPath::Extended, path == "extended");
+            assert_eq!(qp.verbs_path() == VerbsPath::Extended, path == "extended");
             let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
 
             // The same WRs for both sides: ours as the crate builds them, the direct side's as C

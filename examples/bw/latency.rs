@@ -101,7 +101,7 @@ pub fn run(
         json: args.json,
         mode,
         tier: if args.raw { "raw" } else { "safe" },
-        verbs_path: qp.send_path(),
+        verbs_path: qp.verbs_path(),
         reads: match mode {
             Mode::Read => Some(qp.query()?.max_rd_atomic),
             _ => None,

@@ -454,7 +454,7 @@ fn run_bw(
     let max_inline = qps_rts[0].caps().max_inline_data.min(inline);
 
     let tier = if args.raw { "raw" } else { "safe" };
-    let verbs_path = qps_rts[0].send_path();
+    let verbs_path = qps_rts[0].verbs_path();
     // What the QP was given, as the connection (by hand or rdma_cm) settled it.
     let reads = match mode {
         Mode::Read => Some(qps_rts[0].query()?.max_rd_atomic),

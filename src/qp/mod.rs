@@ -170,7 +170,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// through `ibv_create_qp_ex(3)` with send operations, [`VerbsPath::Legacy`]
     /// (`ibv_post_send(3)`) otherwise.
     #[must_use]
-    pub fn send_path(&self) -> VerbsPath {
+    pub fn verbs_path(&self) -> VerbsPath {
         if self.ex.is_some() {
             VerbsPath::Extended
         } else {
@@ -479,7 +479,7 @@ impl<S: QpState, T: QpType> std::fmt::Debug for QueuePair<'_, S, T> {
             .field("type", &T::NAME)
             .field("state", &S::NAME)
             .field("caps", &self.caps)
-            .field("send_path", &self.send_path())
+            .field("verbs_path", &self.verbs_path())
             .finish()
     }
 }

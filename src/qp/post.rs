@@ -287,7 +287,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// [`QueuePair::post_send`] checks a doubtful one.
     ///
     /// On the legacy path the WRs go as the linked list to `ibv_post_send`; on the extended
-    /// path ([`QueuePair::send_path`]) as one batch: `ibv_wr_start`, each WR's builders,
+    /// path ([`QueuePair::verbs_path`]) as one batch: `ibv_wr_start`, each WR's builders,
     /// one `ibv_wr_complete`. On rxe without rdma-core PRs 1744 and 1751 (Debian's 33.2, 44.0
     /// and 56.1 among them), whose `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list`
     /// count the length wrong, a WR with several SGEs goes through `ibv_post_send` on its

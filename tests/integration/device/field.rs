@@ -28,7 +28,7 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         let rts =
             ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
         let (a, b) = lo.pair_with::<Rc>(&attr, AccessFlags::empty(), &rts);
-        assert_eq!(a.send_path(), path);
+        assert_eq!(a.verbs_path(), path);
         let mut in_flight = 0;
         let err = loop {
             let mut buffer = pool.take().unwrap();

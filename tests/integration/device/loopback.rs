@@ -101,7 +101,7 @@ fn a_burst_of_64_completions_drains_in_one_poll_call() {
     // cannot be counted in the guest (no uprobes), so the mock's call counts back this up
     // (mock::verbs_path::the_default_poll_drains_a_batch_with_one_provider_call).
     let cq = &lo.cq;
-    assert_eq!(cq.path(), VerbsPath::Extended);
+    assert_eq!(cq.verbs_path(), VerbsPath::Extended);
     let source = lo.region(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let target = lo.pd.register_remote_writable(4096, access).unwrap();

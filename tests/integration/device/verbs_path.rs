@@ -104,12 +104,12 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
         println!(
             "{}: CQ path {}, {}; QP send path {}, {}",
             t.device,
-            cq_a.path(),
-            cq_b.path(),
-            a.send_path(),
-            b.send_path()
+            cq_a.verbs_path(),
+            cq_b.verbs_path(),
+            a.verbs_path(),
+            b.verbs_path()
         );
-        for path in [cq_a.path(), cq_b.path(), a.send_path(), b.send_path()] {
+        for path in [cq_a.verbs_path(), cq_b.verbs_path(), a.verbs_path(), b.verbs_path()] {
             assert_eq!(path, expected, "{}: every CQ and QP takes the {expected}", t.device);
         }
         let region = 64 << 10;
@@ -271,13 +271,13 @@ fn forcing_the_extended_verbs_on_siw_is_unsupported_naming_the_verb() {
     assert!(matches!(err, Error::Unsupported { what: "ibv_create_cq_ex" }), "{err:?}");
     println!("{}: forced extended CQ: {err}", t.device);
     let cq = ctx.create_cq(32).unwrap();
-    assert_eq!(cq.path(), VerbsPath::Legacy);
+    assert_eq!(cq.verbs_path(), VerbsPath::Legacy);
     let pd = ctx.alloc_pd().unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
     let err = pd.create_rc_qp(&attr).expect_err("siw has no extended QP");
     assert!(matches!(err, Error::Unsupported { what: "ibv_create_qp_ex" }), "{err:?}");
     println!("{}: forced extended QP: {err}", t.device);
-    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().send_path(), VerbsPath::Legacy);
+    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().verbs_path(), VerbsPath::Legacy);
 }
 
 /// Forcing the legacy verbs on rxe, which has both, gives legacy objects; the default gives
@@ -288,13 +288,13 @@ fn rxe_takes_the_legacy_verbs_when_forced() {
     let legacy = CqAttr { verbs_path: Some(VerbsPath::Legacy), ..CqAttr::default() };
     let cq = ctx.create_cq_with(32, &legacy).unwrap();
     assert_eq!(
-        (cq.path(), ctx.create_cq(16).unwrap().path()),
+        (cq.verbs_path(), ctx.create_cq(16).unwrap().verbs_path()),
         (VerbsPath::Legacy, VerbsPath::Extended)
     );
     let pd = ctx.alloc_pd().unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&cq) };
-    assert_eq!(pd.create_rc_qp(&attr).unwrap().send_path(), VerbsPath::Legacy);
-    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().send_path(), VerbsPath::Extended);
+    assert_eq!(pd.create_rc_qp(&attr).unwrap().verbs_path(), VerbsPath::Legacy);
+    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().verbs_path(), VerbsPath::Extended);
 }
 
 /// Neither rxe nor siw stamps its completions: asking for timestamps is `Unsupported` (rxe's

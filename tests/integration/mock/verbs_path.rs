@@ -110,7 +110,7 @@ fn a_provider_without_the_extended_ops_gets_legacy_cqs_and_qps() {
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    assert_eq!((cq.path(), qp.send_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
+    assert_eq!((cq.verbs_path(), qp.verbs_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
     assert_eq!((cq.as_raw_ex(), qp.as_raw_ex()), (None, None));
     let calls = f.mock.take_calls();
     assert!(matches!(calls[0], Call::CreateCq { cqe: 32, .. }), "{calls:?}");
@@ -128,7 +128,7 @@ fn a_provider_with_them_gets_extended_ones_asking_for_what_the_device_allows() {
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    assert_eq!((cq.path(), qp.send_path()), (VerbsPath::Extended, VerbsPath::Extended));
+    assert_eq!((cq.verbs_path(), qp.verbs_path()), (VerbsPath::Extended, VerbsPath::Extended));
     assert_eq!(cq.as_raw_ex().map(|c| c.cast()), Some(cq.as_raw()));
     let calls = f.mock.take_calls();
     let standard = u64::from(sys::IBV_WC_STANDARD_FLAGS);
@@ -147,7 +147,7 @@ fn a_provider_with_them_gets_extended_ones_asking_for_what_the_device_allows() {
     let legacy = f.ctx.create_cq_with(32, &forced(VerbsPath::Legacy)).unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&legacy) };
     let qp = pd.create_rc_qp(&attr).unwrap();
-    assert_eq!((legacy.path(), qp.send_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
+    assert_eq!((legacy.verbs_path(), qp.verbs_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
     let calls = f.mock.take_calls();
     assert!(matches!(calls[..], [Call::CreateCq { .. }, Call::CreateQp { .. }]), "{calls:?}");
 }
@@ -157,12 +157,12 @@ fn eopnotsupp_from_the_extended_create_verbs_falls_back_unless_forced() {
     let f = extended();
     f.mock.fail(Verb::CreateCqEx, libc::EOPNOTSUPP);
     let cq = f.ctx.create_cq(32).unwrap();
-    assert_eq!(cq.path(), VerbsPath::Legacy);
+    assert_eq!(cq.verbs_path(), VerbsPath::Legacy);
     let pd = f.ctx.alloc_pd().unwrap();
     f.mock.take_calls();
     f.mock.fail(Verb::CreateQpEx, libc::EOPNOTSUPP);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    assert_eq!(qp.send_path(), VerbsPath::Legacy);
+    assert_eq!(qp.verbs_path(), VerbsPath::Legacy);
     let calls = f.mock.take_calls();
     assert!(
         matches!(calls[..], [Call::QueryDevice, Call::CreateQpEx { .. }, Call::CreateQp { .. }]),
@@ -185,7 +185,7 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
     );
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
-    assert_eq!(rts_qp(&pd, &cq).send_path(), VerbsPath::Legacy);
+    assert_eq!(rts_qp(&pd, &cq).verbs_path(), VerbsPath::Legacy);
     f.mock.take_calls();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
     assert_unsupported(&pd.create_rc_qp(&attr).unwrap_err(), "ibv_qp_to_qp_ex (rdma-core v24+)");
@@ -197,7 +197,7 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
 /// inline buffers between WRs of one.
 fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
     with_rts_qp(f, |qp, mr| {
-        assert_eq!(qp.send_path(), VerbsPath::Extended);
+        assert_eq!(qp.verbs_path(), VerbsPath::Extended);
         f.mock.take_calls();
         let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
         let bytes = [7u8; 24];
@@ -361,7 +361,7 @@ fn a_null_builder_aborts_the_batch_as_unsupported_naming_it() {
     let f = lacking("wr_send_imm");
     with_rts_qp(&f, |qp, mr| {
         assert_eq!(
-            qp.send_path(),
+            qp.verbs_path(),
             VerbsPath::Extended,
             "SEND with immediate is not needed to post"
         );
@@ -379,7 +379,7 @@ fn a_null_member_every_post_or_poll_needs_falls_back_or_is_unsupported_when_forc
     {
         let f = lacking("read_byte_len");
         let cq = f.ctx.create_cq(32).unwrap();
-        assert_eq!(cq.path(), VerbsPath::Legacy);
+        assert_eq!(cq.verbs_path(), VerbsPath::Legacy);
         let err = f.ctx.create_cq_with(16, &forced(VerbsPath::Extended)).unwrap_err();
         assert_unsupported(&err, "ibv_wc_read_byte_len (ibv_cq_ex.read_byte_len)");
         let calls = f.mock.take_calls();
@@ -390,7 +390,7 @@ fn a_null_member_every_post_or_poll_needs_falls_back_or_is_unsupported_when_forc
     let f = lacking("wr_complete");
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
-    assert_eq!(rts_qp(&pd, &cq).send_path(), VerbsPath::Legacy);
+    assert_eq!(rts_qp(&pd, &cq).verbs_path(), VerbsPath::Legacy);
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
     let err = pd.create_rc_qp(&attr).unwrap_err();
     assert_unsupported(&err, "ibv_wr_complete (ibv_qp_ex.wr_complete)");
@@ -425,7 +425,7 @@ fn the_default_poll_drains_a_batch_with_one_provider_call() {
     // Without timestamps: the provider's poll_cq op on the extended CQ, once for 16.
     let f = extended();
     let cq = f.ctx.create_cq(32).unwrap();
-    assert_eq!(cq.path(), VerbsPath::Extended);
+    assert_eq!(cq.verbs_path(), VerbsPath::Extended);
     for wr_id in 1..=16 {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
@@ -547,7 +547,7 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(4));
         let mut seen = None;
         assert_eq!(cq.poll_with(4, |c| seen = Some((c.wr_id(), c.timestamp()))).unwrap(), 1);
-        assert_eq!(seen, Some((4, None)), "{:?}", cq.path());
+        assert_eq!(seen, Some((4, None)), "{:?}", cq.verbs_path());
         assert_eq!(cq.timestamp_clock_khz(), None);
     }
 }
