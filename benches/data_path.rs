@@ -292,9 +292,9 @@ fn data_path(mode: &mut impl Mode) {
             // The same WRs for both sides: ours as the crate builds them, the direct side's as C
             // code fills the structs, each list linked once.
             let sges = [sge];
-            let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+            let remote = RemoteAddr { addr: 0x1000, rkey: RKey::new(7) };
             let mut raw_sge =
-                sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().0 };
+                sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().get() };
             let mut raw_send = sys::ibv_send_wr {
                 wr_id: 1,
                 sg_list: &mut raw_sge,
@@ -305,7 +305,7 @@ fn data_path(mode: &mut impl Mode) {
             };
             raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
                 remote_addr: remote.addr,
-                rkey: remote.rkey.0,
+                rkey: remote.rkey.get(),
             };
             let mut raw_list = [raw_send; LIST];
             link(&mut raw_list, |wr| &mut wr.next);

@@ -102,7 +102,7 @@ fn run(args: &Args) -> Result<(), Error> {
     let (recv_at, written_at, write_at, send_at) = (0, size, 2 * size, 3 * size);
 
     // A key only the peer learns (24 random bits from each of two draws; not a secret).
-    let key = DcKey(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
+    let key = DcKey::new(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
     let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
     let init = ToInitAttr { port: ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
     let dct = dct.into_init(&init)?;
@@ -119,7 +119,7 @@ fn run(args: &Args) -> Result<(), Error> {
     };
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    writeln!(stream, "{} {:x} {:x}", me.token, me.write_to.addr, me.write_to.rkey.0)?;
+    writeln!(stream, "{} {:x} {:x}", me.token, me.write_to.addr, me.write_to.rkey.get())?;
     let peer = read_peer(&mut reader)?;
     println!("  local DCT:  {}", me.token);
     println!("  remote DCT: {}", peer.token);
@@ -260,5 +260,5 @@ fn read_peer(reader: &mut impl BufRead) -> Result<Peer, Error> {
     let token = token.parse::<DcEndpoint>().map_err(|e| format!("the peer's token: {e}"))?;
     let addr = u64::from_str_radix(addr, 16).map_err(|_| bad())?;
     let rkey = u32::from_str_radix(rkey, 16).map_err(|_| bad())?;
-    Ok(Peer { token, write_to: RemoteAddr { addr, rkey: RKey(rkey) } })
+    Ok(Peer { token, write_to: RemoteAddr { addr, rkey: RKey::new(rkey) } })
 }

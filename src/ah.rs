@@ -134,9 +134,9 @@ impl Grh {
             gid[10] = 0xff;
             gid[11] = 0xff;
             gid[12..].copy_from_slice(&self.0[32..36]);
-            Gid(gid)
+            Gid::new(gid)
         } else {
-            Gid(self.0[8..24].try_into().expect("16 bytes"))
+            Gid::new(self.0[8..24].try_into().expect("16 bytes"))
         }
     }
 

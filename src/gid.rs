@@ -17,13 +17,27 @@ use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
 
 /// A 128-bit Global Identifier (`union ibv_gid`): an InfiniBand port GID, or on RoCE an IPv6
-/// address (IPv4 addresses appear IPv4-mapped, `::ffff:a.b.c.d`).
+/// address (IPv4 addresses appear IPv4-mapped, `::ffff:a.b.c.d`). Made and read as the other
+/// identifiers are ([`Lid`](crate::Lid), [`Qpn`](crate::Qpn), …: `new`, `get`, `From`),
+/// shown as an IPv6 address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Gid(pub [u8; 16]);
+pub struct Gid([u8; 16]);
 
 impl Gid {
     /// The all-zero GID, which marks an empty table entry.
     pub const ZERO: Gid = Gid([0; 16]);
+
+    /// The GID of these 16 bytes, in network order.
+    #[must_use]
+    pub const fn new(bytes: [u8; 16]) -> Gid {
+        Gid(bytes)
+    }
+
+    /// Its 16 bytes, in network order.
+    #[must_use]
+    pub const fn get(self) -> [u8; 16] {
+        self.0
+    }
 
     /// Whether every byte is zero.
     pub fn is_zero(&self) -> bool {
@@ -77,6 +91,24 @@ impl fmt::Debug for Gid {
 impl From<Ipv6Addr> for Gid {
     fn from(ip: Ipv6Addr) -> Self {
         Gid(ip.octets())
+    }
+}
+
+impl From<Gid> for Ipv6Addr {
+    fn from(gid: Gid) -> Self {
+        gid.to_ipv6()
+    }
+}
+
+impl From<[u8; 16]> for Gid {
+    fn from(bytes: [u8; 16]) -> Self {
+        Gid(bytes)
+    }
+}
+
+impl From<Gid> for [u8; 16] {
+    fn from(gid: Gid) -> Self {
+        gid.0
     }
 }
 

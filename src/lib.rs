@@ -152,6 +152,7 @@ pub mod fork;
 mod gid;
 mod mr;
 mod mw;
+mod number;
 mod odp;
 mod pd;
 mod port;

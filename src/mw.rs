@@ -304,7 +304,7 @@ impl<'a> MemoryWindow<'a> {
     /// (`ibv_mw.rkey`).
     pub fn rkey(&self) -> RKey {
         // SAFETY: a live window; written only under `&mut self` (binds).
-        RKey(unsafe { (*self.raw.as_ptr()).rkey })
+        RKey::new(unsafe { (*self.raw.as_ptr()).rkey })
     }
 
     /// What a peer needs to reach the bytes of `bind` through this window: the binding's
@@ -443,7 +443,7 @@ impl<'a> SendWr<'a> {
             ));
         }
         bind.check_pd(mw)?;
-        let rkey = RKey(sys::inline::ibv_inc_rkey(mw.rkey().0));
+        let rkey = RKey::new(sys::inline::ibv_inc_rkey(mw.rkey().get()));
         Ok(SendWr::bind_mw_raw(wr_id, mw.as_raw(), rkey, bind.raw()))
     }
 }

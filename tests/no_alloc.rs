@@ -256,7 +256,7 @@ fn assert_rounds_allocate_nothing<const N: usize>(
 /// The sends of a round: one signaled RDMA WRITE, and a list of [`LIST`] SENDs whose last
 /// alone is signaled (two completions).
 fn signaled_sends(sges: &[Sge]) -> (SendWr<'_>, SendWrList<'_>) {
-    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+    let remote = RemoteAddr { addr: 0x1000, rkey: RKey::new(7) };
     let one = SendWr::rdma_write(1, sges, remote).flags(SendFlags::SIGNALED);
     let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, sges)).collect();
     list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
@@ -351,7 +351,7 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
     let pool =
         BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let qp = rts_qp(&pd, &cq);
-    let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey(7) });
+    let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey::new(7) });
     let mut list = SendList::with_capacity(LIST);
     let mut receives = RecvList::with_capacity(2);
     let mut wcs = [WorkCompletion::EMPTY; LIST];

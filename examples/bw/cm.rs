@@ -98,7 +98,7 @@ mod by_cm {
     fn encode(mine: RemoteAddr) -> [u8; 12] {
         let mut data = [0u8; 12];
         data[..8].copy_from_slice(&mine.addr.to_le_bytes());
-        data[8..].copy_from_slice(&mine.rkey.0.to_le_bytes());
+        data[8..].copy_from_slice(&mine.rkey.get().to_le_bytes());
         data
     }
 
@@ -110,7 +110,7 @@ mod by_cm {
         };
         Ok(RemoteAddr {
             addr: u64::from_le_bytes(addr.try_into().expect("8 bytes")),
-            rkey: RKey(u32::from_le_bytes(rkey.try_into().expect("4 bytes"))),
+            rkey: RKey::new(u32::from_le_bytes(rkey.try_into().expect("4 bytes"))),
         })
     }
 

@@ -85,7 +85,7 @@ mod with_mlx5 {
             let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: mode.peer_access() };
             let rtr = DctToRtrAttr::from_route(&route);
             for q in 0..qps {
-                let key = DcKey(0xdc00 + q as u64);
+                let key = DcKey::new(0xdc00 + q as u64);
                 let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
                 let dct = dct.into_init(&init)?;
                 dcts.push(dct.into_rtr(&rtr)?);
@@ -105,7 +105,7 @@ mod with_mlx5 {
                 None => "-".into(),
             };
             let mine = peer_memory.remote;
-            control.send(&format!("dc {token} {:x} {:x}", mine.addr, mine.rkey.0))?;
+            control.send(&format!("dc {token} {:x} {:x}", mine.addr, mine.rkey.get()))?;
             let line = control.recv()?;
             peers.push(parse_peer(&line)?);
         }
@@ -169,7 +169,7 @@ mod with_mlx5 {
         };
         let addr = u64::from_str_radix(addr, 16).map_err(|_| bad())?;
         let rkey = u32::from_str_radix(rkey, 16).map_err(|_| bad())?;
-        Ok((token, RemoteAddr { addr, rkey: RKey(rkey) }))
+        Ok((token, RemoteAddr { addr, rkey: RKey::new(rkey) }))
     }
 
     /// The DC raw tier, as `Raw` for RC: DCI `q` posts lists of WRs, built once per size,

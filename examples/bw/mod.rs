@@ -588,7 +588,7 @@ impl<'a> PeerMemory<'a> {
         let remote = match (&write_target, &read_source) {
             (Some(t), _) => t.remote(..)?,
             (_, Some(s)) => s.remote(..)?,
-            _ => RemoteAddr { addr: 0, rkey: RKey(0) },
+            _ => RemoteAddr { addr: 0, rkey: RKey::new(0) },
         };
         Ok(PeerMemory { write_target, _read_source: read_source, remote })
     }

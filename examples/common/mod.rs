@@ -143,7 +143,7 @@ pub fn require_lid(
     port_num: u8,
     port: &PortAttr,
 ) -> std::result::Result<(), String> {
-    if !port.is_ethernet() && port.lid().0 == 0 {
+    if !port.is_ethernet() && port.lid().get() == 0 {
         return Err(format!(
             "{} port {port_num} has no LID: is the subnet manager running?",
             ctx.name()

@@ -135,7 +135,7 @@ impl<'a> Session<'a> {
         label: &str,
     ) -> Result<Result<Response<Body>, ureq::Error>, Error> {
         let remote = region.remote(..)?;
-        let token = Token { session: self.id, addr: remote.addr, len, rkey: remote.rkey.0 };
+        let token = Token { session: self.id, addr: remote.addr, len, rkey: remote.rkey.get() };
         if len < PROGRESS_MIN {
             return Ok(send(token));
         }

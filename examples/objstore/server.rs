@@ -414,7 +414,7 @@ impl<'a> Server<'a> {
     fn begin(&self, token: &Token) -> Result<(Arc<Session<'a>>, RemoteAddr), Fail> {
         let session = self.session(token.session)?;
         session.moved.store(0, Ordering::Relaxed);
-        Ok((session, RemoteAddr { addr: token.addr, rkey: RKey(token.rkey) }))
+        Ok((session, RemoteAddr { addr: token.addr, rkey: RKey::new(token.rkey) }))
     }
 
     /// PUT over RDMA: READ the client's `token.len` bytes chunk by chunk into a temporary

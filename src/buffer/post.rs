@@ -619,7 +619,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let n = list.entries.len();
         let max_inline = self.caps().max_inline_data;
         if list.sges.len() < n {
-            list.sges.resize(n, Sge::new(0, 0, LKey(0)));
+            list.sges.resize(n, Sge::new(0, 0, LKey::new(0)));
         }
         let (entries, sges) = (&list.entries, list.sges.as_mut_ptr());
         list.wrs.rewrite(n, |i, wr| {

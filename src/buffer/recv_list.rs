@@ -44,7 +44,7 @@ impl<'p> RecvList<'p> {
     pub fn with_capacity(capacity: usize) -> Self {
         RecvList {
             buffers: Vec::with_capacity(capacity),
-            sges: vec![Sge::new(0, 0, LKey(0)); capacity].into_boxed_slice(),
+            sges: vec![Sge::new(0, 0, LKey::new(0)); capacity].into_boxed_slice(),
             wrs: RecvWrList::with_capacity(capacity),
         }
     }

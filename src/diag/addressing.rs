@@ -76,8 +76,8 @@ fn carriers<'n>(
         .flat_map(|name| netdevs.iter().filter(move |n| &n.name == name));
     let mut found = distinct(by_gid.chain(by_sysfs));
     if found.is_empty() {
-        found = distinct(table.iter().filter(|e| e.gid.0[6..] == [0; 10]).flat_map(|e| {
-            netdevs.iter().filter(move |n| n.mac.is_some_and(|m| e.gid.0[..6] == m))
+        found = distinct(table.iter().filter(|e| e.gid.get()[6..] == [0; 10]).flat_map(|e| {
+            netdevs.iter().filter(move |n| n.mac.is_some_and(|m| e.gid.get()[..6] == m))
         }));
     }
     found
@@ -247,7 +247,7 @@ mod tests {
 
         let mut raw = [0; 16];
         raw[..6].copy_from_slice(&mac);
-        let iwarp = [entry(0, Gid(raw), 0)];
+        let iwarp = [entry(0, Gid::new(raw), 0)];
         assert_eq!(names(carriers(&iwarp, None, &netdevs)), ["rdma1"]);
         assert!(carriers(&[], None, &netdevs).is_empty());
     }

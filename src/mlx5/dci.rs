@@ -561,17 +561,24 @@ impl Dci<'_, Rts> {
         unsafe {
             match wr.opcode {
                 DcOpcode::Send => step(sys::inline::ibv_wr_send(qp), "ibv_wr_send")?,
-                DcOpcode::RdmaWrite(r) => {
-                    step(sys::inline::ibv_wr_rdma_write(qp, r.rkey.0, r.addr), "ibv_wr_rdma_write")?
-                }
-                DcOpcode::RdmaRead(r) => {
-                    step(sys::inline::ibv_wr_rdma_read(qp, r.rkey.0, r.addr), "ibv_wr_rdma_read")?
-                }
+                DcOpcode::RdmaWrite(r) => step(
+                    sys::inline::ibv_wr_rdma_write(qp, r.rkey.get(), r.addr),
+                    "ibv_wr_rdma_write",
+                )?,
+                DcOpcode::RdmaRead(r) => step(
+                    sys::inline::ibv_wr_rdma_read(qp, r.rkey.get(), r.addr),
+                    "ibv_wr_rdma_read",
+                )?,
             }
             let d = &wr.dest;
             match wr.stream {
                 None => step(
-                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.get(), d.key.0),
+                    sys::inline::mlx5dv_wr_set_dc_addr(
+                        mqp,
+                        d.ah.as_raw(),
+                        d.dctn.get(),
+                        d.key.get(),
+                    ),
                     "mlx5dv_wr_set_dc_addr",
                 )?,
                 Some(id) => step(
@@ -579,7 +586,7 @@ impl Dci<'_, Rts> {
                         mqp,
                         d.ah.as_raw(),
                         d.dctn.get(),
-                        d.key.0,
+                        d.key.get(),
                         id,
                     ),
                     "mlx5dv_wr_set_dc_addr_stream",
@@ -587,7 +594,7 @@ impl Dci<'_, Rts> {
             }
             match wr.sges {
                 [sge] => step(
-                    sys::inline::ibv_wr_set_sge(qp, sge.lkey().0, sge.addr(), sge.length()),
+                    sys::inline::ibv_wr_set_sge(qp, sge.lkey().get(), sge.addr(), sge.length()),
                     "ibv_wr_set_sge",
                 ),
                 sges => step(

@@ -61,7 +61,7 @@ impl DctToRtrAttr {
         DctToRtrAttr {
             path_mtu: route.path_mtu,
             min_rnr_timer: RnrTimer::from_code(12),
-            av: route.address_vector(Lid(0), Gid::ZERO),
+            av: route.address_vector(Lid::new(0), Gid::ZERO),
         }
     }
 }
@@ -79,7 +79,7 @@ impl DctToRtrAttr {
 /// let cq = ctx.create_cq(16)?;
 /// let dct = {
 ///     let srq = pd.create_srq(16, 1)?;
-///     mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) })?
+///     mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey::new(1) })?
 /// }; // error: `srq` dropped while still borrowed
 /// # drop(dct); Ok(()) }
 /// ```
@@ -131,7 +131,7 @@ impl<'ctx> Mlx5Context<'ctx> {
             ..Default::default()
         };
         let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCT);
-        dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.0;
+        dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.get();
         let qp = DcQp::create(self, pd, init, dv)?;
         Ok(Dct { qp, key: attr.key, dc_version: self.caps().dc_version, _state: PhantomData })
     }

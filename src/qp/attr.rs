@@ -200,7 +200,7 @@ impl AddressVector {
 
     pub(crate) fn to_raw(self) -> sys::ibv_ah_attr {
         let mut raw = sys::ibv_ah_attr {
-            dlid: self.dlid.0,
+            dlid: self.dlid.get(),
             sl: self.sl,
             src_path_bits: self.src_path_bits,
             port_num: self.port,

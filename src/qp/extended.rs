@@ -352,16 +352,23 @@ impl ExQp {
                 SendOp::Send => (*qp).wr_send.unwrap_unchecked()(qp),
                 SendOp::SendWithImm(imm) => (*qp).wr_send_imm.unwrap_unchecked()(qp, imm.to_be()),
                 SendOp::RdmaWrite(r) => {
-                    (*qp).wr_rdma_write.unwrap_unchecked()(qp, r.rkey.0, r.addr)
+                    (*qp).wr_rdma_write.unwrap_unchecked()(qp, r.rkey.get(), r.addr)
                 }
                 SendOp::RdmaWriteWithImm(r, imm) => {
-                    (*qp).wr_rdma_write_imm.unwrap_unchecked()(qp, r.rkey.0, r.addr, imm.to_be());
+                    (*qp).wr_rdma_write_imm.unwrap_unchecked()(
+                        qp,
+                        r.rkey.get(),
+                        r.addr,
+                        imm.to_be(),
+                    );
                 }
-                SendOp::RdmaRead(r) => (*qp).wr_rdma_read.unwrap_unchecked()(qp, r.rkey.0, r.addr),
+                SendOp::RdmaRead(r) => {
+                    (*qp).wr_rdma_read.unwrap_unchecked()(qp, r.rkey.get(), r.addr)
+                }
                 SendOp::CompareSwap { remote, compare, swap } => {
                     (*qp).wr_atomic_cmp_swp.unwrap_unchecked()(
                         qp,
-                        remote.rkey.0,
+                        remote.rkey.get(),
                         remote.addr,
                         compare,
                         swap,
@@ -370,7 +377,7 @@ impl ExQp {
                 SendOp::FetchAdd { remote, add } => {
                     (*qp).wr_atomic_fetch_add.unwrap_unchecked()(
                         qp,
-                        remote.rkey.0,
+                        remote.rkey.get(),
                         remote.addr,
                         add,
                     );
@@ -383,7 +390,7 @@ impl ExQp {
             // its count and pointer instead, rc_pingpong's message cost 5 instructions more.
             match (flags.contains(SendFlags::INLINE), sge) {
                 (false, Some(s)) => {
-                    (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().0, s.addr(), s.length())
+                    (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().get(), s.addr(), s.length())
                 }
                 (true, Some(s)) => (*qp).wr_set_inline_data.unwrap_unchecked()(
                     qp,
@@ -829,12 +836,12 @@ mod tests {
             failed_batch: FailedBatch::AllMayBePosted,
         };
         assert!([sys::IBV_WR_RDMA_WRITE, sys::IBV_WR_LOCAL_INV].iter().all(|&op| ex.builds(op)));
-        let sges = [Sge::new(0x1000, 8, LKey(1)), Sge::new(0x2000, 8, LKey(1))];
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(2) };
+        let sges = [Sge::new(0x1000, 8, LKey::new(1)), Sge::new(0x2000, 8, LKey::new(1))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(2) };
         let list: SendWrList<'_> = [
             SendWr::rdma_write(1, &sges[..1], remote),
-            SendWr::local_inv(2, RKey(3)),
-            SendWr::send_with_inv(3, &sges, RKey(4)),
+            SendWr::local_inv(2, RKey::new(3)),
+            SendWr::send_with_inv(3, &sges, RKey::new(4)),
         ]
         .into_iter()
         .collect();

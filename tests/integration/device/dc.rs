@@ -140,7 +140,7 @@ mod hardware {
         let mut region = pd.register_remote_writable(3 * 64, access).unwrap();
         region.write(128, &[0xa5; 64]).unwrap();
 
-        let key = DcKey(0x1234_5678_9abc_def0);
+        let key = DcKey::new(0x1234_5678_9abc_def0);
         let dct = mlx5.create_dct(pd, &DctInitAttr { srq: &srq, recv_cq: cq, key }).unwrap();
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
@@ -249,7 +249,7 @@ mod hardware {
         let (pd, cq) = (&lo.pd, &lo.cq);
         let srq = pd.create_srq(4, 1).unwrap();
         let region = lo.region(128);
-        let key = DcKey(0x5eed);
+        let key = DcKey::new(0x5eed);
         let dct = mlx5.create_dct(pd, &DctInitAttr { srq: &srq, recv_cq: cq, key }).unwrap();
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() };
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
@@ -260,7 +260,7 @@ mod hardware {
         unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
         let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
         let src = [region.sge(64..128).unwrap()];
-        let wrong = DcDestination { key: DcKey(0xbad), ..peer.destination() };
+        let wrong = DcDestination { key: DcKey::new(0xbad), ..peer.destination() };
         let poll_one = || {
             let mut wcs: [WorkCompletion; 1] = Default::default();
             let start = Instant::now();

@@ -27,7 +27,7 @@ const RXE_BAD_LKEY: WcStatus = WcStatus::LOC_QP_OP_ERR;
 /// moves its QP to ERROR.
 fn bad_lkey(mr: &MemoryRegion<'_>) -> [Sge; 1] {
     let good = mr.sge(..64).unwrap();
-    [Sge::new(good.addr(), 64, LKey(mr.lkey().0 ^ 0xff00))]
+    [Sge::new(good.addr(), 64, LKey::new(mr.lkey().get() ^ 0xff00))]
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
     let (a, b) = lo.rc_pair(4, AccessFlags::REMOTE_WRITE);
 
     let remote = target.remote(..).unwrap();
-    let wrong = RemoteAddr { addr: remote.addr, rkey: RKey(remote.rkey.0 ^ 0x0001_0000) };
+    let wrong = RemoteAddr { addr: remote.addr, rkey: RKey::new(remote.rkey.get() ^ 0x0001_0000) };
     let sge = [src.sge(..).unwrap()];
     // SAFETY: `src` is not written while the WR is outstanding.
     unsafe { a.post_send(&mut SendWr::rdma_write(1, &sge, wrong).flags(SendFlags::SIGNALED)) }

@@ -15,7 +15,7 @@ fn a_qp_in_error_is_reset_and_reused() {
     // A send naming an lkey that does not exist ends in a local protection error, which
     // moves the QP to ERROR.
     let good = mr.sge(..64).unwrap();
-    let bad = [Sge::new(good.addr(), 64, LKey(mr.lkey().0 ^ 0xff00))];
+    let bad = [Sge::new(good.addr(), 64, LKey::new(mr.lkey().get() ^ 0xff00))];
     // SAFETY: `mr` is not written while the WR is outstanding.
     unsafe { a.post_send(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
     let wc = &wait_for(&lo.cq, 1)[0];
@@ -136,7 +136,7 @@ fn into_checked_learns_the_send_limits_from_the_device() {
     let mask = QpAttrMask::STATE | <Rc as QpType>::RTS_MASK;
     let a = a.modify_raw(&rts, mask).unwrap().into_checked::<Rts>().unwrap();
     let sge = [mr.sge(..8).unwrap()];
-    let mut read = SendWr::rdma_read(1, &sge, RemoteAddr { addr: 0, rkey: RKey(0) });
+    let mut read = SendWr::rdma_read(1, &sge, RemoteAddr { addr: 0, rkey: RKey::new(0) });
     // SAFETY: refused before the provider; `mr` outlives the call in any case.
     let err = unsafe { a.post_send(&mut read) }.expect_err("a READ it cannot issue");
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err}");

@@ -146,7 +146,11 @@ fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
     let before = mw.rkey();
     let rkey = b.bind_mw(&mut mw, &bind, 11, SendFlags::SIGNALED).unwrap();
     assert_eq!(rkey, mw.rkey());
-    assert_eq!(rkey.0, rdma_verbs::sys::inline::ibv_inc_rkey(before.0), "bind moves the key");
+    assert_eq!(
+        rkey.get(),
+        rdma_verbs::sys::inline::ibv_inc_rkey(before.get()),
+        "bind moves the key"
+    );
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (11, WcStatus::SUCCESS, WcOpcode::BIND_MW));
     assert_ne!(rkey, target.rkey());
@@ -181,7 +185,7 @@ fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
     let before = mw.rkey();
     let wr = SendWr::bind_mw(21, &mut mw, &bind).unwrap().flags(SendFlags::SIGNALED);
     assert_eq!(run(&b, &lo.cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
-    assert_eq!(mw.rkey().0, rdma_verbs::sys::inline::ibv_inc_rkey(before.0));
+    assert_eq!(mw.rkey().get(), rdma_verbs::sys::inline::ibv_inc_rkey(before.get()));
 
     let remote = mw.remote(&bind);
     assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);

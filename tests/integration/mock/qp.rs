@@ -20,7 +20,7 @@ use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixt
 fn remote() -> Endpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
     Endpoint {
-        lid: Lid(0x12),
+        lid: Lid::new(0x12),
         qpn: Qpn::new(0xab_cdef).unwrap(),
         psn: Psn::new(0x12_3456).unwrap(),
         gid,
@@ -118,7 +118,7 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         dlid: 0x12,
         ah_port_num: 1,
         is_global: 1,
-        dgid: remote().gid.0,
+        dgid: remote().gid.get(),
         sgid_index: SGID_INDEX,
         hop_limit: 1,
         ..QpAttr::default()
@@ -346,7 +346,7 @@ fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider()
     let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
     let qp = qp.into_rtr(&rtr_attr()).unwrap().into_rts(&no_reads).unwrap();
     f.mock.take_calls();
-    let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey(1) });
+    let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey::new(1) });
     for (wr, what) in [
         (SendWr::rdma_read(1, &sge, remote), "an RDMA READ"),
         (SendWr::fetch_add(2, &sge, remote, 1), "an atomic"),

@@ -323,7 +323,7 @@ fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
         let rc = rc.into_checked::<Rts>().unwrap();
         let mut buf = pool.take().unwrap();
         buf.set_len(8).unwrap();
-        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
+        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey::new(0) };
         let err = rc.try_post_send_buffer(buf, SendOp::RdmaRead(remote)).unwrap_err();
         assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::Range), "{path:?}");
 
@@ -360,7 +360,7 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
             assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::Access), "{path:?}")
         };
         assert_receives_refused(&qp, &srq, &pool, InvalidInputKind::Access);
-        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
+        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey::new(0) };
         let writers = [
             SendOp::RdmaRead(remote),
             SendOp::FetchAdd { remote, add: 1 },

@@ -91,7 +91,7 @@ fn new_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queu
 /// `qp` taken to RTS towards QP `peer` of a RoCE peer (a QP of this mock is its loopback peer).
 fn towards(qp: QueuePair<'_, Reset>, peer: Qpn) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    let peer = Endpoint { lid: Lid(0), qpn: peer, psn: Psn::new(1).unwrap(), gid };
+    let peer = Endpoint { lid: Lid::new(0), qpn: peer, psn: Psn::new(1).unwrap(), gid };
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
     let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
@@ -203,10 +203,10 @@ fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
         let bytes = [7u8; 24];
         // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
         let inline = [
-            Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
-            Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
+            Sge::new(bytes.as_ptr() as u64, 8, LKey::new(0)),
+            Sge::new(bytes[8..].as_ptr() as u64, 16, LKey::new(0)),
         ];
-        let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
+        let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey::new(7) };
         let mut wrs = SendWrList::from(vec![
             SendWr::send(1, &one),
             SendWr::rdma_write_with_imm(2, &two, remote, 9),
@@ -345,7 +345,8 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
         f.mock.take_calls();
         let sge = [mr.sge(..64).unwrap()];
         // The mock device has no memory windows, so the QP was not created for invalidation.
-        let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))]);
+        let mut wrs =
+            SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey::new(5))]);
         // SAFETY: the mock provider never touches the memory.
         (unsafe { qp.post_send_list(&mut wrs) }.unwrap_err(), f.mock.take_calls())
     });
