@@ -1,6 +1,6 @@
-//! The data path's cost over the provider, on both verbs paths: our `post_send` (one WR, and
-//! a 16-WR list through `post_send_list`), `post_recv` (one, and a 16-WR list through
-//! `post_recv_list`) and `poll` (16 completions) against a direct call of the same provider
+//! The data path's cost over the provider, on both verbs paths: our `post_send_wr` (one WR,
+//! and a 16-WR list through `post_send_wrs`), `post_recv_wr` (one, and a 16-WR list through
+//! `post_recv_wrs`) and `poll` (16 completions) against a direct call of the same provider
 //! functions in the same run — on the legacy path the op read from `(*(*qp).context).ops` at
 //! each call as the C inline verbs do; on the extended path `ibv_wr_start` / `ibv_wr_*` /
 //! `ibv_wr_complete` and `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` called through
@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
 use rdma_verbs::{
-    Context, CqAttr, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, SendFlags, SendList, SendOp,
-    SendWr, SendWrList, VerbsPath, WorkCompletion,
+    Context, CqAttr, RKey, RecvBufferList, RecvWr, RecvWrList, RemoteAddr, SendBufferList,
+    SendFlags, SendOp, SendWr, SendWrList, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -332,13 +332,13 @@ fn data_path(mode: &mut impl Mode) {
                     mode.case(
                         &format!("{path}/post_send"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send(&mut one) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wr(&mut one) }.is_ok(),
                         || direct_post_send(black_box(qp_raw), &mut raw_send) == 0,
                     );
                     mode.case(
                         &format!("{path}/post_send_list_16"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send_list(&mut list) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wrs(&mut list) }.is_ok(),
                         || direct_post_send(black_box(qp_raw), &mut raw_list[0]) == 0,
                     );
                 }
@@ -346,13 +346,13 @@ fn data_path(mode: &mut impl Mode) {
                     mode.case(
                         &format!("{path}/post_send"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send(&mut one) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wr(&mut one) }.is_ok(),
                         || direct_wr_post(black_box(qpx), std::slice::from_ref(&raw_send)) == 0,
                     );
                     mode.case(
                         &format!("{path}/post_send_list_16"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send_list(&mut list) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wrs(&mut list) }.is_ok(),
                         || direct_wr_post(black_box(qpx), &raw_list) == 0,
                     );
                 }
@@ -373,7 +373,7 @@ fn data_path(mode: &mut impl Mode) {
                 }
             };
             let (mut safe_wc, mut raw_wc) = ([WorkCompletion::EMPTY], [WorkCompletion::EMPTY]);
-            let mut buffers = SendList::with_capacity(LIST);
+            let mut buffers = SendBufferList::with_capacity(LIST);
             mode.case(
                 &format!("{path}/buffer_send"),
                 || {
@@ -383,7 +383,7 @@ fn data_path(mode: &mut impl Mode) {
                 },
                 || {
                     // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    let posted = unsafe { black_box(qp).post_send(&mut one) }.is_ok();
+                    let posted = unsafe { black_box(qp).post_send_wr(&mut one) }.is_ok();
                     complete(&mut raw_wc);
                     posted
                 },
@@ -400,7 +400,7 @@ fn data_path(mode: &mut impl Mode) {
                 },
                 || {
                     // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    let posted = unsafe { black_box(qp).post_send_list(&mut list) }.is_ok();
+                    let posted = unsafe { black_box(qp).post_send_wrs(&mut list) }.is_ok();
                     complete(&mut raw_wc);
                     posted
                 },
@@ -416,7 +416,7 @@ fn data_path(mode: &mut impl Mode) {
                         if i + 1 == LIST { SendFlags::SIGNALED } else { SendFlags::empty() };
                     let _ = single.set_flags(0, flags);
                     // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    posted &= unsafe { black_box(qp).post_send_list(&mut single) }.is_ok();
+                    posted &= unsafe { black_box(qp).post_send_wrs(&mut single) }.is_ok();
                 }
                 complete(&mut raw_wc);
                 posted
@@ -453,13 +453,13 @@ fn data_path(mode: &mut impl Mode) {
             mode.case(
                 &format!("{path}/post_recv"),
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                || unsafe { black_box(qp).post_recv(&mut recv) }.is_ok(),
+                || unsafe { black_box(qp).post_recv_wr(&mut recv) }.is_ok(),
                 || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
             );
             mode.case(
                 &format!("{path}/post_recv_list_16"),
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                || unsafe { black_box(qp).post_recv_list(&mut recv_list) }.is_ok(),
+                || unsafe { black_box(qp).post_recv_wrs(&mut recv_list) }.is_ok(),
                 || direct_post_recv(black_box(qp_raw), &mut raw_recv_list[0]) == 0,
             );
             mode.case(
@@ -493,7 +493,7 @@ fn data_path(mode: &mut impl Mode) {
     with_rts_qp(&receiving, |qp, cq, sge, pool| {
         let sges = [sge];
         let mut raw: RecvWrList<'_> = (0..LIST).map(|_| RecvWr::new(1, &sges)).collect();
-        let mut buffers = RecvList::with_capacity(LIST);
+        let mut buffers = RecvBufferList::with_capacity(LIST);
         let returned = |storage: &mut [WorkCompletion; LIST]| {
             cq.poll(storage)
                 .map_or(0, |wcs| wcs.iter_mut().filter_map(|wc| pool.complete(wc)).count())
@@ -511,7 +511,7 @@ fn data_path(mode: &mut impl Mode) {
             },
             || {
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                let posted = unsafe { black_box(qp).post_recv_list(&mut raw) }.is_ok();
+                let posted = unsafe { black_box(qp).post_recv_wrs(&mut raw) }.is_ok();
                 posted && returned(&mut raw_wcs) == 0
             },
         );

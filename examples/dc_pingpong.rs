@@ -190,7 +190,7 @@ fn post_recv(
     let sge = [region.sge(at..at + size)?];
     // SAFETY: the bytes are read only after this receive's completion, and the region
     // outlives the SRQ's use of them (it is dropped after the DCT).
-    unsafe { srq.post_recv(&mut RecvWr::new(RECV_WRID, &sge))? };
+    unsafe { srq.post_recv_wr(&mut RecvWr::new(RECV_WRID, &sge))? };
     Ok(())
 }
 
@@ -236,7 +236,7 @@ fn send(
     ];
     // SAFETY: the region outlives the DCI; its outgoing bytes are written again only in the
     // next call, after this batch's signaled last WR has completed (below).
-    unsafe { dci.post(&wrs)? };
+    unsafe { dci.post_send_wrs(&wrs)? };
     done.wait(cq, SEND_WRID, PEER_TIMEOUT)
 }
 

@@ -46,10 +46,10 @@ fn run() -> Result<()> {
     // SAFETY: `mr` and `target` outlive both QPs, and their bytes are not touched until the
     // three completions below have been polled.
     unsafe {
-        b.post_recv(&mut RecvWr::new(1, &recv))?;
+        b.post_recv_wr(&mut RecvWr::new(1, &recv))?;
         let write = SendWr::rdma_write(2, &hello, target.remote(..5)?);
-        a.post_send(&mut write.flags(SendFlags::SIGNALED))?;
-        a.post_send(&mut SendWr::send_with_imm(3, &hello, 7).flags(SendFlags::SIGNALED))?;
+        a.post_send_wr(&mut write.flags(SendFlags::SIGNALED))?;
+        a.post_send_wr(&mut SendWr::send_with_imm(3, &hello, 7).flags(SendFlags::SIGNALED))?;
     }
     let mut wcs = [WorkCompletion::EMPTY; 3];
     for wc in cq.wait_for(3, Duration::from_secs(5), &mut wcs)?.iter() {

@@ -254,7 +254,7 @@ fn pingpong(
 
     // Receives are posted again as the C tool does, when at most one is left (all but one
     // then), but with one call for them all.
-    let mut refill = RecvList::with_capacity(args.rx_depth as usize);
+    let mut refill = RecvBufferList::with_capacity(args.rx_depth as usize);
     while let Some(buf) = pool.take() {
         refill.push(buf).map_err(|_| "more receive buffers than -r")?;
     }

@@ -117,6 +117,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///         .collect();
 /// assert_eq!(chain, ["ibv_reg_mr failed: ENOMEM", "Cannot allocate memory (os error 12)"]);
 /// ```
+///
+/// [`QueuePair::post_send_buffer`]: crate::QueuePair::post_send_buffer
+/// [`QueuePair::try_into_rtr`]: crate::QueuePair::try_into_rtr
+/// [`QueuePair::try_post_send_buffer`]: crate::QueuePair::try_post_send_buffer
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -330,7 +334,7 @@ pub enum InvalidInputKind {
     Transition,
     /// A list posted with unsignaled buffers still in flight on another QP.
     UnsignaledInFlight,
-    /// Buffers of different pools in one [`SendList`](crate::SendList) chain.
+    /// Buffers of different pools in one [`SendBufferList`](crate::SendBufferList) chain.
     OtherPool,
     /// An option that needs the extended verbs, with the legacy ones forced.
     NeedsExtendedVerbs,
@@ -591,9 +595,9 @@ fn memlock_limit() -> Option<String> {
 }
 
 /// A list post the provider refused part-way
-/// ([`QueuePair::post_send_list`](crate::QueuePair::post_send_list),
-/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list),
-/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list)): how
+/// ([`QueuePair::post_send_wrs`](crate::QueuePair::post_send_wrs),
+/// [`QueuePair::post_recv_wrs`](crate::QueuePair::post_recv_wrs),
+/// [`SharedReceiveQueue::post_recv_wrs`](crate::SharedReceiveQueue::post_recv_wrs)): how
 /// many of its work requests were posted, and, as its source, why the rest were not.
 #[derive(Debug, thiserror::Error)]
 #[error("a list post stopped after {posted} work requests")]

@@ -37,10 +37,10 @@
 //! // three completions below have been polled. (Connected to itself, the QP receives its
 //! // own SEND and is the target of its own WRITE.)
 //! unsafe {
-//!     qp.post_recv(&mut RecvWr::new(1, &recv))?;
+//!     qp.post_recv_wr(&mut RecvWr::new(1, &recv))?;
 //!     let write = SendWr::rdma_write(2, &send, target.remote(..5)?);
-//!     qp.post_send(&mut write.flags(SendFlags::SIGNALED))?;
-//!     qp.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED))?;
+//!     qp.post_send_wr(&mut write.flags(SendFlags::SIGNALED))?;
+//!     qp.post_send_wr(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED))?;
 //! }
 //! let mut wcs = [WorkCompletion::EMPTY; 3];
 //! for wc in cq.wait_for(3, std::time::Duration::from_secs(5), &mut wcs)?.iter() {
@@ -61,7 +61,7 @@
 //!           └── CompletionQueue<'ctx> ───────┘
 //!
 //! QueuePair<Reset> ─into_init─▶ <Init> ─into_rtr─▶ <Rtr> ─into_rts─▶ <Rts>
-//!                              post_recv from Init on;  post_send only in Rts
+//!                          post_recv_* from Init on;  post_send_* only in Rts
 //! ```
 //!
 //! - Children borrow their parents: dropping a parent first does not compile.
@@ -69,10 +69,12 @@
 //!   A failed transition returns an [`Error`], which `?` takes anywhere; its `try_` twin
 //!   hands the QP back with it ([`TransitionError`]), as the buffer posts' twins hand back
 //!   the buffer (see [`Error`]).
-//! - Two posting tiers: the safe one moves [`Buffer`]s of a [`BufferPool`] into the QP and
-//!   hands them back with their completion; the raw one is `unsafe`: the caller promises the
-//!   memory stays registered and untouched while the NIC may use it. Polling is safe and
-//!   allocation-free.
+//! - Two posting tiers, named after what they post: the safe one
+//!   (`post_send_buffer`, `post_recv_buffers`, … with a [`SendBufferList`] or
+//!   [`RecvBufferList`]) moves [`Buffer`]s of a [`BufferPool`] into the QP and hands them
+//!   back with their completion; the raw one (`post_send_wr`, `post_recv_wrs`, … with a
+//!   [`SendWrList`] or [`RecvWrList`]) is `unsafe`: the caller promises the memory stays
+//!   registered and untouched while the NIC may use it. Polling is safe and allocation-free.
 //! - `Drop` never panics: a failed destroy is logged (`log` crate, warn) and the object
 //!   leaked; `destroy(self)` returns the error instead.
 //! - Errors name the verb, the errno and what to do ([`Error`]).
@@ -177,8 +179,8 @@ pub use buffer::Buffer;
 pub use buffer::BufferPool;
 pub use buffer::ListOp;
 pub use buffer::PostError;
-pub use buffer::RecvList;
-pub use buffer::SendList;
+pub use buffer::RecvBufferList;
+pub use buffer::SendBufferList;
 pub use buffer::SendOp;
 pub use buffer::UdSend;
 pub use channel::CompletionChannel;

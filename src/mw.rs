@@ -234,11 +234,11 @@ impl<'r> MwBind<'r> {
 /// let bind = MwBind::new(&region, 4096..8192, AccessFlags::REMOTE_WRITE)?;
 /// let mut wr = SendWr::bind_mw(1, &mut mw, &bind)?.flags(SendFlags::SIGNALED);
 /// // SAFETY: a bind WR carries no SGE.
-/// unsafe { qp.post_send(&mut wr)? };
+/// unsafe { qp.post_send_wr(&mut wr)? };
 /// // ... once it has completed, send `mw.remote(&bind)` to the peer; later:
 /// let mut inv = SendWr::local_inv(2, mw.rkey()).flags(SendFlags::SIGNALED);
 /// // SAFETY: as above.
-/// unsafe { qp.post_send(&mut inv)? };
+/// unsafe { qp.post_send_wr(&mut inv)? };
 /// # Ok(()) }
 /// ```
 ///

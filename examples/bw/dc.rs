@@ -93,7 +93,7 @@ mod with_mlx5 {
         }
         for _ in 0..rx_depth {
             // SAFETY: the receive region outlives the SRQ and is never touched by the program.
-            unsafe { srq.post_recv(&mut RecvWr::new(0, &recv_sge))? };
+            unsafe { srq.post_recv_wr(&mut RecvWr::new(0, &recv_sge))? };
         }
 
         // Per QP: our DCT's token (or "-") and our memory; the peer's, in return.
@@ -215,13 +215,13 @@ mod with_mlx5 {
             // SAFETY: the DCI's region and the peer's AH outlive the DCI (declared before
             // it); the program never touches the region while WRs are outstanding (the bytes
             // are meaningless here), and every wr_id is small.
-            Ok(unsafe { self.dcis[q].post(list) }?)
+            Ok(unsafe { self.dcis[q].post_send_wrs(list) }?)
         }
 
         fn complete(&mut self, _q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {
             if wc.opcode() == WcOpcode::RECV {
                 // SAFETY: as in `post`: the receive region is never touched by the program.
-                unsafe { self.srq.post_recv(&mut RecvWr::new(0, self.recv_sge))? };
+                unsafe { self.srq.post_recv_wr(&mut RecvWr::new(0, self.recv_sge))? };
             }
             Ok(())
         }

@@ -404,7 +404,7 @@ impl Post for RawPost<'_, '_> {
         // SAFETY: the region outlives the QP (declared before it); the program writes it only
         // here, when no WR of this QP is outstanding (the previous one's completion was
         // reaped), and never reads it; wr_id 0 is not the buffer tier's.
-        unsafe { self.qp.post_send(&mut wr)? };
+        unsafe { self.qp.post_send_wr(&mut wr)? };
         Ok(())
     }
 

@@ -485,7 +485,7 @@ fn run_bw(
             traffic::run(&mut tier, waits, &qpns, Some(&qpns), plan, control)?
         } else {
             let lists =
-                (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
+                (0..qps).map(|_| SendBufferList::with_capacity(args.post_list as usize)).collect();
             let mut tier = Safe {
                 qps: &qps_rts,
                 pool: &pool,
@@ -604,7 +604,7 @@ pub fn post_first_receive<'a>(
     if raw {
         let sge = raw_sge.ok_or("no receive region")?;
         // SAFETY: the receive region outlives the QP and is never touched by the program.
-        unsafe { qp.post_recv(&mut RecvWr::new(0, sge))? };
+        unsafe { qp.post_recv_wr(&mut RecvWr::new(0, sge))? };
     } else {
         let buf = pool.take().ok_or("the buffer pool ran dry")?;
         qp.post_recv_buffer(buf)?;

@@ -208,8 +208,8 @@ impl<'a> BufferPool<'a> {
     /// The buffer that `wc` ended, when `wc` belongs to this pool: its length set to the
     /// bytes received for a successful receive, else to what it held when posted. It consumes
     /// `wc`'s `wr_id` (a second call returns `None`). Buffers posted before it in the same
-    /// [`SendList`](super::SendList) go back to the pool (free for [`take`](Self::take)).
-    /// Check `wc.status()` for the outcome.
+    /// [`SendBufferList`](super::SendBufferList) go back to the pool (free for
+    /// [`take`](Self::take)). Check `wc.status()` for the outcome.
     // Always inlined: called per completion, its `Option` then lives in registers.
     #[inline(always)]
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
@@ -444,11 +444,12 @@ impl<'p> Buffer<'p> {
     }
 
     /// Marks the chunk handed to the NIC with its [next `wr_id`](Self::next_wr_id), which
-    /// it returns, as [`launch`](Self::launch) does, for a [`SendList`](super::SendList) that
-    /// still holds the token: in flight, or `batched` behind chunk `before` of this pool
-    /// (`NO_PREV` for none), which the completion of this one releases (and so on down the
-    /// chain). The list then forgets the token once the provider took the WR, or
-    /// [`unmark`](Self::unmark)s it. `len` is within the chunk (`complete` gives it back).
+    /// it returns, as [`launch`](Self::launch) does, for a
+    /// [`SendBufferList`](super::SendBufferList) that still holds the token: in flight, or
+    /// `batched` behind chunk `before` of this pool (`NO_PREV` for none), which the completion
+    /// of this one releases (and so on down the chain). The list then forgets the token once
+    /// the provider took the WR, or [`unmark`](Self::unmark)s it. `len` is within the chunk
+    /// (`complete` gives it back).
     #[inline]
     pub(crate) fn mark_launched(&self, len: u32, batched: bool, before: u32) -> u64 {
         debug_assert!(len as usize <= self.pool.chunk);

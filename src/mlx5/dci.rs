@@ -123,13 +123,14 @@ impl DcRoute {
 }
 
 /// A DC initiator (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCI`) in state `S`. It posts
-/// only in RTS and only through the extended work request API ([`Dci::post`]).
+/// only in RTS and only through the extended work request API ([`Dci::post_send_wrs`]).
 ///
 /// ```compile_fail,E0599
 /// # use rdma_verbs::*;
 /// # use rdma_verbs::mlx5::*;
 /// # fn f(dci: Dci<'_, Rtr>, wr: &DcWr<'_>) -> Result<()> {
-/// unsafe { dci.post(std::slice::from_ref(wr))? }; // error: no method `post` on `Dci<Rtr>`
+/// // error: no method `post_send_wrs` on `Dci<Rtr>`
+/// unsafe { dci.post_send_wrs(std::slice::from_ref(wr))? };
 /// # Ok(()) }
 /// ```
 #[must_use = "the DCI is destroyed when dropped"]
@@ -143,7 +144,7 @@ pub struct Dci<'res, S: QpState> {
 }
 
 // SAFETY: the handles are immutable after creation; the provider locks the send queue from
-// `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`, and `post` writes the `ibv_qp_ex`
+// `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`, and `post_send_wrs` writes the `ibv_qp_ex`
 // fields only inside that section.
 unsafe impl<S: QpState> Send for Dci<'_, S> {}
 // SAFETY: as above.
@@ -490,7 +491,7 @@ impl Dci<'_, Rts> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send`](crate::QueuePair::post_send): until each WR's completion
+    /// As [`QueuePair::post_send_wr`](crate::QueuePair::post_send_wr): until each WR's completion
     /// has been polled (for an unsignaled one, a later signaled one's) or the DCI destroyed,
     /// the memory its SGEs describe stays allocated and registered in a region of this DCI's
     /// PD, unwritten for SEND and RDMA WRITE, untouched for RDMA READ; each destination's
@@ -505,7 +506,7 @@ impl Dci<'_, Rts> {
     /// possibly posted and keep its memory until the DCI is destroyed).
     #[doc(alias = "ibv_wr_start")]
     #[doc(alias = "mlx5dv_wr_set_dc_addr")]
-    pub unsafe fn post(&self, wrs: &[DcWr<'_>]) -> Result<()> {
+    pub unsafe fn post_send_wrs(&self, wrs: &[DcWr<'_>]) -> Result<()> {
         for wr in wrs {
             if wr.stream.is_some() && !self.streams {
                 return Err(Error::invalid(
@@ -542,7 +543,7 @@ impl Dci<'_, Rts> {
     ///
     /// # Safety
     ///
-    /// Inside a batch opened by `ibv_wr_start` on this thread, under `post`'s contract.
+    /// Inside a batch opened by `ibv_wr_start` on this thread, under `post_send_wrs`'s contract.
     unsafe fn build(&self, wr: &DcWr<'_>) -> Result<()> {
         let (qp, mqp) = (self.qp_ex.as_ptr(), self.mqp.as_ptr());
         let step = |ret: i32, verb: &'static str| match ret {
@@ -557,7 +558,7 @@ impl Dci<'_, Rts> {
         }
         // SAFETY: each call is the next step of the WR in `ibv_wr_post(3)`'s order, on the
         // extended QP and the mlx5dv_qp_ex of this DCI; `stream` only on a DCI with streams
-        // (checked in `post`).
+        // (checked in `post_send_wrs`).
         unsafe {
             match wr.opcode {
                 DcOpcode::Send => step(sys::inline::ibv_wr_send(qp), "ibv_wr_send")?,

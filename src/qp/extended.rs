@@ -194,8 +194,9 @@ impl ExQp {
     ///
     /// # Safety
     ///
-    /// A live QP in RTS; every WR valid under [`QueuePair::post_send`](super::QueuePair::post_send)'s
-    /// contract, UD WRs addressed when `ud`.
+    /// A live QP in RTS; every WR valid under
+    /// [`QueuePair::post_send_wr`](super::QueuePair::post_send_wr)'s contract, UD WRs addressed
+    /// when `ud`.
     pub(super) unsafe fn post(&self, wrs: &[SendWr<'_>], ud: bool) -> Result<(), PostListError> {
         let mut done = 0;
         while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
@@ -747,7 +748,7 @@ unsafe fn set_data(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) -> Result<()>
 /// # Safety
 ///
 /// Inside a batch of `qp`, after the WR's builder; each SGE's `addr..addr + length` is CPU
-/// memory readable for the call (the `post_send` contract for inline WRs).
+/// memory readable for the call (the `post_send_wr` contract for inline WRs).
 #[cold]
 unsafe fn set_inline_list(qp: *mut sys::ibv_qp_ex, sges: &[sys::ibv_sge]) -> i32 {
     let mut bufs = [sys::ibv_data_buf { addr: std::ptr::null_mut(), length: 0 }; INLINE_BUFS];

@@ -11,8 +11,25 @@
 //! ```text
 //!  create_qp::<T>    into_init          into_rtr          into_rts
 //! ─────────────▶ Reset ───────▶ Init ───────▶ Rtr ───────▶ Rts
-//!                          post_recv ✓    post_recv ✓    post_recv ✓, post_send ✓
+//!                       post_recv_* ✓  post_recv_* ✓  post_recv_* ✓, post_send_* ✓
 //! ```
+//!
+//! # Posting: two tiers, told apart by what they post
+//!
+//! - `post_{send,recv}_wr` (one [`SendWr`](crate::SendWr) / [`RecvWr`](crate::RecvWr)) and
+//!   `post_{send,recv}_wrs` (a [`SendWrList`](crate::SendWrList) /
+//!   [`RecvWrList`](crate::RecvWrList)): the raw tier. Work requests name memory by address
+//!   and key, so these are `unsafe`: the caller keeps the memory registered and untouched
+//!   until the completion. No cost beyond the provider's.
+//! - `post_{send,recv}_buffer` (one [`Buffer`](crate::Buffer)) and `post_{send,recv}_buffers`
+//!   (a [`SendBufferList`](crate::SendBufferList) / [`RecvBufferList`](crate::RecvBufferList)):
+//!   the safe tier. A buffer moves into the QP and comes back with its completion
+//!   ([`BufferPool::complete`](crate::BufferPool::complete)), so nothing can touch its bytes
+//!   meanwhile.
+//!
+//! The suffix says the tier (`_wr`, `_wrs` raw; `_buffer`, `_buffers` safe), as the list
+//! types' names say what they hold, so a reader tells them apart without looking for
+//! `unsafe`.
 
 mod attr;
 mod connect;
@@ -56,6 +73,12 @@ use crate::verbs_path::VerbsPath;
 /// A queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`, of transport type `T`
 /// ([`Rc`] unless said otherwise, [`Uc`] or [`Ud`]).
 ///
+/// It posts in two tiers, named after what they post: buffers of a
+/// [`BufferPool`](crate::BufferPool), safely ([`post_send_buffer`](Self::post_send_buffer),
+/// [`post_recv_buffers`](Self::post_recv_buffers), …), and work requests naming memory by
+/// address, `unsafe` ([`post_send_wr`](Self::post_send_wr),
+/// [`post_recv_wrs`](Self::post_recv_wrs), …).
+///
 /// It borrows the PD and CQs it was created with, so they outlive it:
 ///
 /// ```compile_fail,E0597
@@ -87,7 +110,7 @@ use crate::verbs_path::VerbsPath;
 /// ```compile_fail,E0599
 /// # use rdma_verbs::*;
 /// # fn f(qp: QueuePair<'_, Init>, wr: &mut SendWr<'_>) -> Result<()> {
-/// unsafe { qp.post_send(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
+/// unsafe { qp.post_send_wr(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
 /// # Ok(()) }
 /// ```
 #[must_use = "the queue pair is destroyed when dropped"]

@@ -211,7 +211,7 @@ fn past(list: &str, method: &str, index: usize, len: usize) -> Error {
 }
 
 /// Send work requests linked once into the list `ibv_post_send(3)` walks, for
-/// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list) to post with one doorbell,
+/// [`QueuePair::post_send_wrs`](crate::QueuePair::post_send_wrs) to post with one doorbell,
 /// again and again: perftest's post lists.
 ///
 /// The list is linked as WRs are pushed, and what its WRs ask of a QP (SGE counts, inline
@@ -444,8 +444,8 @@ impl std::fmt::Debug for SendWrList<'_> {
 }
 
 /// Receive work requests linked once into the list `ibv_post_recv(3)` walks, for
-/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list) and
-/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list) to post
+/// [`QueuePair::post_recv_wrs`](crate::QueuePair::post_recv_wrs) and
+/// [`SharedReceiveQueue::post_recv_wrs`](crate::SharedReceiveQueue::post_recv_wrs) to post
 /// with one call (one provider lock, one doorbell record), again and again.
 ///
 /// Its storage is allocated once, by [`with_capacity`](Self::with_capacity) (or taken over

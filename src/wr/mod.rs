@@ -1,11 +1,11 @@
 //! Work requests: what is posted to a queue pair.
 //!
 //! The builders here are safe: they only describe memory (address, length, key). Handing a
-//! description to the NIC is the `unsafe` step, [`QueuePair::post_send`] and
-//! [`QueuePair::post_recv`], whose contracts say how long the memory must stay untouched.
+//! description to the NIC is the `unsafe` step, [`QueuePair::post_send_wr`] and
+//! [`QueuePair::post_recv_wr`], whose contracts say how long the memory must stay untouched.
 //!
-//! [`QueuePair::post_send`]: crate::QueuePair::post_send
-//! [`QueuePair::post_recv`]: crate::QueuePair::post_recv
+//! [`QueuePair::post_send_wr`]: crate::QueuePair::post_send_wr
+//! [`QueuePair::post_recv_wr`]: crate::QueuePair::post_recv_wr
 #![allow(unsafe_code)] // writing the unions of ibv_send_wr
 
 use std::marker::PhantomData;

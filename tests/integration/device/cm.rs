@@ -74,7 +74,7 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     let mut mr = lo.region(4096);
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     // SAFETY: `mr` stays registered and untouched until the completion is polled below.
-    unsafe { qp.post_recv(&mut RecvWr::new(7, &sge)).expect("post_recv") };
+    unsafe { qp.post_recv_wr(&mut RecvWr::new(7, &sge)).expect("post_recv") };
     let up = id
         .accept(qp, &ConnParam::with_private_data(SERVER_HELLO), STEP)
         .unwrap_or_else(|e| panic!("accept: {e}"));
@@ -107,7 +107,7 @@ fn client(t: &Target, port: u16) {
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     let mut wr = SendWr::send(9, &sge).flags(SendFlags::SIGNALED);
     // SAFETY: `mr` stays registered and unwritten until the completion is polled below.
-    unsafe { up.qp.post_send(&mut wr).expect("post_send") };
+    unsafe { up.qp.post_send_wr(&mut wr).expect("post_send") };
     assert_eq!(one_completion(&lo.cq, "send"), 9);
     id.disconnect().expect("disconnect");
     id.wait_disconnected(STEP).expect("our own DISCONNECTED");

@@ -148,7 +148,7 @@ mod hardware {
         let token = dct.endpoint(gid, lid);
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
-        unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap() };
 
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
         let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
@@ -159,7 +159,7 @@ mod hardware {
             DcWr::send(3, &src, peer.destination()).flags(SendFlags::SIGNALED),
         ];
         // SAFETY: the region outlives the WRs and is not written until they complete.
-        unsafe { dci.post(&wrs).unwrap() };
+        unsafe { dci.post_send_wrs(&wrs).unwrap() };
 
         let mut seen = Vec::new();
         let mut wcs: [WorkCompletion; 4] = Default::default();
@@ -257,7 +257,7 @@ mod hardware {
         let token = dct.unwrap().endpoint(gid, lid);
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
-        unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap() };
         let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
         let src = [region.sge(64..128).unwrap()];
         let wrong = DcDestination { key: DcKey::new(0xbad), ..peer.destination() };
@@ -274,7 +274,7 @@ mod hardware {
         let send = |dci: &Dci<'_, Rts>, wr_id, dest| {
             let wr = DcWr::send(wr_id, &src, dest).flags(SendFlags::SIGNALED);
             // SAFETY: the region outlives the WR and is not written until it completes.
-            unsafe { dci.post(&[wr]).unwrap() };
+            unsafe { dci.post_send_wrs(&[wr]).unwrap() };
         };
         // A wrong key: the DCT never answers, the DCI retries out and goes to ERROR.
         send(&dci, 2, wrong);

@@ -46,7 +46,7 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         let Error::WorkQueueFull { verb: got, source } = &err else { panic!("{path:?}: {err:?}") };
         assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
         assert!(err.to_string().contains("reap completions before posting more"), "{err}");
-        let mut list = SendList::with_capacity(12);
+        let mut list = SendBufferList::with_capacity(12);
         for _ in 0..12 {
             let mut buffer = pool.take().unwrap();
             buffer.fill(b"x").unwrap();
@@ -128,7 +128,7 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
         };
         let start = std::time::Instant::now();
         // SAFETY: a zero-length SEND names no memory.
-        unsafe { a.post_send(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
+        unsafe { a.post_send_wr(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
         let mut storage: [WorkCompletion; 1] = Default::default();
         let wc = lo.cq.wait_for(1, GIVE_UP, &mut storage).unwrap();
         assert_eq!((wc[0].wr_id(), wc[0].status()), (1, status), "peer dies: {peer_dies}");
@@ -149,7 +149,7 @@ fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging()
     let (sge, remote) = ([local.sge(..8).unwrap()], target.remote(..).unwrap());
     for wr in [SendWr::rdma_read(1, &sge, remote), SendWr::fetch_add(2, &sge, remote, 1)] {
         // SAFETY: refused before posting; nothing reaches the NIC.
-        let err = unsafe { a.post_send(&mut wr.flags(SendFlags::SIGNALED)) }.unwrap_err();
+        let err = unsafe { a.post_send_wr(&mut wr.flags(SendFlags::SIGNALED)) }.unwrap_err();
         assert!(err.to_string().contains("max_rd_atomic 0"), "{err}");
     }
     let mut storage: [WorkCompletion; 1] = Default::default();

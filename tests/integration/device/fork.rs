@@ -76,8 +76,8 @@ fn unneeded_means_the_parents_writes_after_a_fork_still_reach_the_nic() {
             let (send, recv) = ([source.sge(..6).unwrap()], [target.sge(..).unwrap()]);
             // SAFETY: both regions outlive the QPs' use of them, polled before being read.
             unsafe {
-                b.post_recv(&mut RecvWr::new(1, &recv)).unwrap();
-                a.post_send(&mut SendWr::send(2, &send).flags(SendFlags::SIGNALED)).unwrap();
+                b.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap();
+                a.post_send_wr(&mut SendWr::send(2, &send).flags(SendFlags::SIGNALED)).unwrap();
             }
             assert!(wait_for(&lo.cq, 2).iter().all(WorkCompletion::is_success));
             // SAFETY: closes the pipe's two ends, which this process owns.

@@ -147,7 +147,9 @@ impl Dc<'_> {
 /// Posts one SEND of `sge` to `peer` on `dci`.
 fn post_send(dci: &Dci<'_, Rts>, peer: &DcPeer<'_>, wr_id: u64, sge: &Sge) -> Result<(), Error> {
     // SAFETY: the mock touches no memory.
-    unsafe { dci.post(&[DcWr::send(wr_id, std::slice::from_ref(sge), peer.destination())]) }
+    unsafe {
+        dci.post_send_wrs(&[DcWr::send(wr_id, std::slice::from_ref(sge), peer.destination())])
+    }
 }
 
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
@@ -374,7 +376,7 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
         DcWr::rdma_write(2, std::slice::from_ref(&sge2), remote, peer.destination()),
     ];
     // SAFETY: the mock reads no memory; `mr` outlives the posts.
-    unsafe { dci.post(&wrs).unwrap() };
+    unsafe { dci.post_send_wrs(&wrs).unwrap() };
     let dc = |c: Call| if let Call::Mlx5(c) = c { c } else { panic!("{c:?}") };
     let posted: Vec<Mlx5Call> = f.mock.take_calls().into_iter().map(dc).collect();
     let addr = Mlx5Call::WrSetDcAddr {
@@ -409,7 +411,7 @@ fn a_missing_builder_aborts_the_batch_and_a_failed_complete_is_the_verbs_error()
     // The mock DCI leaves wr_rdma_read NULL.
     let read = DcWr::rdma_read(3, std::slice::from_ref(&sge), remote, peer.destination());
     // SAFETY: the mock touches no memory.
-    let err = unsafe { dci.post(&[read]) }.unwrap_err();
+    let err = unsafe { dci.post_send_wrs(&[read]) }.unwrap_err();
     assert!(matches!(err, Error::Unsupported { what: "ibv_wr_rdma_read" }), "{err:?}");
     assert_eq!(f.dc_calls(), [Mlx5Call::WrStart, Mlx5Call::WrAbort]);
 
@@ -449,7 +451,7 @@ fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
     let sge = mr.sge(0..8).unwrap();
     let wr = DcWr::send(5, std::slice::from_ref(&sge), peer.destination()).stream(3);
     // SAFETY: the mock touches no memory.
-    unsafe { dci.post(&[wr]).unwrap() };
+    unsafe { dci.post_send_wrs(&[wr]).unwrap() };
     let calls = f.dc_calls();
     assert!(
         matches!(
@@ -469,7 +471,7 @@ fn a_stream_on_a_dci_without_streams_is_refused_before_any_call() {
     f.mock.take_calls();
     let wr = DcWr::send(6, std::slice::from_ref(&sge), peer.destination()).stream(0);
     // SAFETY: refused before the device sees it.
-    let err = unsafe { dci.post(&[wr]) }.unwrap_err();
+    let err = unsafe { dci.post_send_wrs(&[wr]) }.unwrap_err();
     assert!(
         err.invalid_input_kind() == Some(InvalidInputKind::DciStreams)
             && err.to_string().contains("DciInitAttr::streams"),

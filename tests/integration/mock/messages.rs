@@ -58,7 +58,7 @@ fn every_error_of_a_chain_says_its_own_part_once() {
     let mut list: RecvWrList<'_> = [RecvWr::new(1, &sge)].into_iter().collect();
     f.mock.fill_receive_queue_at(0);
     // SAFETY: refused by the provider: nothing is posted.
-    let failed = unsafe { qp.post_recv_list(&mut list) }.unwrap_err();
+    let failed = unsafe { qp.post_recv_wrs(&mut list) }.unwrap_err();
     assert_each_cause_once(&failed, 3);
     let full = Error::from(failed);
     assert!(matches!(full, Error::WorkQueueFull { .. }), "{full:?}");

@@ -7,9 +7,9 @@ use std::time::Duration;
 use rdma_verbs::{
     AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
     InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, QueuePairState, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, Reset, RetryCount,
-    RnrRetry, RnrTimer, Rtr, Rts, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
-    WorkCompletion,
+    QueuePair, QueuePairState, RKey, RecvBufferList, RecvWr, RecvWrList, RemoteAddr, Reset,
+    RetryCount, RnrRetry, RnrTimer, Rtr, Rts, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr,
+    ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -312,13 +312,19 @@ fn post_recv_and_post_send_errors() {
         };
         f.mock.fail(Verb::PostRecv, errno);
         // SAFETY: the mock provider never touches the memory.
-        check(&unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err(), "ibv_post_recv");
+        check(
+            &unsafe { qp.post_recv_wr(&mut RecvWr::new(1, &sges)) }.unwrap_err(),
+            "ibv_post_recv",
+        );
         f.mock.fail(Verb::PostSend, errno);
         // SAFETY: as above.
-        check(&unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err(), "ibv_post_send");
+        check(
+            &unsafe { qp.post_send_wr(&mut SendWr::send(2, &sges)) }.unwrap_err(),
+            "ibv_post_send",
+        );
     }
     // SAFETY: as above.
-    unsafe { qp.post_send(&mut SendWr::send(42, &sges)) }.unwrap();
+    unsafe { qp.post_send_wr(&mut SendWr::send(42, &sges)) }.unwrap();
     let calls = f.mock.take_calls();
     assert_eq!(calls.last(), Some(&Call::PostSend { wr_ids: vec![42] }));
     assert_eq!(calls.len(), 7, "every post reached the provider once");
@@ -330,7 +336,7 @@ fn post_send_checks_the_capabilities_before_the_provider() {
     connected!(f, pd, cq, mr, qp);
     let sges = [mr.sge(..64).unwrap(), mr.sge(64..128).unwrap()];
     // SAFETY: the mock provider never touches the memory.
-    let err = unsafe { qp.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
+    let err = unsafe { qp.post_send_wr(&mut SendWr::send(1, &sges)) }.unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{err:?}");
     assert_eq!(err.to_string(), "the WR has 2 SGEs; this QP allows 1 (max_send_sge)");
     assert_eq!(f.mock.take_calls(), []);
@@ -353,7 +359,7 @@ fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider()
     ] {
         let mut wr = wr;
         // SAFETY: refused before the provider sees it.
-        let err = unsafe { qp.post_send(&mut wr) }.unwrap_err();
+        let err = unsafe { qp.post_send_wr(&mut wr) }.unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err:?}");
         let text = err.to_string();
         assert!(text.starts_with(what) && text.contains("max_rd_atomic 0"), "{text}");
@@ -368,10 +374,10 @@ fn null_post_ops_are_unsupported_not_called() {
     connected!(f, pd, cq, mr, qp);
     let sges = [mr.sge(..64).unwrap()];
     // SAFETY: nothing reaches a provider.
-    let err = unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err();
+    let err = unsafe { qp.post_recv_wr(&mut RecvWr::new(1, &sges)) }.unwrap_err();
     assert_unsupported(&err, "ibv_post_recv");
     // SAFETY: as above.
-    let err = unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err();
+    let err = unsafe { qp.post_send_wr(&mut SendWr::send(2, &sges)) }.unwrap_err();
     assert_unsupported(&err, "ibv_post_send");
     assert_eq!(f.mock.take_calls(), []);
 }
@@ -557,12 +563,12 @@ fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
     f.mock.take_calls();
     f.mock.fill_receive_queue_at(2);
     // SAFETY: `region` outlives the QP and the SRQ (declared before them) and is not touched.
-    let err = unsafe { qp.post_recv_list(&mut list) }.unwrap_err();
+    let err = unsafe { qp.post_recv_wrs(&mut list) }.unwrap_err();
     assert_eq!(err.posted, 2);
     assert_queue_full(&err.error, "ibv_post_recv", libc::ENOMEM);
     assert_eq!(one_receive_post(&f.mock.take_calls()), [10, 11, 12, 13]);
     // SAFETY: as above.
-    unsafe { qp.post_recv_list(&mut RecvWrList::with_capacity(1)) }.unwrap();
+    unsafe { qp.post_recv_wrs(&mut RecvWrList::with_capacity(1)) }.unwrap();
     assert_eq!(f.mock.take_calls(), [], "an empty list posts nothing");
     let mut flushed = Vec::new();
     let qp = qp.drain(&[&cq], Duration::from_secs(1), |wc| flushed.push(wc.wr_id())).unwrap();
@@ -570,18 +576,18 @@ fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
 
     f.mock.take_calls();
     // SAFETY: as above.
-    unsafe { srq.post_recv_list(&mut list) }.unwrap();
+    unsafe { srq.post_recv_wrs(&mut list) }.unwrap();
     assert_eq!(one_receive_post(&f.mock.take_calls()), [10, 11, 12, 13], "the same list again");
     f.mock.fill_receive_queue_at(0);
     // SAFETY: as above.
-    let err = unsafe { srq.post_recv_list(&mut list) }.unwrap_err();
+    let err = unsafe { srq.post_recv_wrs(&mut list) }.unwrap_err();
     assert_eq!(err.posted, 0);
     assert_queue_full(&err.error, "ibv_post_srq_recv", libc::ENOMEM);
     assert!(f.mock.take_violations().is_empty());
     drop(qp);
 }
 
-/// A `RecvList` posts its receives with one call, each a flight of its own: a post the
+/// A `RecvBufferList` posts its receives with one call, each a flight of its own: a post the
 /// provider refuses keeps them all in the list, a receive queue that fills mid-list keeps the
 /// rest, and every posted buffer comes back with its own completion. The same on an SRQ.
 #[test]
@@ -592,7 +598,7 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let srq = pd.create_srq(16, 1).unwrap();
     let qp = rts_qp(&pd, &cq);
-    let mut list = RecvList::with_capacity(4);
+    let mut list = RecvBufferList::with_capacity(4);
     for _ in 0..4 {
         list.push(pool.take().unwrap()).unwrap();
     }

@@ -4,9 +4,9 @@
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
     Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, QpType,
-    Qpn, QueuePair, Rc, ReceiveReady, RecvList, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr,
-    SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdDestination,
-    UdToInitAttr, VerbsPath, WorkCompletion,
+    Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RemoteAddr, Rtr, Rts, SendFlags, SendOp,
+    SendWr, SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud,
+    UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
 
@@ -114,7 +114,7 @@ fn assert_receives_refused<'a, S: ReceiveReady>(
     let refused = |error: &rdma_verbs::Error| assert_eq!(error.invalid_input_kind(), Some(kind));
     refused(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err());
     refused(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err());
-    let mut receives = RecvList::with_capacity(1);
+    let mut receives = RecvBufferList::with_capacity(1);
     receives.push(pool.take().unwrap()).unwrap();
     refused(&qp.post_recv_buffers(&mut receives).unwrap_err());
     refused(&srq.post_recv_buffers(&mut receives).unwrap_err());
@@ -164,7 +164,7 @@ fn a_ud_send_with_an_address_handle_of_another_pd_is_refused() {
 
 /// a WR mutated inside a `SendWrList` through its only `&mut` API (`set_flags`) to
 /// INLINE above `max_inline_data`, and a list whose SGE count goes past `max_send_sge` after
-/// pop/push, are still refused by `post_send_list` (whose contract is met: every SGE names
+/// pop/push, are still refused by `post_send_wrs` (whose contract is met: every SGE names
 /// live registered memory and no wr_id has bit 63 set).
 #[test]
 fn a_list_mutated_in_place_is_checked_again() {
@@ -180,7 +180,7 @@ fn a_list_mutated_in_place_is_checked_again() {
         list.set_flags(1, SendFlags::INLINE | SendFlags::SIGNALED).unwrap();
         // SAFETY: every SGE names `mr` (live, this PD, never written during the test); the
         // wr_ids are small. (Inline SGEs by IOVA equal the CPU address: plain `register`.)
-        let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+        let err = unsafe { qp.post_send_wrs(&mut list) }.unwrap_err();
         assert_eq!(
             err.error.invalid_input_kind(),
             Some(InvalidInputKind::InlineTooLarge),
@@ -190,7 +190,7 @@ fn a_list_mutated_in_place_is_checked_again() {
         list.pop().unwrap();
         list.push(SendWr::rdma_write(3, &sges, RemoteAddr { addr: 0, rkey: mr.rkey() })).unwrap();
         // SAFETY: as above.
-        let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+        let err = unsafe { qp.post_send_wrs(&mut list) }.unwrap_err();
         assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{path:?}");
         assert!(mock.take_violations().is_empty());
     });
@@ -215,7 +215,7 @@ fn a_list_of_inline_lengths_whose_bits_pass_the_limit_together_is_posted() {
         ]);
         // SAFETY: the SGEs name `mr` (live, this PD, never written during the test; inline
         // by IOVA, which equals the CPU address of a plain `register`); small wr_ids.
-        unsafe { qp.post_send_list(&mut list) }.unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        unsafe { qp.post_send_wrs(&mut list) }.unwrap_or_else(|e| panic!("{path:?}: {e}"));
         assert!(mock.take_violations().is_empty());
     });
 }
@@ -236,7 +236,7 @@ fn a_ud_datagram_above_the_mtu_is_refused() {
         buf.set_len(mtu + 1).unwrap();
         let err = qp.try_post_send_buffer_to(buf, &dest, None).unwrap_err();
         assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::UdTooLarge), "{path:?}");
-        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(2);
         let mut small = pool.take().unwrap();
         small.set_len(8).unwrap();
         list.push(small, rdma_verbs::UdSend { dest, imm: None }).unwrap();
@@ -366,7 +366,7 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
             SendOp::FetchAdd { remote, add: 1 },
             SendOp::CompareSwap { remote, compare: 0, swap: 1 },
         ];
-        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(2);
         for op in writers {
             let mut buf = pool.take().unwrap();
             buf.set_len(8).unwrap();
@@ -446,7 +446,7 @@ fn an_inline_read_or_atomic_is_refused() {
             let mut wr = wr.flags(flags);
             // SAFETY: `sge` names `mr` (live, this PD, untouched during the test); small
             // wr_ids. (Refused before the provider in any case.)
-            let err = unsafe { qp.post_send(&mut wr) }.unwrap_err();
+            let err = unsafe { qp.post_send_wr(&mut wr) }.unwrap_err();
             assert_eq!(
                 err.invalid_input_kind(),
                 Some(InvalidInputKind::InlineReadOrAtomic),
@@ -455,7 +455,7 @@ fn an_inline_read_or_atomic_is_refused() {
             let mut list = SendWrList::with_capacity(1);
             list.push(wr).unwrap();
             // SAFETY: as above.
-            let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+            let err = unsafe { qp.post_send_wrs(&mut list) }.unwrap_err();
             assert_eq!(
                 err.error.invalid_input_kind(),
                 Some(InvalidInputKind::InlineReadOrAtomic),
@@ -466,7 +466,7 @@ fn an_inline_read_or_atomic_is_refused() {
     });
 }
 
-/// A `SendList` chains its unsignaled buffers in one pool's bookkeeping, so it refuses
+/// A `SendBufferList` chains its unsignaled buffers in one pool's bookkeeping, so it refuses
 /// buffers of two pools, in one post or behind an open chain of another pool's (found by the
 /// property suite: the chain indexed the other pool, freeing a chunk it did not post or
 /// running past its end).
@@ -479,7 +479,7 @@ fn a_send_list_refuses_buffers_of_two_pools() {
             let kind = result.unwrap_err().invalid_input_kind();
             assert_eq!(kind, Some(InvalidInputKind::OtherPool), "{path:?}");
         };
-        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(2);
         list.push(a.take().unwrap(), SendOp::Send).unwrap();
         list.push(b.take().unwrap(), SendOp::Send).unwrap();
         other_pool(qp.post_send_buffers(&mut list, true));
@@ -512,7 +512,7 @@ fn a_chain_refuses_another_qp_or_pool_and_a_signaled_post_releases_it() {
         for _ in 0..2 {
             qp.post_recv_buffer(b.take().unwrap()).unwrap();
         }
-        let mut list = rdma_verbs::SendList::with_capacity(1);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(1);
         qp.post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, false).unwrap();
         let elsewhere = InvalidInputKind::UnsignaledInFlight;
         let err =
@@ -568,7 +568,7 @@ fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
     let cq = fx.ctx.create_cq(64).unwrap();
     let pool = pool(&pd, AccessFlags::LOCAL_WRITE);
     let qp = rc_self(&fx.ctx, &pd, &cq, VerbsPath::Extended, 1);
-    let mut list = rdma_verbs::SendList::with_capacity(1);
+    let mut list = rdma_verbs::SendBufferList::with_capacity(1);
     list.push(pool.take().unwrap(), SendOp::Send).unwrap();
     fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
     assert!(qp.post_send_buffers(&mut list, true).is_err());

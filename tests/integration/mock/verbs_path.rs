@@ -7,8 +7,8 @@ use std::net::Ipv6Addr;
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, CqAttr, Endpoint, Error, Gid,
     InvalidInputKind, LKey, Lid, MemoryRegion, Mtu, ProtectionDomain, Psn, QpCapabilities,
-    QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr,
-    SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
+    QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Reset, Rts, SendBufferList, SendFlags, SendOp,
+    SendWr, SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
     WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional, Verb, CORE_CLOCK_KHZ};
@@ -215,7 +215,7 @@ fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
             SendWr::send(5, &inline).flags(SendFlags::INLINE),
         ]);
         // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
-        unsafe { qp.post_send_list(&mut wrs) }.unwrap();
+        unsafe { qp.post_send_wrs(&mut wrs) }.unwrap();
         f.mock.take_calls()
     })
 }
@@ -265,7 +265,7 @@ fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_pos
         f.mock.take_calls();
         let one = [mr.sge(..64).unwrap()];
         // SAFETY: the mock provider never touches the memory.
-        unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
+        unsafe { qp.post_send_wr(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
         f.mock.take_calls()
     });
     assert_eq!(calls.first(), Some(&Call::WrStart));
@@ -304,7 +304,7 @@ fn a_failed_wr_complete_counts_what_the_provider_leaves_posted_with_the_post_sen
             let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::send(2, &sge)]);
             f.mock.fail(Verb::WrComplete, errno);
             // SAFETY: the mock provider never touches the memory.
-            unsafe { qp.post_send_list(&mut wrs) }.unwrap_err()
+            unsafe { qp.post_send_wrs(&mut wrs) }.unwrap_err()
         });
         assert_eq!(err.posted, posted, "vendor {vendor_id:#x}, errno {errno}");
         assert_queue_full(&err.error, "ibv_wr_complete", errno);
@@ -323,7 +323,7 @@ fn a_refused_buffer_list_on_rxe_or_mlx5_strands_no_buffer() {
         let pool =
             BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
         let qp = rts_qp(&pd, &cq);
-        let mut list = SendList::with_capacity(12);
+        let mut list = SendBufferList::with_capacity(12);
         for _ in 0..12 {
             let mut buffer = pool.take().unwrap();
             buffer.fill(b"x").unwrap();
@@ -348,7 +348,7 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
         let mut wrs =
             SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey::new(5))]);
         // SAFETY: the mock provider never touches the memory.
-        (unsafe { qp.post_send_list(&mut wrs) }.unwrap_err(), f.mock.take_calls())
+        (unsafe { qp.post_send_wrs(&mut wrs) }.unwrap_err(), f.mock.take_calls())
     });
     assert_eq!(err.posted, 0);
     assert_unsupported(&err.error, "ibv_wr_local_inv");
@@ -369,7 +369,7 @@ fn a_null_builder_aborts_the_batch_as_unsupported_naming_it() {
         f.mock.take_calls();
         let sge = [mr.sge(..64).unwrap()];
         // SAFETY: the mock provider never touches the memory.
-        let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
+        let err = unsafe { qp.post_send_wr(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
         assert_unsupported(&err, "ibv_wr_send_imm");
         assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
     });
