@@ -53,7 +53,7 @@ fn run() -> Result<()> {
     }
     let mut wcs = [WorkCompletion::EMPTY; 3];
     for wc in cq.wait_for(3, Duration::from_secs(5), &mut wcs)?.iter() {
-        assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());
+        assert!(wc.is_success(), "{wc}");
     }
     let mut written = [0; 5];
     target.read(0, &mut written)?;

@@ -227,7 +227,9 @@ pub enum Error {
     /// ([`CompletionQueue::wait_for`](crate::CompletionQueue::wait_for)).
     #[error(
         "{arrived} of {expected} completions arrived within {timeout:?}: check that every \
-         awaited work request was posted signaled and that the peer QP is connected"
+         awaited work request was posted signaled and reaches its peer: on RC and UC a peer QP \
+         connected to this one; on UD the receiver's QPN and Q_Key, through an address handle \
+         that routes to its port (a datagram that misses either is dropped silently)"
     )]
     CompletionTimeout {
         /// How many were awaited.

@@ -1,7 +1,8 @@
 //! Safe, lifetime-checked RDMA verbs.
 //!
 //! `rdma-verbs` wraps rdma-core's libibverbs — device contexts, protection domains, memory
-//! regions, completion queues and Reliable Connected queue pairs — in types the compiler
+//! regions, completion queues and queue pairs (Reliable Connected, Unreliable Connected and
+//! Unreliable Datagram; Dynamically Connected with feature `mlx5`) — in types the compiler
 //! checks: a child cannot outlive its parent, a QP's state is part of its type, and C
 //! enums are newtypes that survive values a newer library invents. libibverbs is loaded at
 //! run time (`dlopen`), never linked, so one binary runs on NVIDIA MLNX_OFED / DOCA-OFED hosts
@@ -44,7 +45,7 @@
 //! }
 //! let mut wcs = [WorkCompletion::EMPTY; 3];
 //! for wc in cq.wait_for(3, std::time::Duration::from_secs(5), &mut wcs)?.iter() {
-//!     assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());
+//!     assert!(wc.is_success(), "{wc}");
 //! }
 //! assert_eq!(&mr.as_slice()[2048..2053], b"hello");
 //! let mut written = [0; 5];

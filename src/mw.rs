@@ -400,7 +400,7 @@ impl<T: Connected> QueuePair<'_, Rts, T> {
         }
         // The buffer tier reads a completion with this bit as one of its own buffers': one
         // named by a bind would hand that buffer back while the NIC still owns it.
-        if wr_id & crate::buffer::BUFFER_WR_ID_BIT != 0 {
+        if wr_id & crate::wr::id::BUFFER_BIT != 0 {
             return Err(Error::invalid(
                 InvalidInputKind::Range,
                 format!(

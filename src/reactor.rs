@@ -25,7 +25,7 @@
 //! // ... create QPs on `cq` and post work ...
 //! let mut wcs = [WorkCompletion::EMPTY; 16];
 //! for wc in completions.poll(&mut wcs).await?.iter() {
-//!     println!("{} finished: {}", wc.wr_id(), wc.status());
+//!     println!("{wc}");
 //! }
 //! # Ok(()) }
 //! ```

@@ -427,7 +427,7 @@ impl<'a> Server<'a> {
         };
         let result = match buffer {
             Some(buffer) => client.complete(wc, buffer, self.pool),
-            None => Err(format!("a completion (wr_id {:#x}) names no buffer", wc.wr_id())),
+            None => Err(format!("a completion names no buffer: {wc}")),
         };
         if let Err(e) = result {
             client.fail(e);

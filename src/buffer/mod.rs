@@ -61,6 +61,3 @@ pub use pool::{Buffer, BufferPool};
 pub(crate) use post::post_receive;
 pub use post::{ListOp, PostError, SendBufferList, SendOp, UdSend};
 pub use recv_list::RecvBufferList;
-
-/// Bit 63 marks the `wr_id`s of this tier.
-pub(crate) const BUFFER_WR_ID_BIT: u64 = 1 << 63;

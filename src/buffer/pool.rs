@@ -3,11 +3,11 @@
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use super::BUFFER_WR_ID_BIT;
 use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::mr::{LKey, MemoryRegion};
 use crate::wc::{WcOpcode, WorkCompletion};
+use crate::wr::id::{BUFFER_BIT, GEN_BITS, INDEX_BITS, POOL_BITS};
 use crate::wr::Sge;
 
 const FREE: u8 = 0;
@@ -17,11 +17,8 @@ const IN_FLIGHT: u8 = 2;
 /// Posted unsignaled in a list; released when the list's last WR completes.
 const BATCHED: u8 = 3;
 
-/// `wr_id` = bit 63 | pool id (20 bits) | generation (27 bits) | chunk index (16 bits).
-const INDEX_BITS: u32 = 16;
-const GEN_BITS: u32 = 27;
-const POOL_BITS: u32 = 20;
-/// The bits below the pool's id: a flight's generation and chunk index.
+/// The bits below the pool's id in a `wr_id` (laid out in `wr::id`): a flight's generation
+/// and chunk index.
 const FLIGHT_BITS: u32 = INDEX_BITS + GEN_BITS;
 const FLIGHT_MASK: u64 = (1 << FLIGHT_BITS) - 1;
 const NO_PREV: u32 = u32::MAX;
@@ -142,7 +139,7 @@ impl<'a> BufferPool<'a> {
             local_write: mr.access().contains(AccessFlags::LOCAL_WRITE),
             mr: ManuallyDrop::new(mr),
             chunk: chunk_size,
-            wr_ids: BUFFER_WR_ID_BIT | u64::from(id) << FLIGHT_BITS,
+            wr_ids: BUFFER_BIT | u64::from(id) << FLIGHT_BITS,
             slots: (0..count)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
@@ -254,6 +251,11 @@ impl<'a> BufferPool<'a> {
     fn lkey(&self) -> LKey {
         self.mr.lkey()
     }
+
+    /// Its id, which its buffers' `wr_id`s carry (and messages about them show).
+    fn id(&self) -> u64 {
+        (self.wr_ids & !BUFFER_BIT) >> FLIGHT_BITS
+    }
 }
 
 impl Drop for BufferPool<'_> {
@@ -276,6 +278,7 @@ impl Drop for BufferPool<'_> {
 impl std::fmt::Debug for BufferPool<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufferPool")
+            .field("id", &self.id())
             .field("chunk_size", &self.chunk)
             .field("count", &self.count())
             .field("mr", &*self.mr)
@@ -489,7 +492,11 @@ impl Drop for Buffer<'_> {
 
 impl std::fmt::Debug for Buffer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buffer").field("index", &self.index).field("len", &self.len).finish()
+        f.debug_struct("Buffer")
+            .field("pool", &self.pool.id())
+            .field("index", &self.index)
+            .field("len", &self.len)
+            .finish()
     }
 }
 

@@ -211,7 +211,7 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
             if !wc.is_success() {
                 return Err(Failure {
                     step: "complete",
-                    error: format!("a work request completed with {}", wc.status()),
+                    error: format!("a work request failed: {wc}"),
                 });
             }
             let is_recv = wc.opcode() == WcOpcode::RECV;

@@ -18,6 +18,7 @@ use crate::buffer::SendOp;
 use crate::fit::{self, Demand};
 use crate::mr::{LKey, RKey};
 
+pub(crate) mod id;
 mod list;
 
 pub use list::{RecvWrList, SendWrList};

@@ -437,7 +437,9 @@ fn wait_for_returns_n_completions_or_says_how_many_came() {
     assert_eq!(
         err.to_string(),
         "1 of 2 completions arrived within 20ms: check that every awaited work request was \
-         posted signaled and that the peer QP is connected"
+         posted signaled and reaches its peer: on RC and UC a peer QP connected to this one; on \
+         UD the receiver's QPN and Q_Key, through an address handle that routes to its port (a \
+         datagram that misses either is dropped silently)"
     );
     let err = cq.wait_for(5, timeout, &mut storage).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size), "{err:?}");

@@ -3,10 +3,10 @@
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
-    Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, QpType,
-    Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RemoteAddr, Rtr, Rts, SendFlags, SendOp,
-    SendWr, SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud,
-    UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
+    GlobalRoute, Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities,
+    QpInitAttr, QpType, Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RemoteAddr, Rtr, Rts,
+    SendFlags, SendOp, SendWr, SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr,
+    ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
 
@@ -48,8 +48,9 @@ fn endpoint(ctx: &Context, qpn: Qpn) -> Endpoint {
 }
 
 fn ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
-    let me = endpoint(ctx, Qpn::new(0).unwrap());
-    pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
+    let (gid, lid) = (ctx.routable_gid(PORT).unwrap().gid, ctx.query_port(PORT).unwrap().lid());
+    let av = AddressVector::new(PORT, lid).with_grh(GlobalRoute::new(gid, SGID_INDEX));
+    pd.create_ah(&av).unwrap()
 }
 
 /// An RC QP connected to itself (the mock executes loopback), in RTS with `max_rd_atomic`.

@@ -21,8 +21,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
-    QueuePair, RKey, Rc, RecvBufferList, RemoteAddr, RemoteWritableRegion, Reset, Rts,
+    Endpoint, GlobalRoute, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr,
+    QpType, Qpn, QueuePair, RKey, Rc, RecvBufferList, RemoteAddr, RemoteWritableRegion, Reset, Rts,
     SendBufferList, SendFlags, SendOp, SendWr, SendWrList, SharedReceiveQueue, ToInitAttr,
     ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
 };
@@ -326,14 +326,9 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
     let remote = target.remote(..).unwrap();
     let mut window = pd.alloc_mw(MwType::Type1).unwrap();
     let ah: AddressHandle<'_> = {
-        let gid = ctx.routable_gid(PORT).unwrap().gid;
-        let me = Endpoint {
-            lid: ctx.query_port(PORT).unwrap().lid(),
-            qpn: Qpn::new(0).unwrap(),
-            psn: Psn::new(0).unwrap(),
-            gid,
-        };
-        pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
+        let (gid, lid) = (ctx.routable_gid(PORT).unwrap().gid, ctx.query_port(PORT).unwrap().lid());
+        let av = AddressVector::new(PORT, lid).with_grh(GlobalRoute::new(gid, SGID_INDEX));
+        pd.create_ah(&av).unwrap()
     };
     let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path };
     let mut slots = parts.slots();
