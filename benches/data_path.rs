@@ -474,7 +474,7 @@ fn data_path(mode: &mut impl Mode) {
                     || {
                         let mut i = 0;
                         let n = black_box(stamped).poll_with(LIST, |c| {
-                            stamps[i] = c.timestamp().unwrap_or_default();
+                            stamps[i] = c.timestamp.unwrap_or_default();
                             i += 1;
                         });
                         n.unwrap_or(0)

@@ -331,7 +331,7 @@ fn the_extended_verbs_post_and_poll_without_allocating() {
             let poll_with = allocations_in(|| {
                 polled += cq
                     .poll_with(LIST, |c| {
-                        black_box(c.wr_id());
+                        black_box(c.wc.wr_id());
                     })
                     .unwrap()
             });

@@ -450,7 +450,7 @@ fn the_default_poll_drains_a_batch_with_one_provider_call() {
         let f = make();
         let cq = stamped_cq(&f, 16);
         let mut stamps = Vec::new();
-        assert_eq!(cq.poll_with(16, |c| stamps.push(c.timestamp().unwrap())).unwrap(), 16);
+        assert_eq!(cq.poll_with(16, |c| stamps.push(c.timestamp.unwrap())).unwrap(), 16);
         assert_eq!(stamps, (1..=16).map(|n| n * 1000).collect::<Vec<_>>());
         assert_eq!(f.mock.take_calls(), session);
         // `poll` too, and a batch that runs dry ends with the next_poll that found nothing.
@@ -535,10 +535,10 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
     let mut got = Vec::new();
-    let n = cq.poll_with(2, |c| got.push((c.wr_id(), c.imm_data(), c.timestamp()))).unwrap();
+    let n = cq.poll_with(2, |c| got.push((c.wc.wr_id(), c.wc.imm_data(), c.timestamp))).unwrap();
     assert_eq!(n, 2);
     assert_eq!(got, [(1, Some(0xab01), Some(1000)), (2, Some(0xab02), Some(2000))]);
-    let n = cq.poll_with(8, |c| got.push((c.wr_id(), c.imm_data(), c.timestamp()))).unwrap();
+    let n = cq.poll_with(8, |c| got.push((c.wc.wr_id(), c.wc.imm_data(), c.timestamp))).unwrap();
     assert_eq!((n, got.len()), (1, 3));
 
     // Without timestamps (or on the legacy path) there are none, through the same call.
@@ -547,7 +547,7 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
     for cq in [&plain, &legacy] {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(4));
         let mut seen = None;
-        assert_eq!(cq.poll_with(4, |c| seen = Some((c.wr_id(), c.timestamp()))).unwrap(), 1);
+        assert_eq!(cq.poll_with(4, |c| seen = Some((c.wc.wr_id(), c.timestamp))).unwrap(), 1);
         assert_eq!(seen, Some((4, None)), "{:?}", cq.verbs_path());
         assert_eq!(cq.timestamp_clock_khz(), None);
     }
@@ -571,10 +571,10 @@ fn buffers_come_back_through_timestamped_polling() {
     let mut back = Vec::new();
     let n = cq
         .poll_with(4, |c| {
-            let at = c.timestamp();
-            let buf = pool.complete(c).expect("the completion names a buffer of the pool");
-            back.push((c.opcode(), at.is_some(), buf.as_slice().to_vec()));
-            assert!(pool.complete(c).is_none(), "completing consumed the wr_id");
+            let at = c.timestamp;
+            let buf = pool.complete(&mut c.wc).expect("the completion names a buffer of the pool");
+            back.push((c.wc.opcode(), at.is_some(), buf.as_slice().to_vec()));
+            assert!(pool.complete(&mut c.wc).is_none(), "completing consumed the wr_id");
         })
         .unwrap();
     back.sort_by_key(|(opcode, ..)| opcode.0);
