@@ -215,7 +215,7 @@ const EXTENDED: ExtendedStubs = ExtendedStubs {
 /// one case `n` times for an instruction count ([`Count`]), or print its name ([`List`]).
 /// `data_path` is generic over it, so each mode has its own copy of every closure: in the
 /// count's copy each side's closure has one call site, in [`repeat`], and LLVM inlines it
-/// there as it would into a caller's loop (`post_send` and the rest are `#[inline(always)]`);
+/// there as it would into a caller's loop (`post_send_wr` and the rest are `#[inline(always)]`);
 /// neither count then holds a call, frame or spill of the harness that the other does not.
 trait Mode {
     /// Runs `ours` and `direct` of case `name` as the mode says.
