@@ -1,6 +1,6 @@
-//! The data path's cost over the provider, on both verbs paths: our `post_send` (one WR, and
-//! a 16-WR list through `post_send_list`), `post_recv` (one, and a 16-WR list through
-//! `post_recv_list`) and `poll` (16 completions) against a direct call of the same provider
+//! The data path's cost over the provider, on both verbs paths: our `post_send_wr` (one WR,
+//! and a 16-WR list through `post_send_wrs`), `post_recv_wr` (one, and a 16-WR list through
+//! `post_recv_wrs`) and `poll` (16 completions) against a direct call of the same provider
 //! functions in the same run — on the legacy path the op read from `(*(*qp).context).ops` at
 //! each call as the C inline verbs do; on the extended path `ibv_wr_start` / `ibv_wr_*` /
 //! `ibv_wr_complete` and `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` called through
@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
 use rdma_verbs::{
-    Context, CqAttr, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, SendFlags, SendList, SendOp,
-    SendWr, SendWrList, VerbsPath, WorkCompletion,
+    Context, CqAttr, RKey, RecvBufferList, RecvWr, RecvWrList, RemoteAddr, SendBufferList,
+    SendFlags, SendOp, SendWr, SendWrList, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
@@ -215,7 +215,7 @@ const EXTENDED: ExtendedStubs = ExtendedStubs {
 /// one case `n` times for an instruction count ([`Count`]), or print its name ([`List`]).
 /// `data_path` is generic over it, so each mode has its own copy of every closure: in the
 /// count's copy each side's closure has one call site, in [`repeat`], and LLVM inlines it
-/// there as it would into a caller's loop (`post_send` and the rest are `#[inline(always)]`);
+/// there as it would into a caller's loop (`post_send_wr` and the rest are `#[inline(always)]`);
 /// neither count then holds a call, frame or spill of the harness that the other does not.
 trait Mode {
     /// Runs `ours` and `direct` of case `name` as the mode says.
@@ -279,22 +279,22 @@ fn data_path(mode: &mut impl Mode) {
     for (path, ctx) in [("legacy", &legacy), ("extended", &extended)] {
         with_rts_qp(ctx, |qp, cq, sge, pool| {
             let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
-            let stamped = stamped.ok().filter(|cq| cq.path() == VerbsPath::Extended);
+            let stamped = stamped.ok().filter(|cq| cq.verbs_path() == VerbsPath::Extended);
             if let (Some(cq), Some(qp)) =
                 (stamped.as_ref().and_then(|cq| cq.as_raw_ex()), qp.as_raw_ex())
             {
                 // SAFETY: live extended objects that nothing else uses.
                 unsafe { stub_extended(cq, qp, &EXTENDED) };
             }
-            assert_eq!(qp.send_path() == VerbsPath::Extended, path == "extended");
+            assert_eq!(qp.verbs_path() == VerbsPath::Extended, path == "extended");
             let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
 
             // The same WRs for both sides: ours as the crate builds them, the direct side's as C
             // code fills the structs, each list linked once.
             let sges = [sge];
-            let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+            let remote = RemoteAddr { addr: 0x1000, rkey: RKey::new(7) };
             let mut raw_sge =
-                sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().0 };
+                sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().get() };
             let mut raw_send = sys::ibv_send_wr {
                 wr_id: 1,
                 sg_list: &mut raw_sge,
@@ -305,7 +305,7 @@ fn data_path(mode: &mut impl Mode) {
             };
             raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
                 remote_addr: remote.addr,
-                rkey: remote.rkey.0,
+                rkey: remote.rkey.get(),
             };
             let mut raw_list = [raw_send; LIST];
             link(&mut raw_list, |wr| &mut wr.next);
@@ -332,13 +332,13 @@ fn data_path(mode: &mut impl Mode) {
                     mode.case(
                         &format!("{path}/post_send"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send(&mut one) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wr(&mut one) }.is_ok(),
                         || direct_post_send(black_box(qp_raw), &mut raw_send) == 0,
                     );
                     mode.case(
                         &format!("{path}/post_send_list_16"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send_list(&mut list) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wrs(&mut list) }.is_ok(),
                         || direct_post_send(black_box(qp_raw), &mut raw_list[0]) == 0,
                     );
                 }
@@ -346,13 +346,13 @@ fn data_path(mode: &mut impl Mode) {
                     mode.case(
                         &format!("{path}/post_send"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send(&mut one) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wr(&mut one) }.is_ok(),
                         || direct_wr_post(black_box(qpx), std::slice::from_ref(&raw_send)) == 0,
                     );
                     mode.case(
                         &format!("{path}/post_send_list_16"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                        || unsafe { black_box(qp).post_send_list(&mut list) }.is_ok(),
+                        || unsafe { black_box(qp).post_send_wrs(&mut list) }.is_ok(),
                         || direct_wr_post(black_box(qpx), &raw_list) == 0,
                     );
                 }
@@ -373,7 +373,7 @@ fn data_path(mode: &mut impl Mode) {
                 }
             };
             let (mut safe_wc, mut raw_wc) = ([WorkCompletion::EMPTY], [WorkCompletion::EMPTY]);
-            let mut buffers = SendList::with_capacity(LIST);
+            let mut buffers = SendBufferList::with_capacity(LIST);
             mode.case(
                 &format!("{path}/buffer_send"),
                 || {
@@ -383,7 +383,7 @@ fn data_path(mode: &mut impl Mode) {
                 },
                 || {
                     // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    let posted = unsafe { black_box(qp).post_send(&mut one) }.is_ok();
+                    let posted = unsafe { black_box(qp).post_send_wr(&mut one) }.is_ok();
                     complete(&mut raw_wc);
                     posted
                 },
@@ -400,7 +400,7 @@ fn data_path(mode: &mut impl Mode) {
                 },
                 || {
                     // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    let posted = unsafe { black_box(qp).post_send_list(&mut list) }.is_ok();
+                    let posted = unsafe { black_box(qp).post_send_wrs(&mut list) }.is_ok();
                     complete(&mut raw_wc);
                     posted
                 },
@@ -416,7 +416,7 @@ fn data_path(mode: &mut impl Mode) {
                         if i + 1 == LIST { SendFlags::SIGNALED } else { SendFlags::empty() };
                     let _ = single.set_flags(0, flags);
                     // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                    posted &= unsafe { black_box(qp).post_send_list(&mut single) }.is_ok();
+                    posted &= unsafe { black_box(qp).post_send_wrs(&mut single) }.is_ok();
                 }
                 complete(&mut raw_wc);
                 posted
@@ -453,13 +453,13 @@ fn data_path(mode: &mut impl Mode) {
             mode.case(
                 &format!("{path}/post_recv"),
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                || unsafe { black_box(qp).post_recv(&mut recv) }.is_ok(),
+                || unsafe { black_box(qp).post_recv_wr(&mut recv) }.is_ok(),
                 || direct_post_recv(black_box(qp_raw), &mut raw_recv) == 0,
             );
             mode.case(
                 &format!("{path}/post_recv_list_16"),
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                || unsafe { black_box(qp).post_recv_list(&mut recv_list) }.is_ok(),
+                || unsafe { black_box(qp).post_recv_wrs(&mut recv_list) }.is_ok(),
                 || direct_post_recv(black_box(qp_raw), &mut raw_recv_list[0]) == 0,
             );
             mode.case(
@@ -474,7 +474,7 @@ fn data_path(mode: &mut impl Mode) {
                     || {
                         let mut i = 0;
                         let n = black_box(stamped).poll_with(LIST, |c| {
-                            stamps[i] = c.timestamp().unwrap_or_default();
+                            stamps[i] = c.timestamp.unwrap_or_default();
                             i += 1;
                         });
                         n.unwrap_or(0)
@@ -493,7 +493,7 @@ fn data_path(mode: &mut impl Mode) {
     with_rts_qp(&receiving, |qp, cq, sge, pool| {
         let sges = [sge];
         let mut raw: RecvWrList<'_> = (0..LIST).map(|_| RecvWr::new(1, &sges)).collect();
-        let mut buffers = RecvList::with_capacity(LIST);
+        let mut buffers = RecvBufferList::with_capacity(LIST);
         let returned = |storage: &mut [WorkCompletion; LIST]| {
             cq.poll(storage)
                 .map_or(0, |wcs| wcs.iter_mut().filter_map(|wc| pool.complete(wc)).count())
@@ -511,7 +511,7 @@ fn data_path(mode: &mut impl Mode) {
             },
             || {
                 // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
-                let posted = unsafe { black_box(qp).post_recv_list(&mut raw) }.is_ok();
+                let posted = unsafe { black_box(qp).post_recv_wrs(&mut raw) }.is_ok();
                 posted && returned(&mut raw_wcs) == 0
             },
         );

@@ -102,11 +102,11 @@ fn run(args: &Args) -> Result<(), Error> {
     let (recv_at, written_at, write_at, send_at) = (0, size, 2 * size, 3 * size);
 
     // A key only the peer learns (24 random bits from each of two draws; not a secret).
-    let key = DcKey(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
+    let key = DcKey::new(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
     let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
     let init = ToInitAttr { port: ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
-    let dct = dct.into_init(&init).map_err(|e| e.error)?;
-    let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route)).map_err(|e| e.error)?;
+    let dct = dct.into_init(&init)?;
+    let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route))?;
     let me = Peer {
         token: dct.endpoint(gid.map_or(Gid::ZERO, |g| g.gid), port.lid()),
         write_to: region.remote(written_at..written_at + size)?,
@@ -119,7 +119,7 @@ fn run(args: &Args) -> Result<(), Error> {
     };
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    writeln!(stream, "{} {:x} {:x}", me.token, me.write_to.addr, me.write_to.rkey.0)?;
+    writeln!(stream, "{} {:x} {:x}", me.token, me.write_to.addr, me.write_to.rkey.get())?;
     let peer = read_peer(&mut reader)?;
     println!("  local DCT:  {}", me.token);
     println!("  remote DCT: {}", peer.token);
@@ -190,7 +190,7 @@ fn post_recv(
     let sge = [region.sge(at..at + size)?];
     // SAFETY: the bytes are read only after this receive's completion, and the region
     // outlives the SRQ's use of them (it is dropped after the DCT).
-    unsafe { srq.post_recv(&mut RecvWr::new(RECV_WRID, &sge))? };
+    unsafe { srq.post_recv_wr(&mut RecvWr::new(RECV_WRID, &sge))? };
     Ok(())
 }
 
@@ -236,7 +236,7 @@ fn send(
     ];
     // SAFETY: the region outlives the DCI; its outgoing bytes are written again only in the
     // next call, after this batch's signaled last WR has completed (below).
-    unsafe { dci.post(&wrs)? };
+    unsafe { dci.post_send_wrs(&wrs)? };
     done.wait(cq, SEND_WRID, PEER_TIMEOUT)
 }
 
@@ -260,5 +260,5 @@ fn read_peer(reader: &mut impl BufRead) -> Result<Peer, Error> {
     let token = token.parse::<DcEndpoint>().map_err(|e| format!("the peer's token: {e}"))?;
     let addr = u64::from_str_radix(addr, 16).map_err(|_| bad())?;
     let rkey = u32::from_str_radix(rkey, 16).map_err(|_| bad())?;
-    Ok(Peer { token, write_to: RemoteAddr { addr, rkey: RKey(rkey) } })
+    Ok(Peer { token, write_to: RemoteAddr { addr, rkey: RKey::new(rkey) } })
 }

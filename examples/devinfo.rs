@@ -61,7 +61,7 @@ fn run(args: &Args) -> Result<()> {
             println!("\t\t\tstate:\t\t{}", p.state());
             println!("\t\t\tmax_mtu:\t{}", p.max_mtu());
             println!("\t\t\tactive_mtu:\t{}", p.active_mtu());
-            println!("\t\t\tport_lid:\t{}", p.lid().0);
+            println!("\t\t\tport_lid:\t{}", p.lid().get());
             println!("\t\t\tlink_layer:\t{}", p.link_layer());
             for gid in ctx.gid_table(port)? {
                 println!("\t\t\tGID[{:>3}]:\t{}, {}", gid.index, gid.gid, gid.gid_type);

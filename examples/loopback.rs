@@ -29,9 +29,8 @@ fn run() -> Result<()> {
     let cap = QpCapabilities { max_send_wr: 2, max_recv_wr: 1, ..Default::default() };
     // The QP that is written to must allow it: REMOTE_WRITE in its INIT attributes.
     let new_qp = |access| -> Result<_> {
-        Ok(pd
-            .create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?
-            .into_init(&ToInitAttr { access, ..ToInitAttr::default() })?)
+        pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?
+            .into_init(&ToInitAttr { access, ..ToInitAttr::default() })
     };
     let (a, b) = (new_qp(AccessFlags::empty())?, new_qp(AccessFlags::REMOTE_WRITE)?);
 
@@ -47,14 +46,14 @@ fn run() -> Result<()> {
     // SAFETY: `mr` and `target` outlive both QPs, and their bytes are not touched until the
     // three completions below have been polled.
     unsafe {
-        b.post_recv(&mut RecvWr::new(1, &recv))?;
+        b.post_recv_wr(&mut RecvWr::new(1, &recv))?;
         let write = SendWr::rdma_write(2, &hello, target.remote(..5)?);
-        a.post_send(&mut write.flags(SendFlags::SIGNALED))?;
-        a.post_send(&mut SendWr::send_with_imm(3, &hello, 7).flags(SendFlags::SIGNALED))?;
+        a.post_send_wr(&mut write.flags(SendFlags::SIGNALED))?;
+        a.post_send_wr(&mut SendWr::send_with_imm(3, &hello, 7).flags(SendFlags::SIGNALED))?;
     }
     let mut wcs = [WorkCompletion::EMPTY; 3];
     for wc in cq.wait_for(3, Duration::from_secs(5), &mut wcs)?.iter() {
-        assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());
+        assert!(wc.is_success(), "{wc}");
     }
     let mut written = [0; 5];
     target.read(0, &mut written)?;

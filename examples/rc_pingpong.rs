@@ -196,7 +196,7 @@ fn pingpong_cm(args: &Args, id: &rdma_verbs::cm::CmId<'_>, server: bool) -> Resu
             } else {
                 id.connect(qp, &param, PEER_TIMEOUT)
             };
-            let up = up.map_err(|e| e.error)?;
+            let up = up?;
             println!(
                 "  local address:  QPN {:#08x}, connected by rdma_cm on {}",
                 up.qp.qp_num().get(),
@@ -250,13 +250,11 @@ fn pingpong(
     let message_index = message.index();
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
-    let qp = qp
-        .into_init(&ToInitAttr { port: args.device.ib_port, ..Default::default() })
-        .map_err(|e| e.error)?;
+    let qp = qp.into_init(&ToInitAttr { port: args.device.ib_port, ..Default::default() })?;
 
     // Receives are posted again as the C tool does, when at most one is left (all but one
     // then), but with one call for them all.
-    let mut refill = RecvList::with_capacity(args.rx_depth as usize);
+    let mut refill = RecvBufferList::with_capacity(args.rx_depth as usize);
     while let Some(buf) = pool.take() {
         refill.push(buf).map_err(|_| "more receive buffers than -r")?;
     }
@@ -373,9 +371,8 @@ fn connect<'a>(
 ) -> Result<QueuePair<'a, Rts>, Error> {
     let mut rtr = ToRtrAttr::to_endpoint(remote, link.port, link.sgid, link.mtu);
     rtr.av.sl = link.sl;
-    // A TransitionError holds the QP, which borrows locals: keep only the error.
-    let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-    Ok(qp.into_rts(&ToRtsAttr::new(link.psn)).map_err(|e| e.error)?)
+    let qp = qp.into_rtr(&rtr)?;
+    Ok(qp.into_rts(&ToRtsAttr::new(link.psn))?)
 }
 
 /// Posts the message, which must be back from its previous trip (the C tool's `pending`
@@ -387,7 +384,7 @@ fn send_message<'a>(
     message: &mut Option<Buffer<'a>>,
 ) -> Result<(), Error> {
     let buf = message.take().ok_or("the message is still in flight")?;
-    qp.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error)?;
+    qp.post_send_buffer(buf, SendOp::Send)?;
     Ok(())
 }
 

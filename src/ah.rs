@@ -13,6 +13,26 @@ use crate::qp::AddressVector;
 
 /// An address handle (`struct ibv_ah`, `ibv_create_ah(3)`): the route to one peer port, for
 /// UD sends. On RoCE its [`AddressVector`] needs a GRH.
+///
+/// It must outlive the UD QPs that send with it, for the NIC reads it until a send
+/// completes: declare it before them. The buffer tier's UD sends
+/// ([`QueuePair::post_send_buffer_to`](crate::QueuePair::post_send_buffer_to), …) demand it
+/// of the compiler; the raw tier's contract demands it of the caller.
+///
+/// ```compile_fail,E0597
+/// # use rdma_verbs::*;
+/// # fn f<'a>(
+/// #     pd: &'a ProtectionDomain<'a>,
+/// #     qp: &QueuePair<'a, Rts, Ud>,
+/// #     pool: &'a BufferPool<'a>,
+/// #     av: &AddressVector,
+/// # ) -> Result<()> {
+/// let ah = pd.create_ah(av)?;
+/// let dest = UdDestination { ah: &ah, qpn: Qpn::new(0x12)?, qkey: 0x1111_1111 };
+/// // error: `ah` does not live as long as the QP
+/// qp.post_send_buffer_to(pool.take().unwrap(), &dest, None)?;
+/// # Ok(()) }
+/// ```
 #[must_use = "the address handle is destroyed when dropped"]
 pub struct AddressHandle<'pd> {
     raw: NonNull<sys::ibv_ah>,
@@ -82,7 +102,8 @@ impl std::fmt::Debug for AddressHandle<'_> {
     }
 }
 
-/// Where a UD send goes: an address handle, the peer's QP number and its Q_Key.
+/// Where a UD send goes: an address handle, the peer's QP number and its Q_Key. The address
+/// handle must outlive the UD QPs that send to it (see [`AddressHandle`]).
 #[derive(Clone, Copy, Debug)]
 pub struct UdDestination<'a> {
     /// The route to the peer's port.
@@ -134,9 +155,9 @@ impl Grh {
             gid[10] = 0xff;
             gid[11] = 0xff;
             gid[12..].copy_from_slice(&self.0[32..36]);
-            Gid(gid)
+            Gid::new(gid)
         } else {
-            Gid(self.0[8..24].try_into().expect("16 bytes"))
+            Gid::new(self.0[8..24].try_into().expect("16 bytes"))
         }
     }
 

@@ -7,17 +7,22 @@ use std::fmt;
 
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::gid::Gid;
+use crate::number::{number, shown};
 
-/// A Local Identifier: a port's 16-bit InfiniBand address (0 on Ethernet ports).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Lid(pub u16);
+number! {
+    /// A Local Identifier: a port's 16-bit InfiniBand address (0 on Ethernet ports), shown
+    /// as ibv_rc_pingpong prints it (`0x%04x`).
+    #[derive(Default)]
+    pub struct Lid(u16), shown: "{:#06x}"
+}
 
-/// Declares a 24-bit number of the wire (`what`, e.g. "PSN"): the struct, `MAX`, `new`
-/// (which refuses more), `from_low_bits` and `get`.
+/// Declares a 24-bit number of the wire (`what`, e.g. "PSN") in the style of `number!`:
+/// the struct, `MAX`, `new` and `TryFrom<u32>` (which refuse more), `from_low_bits`, `get`,
+/// shown as ibv_rc_pingpong prints it (`0x%06x`).
 macro_rules! number_24 {
     ($(#[$meta:meta])* pub struct $name:ident, what: $what:literal) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
         pub struct $name(u32);
 
         impl $name {
@@ -57,6 +62,17 @@ macro_rules! number_24 {
                 self.0
             }
         }
+
+        impl TryFrom<u32> for $name {
+            type Error = Error;
+
+            /// As [`new`](Self::new).
+            fn try_from(value: u32) -> Result<$name> {
+                $name::new(value)
+            }
+        }
+
+        shown!($name(u32), "{:#08x}");
     };
 }
 
@@ -82,27 +98,6 @@ impl Psn {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         h.write_u128(now.map_or(0, |d| d.as_nanos()));
         Psn::from_low_bits(h.finish() as u32)
-    }
-}
-
-/// `0x%04x`, as ibv_rc_pingpong prints a LID.
-impl fmt::Display for Lid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#06x}", self.0)
-    }
-}
-
-/// `0x%06x`, as ibv_rc_pingpong prints a QPN.
-impl fmt::Display for Qpn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#08x}", self.0)
-    }
-}
-
-/// `0x%06x`, as ibv_rc_pingpong prints a PSN.
-impl fmt::Display for Psn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#08x}", self.0)
     }
 }
 
@@ -153,7 +148,7 @@ impl Endpoint {
     /// The ibv_rc_pingpong wire message: `sprintf("%04x:%06x:%06x:%s")` of LID, QPN, PSN and
     /// the 16 GID bytes as 32 lower-case hex digits, NUL-terminated (52 bytes).
     pub fn to_pingpong_message(&self) -> [u8; PINGPONG_MESSAGE_LEN] {
-        let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+        let gid: String = self.gid.get().iter().map(|b| format!("{b:02x}")).collect();
         let text =
             format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid.0, self.qpn.get(), self.psn.get());
         let mut msg = [0u8; PINGPONG_MESSAGE_LEN];
@@ -202,7 +197,7 @@ impl Endpoint {
             // Six hex digits each: 24 bits, nothing lost.
             qpn: Qpn::from_low_bits(hex("qpn", qpn)?),
             psn: Psn::from_low_bits(hex("psn", psn)?),
-            gid: Gid(gid_bytes),
+            gid: Gid::new(gid_bytes),
         })
     }
 }
@@ -232,8 +227,12 @@ mod tests {
     fn numbers_print_as_ibv_rc_pingpong_prints_them() {
         let shown = (Lid(0x12).to_string(), Qpn(0x11).to_string(), Psn(0x3c8a4d).to_string());
         assert_eq!(shown, ("0x0012".into(), "0x000011".into(), "0x3c8a4d".into()));
-        let keys = (crate::LKey(0x1a2b).to_string(), crate::RKey(0xdead_beef).to_string());
+        let keys =
+            (crate::LKey::new(0x1a2b).to_string(), crate::RKey::new(0xdead_beef).to_string());
         assert_eq!(keys, ("0x00001a2b".into(), "0xdeadbeef".into()));
+        // Debug names the type around the same figures.
+        let debug = format!("{:?}", (Qpn(0x11), Lid(0x12), crate::LKey::new(1)));
+        assert_eq!(debug, "(Qpn(0x000011), Lid(0x0012), LKey(0x00000001))");
     }
 
     #[test]
@@ -304,7 +303,7 @@ mod tests {
 
         #[test]
         fn message_round_trips(lid: u16, qpn in 0u32..=0xff_ffff, psn in 0u32..=0xff_ffff, gid: [u8; 16]) {
-            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn(psn), gid: Gid(gid) };
+            let e = Endpoint { lid: Lid(lid), qpn: Qpn(qpn), psn: Psn(psn), gid: Gid::new(gid) };
             prop_assert_eq!(Endpoint::from_pingpong_message(&e.to_pingpong_message()), Ok(e));
         }
 
@@ -317,7 +316,7 @@ mod tests {
         fn corrupting_one_byte_is_refused_or_decodes_to_something_else(
             qpn in 0u32..=0xff_ffff, pos in 0usize..52, byte: u8,
         ) {
-            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn(7), gid: Gid([0xab; 16]) };
+            let e = Endpoint { lid: Lid(1), qpn: Qpn(qpn), psn: Psn(7), gid: Gid::new([0xab; 16]) };
             let mut msg = e.to_pingpong_message();
             prop_assume!(msg[pos] != byte);
             msg[pos] = byte;

@@ -1,4 +1,19 @@
-//! The crate's error type.
+//! The crate's errors: [`Error`], and the errors of the `try_` calls that hand a value back
+//! with it ([`TransitionError`], [`PostError`](crate::PostError)) or count what a list post
+//! posted ([`PostListError`]).
+//!
+//! Why two calls for each that consumes a QP or a buffer: `?` converts with `From`, and a
+//! `Box<dyn Error + Send + Sync>`, `anyhow::Error` or `eyre::Report` takes only `'static`
+//! errors. An error holding a QP or a buffer borrows what they borrow (a PD, CQs, a pool
+//! owned by the caller's locals), so `?` on it fails to compile (E0515, "cannot return value
+//! referencing local variable"), and no `From` can change that. So the plain call fails with
+//! [`Error`] — `'static`, `Send` and `Sync` — dropping the value, whose `Drop` leaves nothing
+//! behind (a QP is destroyed, a buffer goes back to its pool or stays in flight), and its
+//! `try_` twin hands the value back, as `Arc::try_unwrap` hands back the `Arc`.
+//!
+//! Messages follow the convention of the Rust error handling project group: an error's
+//! `Display` says its own part and `source()` returns its cause, never both, so a reporter
+//! walking the chain (anyhow's `{:#}`, eyre) prints each cause once.
 #![allow(unsafe_code)] // getrlimit, and errno in a test
 
 use std::fmt;
@@ -11,6 +26,101 @@ use rdma_verbs_sys as sys;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Every failure of this crate. Messages say what failed and, where known, what to do.
+///
+/// # `?` and the values a failure hands back
+///
+/// `Error` is `'static + Send + Sync`, so `?` takes it into [`Result`], a
+/// `Box<dyn std::error::Error + Send + Sync>`, `anyhow::Error` or `eyre::Report` alike. Calls
+/// that consume a queue pair or a buffer (the transitions, [`QueuePair::post_send_buffer`]
+/// and the other buffer posts, rdma_cm's connect and accept) fail with an `Error` and drop
+/// what they consumed: the QP is destroyed, the buffer goes back to its pool (or stays in
+/// flight where the provider may have taken its work request).
+///
+/// ```no_run
+/// use rdma_verbs::*;
+///
+/// fn main() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+///     let ctx = Context::open_first()?;
+///     let pd = ctx.alloc_pd()?;
+///     let cq = ctx.create_cq(32)?;
+///     let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE)?, 1024)?;
+///     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq))?.into_init(&ToInitAttr::default())?;
+///     qp.post_recv_buffer(pool.take().ok_or("no free buffer")?)?;
+///     let gid = ctx.routable_gid(1)?;
+///     let lid = ctx.query_port(1)?.lid();
+///     let me = Endpoint { lid, qpn: qp.qp_num(), psn: Psn::random(), gid: gid.gid };
+///     // Connected to itself.
+///     let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&me, 1, Some(gid.index), Mtu::MTU_1024))?;
+///     let qp = qp.into_rts(&ToRtsAttr::new(me.psn))?;
+///     let mut buffer = pool.take().ok_or("no free buffer")?;
+///     buffer.fill(b"ping")?;
+///     qp.post_send_buffer(buffer, SendOp::Send)?;
+///     Ok(())
+/// }
+/// ```
+///
+/// Their `try_` twins ([`QueuePair::try_into_rtr`], [`QueuePair::try_post_send_buffer`], …)
+/// hand the QP or buffer back in the error ([`TransitionError`],
+/// [`PostError`](crate::PostError)), to retry or reuse; `?` converts those into an `Error`
+/// too, in a function returning [`Result`]:
+///
+/// ```no_run
+/// use rdma_verbs::*;
+///
+/// /// Connects `qp` by the first route, or else the same QP by the second.
+/// fn connect<'a>(
+///     qp: QueuePair<'a, Init>,
+///     routes: [&ToRtrAttr; 2],
+///     psn: Psn,
+/// ) -> Result<QueuePair<'a, Rts>> {
+///     let qp = match qp.try_into_rtr(routes[0]) {
+///         Ok(qp) => qp,
+///         Err(failed) => failed.qp.try_into_rtr(routes[1])?,
+///     };
+///     qp.into_rts(&ToRtsAttr::new(psn))
+/// }
+///
+/// /// Sends `buffer`, or keeps it, with its bytes, while the send queue is full.
+/// fn send<'p>(qp: &QueuePair<'p, Rts>, buffer: Buffer<'p>) -> Result<Option<Buffer<'p>>> {
+///     match qp.try_post_send_buffer(buffer, SendOp::Send) {
+///         Ok(()) => Ok(None),
+///         Err(PostError { buffer: Some(kept), error: Error::WorkQueueFull { .. } }) => {
+///             Ok(Some(kept))
+///         }
+///         Err(e) => Err(e.into()),
+///     }
+/// }
+/// ```
+///
+/// # Messages
+///
+/// Each error's `Display` says what failed at its own layer, and
+/// [`source`](std::error::Error::source) returns the cause (the convention of the Rust error
+/// handling project group): no message repeats its source's, and a reporter walking the chain
+/// (anyhow's `{:#}` and `{:?}`, eyre) prints each cause once. [`Error::Verb`] names the verb,
+/// the errno and the remedy; its source is the [`io::Error`] of the errno, with the system's
+/// text for it. The wrappers ([`TransitionError`], [`PostError`](crate::PostError),
+/// [`PostListError`]) say what became of the value they hand back, their source is the
+/// `Error`. Without a reporter, walk the chain:
+///
+/// ```
+/// use std::error::Error as _;
+///
+/// let e = rdma_verbs::Error::Verb {
+///     verb: "ibv_reg_mr",
+///     source: std::io::Error::from_raw_os_error(12),
+///     hint: None,
+/// };
+/// let chain: Vec<String> =
+///     std::iter::successors(Some(&e as &dyn std::error::Error), |&e| e.source())
+///         .map(|e| e.to_string())
+///         .collect();
+/// assert_eq!(chain, ["ibv_reg_mr failed: ENOMEM", "Cannot allocate memory (os error 12)"]);
+/// ```
+///
+/// [`QueuePair::post_send_buffer`]: crate::QueuePair::post_send_buffer
+/// [`QueuePair::try_into_rtr`]: crate::QueuePair::try_into_rtr
+/// [`QueuePair::try_post_send_buffer`]: crate::QueuePair::try_post_send_buffer
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -84,8 +194,9 @@ pub enum Error {
         port: u8,
     },
 
-    /// A verb failed.
-    #[error("{verb} failed: {}{}", errno_text(source), hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
+    /// A verb failed. The message names the verb, the errno and the remedy; the source is
+    /// the errno as an [`io::Error`], with the system's text for it.
+    #[error("{verb} failed: {}{}", errno_label(source), hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
     Verb {
         /// The verb and, where useful, its step (e.g. `ibv_modify_qp (INIT→RTR)`).
         verb: &'static str,
@@ -116,7 +227,9 @@ pub enum Error {
     /// ([`CompletionQueue::wait_for`](crate::CompletionQueue::wait_for)).
     #[error(
         "{arrived} of {expected} completions arrived within {timeout:?}: check that every \
-         awaited work request was posted signaled and that the peer QP is connected"
+         awaited work request was posted signaled and reaches its peer: on RC and UC a peer QP \
+         connected to this one; on UD the receiver's QPN and Q_Key, through an address handle \
+         that routes to its port (a datagram that misses either is dropped silently)"
     )]
     CompletionTimeout {
         /// How many were awaited.
@@ -127,12 +240,44 @@ pub enum Error {
         timeout: std::time::Duration,
     },
 
+    /// An object is not in the state the call needs, as the device or library reports it:
+    /// a QP in another state than [`QueuePair::into_checked`](crate::QueuePair::into_checked)
+    /// checks for, an rdma_cm id not bound to a device yet.
+    #[error("{message}")]
+    WrongState {
+        /// The state it is in and what to do, for people.
+        message: String,
+    },
+
+    /// rdma_cm delivered another event than the one the call waits for (module `cm`), one
+    /// without an errno (an error event's errno makes an [`Error::Verb`]).
+    #[error("{verb}: unexpected rdma_cm event {event} (status {status})")]
+    UnexpectedEvent {
+        /// The call that waited, and for what.
+        verb: &'static str,
+        /// The event that came instead.
+        event: String,
+        /// Its status.
+        status: i32,
+    },
+
+    /// A stream of module `reactor` (feature `tokio`) was created outside a tokio runtime,
+    /// whose reactor it registers with.
+    #[error(
+        "{what} can be awaited only inside a tokio runtime: create it within one (with I/O \
+         enabled: Builder::enable_io or enable_all)"
+    )]
+    NoRuntime {
+        /// What was to be awaited.
+        what: &'static str,
+    },
+
     /// The work queue is full (`ENOMEM` from `ibv_post_send(3)` / `ibv_post_recv(3)`,
     /// `ENOMEM` or `ENOSPC` from `ibv_wr_complete(3)`): reap completions before posting more.
     #[error(
         "{verb} failed: {}; the work queue is full: reap completions before posting more \
          (max_send_wr / max_recv_wr)",
-        errno_text(source)
+        errno_label(source)
     )]
     WorkQueueFull {
         /// The verb that refused the post.
@@ -187,26 +332,18 @@ pub enum InvalidInputKind {
     BorrowedMemory,
     /// A memory window of the other type than the call binds.
     MwType,
-    /// A QP in another state than the call needs.
-    QpState,
     /// A state transition or attribute mask the QP type's state table does not allow.
     Transition,
     /// A list posted with unsignaled buffers still in flight on another QP.
     UnsignaledInFlight,
-    /// Buffers of different pools in one [`SendList`](crate::SendList) chain.
+    /// Buffers of different pools in one [`SendBufferList`](crate::SendBufferList) chain.
     OtherPool,
     /// An option that needs the extended verbs, with the legacy ones forced.
     NeedsExtendedVerbs,
     /// DCI streams the device does not offer, or that the DCI was created without.
     DciStreams,
-    /// Async I/O outside a tokio runtime.
-    NoRuntime,
     /// Polling into storage with no room.
     EmptyStorage,
-    /// An rdma_cm id not bound to a device yet.
-    NotBound,
-    /// An rdma_cm event other than the one the call waits for.
-    UnexpectedEvent,
     /// A socket address that cannot work as given: an IPv6 link-local one without the scope
     /// id naming its interface.
     Address,
@@ -323,13 +460,12 @@ pub(crate) fn last_errno() -> i32 {
     io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::EIO)
 }
 
-fn errno_text(e: &io::Error) -> String {
-    let Some(code) = e.raw_os_error() else { return e.to_string() };
-    let text = e.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text);
-    match errno_name(code) {
-        Some(name) => format!("{name} ({text})"),
-        None => format!("errno {code} ({text})"),
+/// The errno's name (`ENOMEM`), or `errno N` for one without; the system's text for it is
+/// the error's source.
+fn errno_label(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => errno_name(code).map_or_else(|| format!("errno {code}"), str::to_owned),
+        None => format!("{:?}", e.kind()),
     }
 }
 
@@ -461,11 +597,12 @@ fn memlock_limit() -> Option<String> {
 }
 
 /// A list post the provider refused part-way
-/// ([`QueuePair::post_send_list`](crate::QueuePair::post_send_list),
-/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list),
-/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list)).
+/// ([`QueuePair::post_send_wrs`](crate::QueuePair::post_send_wrs),
+/// [`QueuePair::post_recv_wrs`](crate::QueuePair::post_recv_wrs),
+/// [`SharedReceiveQueue::post_recv_wrs`](crate::SharedReceiveQueue::post_recv_wrs)): how
+/// many of its work requests were posted, and, as its source, why the rest were not.
 #[derive(Debug, thiserror::Error)]
-#[error("{error} (after {posted} work requests of the list were posted)")]
+#[error("a list post stopped after {posted} work requests")]
 pub struct PostListError {
     /// How many work requests, from the list's start, were posted (and will complete).
     pub posted: usize,
@@ -474,11 +611,27 @@ pub struct PostListError {
     pub error: Error,
 }
 
-/// A failed QP state transition: the error and the queue pair, unchanged, to retry or drop.
+impl From<PostListError> for Error {
+    /// The error alone: how many were posted is lost.
+    fn from(e: PostListError) -> Self {
+        e.error
+    }
+}
+
+/// A failed QP state change that hands the queue pair back, to retry or reuse: the error of
+/// the `try_` calls ([`QueuePair::try_into_rtr`](crate::QueuePair::try_into_rtr), …; see
+/// [`Error`] for why their plain twins return an [`Error`] instead).
+///
+/// It converts into an [`Error`] with `?` in a function returning [`Result`] (the QP is then
+/// dropped, and so destroyed); its message says only that the QP is handed back, its
+/// [`source`](std::error::Error::source) is the [`Error`].
 pub struct TransitionError<Q> {
-    /// The queue pair, still in its previous state.
+    /// The queue pair, in the state it was in (after [`QueuePair::try_drain`]'s failures
+    /// past its checks, in ERROR).
+    ///
+    /// [`QueuePair::try_drain`]: crate::QueuePair::try_drain
     pub qp: Q,
-    /// Why the transition failed.
+    /// Why the state change failed.
     pub error: Error,
 }
 
@@ -490,7 +643,7 @@ impl<Q> fmt::Debug for TransitionError<Q> {
 
 impl<Q> fmt::Display for TransitionError<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.error.fmt(f)
+        f.write_str("the queue pair's state change failed; the queue pair is handed back")
     }
 }
 
@@ -501,6 +654,7 @@ impl<Q> std::error::Error for TransitionError<Q> {
 }
 
 impl<Q> From<TransitionError<Q>> for Error {
+    /// The error alone: the queue pair is dropped (destroyed).
     fn from(e: TransitionError<Q>) -> Self {
         e.error
     }
@@ -533,12 +687,12 @@ mod tests {
     fn verb_message_names_errno_and_hint() {
         let e = Error::verb("ibv_reg_mr", libc::ENOMEM);
         let msg = e.to_string();
-        assert!(msg.starts_with("ibv_reg_mr failed: ENOMEM (Cannot allocate memory); "), "{msg}");
+        assert!(msg.starts_with("ibv_reg_mr failed: ENOMEM; "), "{msg}");
         assert!(msg.contains("RLIMIT_MEMLOCK"), "{msg}");
         let msg = Error::verb("ibv_modify_qp (INIT→RTR)", libc::EINVAL).to_string();
         assert!(msg.contains("EINVAL") && msg.contains("source GID index"), "{msg}");
         let msg = Error::verb("ibv_alloc_pd", 4095).to_string();
-        assert!(msg.starts_with("ibv_alloc_pd failed: errno 4095 ("), "{msg}");
+        assert_eq!(msg, "ibv_alloc_pd failed: errno 4095");
     }
 
     #[test]
@@ -550,15 +704,12 @@ mod tests {
              --ulimit nofile= for a container; setrlimit(RLIMIT_NOFILE))"
         );
         let msg = Error::verb("ibv_open_device", libc::EMFILE).to_string();
-        assert_eq!(msg, format!("ibv_open_device failed: EMFILE (Too many open files); {remedy}"));
+        assert_eq!(msg, format!("ibv_open_device failed: EMFILE; {remedy}"));
         let e = Error::out_of_descriptors("ibv_get_device_list", "libibverbs could not open x");
         assert_eq!(e.errno(), Some(libc::EMFILE));
         assert_eq!(
             e.to_string(),
-            format!(
-                "ibv_get_device_list failed: EMFILE (Too many open files); libibverbs could not \
-                 open x: {remedy}"
-            )
+            format!("ibv_get_device_list failed: EMFILE; libibverbs could not open x: {remedy}")
         );
         assert!(!descriptors_exhausted(), "the test process has descriptors to spare");
     }

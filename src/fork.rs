@@ -231,10 +231,6 @@ KernelPageSize:        4 kB
             assert!(hint.ends_with("call fork::init() before registering, or start the program with RDMAV_FORK_SAFE=1"), "{hint}");
         }
         let e = Error::verb("ibv_fork_init", libc::EINVAL).with_hint(too_late(true));
-        assert!(
-            e.to_string()
-                .starts_with("ibv_fork_init failed: EINVAL (Invalid argument); fork protection"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("ibv_fork_init failed: EINVAL; fork protection"), "{e}");
     }
 }

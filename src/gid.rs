@@ -1,6 +1,6 @@
 //! GIDs and the GID table: [`Gid`], [`GidEntry`], the queries of a port's table
 //! ([`Context::query_gid`], [`Context::gid_table`], with the fallback for rdma-core before
-//! v32), and the choice of the routable GID ([`routable_gid`], [`Context::routable_gid`]).
+//! v32), and the choice of the routable GID ([`Context::routable_gid`]).
 #![allow(unsafe_code)]
 //! # Safety
 //!
@@ -17,13 +17,27 @@ use crate::context::Context;
 use crate::error::{check_errno, Error, Result};
 
 /// A 128-bit Global Identifier (`union ibv_gid`): an InfiniBand port GID, or on RoCE an IPv6
-/// address (IPv4 addresses appear IPv4-mapped, `::ffff:a.b.c.d`).
+/// address (IPv4 addresses appear IPv4-mapped, `::ffff:a.b.c.d`). Made and read as the other
+/// identifiers are ([`Lid`](crate::Lid), [`Qpn`](crate::Qpn), …: `new`, `get`, `From`),
+/// shown as an IPv6 address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Gid(pub [u8; 16]);
+pub struct Gid([u8; 16]);
 
 impl Gid {
     /// The all-zero GID, which marks an empty table entry.
     pub const ZERO: Gid = Gid([0; 16]);
+
+    /// The GID of these 16 bytes, in network order.
+    #[must_use]
+    pub const fn new(bytes: [u8; 16]) -> Gid {
+        Gid(bytes)
+    }
+
+    /// Its 16 bytes, in network order.
+    #[must_use]
+    pub const fn get(self) -> [u8; 16] {
+        self.0
+    }
 
     /// Whether every byte is zero.
     pub fn is_zero(&self) -> bool {
@@ -80,6 +94,24 @@ impl From<Ipv6Addr> for Gid {
     }
 }
 
+impl From<Gid> for Ipv6Addr {
+    fn from(gid: Gid) -> Self {
+        gid.to_ipv6()
+    }
+}
+
+impl From<[u8; 16]> for Gid {
+    fn from(bytes: [u8; 16]) -> Self {
+        Gid(bytes)
+    }
+}
+
+impl From<Gid> for [u8; 16] {
+    fn from(gid: Gid) -> Self {
+        gid.0
+    }
+}
+
 c_enum! {
     /// How a GID is used on the wire (`enum ibv_gid_type`).
     pub struct GidType(u32) {
@@ -114,10 +146,10 @@ impl fmt::Display for GidEntry {
     }
 }
 
-/// Picks the GID to use by default on a RoCE port: the RoCE v2 GID with an IPv4-mapped
-/// address, else a RoCE v2 GID with a global IPv6 address, else a link-local one (RoCE v2
-/// before v1). `None` when the table has no RoCE GID.
-pub fn routable_gid(table: &[GidEntry]) -> Option<&GidEntry> {
+/// The GID to use by default on a RoCE port, of its `table`: the RoCE v2 GID with an
+/// IPv4-mapped address, else a RoCE v2 GID with a global IPv6 address, else a link-local one
+/// (RoCE v2 before v1). `None` when the table has no RoCE GID.
+pub(crate) fn routable_roce_gid(table: &[GidEntry]) -> Option<&GidEntry> {
     let roce = |e: &&GidEntry| e.gid_type == GidType::ROCE_V2 || e.gid_type == GidType::ROCE_V1;
     let rank = |e: &GidEntry| {
         let v2 = e.gid_type == GidType::ROCE_V2;
@@ -227,6 +259,11 @@ impl Context {
     /// an IPv4-mapped address, else RoCE v2 global IPv6, else link-local); on InfiniBand
     /// index 0.
     ///
+    /// The one way to ask for it: the choice depends on the port's link layer as much as on
+    /// its GID table (the RoCE rule over an InfiniBand port's table would find nothing), so
+    /// it is made where both are read. To choose otherwise, filter
+    /// [`Context::gid_table`] yourself.
+    ///
     /// # Errors
     ///
     /// [`Error::NoRoutableGid`] on an Ethernet port without a RoCE GID; otherwise as
@@ -234,7 +271,7 @@ impl Context {
     pub fn routable_gid(&self, port: u8) -> Result<GidEntry> {
         let table = self.gid_table(port)?;
         let pick = if self.query_port(port)?.is_ethernet() {
-            routable_gid(&table)
+            routable_roce_gid(&table)
         } else {
             table.iter().find(|e| e.index == 0)
         };
@@ -265,11 +302,11 @@ mod tests {
         let v6 = entry(2, "2001:db8::1", GidType::ROCE_V2);
         let v4 = entry(3, "::ffff:10.0.0.1", GidType::ROCE_V2);
         let v4_v1 = entry(1, "::ffff:10.0.0.1", GidType::ROCE_V1);
-        assert_eq!(routable_gid(&[ll, v4_v1, v6, v4]).unwrap().index, 3);
-        assert_eq!(routable_gid(&[ll, v4_v1, v6]).unwrap().index, 2);
-        assert_eq!(routable_gid(&[ll, v4_v1]).unwrap().index, 0);
-        assert_eq!(routable_gid(&[v4_v1]).unwrap().index, 1);
-        assert_eq!(routable_gid(&[entry(0, "fe80::1", GidType::IB)]), None);
+        assert_eq!(routable_roce_gid(&[ll, v4_v1, v6, v4]).unwrap().index, 3);
+        assert_eq!(routable_roce_gid(&[ll, v4_v1, v6]).unwrap().index, 2);
+        assert_eq!(routable_roce_gid(&[ll, v4_v1]).unwrap().index, 0);
+        assert_eq!(routable_roce_gid(&[v4_v1]).unwrap().index, 1);
+        assert_eq!(routable_roce_gid(&[entry(0, "fe80::1", GidType::IB)]), None);
     }
 
     #[test]

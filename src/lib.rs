@@ -1,7 +1,8 @@
 //! Safe, lifetime-checked RDMA verbs.
 //!
 //! `rdma-verbs` wraps rdma-core's libibverbs — device contexts, protection domains, memory
-//! regions, completion queues and Reliable Connected queue pairs — in types the compiler
+//! regions, completion queues and queue pairs (Reliable Connected, Unreliable Connected and
+//! Unreliable Datagram; Dynamically Connected with feature `mlx5`) — in types the compiler
 //! checks: a child cannot outlive its parent, a QP's state is part of its type, and C
 //! enums are newtypes that survive values a newer library invents. libibverbs is loaded at
 //! run time (`dlopen`), never linked, so one binary runs on NVIDIA MLNX_OFED / DOCA-OFED hosts
@@ -40,14 +41,14 @@
 //! // three completions below have been polled. (Connected to itself, the QP receives its
 //! // own SEND and is the target of its own WRITE.)
 //! unsafe {
-//!     qp.post_recv(&mut RecvWr::new(1, &recv))?;
+//!     qp.post_recv_wr(&mut RecvWr::new(1, &recv))?;
 //!     let write = SendWr::rdma_write(2, &send, target.remote(..5)?);
-//!     qp.post_send(&mut write.flags(SendFlags::SIGNALED))?;
-//!     qp.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED))?;
+//!     qp.post_send_wr(&mut write.flags(SendFlags::SIGNALED))?;
+//!     qp.post_send_wr(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED))?;
 //! }
 //! let mut wcs = [WorkCompletion::EMPTY; 3];
 //! for wc in cq.wait_for(3, std::time::Duration::from_secs(5), &mut wcs)?.iter() {
-//!     assert!(wc.is_success(), "wr {}: {}", wc.wr_id(), wc.status());
+//!     assert!(wc.is_success(), "{wc}");
 //! }
 //! assert_eq!(&mr.as_slice()[2048..2053], b"hello");
 //! let mut written = [0; 5];
@@ -64,16 +65,20 @@
 //!           └── CompletionQueue<'ctx> ───────┘
 //!
 //! QueuePair<Reset> ─into_init─▶ <Init> ─into_rtr─▶ <Rtr> ─into_rts─▶ <Rts>
-//!                              post_recv from Init on;  post_send only in Rts
+//!                          post_recv_* from Init on;  post_send_* only in Rts
 //! ```
 //!
 //! - Children borrow their parents: dropping a parent first does not compile.
-//! - Each transition takes exactly the attributes it needs and computes the attribute mask;
-//!   a failed transition returns the QP with the error ([`TransitionError`]).
-//! - Two posting tiers: the safe one moves [`Buffer`]s of a [`BufferPool`] into the QP and
-//!   hands them back with their completion; the raw one is `unsafe`: the caller promises the
-//!   memory stays registered and untouched while the NIC may use it. Polling is safe and
-//!   allocation-free.
+//! - Each transition takes exactly the attributes it needs and computes the attribute mask.
+//!   A failed transition returns an [`Error`], which `?` takes anywhere; its `try_` twin
+//!   hands the QP back with it ([`TransitionError`]), as the buffer posts' twins hand back
+//!   the buffer (see [`Error`]).
+//! - Two posting tiers, named after what they post: the safe one
+//!   (`post_send_buffer`, `post_recv_buffers`, … with a [`SendBufferList`] or
+//!   [`RecvBufferList`]) moves [`Buffer`]s of a [`BufferPool`] into the QP and hands them
+//!   back with their completion; the raw one (`post_send_wr`, `post_recv_wrs`, … with a
+//!   [`SendWrList`] or [`RecvWrList`]) is `unsafe`: the caller promises the memory stays
+//!   registered and untouched while the NIC may use it. Polling is safe and allocation-free.
 //! - `Drop` never panics: a failed destroy is logged (`log` crate, warn) and the object
 //!   leaked; `destroy(self)` returns the error instead.
 //! - Errors name the verb, the errno and what to do ([`Error`]).
@@ -154,6 +159,7 @@ mod gid;
 pub mod guide;
 mod mr;
 mod mw;
+mod number;
 mod odp;
 mod pd;
 mod port;
@@ -183,8 +189,8 @@ pub use buffer::Buffer;
 pub use buffer::BufferPool;
 pub use buffer::ListOp;
 pub use buffer::PostError;
-pub use buffer::RecvList;
-pub use buffer::SendList;
+pub use buffer::RecvBufferList;
+pub use buffer::SendBufferList;
 pub use buffer::SendOp;
 pub use buffer::UdSend;
 pub use channel::CompletionChannel;
@@ -209,7 +215,6 @@ pub use event::AsyncEventType;
 pub use event::AsyncEvents;
 pub use event::CqId;
 pub use event::SrqId;
-pub use gid::routable_gid;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;

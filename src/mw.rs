@@ -234,11 +234,11 @@ impl<'r> MwBind<'r> {
 /// let bind = MwBind::new(&region, 4096..8192, AccessFlags::REMOTE_WRITE)?;
 /// let mut wr = SendWr::bind_mw(1, &mut mw, &bind)?.flags(SendFlags::SIGNALED);
 /// // SAFETY: a bind WR carries no SGE.
-/// unsafe { qp.post_send(&mut wr)? };
+/// unsafe { qp.post_send_wr(&mut wr)? };
 /// // ... once it has completed, send `mw.remote(&bind)` to the peer; later:
 /// let mut inv = SendWr::local_inv(2, mw.rkey()).flags(SendFlags::SIGNALED);
 /// // SAFETY: as above.
-/// unsafe { qp.post_send(&mut inv)? };
+/// unsafe { qp.post_send_wr(&mut inv)? };
 /// # Ok(()) }
 /// ```
 ///
@@ -304,7 +304,7 @@ impl<'a> MemoryWindow<'a> {
     /// (`ibv_mw.rkey`).
     pub fn rkey(&self) -> RKey {
         // SAFETY: a live window; written only under `&mut self` (binds).
-        RKey(unsafe { (*self.raw.as_ptr()).rkey })
+        RKey::new(unsafe { (*self.raw.as_ptr()).rkey })
     }
 
     /// What a peer needs to reach the bytes of `bind` through this window: the binding's
@@ -400,7 +400,7 @@ impl<T: Connected> QueuePair<'_, Rts, T> {
         }
         // The buffer tier reads a completion with this bit as one of its own buffers': one
         // named by a bind would hand that buffer back while the NIC still owns it.
-        if wr_id & crate::buffer::BUFFER_WR_ID_BIT != 0 {
+        if wr_id & crate::wr::id::BUFFER_BIT != 0 {
             return Err(Error::invalid(
                 InvalidInputKind::Range,
                 format!(
@@ -443,7 +443,7 @@ impl<'a> SendWr<'a> {
             ));
         }
         bind.check_pd(mw)?;
-        let rkey = RKey(sys::inline::ibv_inc_rkey(mw.rkey().0));
+        let rkey = RKey::new(sys::inline::ibv_inc_rkey(mw.rkey().get()));
         Ok(SendWr::bind_mw_raw(wr_id, mw.as_raw(), rkey, bind.raw()))
     }
 }

@@ -101,12 +101,12 @@ impl PortAttr {
 
     /// The base LID (0 on Ethernet ports, which address by GID).
     pub fn lid(&self) -> Lid {
-        Lid(self.0.lid)
+        Lid::new(self.0.lid)
     }
 
     /// The subnet manager's LID (InfiniBand).
     pub fn sm_lid(&self) -> Lid {
-        Lid(self.0.sm_lid)
+        Lid::new(self.0.sm_lid)
     }
 
     /// The link layer.

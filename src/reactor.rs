@@ -25,7 +25,7 @@
 //! // ... create QPs on `cq` and post work ...
 //! let mut wcs = [WorkCompletion::EMPTY; 16];
 //! for wc in completions.poll(&mut wcs).await?.iter() {
-//!     println!("{} finished: {}", wc.wr_id(), wc.status());
+//!     println!("{wc}");
 //! }
 //! # Ok(()) }
 //! ```
@@ -61,16 +61,10 @@ impl AsRawFd for Watched {
 /// # Safety
 ///
 /// `fd` must stay open, the same file description, until the returned `AsyncFd` is dropped.
-unsafe fn register(fd: RawFd, what: &str) -> Result<AsyncFd<Watched>> {
+unsafe fn register(fd: RawFd, what: &'static str) -> Result<AsyncFd<Watched>> {
     // Checked first: tokio's own registration panics outside a runtime.
     if ::tokio::runtime::Handle::try_current().is_err() {
-        return Err(Error::invalid(
-            InvalidInputKind::NoRuntime,
-            format!(
-                "{what} can be awaited only inside a tokio runtime: create it within one (with \
-             I/O enabled: Builder::enable_io or enable_all)"
-            ),
-        ));
+        return Err(Error::NoRuntime { what });
     }
     // SAFETY: the caller keeps `fd` open as the same file until the AsyncFd is dropped.
     let fd = unsafe { AsyncFd::register_with_interest(Watched(fd), Interest::READABLE) };
@@ -117,7 +111,7 @@ impl<'a> AsyncCompletionChannel<'a> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] outside a tokio runtime; [`Error::Verb`] when the reactor
+    /// [`Error::NoRuntime`] outside a tokio runtime; [`Error::Verb`] when the reactor
     /// refuses the descriptor (one channel can be registered once at a time).
     ///
     /// # Panics
@@ -175,8 +169,8 @@ impl<'a> CompletionStream<'a> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] when `cq` does not report to `channel`, or outside a tokio
-    /// runtime; as [`AsyncCompletionChannel::new`] otherwise.
+    /// [`Error::InvalidInput`] when `cq` does not report to `channel`; as
+    /// [`AsyncCompletionChannel::new`] otherwise.
     ///
     /// # Panics
     ///

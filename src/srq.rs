@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvList};
+use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvBufferList};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RecvWr, RecvWrList};
@@ -109,7 +109,7 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv): until the WR's completion
+    /// As [`QueuePair::post_recv_wr`](crate::QueuePair::post_recv_wr): until the WR's completion
     /// has been polled (on whichever QP consumed it) or the SRQ is destroyed, its memory stays
     /// registered and untouched, and its `wr_id` does not have bit 63 set.
     ///
@@ -118,7 +118,7 @@ impl<'a> SharedReceiveQueue<'a> {
     /// [`Error::Verb`] from the provider (`ENOMEM`: the SRQ is full).
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]
-    pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+    pub unsafe fn post_recv_wr(&self, wr: &mut RecvWr<'_>) -> Result<()> {
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live SRQ; the caller upholds the memory contract.
         let ret =
@@ -127,12 +127,12 @@ impl<'a> SharedReceiveQueue<'a> {
     }
 
     /// `ibv_post_srq_recv(3)`—Posts the WRs of `list` with one call, as
-    /// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list) does on a QP; an empty
+    /// [`QueuePair::post_recv_wrs`](crate::QueuePair::post_recv_wrs) does on a QP; an empty
     /// list posts nothing.
     ///
     /// # Safety
     ///
-    /// As [`SharedReceiveQueue::post_recv`], for every WR of the list.
+    /// As [`SharedReceiveQueue::post_recv_wr`], for every WR of the list.
     ///
     /// # Errors
     ///
@@ -140,7 +140,7 @@ impl<'a> SharedReceiveQueue<'a> {
     /// and why ([`Error::WorkQueueFull`]: the SRQ is full).
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]
-    pub unsafe fn post_recv_list(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
+    pub unsafe fn post_recv_wrs(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
         list.post_with("ibv_post_srq_recv", |head, bad| {
             // SAFETY: a live SRQ; `head` heads the list, linked and alive for the call; the
             // caller upholds the memory contract for each WR.
@@ -154,11 +154,26 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the SRQ's or without `LOCAL_WRITE`, or
-    /// when the SRQ takes no SGE per receive (`max_sge` 0), else the provider's.
+    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+    /// SRQ's or without `LOCAL_WRITE`, or when the SRQ takes no SGE per receive (`max_sge`
+    /// 0), else the provider's. The buffer goes back to its pool;
+    /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
     #[doc(alias = "ibv_post_srq_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
+    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
+    where
+        'p: 'a,
+    {
+        self.try_post_recv_buffer(buffer).map_err(Error::from)
+    }
+
+    /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_recv_buffer`](Self::post_recv_buffer).
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub fn try_post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'a,
     {
@@ -167,7 +182,7 @@ impl<'a> SharedReceiveQueue<'a> {
             // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
             // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
             // the SRQ's PD (checked), named by its IOVA.
-            unsafe { self.post_recv(wr) }
+            unsafe { self.post_recv_wr(wr) }
         })
     }
 
@@ -181,7 +196,7 @@ impl<'a> SharedReceiveQueue<'a> {
     /// As [`QueuePair::post_recv_buffers`](crate::QueuePair::post_recv_buffers), with the
     /// SRQ's PD (`ENOMEM`: the SRQ is full).
     #[doc(alias = "ibv_post_srq_recv")]
-    pub fn post_recv_buffers<'p>(&self, list: &mut RecvList<'p>) -> Result<()>
+    pub fn post_recv_buffers<'p>(&self, list: &mut RecvBufferList<'p>) -> Result<()>
     where
         'p: 'a,
     {

@@ -5,6 +5,7 @@ use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
 use crate::endpoint::Qpn;
+use crate::wr::id::Shown;
 
 c_enum! {
     /// How a work request ended (`enum ibv_wc_status`, `ibv_poll_cq(3)`).
@@ -200,10 +201,26 @@ impl WorkCompletion {
     }
 }
 
+/// For messages: the work request — its `wr_id`, or the buffer, pool and flight a buffer-tier
+/// `wr_id` names — and how it ended, e.g. `buffer 3 of pool 1, flight 7: SEND: success` or
+/// `wr_id 0x2a: transport retry counter exceeded (vendor error 0x81)`. (A completion
+/// [`BufferPool::complete`](crate::BufferPool::complete) took shows `wr_id 0x0`: it consumed
+/// the `wr_id`.)
+impl std::fmt::Display for WorkCompletion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let wr = Shown(self.wr_id());
+        if self.is_success() {
+            write!(f, "{wr}: {}: {}", self.opcode(), self.status())
+        } else {
+            write!(f, "{wr}: {} (vendor error {:#x})", self.status(), self.vendor_err())
+        }
+    }
+}
+
 impl std::fmt::Debug for WorkCompletion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkCompletion")
-            .field("wr_id", &self.wr_id())
+            .field("wr_id", &format_args!("{}", Shown(self.wr_id())))
             .field("status", &self.status())
             .field("opcode", &self.opcode())
             .field("byte_len", &self.byte_len())
@@ -230,6 +247,21 @@ mod tests {
         assert_eq!(s.name(), None);
         assert_eq!(s.to_string(), "unknown (4242)");
         assert_eq!(WcStatus::RNR_RETRY_EXC_ERR.to_string(), "RNR retry counter exceeded");
+    }
+
+    #[test]
+    fn shown_with_its_work_request_and_outcome() {
+        let mut wc = WorkCompletion::default();
+        wc.0.wr_id = 0x2a;
+        wc.0.opcode = sys::IBV_WC_RECV;
+        assert_eq!(wc.to_string(), "wr_id 0x2a: RECV: success");
+        wc.0.wr_id = crate::wr::id::BUFFER_BIT | 1 << 43 | 7 << 16 | 3;
+        wc.0.status = sys::IBV_WC_RETRY_EXC_ERR;
+        wc.0.vendor_err = 0x81;
+        let shown = "buffer 3 of pool 1, flight 7: transport retry counter exceeded (vendor \
+                     error 0x81)";
+        assert_eq!(wc.to_string(), shown);
+        assert!(format!("{wc:?}").contains("wr_id: buffer 3 of pool 1, flight 7,"), "{wc:?}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! The data path allocates nothing in steady state: each post and each poll, in the raw tier
-//! (`post_send`, `post_send_list`, `post_recv`, `post_recv_list`, `poll`, also through the extended verbs:
-//! `ibv_wr_*` batches and `ibv_start_poll`) and in the buffer tier (`post_send_buffer`,
-//! `post_send_buffers`, `post_send_buffer_chained`, `post_recv_buffer`, `post_recv_buffers`,
-//! `complete`), against the mock provider with stub data-path ops that keep their WRs in a
-//! fixed ring (the mock's own allocate; see `support/stub_data_path.rs`).
+//! (`post_send_wr`, `post_send_wrs`, `post_recv_wr`, `post_recv_wrs`, `poll`, also through the
+//! extended verbs: `ibv_wr_*` batches and `ibv_start_poll`) and in the buffer tier
+//! (`post_send_buffer`, `post_send_buffers`, `post_send_buffer_chained`, `post_recv_buffer`,
+//! `post_recv_buffers`, `complete`), against the mock provider with stub data-path ops that
+//! keep their WRs in a fixed ring (the mock's own allocate; see `support/stub_data_path.rs`).
 //!
 //! A binary of its own, not a module of `integration`: a global allocator is per binary, and
 //! this one counts. It counts per thread, so the harness and the other tests, on their own
@@ -18,8 +18,8 @@ use std::ffi::c_int;
 use std::hint::black_box;
 
 use rdma_verbs::{
-    AccessFlags, BufferPool, QueuePair, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, Rts,
-    SendFlags, SendList, SendOp, SendWr, SendWrList, Sge, WorkCompletion,
+    AccessFlags, BufferPool, QueuePair, RKey, RecvBufferList, RecvWr, RecvWrList, RemoteAddr, Rts,
+    SendBufferList, SendFlags, SendOp, SendWr, SendWrList, Sge, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
@@ -256,14 +256,14 @@ fn assert_rounds_allocate_nothing<const N: usize>(
 /// The sends of a round: one signaled RDMA WRITE, and a list of [`LIST`] SENDs whose last
 /// alone is signaled (two completions).
 fn signaled_sends(sges: &[Sge]) -> (SendWr<'_>, SendWrList<'_>) {
-    let remote = RemoteAddr { addr: 0x1000, rkey: RKey(7) };
+    let remote = RemoteAddr { addr: 0x1000, rkey: RKey::new(7) };
     let one = SendWr::rdma_write(1, sges, remote).flags(SendFlags::SIGNALED);
     let mut list: SendWrList<'_> = (0..LIST).map(|i| SendWr::send(i as u64, sges)).collect();
     list.set_flags(LIST - 1, SendFlags::SIGNALED).unwrap();
     (one, list)
 }
 
-/// The allocations of posting `one` (`post_send`), then `list` (`post_send_list`).
+/// The allocations of posting `one` (`post_send_wr`), then `list` (`post_send_wrs`).
 fn post_sends(
     qp: &QueuePair<'_, Rts>,
     one: &mut SendWr<'_>,
@@ -271,9 +271,9 @@ fn post_sends(
 ) -> [u64; 2] {
     [
         // SAFETY: the stub provider never touches the memory.
-        allocations_in(|| unsafe { qp.post_send(one) }.unwrap()),
+        allocations_in(|| unsafe { qp.post_send_wr(one) }.unwrap()),
         // SAFETY: as above.
-        allocations_in(|| unsafe { qp.post_send_list(list) }.unwrap()),
+        allocations_in(|| unsafe { qp.post_send_wrs(list) }.unwrap()),
     ]
 }
 
@@ -296,13 +296,13 @@ fn the_raw_tier_posts_and_polls_without_allocating() {
         let mut recv = RecvWr::new(2, &sges);
         let mut recvs: RecvWrList<'_> = (3..5).map(|id| RecvWr::new(id, &sges)).collect();
         let mut wcs = [WorkCompletion::EMPTY; LIST];
-        let names = ["post_send", "post_send_list", "post_recv", "post_recv_list", "poll"];
+        let names = ["post_send_wr", "post_send_wrs", "post_recv_wr", "post_recv_wrs", "poll"];
         assert_rounds_allocate_nothing(names, || {
             let [send, send_list] = post_sends(qp, &mut one, &mut list);
             // SAFETY: the stub provider never touches the memory.
-            let recv = allocations_in(|| unsafe { qp.post_recv(&mut recv) }.unwrap());
+            let recv = allocations_in(|| unsafe { qp.post_recv_wr(&mut recv) }.unwrap());
             // SAFETY: as above.
-            let recv_list = allocations_in(|| unsafe { qp.post_recv_list(&mut recvs) }.unwrap());
+            let recv_list = allocations_in(|| unsafe { qp.post_recv_wrs(&mut recvs) }.unwrap());
             let mut polled = 0;
             let poll = allocations_in(|| polled = cq.poll(&mut wcs).unwrap().len());
             assert_eq!(polled, 5, "one completion for each signaled post and each receive");
@@ -323,7 +323,7 @@ fn the_extended_verbs_post_and_poll_without_allocating() {
         let sges = [sge];
         let (mut one, mut list) = signaled_sends(&sges);
         let mut wcs = [WorkCompletion::EMPTY; LIST];
-        let names = ["post_send", "post_send_list", "poll", "poll_with"];
+        let names = ["post_send_wr", "post_send_wrs", "poll", "poll_with"];
         assert_rounds_allocate_nothing(names, || {
             let [send, send_list] = post_sends(qp, &mut one, &mut list);
             let mut polled = 0;
@@ -331,7 +331,7 @@ fn the_extended_verbs_post_and_poll_without_allocating() {
             let poll_with = allocations_in(|| {
                 polled += cq
                     .poll_with(LIST, |c| {
-                        black_box(c.wr_id());
+                        black_box(c.wc.wr_id());
                     })
                     .unwrap()
             });
@@ -351,9 +351,9 @@ fn the_buffer_tier_posts_and_completes_without_allocating() {
     let pool =
         BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let qp = rts_qp(&pd, &cq);
-    let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey(7) });
-    let mut list = SendList::with_capacity(LIST);
-    let mut receives = RecvList::with_capacity(2);
+    let op = SendOp::RdmaWrite(RemoteAddr { addr: 0x1000, rkey: RKey::new(7) });
+    let mut list = SendBufferList::with_capacity(LIST);
+    let mut receives = RecvBufferList::with_capacity(2);
     let mut wcs = [WorkCompletion::EMPTY; LIST];
 
     let names = [

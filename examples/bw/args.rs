@@ -713,7 +713,7 @@ mod tests {
         use std::net::Ipv4Addr;
         let args = |args: &[&str]| parsed(Test::Bandwidth, Mode::Write, args);
         let psn = Psn::new(0).unwrap();
-        let peer = |gid| Endpoint { lid: Lid(0), qpn: Qpn::new(5).unwrap(), psn, gid };
+        let peer = |gid| Endpoint { lid: Lid::new(0), qpn: Qpn::new(5).unwrap(), psn, gid };
         let roce = peer(Gid::from(Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped()));
         let attrs = |peer: &Endpoint| {
             let rtr = rdma_verbs::ToRtrAttr::to_endpoint(peer, 1, Some(3), Mtu::MTU_1024);

@@ -98,7 +98,7 @@ mod by_cm {
     fn encode(mine: RemoteAddr) -> [u8; 12] {
         let mut data = [0u8; 12];
         data[..8].copy_from_slice(&mine.addr.to_le_bytes());
-        data[8..].copy_from_slice(&mine.rkey.0.to_le_bytes());
+        data[8..].copy_from_slice(&mine.rkey.get().to_le_bytes());
         data
     }
 
@@ -110,7 +110,7 @@ mod by_cm {
         };
         Ok(RemoteAddr {
             addr: u64::from_le_bytes(addr.try_into().expect("8 bytes")),
-            rkey: RKey(u32::from_le_bytes(rkey.try_into().expect("4 bytes"))),
+            rkey: RKey::new(u32::from_le_bytes(rkey.try_into().expect("4 bytes"))),
         })
     }
 
@@ -131,7 +131,7 @@ mod by_cm {
         ) -> Result<(QueuePair<'q, Rts>, RemoteAddr), Error> {
             let data = encode(mine);
             let param = ConnParam { private_data: &data, ..self.param };
-            let up = self.ids[i].connect(qp, &param, TIMEOUT).map_err(|e| e.error)?;
+            let up = self.ids[i].connect(qp, &param, TIMEOUT)?;
             let remote = decode(&up.private_data)?;
             Ok((up.qp, remote))
         }
@@ -171,7 +171,7 @@ mod by_cm {
                 initiator_depth: self.param.initiator_depth.min(request.responder_resources),
                 ..self.param
             };
-            let up = request.id.accept(qp, &param, TIMEOUT).map_err(|e| e.error)?;
+            let up = request.id.accept(qp, &param, TIMEOUT)?;
             Ok((up.qp, remote))
         }
     }

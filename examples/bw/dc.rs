@@ -85,15 +85,15 @@ mod with_mlx5 {
             let init = ToInitAttr { port: args.ib_port, pkey_index: 0, access: mode.peer_access() };
             let rtr = DctToRtrAttr::from_route(&route);
             for q in 0..qps {
-                let key = DcKey(0xdc00 + q as u64);
+                let key = DcKey::new(0xdc00 + q as u64);
                 let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
-                let dct = dct.into_init(&init).map_err(|e| e.error)?;
-                dcts.push(dct.into_rtr(&rtr).map_err(|e| e.error)?);
+                let dct = dct.into_init(&init)?;
+                dcts.push(dct.into_rtr(&rtr)?);
             }
         }
         for _ in 0..rx_depth {
             // SAFETY: the receive region outlives the SRQ and is never touched by the program.
-            unsafe { srq.post_recv(&mut RecvWr::new(0, &recv_sge))? };
+            unsafe { srq.post_recv_wr(&mut RecvWr::new(0, &recv_sge))? };
         }
 
         // Per QP: our DCT's token (or "-") and our memory; the peer's, in return.
@@ -105,7 +105,7 @@ mod with_mlx5 {
                 None => "-".into(),
             };
             let mine = peer_memory.remote;
-            control.send(&format!("dc {token} {:x} {:x}", mine.addr, mine.rkey.0))?;
+            control.send(&format!("dc {token} {:x} {:x}", mine.addr, mine.rkey.get()))?;
             let line = control.recv()?;
             peers.push(parse_peer(&line)?);
         }
@@ -169,7 +169,7 @@ mod with_mlx5 {
         };
         let addr = u64::from_str_radix(addr, 16).map_err(|_| bad())?;
         let rkey = u32::from_str_radix(rkey, 16).map_err(|_| bad())?;
-        Ok((token, RemoteAddr { addr, rkey: RKey(rkey) }))
+        Ok((token, RemoteAddr { addr, rkey: RKey::new(rkey) }))
     }
 
     /// The DC raw tier, as `Raw` for RC: DCI `q` posts lists of WRs, built once per size,
@@ -215,13 +215,13 @@ mod with_mlx5 {
             // SAFETY: the DCI's region and the peer's AH outlive the DCI (declared before
             // it); the program never touches the region while WRs are outstanding (the bytes
             // are meaningless here), and every wr_id is small.
-            Ok(unsafe { self.dcis[q].post(list) }?)
+            Ok(unsafe { self.dcis[q].post_send_wrs(list) }?)
         }
 
         fn complete(&mut self, _q: usize, wc: &mut WorkCompletion) -> Result<(), Error> {
             if wc.opcode() == WcOpcode::RECV {
                 // SAFETY: as in `post`: the receive region is never touched by the program.
-                unsafe { self.srq.post_recv(&mut RecvWr::new(0, self.recv_sge))? };
+                unsafe { self.srq.post_recv_wr(&mut RecvWr::new(0, self.recv_sge))? };
             }
             Ok(())
         }

@@ -150,7 +150,7 @@ impl Control {
     ) -> Result<(Endpoint, RemoteAddr), Error> {
         let msg = me.to_pingpong_message();
         let text = std::str::from_utf8(&msg[..PINGPONG_MESSAGE_LEN - 1]).expect("hex and colons");
-        self.send(&format!("{text} {:08x} {:016x}", mine.rkey.0, mine.addr))?;
+        self.send(&format!("{text} {:08x} {:016x}", mine.rkey.get(), mine.addr))?;
         let line = self.recv()?;
         let bad = || format!("bad endpoint line from the peer: {line:?}");
         let mut parts = line.split(' ');
@@ -164,6 +164,6 @@ impl Control {
         let peer = Endpoint::from_pingpong_message(&msg).map_err(|e| format!("{}: {e}", bad()))?;
         let rkey = u32::from_str_radix(rkey, 16).map_err(|_| bad())?;
         let addr = u64::from_str_radix(addr, 16).map_err(|_| bad())?;
-        Ok((peer, RemoteAddr { addr, rkey: RKey(rkey) }))
+        Ok((peer, RemoteAddr { addr, rkey: RKey::new(rkey) }))
     }
 }

@@ -88,7 +88,7 @@ pub fn run(
     };
     let qp = pd.create_rc_qp(&attr)?;
     let init = ToInitAttr { port: args.ib_port, access: mode.peer_access(), ..Default::default() };
-    let qp = qp.into_init(&init).map_err(|e| e.error)?;
+    let qp = qp.into_init(&init)?;
     for _ in 0..rx {
         post_first_receive(&qp, &pool, recv_sge.as_ref(), args.raw)?;
     }
@@ -101,7 +101,7 @@ pub fn run(
         json: args.json,
         mode,
         tier: if args.raw { "raw" } else { "safe" },
-        verbs_path: qp.send_path(),
+        verbs_path: qp.verbs_path(),
         reads: match mode {
             Mode::Read => Some(qp.query()?.max_rd_atomic),
             _ => None,
@@ -374,7 +374,7 @@ impl Post for SafePost<'_, '_> {
         if let Some(last) = buf.as_mut_slice().last_mut() {
             *last = mark;
         }
-        self.qp.post_send_buffer(buf, self.op).map_err(|e| e.error)?;
+        self.qp.post_send_buffer(buf, self.op)?;
         Ok(())
     }
 
@@ -404,7 +404,7 @@ impl Post for RawPost<'_, '_> {
         // SAFETY: the region outlives the QP (declared before it); the program writes it only
         // here, when no WR of this QP is outstanding (the previous one's completion was
         // reaped), and never reads it; wr_id 0 is not the buffer tier's.
-        unsafe { self.qp.post_send(&mut wr)? };
+        unsafe { self.qp.post_send_wr(&mut wr)? };
         Ok(())
     }
 

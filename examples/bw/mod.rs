@@ -263,8 +263,8 @@ impl Connect for ByHand<'_> {
             ..ToRtsAttr::new(psn)
         };
         self.args.set_path(&mut rtr, &mut rts)?;
-        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
-        Ok((qp.into_rts(&rts).map_err(|e| e.error)?, remote))
+        let qp = qp.into_rtr(&rtr)?;
+        Ok((qp.into_rts(&rts)?, remote))
     }
 }
 
@@ -435,7 +435,7 @@ fn run_bw(
     let mut ready = Vec::new();
     for _ in 0..qps {
         let qp = pd.create_rc_qp(&QpInitAttr { cap, verbs_path, ..QpInitAttr::new(&cq) })?;
-        let qp = qp.into_init(&init).map_err(|e| e.error)?;
+        let qp = qp.into_init(&init)?;
         for _ in 0..rx_depth {
             post_first_receive(&qp, &pool, recv_sges.get(ready.len()), args.raw)?;
         }
@@ -454,7 +454,7 @@ fn run_bw(
     let max_inline = qps_rts[0].caps().max_inline_data.min(inline);
 
     let tier = if args.raw { "raw" } else { "safe" };
-    let verbs_path = qps_rts[0].send_path();
+    let verbs_path = qps_rts[0].verbs_path();
     // What the QP was given, as the connection (by hand or rdma_cm) settled it.
     let reads = match mode {
         Mode::Read => Some(qps_rts[0].query()?.max_rd_atomic),
@@ -485,7 +485,7 @@ fn run_bw(
             traffic::run(&mut tier, waits, &qpns, Some(&qpns), plan, control)?
         } else {
             let lists =
-                (0..qps).map(|_| SendList::with_capacity(args.post_list as usize)).collect();
+                (0..qps).map(|_| SendBufferList::with_capacity(args.post_list as usize)).collect();
             let mut tier = Safe {
                 qps: &qps_rts,
                 pool: &pool,
@@ -588,7 +588,7 @@ impl<'a> PeerMemory<'a> {
         let remote = match (&write_target, &read_source) {
             (Some(t), _) => t.remote(..)?,
             (_, Some(s)) => s.remote(..)?,
-            _ => RemoteAddr { addr: 0, rkey: RKey(0) },
+            _ => RemoteAddr { addr: 0, rkey: RKey::new(0) },
         };
         Ok(PeerMemory { write_target, _read_source: read_source, remote })
     }
@@ -604,10 +604,10 @@ pub fn post_first_receive<'a>(
     if raw {
         let sge = raw_sge.ok_or("no receive region")?;
         // SAFETY: the receive region outlives the QP and is never touched by the program.
-        unsafe { qp.post_recv(&mut RecvWr::new(0, sge))? };
+        unsafe { qp.post_recv_wr(&mut RecvWr::new(0, sge))? };
     } else {
         let buf = pool.take().ok_or("the buffer pool ran dry")?;
-        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+        qp.post_recv_buffer(buf)?;
     }
     Ok(())
 }

@@ -307,7 +307,7 @@ fn crosses_multiple(posted: u64, n: u64, cq_mod: u64) -> bool {
 pub struct Safe<'q, 'a> {
     pub qps: &'q [QueuePair<'a, Rts>],
     pub pool: &'a BufferPool<'a>,
-    pub lists: Vec<SendList<'a>>,
+    pub lists: Vec<SendBufferList<'a>>,
     /// Each QP's operation, built once (as the raw tier's WRs).
     pub ops: Vec<SendOp>,
 }
@@ -323,9 +323,7 @@ impl Tier for Safe<'_, '_> {
         };
         if n == 1 {
             // (-l 1: straight to the QP, without storing the buffer in the list.)
-            return Ok(self.qps[q]
-                .post_send_buffer_chained(list, take()?, op, signal)
-                .map_err(|e| e.error)?);
+            return Ok(self.qps[q].post_send_buffer_chained(list, take()?, op, signal)?);
         }
         for _ in 0..n {
             list.push(take()?, op).map_err(|_| "the post list is full")?;
@@ -347,7 +345,7 @@ pub fn complete_safe<'a>(
 ) -> Result<(), Error> {
     let buf = pool.complete(wc).ok_or("a completion for none of our buffers")?;
     if matches!(wc.opcode(), WcOpcode::RECV) {
-        qp.post_recv_buffer(buf).map_err(|e| e.error)?;
+        qp.post_recv_buffer(buf)?;
     }
     Ok(())
 }
@@ -361,7 +359,7 @@ pub fn complete_raw(
     if matches!(wc.opcode(), WcOpcode::RECV) {
         // SAFETY: the raw tier's receive region outlives the QP (declared before it) and is
         // never touched by the program.
-        unsafe { qp.post_recv(&mut RecvWr::new(0, recv_sge))? };
+        unsafe { qp.post_recv_wr(&mut RecvWr::new(0, recv_sge))? };
     }
     Ok(())
 }
@@ -413,7 +411,7 @@ impl Tier for Raw<'_, '_> {
         // SAFETY: the QP's region outlives it (declared before it); the program never reads or
         // writes it while WRs are outstanding (the bytes are meaningless here), and every WR's
         // wr_id is small (never the buffer tier's).
-        let posted = unsafe { self.qps[q].post_send_list(list) };
+        let posted = unsafe { self.qps[q].post_send_wrs(list) };
         while let Some(wr) = self.aside.pop() {
             // Back where they were: within the list's capacity.
             let _ = list.push(wr);

@@ -3,7 +3,6 @@
 //! the exit status, opening the device the user named, the source GID, the LID check.
 #![allow(dead_code)] // each example uses the part it needs
 
-use std::fmt::Display;
 use std::process::ExitCode;
 
 use rdma_verbs::{Context, GidEntry, Mtu, PortAttr, Result};
@@ -76,12 +75,23 @@ pub struct DeviceArgs {
 }
 
 /// The exit status of the example `name` whose run ended with `result`: success, or failure
-/// (1) after "`name`: the error" on stderr.
-pub fn exit_code<E: Display>(name: &str, result: std::result::Result<(), E>) -> ExitCode {
+/// (1) after "`name`: the error: its cause: …" on stderr (each error of the `source` chain
+/// says only its own part).
+pub fn exit_code<E: Into<Box<dyn std::error::Error>>>(
+    name: &str,
+    result: std::result::Result<(), E>,
+) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{name}: {e}");
+            let e = e.into();
+            let mut line = format!("{name}: {e}");
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                line.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("{line}");
             ExitCode::FAILURE
         }
     }
@@ -133,7 +143,7 @@ pub fn require_lid(
     port_num: u8,
     port: &PortAttr,
 ) -> std::result::Result<(), String> {
-    if !port.is_ethernet() && port.lid().0 == 0 {
+    if !port.is_ethernet() && port.lid().get() == 0 {
         return Err(format!(
             "{} port {port_num} has no LID: is the subnet manager running?",
             ctx.name()
@@ -198,12 +208,10 @@ impl Link {
             max_dest_rd_atomic: rd_atomic,
             ..rdma_verbs::ToRtrAttr::to_endpoint(remote, self.port, sgid, self.mtu)
         };
-        // A TransitionError holds the QP, which borrows the caller's resources: keep only
-        // the error.
-        let qp = qp.into_rtr(&rtr).map_err(|e| e.error)?;
+        let qp = qp.into_rtr(&rtr)?;
         let rts =
             rdma_verbs::ToRtsAttr { max_rd_atomic: rd_atomic, ..rdma_verbs::ToRtsAttr::new(psn) };
-        Ok(qp.into_rts(&rts).map_err(|e| e.error)?)
+        Ok(qp.into_rts(&rts)?)
     }
 }
 

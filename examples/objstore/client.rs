@@ -112,9 +112,7 @@ impl<'a> Session<'a> {
         let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
         let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
         let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        let qp = qp
-            .into_init(&ToInitAttr { port: link.port, access, ..Default::default() })
-            .map_err(|e| e.error)?;
+        let qp = qp.into_init(&ToInitAttr { port: link.port, access, ..Default::default() })?;
         let psn = Psn::random();
         let me = link.endpoint(&qp, psn).to_pingpong_message();
         let mut response =
@@ -137,7 +135,7 @@ impl<'a> Session<'a> {
         label: &str,
     ) -> Result<Result<Response<Body>, ureq::Error>, Error> {
         let remote = region.remote(..)?;
-        let token = Token { session: self.id, addr: remote.addr, len, rkey: remote.rkey.0 };
+        let token = Token { session: self.id, addr: remote.addr, len, rkey: remote.rkey.get() };
         if len < PROGRESS_MIN {
             return Ok(send(token));
         }

@@ -365,7 +365,7 @@ impl<'a> Server<'a> {
                 QpCapabilities { max_send_wr: DEPTH as u32, max_recv_wr: 1, ..Default::default() };
             let qp = self.pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(self.cq) })?;
             let init = ToInitAttr { port: self.link.port, ..Default::default() };
-            let qp = qp.into_init(&init).map_err(|e| e.error)?;
+            let qp = qp.into_init(&init)?;
             let me = self.link.endpoint(&qp, psn);
             let qp = self.link.connect(qp, &remote, psn, DEPTH as u8)?;
             debug_assert_eq!(me.qpn, qp.qp_num());
@@ -414,7 +414,7 @@ impl<'a> Server<'a> {
     fn begin(&self, token: &Token) -> Result<(Arc<Session<'a>>, RemoteAddr), Fail> {
         let session = self.session(token.session)?;
         session.moved.store(0, Ordering::Relaxed);
-        Ok((session, RemoteAddr { addr: token.addr, rkey: RKey(token.rkey) }))
+        Ok((session, RemoteAddr { addr: token.addr, rkey: RKey::new(token.rkey) }))
     }
 
     /// PUT over RDMA: READ the client's `token.len` bytes chunk by chunk into a temporary
@@ -520,8 +520,7 @@ impl<'a> Server<'a> {
                     Ok(op) => match qp.post_send_buffer(buffer, op) {
                         Ok(()) => posted += 1,
                         Err(e) => {
-                            failure =
-                                Some(fail(500, format!("posting an RDMA operation: {}", e.error)))
+                            failure = Some(fail(500, format!("posting an RDMA operation: {e}")))
                         }
                     },
                     Err(f) => failure = Some(f),
@@ -594,7 +593,7 @@ fn flush<'a>(qp: QueuePair<'a, Rts>, done: &Receiver<Done<'a>>, n: u64) -> u64 {
     let _qp = match qp.modify_raw(&attr, QpAttrMask::STATE) {
         Ok(qp) => qp,
         Err(e) => {
-            println!("moving a QP to ERROR failed: {}", e.error);
+            println!("moving a QP to ERROR failed: {e}");
             return 0;
         }
     };

@@ -149,7 +149,7 @@ mod by_cm {
             let up = self
                 .id
                 .connect(qp, &ConnParam::with_private_data(&data), PEER_TIMEOUT)
-                .map_err(|e| format!("couldn't connect to {}: {}", self.dst, e.error))?;
+                .map_err(|e| format!("couldn't connect to {}: {e}", self.dst))?;
             // Over IB/RoCE the private data arrives padded with zeros: the index is its start.
             let index = up.private_data.get(..4).ok_or_else(|| {
                 format!(
@@ -194,10 +194,10 @@ impl<'a> Session<'a> {
             None => SendOp::SendWithImm(MORE),
         };
         // The receive first: the reply may come as soon as the request is out.
-        self.qp.post_recv_buffer(self.take()?).map_err(|e| e.error)?;
+        self.qp.post_recv_buffer(self.take()?)?;
         let mut buffer = self.take()?;
         buffer.fill(&request)?;
-        self.qp.post_send_buffer(buffer, op).map_err(|e| e.error)?;
+        self.qp.post_send_buffer(buffer, op)?;
 
         let mut wcs: [WorkCompletion; 2] = Default::default();
         let (mut received, mut sent) = (None, false);

@@ -102,7 +102,7 @@ fn main() -> ExitCode {
         (None, false) => server::run(&args),
         (host, true) => rdma_cm(&args, host.as_deref()),
     };
-    common::exit_code("service", result)
+    common::exit_code("service", result.map_err(|e| e as Box<dyn std::error::Error>))
 }
 
 /// `--rdma-cm`: the client of `host`, or the server.
@@ -167,7 +167,7 @@ fn new_qp<'r>(
 ) -> Result<QueuePair<'r, Init>, Error> {
     let cap = QpCapabilities { max_send_wr, max_recv_wr: 1, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?;
-    Ok(qp.into_init(&ToInitAttr { port, ..Default::default() }).map_err(|e| e.error)?)
+    Ok(qp.into_init(&ToInitAttr { port, ..Default::default() })?)
 }
 
 /// A peer's address message, read as it arrives.

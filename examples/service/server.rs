@@ -427,7 +427,7 @@ impl<'a> Server<'a> {
         };
         let result = match buffer {
             Some(buffer) => client.complete(wc, buffer, self.pool),
-            None => Err(format!("a completion (wr_id {:#x}) names no buffer", wc.wr_id())),
+            None => Err(format!("a completion names no buffer: {wc}")),
         };
         if let Err(e) = result {
             client.fail(e);
@@ -487,7 +487,7 @@ impl<'a> Server<'a> {
         let attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
         match qp.modify_raw(&attr, QpAttrMask::STATE) {
             Ok(qp) => self.flushing.push(Flushing { index, qp, in_flight, since: Instant::now() }),
-            Err(e) => println!("client {index}: its buffers in flight are lost: {}", e.error),
+            Err(e) => println!("client {index}: its buffers in flight are lost: {e}"),
         }
     }
 }
@@ -572,10 +572,10 @@ mod by_cm {
             // The first receive before the client can send: iWARP has no RNR retries, a
             // SEND that finds no receive breaks the connection.
             let buffer = self.pool.take().ok_or("the buffer pool ran out")?;
-            qp.post_recv_buffer(buffer).map_err(|e| e.error)?;
+            qp.post_recv_buffer(buffer)?;
             let index_data = index.to_le_bytes();
-            match request.id.accept(qp, &ConnParam::with_private_data(&index_data), ACCEPT_TIMEOUT)
-            {
+            let param = ConnParam::with_private_data(&index_data);
+            match request.id.try_accept(qp, &param, ACCEPT_TIMEOUT) {
                 Ok(up) => Ok((up.qp, announced)),
                 Err(e) => {
                     self.flush(index, e.qp, 1);

@@ -11,13 +11,14 @@
 //! that `wr_id`, turns the chunk back into a token, and it consumes the completion's
 //! `wr_id` so the same completion cannot serve twice.
 //!
-//! A [`RecvList`] posts several receives with one call; each is a flight of its own, as a
-//! single receive is. A [`SendList`] posts several buffers with one `ibv_post_send`, signaling only the last
-//! (perftest's selective signaling). The others are *batched* behind it: their WRs carry no
-//! usable `wr_id`, and they are released when the last one's completion arrives, which on a
-//! send queue means every WR before it is finished (executed or flushed). The chain is kept
-//! as indices into one pool, so a list posts the chunks of one pool only (checked before
-//! posting): a completion releases exactly the chunks its own chain launched.
+//! A [`RecvBufferList`] posts several receives with one call; each is a flight of its own, as
+//! a single receive is. A [`SendBufferList`] posts several buffers with one `ibv_post_send`,
+//! signaling only the last (perftest's selective signaling). The others are *batched* behind
+//! it: their WRs carry no usable `wr_id`, and they are released when the last one's
+//! completion arrives, which on a send queue means every WR before it is finished (executed
+//! or flushed). The chain is kept as indices into one pool, so a list posts the chunks of one
+//! pool only (checked before posting): a completion releases exactly the chunks its own chain
+//! launched.
 //!
 //! So no reference to a chunk exists while the NIC may read or write it. The pool must outlive
 //! every QP it lends chunks to (`'p: 'res` on the post methods, with `QueuePair` invariant in
@@ -39,7 +40,7 @@
 //!   the lkey would not be valid there), and has `LOCAL_WRITE` where the NIC writes the chunk
 //!   (receives, RDMA READ, atomics; checked too);
 //! - every send, single or in a list, passes the raw tier's checks
-//!   (`QueuePair::check_list`, `post_send`: SGE count, inline size, atomics RC-only with one
+//!   (`QueuePair::check_list`, `post_send_wr`: SGE count, inline size, atomics RC-only with one
 //!   8-byte aligned SGE and remote word, UD destination and MTU) before any is posted; a UD send
 //!   always has a destination (lists of [`UdSend`]) whose address handle outlives the QP;
 //! - the `wr_id`s carry bit 63 and a fresh generation, so no two flights share one.
@@ -58,8 +59,5 @@ mod recv_list;
 pub(crate) use lenders::Lenders;
 pub use pool::{Buffer, BufferPool};
 pub(crate) use post::post_receive;
-pub use post::{ListOp, PostError, SendList, SendOp, UdSend};
-pub use recv_list::RecvList;
-
-/// Bit 63 marks the `wr_id`s of this tier.
-pub(crate) const BUFFER_WR_ID_BIT: u64 = 1 << 63;
+pub use post::{ListOp, PostError, SendBufferList, SendOp, UdSend};
+pub use recv_list::RecvBufferList;

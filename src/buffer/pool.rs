@@ -3,11 +3,11 @@
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use super::BUFFER_WR_ID_BIT;
 use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::mr::{LKey, MemoryRegion};
 use crate::wc::{WcOpcode, WorkCompletion};
+use crate::wr::id::{BUFFER_BIT, GEN_BITS, INDEX_BITS, POOL_BITS};
 use crate::wr::Sge;
 
 const FREE: u8 = 0;
@@ -17,11 +17,8 @@ const IN_FLIGHT: u8 = 2;
 /// Posted unsignaled in a list; released when the list's last WR completes.
 const BATCHED: u8 = 3;
 
-/// `wr_id` = bit 63 | pool id (20 bits) | generation (27 bits) | chunk index (16 bits).
-const INDEX_BITS: u32 = 16;
-const GEN_BITS: u32 = 27;
-const POOL_BITS: u32 = 20;
-/// The bits below the pool's id: a flight's generation and chunk index.
+/// The bits below the pool's id in a `wr_id` (laid out in `wr::id`): a flight's generation
+/// and chunk index.
 const FLIGHT_BITS: u32 = INDEX_BITS + GEN_BITS;
 const FLIGHT_MASK: u64 = (1 << FLIGHT_BITS) - 1;
 const NO_PREV: u32 = u32::MAX;
@@ -34,7 +31,7 @@ const NO_PREV: u32 = u32::MAX;
 /// # use rdma_verbs::*;
 /// # fn f<'a>(qp: &QueuePair<'a, Rts>, pool: &'a BufferPool<'a>) -> Result<()> {
 /// let buf = pool.take().unwrap();
-/// qp.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error)?;
+/// qp.post_send_buffer(buf, SendOp::Send)?;
 /// let first = buf.as_slice()[0]; // error: the buffer moved into the QP: in flight
 /// # Ok(()) }
 /// ```
@@ -47,7 +44,7 @@ const NO_PREV: u32 = u32::MAX;
 /// let qp = pd.create_rc_qp(&QpInitAttr::new(cq))?.into_init(&ToInitAttr::default())?;
 /// {
 ///     let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE)?, 1024)?;
-///     qp.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error)?;
+///     qp.post_recv_buffer(pool.take().unwrap())?;
 /// } // error: `pool` dropped while the QP may still write into it
 /// drop(qp);
 /// # Ok(()) }
@@ -142,7 +139,7 @@ impl<'a> BufferPool<'a> {
             local_write: mr.access().contains(AccessFlags::LOCAL_WRITE),
             mr: ManuallyDrop::new(mr),
             chunk: chunk_size,
-            wr_ids: BUFFER_WR_ID_BIT | u64::from(id) << FLIGHT_BITS,
+            wr_ids: BUFFER_BIT | u64::from(id) << FLIGHT_BITS,
             slots: (0..count)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
@@ -208,8 +205,8 @@ impl<'a> BufferPool<'a> {
     /// The buffer that `wc` ended, when `wc` belongs to this pool: its length set to the
     /// bytes received for a successful receive, else to what it held when posted. It consumes
     /// `wc`'s `wr_id` (a second call returns `None`). Buffers posted before it in the same
-    /// [`SendList`](super::SendList) go back to the pool (free for [`take`](Self::take)).
-    /// Check `wc.status()` for the outcome.
+    /// [`SendBufferList`](super::SendBufferList) go back to the pool (free for
+    /// [`take`](Self::take)). Check `wc.status()` for the outcome.
     // Always inlined: called per completion, its `Option` then lives in registers.
     #[inline(always)]
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
@@ -254,6 +251,11 @@ impl<'a> BufferPool<'a> {
     fn lkey(&self) -> LKey {
         self.mr.lkey()
     }
+
+    /// Its id, which its buffers' `wr_id`s carry (and messages about them show).
+    fn id(&self) -> u64 {
+        (self.wr_ids & !BUFFER_BIT) >> FLIGHT_BITS
+    }
 }
 
 impl Drop for BufferPool<'_> {
@@ -276,6 +278,7 @@ impl Drop for BufferPool<'_> {
 impl std::fmt::Debug for BufferPool<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufferPool")
+            .field("id", &self.id())
             .field("chunk_size", &self.chunk)
             .field("count", &self.count())
             .field("mr", &*self.mr)
@@ -444,11 +447,12 @@ impl<'p> Buffer<'p> {
     }
 
     /// Marks the chunk handed to the NIC with its [next `wr_id`](Self::next_wr_id), which
-    /// it returns, as [`launch`](Self::launch) does, for a [`SendList`](super::SendList) that
-    /// still holds the token: in flight, or `batched` behind chunk `before` of this pool
-    /// (`NO_PREV` for none), which the completion of this one releases (and so on down the
-    /// chain). The list then forgets the token once the provider took the WR, or
-    /// [`unmark`](Self::unmark)s it. `len` is within the chunk (`complete` gives it back).
+    /// it returns, as [`launch`](Self::launch) does, for a
+    /// [`SendBufferList`](super::SendBufferList) that still holds the token: in flight, or
+    /// `batched` behind chunk `before` of this pool (`NO_PREV` for none), which the completion
+    /// of this one releases (and so on down the chain). The list then forgets the token once
+    /// the provider took the WR, or [`unmark`](Self::unmark)s it. `len` is within the chunk
+    /// (`complete` gives it back).
     #[inline]
     pub(crate) fn mark_launched(&self, len: u32, batched: bool, before: u32) -> u64 {
         debug_assert!(len as usize <= self.pool.chunk);
@@ -488,7 +492,11 @@ impl Drop for Buffer<'_> {
 
 impl std::fmt::Debug for Buffer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buffer").field("index", &self.index).field("len", &self.len).finish()
+        f.debug_struct("Buffer")
+            .field("pool", &self.pool.id())
+            .field("index", &self.index)
+            .field("len", &self.len)
+            .finish()
     }
 }
 

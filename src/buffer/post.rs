@@ -75,7 +75,7 @@ impl SendOp {
     }
 }
 
-/// A UD datagram in a [`SendList`]: where it goes, and its immediate data if any.
+/// A UD datagram in a [`SendBufferList`]: where it goes, and its immediate data if any.
 #[derive(Clone, Copy, Debug)]
 pub struct UdSend<'p> {
     /// The peer's address handle, QP number and Q_Key.
@@ -84,7 +84,7 @@ pub struct UdSend<'p> {
     pub imm: Option<u32>,
 }
 
-/// What a [`SendList`] entry asks of the send queue: a [`SendOp`] on a connected QP (RC, UC),
+/// What a [`SendBufferList`] entry asks of the send queue: a [`SendOp`] on a connected QP (RC, UC),
 /// or a [`UdSend`] on a UD QP. Sealed: the list posts only what these two describe.
 pub trait ListOp<'p>: Copy + sealed::Sealed {
     /// The operation, and the destination of a UD datagram.
@@ -133,12 +133,18 @@ impl<'p> ListOp<'p> for UdSend<'p> {
     }
 }
 
-/// A post that failed, with the buffer back.
+/// A failed post that hands the buffer back, to retry or reuse: the error of the `try_`
+/// posts ([`QueuePair::try_post_send_buffer`], …; see [`Error`] for why their plain twins
+/// return an [`Error`] instead).
+///
+/// It converts into an [`Error`] with `?` in a function returning
+/// [`Result`](crate::Result) (the buffer then goes back to its pool); its message says only
+/// what became of the buffer, its [`source`](std::error::Error::source) is the [`Error`].
 #[derive(Debug)]
 pub struct PostError<'p> {
     /// The buffer, unchanged; `None` when the provider may have taken its WR anyway (a
     /// failed `ibv_wr_complete` on a provider that does not say which WRs it kept, see
-    /// [`QueuePair::post_send`]): the chunk then stays in flight, handed back by
+    /// [`QueuePair::post_send_wr`]): the chunk then stays in flight, handed back by
     /// [`BufferPool::complete`](super::BufferPool::complete) if a completion comes, else
     /// when the QP is drained or reset and the pool dropped.
     pub buffer: Option<Buffer<'p>>,
@@ -148,13 +154,23 @@ pub struct PostError<'p> {
 
 impl std::fmt::Display for PostError<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
+        f.write_str(match self.buffer {
+            Some(_) => "the buffer was not posted; it is handed back",
+            None => "the provider may have taken the buffer's work request: it stays in flight",
+        })
     }
 }
 
 impl std::error::Error for PostError<'_> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
+    }
+}
+
+impl From<PostError<'_>> for Error {
+    /// The error alone: the buffer goes back to its pool.
+    fn from(e: PostError<'_>) -> Self {
+        e.error
     }
 }
 
@@ -173,12 +189,32 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the QP's, else those of
-    /// [`QueuePair::post_send`] (its checks, e.g. an atomic on UC or not 8-byte aligned; then
-    /// the provider's, e.g. `ENOMEM` when the send queue is full).
+    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+    /// QP's, else those of [`QueuePair::post_send_wr`] (its checks, e.g. an atomic on UC or not
+    /// 8-byte aligned; then the provider's, e.g. `ENOMEM` when the send queue is full). The
+    /// buffer goes back to its pool (or stays in flight where the provider may have taken its
+    /// WR, see [`PostError::buffer`]); [`try_post_send_buffer`](Self::try_post_send_buffer)
+    /// hands it back.
     #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<(), PostError<'p>>
+    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_buffer(buffer, op).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer`](Self::post_send_buffer), handing the buffer back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_send_buffer`](Self::post_send_buffer).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer<'p>(
+        &self,
+        buffer: Buffer<'p>,
+        op: SendOp,
+    ) -> Result<(), PostError<'p>>
     where
         'p: 'res,
     {
@@ -188,11 +224,11 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
     /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
     /// back with the next signaled WR of this list on this QP. No allocation. Every WR passes
-    /// the checks of [`QueuePair::post_send`] before any is posted.
+    /// the checks of [`QueuePair::post_send_wr`] before any is posted.
     ///
     /// ```compile_fail,E0599
     /// # use rdma_verbs::*;
-    /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, list: &mut SendList<'a>) {
+    /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, list: &mut SendBufferList<'a>) {
     /// qp.post_send_buffers(list, true); // error: UD lists carry destinations (post_send_buffers_to)
     /// # }
     /// ```
@@ -202,11 +238,15 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP,
     /// holds buffers of two pools (or of another pool than those in flight), when a buffer's
     /// pool is in another PD or lacks `LOCAL_WRITE` for a READ or atomic, or when a WR fails
-    /// [`QueuePair::post_send`]'s checks: then nothing is posted and the list is as it was.
+    /// [`QueuePair::post_send_wr`]'s checks: then nothing is posted and the list is as it was.
     /// Otherwise the [`Error`] of the provider: buffers from the first refused WR on are back
     /// in `list`; those it accepted join the open chain, released by a later signaled post.
     #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffers<'p>(&self, list: &mut SendList<'p>, signal_last: bool) -> Result<()>
+    pub fn post_send_buffers<'p>(
+        &self,
+        list: &mut SendBufferList<'p>,
+        signal_last: bool,
+    ) -> Result<()>
     where
         'p: 'res,
     {
@@ -224,14 +264,36 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`] of [`QueuePair::post_send_buffers`]
-    /// for a list of this buffer; the list's chain is then as it was. The buffer is `None`
-    /// when the provider may have taken the WR anyway (see [`PostError::buffer`]): it then
-    /// joins the chain as posted.
+    /// The error of [`QueuePair::post_send_buffers`] for a list of this buffer; the list's
+    /// chain is then as it was, and the buffer goes back to its pool — unless the provider
+    /// may have taken the WR anyway (see [`PostError::buffer`]): it then joins the chain as
+    /// posted. [`try_post_send_buffer_chained`](Self::try_post_send_buffer_chained) hands it
+    /// back.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer_chained<'p>(
         &self,
-        list: &mut SendList<'p>,
+        list: &mut SendBufferList<'p>,
+        buffer: Buffer<'p>,
+        op: SendOp,
+        signaled: bool,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_chained(list, buffer, op, signaled).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer_chained`](Self::post_send_buffer_chained), handing the buffer back
+    /// on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
+    /// error of [`post_send_buffer_chained`](Self::post_send_buffer_chained).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer_chained<'p>(
+        &self,
+        list: &mut SendBufferList<'p>,
         buffer: Buffer<'p>,
         op: SendOp,
         signaled: bool,
@@ -251,9 +313,30 @@ impl<'res> QueuePair<'res, Rts, Ud> {
     ///
     /// # Errors
     ///
-    /// As [`QueuePair::post_send_buffer`], and the UD checks of [`QueuePair::post_send`].
+    /// As [`QueuePair::post_send_buffer`], and the UD checks of [`QueuePair::post_send_wr`].
+    /// [`try_post_send_buffer_to`](Self::try_post_send_buffer_to) hands the buffer back.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer_to<'p>(
+        &self,
+        buffer: Buffer<'p>,
+        dest: &UdDestination<'p>,
+        imm: Option<u32>,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_buffer(buffer, UdSend { dest: *dest, imm }).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer_to`](Self::post_send_buffer_to), handing the buffer back on
+    /// failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_send_buffer_to`](Self::post_send_buffer_to).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer_to<'p>(
         &self,
         buffer: Buffer<'p>,
         dest: &UdDestination<'p>,
@@ -271,12 +354,12 @@ impl<'res> QueuePair<'res, Rts, Ud> {
     ///
     /// # Errors
     ///
-    /// As [`QueuePair::post_send_buffers`], and the UD checks of [`QueuePair::post_send`]
+    /// As [`QueuePair::post_send_buffers`], and the UD checks of [`QueuePair::post_send_wr`]
     /// (a datagram above the path MTU).
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffers_to<'p>(
         &self,
-        list: &mut SendList<'p, UdSend<'p>>,
+        list: &mut SendBufferList<'p, UdSend<'p>>,
         signal_last: bool,
     ) -> Result<()>
     where
@@ -292,11 +375,34 @@ impl<'res> QueuePair<'res, Rts, Ud> {
     /// # Errors
     ///
     /// As [`QueuePair::post_send_buffer_chained`], and the UD checks of
-    /// [`QueuePair::post_send`] (a datagram above the path MTU).
+    /// [`QueuePair::post_send_wr`] (a datagram above the path MTU).
+    /// [`try_post_send_buffer_chained_to`](Self::try_post_send_buffer_chained_to) hands the
+    /// buffer back.
     #[doc(alias = "ibv_post_send")]
     pub fn post_send_buffer_chained_to<'p>(
         &self,
-        list: &mut SendList<'p, UdSend<'p>>,
+        list: &mut SendBufferList<'p, UdSend<'p>>,
+        buffer: Buffer<'p>,
+        send: UdSend<'p>,
+        signaled: bool,
+    ) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.post_chained(list, buffer, send, signaled).map_err(Error::from)
+    }
+
+    /// [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to), handing the buffer
+    /// back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
+    /// error of [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to).
+    #[doc(alias = "ibv_post_send")]
+    pub fn try_post_send_buffer_chained_to<'p>(
+        &self,
+        list: &mut SendBufferList<'p, UdSend<'p>>,
         buffer: Buffer<'p>,
         send: UdSend<'p>,
         signaled: bool,
@@ -381,7 +487,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     /// as it was; then the buffers are launched and the WRs posted with one call.
     fn post_list<'p, Op: ListOp<'p>>(
         &self,
-        list: &mut SendList<'p, Op>,
+        list: &mut SendBufferList<'p, Op>,
         signal_last: bool,
     ) -> Result<()>
     where
@@ -435,7 +541,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     #[inline(always)]
     fn post_chained<'p, Op: ListOp<'p>>(
         &self,
-        list: &mut SendList<'p, Op>,
+        list: &mut SendBufferList<'p, Op>,
         buffer: Buffer<'p>,
         op: Op,
         signaled: bool,
@@ -488,8 +594,9 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         if buffer.pool_id() != pool {
             return Err(Error::invalid(
                 InvalidInputKind::OtherPool,
-                "a SendList chains the buffers of one pool: this one holds (or its unsignaled \
-                 buffers in flight are of) another pool's; post those through another list"
+                "a SendBufferList chains the buffers of one pool: this one holds (or its \
+                 unsignaled buffers in flight are of) another pool's; post those through another \
+                 list"
                     .into(),
             ));
         }
@@ -507,7 +614,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     #[inline(never)]
     fn post_many<'p, Op: ListOp<'p>>(
         &self,
-        list: &mut SendList<'p, Op>,
+        list: &mut SendBufferList<'p, Op>,
         signal_last: bool,
         mut before: u32,
     ) -> Result<(), PostListError>
@@ -517,7 +624,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let n = list.entries.len();
         let max_inline = self.caps().max_inline_data;
         if list.sges.len() < n {
-            list.sges.resize(n, Sge::new(0, 0, LKey(0)));
+            list.sges.resize(n, Sge::new(0, 0, LKey::new(0)));
         }
         let (entries, sges) = (&list.entries, list.sges.as_mut_ptr());
         list.wrs.rewrite(n, |i, wr| {
@@ -558,12 +665,27 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`PostError`] with the buffer and the [`Error`]: [`Error::InvalidInput`] when the
-    /// buffer's pool is registered in another PD than the QP's or without `LOCAL_WRITE`, or
-    /// when the QP takes no SGE per receive (`max_recv_sge` 0), else that of
-    /// [`QueuePair::post_recv`] (e.g. `ENOMEM` when the receive queue is full).
+    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+    /// QP's or without `LOCAL_WRITE`, or when the QP takes no SGE per receive
+    /// (`max_recv_sge` 0), else that of [`QueuePair::post_recv_wr`] (e.g. `ENOMEM` when the
+    /// receive queue is full). The buffer goes back to its pool;
+    /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
     #[doc(alias = "ibv_post_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
+    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
+    where
+        'p: 'res,
+    {
+        self.try_post_recv_buffer(buffer).map_err(Error::from)
+    }
+
+    /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError`] with the buffer, unchanged, and the error of
+    /// [`post_recv_buffer`](Self::post_recv_buffer).
+    #[doc(alias = "ibv_post_recv")]
+    pub fn try_post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
     where
         'p: 'res,
     {
@@ -571,12 +693,12 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
         post_receive(buffer, self.pd(), self.caps().max_recv_sge, |wr| {
             // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
             // its SGE names it by IOVA in a region of this QP's PD (checked).
-            unsafe { self.post_recv(wr) }
+            unsafe { self.post_recv_wr(wr) }
         })
     }
 }
 
-/// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv` of a QP
+/// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv_wr` of a QP
 /// or SRQ of `pd` taking up to `max_sge` SGEs per receive), after [`check_receive`]: the
 /// buffer comes back with the error when either fails.
 pub(crate) fn post_receive<'p>(
@@ -622,7 +744,7 @@ pub(super) fn check_pool(
 fn open_elsewhere() -> Error {
     Error::invalid(
         InvalidInputKind::UnsignaledInFlight,
-        "this SendList has unsignaled buffers in flight on another QP: post a signaled WR \
+        "this SendBufferList has unsignaled buffers in flight on another QP: post a signaled WR \
          there first"
             .into(),
     )
@@ -690,7 +812,7 @@ fn send_flags(signaled: bool, inline: bool) -> SendFlags {
 /// (the chain is that pool's bookkeeping), and while such a chain is open it refuses to post
 /// on another QP or buffers of another pool.
 #[must_use = "a list does nothing until it is posted"]
-pub struct SendList<'p, Op = SendOp> {
+pub struct SendBufferList<'p, Op = SendOp> {
     /// The buffers waiting, whose tokens are dropped (their chunks freed) only by `pop` and
     /// `Drop`: a post forgets those the provider took, without a drop per buffer.
     entries: Vec<(ManuallyDrop<Buffer<'p>>, Op)>,
@@ -712,7 +834,7 @@ struct OpenChain {
     tail: u32,
 }
 
-impl<'p, Op> SendList<'p, Op> {
+impl<'p, Op> SendBufferList<'p, Op> {
     /// After a post of its entries on QP `qp` (chaining chunks of pool `pool`) of which the
     /// provider took the first `posted`: their tokens are gone, their chunks in flight until a
     /// completion releases them, and they leave the list; the refused are the program's again
@@ -748,7 +870,7 @@ impl<'p, Op> SendList<'p, Op> {
         // At least as many WRs as buffers (`Vec::with_capacity` promises at least what is
         // asked): a post of more buffers than WRs would count those left out as posted.
         let wrs = SendWrList::with_capacity(entries.capacity());
-        SendList { sges: Vec::with_capacity(entries.capacity()), entries, wrs, open: None }
+        SendBufferList { sges: Vec::with_capacity(entries.capacity()), entries, wrs, open: None }
     }
 
     /// Adds `buffer` with `op`; when the list is full, hands `buffer` back.
@@ -790,16 +912,16 @@ impl<'p, Op> SendList<'p, Op> {
     }
 }
 
-impl<Op> Drop for SendList<'_, Op> {
+impl<Op> Drop for SendBufferList<'_, Op> {
     /// The buffers still waiting go back to their pool.
     fn drop(&mut self) {
         self.entries.drain(..).for_each(|(buffer, _)| drop(ManuallyDrop::into_inner(buffer)));
     }
 }
 
-impl<Op> std::fmt::Debug for SendList<'_, Op> {
+impl<Op> std::fmt::Debug for SendBufferList<'_, Op> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendList")
+        f.debug_struct("SendBufferList")
             .field("len", &self.len())
             .field("capacity", &self.capacity())
             .finish()

@@ -22,7 +22,7 @@ use crate::wr::{RecvWrList, Sge};
 /// One call for many receives is what a provider's receive path is built for: one lock and,
 /// on a NIC that rings a doorbell record per post, one update for the batch.
 #[must_use = "a list does nothing until it is posted"]
-pub struct RecvList<'p> {
+pub struct RecvBufferList<'p> {
     /// The buffers waiting, whose tokens are dropped (their chunks freed) only by `pop` and
     /// `Drop`: a post forgets those the provider took, without a drop per buffer.
     buffers: Vec<ManuallyDrop<Buffer<'p>>>,
@@ -33,7 +33,7 @@ pub struct RecvList<'p> {
     wrs: RecvWrList<'static>,
 }
 
-impl<'p> RecvList<'p> {
+impl<'p> RecvBufferList<'p> {
     /// An empty list for up to `capacity` buffers.
     ///
     /// # Panics
@@ -42,9 +42,9 @@ impl<'p> RecvList<'p> {
     /// allocation, the process aborts when memory runs out). A list need hold no more than a
     /// queue's depth.
     pub fn with_capacity(capacity: usize) -> Self {
-        RecvList {
+        RecvBufferList {
             buffers: Vec::with_capacity(capacity),
-            sges: vec![Sge::new(0, 0, LKey(0)); capacity].into_boxed_slice(),
+            sges: vec![Sge::new(0, 0, LKey::new(0)); capacity].into_boxed_slice(),
             wrs: RecvWrList::with_capacity(capacity),
         }
     }
@@ -140,16 +140,16 @@ impl<'p> RecvList<'p> {
     }
 }
 
-impl Drop for RecvList<'_> {
+impl Drop for RecvBufferList<'_> {
     /// The buffers still waiting go back to their pool.
     fn drop(&mut self) {
         self.buffers.drain(..).for_each(|buffer| drop(ManuallyDrop::into_inner(buffer)));
     }
 }
 
-impl std::fmt::Debug for RecvList<'_> {
+impl std::fmt::Debug for RecvBufferList<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecvList")
+        f.debug_struct("RecvBufferList")
             .field("len", &self.len())
             .field("capacity", &self.capacity())
             .finish()
@@ -170,7 +170,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     /// when the receive queue is full): the buffers before the one it refused are posted, the
     /// rest stay in `list`.
     #[doc(alias = "ibv_post_recv")]
-    pub fn post_recv_buffers<'p>(&self, list: &mut RecvList<'p>) -> Result<()>
+    pub fn post_recv_buffers<'p>(&self, list: &mut RecvBufferList<'p>) -> Result<()>
     where
         'p: 'res,
     {

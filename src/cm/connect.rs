@@ -30,9 +30,13 @@ pub struct Rejection {
     pub private_data: Vec<u8>,
 }
 
-/// A failed connect or accept: the QP comes back with the error, typed [`Unknown`]: its
-/// real state is whatever the CM left (ask [`QueuePair::query_state`], then
-/// [`QueuePair::into_checked`] or [`QueuePair::reset`]).
+/// A failed connect or accept that hands the QP back ([`CmId::try_connect`],
+/// [`CmId::try_accept`]), typed [`Unknown`]: its real state is whatever the CM left (ask
+/// [`QueuePair::query_state`], then [`QueuePair::into_checked`] or [`QueuePair::reset`]).
+///
+/// It converts into an [`Error`] with `?` in a function returning [`Result`] (the QP is
+/// then dropped); its message says only that the QP is handed back, its
+/// [`source`](std::error::Error::source) is the [`Error`].
 pub struct ConnectError<'res> {
     /// The queue pair that was to be connected.
     pub qp: QueuePair<'res, Unknown, Rc>,
@@ -53,7 +57,7 @@ impl std::fmt::Debug for ConnectError<'_> {
 
 impl std::fmt::Display for ConnectError<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
+        f.write_str("the connection was not established; the queue pair is handed back")
     }
 }
 
@@ -98,7 +102,7 @@ pub struct Established<'res> {
     pub private_data: Vec<u8>,
 }
 
-/// A connect's or accept's result: the error is boxed (it is large, and rare).
+/// A `try_` connect's or accept's result: the error is boxed (it is large, and rare).
 type Connected<'res> = std::result::Result<Established<'res>, Box<ConnectError<'res>>>;
 
 impl CmId<'_> {
@@ -109,12 +113,30 @@ impl CmId<'_> {
     ///
     /// # Errors
     ///
-    /// A boxed [`ConnectError`] with the QP and: a [`Rejection`] and `ECONNREFUSED` when the server
-    /// rejected; `ETIMEDOUT` when nothing came in time; the errno of `UNREACHABLE` /
-    /// `CONNECT_ERROR`; [`Error::Verb`] from `rdma_connect`; [`Error::InvalidInput`] for
-    /// private data over 255 bytes, or when the QP is not in RTS afterwards.
+    /// [`Error::Verb`] with `ECONNREFUSED` when the server rejected (the reason in its
+    /// hint), `ETIMEDOUT` when nothing came in time, the errno of `UNREACHABLE` /
+    /// `CONNECT_ERROR`, or from `rdma_connect`; [`Error::InvalidInput`] for private data over
+    /// 255 bytes, or when the QP is not in RTS afterwards. The QP is dropped;
+    /// [`try_connect`](Self::try_connect) hands it back, with the server's
+    /// [`Rejection`] and its private data.
     #[doc(alias = "rdma_connect")]
     pub fn connect<'res, S: BeforeConnect>(
+        &self,
+        qp: QueuePair<'res, S, Rc>,
+        param: &ConnParam<'_>,
+        timeout: Duration,
+    ) -> Result<Established<'res>> {
+        self.try_connect(qp, param, timeout).map_err(Error::from)
+    }
+
+    /// [`connect`](Self::connect), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// A boxed [`ConnectError`] with the QP, the error of [`connect`](Self::connect) and,
+    /// when the server rejected, its [`Rejection`].
+    #[doc(alias = "rdma_connect")]
+    pub fn try_connect<'res, S: BeforeConnect>(
         &self,
         qp: QueuePair<'res, S, Rc>,
         param: &ConnParam<'_>,
@@ -130,9 +152,25 @@ impl CmId<'_> {
     ///
     /// # Errors
     ///
-    /// As [`CmId::connect`], with [`Error::Verb`] from `rdma_accept`.
+    /// As [`CmId::connect`], with [`Error::Verb`] from `rdma_accept`; the QP is dropped.
+    /// [`try_accept`](Self::try_accept) hands it back.
     #[doc(alias = "rdma_accept")]
     pub fn accept<'res, S: BeforeConnect>(
+        &self,
+        qp: QueuePair<'res, S, Rc>,
+        param: &ConnParam<'_>,
+        timeout: Duration,
+    ) -> Result<Established<'res>> {
+        self.try_accept(qp, param, timeout).map_err(Error::from)
+    }
+
+    /// [`accept`](Self::accept), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// As [`CmId::try_connect`], with [`Error::Verb`] from `rdma_accept`.
+    #[doc(alias = "rdma_accept")]
+    pub fn try_accept<'res, S: BeforeConnect>(
         &self,
         qp: QueuePair<'res, S, Rc>,
         param: &ConnParam<'_>,
@@ -190,8 +228,8 @@ impl CmId<'_> {
                     verb,
                     source: std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
                     hint: Some(format!(
-                        "the server rejected the connection (reason {}); its private data is \
-                         in ConnectError::rejection",
+                        "the server rejected the connection (reason {}); try_connect hands \
+                         back its private data (ConnectError::rejection)",
                         rejection.reason
                     )),
                 };

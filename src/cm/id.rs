@@ -110,7 +110,7 @@ impl<'ch> CmId<'ch> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] before the id is bound to a device (by
+    /// [`Error::WrongState`] before the id is bound to a device (by
     /// [`CmId::resolve_addr`], [`CmId::bind_addr`] with a device's address, or as a
     /// connect request's id); [`Error::Load`] if libibverbs cannot be loaded.
     pub fn context(&self) -> Result<&Context> {
@@ -118,14 +118,12 @@ impl<'ch> CmId<'ch> {
             return Ok(ctx);
         }
         // SAFETY: a live id; a plain field read.
-        let verbs = NonNull::new(unsafe { (*self.as_raw()).verbs }).ok_or_else(|| {
-            Error::invalid(
-                InvalidInputKind::NotBound,
-                "the rdma_cm id is not bound to a device yet: resolve an address, bind to a \
-                 device's address, or take the id of a connect request first"
+        let verbs =
+            NonNull::new(unsafe { (*self.as_raw()).verbs }).ok_or_else(|| Error::WrongState {
+                message: "the rdma_cm id is not bound to a device yet: resolve an address, bind \
+                          to a device's address, or take the id of a connect request first"
                     .into(),
-            )
-        })?;
+            })?;
         let lib = sys::ibverbs()?;
         // SAFETY: librdmacm opened `verbs` with the process's libibverbs (which it NEEDs
         // and which `sys::rdmacm()` loaded first); the device outlives the context.
@@ -175,14 +173,13 @@ impl<'ch> CmId<'ch> {
     /// # Errors
     ///
     /// [`Error::Verb`] with `ETIMEDOUT` when none came in time, or from `rdma_get_cm_event`;
-    /// [`Error::InvalidInput`] naming the event when the listener got another one (e.g.
+    /// [`Error::UnexpectedEvent`] when the listener got another event (e.g.
     /// `DEVICE_REMOVAL`).
     pub fn get_request(&self, timeout: Duration) -> Result<ConnectRequest<'ch>> {
         let me = IdPtr(self.raw);
-        let raw = self.channel.wait(timeout, "rdma_get_cm_event (CONNECT_REQUEST)", |e| {
-            e.listen_id == Some(me) || e.id == me
-        })?;
-        let kind = raw.kind;
+        const VERB: &str = "rdma_get_cm_event (CONNECT_REQUEST)";
+        let raw = self.channel.wait(timeout, VERB, |e| e.listen_id == Some(me) || e.id == me)?;
+        let (kind, status) = (raw.kind, raw.status);
         let private_data = raw.private_data.clone();
         let (responder_resources, initiator_depth) = (raw.responder_resources, raw.initiator_depth);
         let mut event = self.channel.wrap(raw);
@@ -190,10 +187,7 @@ impl<'ch> CmId<'ch> {
             Some(id) => {
                 Ok(ConnectRequest { id, private_data, responder_resources, initiator_depth })
             }
-            None => Err(Error::invalid(
-                InvalidInputKind::UnexpectedEvent,
-                format!("the listener got {kind} instead of a connect request"),
-            )),
+            None => Err(Error::UnexpectedEvent { verb: VERB, event: kind.to_string(), status }),
         }
     }
 
@@ -277,10 +271,7 @@ pub(crate) fn event_error(event: &RawEvent, verb: &'static str) -> Error {
     if event.status < 0 {
         return explain(Error::verb(verb, -event.status), verb);
     }
-    Error::invalid(
-        InvalidInputKind::UnexpectedEvent,
-        format!("{verb}: unexpected rdma_cm event {} (status {})", event.kind, event.status),
-    )
+    Error::UnexpectedEvent { verb, event: event.kind.to_string(), status: event.status }
 }
 
 impl Drop for CmId<'_> {

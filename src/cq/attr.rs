@@ -11,7 +11,7 @@ use crate::verbs_path::VerbsPath;
 /// # use rdma_verbs::*;
 /// # fn f(ctx: &Context) -> Result<()> {
 /// let cq = ctx.create_cq_with(64, &CqAttr { timestamps: true, ..CqAttr::default() })?;
-/// cq.poll_with(16, |c| println!("{} at {:?}", c.wr_id(), c.timestamp()))?;
+/// cq.poll_with(16, |c| println!("{} at {:?}", c.wc.wr_id(), c.timestamp))?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Copy, Debug, Default)]

@@ -26,7 +26,7 @@ use crate::wc::WorkCompletion;
 /// work requests report that they ended. It borrows its [`Context`].
 ///
 /// Created through `ibv_create_cq_ex(3)` when the provider has it, else `ibv_create_cq(3)`
-/// ([`CompletionQueue::path`] says which); polling is the same on both paths.
+/// ([`CompletionQueue::verbs_path`] says which); polling is the same on both paths.
 #[must_use = "the completion queue is destroyed when dropped"]
 pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
@@ -340,7 +340,7 @@ impl<'ctx> CompletionQueue<'ctx> {
     }
 
     /// Which verbs this CQ was created and is polled with.
-    pub fn path(&self) -> VerbsPath {
+    pub fn verbs_path(&self) -> VerbsPath {
         if self.ex.is_some() {
             VerbsPath::Extended
         } else {
@@ -438,7 +438,7 @@ impl std::fmt::Debug for CompletionQueue<'_> {
         f.debug_struct("CompletionQueue")
             .field("device", &self.ctx.name())
             .field("capacity", &self.capacity())
-            .field("path", &self.path())
+            .field("verbs_path", &self.verbs_path())
             .finish()
     }
 }

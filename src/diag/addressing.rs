@@ -6,7 +6,7 @@ use super::netdev::{self, Netdev};
 use super::sysfs::SysDevice;
 use super::{named, Gate, Out, Targets};
 use crate::device::TransportType;
-use crate::gid::{routable_gid, GidEntry, GidType};
+use crate::gid::{routable_roce_gid, GidEntry, GidType};
 
 /// A port and the GID to address it with (`None` on iWARP, addressed by IP through rdma_cm).
 #[derive(Clone, Copy)]
@@ -76,8 +76,8 @@ fn carriers<'n>(
         .flat_map(|name| netdevs.iter().filter(move |n| &n.name == name));
     let mut found = distinct(by_gid.chain(by_sysfs));
     if found.is_empty() {
-        found = distinct(table.iter().filter(|e| e.gid.0[6..] == [0; 10]).flat_map(|e| {
-            netdevs.iter().filter(move |n| n.mac.is_some_and(|m| e.gid.0[..6] == m))
+        found = distinct(table.iter().filter(|e| e.gid.get()[6..] == [0; 10]).flat_map(|e| {
+            netdevs.iter().filter(move |n| n.mac.is_some_and(|m| e.gid.get()[..6] == m))
         }));
     }
     found
@@ -158,7 +158,7 @@ fn routable(
         "give {netdev} an IPv4 address (ip addr add <address>/<prefix> dev {netdev}): RoCE v2 \
          then adds an IPv4-mapped GID"
     );
-    let Some(gid) = routable_gid(table).copied() else {
+    let Some(gid) = routable_roce_gid(table).copied() else {
         out.fail(&check, "no RoCE GID in the table", add_ip);
         return Err(none);
     };
@@ -247,7 +247,7 @@ mod tests {
 
         let mut raw = [0; 16];
         raw[..6].copy_from_slice(&mac);
-        let iwarp = [entry(0, Gid(raw), 0)];
+        let iwarp = [entry(0, Gid::new(raw), 0)];
         assert_eq!(names(carriers(&iwarp, None, &netdevs)), ["rdma1"]);
         assert!(carriers(&[], None, &netdevs).is_empty());
     }

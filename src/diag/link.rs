@@ -91,11 +91,11 @@ fn port(out: &mut Out<'_>, label: &str, attr: PortAttr, any_up: bool) -> Gate<()
         attr.max_mtu()
     );
     if ib {
-        seen += &format!(", LID {}, SM LID {}", attr.lid().0, attr.sm_lid().0);
+        seen += &format!(", LID {}, SM LID {}", attr.lid().get(), attr.sm_lid().get());
     }
     let skip = format!("port {label} cannot carry traffic (see Link: {check})");
     if attr.state() == PortState::ACTIVE {
-        if ib && attr.lid().0 == 0 {
+        if ib && attr.lid().get() == 0 {
             out.fail(
                 &check,
                 format!("{seen}: no LID, so no subnet manager has configured it"),

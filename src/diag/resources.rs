@@ -174,9 +174,7 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
     let pool = BufferPool::new(mr, 4096).map_err(at("cut the region into buffers"))?;
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
     let init = ToInitAttr { port: port.num, ..ToInitAttr::default() };
-    let new_qp = || -> crate::Result<_> {
-        Ok(pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?.into_init(&init)?)
-    };
+    let new_qp = || pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?.into_init(&init);
     let create = at("create the QPs and move them to INIT");
     let (a, b) = (new_qp().map_err(&create)?, new_qp().map_err(&create)?);
     let endpoint =
@@ -187,17 +185,17 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
     let rts = ToRtsAttr::new(Psn::from_low_bits(0));
     let connect = at("connect the QPs (INIT→RTR→RTS)");
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
-    let a = a.into_rtr(&rtr(b_qpn)).map_err(|e| connect(e.into()))?;
-    let a = a.into_rts(&rts).map_err(|e| connect(e.into()))?;
-    let b = b.into_rtr(&rtr(a_qpn)).map_err(|e| connect(e.into()))?;
-    let b = b.into_rts(&rts).map_err(|e| connect(e.into()))?;
+    let a = a.into_rtr(&rtr(b_qpn)).map_err(&connect)?;
+    let a = a.into_rts(&rts).map_err(&connect)?;
+    let b = b.into_rtr(&rtr(a_qpn)).map_err(&connect)?;
+    let b = b.into_rts(&rts).map_err(&connect)?;
 
     let no_buffer = || Failure { step: "take a buffer", error: "the pool is empty".into() };
     let recv = pool.take().ok_or_else(no_buffer)?;
-    b.post_recv_buffer(recv).map_err(|e| at("post the receive")(e.error))?;
+    b.post_recv_buffer(recv).map_err(at("post the receive"))?;
     let mut send = pool.take().ok_or_else(no_buffer)?;
     send.fill(MESSAGE).map_err(at("fill the send buffer"))?;
-    a.post_send_buffer(send, SendOp::Send).map_err(|e| at("post the SEND")(e.error))?;
+    a.post_send_buffer(send, SendOp::Send).map_err(at("post the SEND"))?;
 
     let deadline = Instant::now() + COMPLETION_TIMEOUT;
     let mut wcs: [WorkCompletion; 2] = Default::default();
@@ -213,7 +211,7 @@ fn smoke(port: Port<'_>, gid: GidEntry) -> Result<Duration, Failure> {
             if !wc.is_success() {
                 return Err(Failure {
                     step: "complete",
-                    error: format!("a work request completed with {}", wc.status()),
+                    error: format!("a work request failed: {wc}"),
                 });
             }
             let is_recv = wc.opcode() == WcOpcode::RECV;

@@ -123,13 +123,14 @@ impl DcRoute {
 }
 
 /// A DC initiator (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCI`) in state `S`. It posts
-/// only in RTS and only through the extended work request API ([`Dci::post`]).
+/// only in RTS and only through the extended work request API ([`Dci::post_send_wrs`]).
 ///
 /// ```compile_fail,E0599
 /// # use rdma_verbs::*;
 /// # use rdma_verbs::mlx5::*;
 /// # fn f(dci: Dci<'_, Rtr>, wr: &DcWr<'_>) -> Result<()> {
-/// unsafe { dci.post(std::slice::from_ref(wr))? }; // error: no method `post` on `Dci<Rtr>`
+/// // error: no method `post_send_wrs` on `Dci<Rtr>`
+/// unsafe { dci.post_send_wrs(std::slice::from_ref(wr))? };
 /// # Ok(()) }
 /// ```
 #[must_use = "the DCI is destroyed when dropped"]
@@ -143,7 +144,7 @@ pub struct Dci<'res, S: QpState> {
 }
 
 // SAFETY: the handles are immutable after creation; the provider locks the send queue from
-// `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`, and `post` writes the `ibv_qp_ex`
+// `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`, and `post_send_wrs` writes the `ibv_qp_ex`
 // fields only inside that section.
 unsafe impl<S: QpState> Send for Dci<'_, S> {}
 // SAFETY: as above.
@@ -302,7 +303,7 @@ impl<'ctx> Mlx5Context<'ctx> {
         dci: Dci<'res, S>,
         attr: &DciInitAttr<'res>,
     ) -> Result<Dci<'res, Reset>> {
-        match dci.reset() {
+        match dci.try_reset() {
             Ok(dci) => Ok(dci),
             Err(refused) => {
                 log::debug!("DCI reset refused ({}): recreating the DCI", refused.error);
@@ -351,8 +352,18 @@ impl<'res, S: QpState> Dci<'res, S> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_reset`](Self::try_reset) hands it back.
+    pub fn reset(self) -> Result<Dci<'res, Reset>> {
+        self.try_reset().map_err(Error::from)
+    }
+
+    /// [`reset`](Self::reset), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>> {
+    pub fn try_reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr::default();
         self.transition(raw, 0, sys::IBV_QPS_RESET, "ibv_modify_qp (DCI →RESET)")
     }
@@ -376,8 +387,18 @@ impl<'res> Dci<'res, Reset> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_into_init`](Self::try_into_init) hands it back.
+    pub fn into_init(self, port: u8, pkey_index: u16) -> Result<Dci<'res, Init>> {
+        self.try_into_init(port, pkey_index).map_err(Error::from)
+    }
+
+    /// [`into_init`](Self::into_init), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_init(
+    pub fn try_into_init(
         self,
         port: u8,
         pkey_index: u16,
@@ -392,8 +413,21 @@ impl<'res> Dci<'res, Init> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_into_rtr`](Self::try_into_rtr) hands it back.
+    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>> {
+        self.try_into_rtr(attr).map_err(Error::from)
+    }
+
+    /// [`into_rtr`](Self::into_rtr), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
+    pub fn try_into_rtr(
+        self,
+        attr: &DciToRtrAttr,
+    ) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
         self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
     }
@@ -405,8 +439,18 @@ impl<'res> Dci<'res, Rtr> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+    /// [`try_into_rts`](Self::try_into_rts) hands it back.
+    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>> {
+        self.try_into_rts(attr).map_err(Error::from)
+    }
+
+    /// [`into_rts`](Self::into_rts), handing the DCI back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
+    pub fn try_into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
         self.transition(attr.raw(), DCI_RTS_MASK, sys::IBV_QPS_RTS, "ibv_modify_qp (DCI RTR→RTS)")
     }
 }
@@ -447,7 +491,7 @@ impl Dci<'_, Rts> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send`](crate::QueuePair::post_send): until each WR's completion
+    /// As [`QueuePair::post_send_wr`](crate::QueuePair::post_send_wr): until each WR's completion
     /// has been polled (for an unsignaled one, a later signaled one's) or the DCI destroyed,
     /// the memory its SGEs describe stays allocated and registered in a region of this DCI's
     /// PD, unwritten for SEND and RDMA WRITE, untouched for RDMA READ; each destination's
@@ -462,7 +506,7 @@ impl Dci<'_, Rts> {
     /// possibly posted and keep its memory until the DCI is destroyed).
     #[doc(alias = "ibv_wr_start")]
     #[doc(alias = "mlx5dv_wr_set_dc_addr")]
-    pub unsafe fn post(&self, wrs: &[DcWr<'_>]) -> Result<()> {
+    pub unsafe fn post_send_wrs(&self, wrs: &[DcWr<'_>]) -> Result<()> {
         for wr in wrs {
             if wr.stream.is_some() && !self.streams {
                 return Err(Error::invalid(
@@ -499,7 +543,7 @@ impl Dci<'_, Rts> {
     ///
     /// # Safety
     ///
-    /// Inside a batch opened by `ibv_wr_start` on this thread, under `post`'s contract.
+    /// Inside a batch opened by `ibv_wr_start` on this thread, under `post_send_wrs`'s contract.
     unsafe fn build(&self, wr: &DcWr<'_>) -> Result<()> {
         let (qp, mqp) = (self.qp_ex.as_ptr(), self.mqp.as_ptr());
         let step = |ret: i32, verb: &'static str| match ret {
@@ -514,21 +558,28 @@ impl Dci<'_, Rts> {
         }
         // SAFETY: each call is the next step of the WR in `ibv_wr_post(3)`'s order, on the
         // extended QP and the mlx5dv_qp_ex of this DCI; `stream` only on a DCI with streams
-        // (checked in `post`).
+        // (checked in `post_send_wrs`).
         unsafe {
             match wr.opcode {
                 DcOpcode::Send => step(sys::inline::ibv_wr_send(qp), "ibv_wr_send")?,
-                DcOpcode::RdmaWrite(r) => {
-                    step(sys::inline::ibv_wr_rdma_write(qp, r.rkey.0, r.addr), "ibv_wr_rdma_write")?
-                }
-                DcOpcode::RdmaRead(r) => {
-                    step(sys::inline::ibv_wr_rdma_read(qp, r.rkey.0, r.addr), "ibv_wr_rdma_read")?
-                }
+                DcOpcode::RdmaWrite(r) => step(
+                    sys::inline::ibv_wr_rdma_write(qp, r.rkey.get(), r.addr),
+                    "ibv_wr_rdma_write",
+                )?,
+                DcOpcode::RdmaRead(r) => step(
+                    sys::inline::ibv_wr_rdma_read(qp, r.rkey.get(), r.addr),
+                    "ibv_wr_rdma_read",
+                )?,
             }
             let d = &wr.dest;
             match wr.stream {
                 None => step(
-                    sys::inline::mlx5dv_wr_set_dc_addr(mqp, d.ah.as_raw(), d.dctn.get(), d.key.0),
+                    sys::inline::mlx5dv_wr_set_dc_addr(
+                        mqp,
+                        d.ah.as_raw(),
+                        d.dctn.get(),
+                        d.key.get(),
+                    ),
                     "mlx5dv_wr_set_dc_addr",
                 )?,
                 Some(id) => step(
@@ -536,7 +587,7 @@ impl Dci<'_, Rts> {
                         mqp,
                         d.ah.as_raw(),
                         d.dctn.get(),
-                        d.key.0,
+                        d.key.get(),
                         id,
                     ),
                     "mlx5dv_wr_set_dc_addr_stream",
@@ -544,7 +595,7 @@ impl Dci<'_, Rts> {
             }
             match wr.sges {
                 [sge] => step(
-                    sys::inline::ibv_wr_set_sge(qp, sge.lkey().0, sge.addr(), sge.length()),
+                    sys::inline::ibv_wr_set_sge(qp, sge.lkey().get(), sge.addr(), sge.length()),
                     "ibv_wr_set_sge",
                 ),
                 sges => step(

@@ -6,7 +6,7 @@ use rdma_verbs_sys as sys;
 
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Lid, Qpn};
-use crate::error::{Result, TransitionError};
+use crate::error::{Error, Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
@@ -61,7 +61,7 @@ impl DctToRtrAttr {
         DctToRtrAttr {
             path_mtu: route.path_mtu,
             min_rnr_timer: RnrTimer::from_code(12),
-            av: route.address_vector(Lid(0), Gid::ZERO),
+            av: route.address_vector(Lid::new(0), Gid::ZERO),
         }
     }
 }
@@ -79,7 +79,7 @@ impl DctToRtrAttr {
 /// let cq = ctx.create_cq(16)?;
 /// let dct = {
 ///     let srq = pd.create_srq(16, 1)?;
-///     mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) })?
+///     mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey::new(1) })?
 /// }; // error: `srq` dropped while still borrowed
 /// # drop(dct); Ok(()) }
 /// ```
@@ -131,7 +131,7 @@ impl<'ctx> Mlx5Context<'ctx> {
             ..Default::default()
         };
         let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCT);
-        dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.0;
+        dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.get();
         let qp = DcQp::create(self, pd, init, dv)?;
         Ok(Dct { qp, key: attr.key, dc_version: self.caps().dc_version, _state: PhantomData })
     }
@@ -189,9 +189,21 @@ impl<'res> Dct<'res, Reset> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp`.
-    pub fn into_init(self, attr: &ToInitAttr) -> Result<Dct<'res, Init>, TransitionError<Self>> {
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCT is dropped.
+    /// [`try_into_init`](Self::try_into_init) hands it back.
+    pub fn into_init(self, attr: &ToInitAttr) -> Result<Dct<'res, Init>> {
+        self.try_into_init(attr).map_err(Error::from)
+    }
+
+    /// [`into_init`](Self::into_init), handing the DCT back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCT and the [`Error::Verb`] of `ibv_modify_qp`.
+    pub fn try_into_init(
+        self,
+        attr: &ToInitAttr,
+    ) -> Result<Dct<'res, Init>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             pkey_index: attr.pkey_index,
             port_num: attr.port,
@@ -208,9 +220,21 @@ impl<'res> Dct<'res, Init> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp` (`EINVAL` on RoCE without a GRH).
-    pub fn into_rtr(self, attr: &DctToRtrAttr) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
+    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL` on RoCE without a GRH); the DCT is
+    /// dropped. [`try_into_rtr`](Self::try_into_rtr) hands it back.
+    pub fn into_rtr(self, attr: &DctToRtrAttr) -> Result<Dct<'res, Rtr>> {
+        self.try_into_rtr(attr).map_err(Error::from)
+    }
+
+    /// [`into_rtr`](Self::into_rtr), handing the DCT back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the DCT and the error of [`into_rtr`](Self::into_rtr).
+    pub fn try_into_rtr(
+        self,
+        attr: &DctToRtrAttr,
+    ) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr {
             path_mtu: attr.path_mtu.0,
             min_rnr_timer: attr.min_rnr_timer.get(),

@@ -5,12 +5,16 @@ use std::str::FromStr;
 
 use crate::endpoint::{Lid, Qpn};
 use crate::gid::Gid;
+use crate::number::number;
 
 use super::context::DcVersion;
 
-/// A DC access key (`dct_access_key`): a DCT accepts only work requests that carry it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct DcKey(pub u64);
+number! {
+    /// A DC access key (`dct_access_key`): a DCT accepts only work requests that carry it.
+    /// Shown as 16 hex digits.
+    #[derive(Default)]
+    pub struct DcKey(u64), shown: "{:#018x}"
+}
 
 /// Everything an initiator needs to reach a DCT: its port's GID and LID, its DCT number, its
 /// DC access key, and the [`DcVersion`] its device speaks (so that a DCI of the other
@@ -30,7 +34,7 @@ pub struct DcKey(pub u64);
 /// # use rdma_verbs::{Gid, Lid, Qpn};
 /// # use rdma_verbs::mlx5::{DcEndpoint, DcKey, DcVersion};
 /// # fn main() -> rdma_verbs::Result<()> {
-/// let ep = DcEndpoint::new(Gid::ZERO, Lid(7), Qpn::new(0x1234)?, DcKey(42), DcVersion::V2);
+/// let ep = DcEndpoint::new(Gid::ZERO, Lid::new(7), Qpn::new(0x1234)?, DcKey::new(42), DcVersion::V2);
 /// let text = ep.to_string();
 /// assert_eq!(text, "dc2:00000000000000000000000000000000:0007:001234:000000000000002a:2");
 /// assert_eq!(text.parse::<DcEndpoint>().unwrap(), ep);
@@ -135,8 +139,8 @@ impl DcEndpoint {
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[..2].copy_from_slice(&BYTES_PREFIX);
-        b[2..18].copy_from_slice(&self.gid.0);
-        b[18..20].copy_from_slice(&self.lid.0.to_be_bytes());
+        b[2..18].copy_from_slice(&self.gid.get());
+        b[18..20].copy_from_slice(&self.lid.get().to_be_bytes());
         b[20..24].copy_from_slice(&self.dctn.get().to_be_bytes());
         b[24..32].copy_from_slice(&self.dc_key.0.to_be_bytes());
         b[32] = self.dc_version.number();
@@ -159,8 +163,8 @@ impl DcEndpoint {
         })?;
         let dctn = u32::from_be_bytes(b[20..24].try_into().expect("4 bytes"));
         Ok(DcEndpoint::new(
-            Gid(b[2..18].try_into().expect("16 bytes")),
-            Lid(u16::from_be_bytes([b[18], b[19]])),
+            Gid::new(b[2..18].try_into().expect("16 bytes")),
+            Lid::new(u16::from_be_bytes([b[18], b[19]])),
             Qpn::new(dctn).map_err(|_| DcTokenError::DctnRange { dctn })?,
             DcKey(u64::from_be_bytes(b[24..32].try_into().expect("8 bytes"))),
             dc_version(u128::from(b[32]))?,
@@ -172,13 +176,13 @@ impl fmt::Display for DcEndpoint {
     /// The text form (see the type's docs).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(TEXT_PREFIX)?;
-        for byte in self.gid.0 {
+        for byte in self.gid.get() {
             write!(f, "{byte:02x}")?;
         }
         write!(
             f,
             ":{:04x}:{:06x}:{:016x}:{:x}",
-            self.lid.0,
+            self.lid.get(),
             self.dctn.get(),
             self.dc_key.0,
             self.dc_version.number()
@@ -223,8 +227,8 @@ impl FromStr for DcEndpoint {
         let [gid, lid, dctn, key, version] = values;
         // Each value has at most its field's digits (checked above): the casts keep them whole.
         Ok(DcEndpoint::new(
-            Gid(gid.to_be_bytes()),
-            Lid(lid as u16),
+            Gid::new(gid.to_be_bytes()),
+            Lid::new(lid as u16),
             Qpn::from_low_bits(dctn as u32),
             DcKey(key as u64),
             dc_version(version)?,
@@ -248,7 +252,13 @@ mod tests {
         let version = prop_oneof![Just(DcVersion::V1), Just(DcVersion::V2)];
         (any::<[u8; 16]>(), any::<u16>(), 0u32..=0xff_ffff, any::<u64>(), version).prop_map(
             |(gid, lid, dctn, key, version)| {
-                DcEndpoint::new(Gid(gid), Lid(lid), Qpn::new(dctn).unwrap(), DcKey(key), version)
+                DcEndpoint::new(
+                    Gid::new(gid),
+                    Lid::new(lid),
+                    Qpn::new(dctn).unwrap(),
+                    DcKey(key),
+                    version,
+                )
             },
         )
     }
@@ -285,9 +295,9 @@ mod tests {
     }
 
     fn sample() -> DcEndpoint {
-        let gid = Gid("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        let gid = Gid::new("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap().octets());
         let dctn = Qpn::new(0xabcdef).unwrap();
-        DcEndpoint::new(gid, Lid(0), dctn, DcKey(0x0123_4567_89ab_cdef), DcVersion::V1)
+        DcEndpoint::new(gid, Lid::new(0), dctn, DcKey(0x0123_4567_89ab_cdef), DcVersion::V1)
     }
 
     #[test]

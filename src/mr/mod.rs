@@ -24,30 +24,21 @@ use registration::Registration;
 use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::mw::{BindParts, BindableRegion};
+use crate::number::number;
 use crate::pd::ProtectionDomain;
 use crate::wr::{RemoteAddr, Sge};
 
-/// A local key: names a registered region in *local* SGEs (`ibv_mr.lkey`). Distinct from
-/// [`RKey`], so one cannot be passed where the other is expected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LKey(pub u32);
-
-/// A remote key: what a peer needs to RDMA READ / WRITE a region (`ibv_mr.rkey`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RKey(pub u32);
-
-/// `0x%08x`, as ibv_rc_pingpong and perftest print keys.
-impl std::fmt::Display for LKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#010x}", self.0)
-    }
+number! {
+    /// A local key: names a registered region in *local* SGEs (`ibv_mr.lkey`). Distinct from
+    /// [`RKey`], so one cannot be passed where the other is expected. Shown as
+    /// ibv_rc_pingpong and perftest print keys (`0x%08x`).
+    pub struct LKey(u32), shown: "{:#010x}"
 }
 
-/// `0x%08x`, as ibv_rc_pingpong and perftest print keys.
-impl std::fmt::Display for RKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#010x}", self.0)
-    }
+number! {
+    /// A remote key: what a peer needs to RDMA READ / WRITE a region (`ibv_mr.rkey`). Shown
+    /// as ibv_rc_pingpong and perftest print keys (`0x%08x`).
+    pub struct RKey(u32), shown: "{:#010x}"
 }
 
 /// `start..end` of `range`, checked to be a non-empty part of a `len`-byte region.

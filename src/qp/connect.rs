@@ -6,7 +6,7 @@ use super::{
     Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdToInitAttr,
 };
 use crate::endpoint::Psn;
-use crate::error::TransitionError;
+use crate::error::{Error, Result, TransitionError};
 
 impl<'res, T: Connected> QueuePair<'res, Reset, T> {
     /// RESET → INIT (`STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): binds the QP to a port and
@@ -14,9 +14,19 @@ impl<'res, T: Connected> QueuePair<'res, Reset, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp` (`EINVAL`: a port or P_Key index that does not exist).
-    pub fn into_init(
+    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL`: a port or P_Key index that does not
+    /// exist); the QP is dropped. [`try_into_init`](Self::try_into_init) hands it back.
+    pub fn into_init(self, attr: &ToInitAttr) -> Result<QueuePair<'res, Init, T>> {
+        self.try_into_init(attr).map_err(Error::from)
+    }
+
+    /// [`into_init`](Self::into_init), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP, still in RESET, and the error of
+    /// [`into_init`](Self::into_init).
+    pub fn try_into_init(
         self,
         attr: &ToInitAttr,
     ) -> Result<QueuePair<'res, Init, T>, TransitionError<Self>> {
@@ -37,9 +47,19 @@ impl<'res> QueuePair<'res, Reset, Ud> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] holding the QP and the error of `ibv_query_port` or
-    /// `ibv_modify_qp`.
-    pub fn into_init(
+    /// The error of `ibv_query_port` or `ibv_modify_qp`; the QP is dropped.
+    /// [`try_into_init`](Self::try_into_init) hands it back.
+    pub fn into_init(self, attr: &UdToInitAttr) -> Result<QueuePair<'res, Init, Ud>> {
+        self.try_into_init(attr).map_err(Error::from)
+    }
+
+    /// [`into_init`](Self::into_init) of a UD QP, handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP, still in RESET, and the error of
+    /// [`into_init`](Self::into_init).
+    pub fn try_into_init(
         mut self,
         attr: &UdToInitAttr,
     ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>> {
@@ -68,11 +88,21 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or wrong GRH / source GID
-    /// index), or the error of `ibv_query_port` ([`Error::PortNotFound`](crate::Error::PortNotFound)
-    /// for a port the device lacks).
-    pub fn into_rtr(
+    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or
+    /// wrong GRH / source GID index), or the error of `ibv_query_port`
+    /// ([`Error::PortNotFound`] for a port the device lacks); the QP is dropped.
+    /// [`try_into_rtr`](Self::try_into_rtr) hands it back.
+    pub fn into_rtr(self, attr: &ToRtrAttr) -> Result<QueuePair<'res, Rtr, T>> {
+        self.try_into_rtr(attr).map_err(Error::from)
+    }
+
+    /// [`into_rtr`](Self::into_rtr), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP, still in INIT, and the error of
+    /// [`into_rtr`](Self::into_rtr).
+    pub fn try_into_rtr(
         self,
         attr: &ToRtrAttr,
     ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
@@ -98,8 +128,18 @@ impl<'res> QueuePair<'res, Init, Ud> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] holding the QP and the error of `ibv_modify_qp`.
-    pub fn into_rtr(self) -> Result<QueuePair<'res, Rtr, Ud>, TransitionError<Self>> {
+    /// The error of `ibv_modify_qp`; the QP is dropped. [`try_into_rtr`](Self::try_into_rtr)
+    /// hands it back.
+    pub fn into_rtr(self) -> Result<QueuePair<'res, Rtr, Ud>> {
+        self.try_into_rtr().map_err(Error::from)
+    }
+
+    /// [`into_rtr`](Self::into_rtr) of a UD QP, handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP, still in INIT, and the error of `ibv_modify_qp`.
+    pub fn try_into_rtr(self) -> Result<QueuePair<'res, Rtr, Ud>, TransitionError<Self>> {
         self.transition(
             sys::ibv_qp_attr::default(),
             0,
@@ -115,9 +155,20 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] holding the QP and the [`Error::Verb`](crate::Error::Verb) of
-    /// `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only through rdma_cm).
-    pub fn into_rts(
+    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only
+    /// through rdma_cm); the QP is dropped. [`try_into_rts`](Self::try_into_rts) hands it
+    /// back.
+    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<QueuePair<'res, Rts, T>> {
+        self.try_into_rts(attr).map_err(Error::from)
+    }
+
+    /// [`into_rts`](Self::into_rts), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP, still in RTR, and the error of
+    /// [`into_rts`](Self::into_rts).
+    pub fn try_into_rts(
         self,
         attr: &ToRtsAttr,
     ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
@@ -131,8 +182,21 @@ impl<'res> QueuePair<'res, Rtr, Ud> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] holding the QP and the error of `ibv_modify_qp`.
-    pub fn into_rts(self, sq_psn: Psn) -> Result<QueuePair<'res, Rts, Ud>, TransitionError<Self>> {
+    /// The error of `ibv_modify_qp`; the QP is dropped. [`try_into_rts`](Self::try_into_rts)
+    /// hands it back.
+    pub fn into_rts(self, sq_psn: Psn) -> Result<QueuePair<'res, Rts, Ud>> {
+        self.try_into_rts(sq_psn).map_err(Error::from)
+    }
+
+    /// [`into_rts`](Self::into_rts) of a UD QP, handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] holding the QP, still in RTR, and the error of `ibv_modify_qp`.
+    pub fn try_into_rts(
+        self,
+        sq_psn: Psn,
+    ) -> Result<QueuePair<'res, Rts, Ud>, TransitionError<Self>> {
         let raw = sys::ibv_qp_attr { sq_psn: sq_psn.get(), ..Default::default() };
         self.transition(raw, sys::IBV_QP_SQ_PSN, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
     }

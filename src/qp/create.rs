@@ -23,7 +23,7 @@ impl<'res> ProtectionDomain<'res> {
     /// when the device's `atomic_cap` is not NONE, and bind / local invalidate / SEND with
     /// invalidate when it has type-2 memory windows; UC: SEND and RDMA WRITE, with and without
     /// immediate; UD: SEND with and without immediate), and its sends then go through
-    /// `ibv_wr_post(3)` ([`QueuePair::send_path`]). When the provider has no `create_qp_ex`
+    /// `ibv_wr_post(3)` ([`QueuePair::verbs_path`]). When the provider has no `create_qp_ex`
     /// (`EOPNOTSUPP`), the QP is created by `ibv_create_qp`; when it has no `ibv_qp_ex` for it
     /// (`ibv_qp_to_qp_ex` absent or NULL, a NULL batch member), it posts by `ibv_post_send`.
     ///

@@ -52,14 +52,31 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the QP and [`Error::InvalidInput`]
-    /// ([`InvalidInputKind::OtherCq`]) when `cqs` lacks one of its CQs, before anything
-    /// changes; otherwise with the QP now in ERROR (whatever `S` says, as after an error
-    /// completion) and [`Error::CompletionTimeout`] (expected and arrived count markers) when
-    /// `timeout` passes first, or the [`Error::Verb`] of `ibv_modify_qp`, `ibv_post_send`,
-    /// `ibv_post_recv` or a poll.
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::OtherCq`]) when `cqs` lacks one of its
+    /// CQs, before anything changes; otherwise, with the QP in ERROR,
+    /// [`Error::CompletionTimeout`] (expected and arrived count markers) when `timeout`
+    /// passes first, or the [`Error::Verb`] of `ibv_modify_qp`, `ibv_post_send`,
+    /// `ibv_post_recv` or a poll. The QP is dropped; [`try_drain`](Self::try_drain) hands it
+    /// back.
     #[doc(alias = "ibv_modify_qp")]
     pub fn drain(
+        self,
+        cqs: &[&CompletionQueue<'_>],
+        timeout: Duration,
+        each: impl FnMut(&mut WorkCompletion),
+    ) -> Result<QueuePair<'res, Reset, T>> {
+        self.try_drain(cqs, timeout, each).map_err(Error::from)
+    }
+
+    /// [`drain`](Self::drain), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP — unchanged when `cqs` lacks one of its CQs, else in
+    /// ERROR (whatever `S` says, as after an error completion) — and the error of
+    /// [`drain`](Self::drain).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn try_drain(
         self,
         cqs: &[&CompletionQueue<'_>],
         timeout: Duration,
@@ -88,7 +105,7 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
         if let Err(error) = self.flush_all(cqs, timeout, &mut each) {
             return Err(TransitionError { qp: self, error });
         }
-        self.reset()
+        self.try_reset()
     }
 
     /// ERROR, the markers, and every completion until both markers'.

@@ -194,8 +194,9 @@ impl ExQp {
     ///
     /// # Safety
     ///
-    /// A live QP in RTS; every WR valid under [`QueuePair::post_send`](super::QueuePair::post_send)'s
-    /// contract, UD WRs addressed when `ud`.
+    /// A live QP in RTS; every WR valid under
+    /// [`QueuePair::post_send_wr`](super::QueuePair::post_send_wr)'s contract, UD WRs addressed
+    /// when `ud`.
     pub(super) unsafe fn post(&self, wrs: &[SendWr<'_>], ud: bool) -> Result<(), PostListError> {
         let mut done = 0;
         while let Some(rest) = wrs.get(done..).filter(|rest| !rest.is_empty()) {
@@ -352,16 +353,23 @@ impl ExQp {
                 SendOp::Send => (*qp).wr_send.unwrap_unchecked()(qp),
                 SendOp::SendWithImm(imm) => (*qp).wr_send_imm.unwrap_unchecked()(qp, imm.to_be()),
                 SendOp::RdmaWrite(r) => {
-                    (*qp).wr_rdma_write.unwrap_unchecked()(qp, r.rkey.0, r.addr)
+                    (*qp).wr_rdma_write.unwrap_unchecked()(qp, r.rkey.get(), r.addr)
                 }
                 SendOp::RdmaWriteWithImm(r, imm) => {
-                    (*qp).wr_rdma_write_imm.unwrap_unchecked()(qp, r.rkey.0, r.addr, imm.to_be());
+                    (*qp).wr_rdma_write_imm.unwrap_unchecked()(
+                        qp,
+                        r.rkey.get(),
+                        r.addr,
+                        imm.to_be(),
+                    );
                 }
-                SendOp::RdmaRead(r) => (*qp).wr_rdma_read.unwrap_unchecked()(qp, r.rkey.0, r.addr),
+                SendOp::RdmaRead(r) => {
+                    (*qp).wr_rdma_read.unwrap_unchecked()(qp, r.rkey.get(), r.addr)
+                }
                 SendOp::CompareSwap { remote, compare, swap } => {
                     (*qp).wr_atomic_cmp_swp.unwrap_unchecked()(
                         qp,
-                        remote.rkey.0,
+                        remote.rkey.get(),
                         remote.addr,
                         compare,
                         swap,
@@ -370,7 +378,7 @@ impl ExQp {
                 SendOp::FetchAdd { remote, add } => {
                     (*qp).wr_atomic_fetch_add.unwrap_unchecked()(
                         qp,
-                        remote.rkey.0,
+                        remote.rkey.get(),
                         remote.addr,
                         add,
                     );
@@ -383,7 +391,7 @@ impl ExQp {
             // its count and pointer instead, rc_pingpong's message cost 5 instructions more.
             match (flags.contains(SendFlags::INLINE), sge) {
                 (false, Some(s)) => {
-                    (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().0, s.addr(), s.length())
+                    (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().get(), s.addr(), s.length())
                 }
                 (true, Some(s)) => (*qp).wr_set_inline_data.unwrap_unchecked()(
                     qp,
@@ -740,7 +748,7 @@ unsafe fn set_data(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) -> Result<()>
 /// # Safety
 ///
 /// Inside a batch of `qp`, after the WR's builder; each SGE's `addr..addr + length` is CPU
-/// memory readable for the call (the `post_send` contract for inline WRs).
+/// memory readable for the call (the `post_send_wr` contract for inline WRs).
 #[cold]
 unsafe fn set_inline_list(qp: *mut sys::ibv_qp_ex, sges: &[sys::ibv_sge]) -> i32 {
     let mut bufs = [sys::ibv_data_buf { addr: std::ptr::null_mut(), length: 0 }; INLINE_BUFS];
@@ -829,12 +837,12 @@ mod tests {
             failed_batch: FailedBatch::AllMayBePosted,
         };
         assert!([sys::IBV_WR_RDMA_WRITE, sys::IBV_WR_LOCAL_INV].iter().all(|&op| ex.builds(op)));
-        let sges = [Sge::new(0x1000, 8, LKey(1)), Sge::new(0x2000, 8, LKey(1))];
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(2) };
+        let sges = [Sge::new(0x1000, 8, LKey::new(1)), Sge::new(0x2000, 8, LKey::new(1))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(2) };
         let list: SendWrList<'_> = [
             SendWr::rdma_write(1, &sges[..1], remote),
-            SendWr::local_inv(2, RKey(3)),
-            SendWr::send_with_inv(3, &sges, RKey(4)),
+            SendWr::local_inv(2, RKey::new(3)),
+            SendWr::send_with_inv(3, &sges, RKey::new(4)),
         ]
         .into_iter()
         .collect();

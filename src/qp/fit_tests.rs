@@ -41,7 +41,7 @@ fn context(mock: &Mock, path: Path) -> Context {
 /// A RoCE peer: index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
 fn peer() -> Endpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().expect("an IPv6 address"));
-    Endpoint { lid: Lid(0), qpn: Qpn::new(0x12).unwrap(), psn: Psn::new(1).unwrap(), gid }
+    Endpoint { lid: Lid::new(0), qpn: Qpn::new(0x12).unwrap(), psn: Psn::new(1).unwrap(), gid }
 }
 
 /// The WR shapes tried: every opcode but binds (which never fit: `fit::SLOW`), 0 to 5 SGEs
@@ -51,17 +51,17 @@ fn wrs<'a>(sges: &'a [Vec<Sge>], dest: &UdDestination<'a>) -> Vec<SendWr<'a>> {
     let mut wrs = Vec::new();
     for sges in sges {
         for remote in [0x1_0000, 0x1_0004] {
-            let remote = RemoteAddr { addr: remote, rkey: RKey(9) };
+            let remote = RemoteAddr { addr: remote, rkey: RKey::new(9) };
             let build = |opcode: usize| match opcode {
                 0 => SendWr::send(1, sges),
                 1 => SendWr::send_with_imm(1, sges, 7),
-                2 => SendWr::send_with_inv(1, sges, RKey(3)),
+                2 => SendWr::send_with_inv(1, sges, RKey::new(3)),
                 3 => SendWr::rdma_write(1, sges, remote),
                 4 => SendWr::rdma_write_with_imm(1, sges, remote, 7),
                 5 => SendWr::rdma_read(1, sges, remote),
                 6 => SendWr::compare_swap(1, sges, remote, 1, 2),
                 7 => SendWr::fetch_add(1, sges, remote, 1),
-                _ => SendWr::local_inv(1, RKey(3)),
+                _ => SendWr::local_inv(1, RKey::new(3)),
             };
             for opcode in 0..9 {
                 let inline = SendFlags::SIGNALED | SendFlags::INLINE;
@@ -108,7 +108,7 @@ fn fast_batch_builds(ex: &ExQp, wr: &SendWr<'_>) {
 
 #[test]
 fn a_wr_that_fits_the_slack_passes_every_exact_check_and_the_common_ones_fit() {
-    let lkey = LKey(5);
+    let lkey = LKey::new(5);
     // 0 to 5 SGEs of 8 bytes at an aligned address; then (6) one of 8 at a misaligned one,
     // (7) one of 40, (8) one past the 16-bit length field.
     let mut sges: Vec<Vec<Sge>> =
@@ -143,9 +143,11 @@ fn a_wr_that_fits_the_slack_passes_every_exact_check_and_the_common_ones_fit() {
                 let fit = check_all(&rc, &wrs);
                 // A WRITE or SEND of one SGE, not inline, fits every RC QP; a READ only
                 // where `max_rd_atomic` lets it complete.
-                let plain = SendWr::rdma_write(1, &sges[1], RemoteAddr { addr: 0, rkey: RKey(1) });
+                let plain =
+                    SendWr::rdma_write(1, &sges[1], RemoteAddr { addr: 0, rkey: RKey::new(1) });
                 assert!(plain.demand().fits(rc.slack), "{path:?} {:?}", rc.caps);
-                let read = SendWr::rdma_read(1, &sges[1], RemoteAddr { addr: 0, rkey: RKey(1) });
+                let read =
+                    SendWr::rdma_read(1, &sges[1], RemoteAddr { addr: 0, rkey: RKey::new(1) });
                 assert_eq!(read.demand().fits(rc.slack), max_rd_atomic > 0, "{path:?}");
                 assert!(SendWr::send(1, &sges[8]).demand().fits(rc.slack), "any length on RC");
                 assert!(fit > 0);

@@ -11,8 +11,25 @@
 //! ```text
 //!  create_qp::<T>    into_init          into_rtr          into_rts
 //! ─────────────▶ Reset ───────▶ Init ───────▶ Rtr ───────▶ Rts
-//!                          post_recv ✓    post_recv ✓    post_recv ✓, post_send ✓
+//!                       post_recv_* ✓  post_recv_* ✓  post_recv_* ✓, post_send_* ✓
 //! ```
+//!
+//! # Posting: two tiers, told apart by what they post
+//!
+//! - `post_{send,recv}_wr` (one [`SendWr`](crate::SendWr) / [`RecvWr`](crate::RecvWr)) and
+//!   `post_{send,recv}_wrs` (a [`SendWrList`](crate::SendWrList) /
+//!   [`RecvWrList`](crate::RecvWrList)): the raw tier. Work requests name memory by address
+//!   and key, so these are `unsafe`: the caller keeps the memory registered and untouched
+//!   until the completion. No cost beyond the provider's.
+//! - `post_{send,recv}_buffer` (one [`Buffer`](crate::Buffer)) and `post_{send,recv}_buffers`
+//!   (a [`SendBufferList`](crate::SendBufferList) / [`RecvBufferList`](crate::RecvBufferList)):
+//!   the safe tier. A buffer moves into the QP and comes back with its completion
+//!   ([`BufferPool::complete`](crate::BufferPool::complete)), so nothing can touch its bytes
+//!   meanwhile.
+//!
+//! The suffix says the tier (`_wr`, `_wrs` raw; `_buffer`, `_buffers` safe), as the list
+//! types' names say what they hold, so a reader tells them apart without looking for
+//! `unsafe`.
 
 mod attr;
 mod connect;
@@ -48,13 +65,19 @@ pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 use crate::buffer::Lenders;
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
-use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
+use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::fit::Slack;
 use crate::pd::ProtectionDomain;
 use crate::verbs_path::VerbsPath;
 
 /// A queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`, of transport type `T`
 /// ([`Rc`] unless said otherwise, [`Uc`] or [`Ud`]).
+///
+/// It posts in two tiers, named after what they post: buffers of a
+/// [`BufferPool`](crate::BufferPool), safely ([`post_send_buffer`](Self::post_send_buffer),
+/// [`post_recv_buffers`](Self::post_recv_buffers), …), and work requests naming memory by
+/// address, `unsafe` ([`post_send_wr`](Self::post_send_wr),
+/// [`post_recv_wrs`](Self::post_recv_wrs), …).
 ///
 /// It borrows the PD and CQs it was created with, so they outlive it:
 ///
@@ -87,7 +110,7 @@ use crate::verbs_path::VerbsPath;
 /// ```compile_fail,E0599
 /// # use rdma_verbs::*;
 /// # fn f(qp: QueuePair<'_, Init>, wr: &mut SendWr<'_>) -> Result<()> {
-/// unsafe { qp.post_send(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
+/// unsafe { qp.post_send_wr(wr)? }; // error: no method `post_send` on `QueuePair<Init>`
 /// # Ok(()) }
 /// ```
 #[must_use = "the queue pair is destroyed when dropped"]
@@ -170,7 +193,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// through `ibv_create_qp_ex(3)` with send operations, [`VerbsPath::Legacy`]
     /// (`ibv_post_send(3)`) otherwise.
     #[must_use]
-    pub fn send_path(&self) -> VerbsPath {
+    pub fn verbs_path(&self) -> VerbsPath {
         if self.ex.is_some() {
             VerbsPath::Extended
         } else {
@@ -269,8 +292,18 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
+    /// The [`Error::Verb`] of `ibv_modify_qp`; the QP is dropped.
+    /// [`try_reset`](Self::try_reset) hands it back.
+    pub fn reset(self) -> Result<QueuePair<'res, Reset, T>> {
+        self.try_reset().map_err(Error::from)
+    }
+
+    /// [`reset`](Self::reset), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
     /// [`TransitionError`] with the QP and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
+    pub fn try_reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
         self.transition(
             sys::ibv_qp_attr::default(),
             0,
@@ -286,11 +319,26 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the mask bits that
-    /// are missing or not allowed for the transition (or the transition itself), or the
-    /// [`Error::Verb`] of `ibv_modify_qp` / `ibv_query_qp`.
+    /// [`Error::InvalidInput`] naming the mask bits that are missing or not allowed for the
+    /// transition (or the transition itself), or the [`Error::Verb`] of `ibv_modify_qp` /
+    /// `ibv_query_qp`; the QP is dropped. [`try_modify_raw`](Self::try_modify_raw) hands it
+    /// back.
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify_raw(
+        self,
+        attr: &sys::ibv_qp_attr,
+        mask: QpAttrMask,
+    ) -> Result<QueuePair<'res, Unknown, T>> {
+        self.try_modify_raw(attr, mask).map_err(Error::from)
+    }
+
+    /// [`modify_raw`](Self::modify_raw), handing the QP back on failure.
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and the error of [`modify_raw`](Self::modify_raw).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn try_modify_raw(
         self,
         attr: &sys::ibv_qp_attr,
         mask: QpAttrMask,
@@ -328,20 +376,30 @@ impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
     ///
     /// # Errors
     ///
-    /// [`TransitionError`] with the QP and [`Error::InvalidInput`] naming the actual state
-    /// when it is not `N`, or the [`Error::Verb`] of `ibv_query_qp` (or, for UD,
-    /// `ibv_query_port`).
-    pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
+    /// [`Error::WrongState`] naming the actual state when it is not `N`, or the
+    /// [`Error::Verb`] of `ibv_query_qp` (or, for UD, `ibv_query_port`); the QP is dropped.
+    /// [`try_into_checked`](Self::try_into_checked) hands it back.
+    pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>> {
+        self.try_into_checked().map_err(Error::from)
+    }
+
+    /// [`into_checked`](Self::into_checked), handing the QP back on failure (still of
+    /// [`Unknown`] state, to check for another).
+    ///
+    /// # Errors
+    ///
+    /// [`TransitionError`] with the QP and the error of [`into_checked`](Self::into_checked).
+    pub fn try_into_checked<N: QpState>(
+        self,
+    ) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
         let attr = match self.query_raw(LIMITS_MASK) {
             Ok(attr) => attr,
             Err(error) => return Err(TransitionError { qp: self, error }),
         };
         let state = QueuePairState(attr.qp_state);
         if Some(state) != N::STATE {
-            let error = Error::invalid(
-                InvalidInputKind::QpState,
-                format!("the QP is in {state}, not {}", N::NAME),
-            );
+            let error =
+                Error::WrongState { message: format!("the QP is in {state}, not {}", N::NAME) };
             return Err(TransitionError { qp: self, error });
         }
         let ud_mtu = match self.ud_mtu_of(&attr) {
@@ -444,7 +502,7 @@ impl<S: QpState, T: QpType> std::fmt::Debug for QueuePair<'_, S, T> {
             .field("type", &T::NAME)
             .field("state", &S::NAME)
             .field("caps", &self.caps)
-            .field("send_path", &self.send_path())
+            .field("verbs_path", &self.verbs_path())
             .finish()
     }
 }

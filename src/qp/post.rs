@@ -32,7 +32,7 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// for more SGEs than `max_recv_sge`.
     #[doc(alias = "ibv_post_recv")]
     #[inline(always)]
-    pub unsafe fn post_recv(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+    pub unsafe fn post_recv_wr(&self, wr: &mut RecvWr<'_>) -> Result<()> {
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP in a receive-ready state; the caller upholds the memory contract.
         let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
@@ -48,7 +48,7 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_recv`], for every WR of the list.
+    /// As [`QueuePair::post_recv_wr`], for every WR of the list.
     ///
     /// # Errors
     ///
@@ -58,7 +58,7 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// names none of the list's WRs as refused may have posted any: all are counted.
     #[doc(alias = "ibv_post_recv")]
     #[inline]
-    pub unsafe fn post_recv_list(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
+    pub unsafe fn post_recv_wrs(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
         list.post_with("ibv_post_recv", |head, bad| {
             // SAFETY: a live QP in a receive-ready state; `head` heads the list, linked and
             // alive for the call; the caller upholds the memory contract for each WR.
@@ -122,17 +122,17 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     // Always inlined: the caller then tests the `Result`'s tag instead of receiving it through
     // memory, and no frame is built.
     #[inline(always)]
-    pub unsafe fn post_send(&self, wr: &mut SendWr<'_>) -> Result<()> {
+    pub unsafe fn post_send_wr(&self, wr: &mut SendWr<'_>) -> Result<()> {
         // SAFETY: the caller's guarantees.
         unsafe { self.post_one(wr) }.map_err(|e| e.error)
     }
 
-    /// [`QueuePair::post_send`], saying on failure whether the provider may have posted the
+    /// [`QueuePair::post_send_wr`], saying on failure whether the provider may have posted the
     /// WR anyway ([`PostListError::posted`] 1: see [`ExQp::failed`]).
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send`].
+    /// As [`QueuePair::post_send_wr`].
     #[inline(always)]
     pub(crate) unsafe fn post_one(&self, wr: &mut SendWr<'_>) -> Result<(), PostListError> {
         if !wr.demand().fits(self.slack) {
@@ -177,7 +177,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send`], for that WR; `sge` is its one SGE (`len` bytes), or none
+    /// As [`QueuePair::post_send_wr`], for that WR; `sge` is its one SGE (`len` bytes), or none
     /// for no data.
     #[inline(always)]
     pub(crate) unsafe fn post_parts(
@@ -251,12 +251,12 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
     }
 
-    /// [`QueuePair::post_send`] of a WR whose demand did not fit the slack: every check,
+    /// [`QueuePair::post_send_wr`] of a WR whose demand did not fit the slack: every check,
     /// exactly, then the post, then its bookkeeping ([`SendWr::note_posted`]).
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send`].
+    /// As [`QueuePair::post_send_wr`].
     #[cold]
     #[inline(never)]
     unsafe fn post_send_exactly(&self, wr: &mut SendWr<'_>) -> Result<(), PostListError> {
@@ -284,10 +284,10 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// The list was linked and summed up as it was built ([`SendWrList`]): the post checks
     /// it with one comparison, whatever its length, and hands it to the provider as it is,
     /// unless the comparison doubts it; then each WR is checked as
-    /// [`QueuePair::post_send`] checks a doubtful one.
+    /// [`QueuePair::post_send_wr`] checks a doubtful one.
     ///
     /// On the legacy path the WRs go as the linked list to `ibv_post_send`; on the extended
-    /// path ([`QueuePair::send_path`]) as one batch: `ibv_wr_start`, each WR's builders,
+    /// path ([`QueuePair::verbs_path`]) as one batch: `ibv_wr_start`, each WR's builders,
     /// one `ibv_wr_complete`. On rxe without rdma-core PRs 1744 and 1751 (Debian's 33.2, 44.0
     /// and 56.1 among them), whose `ibv_wr_set_sge_list` and `ibv_wr_set_inline_data_list`
     /// count the length wrong, a WR with several SGEs goes through `ibv_post_send` on its
@@ -295,7 +295,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send`], for every WR of the list.
+    /// As [`QueuePair::post_send_wr`], for every WR of the list.
     ///
     /// # Errors
     ///
@@ -312,7 +312,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// `ibv_wr_post(3)` does not say which went out.
     #[doc(alias = "ibv_post_send")]
     #[inline]
-    pub unsafe fn post_send_list(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
+    pub unsafe fn post_send_wrs(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
         if list.demand().fits(self.slack) {
             // SAFETY: the caller's guarantees; the list fits the QP.
             unsafe { self.post_list_fast(list) }
@@ -322,7 +322,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
     }
 
-    /// Checks every WR of `list` as [`QueuePair::post_send`] does: one comparison for the
+    /// Checks every WR of `list` as [`QueuePair::post_send_wr`] does: one comparison for the
     /// list, or each WR exactly when it doubts them.
     pub(crate) fn check_list(&self, list: &SendWrList<'_>) -> Result<()> {
         if list.demand().fits(self.slack) || list.maximum_fits(self.slack) {
@@ -335,7 +335,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send_list`].
+    /// As [`QueuePair::post_send_wrs`].
     pub(crate) unsafe fn post_checked_list(
         &self,
         list: &mut SendWrList<'_>,
@@ -354,7 +354,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send_list`]; the list fits the QP (its demand, or its
+    /// As [`QueuePair::post_send_wrs`]; the list fits the QP (its demand, or its
     /// [`maximum`](SendWrList::maximum_fits), fits the slack: it is not empty).
     #[inline(always)]
     unsafe fn post_list_fast(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
@@ -389,7 +389,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send_list`].
+    /// As [`QueuePair::post_send_wrs`].
     #[cold]
     #[inline(never)]
     unsafe fn post_list_exactly(
@@ -417,7 +417,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///
     /// # Safety
     ///
-    /// As [`QueuePair::post_send_list`]; every WR passed [`QueuePair::check_send_fully`].
+    /// As [`QueuePair::post_send_wrs`]; every WR passed [`QueuePair::check_send_fully`].
     unsafe fn post_list_general(&self, list: &mut SendWrList<'_>) -> Result<(), PostListError> {
         if list.is_empty() {
             return Ok(());

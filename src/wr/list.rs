@@ -211,7 +211,7 @@ fn past(list: &str, method: &str, index: usize, len: usize) -> Error {
 }
 
 /// Send work requests linked once into the list `ibv_post_send(3)` walks, for
-/// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list) to post with one doorbell,
+/// [`QueuePair::post_send_wrs`](crate::QueuePair::post_send_wrs) to post with one doorbell,
 /// again and again: perftest's post lists.
 ///
 /// The list is linked as WRs are pushed, and what its WRs ask of a QP (SGE counts, inline
@@ -223,7 +223,7 @@ fn past(list: &str, method: &str, index: usize, len: usize) -> Error {
 ///
 /// ```
 /// # use rdma_verbs::{SendWr, SendWrList, SendFlags, Sge, LKey};
-/// let sges = [Sge::new(0x1000, 64, LKey(7))];
+/// let sges = [Sge::new(0x1000, 64, LKey::new(7))];
 /// let mut list = SendWrList::with_capacity(4);
 /// for wr_id in 0..4 {
 ///     list.push(SendWr::send(wr_id, &sges)).unwrap();
@@ -444,8 +444,8 @@ impl std::fmt::Debug for SendWrList<'_> {
 }
 
 /// Receive work requests linked once into the list `ibv_post_recv(3)` walks, for
-/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list) and
-/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list) to post
+/// [`QueuePair::post_recv_wrs`](crate::QueuePair::post_recv_wrs) and
+/// [`SharedReceiveQueue::post_recv_wrs`](crate::SharedReceiveQueue::post_recv_wrs) to post
 /// with one call (one provider lock, one doorbell record), again and again.
 ///
 /// Its storage is allocated once, by [`with_capacity`](Self::with_capacity) (or taken over
@@ -453,7 +453,7 @@ impl std::fmt::Debug for SendWrList<'_> {
 ///
 /// ```
 /// # use rdma_verbs::{RecvWr, RecvWrList, Sge, LKey};
-/// let slots = [[Sge::new(0x1000, 4096, LKey(7))], [Sge::new(0x2000, 4096, LKey(7))]];
+/// let slots = [[Sge::new(0x1000, 4096, LKey::new(7))], [Sge::new(0x2000, 4096, LKey::new(7))]];
 /// let mut list: RecvWrList<'_> = slots.iter().zip(0..).map(|(s, id)| RecvWr::new(id, s)).collect();
 /// assert!(list.push(RecvWr::new(2, &slots[0])).is_err(), "full");
 /// list.set_wr_id(1, 9).unwrap();
@@ -602,12 +602,13 @@ mod tests {
 
     #[test]
     fn a_list_links_its_wrs_in_place_and_unites_what_they_ask() {
-        let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 8, LKey(7))];
+        let sges = [Sge::new(0x1000, 8, LKey::new(7)), Sge::new(0x2000, 8, LKey::new(7))];
         let mut list = SendWrList::with_capacity(3);
         assert_eq!(list.demand(), Demand::EMPTY);
         list.push(SendWr::send(0, &sges[..1])).unwrap();
         list.push(SendWr::send(1, &sges)).unwrap();
-        list.push(SendWr::rdma_read(2, &sges[..1], RemoteAddr { addr: 0, rkey: RKey(1) })).unwrap();
+        list.push(SendWr::rdma_read(2, &sges[..1], RemoteAddr { addr: 0, rkey: RKey::new(1) }))
+            .unwrap();
         let links: Vec<_> = list.iter().map(|wr| wr.raw.next.cast_const()).collect();
         let raws: Vec<_> = list.iter().map(|wr| &raw const wr.raw).collect();
         assert_eq!(links, [raws[1], raws[2], std::ptr::null()]);
@@ -645,12 +646,12 @@ mod tests {
 
     #[test]
     fn a_wr_of_one_plain_sge_is_built_by_its_kind_and_a_list_by_the_kind_its_wrs_share() {
-        let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 8, LKey(7))];
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+        let sges = [Sge::new(0x1000, 8, LKey::new(7)), Sge::new(0x2000, 8, LKey::new(7))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(1) };
         let write = |i| SendWr::rdma_write(i, &sges[..1], remote);
         assert_eq!(write(0).build(), Build::RdmaWrite);
         assert_eq!(SendWr::send(0, &sges[..1]).build(), Build::Send);
-        assert_eq!(SendWr::local_inv(0, RKey(3)).build(), Build::LocalInv);
+        assert_eq!(SendWr::local_inv(0, RKey::new(3)).build(), Build::LocalInv);
         // By its data instead: inline, two SGEs, none.
         assert_eq!(write(0).flags(SendFlags::INLINE).build(), Build::Other);
         assert_eq!(SendWr::send(0, &sges).build(), Build::Other);
@@ -702,8 +703,8 @@ mod tests {
         /// worked out anew.
         #[test]
         fn a_list_keeps_the_shape_of_the_wrs_it_holds(changes in changes()) {
-            let sges = [Sge::new(0x1000, 8, LKey(7)), Sge::new(0x2000, 300, LKey(7))];
-            let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+            let sges = [Sge::new(0x1000, 8, LKey::new(7)), Sge::new(0x2000, 300, LKey::new(7))];
+            let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(1) };
             let wr_of = |kind: u8, n: usize, inline: bool| {
                 let sges = &sges[..n];
                 let wr = match kind {
@@ -711,7 +712,7 @@ mod tests {
                     1 => SendWr::send_with_imm(1, sges, 9),
                     2 => SendWr::rdma_write(1, sges, remote),
                     3 => SendWr::rdma_read(1, sges, remote),
-                    _ => SendWr::local_inv(1, RKey(3)),
+                    _ => SendWr::local_inv(1, RKey::new(3)),
                 };
                 wr.flags(if inline { SendFlags::INLINE } else { SendFlags::empty() })
             };
@@ -748,7 +749,7 @@ mod tests {
     #[test]
     fn a_list_whose_union_overstates_a_length_fits_by_its_maximum() {
         // 200 | 60 = 252 inline bytes in the union, against a limit of 220 both keep.
-        let sges = [Sge::new(0x1000, 200, LKey(7)), Sge::new(0x2000, 60, LKey(7))];
+        let sges = [Sge::new(0x1000, 200, LKey::new(7)), Sge::new(0x2000, 60, LKey::new(7))];
         let inline = |i: usize| {
             let mut wr = SendWr::send(i as u64, &sges[i..=i]);
             wr.set_flags(SendFlags::INLINE);
@@ -787,7 +788,7 @@ mod tests {
 
     #[test]
     fn a_receive_list_links_in_place_and_is_rewritten_without_relinking() {
-        let sges = [Sge::new(0x1000, 64, LKey(7)), Sge::new(0x2000, 64, LKey(7))];
+        let sges = [Sge::new(0x1000, 64, LKey::new(7)), Sge::new(0x2000, 64, LKey::new(7))];
         let addr = |i: usize| (&raw const sges[i]).cast_mut().cast::<sys::ibv_sge>();
         let mut list: RecvWrList<'_> = (10..13).map(|id| RecvWr::new(id, &sges[..1])).collect();
         let all = vec![(10, addr(0)), (11, addr(0)), (12, addr(0))];

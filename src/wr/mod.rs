@@ -1,11 +1,11 @@
 //! Work requests: what is posted to a queue pair.
 //!
 //! The builders here are safe: they only describe memory (address, length, key). Handing a
-//! description to the NIC is the `unsafe` step, [`QueuePair::post_send`] and
-//! [`QueuePair::post_recv`], whose contracts say how long the memory must stay untouched.
+//! description to the NIC is the `unsafe` step, [`QueuePair::post_send_wr`] and
+//! [`QueuePair::post_recv_wr`], whose contracts say how long the memory must stay untouched.
 //!
-//! [`QueuePair::post_send`]: crate::QueuePair::post_send
-//! [`QueuePair::post_recv`]: crate::QueuePair::post_recv
+//! [`QueuePair::post_send_wr`]: crate::QueuePair::post_send_wr
+//! [`QueuePair::post_recv_wr`]: crate::QueuePair::post_recv_wr
 #![allow(unsafe_code)] // writing the unions of ibv_send_wr
 
 use std::marker::PhantomData;
@@ -18,6 +18,7 @@ use crate::buffer::SendOp;
 use crate::fit::{self, Demand};
 use crate::mr::{LKey, RKey};
 
+pub(crate) mod id;
 mod list;
 
 pub use list::{RecvWrList, SendWrList};
@@ -44,7 +45,7 @@ impl Sge {
     /// An SGE of `length` bytes at `addr`, in the region whose local key is `lkey`.
     #[must_use]
     pub fn new(addr: u64, length: u32, lkey: LKey) -> Sge {
-        Sge(sys::ibv_sge { addr, length, lkey: lkey.0 })
+        Sge(sys::ibv_sge { addr, length, lkey: lkey.get() })
     }
 
     /// The address.
@@ -59,7 +60,7 @@ impl Sge {
 
     /// The local key.
     pub fn lkey(&self) -> LKey {
-        LKey(self.0.lkey)
+        LKey::new(self.0.lkey)
     }
 }
 
@@ -108,7 +109,7 @@ bitflags! {
 ///
 /// ```
 /// # use rdma_verbs::{SendWr, SendFlags, Sge, LKey};
-/// let sges = [Sge::new(0x1000, 64, LKey(7))];
+/// let sges = [Sge::new(0x1000, 64, LKey::new(7))];
 /// let wr = SendWr::send_with_imm(42, &sges, 0xcafe).flags(SendFlags::SIGNALED);
 /// assert_eq!(wr.wr_id(), 42);
 /// ```
@@ -382,7 +383,7 @@ impl<'a> SendWr<'a> {
     #[must_use]
     pub fn local_inv(wr_id: u64, rkey: RKey) -> Self {
         Self::with(wr_id, &[], sys::IBV_WR_LOCAL_INV, |raw| {
-            raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
+            raw.__bindgen_anon_1.invalidate_rkey = rkey.get();
         })
     }
 
@@ -393,7 +394,7 @@ impl<'a> SendWr<'a> {
     #[must_use]
     pub fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: RKey) -> Self {
         Self::with(wr_id, sges, sys::IBV_WR_SEND_WITH_INV, |raw| {
-            raw.__bindgen_anon_1.invalidate_rkey = rkey.0;
+            raw.__bindgen_anon_1.invalidate_rkey = rkey.get();
         })
     }
 
@@ -408,7 +409,7 @@ impl<'a> SendWr<'a> {
     ) -> Self {
         Self::with(wr_id, &[], sys::IBV_WR_BIND_MW, |raw| {
             raw.__bindgen_anon_2.bind_mw =
-                sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 { mw, rkey: rkey.0, bind_info };
+                sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 { mw, rkey: rkey.get(), bind_info };
         })
     }
 
@@ -635,7 +636,7 @@ pub(crate) fn shape_of_parts(
 /// member's 4 bytes of padding would be left uninitialised, inside the other members' fields.
 fn set_remote(raw: &mut sys::ibv_send_wr, remote: RemoteAddr) {
     raw.wr.rdma.remote_addr = remote.addr;
-    raw.wr.rdma.rkey = remote.rkey.0;
+    raw.wr.rdma.rkey = remote.rkey.get();
 }
 
 /// Sets the remote word and operands of an atomic.
@@ -644,7 +645,7 @@ fn set_atomic(raw: &mut sys::ibv_send_wr, remote: RemoteAddr, compare_add: u64, 
         remote_addr: remote.addr,
         compare_add,
         swap,
-        rkey: remote.rkey.0,
+        rkey: remote.rkey.get(),
     };
 }
 
@@ -750,8 +751,8 @@ mod tests {
 
     #[test]
     fn builders_fill_the_raw_request() {
-        let sges = [Sge::new(0x1000, 64, LKey(7)), Sge::new(0x2000, 36, LKey(7))];
-        let remote = RemoteAddr { addr: 0xdead_0000, rkey: RKey(9) };
+        let sges = [Sge::new(0x1000, 64, LKey::new(7)), Sge::new(0x2000, 36, LKey::new(7))];
+        let remote = RemoteAddr { addr: 0xdead_0000, rkey: RKey::new(9) };
         let wr = SendWr::rdma_write_with_imm(5, &sges, remote, 0x0102_0304)
             .flags(SendFlags::SIGNALED | SendFlags::INLINE);
         assert_eq!(wr.raw.opcode, sys::IBV_WR_RDMA_WRITE_WITH_IMM);
@@ -766,7 +767,7 @@ mod tests {
 
     #[test]
     fn a_wrs_demand_follows_its_sges_flags_and_shape() {
-        let sges = [Sge::new(0x1000, 10, LKey(7)), Sge::new(0x2000, 10, LKey(7))];
+        let sges = [Sge::new(0x1000, 10, LKey::new(7)), Sge::new(0x2000, 10, LKey::new(7))];
         let demand = |n, len| {
             Demand::default().with(fit::SGES, n).with(fit::LEN, len).with(fit::UNADDRESSED, 1)
         };
@@ -779,8 +780,8 @@ mod tests {
         assert_eq!(wr.demand(), demand(2, 20).with(fit::SEND, 1), "INLINE cleared");
         // An atomic of the shape it needs is of its class; misshapen, only the exact checks
         // may pass it, as a bind always.
-        let word = [Sge::new(0x1000, 8, LKey(7))];
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+        let word = [Sge::new(0x1000, 8, LKey::new(7))];
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(1) };
         let atomic = demand(1, 8).with(fit::ATOMIC, 1);
         assert_eq!(SendWr::fetch_add(1, &word, remote, 1).demand(), atomic);
         let odd = RemoteAddr { addr: 0x8004, ..remote };
@@ -795,13 +796,13 @@ mod tests {
             length: 0,
             mw_access_flags: 0,
         };
-        let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey(1), info);
+        let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey::new(1), info);
         assert_eq!(bind.demand(), demand(0, 0).with(fit::SLOW, 1));
     }
 
     #[test]
     fn a_send_op_is_of_its_opcodes_kind() {
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey(1) };
+        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(1) };
         let ops = [
             SendOp::Send,
             SendOp::SendWithImm(1),
@@ -846,12 +847,12 @@ mod tests {
 
     #[test]
     fn invalidation_and_bind_requests_carry_their_keys() {
-        let wr = SendWr::local_inv(1, RKey(0x1234_5678));
+        let wr = SendWr::local_inv(1, RKey::new(0x1234_5678));
         assert_eq!((wr.raw.opcode, wr.num_sge()), (sys::IBV_WR_LOCAL_INV, 0));
         // SAFETY: written by local_inv.
         assert_eq!(unsafe { wr.raw.__bindgen_anon_1.invalidate_rkey }, 0x1234_5678);
-        let sges = [Sge::new(0x1000, 8, LKey(3))];
-        let wr = SendWr::send_with_inv(2, &sges, RKey(0x99));
+        let sges = [Sge::new(0x1000, 8, LKey::new(3))];
+        let wr = SendWr::send_with_inv(2, &sges, RKey::new(0x99));
         assert_eq!((wr.raw.opcode, wr.num_sge()), (sys::IBV_WR_SEND_WITH_INV, 1));
         // SAFETY: written by send_with_inv.
         assert_eq!(unsafe { wr.raw.__bindgen_anon_1.invalidate_rkey }, 0x99);
@@ -861,7 +862,7 @@ mod tests {
             length: 64,
             mw_access_flags: sys::IBV_ACCESS_REMOTE_READ,
         };
-        let wr = SendWr::bind_mw_raw(3, std::ptr::null_mut(), RKey(0x101), info);
+        let wr = SendWr::bind_mw_raw(3, std::ptr::null_mut(), RKey::new(0x101), info);
         assert_eq!((wr.raw.opcode, wr.num_sge()), (sys::IBV_WR_BIND_MW, 0));
         // SAFETY: written by bind_mw_raw.
         let bind = unsafe { wr.raw.__bindgen_anon_2.bind_mw };

@@ -55,12 +55,12 @@ pub fn context(mock: &Mock, ops: DataPath, config: ContextConfig) -> Context {
 fn into_rts(qp: QueuePair<'_, Reset>) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().expect("an IPv6 address"));
     let peer =
-        Endpoint { lid: Lid(0), qpn: Qpn::new(0x12).unwrap(), psn: Psn::new(1).unwrap(), gid };
+        Endpoint { lid: Lid::new(0), qpn: Qpn::new(0x12).unwrap(), psn: Psn::new(1).unwrap(), gid };
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry (RoCE needs a GRH).
     let rtr = ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024);
-    let qp = qp.into_init(&ToInitAttr::default()).map_err(|e| e.error).expect("RESET→INIT");
-    let qp = qp.into_rtr(&rtr).map_err(|e| e.error).expect("INIT→RTR");
-    qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).map_err(|e| e.error).expect("RTR→RTS")
+    let qp = qp.into_init(&ToInitAttr::default()).expect("RESET→INIT");
+    let qp = qp.into_rtr(&rtr).expect("INIT→RTR");
+    qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).expect("RTR→RTS")
 }
 
 /// A WR that links to the next of its list, as those `ibv_post_send(3)` and

@@ -52,7 +52,7 @@ fn send_n(qp: &QueuePair<'_, Rts>, cq: &CompletionQueue<'_>, mr: &MemoryRegion<'
     let sge = [mr.sge(..64).unwrap()];
     for id in 0..n {
         // SAFETY: the first 64 bytes of `mr` are never written while SENDs are outstanding.
-        unsafe { qp.post_send(&mut SendWr::send(id, &sge).flags(SendFlags::SIGNALED)).unwrap() };
+        unsafe { qp.post_send_wr(&mut SendWr::send(id, &sge).flags(SendFlags::SIGNALED)).unwrap() };
         let wcs = wait_for(cq, 2);
         let mut kinds: Vec<_> = wcs.iter().map(|wc| (wc.opcode().0, wc.status())).collect();
         kinds.sort_by_key(|k| k.0);
@@ -66,7 +66,7 @@ fn fill_srq(srq: &SharedReceiveQueue<'_>, mr: &MemoryRegion<'_>, n: u64) {
     let sge = [mr.sge(mr.len() - 64..).unwrap()];
     for id in 0..n {
         // SAFETY: nothing reads or writes the receive area of `mr` during the test.
-        unsafe { srq.post_recv(&mut RecvWr::new(1000 + id, &sge)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(1000 + id, &sge)).unwrap() };
     }
 }
 
@@ -124,7 +124,7 @@ fn a_cq_overrun_raises_a_typed_cq_error_and_the_stream_then_delivers_more() {
         let recv = [mr.sge(2048..2048 + 64).unwrap()];
         for id in 0..room {
             // SAFETY: nothing reads or writes that part of `mr` during the test.
-            unsafe { receiver.post_recv(&mut RecvWr::new(u64::from(id), &recv)).unwrap() };
+            unsafe { receiver.post_recv_wr(&mut RecvWr::new(u64::from(id), &recv)).unwrap() };
         }
         connect(&ctx, sender, receiver)
     };
@@ -133,7 +133,7 @@ fn a_cq_overrun_raises_a_typed_cq_error_and_the_stream_then_delivers_more() {
     for (qp, n) in [(&s1, room), (&s2, 1)] {
         for id in 0..n {
             // SAFETY: the first 64 bytes of `mr` are never written.
-            unsafe { qp.post_send(&mut SendWr::send(u64::from(id), &sge)).unwrap() };
+            unsafe { qp.post_send_wr(&mut SendWr::send(u64::from(id), &sge)).unwrap() };
         }
     }
     let seen = wait_event(&events, |e| matches!(e, AsyncEvent::CqError(_)));
@@ -149,7 +149,7 @@ fn a_cq_overrun_raises_a_typed_cq_error_and_the_stream_then_delivers_more() {
     let sge = [mr.sge(..64).unwrap()];
     for id in 0..3 {
         // SAFETY: the first 64 bytes of `mr` are never written.
-        unsafe { sender.post_send(&mut SendWr::send(id, &sge)).unwrap() };
+        unsafe { sender.post_send_wr(&mut SendWr::send(id, &sge)).unwrap() };
     }
     let seen = wait_event(&events, |e| matches!(e, AsyncEvent::SrqLimitReached(_)));
     assert_eq!(seen.last(), Some(&AsyncEvent::SrqLimitReached(srq.id())), "seen: {seen:?}");
@@ -176,8 +176,8 @@ fn completions_of_real_traffic_are_awaited_on_a_current_thread_runtime() {
             let id = u64::from(round);
             // SAFETY: neither half of `mr` is touched until both completions are awaited.
             unsafe {
-                b.post_recv(&mut RecvWr::new(id, &recv)).unwrap();
-                a.post_send(&mut SendWr::send(id, &send).flags(SendFlags::SIGNALED)).unwrap();
+                b.post_recv_wr(&mut RecvWr::new(id, &recv)).unwrap();
+                a.post_send_wr(&mut SendWr::send(id, &send).flags(SendFlags::SIGNALED)).unwrap();
             }
             let mut got = Vec::new();
             let mut storage = [WorkCompletion::EMPTY; 4];

@@ -56,15 +56,15 @@ fn a_refused_post_returns_the_buffer() {
         .find_map(|_| {
             let mut buf = pool.take().unwrap();
             buf.fill(b"kept").unwrap();
-            qp.post_recv_buffer(buf).err()
+            qp.try_post_recv_buffer(buf).err()
         })
         .expect("a receive queue of 2 refuses one of 8 receives");
     assert_eq!(err.error.errno(), Some(libc::ENOMEM), "{}", err.error);
-    assert!(err.to_string().contains("the work queue is full"), "{err}");
+    assert!(err.error.to_string().contains("the work queue is full"), "{}", err.error);
     assert_eq!(err.buffer.unwrap().as_slice(), b"kept");
 }
 
-/// A `RecvList` longer than the receive queue: rxe takes what fits and names the first WR it
+/// A `RecvBufferList` longer than the receive queue: rxe takes what fits and names the first WR it
 /// refused, which stays in the list with the rest; each receive it took then lands a SEND.
 #[test]
 fn a_receive_list_on_a_short_queue_keeps_what_did_not_fit_and_the_rest_receive() {
@@ -72,7 +72,7 @@ fn a_receive_list_on_a_short_queue_keeps_what_did_not_fit_and_the_rest_receive()
     let lo = Loopback::new(&ctx, 64);
     let pool = lo.pool(16, 256);
     let (a, b) = lo.rc_pair(2, AccessFlags::empty());
-    let mut list = RecvList::with_capacity(8);
+    let mut list = RecvBufferList::with_capacity(8);
     for _ in 0..8 {
         list.push(pool.take().unwrap()).unwrap();
     }
@@ -110,7 +110,7 @@ fn a_send_list_or_its_chain_signals_the_last_and_frees_them_all() {
     let remote_access = AccessFlags::REMOTE_WRITE;
     let (a, b) = lo.rc_pair(8, remote_access);
 
-    let mut list = SendList::with_capacity(8);
+    let mut list = SendBufferList::with_capacity(8);
     for chained in [false, true] {
         for i in 0..8u8 {
             let mut buf = pool.take().unwrap();
@@ -159,14 +159,14 @@ fn raw_lists_post_many_receives_with_one_call_and_many_sends_with_one_doorbell()
     let mut recvs: RecvWrList<'_> =
         recv.iter().zip(10..).map(|(s, id)| RecvWr::new(id, s)).collect();
     // SAFETY: the receive areas are not touched until their completions.
-    unsafe { b.post_recv_list(&mut recvs).unwrap() };
+    unsafe { b.post_recv_wrs(&mut recvs).unwrap() };
     let send: Vec<_> = (0..4).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     let mut wrs: Vec<_> =
         send.iter().enumerate().map(|(i, sge)| SendWr::send(i as u64, sge)).collect();
     wrs[3] = SendWr::send(3, &send[3]).flags(SendFlags::SIGNALED);
     let mut wrs = SendWrList::from(wrs);
     // SAFETY: the send areas are not written until the signaled last send completes.
-    unsafe { a.post_send_list(&mut wrs).unwrap() };
+    unsafe { a.post_send_wrs(&mut wrs).unwrap() };
     let wcs = wait_for(&lo.cq, 5);
     let mut ids: Vec<_> = wcs.iter().map(|wc| (wc.wr_id(), wc.status())).collect();
     ids.sort_by_key(|x| x.0);

@@ -74,7 +74,7 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     let mut mr = lo.region(4096);
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     // SAFETY: `mr` stays registered and untouched until the completion is polled below.
-    unsafe { qp.post_recv(&mut RecvWr::new(7, &sge)).expect("post_recv") };
+    unsafe { qp.post_recv_wr(&mut RecvWr::new(7, &sge)).expect("post_recv") };
     let up = id
         .accept(qp, &ConnParam::with_private_data(SERVER_HELLO), STEP)
         .unwrap_or_else(|e| panic!("accept: {e}"));
@@ -107,7 +107,7 @@ fn client(t: &Target, port: u16) {
     let sge = [mr.sge(..MESSAGE.len()).unwrap()];
     let mut wr = SendWr::send(9, &sge).flags(SendFlags::SIGNALED);
     // SAFETY: `mr` stays registered and unwritten until the completion is polled below.
-    unsafe { up.qp.post_send(&mut wr).expect("post_send") };
+    unsafe { up.qp.post_send_wr(&mut wr).expect("post_send") };
     assert_eq!(one_completion(&lo.cq, "send"), 9);
     id.disconnect().expect("disconnect");
     id.wait_disconnected(STEP).expect("our own DISCONNECTED");
@@ -154,10 +154,11 @@ fn rejected(target: Option<Target>, port: u16) {
         let lo = Loopback::new(id.context().unwrap(), 64);
         let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).unwrap();
         let err = id
-            .connect(qp, &ConnParam::with_private_data(CLIENT_HELLO), STEP)
+            .try_connect(qp, &ConnParam::with_private_data(CLIENT_HELLO), STEP)
             .expect_err("the server rejects");
-        assert_eq!(err.error.errno(), Some(libc::ECONNREFUSED), "{err}");
-        let rejection = err.rejection.as_ref().unwrap_or_else(|| panic!("no rejection: {err}"));
+        assert_eq!(err.error.errno(), Some(libc::ECONNREFUSED), "{}", err.error);
+        let rejection =
+            err.rejection.as_ref().unwrap_or_else(|| panic!("no rejection: {}", err.error));
         assert!(
             rejection.private_data.starts_with(NO),
             "reject data: {:?}",
@@ -165,8 +166,8 @@ fn rejected(target: Option<Target>, port: u16) {
         );
         // IB/RoCE: 28, the CM's "consumer defined" reason; siw (iWARP): -ECONNRESET.
         let expected = if t.iwarp { -libc::ECONNRESET } else { 28 };
-        assert_eq!(rejection.reason, expected, "{err}");
-        assert!(err.to_string().contains("rejected"), "{err}");
+        assert_eq!(rejection.reason, expected, "{}", err.error);
+        assert!(err.error.to_string().contains("rejected"), "{}", err.error);
         let _qp_comes_back: &QueuePair<'_, rdma_verbs::Unknown> = &err.qp;
         server.join().expect("server thread");
     });

@@ -140,7 +140,7 @@ mod hardware {
         let mut region = pd.register_remote_writable(3 * 64, access).unwrap();
         region.write(128, &[0xa5; 64]).unwrap();
 
-        let key = DcKey(0x1234_5678_9abc_def0);
+        let key = DcKey::new(0x1234_5678_9abc_def0);
         let dct = mlx5.create_dct(pd, &DctInitAttr { srq: &srq, recv_cq: cq, key }).unwrap();
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
         let dct = dct.into_init(&init).unwrap();
@@ -148,7 +148,7 @@ mod hardware {
         let token = dct.endpoint(gid, lid);
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
-        unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap() };
 
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
         let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
@@ -159,7 +159,7 @@ mod hardware {
             DcWr::send(3, &src, peer.destination()).flags(SendFlags::SIGNALED),
         ];
         // SAFETY: the region outlives the WRs and is not written until they complete.
-        unsafe { dci.post(&wrs).unwrap() };
+        unsafe { dci.post_send_wrs(&wrs).unwrap() };
 
         let mut seen = Vec::new();
         let mut wcs: [WorkCompletion; 4] = Default::default();
@@ -249,7 +249,7 @@ mod hardware {
         let (pd, cq) = (&lo.pd, &lo.cq);
         let srq = pd.create_srq(4, 1).unwrap();
         let region = lo.region(128);
-        let key = DcKey(0x5eed);
+        let key = DcKey::new(0x5eed);
         let dct = mlx5.create_dct(pd, &DctInitAttr { srq: &srq, recv_cq: cq, key }).unwrap();
         let init = ToInitAttr { port: 1, pkey_index: 0, access: AccessFlags::empty() };
         let route = DcRoute::new(1, sgid, Mtu::MTU_1024);
@@ -257,10 +257,10 @@ mod hardware {
         let token = dct.unwrap().endpoint(gid, lid);
         let recv = [region.sge(0..64).unwrap()];
         // SAFETY: read only after its completion; the region outlives the DCT.
-        unsafe { srq.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap() };
         let (dci, peer) = mlx5.connect_dci(pd, &DciInitAttr::new(cq), &route, &token).unwrap();
         let src = [region.sge(64..128).unwrap()];
-        let wrong = DcDestination { key: DcKey(0xbad), ..peer.destination() };
+        let wrong = DcDestination { key: DcKey::new(0xbad), ..peer.destination() };
         let poll_one = || {
             let mut wcs: [WorkCompletion; 1] = Default::default();
             let start = Instant::now();
@@ -274,7 +274,7 @@ mod hardware {
         let send = |dci: &Dci<'_, Rts>, wr_id, dest| {
             let wr = DcWr::send(wr_id, &src, dest).flags(SendFlags::SIGNALED);
             // SAFETY: the region outlives the WR and is not written until it completes.
-            unsafe { dci.post(&[wr]).unwrap() };
+            unsafe { dci.post_send_wrs(&[wr]).unwrap() };
         };
         // A wrong key: the DCT never answers, the DCI retries out and goes to ERROR.
         send(&dci, 2, wrong);

@@ -210,8 +210,8 @@ fn query_qp_and_a_completion_write_no_further_than_the_bindings_structures() {
 
     // SAFETY: a zero-length SEND names no memory; b's receive takes nothing either.
     unsafe {
-        b.post_recv(&mut RecvWr::new(1, &[])).unwrap();
-        a.post_send(&mut SendWr::send(2, &[]).flags(SendFlags::SIGNALED)).unwrap();
+        b.post_recv_wr(&mut RecvWr::new(1, &[])).unwrap();
+        a.post_send_wr(&mut SendWr::send(2, &[]).flags(SendFlags::SIGNALED)).unwrap();
     }
     // Wait for both, then put them back one by one through the verb the crate polls with.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -239,14 +239,14 @@ fn an_async_event_writes_no_further_than_the_bindings_structure() {
     let (a, _b) = lo.pair::<Rc>(&attr, AccessFlags::empty());
     for id in 0..8 {
         // SAFETY: a receive of nothing.
-        unsafe { srq.post_recv(&mut RecvWr::new(id, &[])).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(id, &[])).unwrap() };
     }
     // Below 4 receives left raises IBV_EVENT_SRQ_LIMIT_REACHED.
     srq.arm_limit(4).unwrap();
     for id in 0..5 {
         // SAFETY: a zero-length SEND names no memory.
         unsafe {
-            a.post_send(&mut SendWr::send(100 + id, &[]).flags(SendFlags::SIGNALED)).unwrap()
+            a.post_send_wr(&mut SendWr::send(100 + id, &[]).flags(SendFlags::SIGNALED)).unwrap()
         };
     }
     drop(wait_for(&lo.cq, 10));

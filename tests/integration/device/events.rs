@@ -47,13 +47,13 @@ fn an_armed_cq_wakes_its_channel_and_the_completions_are_then_polled() {
     let (a, b) = (lo.rc_in_init(4, AccessFlags::empty()), lo.rc_in_init(4, AccessFlags::empty()));
     let recv_sge = [mr.sge(4096..).unwrap()];
     // SAFETY: the receive half of `mr` is not touched until its completion is polled.
-    unsafe { b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap() };
+    unsafe { b.post_recv_wr(&mut RecvWr::new(1, &recv_sge)).unwrap() };
     let (a, b) = connect(&ctx, a, b);
 
     lo.cq.req_notify(false).unwrap();
     let send_sge = [mr.sge(..4096).unwrap()];
     // SAFETY: the send half of `mr` is not written until the send completes.
-    unsafe { a.post_send(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap() };
+    unsafe { a.post_send_wr(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap() };
 
     let mut seen = sleep_for(&channel, &lo.cq, 2);
     seen.sort_by_key(|c| c.0);
@@ -188,8 +188,8 @@ unsafe fn post_message(
     let (send_sge, recv_sge) = ([mr.sge(..64).unwrap()], [mr.sge(mr.len() / 2..).unwrap()]);
     // SAFETY: the caller keeps `mr` untouched until both WRs complete.
     unsafe {
-        b.post_recv(&mut RecvWr::new(id, &recv_sge)).unwrap();
-        a.post_send(&mut SendWr::send(id, &send_sge)).unwrap();
+        b.post_recv_wr(&mut RecvWr::new(id, &recv_sge)).unwrap();
+        a.post_send_wr(&mut SendWr::send(id, &send_sge)).unwrap();
     }
 }
 

@@ -27,7 +27,7 @@ const RXE_BAD_LKEY: WcStatus = WcStatus::LOC_QP_OP_ERR;
 /// moves its QP to ERROR.
 fn bad_lkey(mr: &MemoryRegion<'_>) -> [Sge; 1] {
     let good = mr.sge(..64).unwrap();
-    [Sge::new(good.addr(), 64, LKey(mr.lkey().0 ^ 0xff00))]
+    [Sge::new(good.addr(), 64, LKey::new(mr.lkey().get() ^ 0xff00))]
 }
 
 #[test]
@@ -43,7 +43,7 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
 
     let send = [mr.sge(..64).unwrap()];
     // SAFETY: `mr` is not written while the WR is outstanding. b has posted no receive.
-    unsafe { a.post_send(&mut SendWr::send(1, &send).flags(SendFlags::SIGNALED)).unwrap() };
+    unsafe { a.post_send_wr(&mut SendWr::send(1, &send).flags(SendFlags::SIGNALED)).unwrap() };
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(
         (wc.wr_id(), wc.status(), wc.qp_num()),
@@ -61,8 +61,8 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
     let recv = [mr.sge(2048..).unwrap()];
     // SAFETY: the receive area is not touched, the send area not written, until both complete.
     unsafe {
-        d.post_recv(&mut RecvWr::new(2, &recv)).unwrap();
-        c.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
+        d.post_recv_wr(&mut RecvWr::new(2, &recv)).unwrap();
+        c.post_send_wr(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
     let wcs = wait_for(&lo.cq, 2);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
@@ -80,10 +80,10 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
     let (a, b) = lo.rc_pair(4, AccessFlags::REMOTE_WRITE);
 
     let remote = target.remote(..).unwrap();
-    let wrong = RemoteAddr { addr: remote.addr, rkey: RKey(remote.rkey.0 ^ 0x0001_0000) };
+    let wrong = RemoteAddr { addr: remote.addr, rkey: RKey::new(remote.rkey.get() ^ 0x0001_0000) };
     let sge = [src.sge(..).unwrap()];
     // SAFETY: `src` is not written while the WR is outstanding.
-    unsafe { a.post_send(&mut SendWr::rdma_write(1, &sge, wrong).flags(SendFlags::SIGNALED)) }
+    unsafe { a.post_send_wr(&mut SendWr::rdma_write(1, &sge, wrong).flags(SendFlags::SIGNALED)) }
         .unwrap();
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(
@@ -111,7 +111,7 @@ fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
     let slots: Vec<_> = (8..16).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in slots.iter().enumerate() {
         // SAFETY: `mr` is not touched until every WR has completed.
-        unsafe { a.post_recv(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
+        unsafe { a.post_recv_wr(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
     }
     let bad = bad_lkey(&mr);
     let good: Vec<_> = (1..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
@@ -122,7 +122,7 @@ fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
     }
     let mut wrs = SendWrList::from(wrs);
     // SAFETY: as above.
-    unsafe { a.post_send_list(&mut wrs).unwrap() };
+    unsafe { a.post_send_wrs(&mut wrs).unwrap() };
 
     let wcs = wait_for(&lo.cq, 16);
     assert!(drain_for(&lo.cq, Duration::from_millis(300)).is_empty(), "nothing completes twice");
@@ -151,12 +151,12 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
     let slots: Vec<_> = (4..8).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in slots.iter().enumerate() {
         // SAFETY: `mr` is not touched until the receives complete.
-        unsafe { srq.post_recv(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
     }
     // x fails a send of its own and enters ERROR.
     let bad = bad_lkey(&mr);
     // SAFETY: as above.
-    unsafe { x.post_send(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
+    unsafe { x.post_send_wr(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
     let wc = &wait_for(send_cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.qp_num()), (1, RXE_BAD_LKEY, x.qp_num()), "{wc:?}");
     assert_eq!(x.query_state().unwrap(), QueuePairState::ERR);
@@ -167,8 +167,10 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
     let sends: Vec<_> = (0..4).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in sends.iter().enumerate() {
         // SAFETY: as above.
-        unsafe { sy.post_send(&mut SendWr::send(10 + i as u64, sge).flags(SendFlags::SIGNALED)) }
-            .unwrap();
+        unsafe {
+            sy.post_send_wr(&mut SendWr::send(10 + i as u64, sge).flags(SendFlags::SIGNALED))
+        }
+        .unwrap();
     }
     let sent = wait_for(send_cq, 4);
     assert!(sent.iter().all(WorkCompletion::is_success), "{sent:?}");
@@ -235,7 +237,7 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
     let n = caps.max_send_sge as usize + 1;
     let sges: Vec<_> = (0..n).map(|i| mr.sge(i * 16..(i + 1) * 16).unwrap()).collect();
     // SAFETY: refused before posting.
-    let err = unsafe { a.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
+    let err = unsafe { a.post_send_wr(&mut SendWr::send(1, &sges)) }.unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{err:?}");
     let max = caps.max_send_sge;
     assert_eq!(
@@ -247,7 +249,7 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
     let inline = [mr.sge(..len).unwrap()];
     let mut wr = SendWr::send(2, &inline).flags(SendFlags::INLINE | SendFlags::SIGNALED);
     // SAFETY: refused before posting.
-    let err = unsafe { a.post_send(&mut wr) }.unwrap_err();
+    let err = unsafe { a.post_send_wr(&mut wr) }.unwrap_err();
     let max = caps.max_inline_data;
     assert_eq!(
         err.to_string(),
@@ -264,16 +266,16 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
         format!("a UD message carries at most the path MTU, {mtu} bytes, not {}", mtu + 1);
     let big = [mr.sge(..mtu + 1).unwrap()];
     // SAFETY: refused before posting.
-    let err = unsafe { u.post_send(&mut SendWr::send(3, &big).to(&dest)) }.unwrap_err();
+    let err = unsafe { u.post_send_wr(&mut SendWr::send(3, &big).to(&dest)) }.unwrap_err();
     assert_eq!(err.to_string(), too_long);
     let mut buf = pool.take().unwrap();
     buf.set_len(mtu + 1).unwrap();
-    let err = u.post_send_buffer_to(buf, &dest, None).unwrap_err();
+    let err = u.try_post_send_buffer_to(buf, &dest, None).unwrap_err();
     assert_eq!(err.error.to_string(), too_long);
     assert_eq!(err.buffer.unwrap().len(), mtu + 1, "the buffer comes back");
     let one = [mr.sge(..16).unwrap()];
     // SAFETY: refused before posting.
-    let err = unsafe { u.post_send(&mut SendWr::send(4, &one)) }.unwrap_err();
+    let err = unsafe { u.post_send_wr(&mut SendWr::send(4, &one)) }.unwrap_err();
     assert_eq!(
         err.to_string(),
         "a UD QP posts only SENDs addressed with SendWr::to(&UdDestination)"
@@ -315,11 +317,12 @@ fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
     // SAFETY: `mr` is not touched until every WR has completed.
     unsafe {
         for (i, sge) in recv.iter().enumerate() {
-            b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap();
+            b.post_recv_wr(&mut RecvWr::new(10 + i as u64, sge)).unwrap();
         }
-        a.post_send(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap();
-        a.post_send(&mut SendWr::send_with_imm(2, &[], 0x1234).flags(SendFlags::SIGNALED)).unwrap();
-        a.post_send(&mut SendWr::send(3, &mixed).flags(SendFlags::SIGNALED)).unwrap();
+        a.post_send_wr(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap();
+        a.post_send_wr(&mut SendWr::send_with_imm(2, &[], 0x1234).flags(SendFlags::SIGNALED))
+            .unwrap();
+        a.post_send_wr(&mut SendWr::send(3, &mixed).flags(SendFlags::SIGNALED)).unwrap();
     }
     let wcs = wait_for(&lo.cq, 6);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
@@ -362,11 +365,11 @@ fn immediate_data_is_read_only_when_the_completion_flags_it() {
     // SAFETY: `mr` is not touched until every WR has completed.
     unsafe {
         for (i, sge) in recv.iter().enumerate() {
-            b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap();
+            b.post_recv_wr(&mut RecvWr::new(10 + i as u64, sge)).unwrap();
         }
         for wr in &mut wrs {
             wr.set_flags(SendFlags::SIGNALED);
-            a.post_send(wr).unwrap();
+            a.post_send_wr(wr).unwrap();
         }
     }
     // One slot of storage, reused for every completion: one without immediate data lands where
@@ -453,7 +456,7 @@ fn threads_posting_on_one_qp_with_a_polling_thread_lose_nothing_raw() {
     let slots: Vec<_> = (0..MESSAGES).map(|i| [dst.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in slots.iter().enumerate() {
         // SAFETY: `dst` is not read until every receive has completed.
-        unsafe { b.post_recv(&mut RecvWr::new(i as u64, sge)).unwrap() };
+        unsafe { b.post_recv_wr(&mut RecvWr::new(i as u64, sge)).unwrap() };
     }
 
     let (a, src) = (&a, &src);
@@ -467,7 +470,7 @@ fn threads_posting_on_one_qp_with_a_polling_thread_lose_nothing_raw() {
                     let sge = [src.sge(i * 8..(i + 1) * 8).unwrap()];
                     let mut wr = SendWr::send(send_id(t, k), &sge).flags(SendFlags::SIGNALED);
                     // SAFETY: `src` is not written while any send is outstanding.
-                    unsafe { a.post_send(&mut wr).unwrap() };
+                    unsafe { a.post_send_wr(&mut wr).unwrap() };
                 }
             });
         }

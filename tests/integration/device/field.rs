@@ -28,14 +28,14 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         let rts =
             ToRtsAttr { rnr_retry: RnrRetry::INFINITE, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
         let (a, b) = lo.pair_with::<Rc>(&attr, AccessFlags::empty(), &rts);
-        assert_eq!(a.send_path(), path);
+        assert_eq!(a.verbs_path(), path);
         let mut in_flight = 0;
         let err = loop {
             let mut buffer = pool.take().unwrap();
             buffer.fill(b"x").unwrap();
             match a.post_send_buffer(buffer, SendOp::Send) {
                 Ok(()) => in_flight += 1,
-                Err(e) => break e.error,
+                Err(e) => break e,
             }
             assert!(
                 in_flight < 64,
@@ -46,7 +46,7 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         let Error::WorkQueueFull { verb: got, source } = &err else { panic!("{path:?}: {err:?}") };
         assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
         assert!(err.to_string().contains("reap completions before posting more"), "{err}");
-        let mut list = SendList::with_capacity(12);
+        let mut list = SendBufferList::with_capacity(12);
         for _ in 0..12 {
             let mut buffer = pool.take().unwrap();
             buffer.fill(b"x").unwrap();
@@ -62,7 +62,6 @@ fn a_full_send_queue_is_work_queue_full_on_both_paths_and_a_refused_list_strands
         let mut returned = 0;
         let a = a
             .drain(&[&lo.cq], DRAIN, |wc| returned += usize::from(pool.complete(wc).is_some()))
-            .map_err(|e| e.error)
             .unwrap();
         assert_eq!(returned, in_flight, "{path:?}");
         assert_eq!(
@@ -92,15 +91,15 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
         for i in 0..8 {
             let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: the pool ran out"));
             if i % 2 == 0 {
-                a.post_recv_buffer(buffer).map_err(|e| e.error).unwrap();
+                a.post_recv_buffer(buffer).unwrap();
             } else {
-                a.post_send_buffer(buffer, SendOp::Send).map_err(|e| e.error).unwrap();
+                a.post_send_buffer(buffer, SendOp::Send).unwrap();
             }
         }
         let give_back = |wc: &mut WorkCompletion| drop(pool.complete(wc));
         qps = (
-            a.drain(&[&lo.cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
-            b.drain(&[&lo.cq], DRAIN, give_back).map_err(|e| e.error).unwrap(),
+            a.drain(&[&lo.cq], DRAIN, give_back).unwrap(),
+            b.drain(&[&lo.cq], DRAIN, give_back).unwrap(),
         );
     }
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8);
@@ -129,7 +128,7 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
         };
         let start = std::time::Instant::now();
         // SAFETY: a zero-length SEND names no memory.
-        unsafe { a.post_send(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
+        unsafe { a.post_send_wr(&mut SendWr::send(1, &[]).flags(SendFlags::SIGNALED)).unwrap() };
         let mut storage: [WorkCompletion; 1] = Default::default();
         let wc = lo.cq.wait_for(1, GIVE_UP, &mut storage).unwrap();
         assert_eq!((wc[0].wr_id(), wc[0].status()), (1, status), "peer dies: {peer_dies}");
@@ -150,7 +149,7 @@ fn a_read_or_atomic_on_a_qp_without_read_credits_is_refused_instead_of_hanging()
     let (sge, remote) = ([local.sge(..8).unwrap()], target.remote(..).unwrap());
     for wr in [SendWr::rdma_read(1, &sge, remote), SendWr::fetch_add(2, &sge, remote, 1)] {
         // SAFETY: refused before posting; nothing reaches the NIC.
-        let err = unsafe { a.post_send(&mut wr.flags(SendFlags::SIGNALED)) }.unwrap_err();
+        let err = unsafe { a.post_send_wr(&mut wr.flags(SendFlags::SIGNALED)) }.unwrap_err();
         assert!(err.to_string().contains("max_rd_atomic 0"), "{err}");
     }
     let mut storage: [WorkCompletion; 1] = Default::default();

@@ -15,9 +15,9 @@ fn a_qp_in_error_is_reset_and_reused() {
     // A send naming an lkey that does not exist ends in a local protection error, which
     // moves the QP to ERROR.
     let good = mr.sge(..64).unwrap();
-    let bad = [Sge::new(good.addr(), 64, LKey(mr.lkey().0 ^ 0xff00))];
+    let bad = [Sge::new(good.addr(), 64, LKey::new(mr.lkey().get() ^ 0xff00))];
     // SAFETY: `mr` is not written while the WR is outstanding.
-    unsafe { a.post_send(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
+    unsafe { a.post_send_wr(&mut SendWr::send(1, &bad).flags(SendFlags::SIGNALED)).unwrap() };
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(wc.wr_id(), 1);
     assert_ne!(wc.status(), WcStatus::SUCCESS, "{wc:?}");
@@ -33,8 +33,8 @@ fn a_qp_in_error_is_reset_and_reused() {
     let (recv, send) = ([mr.sge(2048..).unwrap()], [good]);
     // SAFETY: the receive area is not touched, the send area not written, until both complete.
     unsafe {
-        b.post_recv(&mut RecvWr::new(2, &recv)).unwrap();
-        a.post_send(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
+        b.post_recv_wr(&mut RecvWr::new(2, &recv)).unwrap();
+        a.post_send_wr(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
     let wcs = wait_for(&lo.cq, 2);
     assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
@@ -53,7 +53,7 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     // RTS → SQD with a bit that transition does not take: refused before the verb, QP intact.
     let attr =
         rdma_verbs::sys::ibv_qp_attr { qp_state: QueuePairState::SQD.0, ..Default::default() };
-    let err = a.modify_raw(&attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU).unwrap_err();
+    let err = a.try_modify_raw(&attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU).unwrap_err();
     assert_eq!(
         err.error.to_string(),
         "modify_raw RTS→SQD (RC QP): bits not allowed in this transition: PATH_MTU"
@@ -65,7 +65,7 @@ fn modify_raw_checks_the_mask_and_the_state_returns_to_the_type() {
     let attr =
         rdma_verbs::sys::ibv_qp_attr { qp_state: QueuePairState::ERR.0, ..Default::default() };
     let a = a.modify_raw(&attr, QpAttrMask::STATE).unwrap();
-    let err = a.into_checked::<Rts>().unwrap_err();
+    let err = a.try_into_checked::<Rts>().unwrap_err();
     assert_eq!(err.error.to_string(), "the QP is in ERROR, not RTS");
     let a = err.qp.reset().unwrap();
     assert_eq!(a.query_state().unwrap(), QueuePairState::RESET);
@@ -136,9 +136,9 @@ fn into_checked_learns_the_send_limits_from_the_device() {
     let mask = QpAttrMask::STATE | <Rc as QpType>::RTS_MASK;
     let a = a.modify_raw(&rts, mask).unwrap().into_checked::<Rts>().unwrap();
     let sge = [mr.sge(..8).unwrap()];
-    let mut read = SendWr::rdma_read(1, &sge, RemoteAddr { addr: 0, rkey: RKey(0) });
+    let mut read = SendWr::rdma_read(1, &sge, RemoteAddr { addr: 0, rkey: RKey::new(0) });
     // SAFETY: refused before the provider; `mr` outlives the call in any case.
-    let err = unsafe { a.post_send(&mut read) }.expect_err("a READ it cannot issue");
+    let err = unsafe { a.post_send_wr(&mut read) }.expect_err("a READ it cannot issue");
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err}");
 
     let ud = lo.pd.create_qp::<Ud>(&lo.attr(4)).unwrap();
@@ -155,7 +155,7 @@ fn into_checked_learns_the_send_limits_from_the_device() {
     let sge = [mr.sge(..).unwrap()];
     let mut send = SendWr::send(2, &sge).to(&dest).flags(SendFlags::SIGNALED);
     // SAFETY: `mr` stays registered and unwritten until the completion below.
-    unsafe { ud.post_send(&mut send) }.expect("a datagram of the active MTU");
+    unsafe { ud.post_send_wr(&mut send) }.expect("a datagram of the active MTU");
     let wc = &wait_for(&lo.cq, 1)[0];
     assert!(wc.is_success() && wc.wr_id() == 2, "{wc:?}");
     drop(b);

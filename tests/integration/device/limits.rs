@@ -41,10 +41,7 @@ fn an_inline_size_the_provider_refuses_is_named() {
     let err = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap_err();
     let msg = err.to_string();
     // rxe has the extended QP, so the verb that refused is ibv_create_qp_ex.
-    assert!(
-        msg.starts_with("ibv_create_qp_ex failed: EINVAL (Invalid argument); the provider refused"),
-        "{msg}"
-    );
+    assert!(msg.starts_with("ibv_create_qp_ex failed: EINVAL; the provider refused"), "{msg}");
     assert!(
         msg.contains("max_inline_data 1048576") && msg.contains("device limits: max_qp_wr "),
         "{msg}"
@@ -71,10 +68,7 @@ fn a_pd_in_use_cannot_be_destroyed_and_says_so() {
     assert!(!raw_mr.is_null());
     let err = pd.destroy().unwrap_err();
     assert_eq!(err.errno(), Some(libc::EBUSY), "{err}");
-    assert!(
-        err.to_string().starts_with("ibv_dealloc_pd failed: EBUSY (Device or resource busy)"),
-        "{err}"
-    );
+    assert!(err.to_string().starts_with("ibv_dealloc_pd failed: EBUSY"), "{err}");
     // SAFETY: the registration made above, removed once; the PD itself stays leaked.
     assert_eq!(unsafe { (fns.ibv_dereg_mr)(raw_mr) }, 0);
 }

@@ -16,13 +16,13 @@ fn send_with_imm_delivers_payload_and_immediate() {
     let (a, b) = (lo.rc_in_init(4, AccessFlags::empty()), lo.rc_in_init(4, AccessFlags::empty()));
     let recv_sge = [mr.sge(4096..).unwrap()];
     // SAFETY: the receive half of `mr` is not touched until its completion is polled.
-    unsafe { b.post_recv(&mut RecvWr::new(7, &recv_sge)).unwrap() };
+    unsafe { b.post_recv_wr(&mut RecvWr::new(7, &recv_sge)).unwrap() };
     let (a, b) = connect(&ctx, a, b);
 
     let send_sge = [mr.sge(..4096).unwrap()];
     let mut wr = SendWr::send_with_imm(8, &send_sge, 0xfeed_beef).flags(SendFlags::SIGNALED);
     // SAFETY: the send half of `mr` is not written until the send completes.
-    unsafe { a.post_send(&mut wr).unwrap() };
+    unsafe { a.post_send_wr(&mut wr).unwrap() };
 
     let wcs = wait_for(&lo.cq, 2);
     let recv = wcs.iter().find(|wc| wc.wr_id() == 7).expect("receive completion");
@@ -49,7 +49,7 @@ fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
         (lo.rc_in_init(4, AccessFlags::empty()), lo.rc_in_init(4, AccessFlags::REMOTE_READ));
     let recv_sge = [sink.sge(len..).unwrap()];
     // SAFETY: the tail of `sink` is not touched until its completion is polled.
-    unsafe { b.post_recv(&mut RecvWr::new(1, &recv_sge)).unwrap() };
+    unsafe { b.post_recv_wr(&mut RecvWr::new(1, &recv_sge)).unwrap() };
     let (a, b) = connect(&ctx, a, b);
 
     let read_sge = [sink.sge(..len).unwrap()];
@@ -59,7 +59,7 @@ fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
     let mut send = SendWr::send(3, &small).flags(SendFlags::SIGNALED);
     // SAFETY: `sink` is not read until both completions are polled; `source` is not written.
     unsafe {
-        a.post_send(&mut read).unwrap();
+        a.post_send_wr(&mut read).unwrap();
     }
     let wcs = wait_for(&lo.cq, 1);
     assert_eq!(
@@ -67,7 +67,7 @@ fn plain_send_carries_no_immediate_and_rdma_read_copies_remote_bytes() {
         (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
     );
     // SAFETY: as above.
-    unsafe { a.post_send(&mut send).unwrap() };
+    unsafe { a.post_send_wr(&mut send).unwrap() };
     let wcs = wait_for(&lo.cq, 2);
     let recv = wcs.iter().find(|wc| wc.wr_id() == 1).expect("receive completion");
     assert!(recv.is_success(), "{wcs:?}");
@@ -86,7 +86,7 @@ fn too_much_inline_data_is_refused_before_posting() {
     let sge = [mr.sge(..too_big).unwrap()];
     let mut wr = SendWr::send(1, &sge).flags(SendFlags::INLINE);
     // SAFETY: refused before reaching the NIC; `mr` is not written anyway.
-    let err = unsafe { a.post_send(&mut wr) }.unwrap_err();
+    let err = unsafe { a.post_send_wr(&mut wr) }.unwrap_err();
     assert!(err.to_string().contains("cannot be sent inline"), "{err}");
     drop(b);
 }
@@ -101,7 +101,7 @@ fn a_burst_of_64_completions_drains_in_one_poll_call() {
     // cannot be counted in the guest (no uprobes), so the mock's call counts back this up
     // (mock::verbs_path::the_default_poll_drains_a_batch_with_one_provider_call).
     let cq = &lo.cq;
-    assert_eq!(cq.path(), VerbsPath::Extended);
+    assert_eq!(cq.verbs_path(), VerbsPath::Extended);
     let source = lo.region(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let target = lo.pd.register_remote_writable(4096, access).unwrap();
@@ -112,7 +112,7 @@ fn a_burst_of_64_completions_drains_in_one_poll_call() {
         .map(|i| SendWr::rdma_write(i, &sge, remote).flags(SendFlags::SIGNALED))
         .collect();
     // SAFETY: neither region is touched by the program until the writes complete.
-    unsafe { a.post_send_list(&mut wrs).unwrap() };
+    unsafe { a.post_send_wrs(&mut wrs).unwrap() };
     // Loopback writes of 64 bytes complete within milliseconds even under TCG: wait, then
     // drain them all with one poll.
     std::thread::sleep(std::time::Duration::from_secs(2));

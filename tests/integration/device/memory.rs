@@ -30,7 +30,7 @@ fn write_status(
     let mut wr = SendWr::rdma_write(7, &sges, remote).flags(SendFlags::SIGNALED);
     // SAFETY: the source region outlives the completion polled below and is not written
     // meanwhile.
-    unsafe { qp.post_send(&mut wr).unwrap() };
+    unsafe { qp.post_send_wr(&mut wr).unwrap() };
     let wc = &wait_for(cq, 1)[0];
     assert_eq!(wc.wr_id(), 7);
     wc.status()
@@ -68,7 +68,7 @@ fn run(
     mut wr: SendWr<'_>,
 ) -> (WcStatus, WcOpcode) {
     // SAFETY: the WR carries no SGE (bind / invalidate).
-    unsafe { qp.post_send(&mut wr).unwrap() };
+    unsafe { qp.post_send_wr(&mut wr).unwrap() };
     let wc = &wait_for(cq, 1)[0];
     assert_eq!(wc.wr_id(), wr.wr_id());
     (wc.status(), wc.opcode())
@@ -146,7 +146,11 @@ fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
     let before = mw.rkey();
     let rkey = b.bind_mw(&mut mw, &bind, 11, SendFlags::SIGNALED).unwrap();
     assert_eq!(rkey, mw.rkey());
-    assert_eq!(rkey.0, rdma_verbs::sys::inline::ibv_inc_rkey(before.0), "bind moves the key");
+    assert_eq!(
+        rkey.get(),
+        rdma_verbs::sys::inline::ibv_inc_rkey(before.get()),
+        "bind moves the key"
+    );
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (11, WcStatus::SUCCESS, WcOpcode::BIND_MW));
     assert_ne!(rkey, target.rkey());
@@ -181,7 +185,7 @@ fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
     let before = mw.rkey();
     let wr = SendWr::bind_mw(21, &mut mw, &bind).unwrap().flags(SendFlags::SIGNALED);
     assert_eq!(run(&b, &lo.cq, wr), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
-    assert_eq!(mw.rkey().0, rdma_verbs::sys::inline::ibv_inc_rkey(before.0));
+    assert_eq!(mw.rkey().get(), rdma_verbs::sys::inline::ibv_inc_rkey(before.get()));
 
     let remote = mw.remote(&bind);
     assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
@@ -223,11 +227,11 @@ fn a_peer_s_send_with_invalidate_closes_a_type_2_window() {
 
     let recv_sges = [inbox.sge(..64).unwrap()];
     // SAFETY: `inbox` is not touched until the receive's completion below.
-    unsafe { b.post_recv(&mut RecvWr::new(52, &recv_sges)).unwrap() };
+    unsafe { b.post_recv_wr(&mut RecvWr::new(52, &recv_sges)).unwrap() };
     let send_sges = [src.sge(..16).unwrap()];
     let mut send = SendWr::send_with_inv(53, &send_sges, mw.rkey()).flags(SendFlags::SIGNALED);
     // SAFETY: `src` is not written until the completion below.
-    unsafe { a.post_send(&mut send).unwrap() };
+    unsafe { a.post_send_wr(&mut send).unwrap() };
     let mut wcs = wait_for(&lo.cq, 2);
     wcs.sort_by_key(|wc| wc.wr_id());
     let (recv, sent) = (&wcs[0], &wcs[1]);

@@ -18,7 +18,7 @@ fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_at_rtr() {
             (lo.rc_in_init(1, AccessFlags::empty()), lo.rc_in_init(1, AccessFlags::empty()));
         let eb = endpoint(&ctx, &b, Psn::random());
         let rtr = ToRtrAttr::to_endpoint(&eb, PORT, Some(sgid_index(&ctx)), asked);
-        let a = a.into_rtr(&rtr).map_err(|e| e.error).unwrap();
+        let a = a.into_rtr(&rtr).unwrap();
         assert_eq!(a.query().unwrap().path_mtu, in_effect, "{asked} asked");
     }
 }

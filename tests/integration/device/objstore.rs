@@ -203,8 +203,7 @@ fn open_session<'a>(
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 1, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) }).unwrap();
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-    let qp =
-        qp.into_init(&ToInitAttr { access, ..Default::default() }).map_err(|e| e.error).unwrap();
+    let qp = qp.into_init(&ToInitAttr { access, ..Default::default() }).unwrap();
     let psn = Psn::random();
     let me = Endpoint {
         lid: port.lid(),
@@ -220,8 +219,8 @@ fn open_session<'a>(
         max_dest_rd_atomic: 4,
         ..ToRtrAttr::to_endpoint(&remote, 1, Some(gid_index), port.active_mtu())
     };
-    let qp = qp.into_rtr(&rtr).map_err(|e| e.error).unwrap();
-    let qp = qp.into_rts(&ToRtsAttr::new(psn)).map_err(|e| e.error).unwrap();
+    let qp = qp.into_rtr(&rtr).unwrap();
+    let qp = qp.into_rts(&ToRtsAttr::new(psn)).unwrap();
     OwnSession { id, _qp: qp }
 }
 
@@ -256,14 +255,16 @@ fn bad_tokens_fail_their_request_and_session_only() {
         "session={};addr={:#x};len=4096;rkey={:#x}",
         session.id,
         remote.addr,
-        remote.rkey.0 ^ 0x5a00
+        remote.rkey.get() ^ 0x5a00
     );
     let (status, body) = put_with_token(&server, "/b/k", &wrong);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("RDMA READ on the client's buffer failed"), "{body}");
     let right = format!(
         "session={};addr={:#x};len=4096;rkey={:#x}",
-        session.id, remote.addr, remote.rkey.0
+        session.id,
+        remote.addr,
+        remote.rkey.get()
     );
     let (status, body) = put_with_token(&server, "/b/k", &right);
     assert_eq!(status, 410, "{body}");
@@ -276,7 +277,7 @@ fn bad_tokens_fail_their_request_and_session_only() {
         "session={};addr={:#x};len=65536;rkey={:#x}",
         session.id,
         remote.addr + (1 << 20) - 4096,
-        remote.rkey.0
+        remote.rkey.get()
     );
     let mut r =
         agent().get(server.url("/b/small")).header("X-Rdma-Token", &outside).call().unwrap();
@@ -286,8 +287,12 @@ fn bad_tokens_fail_their_request_and_session_only() {
 
     // A GET into a buffer too small: 416 with the object's size.
     let session = open_session(&server, &ctx, &pd, &cq);
-    let small =
-        format!("session={};addr={:#x};len=100;rkey={:#x}", session.id, remote.addr, remote.rkey.0);
+    let small = format!(
+        "session={};addr={:#x};len=100;rkey={:#x}",
+        session.id,
+        remote.addr,
+        remote.rkey.get()
+    );
     let r = agent().get(server.url("/b/small")).header("X-Rdma-Token", &small).call().unwrap();
     assert_eq!(r.status(), 416);
     assert_eq!(r.headers().get("X-Object-Size").unwrap(), "8192");

@@ -195,10 +195,9 @@ pub fn ud_in_rts<'a>(
 
 /// An address handle for reaching QPs of this same port (GRH from the routable GID).
 pub fn loopback_ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
-    let gid = ctx.routable_gid(PORT).unwrap().gid;
-    let lid = ctx.query_port(PORT).unwrap().lid();
-    let me = Endpoint { lid, qpn: Qpn::new(0).unwrap(), psn: Psn::new(0).unwrap(), gid };
-    pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(sgid_index(ctx)))).unwrap()
+    let (gid, lid) = (ctx.routable_gid(PORT).unwrap().gid, ctx.query_port(PORT).unwrap().lid());
+    let av = AddressVector::new(PORT, lid).with_grh(GlobalRoute::new(gid, sgid_index(ctx)));
+    pd.create_ah(&av).unwrap()
 }
 
 /// `len` recognisable bytes, different for each `seed`.

@@ -1,5 +1,5 @@
 //! Regression tests for the soundness holes once open, on rxe0: safe lists go through the
-//! checks of `post_send`, UD lists carry a destination per datagram, a WR once posted in a
+//! checks of `post_send_wr`, UD lists carry a destination per datagram, a WR once posted in a
 //! list posts only itself, and a buffer pool over a region at a chosen IOVA addresses it by
 //! that IOVA (inline copies by its CPU address). The cases that crashed run in a child
 //! process, so a crash fails one test, not the run.
@@ -26,8 +26,8 @@ fn attr<'a>(lo: &'a Loopback<'_>, path: VerbsPath) -> QpInitAttr<'a, 'a> {
 }
 
 /// A list of one buffer of `pool` per op, each holding `len` bytes.
-fn list_of<'p>(pool: &'p BufferPool<'p>, ops: &[SendOp], len: usize) -> SendList<'p> {
-    let mut list = SendList::with_capacity(ops.len());
+fn list_of<'p>(pool: &'p BufferPool<'p>, ops: &[SendOp], len: usize) -> SendBufferList<'p> {
+    let mut list = SendBufferList::with_capacity(ops.len());
     for op in ops {
         let mut buf = pool.take().unwrap();
         buf.fill(&pattern(len, 1)).unwrap();
@@ -86,7 +86,7 @@ fn a_ud_send_list_carries_a_destination_per_datagram() {
             for qp in [&b, &c] {
                 qp.post_recv_buffer(pool.take().unwrap()).unwrap();
             }
-            let mut list = SendList::with_capacity(2);
+            let mut list = SendBufferList::with_capacity(2);
             for (i, to) in [&b, &c].into_iter().enumerate() {
                 let mut buf = pool.take().unwrap();
                 buf.fill(&pattern(500, i as u8)).unwrap();
@@ -124,7 +124,7 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
             let recv: Vec<_> = (8..16).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
             for (i, sge) in recv.iter().enumerate() {
                 // SAFETY: the receive areas are not touched until the test ends.
-                unsafe { b.post_recv(&mut RecvWr::new(10 + i as u64, sge)).unwrap() };
+                unsafe { b.post_recv_wr(&mut RecvWr::new(10 + i as u64, sge)).unwrap() };
             }
             let send: Vec<_> = (0..3).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
             let mut wrs: SendWrList<'_> = send
@@ -133,14 +133,14 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
                 .map(|(i, sge)| SendWr::send(i as u64, sge).flags(SendFlags::SIGNALED))
                 .collect();
             // SAFETY: the send areas are never written.
-            unsafe { a.post_send_list(&mut wrs).unwrap() };
+            unsafe { a.post_send_wrs(&mut wrs).unwrap() };
             assert_eq!(wait_for(&lo.cq, 6).len(), 6, "{path}: three sends, three receives");
             // Move the WRs out of the list to a new allocation (the old one is freed) and post
             // the first one alone: its `next` from the list must not be followed.
             let mut moved = Vec::with_capacity(16);
             moved.append(&mut Vec::from(wrs));
             // SAFETY: as above.
-            unsafe { a.post_send(&mut moved[0]).unwrap() };
+            unsafe { a.post_send_wr(&mut moved[0]).unwrap() };
             let wcs = wait_for(&lo.cq, 2);
             let late = drain_for(&lo.cq, Duration::from_millis(300));
             assert!(late.is_empty(), "{path}: more than one WR was posted: {wcs:?} {late:?}");

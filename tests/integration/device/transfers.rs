@@ -24,7 +24,7 @@ fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {
     let mut write =
         SendWr::rdma_write(1, &sge, target.remote(..).unwrap()).flags(SendFlags::SIGNALED);
     // SAFETY: `local` is not written until the completion below.
-    unsafe { a.post_send(&mut write).unwrap() };
+    unsafe { a.post_send_wr(&mut write).unwrap() };
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!(
         (wc.wr_id(), wc.status(), wc.opcode()),
@@ -39,7 +39,7 @@ fn rdma_write_and_read_of_1_mib_arrive_byte_for_byte() {
     let mut read =
         SendWr::rdma_read(2, &sge, target.remote(..).unwrap()).flags(SendFlags::SIGNALED);
     // SAFETY: the second half of `local` is not touched until the completion below.
-    unsafe { a.post_send(&mut read).unwrap() };
+    unsafe { a.post_send_wr(&mut read).unwrap() };
     let wc = &wait_for(&lo.cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ));
     assert!(local.as_slice()[MIB..] == stored[..], "RDMA READ: the local copy differs");
@@ -63,12 +63,12 @@ fn an_inline_send_needs_no_registered_source_after_posting() {
     assert!(a.caps().max_inline_data >= 32, "asked for 32 inline bytes: {:?}", a.caps());
     let recv = [dst.sge(..).unwrap()];
     // SAFETY: `dst` is not touched until the receive completes.
-    unsafe { b.post_recv(&mut RecvWr::new(1, &recv)).unwrap() };
+    unsafe { b.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap() };
     src.as_mut_slice()[..32].copy_from_slice(&pattern(32, 7));
     let sge = [src.sge(..32).unwrap()];
     // SAFETY: inline: the bytes are copied during the call.
     unsafe {
-        a.post_send(&mut SendWr::send(2, &sge).flags(SendFlags::SIGNALED | SendFlags::INLINE))
+        a.post_send_wr(&mut SendWr::send(2, &sge).flags(SendFlags::SIGNALED | SendFlags::INLINE))
             .unwrap()
     };
     // The source may change at once: the data already left.
@@ -96,10 +96,10 @@ fn two_qps_share_one_cq_and_each_completion_names_its_qp() {
     // SAFETY: the receive areas are not touched, the send area not written, until the
     // completions below.
     unsafe {
-        r1.post_recv(&mut RecvWr::new(11, &recv1)).unwrap();
-        r2.post_recv(&mut RecvWr::new(12, &recv2)).unwrap();
-        s1.post_send(&mut SendWr::send(21, &send).flags(SendFlags::SIGNALED)).unwrap();
-        s2.post_send(&mut SendWr::send(22, &send).flags(SendFlags::SIGNALED)).unwrap();
+        r1.post_recv_wr(&mut RecvWr::new(11, &recv1)).unwrap();
+        r2.post_recv_wr(&mut RecvWr::new(12, &recv2)).unwrap();
+        s1.post_send_wr(&mut SendWr::send(21, &send).flags(SendFlags::SIGNALED)).unwrap();
+        s2.post_send_wr(&mut SendWr::send(22, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
     let mut sends: Vec<_> =
         wait_for(shared, 2).iter().map(|wc| (wc.wr_id(), wc.qp_num(), wc.status())).collect();

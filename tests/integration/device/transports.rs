@@ -49,8 +49,8 @@ fn a_ud_send_arrives_behind_the_grh_and_a_wrong_qkey_is_dropped_raw() {
         [0, 1].map(|i| [recv.sge(i * (Grh::LEN + mtu)..(i + 1) * (Grh::LEN + mtu)).unwrap()]);
     // SAFETY: `recv` is not read until the completions below.
     unsafe {
-        b.post_recv(&mut RecvWr::new(10, &slots[0])).unwrap();
-        b.post_recv(&mut RecvWr::new(11, &slots[1])).unwrap();
+        b.post_recv_wr(&mut RecvWr::new(10, &slots[0])).unwrap();
+        b.post_recv_wr(&mut RecvWr::new(11, &slots[1])).unwrap();
     }
     // Two full-MTU datagrams: the first with a Q_Key b does not have, the second with its own.
     send.as_mut_slice()[..mtu].copy_from_slice(&pattern(mtu, 1));
@@ -60,9 +60,9 @@ fn a_ud_send_arrives_behind_the_grh_and_a_wrong_qkey_is_dropped_raw() {
     let (wrong_key, right_key) = (to(QKEY ^ 1), to(QKEY));
     // SAFETY: `send` is not written until both sends complete.
     unsafe {
-        a.post_send(&mut SendWr::send(1, &wrong).to(&wrong_key).flags(SendFlags::SIGNALED))
+        a.post_send_wr(&mut SendWr::send(1, &wrong).to(&wrong_key).flags(SendFlags::SIGNALED))
             .unwrap();
-        a.post_send(&mut SendWr::send(2, &right).to(&right_key).flags(SendFlags::SIGNALED))
+        a.post_send_wr(&mut SendWr::send(2, &right).to(&right_key).flags(SendFlags::SIGNALED))
             .unwrap();
     }
     let wcs = wait_for(&lo.cq, 3);
@@ -131,13 +131,13 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
     let recv_sge = [recv.sge(..).unwrap()];
     // SAFETY: `recv` is not read, `local` not written, until the completions below.
     unsafe {
-        b.post_recv(&mut RecvWr::new(10, &recv_sge)).unwrap();
+        b.post_recv_wr(&mut RecvWr::new(10, &recv_sge)).unwrap();
         // Multi-packet messages (MTU 1024). UC sends are not acknowledged: the WRITE goes
         // first, so the SEND's receive completing means the WRITE has landed.
         let remote = target.remote(..).unwrap();
-        a.post_send(&mut SendWr::rdma_write(1, &write_sge, remote).flags(SendFlags::SIGNALED))
+        a.post_send_wr(&mut SendWr::rdma_write(1, &write_sge, remote).flags(SendFlags::SIGNALED))
             .unwrap();
-        a.post_send(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap();
+        a.post_send_wr(&mut SendWr::send(2, &send_sge).flags(SendFlags::SIGNALED)).unwrap();
     }
     let wcs = wait_for(&lo.cq, 3);
     let ok = WcStatus::SUCCESS;
@@ -219,7 +219,7 @@ fn an_srq_feeds_two_qps_and_each_receive_is_consumed_once_raw() {
     let slots: Vec<_> = (0..4).map(|i| [dst.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     for (i, sge) in slots.iter().enumerate() {
         // SAFETY: `dst` is not read until the receives complete.
-        unsafe { srq.post_recv(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
+        unsafe { srq.post_recv_wr(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
     }
     // Messages 0 and 1 go through pair 1, 2 and 3 through pair 2.
     for i in 0..4 {
@@ -229,7 +229,7 @@ fn an_srq_feeds_two_qps_and_each_receive_is_consumed_once_raw() {
     for (i, sge) in msgs.iter().enumerate() {
         let qp = if i < 2 { &s1 } else { &s2 };
         // SAFETY: `src` is not written until the sends complete.
-        unsafe { qp.post_send(&mut SendWr::send(i as u64, sge).flags(SendFlags::SIGNALED)) }
+        unsafe { qp.post_send_wr(&mut SendWr::send(i as u64, sge).flags(SendFlags::SIGNALED)) }
             .unwrap();
     }
     let sends = wait_for(send_cq, 4);
@@ -332,7 +332,7 @@ fn compare_swap_and_fetch_add_return_the_old_value_and_update_the_word_raw() {
     for wr in &mut wrs {
         wr.set_flags(SendFlags::SIGNALED);
         // SAFETY: `local` is not read until the completions below.
-        unsafe { a.post_send(wr).unwrap() };
+        unsafe { a.post_send_wr(wr).unwrap() };
     }
     let wcs = wait_for(&lo.cq, 3);
     let ok = WcStatus::SUCCESS;
@@ -382,7 +382,7 @@ fn compare_swap_and_fetch_add_through_buffers_safe() {
     let mut buf = pool.take().unwrap();
     buf.set_len(4).unwrap();
     let at = base + 8 * buf.index() as u64;
-    let err = a.post_send_buffer(buf, SendOp::FetchAdd { remote, add: 1 }).unwrap_err();
+    let err = a.try_post_send_buffer(buf, SendOp::FetchAdd { remote, add: 1 }).unwrap_err();
     assert_eq!(
         err.error.to_string(),
         format!(
@@ -415,7 +415,7 @@ fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     let misaligned = [local.sge(4..12).unwrap()];
     // SAFETY: refused before posting; nothing reaches the NIC.
     let err =
-        unsafe { a.post_send(&mut SendWr::fetch_add(1, &misaligned, remote, 1)) }.unwrap_err();
+        unsafe { a.post_send_wr(&mut SendWr::fetch_add(1, &misaligned, remote, 1)) }.unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::AtomicShape), "{err:?}");
     assert_eq!(err.to_string(), expected(local.addr() + 4, remote.addr));
 
@@ -423,13 +423,14 @@ fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     let off = RemoteAddr { addr: remote.addr + 4, rkey: remote.rkey };
     // SAFETY: as above.
     let err =
-        unsafe { a.post_send(&mut SendWr::compare_swap(2, &aligned, off, 7, 8)) }.unwrap_err();
+        unsafe { a.post_send_wr(&mut SendWr::compare_swap(2, &aligned, off, 7, 8)) }.unwrap_err();
     assert_eq!(err.to_string(), expected(local.addr() + 8, remote.addr + 4));
 
     // UC has no atomics.
     let (u, v) = lo.pair::<Uc>(&lo.attr(2), AccessFlags::empty());
     // SAFETY: as above.
-    let err = unsafe { u.post_send(&mut SendWr::fetch_add(3, &aligned, remote, 1)) }.unwrap_err();
+    let err =
+        unsafe { u.post_send_wr(&mut SendWr::fetch_add(3, &aligned, remote, 1)) }.unwrap_err();
     assert_eq!(err.to_string(), "atomics need an RC QP, not UC");
 
     assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "nothing was posted");

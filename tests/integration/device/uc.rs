@@ -24,7 +24,9 @@ fn uc_drops_a_send_that_arrives_before_its_receive_and_the_next_send_lands() {
         let sge = [source.sge(..text.len()).unwrap()];
         // SAFETY: `source` outlives the SEND, which completes (polled below) before the
         // region is written again.
-        unsafe { a.post_send(&mut SendWr::send(wr_id, &sge).flags(SendFlags::SIGNALED)).unwrap() };
+        unsafe {
+            a.post_send_wr(&mut SendWr::send(wr_id, &sge).flags(SendFlags::SIGNALED)).unwrap()
+        };
     };
     // Each completion as (wr_id, opcode, status, bytes received), in wr_id order (a send's
     // byte_len is not defined: 0 here).
@@ -46,7 +48,7 @@ fn uc_drops_a_send_that_arrives_before_its_receive_and_the_next_send_lands() {
     assert!(late.is_empty(), "nothing completes at b, which has no receive: {late:?}");
     let recv = [target.sge(..).unwrap()];
     // SAFETY: `target` is read only after the receive's completion.
-    unsafe { b.post_recv(&mut RecvWr::new(2, &recv)).unwrap() };
+    unsafe { b.post_recv_wr(&mut RecvWr::new(2, &recv)).unwrap() };
     let late = drain_for(&lo.cq, QUIET);
     assert!(late.is_empty(), "the dropped SEND does not arrive later: {late:?}");
     send(3, b"lands", &mut source);

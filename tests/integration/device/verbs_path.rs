@@ -104,12 +104,12 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
         println!(
             "{}: CQ path {}, {}; QP send path {}, {}",
             t.device,
-            cq_a.path(),
-            cq_b.path(),
-            a.send_path(),
-            b.send_path()
+            cq_a.verbs_path(),
+            cq_b.verbs_path(),
+            a.verbs_path(),
+            b.verbs_path()
         );
-        for path in [cq_a.path(), cq_b.path(), a.send_path(), b.send_path()] {
+        for path in [cq_a.verbs_path(), cq_b.verbs_path(), a.verbs_path(), b.verbs_path()] {
             assert_eq!(path, expected, "{}: every CQ and QP takes the {expected}", t.device);
         }
         let region = 64 << 10;
@@ -133,14 +133,14 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
         ];
         for (i, sge) in recv_sges.iter().enumerate() {
             // SAFETY: the receive areas are read only after their completions.
-            unsafe { b.post_recv(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
+            unsafe { b.post_recv_wr(&mut RecvWr::new(100 + i as u64, sge)).unwrap() };
         }
 
         // SEND.
         local.as_mut_slice()[SEND_AT..SEND_AT + LEN].copy_from_slice(&pattern(LEN, 1));
         let sge = [local.sge(SEND_AT..SEND_AT + LEN).unwrap()];
         // SAFETY: the source is not written until its completion.
-        unsafe { a.post_send(&mut SendWr::send(1, &sge).flags(SendFlags::SIGNALED)).unwrap() };
+        unsafe { a.post_send_wr(&mut SendWr::send(1, &sge).flags(SendFlags::SIGNALED)).unwrap() };
         one(cq_a, 1, WcOpcode::SEND);
         let wc = one(cq_b, 100, WcOpcode::RECV);
         assert_eq!((wc.byte_len(), wc.imm_data()), (LEN as u32, None));
@@ -154,7 +154,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
             let sge = [local.sge(IMM_AT..IMM_AT + LEN).unwrap()];
             let mut wr = SendWr::send_with_imm(2, &sge, 0xfeed_0002).flags(SendFlags::SIGNALED);
             // SAFETY: as above.
-            unsafe { a.post_send(&mut wr).unwrap() };
+            unsafe { a.post_send_wr(&mut wr).unwrap() };
             one(cq_a, 2, WcOpcode::SEND);
             let wc = one(cq_b, 101, WcOpcode::RECV);
             assert_eq!((wc.byte_len(), wc.imm_data()), (LEN as u32, Some(0xfeed_0002)));
@@ -169,7 +169,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
         let sge = [local.sge(WRITE_AT..split).unwrap(), local.sge(split..WRITE_AT + LEN).unwrap()];
         let mut wr = SendWr::rdma_write(3, &sge, remote(WRITE_AT)).flags(SendFlags::SIGNALED);
         // SAFETY: as above.
-        unsafe { a.post_send(&mut wr).unwrap() };
+        unsafe { a.post_send_wr(&mut wr).unwrap() };
         one(cq_a, 3, WcOpcode::RDMA_WRITE);
         target.read(WRITE_AT, &mut got).unwrap();
         assert!(got == pattern(LEN, 3), "RDMA WRITE: the target differs");
@@ -181,7 +181,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
             let mut wr = SendWr::rdma_write_with_imm(4, &sge, remote(WRITE_IMM_AT), 0xfeed_0004)
                 .flags(SendFlags::SIGNALED);
             // SAFETY: as above.
-            unsafe { a.post_send(&mut wr).unwrap() };
+            unsafe { a.post_send_wr(&mut wr).unwrap() };
             one(cq_a, 4, WcOpcode::RDMA_WRITE);
             // The third receive: SEND with immediate consumed the second.
             let wc = one(cq_b, 102, WcOpcode::RECV_RDMA_WITH_IMM);
@@ -195,7 +195,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
         let sge = [local.sge(READ_AT..READ_AT + LEN).unwrap()];
         let mut wr = SendWr::rdma_read(5, &sge, remote(READ_AT)).flags(SendFlags::SIGNALED);
         // SAFETY: the destination is not touched until its completion.
-        unsafe { a.post_send(&mut wr).unwrap() };
+        unsafe { a.post_send_wr(&mut wr).unwrap() };
         let wc = one(cq_a, 5, WcOpcode::RDMA_READ);
         assert_eq!(wc.byte_len(), LEN as u32);
         assert!(local.as_slice()[READ_AT..READ_AT + LEN] == pattern(LEN, 5), "RDMA READ differs");
@@ -206,7 +206,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
             let mut wr =
                 SendWr::fetch_add(6, &sge, remote(ATOMIC_AT), 2).flags(SendFlags::SIGNALED);
             // SAFETY: the result word is not touched until its completion.
-            unsafe { a.post_send(&mut wr).unwrap() };
+            unsafe { a.post_send_wr(&mut wr).unwrap() };
             one(cq_a, 6, WcOpcode::FETCH_ADD);
             let old =
                 u64::from_ne_bytes(local.as_slice()[ATOMIC_AT..ATOMIC_AT + 8].try_into().unwrap());
@@ -214,7 +214,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
             let mut wr =
                 SendWr::compare_swap(7, &sge, remote(ATOMIC_AT), 42, 7).flags(SendFlags::SIGNALED);
             // SAFETY: as above.
-            unsafe { a.post_send(&mut wr).unwrap() };
+            unsafe { a.post_send_wr(&mut wr).unwrap() };
             one(cq_a, 7, WcOpcode::COMP_SWAP);
             let old =
                 u64::from_ne_bytes(local.as_slice()[ATOMIC_AT..ATOMIC_AT + 8].try_into().unwrap());
@@ -240,7 +240,7 @@ fn suite(target: Option<Target>, port: u16, expected: VerbsPath) {
         wrs.last_mut().unwrap().set_flags(SendFlags::SIGNALED);
         let mut wrs = SendWrList::from(wrs);
         // SAFETY: the sources are not written until the last (signaled) WR completed.
-        unsafe { a.post_send_list(&mut wrs).unwrap_or_else(|e| panic!("{e}")) };
+        unsafe { a.post_send_wrs(&mut wrs).unwrap_or_else(|e| panic!("{e}")) };
         one(cq_a, 1000 + BATCH as u64 - 1, WcOpcode::RDMA_WRITE);
         let mut batch = vec![0; BATCH * chunk];
         target.read(BATCH_AT, &mut batch).unwrap();
@@ -271,13 +271,13 @@ fn forcing_the_extended_verbs_on_siw_is_unsupported_naming_the_verb() {
     assert!(matches!(err, Error::Unsupported { what: "ibv_create_cq_ex" }), "{err:?}");
     println!("{}: forced extended CQ: {err}", t.device);
     let cq = ctx.create_cq(32).unwrap();
-    assert_eq!(cq.path(), VerbsPath::Legacy);
+    assert_eq!(cq.verbs_path(), VerbsPath::Legacy);
     let pd = ctx.alloc_pd().unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
     let err = pd.create_rc_qp(&attr).expect_err("siw has no extended QP");
     assert!(matches!(err, Error::Unsupported { what: "ibv_create_qp_ex" }), "{err:?}");
     println!("{}: forced extended QP: {err}", t.device);
-    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().send_path(), VerbsPath::Legacy);
+    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().verbs_path(), VerbsPath::Legacy);
 }
 
 /// Forcing the legacy verbs on rxe, which has both, gives legacy objects; the default gives
@@ -288,13 +288,13 @@ fn rxe_takes_the_legacy_verbs_when_forced() {
     let legacy = CqAttr { verbs_path: Some(VerbsPath::Legacy), ..CqAttr::default() };
     let cq = ctx.create_cq_with(32, &legacy).unwrap();
     assert_eq!(
-        (cq.path(), ctx.create_cq(16).unwrap().path()),
+        (cq.verbs_path(), ctx.create_cq(16).unwrap().verbs_path()),
         (VerbsPath::Legacy, VerbsPath::Extended)
     );
     let pd = ctx.alloc_pd().unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&cq) };
-    assert_eq!(pd.create_rc_qp(&attr).unwrap().send_path(), VerbsPath::Legacy);
-    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().send_path(), VerbsPath::Extended);
+    assert_eq!(pd.create_rc_qp(&attr).unwrap().verbs_path(), VerbsPath::Legacy);
+    assert_eq!(pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap().verbs_path(), VerbsPath::Extended);
 }
 
 /// Neither rxe nor siw stamps its completions: asking for timestamps is `Unsupported` (rxe's

@@ -10,7 +10,7 @@ use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 use crate::common::finishes_within;
 
 use super::{
-    assert_non_blocking, assert_verb_error, capture, errno_text, is_non_blocking, open, Fixture,
+    assert_non_blocking, assert_verb_error, capture, errno_name, is_non_blocking, open, Fixture,
 };
 
 /// Runs `body` on a thread of its own (the mock's state is per thread) that must finish within
@@ -130,7 +130,7 @@ fn channel_errors() {
     drop(channel);
     let warning = format!(
         "leaking a completion channel of mock0: ibv_destroy_comp_channel failed: {}",
-        errno_text(libc::EBUSY)
+        errno_name(libc::EBUSY)
     );
     assert_eq!(capture::take(), [(Level::Warn, warning)]);
     assert!(f.mock.is_live(raw));

@@ -147,7 +147,9 @@ impl Dc<'_> {
 /// Posts one SEND of `sge` to `peer` on `dci`.
 fn post_send(dci: &Dci<'_, Rts>, peer: &DcPeer<'_>, wr_id: u64, sge: &Sge) -> Result<(), Error> {
     // SAFETY: the mock touches no memory.
-    unsafe { dci.post(&[DcWr::send(wr_id, std::slice::from_ref(sge), peer.destination())]) }
+    unsafe {
+        dci.post_send_wrs(&[DcWr::send(wr_id, std::slice::from_ref(sge), peer.destination())])
+    }
 }
 
 /// Index 3 of the mock port's GID table: its RoCE v2 IPv4-mapped entry.
@@ -159,8 +161,8 @@ fn route() -> DcRoute {
 
 fn token() -> DcEndpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    let key = DcKey(0x0123_4567_89ab_cdef);
-    DcEndpoint::new(gid, Lid(0x12), Qpn::new(0xab_cdef).unwrap(), key, DcVersion::V2)
+    let key = DcKey::new(0x0123_4567_89ab_cdef);
+    DcEndpoint::new(gid, Lid::new(0x12), Qpn::new(0xab_cdef).unwrap(), key, DcVersion::V2)
 }
 
 #[test]
@@ -220,7 +222,7 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     let srq = dc.srq();
     f.mock.take_calls();
 
-    let key = DcKey(0xfeed_beef);
+    let key = DcKey::new(0xfeed_beef);
     let dct = dc.create_dct(&srq, key).unwrap();
     assert_eq!(
         f.dc_calls(),
@@ -269,8 +271,8 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     let dctn = dct.dctn();
     assert_ne!(dctn, Qpn::new(0).unwrap());
     let gid = token().gid();
-    let ep = dct.endpoint(gid, Lid(0));
-    assert_eq!((ep.gid(), ep.lid(), ep.dctn(), ep.dc_key()), (gid, Lid(0), dctn, key));
+    let ep = dct.endpoint(gid, Lid::new(0));
+    assert_eq!((ep.gid(), ep.lid(), ep.dctn(), ep.dc_key()), (gid, Lid::new(0), dctn, key));
     assert_eq!(ep.to_string().parse::<DcEndpoint>().unwrap(), ep);
 
     let raw = dct.as_raw();
@@ -284,7 +286,7 @@ fn a_failed_dct_creation_is_the_verbs_error() {
     let dc = f.dc();
     f.mock.fail(Verb::Mlx5(Mlx5Verb::CreateQp), libc::EINVAL);
     let srq = dc.srq();
-    let err = dc.create_dct(&srq, DcKey(1)).unwrap_err();
+    let err = dc.create_dct(&srq, DcKey::new(1)).unwrap_err();
     assert_verb_error(&err, "mlx5dv_create_qp", libc::EINVAL, &[]);
 }
 
@@ -363,18 +365,18 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
     let ah = created_ah(&calls);
     assert_eq!(
         (ah.is_global, ah.dgid, ah.sgid_index, ah.ah_port_num, ah.dlid),
-        (1, token().gid().0, SGID_INDEX, 1, 0x12)
+        (1, token().gid().get(), SGID_INDEX, 1, 0x12)
     );
 
     let sge = mr.sge(0..64).unwrap();
     let sge2 = mr.sge(64..192).unwrap();
-    let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey(0x99) };
+    let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey::new(0x99) };
     let wrs = [
         DcWr::send(1, std::slice::from_ref(&sge), peer.destination()).flags(SendFlags::SIGNALED),
         DcWr::rdma_write(2, std::slice::from_ref(&sge2), remote, peer.destination()),
     ];
     // SAFETY: the mock reads no memory; `mr` outlives the posts.
-    unsafe { dci.post(&wrs).unwrap() };
+    unsafe { dci.post_send_wrs(&wrs).unwrap() };
     let dc = |c: Call| if let Call::Mlx5(c) = c { c } else { panic!("{c:?}") };
     let posted: Vec<Mlx5Call> = f.mock.take_calls().into_iter().map(dc).collect();
     let addr = Mlx5Call::WrSetDcAddr {
@@ -388,10 +390,10 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
             Mlx5Call::WrStart,
             Mlx5Call::WrSend { wr_id: 1, wr_flags: sys::IBV_SEND_SIGNALED },
             addr.clone(),
-            Mlx5Call::WrSetSge { lkey: mr.lkey().0, addr: sge.addr(), length: 64 },
+            Mlx5Call::WrSetSge { lkey: mr.lkey().get(), addr: sge.addr(), length: 64 },
             Mlx5Call::WrRdmaWrite { wr_id: 2, wr_flags: 0, rkey: 0x99, remote_addr: 0x7000 },
             addr,
-            Mlx5Call::WrSetSge { lkey: mr.lkey().0, addr: sge2.addr(), length: 128 },
+            Mlx5Call::WrSetSge { lkey: mr.lkey().get(), addr: sge2.addr(), length: 128 },
             Mlx5Call::WrComplete,
         ]
     );
@@ -403,13 +405,13 @@ fn a_missing_builder_aborts_the_batch_and_a_failed_complete_is_the_verbs_error()
     let dc = f.dc();
     let (dci, peer, mr) = dc.connected();
     let sge = mr.sge(0..8).unwrap();
-    let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey(1) };
+    let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey::new(1) };
     f.mock.take_calls();
 
     // The mock DCI leaves wr_rdma_read NULL.
     let read = DcWr::rdma_read(3, std::slice::from_ref(&sge), remote, peer.destination());
     // SAFETY: the mock touches no memory.
-    let err = unsafe { dci.post(&[read]) }.unwrap_err();
+    let err = unsafe { dci.post_send_wrs(&[read]) }.unwrap_err();
     assert!(matches!(err, Error::Unsupported { what: "ibv_wr_rdma_read" }), "{err:?}");
     assert_eq!(f.dc_calls(), [Mlx5Call::WrStart, Mlx5Call::WrAbort]);
 
@@ -449,7 +451,7 @@ fn dci_streams_are_asked_within_the_caps_and_used_per_wr() {
     let sge = mr.sge(0..8).unwrap();
     let wr = DcWr::send(5, std::slice::from_ref(&sge), peer.destination()).stream(3);
     // SAFETY: the mock touches no memory.
-    unsafe { dci.post(&[wr]).unwrap() };
+    unsafe { dci.post_send_wrs(&[wr]).unwrap() };
     let calls = f.dc_calls();
     assert!(
         matches!(
@@ -469,7 +471,7 @@ fn a_stream_on_a_dci_without_streams_is_refused_before_any_call() {
     f.mock.take_calls();
     let wr = DcWr::send(6, std::slice::from_ref(&sge), peer.destination()).stream(0);
     // SAFETY: refused before the device sees it.
-    let err = unsafe { dci.post(&[wr]) }.unwrap_err();
+    let err = unsafe { dci.post_send_wrs(&[wr]) }.unwrap_err();
     assert!(
         err.invalid_input_kind() == Some(InvalidInputKind::DciStreams)
             && err.to_string().contains("DciInitAttr::streams"),
@@ -499,12 +501,11 @@ impl Dc<'_> {
     /// The token of a DCT taken to RTR on `rtr` (then destroyed).
     fn dct_at_rtr(&self, rtr: &DctToRtrAttr) -> Result<DcEndpoint, Error> {
         let srq = self.srq();
-        let dct = self.create_dct(&srq, DcKey(7))?;
+        let dct = self.create_dct(&srq, DcKey::new(7))?;
         let access = AccessFlags::REMOTE_WRITE;
-        let dct =
-            dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).map_err(|e| e.error)?;
-        let dct = dct.into_rtr(rtr).map_err(|e| e.error)?;
-        Ok(dct.endpoint(Gid::ZERO, Lid(0)))
+        let dct = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access })?;
+        let dct = dct.into_rtr(rtr)?;
+        Ok(dct.endpoint(Gid::ZERO, Lid::new(0)))
     }
 }
 
@@ -616,7 +617,7 @@ fn renew_dci_resets_or_where_the_kernel_refuses_recreates_the_dci() {
             // An older kernel: RESET only from RESET.
             let refused = dc.connect(&route(), &token()).unwrap().0;
             let err = refused.reset().unwrap_err();
-            assert_verb_error(&err.error, "ibv_modify_qp (DCI →RESET)", libc::EINVAL, &[]);
+            assert_verb_error(&err, "ibv_modify_qp (DCI →RESET)", libc::EINVAL, &[]);
         }
         f.mock.take_calls();
         let renewed = dc.mlx5.renew_dci(dci, &DciInitAttr::new(&dc.cq)).unwrap();
@@ -694,7 +695,7 @@ fn the_dci_read_depth_is_the_smaller_of_the_dc_limit_and_the_asked_one() {
     let err = dci.into_rts(&ToRtsAttr { max_rd_atomic: 5, ..ToRtsAttr::new(Psn::new(0).unwrap()) });
     let rts = "ibv_modify_qp (DCI RTR→RTS)";
     // (The generic EINVAL hint of an RTS transition names iWARP; it does not know DC.)
-    assert_verb_error(&err.unwrap_err().error, rts, libc::EINVAL, &["rdma_cm"]);
+    assert_verb_error(&err.unwrap_err(), rts, libc::EINVAL, &["rdma_cm"]);
 }
 
 #[test]
@@ -733,7 +734,7 @@ fn a_device_without_dc_is_unsupported_naming_it() {
     mock_mlx5::configure(mock_mlx5::DeviceConfig { dc: false, ..Default::default() });
     let dc = f.dc();
     let srq = dc.srq();
-    let dct = dc.create_dct(&srq, DcKey(1));
+    let dct = dc.create_dct(&srq, DcKey::new(1));
     let dci = dc.create_dci(&DciInitAttr::new(&dc.cq));
     for err in [dct.unwrap_err(), dci.unwrap_err()] {
         let Error::Unsupported { what } = &err else { panic!("{err:?}") };
@@ -750,7 +751,7 @@ fn a_dct_refuses_every_transition_but_reset_init_rtr() {
     let dc = f.dc();
     let access = AccessFlags::REMOTE_WRITE;
     let srq = dc.srq();
-    let dct = dc.create_dct(&srq, DcKey(1)).unwrap();
+    let dct = dc.create_dct(&srq, DcKey::new(1)).unwrap();
     let init = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).unwrap();
     let modify = |qp: *mut sys::ibv_qp, state| {
         let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
@@ -785,8 +786,13 @@ fn dc_needs_a_grh_on_roce_and_none_on_infiniband() {
         let dct = dc.dct_at_rtr(&DctToRtrAttr::from_route(&route));
         let mr = dc.mr();
         // An InfiniBand token: a LID, no GID.
-        let ib_peer =
-            DcEndpoint::new(Gid::ZERO, Lid(0x12), Qpn::new(0x77).unwrap(), DcKey(1), DcVersion::V2);
+        let ib_peer = DcEndpoint::new(
+            Gid::ZERO,
+            Lid::new(0x12),
+            Qpn::new(0x77).unwrap(),
+            DcKey::new(1),
+            DcVersion::V2,
+        );
         let peer_token = if sgid_index.is_some() { token() } else { ib_peer };
         f.mock.take_calls();
         let dci = dc.connect(&route, &peer_token);

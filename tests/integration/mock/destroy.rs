@@ -5,10 +5,10 @@ use log::Level;
 use rdma_verbs::{AccessFlags, BufferPool, QpInitAttr, ToInitAttr};
 use rdma_verbs_mock::{Call, QpAttr, Verb};
 
-use super::{assert_verb_error, capture, errno_text, Fixture};
+use super::{assert_verb_error, capture, errno_name, Fixture};
 
 fn busy(verb: &str) -> String {
-    format!("{verb} failed: {}", errno_text(libc::EBUSY))
+    format!("{verb} failed: {}", errno_name(libc::EBUSY))
 }
 
 /// The call that moves a QP whose destroy failed to RESET, so that it holds no work request

@@ -10,6 +10,7 @@ mod dc;
 mod destroy;
 mod events;
 mod memory;
+mod messages;
 mod qp;
 #[cfg(feature = "tokio")]
 mod reactor;
@@ -50,33 +51,48 @@ pub fn open(mock: &Mock, optional: Optional, config: ContextConfig) -> Context {
     unsafe { Context::from_raw(mock::library(optional), raw, mock::DEVICE_NAME.into()) }
 }
 
-/// "NAME (strerror)", written out here so the crate's own formatting is what is tested.
-pub fn errno_text(errno: i32) -> &'static str {
+/// The name and the system's text of `errno`, written out here so that the crate's own
+/// formatting is what is tested.
+fn errno_words(errno: i32) -> (&'static str, &'static str) {
     match errno {
-        libc::EPERM => "EPERM (Operation not permitted)",
-        libc::EIO => "EIO (Input/output error)",
-        libc::EAGAIN => "EAGAIN (Resource temporarily unavailable)",
-        libc::ENOMEM => "ENOMEM (Cannot allocate memory)",
-        libc::ENOSPC => "ENOSPC (No space left on device)",
-        libc::EACCES => "EACCES (Permission denied)",
-        libc::EFAULT => "EFAULT (Bad address)",
-        libc::EBUSY => "EBUSY (Device or resource busy)",
-        libc::EINVAL => "EINVAL (Invalid argument)",
-        libc::ETIMEDOUT => "ETIMEDOUT (Connection timed out)",
+        libc::EPERM => ("EPERM", "Operation not permitted"),
+        libc::EIO => ("EIO", "Input/output error"),
+        libc::EAGAIN => ("EAGAIN", "Resource temporarily unavailable"),
+        libc::ENOMEM => ("ENOMEM", "Cannot allocate memory"),
+        libc::ENOSPC => ("ENOSPC", "No space left on device"),
+        libc::EACCES => ("EACCES", "Permission denied"),
+        libc::EFAULT => ("EFAULT", "Bad address"),
+        libc::EBUSY => ("EBUSY", "Device or resource busy"),
+        libc::EINVAL => ("EINVAL", "Invalid argument"),
+        libc::ETIMEDOUT => ("ETIMEDOUT", "Connection timed out"),
         other => panic!("errno {other} has no expected text here"),
     }
 }
 
+/// The name of `errno`, as the message of a verb's error says it.
+pub fn errno_name(errno: i32) -> &'static str {
+    errno_words(errno).0
+}
+
+/// Asserts `source`, the source of a verb's error, is `errno` with the system's text for it
+/// (which the verb's own message leaves to it).
+#[track_caller]
+fn assert_errno_source(source: &std::io::Error, errno: i32) {
+    assert_eq!(source.raw_os_error(), Some(errno));
+    assert_eq!(source.to_string(), format!("{} (os error {errno})", errno_words(errno).1));
+}
+
 /// Asserts `err` is the [`Error::Verb`] of `verb` with `errno`, whose message is exactly
-/// "`verb` failed: NAME (strerror)", followed by "; hint" when `hint` is not empty, the hint
-/// then holding each of those phrases.
+/// "`verb` failed: NAME", followed by "; hint" when `hint` is not empty, the hint then holding
+/// each of those phrases; its source says the errno in the system's words.
 #[track_caller]
 pub fn assert_verb_error(err: &Error, verb: &str, errno: i32, hint: &[&str]) {
     let Error::Verb { verb: got, source, hint: got_hint } = err else {
         panic!("expected Error::Verb from {verb}, got {err:?}");
     };
-    assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
-    let head = format!("{verb} failed: {}", errno_text(errno));
+    assert_eq!(*got, verb, "{err}");
+    assert_errno_source(source, errno);
+    let head = format!("{verb} failed: {}", errno_name(errno));
     match got_hint {
         None => {
             assert!(hint.is_empty(), "no hint in {err:?}; expected one with {hint:?}");
@@ -98,13 +114,14 @@ pub fn assert_queue_full(err: &Error, verb: &str, errno: i32) {
     let Error::WorkQueueFull { verb: got, source } = err else {
         panic!("expected Error::WorkQueueFull from {verb}, got {err:?}");
     };
-    assert_eq!((*got, source.raw_os_error()), (verb, Some(errno)), "{err}");
+    assert_eq!(*got, verb, "{err}");
+    assert_errno_source(source, errno);
     assert_eq!(
         err.to_string(),
         format!(
             "{verb} failed: {}; the work queue is full: reap completions before posting more \
              (max_send_wr / max_recv_wr)",
-            errno_text(errno)
+            errno_name(errno)
         )
     );
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use rdma_verbs::{
     AccessFlags, AckTimeout, BufferPool, CompletionQueue, Endpoint, Error, Gid, Init,
     InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, Qpn,
-    QueuePair, QueuePairState, RKey, RecvList, RecvWr, RecvWrList, RemoteAddr, Reset, RetryCount,
-    RnrRetry, RnrTimer, Rtr, Rts, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, WcStatus,
-    WorkCompletion,
+    QueuePair, QueuePairState, RKey, RecvBufferList, RecvWr, RecvWrList, RemoteAddr, Reset,
+    RetryCount, RnrRetry, RnrTimer, Rtr, Rts, SendOp, SendWr, Sge, ToInitAttr, ToRtrAttr,
+    ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
@@ -20,7 +20,7 @@ use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixt
 fn remote() -> Endpoint {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
     Endpoint {
-        lid: Lid(0x12),
+        lid: Lid::new(0x12),
         qpn: Qpn::new(0xab_cdef).unwrap(),
         psn: Psn::new(0x12_3456).unwrap(),
         gid,
@@ -74,7 +74,7 @@ fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_and_query_shows_it() {
     let mut attr = rtr_attr();
     attr.av.port = 2;
     let err = qp.into_rtr(&attr).unwrap_err();
-    assert!(matches!(err.error, Error::PortNotFound { port: 2, .. }), "{}", err.error);
+    assert!(matches!(err, Error::PortNotFound { port: 2, .. }), "{err}");
 }
 
 #[test]
@@ -118,7 +118,7 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         dlid: 0x12,
         ah_port_num: 1,
         is_global: 1,
-        dgid: remote().gid.0,
+        dgid: remote().gid.get(),
         sgid_index: SGID_INDEX,
         hop_limit: 1,
         ..QpAttr::default()
@@ -206,7 +206,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
         ToRtrAttr::to_endpoint(&no_gid, 1, Some(SGID_INDEX), Mtu::MTU_1024),
     ] {
         f.mock.take_calls();
-        let err = qp.into_rtr(&attr).unwrap_err();
+        let err = qp.try_into_rtr(&attr).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", libc::EINVAL, &gid_hint);
         let calls = modifies(f.mock.take_calls());
         assert!(matches!(calls[..], [Call::ModifyQp { attr: QpAttr { is_global: 0, .. }, .. }]));
@@ -229,7 +229,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     let mut qp = qp;
     for (errno, hint) in [(libc::EINVAL, &[][..]), (libc::ENOMEM, &[][..])] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_init(&ToInitAttr::default()).unwrap_err();
+        let err = qp.try_into_init(&ToInitAttr::default()).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RESET→INIT)", errno, hint);
         qp = err.qp;
     }
@@ -240,12 +240,12 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
         [(libc::EINVAL, &gid[..]), (libc::ENOMEM, &[][..]), (libc::ETIMEDOUT, &[][..])]
     {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rtr(&rtr_attr()).unwrap_err();
+        let err = qp.try_into_rtr(&rtr_attr()).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (INIT→RTR)", errno, hint);
         qp = err.qp;
     }
     f.mock.fail(Verb::ModifyQp, libc::EOPNOTSUPP);
-    let err = qp.into_rtr(&rtr_attr()).unwrap_err();
+    let err = qp.try_into_rtr(&rtr_attr()).unwrap_err();
     assert_unsupported(&err.error, "ibv_modify_qp (INIT→RTR)");
     let qp = err.qp;
     assert_eq!(qp.query_state().unwrap(), QueuePairState::INIT);
@@ -254,7 +254,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     // EINVAL at RTS: see `einval_at_rts_gets_the_iwarp_hint`.
     for errno in [libc::ENOMEM, libc::ETIMEDOUT] {
         f.mock.fail(Verb::ModifyQp, errno);
-        let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
+        let err = qp.try_into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
         assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", errno, &[]);
         qp = err.qp;
     }
@@ -266,11 +266,12 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     assert!(!calls.iter().any(|c| matches!(c, Call::DestroyQp | Call::CreateQp { .. })));
     assert!(f.mock.is_live(raw));
 
-    // For `?`, a failed transition converts into its error (dropping the QP).
+    // The plain transition fails with the `Error` alone: the QP is destroyed, not leaked.
     f.mock.fail(Verb::ModifyQp, libc::ENOMEM);
-    let err =
-        Error::from(qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).map(drop).unwrap_err());
+    let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
     assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::ENOMEM, &[]);
+    assert!(f.mock.take_calls().contains(&Call::DestroyQp));
+    assert!(!f.mock.is_live(raw));
 }
 
 #[test]
@@ -282,7 +283,7 @@ fn einval_at_rts_gets_the_iwarp_hint() {
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
     let err = qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap_err();
-    assert_verb_error(&err.error, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
+    assert_verb_error(&err, "ibv_modify_qp (RTR→RTS)", libc::EINVAL, &["rdma_cm"]);
 }
 
 /// An RC QP in RTS (with its PD, CQ and an MR for SGEs), the calls so far taken.
@@ -311,13 +312,19 @@ fn post_recv_and_post_send_errors() {
         };
         f.mock.fail(Verb::PostRecv, errno);
         // SAFETY: the mock provider never touches the memory.
-        check(&unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err(), "ibv_post_recv");
+        check(
+            &unsafe { qp.post_recv_wr(&mut RecvWr::new(1, &sges)) }.unwrap_err(),
+            "ibv_post_recv",
+        );
         f.mock.fail(Verb::PostSend, errno);
         // SAFETY: as above.
-        check(&unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err(), "ibv_post_send");
+        check(
+            &unsafe { qp.post_send_wr(&mut SendWr::send(2, &sges)) }.unwrap_err(),
+            "ibv_post_send",
+        );
     }
     // SAFETY: as above.
-    unsafe { qp.post_send(&mut SendWr::send(42, &sges)) }.unwrap();
+    unsafe { qp.post_send_wr(&mut SendWr::send(42, &sges)) }.unwrap();
     let calls = f.mock.take_calls();
     assert_eq!(calls.last(), Some(&Call::PostSend { wr_ids: vec![42] }));
     assert_eq!(calls.len(), 7, "every post reached the provider once");
@@ -329,7 +336,7 @@ fn post_send_checks_the_capabilities_before_the_provider() {
     connected!(f, pd, cq, mr, qp);
     let sges = [mr.sge(..64).unwrap(), mr.sge(64..128).unwrap()];
     // SAFETY: the mock provider never touches the memory.
-    let err = unsafe { qp.post_send(&mut SendWr::send(1, &sges)) }.unwrap_err();
+    let err = unsafe { qp.post_send_wr(&mut SendWr::send(1, &sges)) }.unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{err:?}");
     assert_eq!(err.to_string(), "the WR has 2 SGEs; this QP allows 1 (max_send_sge)");
     assert_eq!(f.mock.take_calls(), []);
@@ -345,14 +352,14 @@ fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider()
     let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
     let qp = qp.into_rtr(&rtr_attr()).unwrap().into_rts(&no_reads).unwrap();
     f.mock.take_calls();
-    let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey(1) });
+    let (sge, remote) = ([mr.sge(..8).unwrap()], RemoteAddr { addr: 0x1000, rkey: RKey::new(1) });
     for (wr, what) in [
         (SendWr::rdma_read(1, &sge, remote), "an RDMA READ"),
         (SendWr::fetch_add(2, &sge, remote, 1), "an atomic"),
     ] {
         let mut wr = wr;
         // SAFETY: refused before the provider sees it.
-        let err = unsafe { qp.post_send(&mut wr) }.unwrap_err();
+        let err = unsafe { qp.post_send_wr(&mut wr) }.unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err:?}");
         let text = err.to_string();
         assert!(text.starts_with(what) && text.contains("max_rd_atomic 0"), "{text}");
@@ -367,10 +374,10 @@ fn null_post_ops_are_unsupported_not_called() {
     connected!(f, pd, cq, mr, qp);
     let sges = [mr.sge(..64).unwrap()];
     // SAFETY: nothing reaches a provider.
-    let err = unsafe { qp.post_recv(&mut RecvWr::new(1, &sges)) }.unwrap_err();
+    let err = unsafe { qp.post_recv_wr(&mut RecvWr::new(1, &sges)) }.unwrap_err();
     assert_unsupported(&err, "ibv_post_recv");
     // SAFETY: as above.
-    let err = unsafe { qp.post_send(&mut SendWr::send(2, &sges)) }.unwrap_err();
+    let err = unsafe { qp.post_send_wr(&mut SendWr::send(2, &sges)) }.unwrap_err();
     assert_unsupported(&err, "ibv_post_send");
     assert_eq!(f.mock.take_calls(), []);
 }
@@ -430,7 +437,9 @@ fn wait_for_returns_n_completions_or_says_how_many_came() {
     assert_eq!(
         err.to_string(),
         "1 of 2 completions arrived within 20ms: check that every awaited work request was \
-         posted signaled and that the peer QP is connected"
+         posted signaled and reaches its peer: on RC and UC a peer QP connected to this one; on \
+         UD the receiver's QPN and Q_Key, through an address handle that routes to its port (a \
+         datagram that misses either is dropped silently)"
     );
     let err = cq.wait_for(5, timeout, &mut storage).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Size), "{err:?}");
@@ -463,7 +472,7 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
 
     // RESET→RTR is no RC transition: refused before the provider.
     let rtr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_RTR, ..Default::default() };
-    let err = qp.modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
+    let err = qp.try_modify_raw(&rtr, QpAttrMask::STATE).unwrap_err();
     assert_eq!(
         err.error.invalid_input_kind(),
         Some(InvalidInputKind::Transition),
@@ -476,7 +485,8 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
     let mask =
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
     let qp = err.qp.modify_raw(&init, mask).unwrap();
-    let err = qp.into_checked::<Rtr>().unwrap_err();
+    let err = qp.try_into_checked::<Rtr>().unwrap_err();
+    assert!(matches!(err.error, Error::WrongState { .. }), "{:?}", err.error);
     assert_eq!(err.error.to_string(), "the QP is in INIT, not RTR");
     let qp = err.qp.into_checked::<Init>().unwrap();
     let modified = QpAttr { qp_state: sys::IBV_QPS_INIT, port_num: 1, ..QpAttr::default() };
@@ -508,9 +518,9 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
         for i in 0..8 {
             let buffer = pool.take().unwrap_or_else(|| panic!("round {round}: pool ran dry"));
             if i % 2 == 0 {
-                rts.post_recv_buffer(buffer).map_err(|e| e.error).unwrap();
+                rts.post_recv_buffer(buffer).unwrap();
             } else {
-                rts.post_send_buffer(buffer, SendOp::Send).map_err(|e| e.error).unwrap();
+                rts.post_send_buffer(buffer, SendOp::Send).unwrap();
             }
         }
         let mut flushed = Vec::new();
@@ -521,7 +531,6 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
                 flushed.push(wc.status());
                 drop(pool.complete(wc).expect("a buffer-tier completion"));
             })
-            .map_err(|e| e.error)
             .unwrap();
         assert_eq!(flushed, [WcStatus::WR_FLUSH_ERR; 8], "round {round}");
         assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
@@ -556,34 +565,31 @@ fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
     f.mock.take_calls();
     f.mock.fill_receive_queue_at(2);
     // SAFETY: `region` outlives the QP and the SRQ (declared before them) and is not touched.
-    let err = unsafe { qp.post_recv_list(&mut list) }.unwrap_err();
+    let err = unsafe { qp.post_recv_wrs(&mut list) }.unwrap_err();
     assert_eq!(err.posted, 2);
     assert_queue_full(&err.error, "ibv_post_recv", libc::ENOMEM);
     assert_eq!(one_receive_post(&f.mock.take_calls()), [10, 11, 12, 13]);
     // SAFETY: as above.
-    unsafe { qp.post_recv_list(&mut RecvWrList::with_capacity(1)) }.unwrap();
+    unsafe { qp.post_recv_wrs(&mut RecvWrList::with_capacity(1)) }.unwrap();
     assert_eq!(f.mock.take_calls(), [], "an empty list posts nothing");
     let mut flushed = Vec::new();
-    let qp = qp
-        .drain(&[&cq], Duration::from_secs(1), |wc| flushed.push(wc.wr_id()))
-        .map_err(|e| e.error)
-        .unwrap();
+    let qp = qp.drain(&[&cq], Duration::from_secs(1), |wc| flushed.push(wc.wr_id())).unwrap();
     assert_eq!(flushed, [10, 11], "only what the provider took");
 
     f.mock.take_calls();
     // SAFETY: as above.
-    unsafe { srq.post_recv_list(&mut list) }.unwrap();
+    unsafe { srq.post_recv_wrs(&mut list) }.unwrap();
     assert_eq!(one_receive_post(&f.mock.take_calls()), [10, 11, 12, 13], "the same list again");
     f.mock.fill_receive_queue_at(0);
     // SAFETY: as above.
-    let err = unsafe { srq.post_recv_list(&mut list) }.unwrap_err();
+    let err = unsafe { srq.post_recv_wrs(&mut list) }.unwrap_err();
     assert_eq!(err.posted, 0);
     assert_queue_full(&err.error, "ibv_post_srq_recv", libc::ENOMEM);
     assert!(f.mock.take_violations().is_empty());
     drop(qp);
 }
 
-/// A `RecvList` posts its receives with one call, each a flight of its own: a post the
+/// A `RecvBufferList` posts its receives with one call, each a flight of its own: a post the
 /// provider refuses keeps them all in the list, a receive queue that fills mid-list keeps the
 /// rest, and every posted buffer comes back with its own completion. The same on an SRQ.
 #[test]
@@ -594,7 +600,7 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let srq = pd.create_srq(16, 1).unwrap();
     let qp = rts_qp(&pd, &cq);
-    let mut list = RecvList::with_capacity(4);
+    let mut list = RecvBufferList::with_capacity(4);
     for _ in 0..4 {
         list.push(pool.take().unwrap()).unwrap();
     }
@@ -618,7 +624,6 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
             drop(pool.complete(wc).expect("each receive its own completion"));
             flushed += 1;
         })
-        .map_err(|e| e.error)
         .unwrap();
     assert_eq!(flushed, 4);
 
@@ -644,7 +649,7 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Another CQ than the QP's: refused before anything changes.
     let other = f.ctx.create_cq(8).unwrap();
-    let err = qp.drain(&[&other], Duration::ZERO, |_| {}).unwrap_err();
+    let err = qp.try_drain(&[&other], Duration::ZERO, |_| {}).unwrap_err();
     assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::OtherCq));
     assert_eq!(err.error.to_string(), "drain polls the QP's CQs: pass its send CQ too");
     assert_eq!(err.qp.query_state().unwrap(), QueuePairState::INIT);
@@ -652,7 +657,7 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
     // The marker's post fails (as a provider refusing posts in ERROR would): the error comes
     // back with the QP.
     f.mock.fail(Verb::PostSend, libc::EINVAL);
-    let err = qp.drain(&[&cq], Duration::from_secs(1), |_| {}).unwrap_err();
+    let err = qp.try_drain(&[&cq], Duration::from_secs(1), |_| {}).unwrap_err();
     assert_verb_error(
         &err.error,
         "ibv_post_send",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rdma_verbs::reactor::{AsyncCompletionChannel, AsyncEventStream, CompletionStream};
-use rdma_verbs::{AsyncEvent, InvalidInputKind, WorkCompletion};
+use rdma_verbs::{AsyncEvent, Error, InvalidInputKind, WorkCompletion};
 use rdma_verbs_mock::Call;
 use rdma_verbs_sys as sys;
 
@@ -81,6 +81,7 @@ fn streams_refuse_a_foreign_channel_a_second_registration_and_no_runtime() {
     let plain = f.ctx.create_cq(16).unwrap();
 
     let err = CompletionStream::new(&cq, &channel).unwrap_err();
+    assert!(matches!(err, Error::NoRuntime { what: "a completion channel" }), "{err:?}");
     assert_eq!(
         err.to_string(),
         "a completion channel can be awaited only inside a tokio runtime: create it within one \

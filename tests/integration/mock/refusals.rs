@@ -3,10 +3,10 @@
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
-    Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities, QpInitAttr, QpType,
-    Qpn, QueuePair, Rc, ReceiveReady, RecvList, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr,
-    SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdDestination,
-    UdToInitAttr, VerbsPath, WorkCompletion,
+    GlobalRoute, Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities,
+    QpInitAttr, QpType, Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RemoteAddr, Rtr, Rts,
+    SendFlags, SendOp, SendWr, SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr,
+    ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
 
@@ -48,8 +48,9 @@ fn endpoint(ctx: &Context, qpn: Qpn) -> Endpoint {
 }
 
 fn ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
-    let me = endpoint(ctx, Qpn::new(0).unwrap());
-    pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
+    let (gid, lid) = (ctx.routable_gid(PORT).unwrap().gid, ctx.query_port(PORT).unwrap().lid());
+    let av = AddressVector::new(PORT, lid).with_grh(GlobalRoute::new(gid, SGID_INDEX));
+    pd.create_ah(&av).unwrap()
 }
 
 /// An RC QP connected to itself (the mock executes loopback), in RTS with `max_rd_atomic`.
@@ -112,9 +113,9 @@ fn assert_receives_refused<'a, S: ReceiveReady>(
     kind: InvalidInputKind,
 ) {
     let refused = |error: &rdma_verbs::Error| assert_eq!(error.invalid_input_kind(), Some(kind));
-    refused(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
-    refused(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err().error);
-    let mut receives = RecvList::with_capacity(1);
+    refused(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err());
+    refused(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err());
+    let mut receives = RecvBufferList::with_capacity(1);
     receives.push(pool.take().unwrap()).unwrap();
     refused(&qp.post_recv_buffers(&mut receives).unwrap_err());
     refused(&srq.post_recv_buffers(&mut receives).unwrap_err());
@@ -153,18 +154,18 @@ fn a_ud_send_with_an_address_handle_of_another_pd_is_refused() {
         buf.fill(b"hello").unwrap();
         let result = qp.post_send_buffer_to(buf, &dest, None);
         let violations = mock.take_violations();
-        let refused = result.as_ref().err().and_then(|e| e.error.invalid_input_kind());
+        let refused = result.as_ref().err().and_then(|e| e.invalid_input_kind());
         assert!(
             violations.is_empty() && refused == Some(InvalidInputKind::OtherPd),
             "{path:?}: the crate let a UD WR with another PD's AH through: {:?}; mock: {violations:?}",
-            result.map_err(|e| e.error)
+            result
         );
     });
 }
 
 /// a WR mutated inside a `SendWrList` through its only `&mut` API (`set_flags`) to
 /// INLINE above `max_inline_data`, and a list whose SGE count goes past `max_send_sge` after
-/// pop/push, are still refused by `post_send_list` (whose contract is met: every SGE names
+/// pop/push, are still refused by `post_send_wrs` (whose contract is met: every SGE names
 /// live registered memory and no wr_id has bit 63 set).
 #[test]
 fn a_list_mutated_in_place_is_checked_again() {
@@ -180,7 +181,7 @@ fn a_list_mutated_in_place_is_checked_again() {
         list.set_flags(1, SendFlags::INLINE | SendFlags::SIGNALED).unwrap();
         // SAFETY: every SGE names `mr` (live, this PD, never written during the test); the
         // wr_ids are small. (Inline SGEs by IOVA equal the CPU address: plain `register`.)
-        let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+        let err = unsafe { qp.post_send_wrs(&mut list) }.unwrap_err();
         assert_eq!(
             err.error.invalid_input_kind(),
             Some(InvalidInputKind::InlineTooLarge),
@@ -190,7 +191,7 @@ fn a_list_mutated_in_place_is_checked_again() {
         list.pop().unwrap();
         list.push(SendWr::rdma_write(3, &sges, RemoteAddr { addr: 0, rkey: mr.rkey() })).unwrap();
         // SAFETY: as above.
-        let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+        let err = unsafe { qp.post_send_wrs(&mut list) }.unwrap_err();
         assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::TooManySges), "{path:?}");
         assert!(mock.take_violations().is_empty());
     });
@@ -215,7 +216,7 @@ fn a_list_of_inline_lengths_whose_bits_pass_the_limit_together_is_posted() {
         ]);
         // SAFETY: the SGEs name `mr` (live, this PD, never written during the test; inline
         // by IOVA, which equals the CPU address of a plain `register`); small wr_ids.
-        unsafe { qp.post_send_list(&mut list) }.unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        unsafe { qp.post_send_wrs(&mut list) }.unwrap_or_else(|e| panic!("{path:?}: {e}"));
         assert!(mock.take_violations().is_empty());
     });
 }
@@ -234,9 +235,9 @@ fn a_ud_datagram_above_the_mtu_is_refused() {
         let dest = UdDestination { ah: &ah, qpn: qp.qp_num(), qkey: QKEY };
         let mut buf = pool.take().unwrap();
         buf.set_len(mtu + 1).unwrap();
-        let err = qp.post_send_buffer_to(buf, &dest, None).unwrap_err();
+        let err = qp.try_post_send_buffer_to(buf, &dest, None).unwrap_err();
         assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::UdTooLarge), "{path:?}");
-        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(2);
         let mut small = pool.take().unwrap();
         small.set_len(8).unwrap();
         list.push(small, rdma_verbs::UdSend { dest, imm: None }).unwrap();
@@ -275,7 +276,7 @@ fn bind_mw_refuses_a_buffer_tier_wr_id() {
     // bind is posted as a provider would post it.
     mock.allow(rdma_verbs_mock::Rule::WrIdInFlight);
     let _ = mock.take_calls();
-    a.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error).unwrap();
+    a.post_send_buffer(buf, SendOp::Send).unwrap();
     let in_flight = mock
         .take_calls()
         .into_iter()
@@ -323,8 +324,8 @@ fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
         let rc = rc.into_checked::<Rts>().unwrap();
         let mut buf = pool.take().unwrap();
         buf.set_len(8).unwrap();
-        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
-        let err = rc.post_send_buffer(buf, SendOp::RdmaRead(remote)).unwrap_err();
+        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey::new(0) };
+        let err = rc.try_post_send_buffer(buf, SendOp::RdmaRead(remote)).unwrap_err();
         assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::Range), "{path:?}");
 
         let mtu = ctx.query_port(PORT).unwrap().active_mtu().bytes().unwrap() as usize;
@@ -341,7 +342,7 @@ fn a_qp_raised_by_modify_raw_is_checked_as_a_typed_one() {
         let dest = UdDestination { ah: &ah, qpn: ud.qp_num(), qkey: QKEY };
         let mut buf = err.buffer.unwrap();
         buf.set_len(mtu.min(buf.capacity())).unwrap();
-        ud.post_send_buffer_to(buf, &dest, None).map_err(|e| e.error).unwrap();
+        ud.post_send_buffer_to(buf, &dest, None).unwrap();
         assert!(mock.take_violations().is_empty(), "{path:?}");
     });
 }
@@ -360,17 +361,17 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
             assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::Access), "{path:?}")
         };
         assert_receives_refused(&qp, &srq, &pool, InvalidInputKind::Access);
-        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey(0) };
+        let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey::new(0) };
         let writers = [
             SendOp::RdmaRead(remote),
             SendOp::FetchAdd { remote, add: 1 },
             SendOp::CompareSwap { remote, compare: 0, swap: 1 },
         ];
-        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(2);
         for op in writers {
             let mut buf = pool.take().unwrap();
             buf.set_len(8).unwrap();
-            let err = qp.post_send_buffer(buf, op).unwrap_err();
+            let err = qp.try_post_send_buffer(buf, op).unwrap_err();
             access(&err.error);
             list.push(err.buffer.unwrap(), op).unwrap();
             access(&qp.post_send_buffers(&mut list, true).unwrap_err());
@@ -379,7 +380,7 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
         }
         let mut buf = pool.take().unwrap();
         buf.fill(b"sent").unwrap();
-        qp.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error).unwrap();
+        qp.post_send_buffer(buf, SendOp::Send).unwrap();
         assert!(mock.take_violations().is_empty(), "{path:?}");
     });
 }
@@ -414,14 +415,14 @@ fn a_qp_that_fails_to_be_destroyed_keeps_no_work_into_memory_dropped_after_it() 
             let pool = pool(pd, AccessFlags::LOCAL_WRITE);
             let a = pd.create_qp::<Rc>(&attr(cq, path)).unwrap();
             let a = rc_up(ctx, a, b.qp_num(), 1);
-            a.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error).unwrap();
+            a.post_recv_buffer(pool.take().unwrap()).unwrap();
             mock.fail(Verb::DestroyQp, libc::EBUSY);
             a.qp_num()
         }; // `a` leaked, then the pool's region deregistered
         let b = rc_up(ctx, b, a_qpn, 1);
         let mut buf = sender.take().unwrap();
         buf.fill(b"late").unwrap();
-        b.post_send_buffer(buf, SendOp::Send).map_err(|e| e.error).unwrap();
+        b.post_send_buffer(buf, SendOp::Send).unwrap();
         let mut wcs = [WorkCompletion::EMPTY; 4];
         let _ = cq.poll(&mut wcs).unwrap();
         assert_eq!(mock.take_violations(), [], "{path:?}");
@@ -446,7 +447,7 @@ fn an_inline_read_or_atomic_is_refused() {
             let mut wr = wr.flags(flags);
             // SAFETY: `sge` names `mr` (live, this PD, untouched during the test); small
             // wr_ids. (Refused before the provider in any case.)
-            let err = unsafe { qp.post_send(&mut wr) }.unwrap_err();
+            let err = unsafe { qp.post_send_wr(&mut wr) }.unwrap_err();
             assert_eq!(
                 err.invalid_input_kind(),
                 Some(InvalidInputKind::InlineReadOrAtomic),
@@ -455,7 +456,7 @@ fn an_inline_read_or_atomic_is_refused() {
             let mut list = SendWrList::with_capacity(1);
             list.push(wr).unwrap();
             // SAFETY: as above.
-            let err = unsafe { qp.post_send_list(&mut list) }.unwrap_err();
+            let err = unsafe { qp.post_send_wrs(&mut list) }.unwrap_err();
             assert_eq!(
                 err.error.invalid_input_kind(),
                 Some(InvalidInputKind::InlineReadOrAtomic),
@@ -466,7 +467,7 @@ fn an_inline_read_or_atomic_is_refused() {
     });
 }
 
-/// A `SendList` chains its unsignaled buffers in one pool's bookkeeping, so it refuses
+/// A `SendBufferList` chains its unsignaled buffers in one pool's bookkeeping, so it refuses
 /// buffers of two pools, in one post or behind an open chain of another pool's (found by the
 /// property suite: the chain indexed the other pool, freeing a chunk it did not post or
 /// running past its end).
@@ -479,7 +480,7 @@ fn a_send_list_refuses_buffers_of_two_pools() {
             let kind = result.unwrap_err().invalid_input_kind();
             assert_eq!(kind, Some(InvalidInputKind::OtherPool), "{path:?}");
         };
-        let mut list = rdma_verbs::SendList::with_capacity(2);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(2);
         list.push(a.take().unwrap(), SendOp::Send).unwrap();
         list.push(b.take().unwrap(), SendOp::Send).unwrap();
         other_pool(qp.post_send_buffers(&mut list, true));
@@ -506,22 +507,23 @@ fn a_chain_refuses_another_qp_or_pool_and_a_signaled_post_releases_it() {
             err: rdma_verbs::PostError<'_>,
             kind: InvalidInputKind,
         ) -> rdma_verbs::Buffer<'_> {
-            assert_eq!(err.error.invalid_input_kind(), Some(kind), "{err}");
+            assert_eq!(err.error.invalid_input_kind(), Some(kind), "{:?}", err.error);
             err.buffer.expect("a refused buffer comes back")
         }
         for _ in 0..2 {
-            qp.post_recv_buffer(b.take().unwrap()).map_err(|e| e.error).unwrap();
+            qp.post_recv_buffer(b.take().unwrap()).unwrap();
         }
-        let mut list = rdma_verbs::SendList::with_capacity(1);
+        let mut list = rdma_verbs::SendBufferList::with_capacity(1);
         qp.post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, false).unwrap();
         let elsewhere = InvalidInputKind::UnsignaledInFlight;
-        let err = other.post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, true);
+        let err =
+            other.try_post_send_buffer_chained(&mut list, a.take().unwrap(), SendOp::Send, true);
         let buf = refused(err.unwrap_err(), elsewhere);
         list.push(buf, SendOp::Send).unwrap();
         let err = other.post_send_buffers(&mut list, true).unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(elsewhere), "{path:?}");
         drop(list.pop());
-        let err = qp.post_send_buffer_chained(&mut list, b.take().unwrap(), SendOp::Send, true);
+        let err = qp.try_post_send_buffer_chained(&mut list, b.take().unwrap(), SendOp::Send, true);
         drop(refused(err.unwrap_err(), InvalidInputKind::OtherPool));
         // The chain as it was: a signaled post closes it, and its completion frees both (the
         // SENDs land in the receives of `b`'s chunks, QP to itself).
@@ -558,8 +560,8 @@ fn bind_mw_on_a_qp_of_another_pd_is_refused() {
 
 /// On a provider this crate does not know (the mock's vendor), a failed `ibv_wr_complete`
 /// may have posted the batch: one buffer's post then keeps it in flight (no buffer in the
-/// `PostError`), as a list's keeps its buffers (and a chained post its one), instead of
-/// handing back a chunk the NIC may still read.
+/// `PostError`, none back in the pool from the plain post), as a list's keeps its buffers
+/// (and a chained post its one), instead of handing back a chunk the NIC may still read.
 #[test]
 fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
     let fx = fixture(VerbsPath::Extended);
@@ -567,18 +569,22 @@ fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
     let cq = fx.ctx.create_cq(64).unwrap();
     let pool = pool(&pd, AccessFlags::LOCAL_WRITE);
     let qp = rc_self(&fx.ctx, &pd, &cq, VerbsPath::Extended, 1);
-    let mut list = rdma_verbs::SendList::with_capacity(1);
+    let mut list = rdma_verbs::SendBufferList::with_capacity(1);
     list.push(pool.take().unwrap(), SendOp::Send).unwrap();
     fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
     assert!(qp.post_send_buffers(&mut list, true).is_err());
     assert!(list.is_empty(), "the list's buffer stays in flight");
     fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
-    let err = qp.post_send_buffer(pool.take().unwrap(), SendOp::Send).unwrap_err();
+    let err = qp.try_post_send_buffer(pool.take().unwrap(), SendOp::Send).unwrap_err();
     assert!(err.buffer.is_none(), "the buffer stays in flight: {:?}", err.buffer);
     assert_eq!(err.error.errno(), Some(libc::EIO));
     fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
-    let err = qp.post_send_buffer_chained(&mut list, pool.take().unwrap(), SendOp::Send, true);
+    let err = qp.try_post_send_buffer_chained(&mut list, pool.take().unwrap(), SendOp::Send, true);
     assert!(err.unwrap_err().buffer.is_none(), "a chained buffer stays in flight too");
+    // The plain post drops only what it may: the chunk stays in flight there too.
+    fx.mock.fail(rdma_verbs_mock::Verb::WrComplete, libc::EIO);
+    let err = qp.post_send_buffer(pool.take().unwrap(), SendOp::Send).unwrap_err();
+    assert_eq!(err.errno(), Some(libc::EIO));
     let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
-    assert_eq!(free.len(), pool.count() - 3, "the three chunks stay the NIC's");
+    assert_eq!(free.len(), pool.count() - 4, "the four chunks stay the NIC's");
 }

@@ -33,7 +33,7 @@ fn register_uses_reg_mr_iova2_at_the_buffer_address_when_the_library_has_it() {
     let iova = addr as u64;
     let call = Call::RegMrIova2 { addr, length: 4096, iova, access: access.bits() };
     assert_eq!(f.mock.take_calls(), [call]);
-    assert_ne!(mr.lkey().0, mr.rkey().0);
+    assert_ne!(mr.lkey().get(), mr.rkey().get());
     drop(mr);
 
     // Before rdma-core v28: ibv_reg_mr, without the optional (ordering) bit.

@@ -21,10 +21,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, QpType, Qpn,
-    QueuePair, RKey, Rc, RecvList, RemoteAddr, RemoteWritableRegion, Reset, Rts, SendFlags,
-    SendList, SendOp, SendWr, SendWrList, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc,
-    Ud, UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
+    Endpoint, GlobalRoute, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr,
+    QpType, Qpn, QueuePair, RKey, Rc, RecvBufferList, RemoteAddr, RemoteWritableRegion, Reset, Rts,
+    SendBufferList, SendFlags, SendOp, SendWr, SendWrList, SharedReceiveQueue, ToInitAttr,
+    ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -48,7 +48,7 @@ enum Step {
     SrqRecv { pool: usize },
     /// `post_recv_buffers` of a list with a buffer of each of `pools`, on QP `qp`, or on the
     /// SRQ when `None`; what it keeps is dropped.
-    RecvList { qp: Option<usize>, pools: Vec<usize> },
+    RecvBufferList { qp: Option<usize>, pools: Vec<usize> },
     /// `post_send_buffer` (`post_send_buffer_to` on UD) of `len` bytes with `op`, reaching
     /// the target through the memory window's rkey when `window`.
     Send { qp: usize, pool: usize, op: Op, len: usize, window: bool },
@@ -136,7 +136,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (qp.clone(), pool.clone()).prop_map(|(qp, pool)| Step::Recv { qp, pool }),
         1 => pool.clone().prop_map(|pool| Step::SrqRecv { pool }),
         2 => (proptest::option::of(qp.clone()), proptest::collection::vec(pool.clone(), 1..5))
-            .prop_map(|(qp, pools)| Step::RecvList { qp, pools }),
+            .prop_map(|(qp, pools)| Step::RecvBufferList { qp, pools }),
         4 => (qp.clone(), pool.clone(), op(), len.clone(), any::<bool>())
             .prop_map(|(qp, pool, op, len, window)| Step::Send { qp, pool, op, len, window }),
         1 => (qp.clone(), 0..TARGET + CHUNK, 0..TARGET, 0..8u32).prop_map(|(qp, start, len, r)| {
@@ -326,20 +326,15 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
     let remote = target.remote(..).unwrap();
     let mut window = pd.alloc_mw(MwType::Type1).unwrap();
     let ah: AddressHandle<'_> = {
-        let gid = ctx.routable_gid(PORT).unwrap().gid;
-        let me = Endpoint {
-            lid: ctx.query_port(PORT).unwrap().lid(),
-            qpn: Qpn::new(0).unwrap(),
-            psn: Psn::new(0).unwrap(),
-            gid,
-        };
-        pd.create_ah(&AddressVector::to_endpoint(&me, PORT, Some(SGID_INDEX))).unwrap()
+        let (gid, lid) = (ctx.routable_gid(PORT).unwrap().gid, ctx.query_port(PORT).unwrap().lid());
+        let av = AddressVector::new(PORT, lid).with_grh(GlobalRoute::new(gid, SGID_INDEX));
+        pd.create_ah(&av).unwrap()
     };
     let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path };
     let mut slots = parts.slots();
     let qpns: Vec<Qpn> = slots.iter().map(|s| s.qp_num().unwrap()).collect();
-    let mut list = SendList::with_capacity(4);
-    let mut ud_list = SendList::with_capacity(4);
+    let mut list = SendBufferList::with_capacity(4);
+    let mut ud_list = SendBufferList::with_capacity(4);
     // A UD QP sends to its pair's QP.
     let dest = |qp: usize| UdDestination { ah: &ah, qpn: qpns[qp ^ 1], qkey: QKEY };
     let mut wcs = [WorkCompletion::EMPTY; 16];
@@ -362,8 +357,8 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                     let _ = srq.post_recv_buffer(buf);
                 }
             }
-            Step::RecvList { qp, pools: ref from } => {
-                let mut receives = RecvList::with_capacity(from.len());
+            Step::RecvBufferList { qp, pools: ref from } => {
+                let mut receives = RecvBufferList::with_capacity(from.len());
                 for buf in from.iter().filter_map(|&pool| pools[pool].take()) {
                     receives.push(buf).unwrap();
                 }
@@ -459,11 +454,11 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 let (cqs, limit) = ([&cq], Duration::from_secs(5));
                 // A drain that fails hands the QP back (in ERROR): it stays as it is.
                 slots[qp] = match std::mem::replace(&mut slots[qp], Slot::Gone) {
-                    Slot::Rc(q) => match q.drain(&cqs, limit, &mut hand_back) {
+                    Slot::Rc(q) => match q.try_drain(&cqs, limit, &mut hand_back) {
                         Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Rc),
                         Err(e) => Slot::Rc(e.qp),
                     },
-                    Slot::Uc(q) => match q.drain(&cqs, limit, &mut hand_back) {
+                    Slot::Uc(q) => match q.try_drain(&cqs, limit, &mut hand_back) {
                         Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Uc),
                         Err(e) => Slot::Uc(e.qp),
                     },
@@ -506,7 +501,7 @@ fn the_rig_executes_loopback_work_on_both_paths() {
         Step::SrqRecv { pool: 0 },
         Step::Send { qp: 0, pool: 0, op: Op::Send, len: 100, window: false },
         Step::Send { qp: 2, pool: 0, op: Op::Write(64), len: 200, window: false },
-        Step::RecvList { qp: Some(5), pools: vec![0, 0] },
+        Step::RecvBufferList { qp: Some(5), pools: vec![0, 0] },
         Step::Send { qp: 4, pool: 0, op: Op::SendWithImm, len: 50, window: false },
         // And an RDMA READ through a window bound to the target: one more.
         Step::Bind { qp: 1, start: 0, len: 512, rights: AccessFlags::REMOTE_READ },
@@ -522,7 +517,7 @@ fn the_rig_executes_loopback_work_on_both_paths() {
 }
 
 /// Holes once open, each a sequence the strict mock flagged before the fix: a list that
-/// skipped `post_send`'s checks (an atomic on UC, a misaligned atomic), and a pool over a
+/// skipped `post_send_wr`'s checks (an atomic on UC, a misaligned atomic), and a pool over a
 /// region at a chosen IOVA whose SGEs carried CPU addresses (receive, send, read).
 #[test]
 fn closed_holes_stay_closed() {
@@ -580,13 +575,13 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
     mock.take_calls();
     // SAFETY: the QP's peer is no QP of the mock: nothing executes, and the bytes are never
     // written while the QP lives.
-    unsafe { qp.post_send_list(&mut wrs).unwrap() };
+    unsafe { qp.post_send_wrs(&mut wrs).unwrap() };
     // Moved out of the list to a new allocation, the old one freed: a stale `next` would
     // point there (which memcheck reports as an invalid read).
     let mut moved = Vec::with_capacity(16);
     moved.append(&mut Vec::from(wrs));
     // SAFETY: as above.
-    unsafe { qp.post_send(&mut moved[0]).unwrap() };
+    unsafe { qp.post_send_wr(&mut moved[0]).unwrap() };
     let posts: Vec<_> = mock
         .take_calls()
         .into_iter()

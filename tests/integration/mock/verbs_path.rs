@@ -7,8 +7,8 @@ use std::net::Ipv6Addr;
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, CqAttr, Endpoint, Error, Gid,
     InvalidInputKind, LKey, Lid, MemoryRegion, Mtu, ProtectionDomain, Psn, QpCapabilities,
-    QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Reset, Rts, SendFlags, SendList, SendOp, SendWr,
-    SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
+    QpInitAttr, Qpn, QueuePair, RKey, RemoteAddr, Reset, Rts, SendBufferList, SendFlags, SendOp,
+    SendWr, SendWrList, Sge, ToInitAttr, ToRtrAttr, ToRtsAttr, VerbsPath, WcOpcode, WcStatus,
     WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional, Verb, CORE_CLOCK_KHZ};
@@ -91,7 +91,7 @@ fn new_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queu
 /// `qp` taken to RTS towards QP `peer` of a RoCE peer (a QP of this mock is its loopback peer).
 fn towards(qp: QueuePair<'_, Reset>, peer: Qpn) -> QueuePair<'_, Rts> {
     let gid = Gid::from("::ffff:192.0.2.9".parse::<Ipv6Addr>().unwrap());
-    let peer = Endpoint { lid: Lid(0), qpn: peer, psn: Psn::new(1).unwrap(), gid };
+    let peer = Endpoint { lid: Lid::new(0), qpn: peer, psn: Psn::new(1).unwrap(), gid };
     let qp = qp.into_init(&ToInitAttr::default()).unwrap();
     // Index 3 of the mock port's GID table is its RoCE v2 IPv4-mapped entry.
     let qp = qp.into_rtr(&ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)).unwrap();
@@ -110,7 +110,7 @@ fn a_provider_without_the_extended_ops_gets_legacy_cqs_and_qps() {
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    assert_eq!((cq.path(), qp.send_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
+    assert_eq!((cq.verbs_path(), qp.verbs_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
     assert_eq!((cq.as_raw_ex(), qp.as_raw_ex()), (None, None));
     let calls = f.mock.take_calls();
     assert!(matches!(calls[0], Call::CreateCq { cqe: 32, .. }), "{calls:?}");
@@ -128,7 +128,7 @@ fn a_provider_with_them_gets_extended_ones_asking_for_what_the_device_allows() {
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    assert_eq!((cq.path(), qp.send_path()), (VerbsPath::Extended, VerbsPath::Extended));
+    assert_eq!((cq.verbs_path(), qp.verbs_path()), (VerbsPath::Extended, VerbsPath::Extended));
     assert_eq!(cq.as_raw_ex().map(|c| c.cast()), Some(cq.as_raw()));
     let calls = f.mock.take_calls();
     let standard = u64::from(sys::IBV_WC_STANDARD_FLAGS);
@@ -147,7 +147,7 @@ fn a_provider_with_them_gets_extended_ones_asking_for_what_the_device_allows() {
     let legacy = f.ctx.create_cq_with(32, &forced(VerbsPath::Legacy)).unwrap();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Legacy), ..QpInitAttr::new(&legacy) };
     let qp = pd.create_rc_qp(&attr).unwrap();
-    assert_eq!((legacy.path(), qp.send_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
+    assert_eq!((legacy.verbs_path(), qp.verbs_path()), (VerbsPath::Legacy, VerbsPath::Legacy));
     let calls = f.mock.take_calls();
     assert!(matches!(calls[..], [Call::CreateCq { .. }, Call::CreateQp { .. }]), "{calls:?}");
 }
@@ -157,12 +157,12 @@ fn eopnotsupp_from_the_extended_create_verbs_falls_back_unless_forced() {
     let f = extended();
     f.mock.fail(Verb::CreateCqEx, libc::EOPNOTSUPP);
     let cq = f.ctx.create_cq(32).unwrap();
-    assert_eq!(cq.path(), VerbsPath::Legacy);
+    assert_eq!(cq.verbs_path(), VerbsPath::Legacy);
     let pd = f.ctx.alloc_pd().unwrap();
     f.mock.take_calls();
     f.mock.fail(Verb::CreateQpEx, libc::EOPNOTSUPP);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
-    assert_eq!(qp.send_path(), VerbsPath::Legacy);
+    assert_eq!(qp.verbs_path(), VerbsPath::Legacy);
     let calls = f.mock.take_calls();
     assert!(
         matches!(calls[..], [Call::QueryDevice, Call::CreateQpEx { .. }, Call::CreateQp { .. }]),
@@ -185,7 +185,7 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
     );
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
-    assert_eq!(rts_qp(&pd, &cq).send_path(), VerbsPath::Legacy);
+    assert_eq!(rts_qp(&pd, &cq).verbs_path(), VerbsPath::Legacy);
     f.mock.take_calls();
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
     assert_unsupported(&pd.create_rc_qp(&attr).unwrap_err(), "ibv_qp_to_qp_ex (rdma-core v24+)");
@@ -197,16 +197,16 @@ fn without_ibv_qp_to_qp_ex_the_qp_posts_through_ibv_post_send_or_is_refused_when
 /// inline buffers between WRs of one.
 fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
     with_rts_qp(f, |qp, mr| {
-        assert_eq!(qp.send_path(), VerbsPath::Extended);
+        assert_eq!(qp.verbs_path(), VerbsPath::Extended);
         f.mock.take_calls();
         let (one, two) = ([mr.sge(..64).unwrap()], [mr.sge(..8).unwrap(), mr.sge(8..24).unwrap()]);
         let bytes = [7u8; 24];
         // Inline SGEs name CPU memory (`bytes`, alive and unchanged during the post).
         let inline = [
-            Sge::new(bytes.as_ptr() as u64, 8, LKey(0)),
-            Sge::new(bytes[8..].as_ptr() as u64, 16, LKey(0)),
+            Sge::new(bytes.as_ptr() as u64, 8, LKey::new(0)),
+            Sge::new(bytes[8..].as_ptr() as u64, 16, LKey::new(0)),
         ];
-        let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey(7) };
+        let remote = RemoteAddr { addr: 0x10_0000, rkey: RKey::new(7) };
         let mut wrs = SendWrList::from(vec![
             SendWr::send(1, &one),
             SendWr::rdma_write_with_imm(2, &two, remote, 9),
@@ -215,7 +215,7 @@ fn multi_sge_list_calls(f: &Fixture) -> Vec<Call> {
             SendWr::send(5, &inline).flags(SendFlags::INLINE),
         ]);
         // SAFETY: the mock provider never touches the registered memory; inline bytes as above.
-        unsafe { qp.post_send_list(&mut wrs) }.unwrap();
+        unsafe { qp.post_send_wrs(&mut wrs) }.unwrap();
         f.mock.take_calls()
     })
 }
@@ -265,7 +265,7 @@ fn a_batch_is_one_wr_start_its_builders_and_one_wr_complete_around_multi_sge_pos
         f.mock.take_calls();
         let one = [mr.sge(..64).unwrap()];
         // SAFETY: the mock provider never touches the memory.
-        unsafe { qp.post_send(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
+        unsafe { qp.post_send_wr(&mut SendWr::send_with_imm(5, &one, 1)) }.unwrap();
         f.mock.take_calls()
     });
     assert_eq!(calls.first(), Some(&Call::WrStart));
@@ -304,7 +304,7 @@ fn a_failed_wr_complete_counts_what_the_provider_leaves_posted_with_the_post_sen
             let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::send(2, &sge)]);
             f.mock.fail(Verb::WrComplete, errno);
             // SAFETY: the mock provider never touches the memory.
-            unsafe { qp.post_send_list(&mut wrs) }.unwrap_err()
+            unsafe { qp.post_send_wrs(&mut wrs) }.unwrap_err()
         });
         assert_eq!(err.posted, posted, "vendor {vendor_id:#x}, errno {errno}");
         assert_queue_full(&err.error, "ibv_wr_complete", errno);
@@ -323,7 +323,7 @@ fn a_refused_buffer_list_on_rxe_or_mlx5_strands_no_buffer() {
         let pool =
             BufferPool::new(pd.register(64 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
         let qp = rts_qp(&pd, &cq);
-        let mut list = SendList::with_capacity(12);
+        let mut list = SendBufferList::with_capacity(12);
         for _ in 0..12 {
             let mut buffer = pool.take().unwrap();
             buffer.fill(b"x").unwrap();
@@ -345,9 +345,10 @@ fn an_operation_the_qp_was_not_created_for_aborts_the_batch_as_unsupported() {
         f.mock.take_calls();
         let sge = [mr.sge(..64).unwrap()];
         // The mock device has no memory windows, so the QP was not created for invalidation.
-        let mut wrs = SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey(5))]);
+        let mut wrs =
+            SendWrList::from(vec![SendWr::send(1, &sge), SendWr::local_inv(2, RKey::new(5))]);
         // SAFETY: the mock provider never touches the memory.
-        (unsafe { qp.post_send_list(&mut wrs) }.unwrap_err(), f.mock.take_calls())
+        (unsafe { qp.post_send_wrs(&mut wrs) }.unwrap_err(), f.mock.take_calls())
     });
     assert_eq!(err.posted, 0);
     assert_unsupported(&err.error, "ibv_wr_local_inv");
@@ -361,14 +362,14 @@ fn a_null_builder_aborts_the_batch_as_unsupported_naming_it() {
     let f = lacking("wr_send_imm");
     with_rts_qp(&f, |qp, mr| {
         assert_eq!(
-            qp.send_path(),
+            qp.verbs_path(),
             VerbsPath::Extended,
             "SEND with immediate is not needed to post"
         );
         f.mock.take_calls();
         let sge = [mr.sge(..64).unwrap()];
         // SAFETY: the mock provider never touches the memory.
-        let err = unsafe { qp.post_send(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
+        let err = unsafe { qp.post_send_wr(&mut SendWr::send_with_imm(1, &sge, 7)) }.unwrap_err();
         assert_unsupported(&err, "ibv_wr_send_imm");
         assert_eq!(f.mock.take_calls(), [Call::WrStart, Call::WrAbort]);
     });
@@ -379,7 +380,7 @@ fn a_null_member_every_post_or_poll_needs_falls_back_or_is_unsupported_when_forc
     {
         let f = lacking("read_byte_len");
         let cq = f.ctx.create_cq(32).unwrap();
-        assert_eq!(cq.path(), VerbsPath::Legacy);
+        assert_eq!(cq.verbs_path(), VerbsPath::Legacy);
         let err = f.ctx.create_cq_with(16, &forced(VerbsPath::Extended)).unwrap_err();
         assert_unsupported(&err, "ibv_wc_read_byte_len (ibv_cq_ex.read_byte_len)");
         let calls = f.mock.take_calls();
@@ -390,7 +391,7 @@ fn a_null_member_every_post_or_poll_needs_falls_back_or_is_unsupported_when_forc
     let f = lacking("wr_complete");
     let cq = f.ctx.create_cq(32).unwrap();
     let pd = f.ctx.alloc_pd().unwrap();
-    assert_eq!(rts_qp(&pd, &cq).send_path(), VerbsPath::Legacy);
+    assert_eq!(rts_qp(&pd, &cq).verbs_path(), VerbsPath::Legacy);
     let attr = QpInitAttr { verbs_path: Some(VerbsPath::Extended), ..QpInitAttr::new(&cq) };
     let err = pd.create_rc_qp(&attr).unwrap_err();
     assert_unsupported(&err, "ibv_wr_complete (ibv_qp_ex.wr_complete)");
@@ -425,7 +426,7 @@ fn the_default_poll_drains_a_batch_with_one_provider_call() {
     // Without timestamps: the provider's poll_cq op on the extended CQ, once for 16.
     let f = extended();
     let cq = f.ctx.create_cq(32).unwrap();
-    assert_eq!(cq.path(), VerbsPath::Extended);
+    assert_eq!(cq.verbs_path(), VerbsPath::Extended);
     for wr_id in 1..=16 {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
@@ -449,7 +450,7 @@ fn the_default_poll_drains_a_batch_with_one_provider_call() {
         let f = make();
         let cq = stamped_cq(&f, 16);
         let mut stamps = Vec::new();
-        assert_eq!(cq.poll_with(16, |c| stamps.push(c.timestamp().unwrap())).unwrap(), 16);
+        assert_eq!(cq.poll_with(16, |c| stamps.push(c.timestamp.unwrap())).unwrap(), 16);
         assert_eq!(stamps, (1..=16).map(|n| n * 1000).collect::<Vec<_>>());
         assert_eq!(f.mock.take_calls(), session);
         // `poll` too, and a batch that runs dry ends with the next_poll that found nothing.
@@ -534,10 +535,10 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
     }
     let mut got = Vec::new();
-    let n = cq.poll_with(2, |c| got.push((c.wr_id(), c.imm_data(), c.timestamp()))).unwrap();
+    let n = cq.poll_with(2, |c| got.push((c.wc.wr_id(), c.wc.imm_data(), c.timestamp))).unwrap();
     assert_eq!(n, 2);
     assert_eq!(got, [(1, Some(0xab01), Some(1000)), (2, Some(0xab02), Some(2000))]);
-    let n = cq.poll_with(8, |c| got.push((c.wr_id(), c.imm_data(), c.timestamp()))).unwrap();
+    let n = cq.poll_with(8, |c| got.push((c.wc.wr_id(), c.wc.imm_data(), c.timestamp))).unwrap();
     assert_eq!((n, got.len()), (1, 3));
 
     // Without timestamps (or on the legacy path) there are none, through the same call.
@@ -546,8 +547,8 @@ fn timestamps_come_with_completions_where_the_device_has_them() {
     for cq in [&plain, &legacy] {
         f.mock.push_completion(cq.as_raw(), recv_with_imm(4));
         let mut seen = None;
-        assert_eq!(cq.poll_with(4, |c| seen = Some((c.wr_id(), c.timestamp()))).unwrap(), 1);
-        assert_eq!(seen, Some((4, None)), "{:?}", cq.path());
+        assert_eq!(cq.poll_with(4, |c| seen = Some((c.wc.wr_id(), c.timestamp))).unwrap(), 1);
+        assert_eq!(seen, Some((4, None)), "{:?}", cq.verbs_path());
         assert_eq!(cq.timestamp_clock_khz(), None);
     }
 }
@@ -570,10 +571,10 @@ fn buffers_come_back_through_timestamped_polling() {
     let mut back = Vec::new();
     let n = cq
         .poll_with(4, |c| {
-            let at = c.timestamp();
-            let buf = pool.complete(c).expect("the completion names a buffer of the pool");
-            back.push((c.opcode(), at.is_some(), buf.as_slice().to_vec()));
-            assert!(pool.complete(c).is_none(), "completing consumed the wr_id");
+            let at = c.timestamp;
+            let buf = pool.complete(&mut c.wc).expect("the completion names a buffer of the pool");
+            back.push((c.wc.opcode(), at.is_some(), buf.as_slice().to_vec()));
+            assert!(pool.complete(&mut c.wc).is_none(), "completing consumed the wr_id");
         })
         .unwrap();
     back.sort_by_key(|(opcode, ..)| opcode.0);
