@@ -1,23 +1,35 @@
-//! Helpers shared by the integration tests.
-// Most serve the device tier, which is compiled only with the `device-tests` feature.
-#![cfg_attr(not(feature = "device-tests"), allow(dead_code))]
+//! rdma-verbs' device tier: the tests that need an RDMA device (tests/device/, one test
+//! binary named `device`) and their helpers (this library). Not published.
+//!
+//! The tests run in the Soft-RoCE guest of `scripts/rdma-vm` (rxe0, and siw0 with `--siw`),
+//! where `RDMA_VERBS_REQUIRE_DEVICE=1` makes a missing device a failure. On a host without
+//! one they would only skip, so this crate is kept out of the host tier: the workspace's
+//! `default-members` leave it out (a plain `cargo test` does not build it), and
+//! `scripts/test` runs the host tier with `--exclude rdma-verbs-device-tests`, then builds the
+//! programs these tests run (rdma-verbs' examples, the perftest tools, objstore; located by
+//! `rdma_verbs_test_support::programs`) and runs this crate's test binary in the guest:
+//!
+//! ```text
+//! cargo build --all-features -p rdma-verbs -p rdma-verbs-perftest -p rdma-verbs-objstore --examples --bins
+//! cargo test -p rdma-verbs-device-tests --all-features --test device --no-run
+//! scripts/rdma-vm target/debug/deps/device-<hash> --test-threads=1 device::bandwidth
+//! ```
+//!
+//! The helpers that the host tier shares (running and locating programs, the doctor's
+//! findings) are crate `rdma-verbs-test-support`.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use rdma_verbs::{Context, Error};
+use rdma_verbs_test_support::device_required;
+use rdma_verbs_test_support::process::{output_within, text};
 
 /// The device tests' device: Soft-RoCE in the guest.
 pub const RXE: &str = "rxe0";
 
 /// The soft-iWARP device of `scripts/rdma-vm --siw`.
 pub const SIW: &str = "siw0";
-
-/// Whether a missing device must fail the test (set by `scripts/rdma-vm` in the guest).
-pub fn device_required() -> bool {
-    std::env::var("RDMA_VERBS_REQUIRE_DEVICE").is_ok_and(|v| v == "1")
-}
 
 /// Opens `name`, or — when there is no such device — fails under
 /// `RDMA_VERBS_REQUIRE_DEVICE=1` and otherwise prints that the test skipped and returns `None`.
@@ -41,16 +53,6 @@ pub fn require_device(name: &str) -> Option<Context> {
         }
         Err(e) => panic!("opening {name}: {e}"),
     }
-}
-
-/// Whether this host's kernel has RDMA (`/sys/class/infiniband_verbs`), saying that the
-/// calling test, which covers hosts without, skipped when it has: such a test returns then.
-pub fn skipped_for_kernel_rdma() -> bool {
-    let has = std::path::Path::new("/sys/class/infiniband_verbs").exists();
-    if has {
-        eprintln!("skipped: this host's kernel has RDMA (the test covers hosts without)");
-    }
-    has
 }
 
 /// Runs `body` in a child process of this test binary when `test` (the test's path, e.g.
@@ -82,16 +84,12 @@ pub fn crash_isolated_with(test: &str, envs: &[(&str, &str)], body: impl FnOnce(
 /// them): its name, its netdev's IPv4 address, and whether it speaks iWARP (no immediate
 /// data; it connects only through rdma_cm).
 #[cfg(any(feature = "diag", feature = "rdmacm"))]
-#[cfg_attr(
-    not(feature = "rdmacm"),
-    expect(
-        dead_code,
-        reason = "without rdma_cm only the doctor's tests take a Target, for its IP"
-    )
-)]
 pub struct Target {
+    /// The device's name (rxe0, siw0).
     pub device: &'static str,
+    /// Its netdev's IPv4 address.
     pub ip: std::net::IpAddr,
+    /// Whether it speaks iWARP.
     pub iwarp: bool,
 }
 
@@ -129,105 +127,4 @@ fn target(device: &'static str, var: &str) -> Option<Target> {
 /// The RoCE v2 IPv4 GID index of rxe0 (the runner exports it), else 1.
 pub fn gid_index() -> String {
     std::env::var("RDMA_VM_GID_INDEX").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "1".into())
-}
-
-/// The path of a built example (`cargo test` builds them next to the test binary's `deps/`).
-pub fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build the examples first (cargo build --examples)",
-        path.display()
-    );
-    path
-}
-
-/// A command's output, killing it after `limit`.
-pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    wait_within(child, limit)
-}
-
-/// Waits for `child`, killing it after `limit` (then its output ends with a note).
-pub fn wait_within(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let mut out = child.wait_with_output().expect("wait");
-            out.stderr.extend_from_slice(format!("\n[killed after {limit:?}]").as_bytes());
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("wait")
-}
-
-/// Starts a server command and waits until something listens on TCP `port`.
-pub fn spawn_server(mut cmd: Command, port: u16) -> Child {
-    let mut child =
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn server");
-    let start = Instant::now();
-    while !listening(port) {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            let out = child.wait_with_output().expect("wait");
-            panic!("server exited ({status}) before listening: {}", text(&out));
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "server never listened on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
-/// Whether a socket listens on `port`, from /proc/net/tcp{,6} (state 0A is LISTEN); probing
-/// by connecting would use up the server's single accept.
-fn listening(port: u16) -> bool {
-    let needle = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
-            let cols: Vec<_> = l.split_whitespace().collect();
-            cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
-        })
-    })
-}
-
-/// Asserts that a command exited with status 1 saying `what` on stderr; its stderr, for more
-/// checks.
-pub fn assert_fails_saying(out: &Output, what: &str) -> String {
-    assert_eq!(out.status.code(), Some(1), "{}", text(out));
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(stderr.contains(what), "expected {what:?} on stderr\n{}", text(out));
-    stderr
-}
-
-/// Stdout and stderr, for assertion messages.
-pub fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Runs `body` on a thread of its own and fails, saying `suspect`, if it has not finished
-/// within `limit`: what would block for good (a read on a blocking descriptor,
-/// `ibv_destroy_cq` waiting for unacknowledged events) shows as a failure, not a hang. A panic
-/// of `body` is passed on.
-pub fn finishes_within(limit: Duration, suspect: &str, body: impl FnOnce() + Send + 'static) {
-    let worker = std::thread::spawn(body);
-    let start = Instant::now();
-    while !worker.is_finished() {
-        assert!(start.elapsed() < limit, "not finished after {limit:?}: {suspect}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if let Err(panic) = worker.join() {
-        std::panic::resume_unwind(panic);
-    }
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 
 use super::pair::{connect, init_qp, wait_for, Loopback, PORT};
-use crate::common::{require_device, text, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
+use rdma_verbs_test_support::process::text;
 
 /// How long an event may take to arrive: Soft-RoCE is slow, not stuck.
 const EVENT_LIMIT: Duration = Duration::from_secs(30);

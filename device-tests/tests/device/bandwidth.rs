@@ -6,10 +6,11 @@ use std::process::{Command, Output};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use crate::common::{
-    assert_fails_saying, example, gid_index, output_within, require_device, spawn_server, text,
-    wait_within, RXE,
+use rdma_verbs_device_tests::{gid_index, require_device, RXE};
+use rdma_verbs_test_support::process::{
+    assert_fails_saying, output_within, spawn_server, text, wait_within,
 };
+use rdma_verbs_test_support::programs::binary;
 
 pub(super) const LIMIT: Duration = Duration::from_secs(240);
 
@@ -21,7 +22,7 @@ pub(super) fn on_rxe(program: &Path, port: u16, args: &[&str]) -> Command {
 }
 
 pub(super) fn tool(name: &str, port: u16, args: &[&str]) -> Command {
-    on_rxe(&example(name), port, args)
+    on_rxe(&binary(name), port, args)
 }
 
 /// Server then client of `program` with their `args`.
@@ -48,14 +49,14 @@ pub(super) fn assert_ran(server: &Output, client: &Output) {
     );
 }
 
-/// Server then client of our example `name`.
+/// Server then client of our tool `name`.
 pub(super) fn pair(
     name: &str,
     port: u16,
     server_args: &[&str],
     client_args: &[&str],
 ) -> (Output, Output) {
-    pair_of(&example(name), port, server_args, client_args)
+    pair_of(&binary(name), port, server_args, client_args)
 }
 
 /// The lines of the JSON objects a run printed.
@@ -201,7 +202,7 @@ fn read_bw_keeps_the_devices_outstanding_reads_or_the_smaller_o_of_the_two_sides
 }
 
 /// The attributes they set are checked by the unit test `the_path_options_set_the_attributes_of
-/// _a_qp_connected_by_hand` (examples/bw/args.rs); here, that rxe's QPs take them and run.
+/// _a_qp_connected_by_hand` (perftest/src/args.rs); here, that rxe's QPs take them and run.
 #[test]
 fn perftests_path_options_are_taken_by_the_qps_connected_by_hand() {
     if require_device(RXE).is_none() {

@@ -3,7 +3,7 @@
 use rdma_verbs::*;
 
 use super::pair::{wait_for, Loopback};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 #[test]
 fn buffers_move_in_on_post_and_come_back_with_their_bytes() {

@@ -14,7 +14,9 @@ use rdma_verbs::{
 
 use super::pair::Loopback;
 use super::test_cases;
-use crate::common::{example, output_within, rxe, siw, spawn_server, text, wait_within, Target};
+use rdma_verbs_device_tests::{rxe, siw, Target};
+use rdma_verbs_test_support::process::{output_within, spawn_server, text, wait_within};
+use rdma_verbs_test_support::programs::{binary, example};
 
 const STEP: Duration = Duration::from_secs(20);
 const CLIENT_HELLO: &[u8] = b"client: hello over rdma_cm";
@@ -298,7 +300,7 @@ fn perftest_tools_over_rdma_cm(target: Option<Target>, port: u16) {
         // TCP on -p, rdma_cm on -p + 1.
         let port = (port + 2 * i as u16).to_string();
         let run = |peer: Option<String>| {
-            let mut cmd = std::process::Command::new(example(tool));
+            let mut cmd = std::process::Command::new(binary(tool));
             cmd.args(["-R", "-d", t.device, "-p", &port, "-n", "100", "-s", "4096"]);
             if tool.ends_with("_bw") {
                 cmd.args(["-q", "2"]);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdma_verbs::cm::{CmId, EventChannel, PortSpace};
 use rdma_verbs::InvalidInputKind;
 
-use crate::common::rxe;
+use rdma_verbs_device_tests::rxe;
 
 #[test]
 fn a_link_local_address_without_a_scope_is_refused_naming_the_missing_interface() {

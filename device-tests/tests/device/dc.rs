@@ -8,9 +8,10 @@
 //! do not run in CI. On a host with one:
 //!
 //! ```text
-//! cargo build --examples --features mlx5
-//! RDMA_VERBS_MLX5_DEVICE=mlx5_0 RDMA_VERBS_MLX5_GID_INDEX=3 \
-//!     cargo test --features mlx5 --test integration -- --ignored --test-threads=1 device::dc::hardware
+//! cargo build --features mlx5 -p rdma-verbs -p rdma-verbs-perftest --examples --bins
+//! RDMA_VERBS_MLX5_DEVICE=mlx5_0 RDMA_VERBS_MLX5_GID_INDEX=3 cargo test \
+//!     -p rdma-verbs-device-tests --features mlx5 --test device -- \
+//!     --ignored --test-threads=1 device::dc::hardware
 //! ```
 
 use std::path::Path;
@@ -20,7 +21,9 @@ use std::time::Duration;
 use rdma_verbs::mlx5::Mlx5Context;
 use rdma_verbs::Error;
 
-use crate::common::{example, output_within, require_device, text, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
+use rdma_verbs_test_support::process::{output_within, text};
+use rdma_verbs_test_support::programs::{binary, example};
 
 /// The one way to DC objects (they are made from an `Mlx5Context`) is closed on rxe0.
 #[test]
@@ -77,7 +80,7 @@ fn bandwidth_tools_with_c_dc_exit_non_zero_with_one_line_on_rxe() {
         return;
     }
     for (tool, port) in [("write_bw", "19063"), ("send_bw", "19064")] {
-        let mut cmd = Command::new(example(tool));
+        let mut cmd = Command::new(binary(tool));
         cmd.args(["-d", RXE, "-c", "DC", "-p", port]);
         let out = output_within(cmd, Duration::from_secs(60));
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -104,7 +107,8 @@ mod hardware {
     };
 
     use super::super::pair::Loopback;
-    use crate::common::{example, output_within, spawn_server, text, wait_within};
+    use rdma_verbs_test_support::process::{output_within, spawn_server, text, wait_within};
+    use rdma_verbs_test_support::programs::{binary, example};
 
     fn device() -> String {
         std::env::var("RDMA_VERBS_MLX5_DEVICE").expect(
@@ -127,7 +131,7 @@ mod hardware {
     }
 
     #[test]
-    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test -p rdma-verbs-device-tests --features mlx5 --test device -- --ignored device::dc::hardware"]
     fn dc_loopback_write_then_send_arrives_with_the_right_bytes() {
         let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
@@ -180,7 +184,7 @@ mod hardware {
     }
 
     #[test]
-    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test -p rdma-verbs-device-tests --features mlx5 --test device -- --ignored device::dc::hardware"]
     fn dc_pingpong_runs_between_two_processes() {
         let dev = device();
         let mut args =
@@ -202,7 +206,7 @@ mod hardware {
     }
 
     #[test]
-    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test -p rdma-verbs-device-tests --features mlx5 --test device -- --ignored device::dc::hardware"]
     fn bandwidth_tools_run_over_dc() {
         for (tool, port) in [("write_bw", 19065u16), ("read_bw", 19066), ("send_bw", 19067)] {
             let mut args = vec!["-d".to_owned(), device(), "-c".into(), "DC".into()];
@@ -211,10 +215,10 @@ mod hardware {
             if let Some(g) = gid_index() {
                 args.extend(["-x".into(), g.to_string()]);
             }
-            let mut server = Command::new(example(tool));
+            let mut server = Command::new(binary(tool));
             server.args(&args);
             let server = spawn_server(server, port);
-            let mut client = Command::new(example(tool));
+            let mut client = Command::new(binary(tool));
             client.args(&args).arg("localhost");
             let client = output_within(client, Duration::from_secs(120));
             let server = wait_within(server, Duration::from_secs(120));
@@ -226,7 +230,7 @@ mod hardware {
     }
 
     #[test]
-    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test -p rdma-verbs-device-tests --features mlx5 --test device -- --ignored device::dc::hardware"]
     fn dc_caps_streams_read_depth_and_version_are_consistent() {
         let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
@@ -240,7 +244,7 @@ mod hardware {
     }
 
     #[test]
-    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test --features mlx5 --test integration -- --ignored device::dc::hardware"]
+    #[ignore = "needs an mlx5 device: RDMA_VERBS_MLX5_DEVICE=mlx5_0 cargo test -p rdma-verbs-device-tests --features mlx5 --test device -- --ignored device::dc::hardware"]
     fn a_dci_renewed_after_an_error_completion_sends_again() {
         let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();

@@ -3,8 +3,11 @@
 
 use std::process::{Command, Output};
 
-use crate::common::{device_required, example, gid_index, require_device, rxe, siw, text, RXE};
-use crate::diag::{assert_finding, doctor, doctor_output};
+use rdma_verbs_device_tests::{gid_index, require_device, rxe, siw, RXE};
+use rdma_verbs_test_support::device_required;
+use rdma_verbs_test_support::doctor::{assert_finding, doctor, doctor_output};
+use rdma_verbs_test_support::process::text;
+use rdma_verbs_test_support::programs::example;
 
 /// `(uverbsN, "major:minor")` of `device`'s verbs interface, from sysfs.
 fn uverbs_of(device: &str) -> (String, String) {

@@ -13,7 +13,7 @@ use rdma_verbs::sys;
 use rdma_verbs::*;
 
 use super::pair::{wait_for, Loopback, PORT};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 /// Canary bytes after each structure.
 const CANARY_LEN: usize = 256;

@@ -11,9 +11,10 @@ use super::bandwidth::{self, tool};
 use super::latency;
 use super::pair::{connect, wait_for, Loopback};
 use super::rc_pingpong::{assert_ran, c_tool, ours, pair};
-use crate::common::{
-    example, finishes_within, require_device, spawn_server, text, wait_within, RXE,
-};
+use rdma_verbs_device_tests::{require_device, RXE};
+use rdma_verbs_test_support::finishes_within;
+use rdma_verbs_test_support::process::{spawn_server, text, wait_within};
+use rdma_verbs_test_support::programs::binary;
 
 /// How long any event may take to arrive: Soft-RoCE is slow, not stuck.
 const EVENT_LIMIT: Duration = Duration::from_secs(30);
@@ -225,7 +226,7 @@ fn the_header_names_the_events_device_and_vector_as_ib_read_lat_does() {
         return;
     }
     let args = ["-e", "-n", "20"];
-    for (i, program) in [example("read_lat"), PathBuf::from("ib_read_lat")].iter().enumerate() {
+    for (i, program) in [binary("read_lat"), PathBuf::from("ib_read_lat")].iter().enumerate() {
         let (server, client) = bandwidth::pair_of(program, 19338 + i as u16, &args, &args);
         bandwidth::assert_ran(&server, &client);
         let stdout = String::from_utf8_lossy(&client.stdout);

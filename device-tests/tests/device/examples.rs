@@ -3,7 +3,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{example, output_within, require_device, text, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
+use rdma_verbs_test_support::process::{output_within, text};
+use rdma_verbs_test_support::programs::example;
 
 fn run_example(name: &str, args: &[&str]) -> String {
     let mut cmd = Command::new(example(name));

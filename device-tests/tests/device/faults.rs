@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 
 use super::pair::{drain_for, pattern, ud_in_rts, wait_for, Loopback, PORT};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 /// How many completions each `wr_id` got, and with which statuses.
 fn tally(wcs: &[WorkCompletion]) -> BTreeMap<u64, Vec<WcStatus>> {

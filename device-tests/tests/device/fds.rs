@@ -7,7 +7,7 @@ use std::fs::File;
 
 use rdma_verbs::*;
 
-use crate::common::{crash_isolated, require_device, RXE};
+use rdma_verbs_device_tests::{crash_isolated, require_device, RXE};
 
 /// The RLIMIT_NOFILE soft limit the child runs under.
 const LIMIT: u64 = 64;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdma_verbs::*;
 
 use super::pair::{connect_with, Loopback, PORT};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 /// How long a drain may take on rxe (flushes are immediate; rxe is slow, not stuck).
 const DRAIN: Duration = Duration::from_secs(10);

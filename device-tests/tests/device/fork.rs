@@ -6,7 +6,7 @@ use rdma_verbs::fork::{self, ForkStatus};
 use rdma_verbs::*;
 
 use super::pair::{wait_for, Loopback};
-use crate::common::{crash_isolated, crash_isolated_with, require_device, RXE};
+use rdma_verbs_device_tests::{crash_isolated, crash_isolated_with, require_device, RXE};
 
 /// The page size.
 fn page_size() -> usize {

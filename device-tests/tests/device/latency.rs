@@ -8,7 +8,8 @@ use std::process::Output;
 use super::bandwidth::{
     a_server_that_dies_mid_run, assert_ran, json_field, json_lines, pair, pair_of, PEER_GONE,
 };
-use crate::common::{require_device, text, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
+use rdma_verbs_test_support::process::text;
 
 /// The figures of a latency JSON line, in perftest's order.
 const FIGURES: [&str; 7] =

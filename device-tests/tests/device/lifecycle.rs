@@ -3,7 +3,7 @@
 use rdma_verbs::*;
 
 use super::pair::{connect, endpoint, up_with, wait_for, Loopback, PORT};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 #[test]
 fn a_qp_in_error_is_reset_and_reused() {

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use crate::common::{assert_fails_saying, example, output_within, require_device, text, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
+use rdma_verbs_test_support::process::{assert_fails_saying, output_within, text};
+use rdma_verbs_test_support::programs::example;
 
 #[test]
 fn registration_over_rlimit_memlock_names_the_limit_and_the_fix() {

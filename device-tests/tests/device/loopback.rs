@@ -3,7 +3,7 @@
 use rdma_verbs::*;
 
 use super::pair::{connect, wait_for, Loopback};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 #[test]
 fn send_with_imm_delivers_payload_and_immediate() {

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use rdma_verbs::*;
 
 use super::pair::{pattern, wait_for, Loopback};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 const LEN: usize = 4096;
 

@@ -5,7 +5,7 @@
 use rdma_verbs::*;
 
 use super::pair::{endpoint, sgid_index, Loopback, PORT};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 #[test]
 fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_at_rtr() {

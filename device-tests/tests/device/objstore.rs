@@ -1,4 +1,4 @@
-//! examples/objstore on rxe0: round trips with CRC32C checks, three clients at once, and each
+//! objstore (crate `rdma-verbs-objstore`) on rxe0: round trips with CRC32C checks, three clients at once, and each
 //! bad input (wrong rkey, a range outside the region, a client killed mid-transfer, an
 //! unknown object, a full disk, a malformed token, keys that climb out of the root) answered
 //! with its error while the server goes on serving. Ports 19100–19109.
@@ -11,15 +11,15 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use crate::common::{
-    example, gid_index, output_within, require_device, spawn_server, text, wait_within, RXE,
-};
+use rdma_verbs_device_tests::{gid_index, require_device, RXE};
+use rdma_verbs_test_support::process::{output_within, spawn_server, text, wait_within};
+use rdma_verbs_test_support::programs::binary;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-/// The example on rxe0 and TCP `port`, with `args`.
+/// objstore on rxe0 and TCP `port`, with `args`.
 fn objstore(port: u16, args: &[&str]) -> Command {
-    let mut cmd = Command::new(example("objstore"));
+    let mut cmd = Command::new(binary("objstore"));
     cmd.args(args).args(["-d", RXE, "-g", &gid_index(), "-p", &port.to_string()]);
     cmd
 }
@@ -379,7 +379,7 @@ fn a_full_disk_is_507_and_stores_nothing() {
         Command::new("mount").args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"]).arg(&bucket).output();
     if !mount.as_ref().is_ok_and(|o| o.status.success()) {
         assert!(
-            !crate::common::device_required(),
+            !rdma_verbs_test_support::device_required(),
             "mounting a tmpfs failed (not root?): {mount:?}"
         );
         eprintln!("skipped: cannot mount a tmpfs here (needs root, as in the guest)");

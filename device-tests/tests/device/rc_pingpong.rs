@@ -5,10 +5,11 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::common::{
-    assert_fails_saying, example, gid_index, output_within, require_device, spawn_server, text,
-    wait_within, RXE,
+use rdma_verbs_device_tests::{gid_index, require_device, RXE};
+use rdma_verbs_test_support::process::{
+    assert_fails_saying, output_within, spawn_server, text, wait_within,
 };
+use rdma_verbs_test_support::programs::example;
 
 const LIMIT: Duration = Duration::from_secs(180);
 

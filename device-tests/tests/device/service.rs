@@ -8,10 +8,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use super::test_cases;
-use crate::common::{
-    assert_fails_saying, example, gid_index, output_within, require_device, spawn_server, text,
-    wait_within, RXE,
+use rdma_verbs_device_tests::{gid_index, require_device, RXE};
+use rdma_verbs_test_support::process::{
+    assert_fails_saying, output_within, spawn_server, text, wait_within,
 };
+use rdma_verbs_test_support::programs::example;
 
 const LIMIT: Duration = Duration::from_secs(180);
 

@@ -16,7 +16,9 @@ use super::cm::resolved;
 use super::pair::Loopback;
 use super::service::{check_client_0_failed, check_served};
 use super::test_cases;
-use crate::common::{example, output_within, rxe, siw, text, wait_within, Target};
+use rdma_verbs_device_tests::{rxe, siw, Target};
+use rdma_verbs_test_support::process::{output_within, text, wait_within};
+use rdma_verbs_test_support::programs::example;
 
 const LIMIT: Duration = Duration::from_secs(180);
 

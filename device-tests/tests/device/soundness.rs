@@ -9,7 +9,7 @@ use std::time::Duration;
 use rdma_verbs::*;
 
 use super::pair::{drain_for, pattern, ud_in_rts, wait_for, Loopback};
-use crate::common::{crash_isolated, require_device, RXE};
+use rdma_verbs_device_tests::{crash_isolated, require_device, RXE};
 
 /// The test's path as libtest names it (`device::soundness::NAME`).
 fn test_path(name: &str) -> String {

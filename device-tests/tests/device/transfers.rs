@@ -3,7 +3,7 @@
 use rdma_verbs::*;
 
 use super::pair::{connect, pattern, qp_in_init, wait_for, Loopback};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 const MIB: usize = 1 << 20;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdma_verbs::*;
 
 use super::pair::{drain_for, pattern, wait_for, Loopback, PORT};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 const QKEY: u32 = 0x1111_2222;
 

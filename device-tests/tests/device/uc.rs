@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdma_verbs::*;
 
 use super::pair::{drain_for, wait_for, Loopback};
-use crate::common::{require_device, RXE};
+use rdma_verbs_device_tests::{require_device, RXE};
 
 /// How long a dropped SEND is given to show up anyway (rxe delivers in microseconds).
 const QUIET: Duration = Duration::from_millis(500);

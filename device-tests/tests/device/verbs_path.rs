@@ -17,7 +17,7 @@ use rdma_verbs::*;
 use super::cm::{listen_on, resolved};
 use super::pair::{pattern, wait_for, Loopback};
 use super::test_cases;
-use crate::common::{require_device, rxe, siw, Target, RXE};
+use rdma_verbs_device_tests::{require_device, rxe, siw, Target, RXE};
 
 const STEP: Duration = Duration::from_secs(20);
 /// The bytes each single operation moves, and the WRs of the batch.

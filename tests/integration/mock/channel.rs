@@ -7,7 +7,7 @@ use log::Level;
 use rdma_verbs::{CompletionChannel, CqAttr, InvalidInputKind, VerbsPath, WorkCompletion};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
-use crate::common::finishes_within;
+use rdma_verbs_test_support::finishes_within;
 
 use super::{
     assert_non_blocking, assert_verb_error, capture, errno_text, is_non_blocking, open, Fixture,
