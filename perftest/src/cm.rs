@@ -32,7 +32,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
                 })
                 .collect::<rdma_verbs::Result<Vec<_>>>()?;
             let ctx = ids[0].context()?;
-            crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
+            check_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
             let param = by_cm::param(super::read_depth(ctx, mode, args)?, args)?;
             super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids, param })
@@ -47,7 +47,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             // The device is the one the first request came in on.
             let first = listener.get_request(by_cm::TIMEOUT)?;
             let ctx = first.id.context()?;
-            crate::common::check_cm_device(args.ib_dev.as_deref(), ctx)?;
+            check_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
             let param = by_cm::param(super::read_depth(ctx, mode, args)?, args)?;
             let mut server = by_cm::Server {
@@ -58,6 +58,18 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             };
             super::run_on(mode, args, ctx, &mut control, &mut server)
         }
+    }
+}
+
+/// `-d`, when given, must name the device rdma_cm picked by address.
+#[cfg(feature = "rdmacm")]
+fn check_device(ib_dev: Option<&str>, ctx: &rdma_verbs::Context) -> Result<(), String> {
+    match ib_dev {
+        Some(dev) if dev != ctx.name() => Err(format!(
+            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
+            ctx.name()
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -1,9 +1,12 @@
-//! The perftest-style tools: the bandwidth tools `write_bw`, `read_bw` and `send_bw`, and the
-//! latency tools `write_lat`, `read_lat` and `send_lat`. perftest's options (`args.rs`), its
-//! methods (`traffic.rs` for bandwidth, `latency.rs` for latency) and its tables
-//! (`report.rs`), over the safe buffer tier by default or the raw tier with `--raw`.
+//! The perftest-style tools on rdma-verbs: the bandwidth tools `write_bw`, `read_bw` and
+//! `send_bw`, and the latency tools `write_lat`, `read_lat` and `send_lat` (each a binary of
+//! this crate, `src/bin/`, that calls [`main`]). perftest's options (`args.rs`), its methods
+//! (`traffic.rs` for bandwidth, `latency.rs` for latency) and its tables (`report.rs`), over
+//! the safe buffer tier by default or the raw tier with `--raw`. The crate's `bench_report`
+//! binary summarizes `scripts/bench-vs-perftest`'s runs against the C tools.
 //!
 //! ```text
+//! cargo install --path perftest --features rdmacm   # (not published)
 //! write_bw -d rxe0 -x 1                 # server
 //! write_bw -d rxe0 -x 1 192.0.2.1       # client
 //! ```
@@ -41,6 +44,7 @@ use exchange::Control;
 use report::{Report, Table};
 use traffic::{Plan, Raw, Safe, Stats};
 
+/// The error of every step: a message for the user.
 pub type Error = Box<dyn std::error::Error>;
 
 /// The safe tier allocates one buffer per outstanding WR: at most this many bytes in all.
@@ -49,8 +53,11 @@ const SAFE_TIER_BUDGET: u64 = 256 << 20;
 /// Which operation the tool measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// RDMA WRITE.
     Write,
+    /// RDMA READ.
     Read,
+    /// SEND (and its receive).
     Send,
 }
 
@@ -133,7 +140,13 @@ pub fn main(tool: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    crate::common::exit_code(tool, run(mode, &args))
+    match run(mode, &args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{tool}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run(mode: Mode, args: &Args) -> Result<(), Error> {
@@ -144,7 +157,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     if args.is_dc() {
         return dc::run(mode, args);
     }
-    let ctx = crate::common::open_device(args.ib_dev.as_deref())?;
+    let ctx = open_device(args.ib_dev.as_deref())?;
     let (port, gid, mtu) = local_route(&ctx, args)?;
     // Refuse what the device cannot do before waiting for the peer.
     check_limits(&ctx, mode, args)?;
@@ -157,18 +170,27 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     run_on(mode, args, &ctx, &mut control, &mut connect)
 }
 
+/// Opens the device `-d` names, or the first one `ibv_get_device_list(3)` returns.
+fn open_device(name: Option<&str>) -> rdma_verbs::Result<Context> {
+    match name {
+        Some(name) => Context::open(name),
+        None => Context::open_first(),
+    }
+}
+
 /// Our port, the GID we send from (`-x`, or the routable one on Ethernet) and the path MTU
 /// (`-m`, or the port's active MTU); refuses `--tclass` where no GID, and so no GRH, is sent.
 pub fn local_route(ctx: &Context, args: &Args) -> Result<(PortAttr, Option<GidEntry>, Mtu), Error> {
     let port = ctx.query_port(args.ib_port)?;
-    let gid = crate::common::source_gid(ctx, args.ib_port, &port, args.gid_index)?;
+    let gid = ctx.source_gid(args.ib_port, args.gid_index)?;
     if args.tclass.is_some() && gid.is_none() {
         return Err(
             "--tclass sets the GRH's traffic class: on InfiniBand give -x, a GID index".into()
         );
     }
     let mtu = match args.mtu {
-        Some(bytes) => crate::common::path_mtu(bytes)?,
+        Some(bytes) => Mtu::from_bytes(bytes)
+            .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
         None => port.active_mtu(),
     };
     Ok((port, gid, mtu))

@@ -1,11 +1,6 @@
 //! RDMA READ bandwidth, perftest style: `ib_read_bw`'s options, method and table.
-//! See `examples/bw/mod.rs` for the tool shared by the bandwidth and latency tools.
-
-#[path = "bw/mod.rs"]
-mod bw;
-#[path = "common/mod.rs"]
-mod common;
+//! See the crate's library for the tool shared by the bandwidth and latency tools.
 
 fn main() -> std::process::ExitCode {
-    bw::main("read_bw")
+    rdma_verbs_perftest::main("read_bw")
 }

@@ -1,12 +1,7 @@
 //! SEND latency, perftest style: `ib_send_lat`'s options, method and table.
-//! See `examples/bw/mod.rs` for the tool shared with the bandwidth tools, and
-//! `examples/bw/latency.rs` for the method.
-
-#[path = "bw/mod.rs"]
-mod bw;
-#[path = "common/mod.rs"]
-mod common;
+//! See the crate's library for the tool shared with the bandwidth tools, and its
+//! `latency.rs` for the method.
 
 fn main() -> std::process::ExitCode {
-    bw::main("send_lat")
+    rdma_verbs_perftest::main("send_lat")
 }

@@ -1,12 +1,7 @@
 //! RDMA WRITE latency, perftest style: `ib_write_lat`'s options, method and table.
-//! See `examples/bw/mod.rs` for the tool shared with the bandwidth tools, and
-//! `examples/bw/latency.rs` for the method.
-
-#[path = "bw/mod.rs"]
-mod bw;
-#[path = "common/mod.rs"]
-mod common;
+//! See the crate's library for the tool shared with the bandwidth tools, and its
+//! `latency.rs` for the method.
 
 fn main() -> std::process::ExitCode {
-    bw::main("write_lat")
+    rdma_verbs_perftest::main("write_lat")
 }
