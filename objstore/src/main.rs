@@ -48,11 +48,10 @@
 //! out. A PUT is written to a temporary file in the bucket, fsynced, renamed into place and
 //! the directory fsynced before it is answered: concurrent PUTs of one key leave one whole
 //! object. CRC32C (Castagnoli) is computed by [`crc32c`], a slicing-by-8 table in this
-//! example.
+//! program.
 
 mod client;
-#[path = "../common/mod.rs"]
-mod common;
+mod link;
 mod server;
 
 use std::fmt;
@@ -61,7 +60,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use common::BoxError as Error;
+/// The error of every step: a message for the user.
+type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The staging chunk: what one RDMA READ or WRITE moves.
 pub(crate) const CHUNK: usize = 1 << 20;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 use tiny_http::{Header, Method, Request, Response};
 
-use crate::common::{armed_cq, open_device, poll_within, Link};
+use crate::link::{open_device, Link};
 use crate::{
     parse_crc, Crc32c, Error, RdmaArgs, Token, CHUNK, CRC, DEPTH, RDMA_TIMEOUT, SESSION, SIZE,
     TIMING, TOKEN,
@@ -46,11 +46,12 @@ pub fn run(args: &RdmaArgs, config: Config) -> Result<(), Error> {
         );
     }
     let ctx = open_device(args.ib_dev.as_deref())?;
-    let link = Link::new(&ctx, args.ib_port, args.gid_idx, None)?;
+    let link = Link::new(&ctx, args.ib_port, args.gid_idx)?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
     // Each session's QP: DEPTH sends and the one receive every QP must have room for.
-    let cq = armed_cq(&ctx, &channel, (config.max_sessions * (DEPTH + 1)) as u32)?;
+    let cq = ctx.create_cq_with_channel((config.max_sessions * (DEPTH + 1)) as u32, &channel, 0)?;
+    cq.req_notify(false)?;
     let chunks = config.workers * DEPTH;
     let pool = BufferPool::new(pd.register(chunks * CHUNK, AccessFlags::LOCAL_WRITE)?, CHUNK)?;
     let listener = TcpListener::bind(("0.0.0.0", args.port)).map_err(|e| {
@@ -194,7 +195,7 @@ impl<'a> Server<'a> {
     fn poll(&self, channel: &CompletionChannel<'_>) -> Result<(), Error> {
         let mut wcs: [WorkCompletion; 32] = Default::default();
         while !self.stop.load(Ordering::Relaxed) {
-            for wc in poll_within(self.cq, channel, &mut wcs, TICK)? {
+            for wc in self.cq.poll_blocking(channel, &mut wcs, TICK)? {
                 let buffer = self.pool.complete(wc);
                 let done = Done { status: wc.status(), buffer };
                 // No route: the session is gone, and dropping the buffer returns it.
