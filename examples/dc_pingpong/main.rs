@@ -24,14 +24,16 @@ use clap::Parser;
 use rdma_verbs::mlx5::*;
 use rdma_verbs::*;
 
-#[path = "common/mod.rs"]
-mod common;
-use common::{PEER_TIMEOUT, RECV_WRID, SEND_WRID};
-#[path = "dc/completions.rs"]
 mod completions;
 use completions::Completions;
 
 type Error = Box<dyn std::error::Error>;
+
+/// How long to wait for the peer over TCP, and for a completion once running.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The wr_ids: our receives', and our sends' (WRITE and SEND), as the completions we wait for.
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
 
 /// Ping-pong over mlx5 DC (DCT + DCI on each side; tokens exchanged over TCP).
 #[derive(Parser, Debug)]
@@ -40,8 +42,15 @@ struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18516)]
     port: u16,
-    #[command(flatten)]
-    device: common::DeviceArgs,
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u8>,
     /// Size of each message and of each RDMA WRITE, in bytes
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: u32,
@@ -63,7 +72,13 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    common::exit_code("dc_pingpong", run(&Args::parse()))
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dc_pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// What each side tells the other: its DCT token and the region it may write.
@@ -73,16 +88,21 @@ struct Peer {
 }
 
 fn run(args: &Args) -> Result<(), Error> {
-    let mtu = common::path_mtu(args.mtu)?;
+    let mtu = Mtu::from_bytes(args.mtu)
+        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    let ctx = common::open_device(args.device.ib_dev.as_deref())?;
+    let ctx = match &args.ib_dev {
+        Some(name) => Context::open(name)?,
+        None => Context::open_first()?,
+    };
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
-    let (ib_port, gid_idx) = (args.device.ib_port, args.device.gid_idx);
+    let ib_port = args.ib_port;
     let port = ctx.query_port(ib_port)?;
-    let gid = common::source_gid(&ctx, ib_port, &port, gid_idx)?;
+    // `-g`, else on RoCE the routable GID; on InfiniBand none (LID routing).
+    let gid = ctx.source_gid(ib_port, args.gid_idx)?;
     let sgid_index = gid.map(|g| g.index);
     // Hop limit 255 (DcRoute::new): routed RoCE crosses routers.
     let route = DcRoute {
