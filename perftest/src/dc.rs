@@ -20,7 +20,7 @@ pub use with_mlx5::run;
 #[cfg(not(feature = "mlx5"))]
 pub fn run(mode: Mode, _: &Args) -> Result<(), Error> {
     Err(format!(
-        "-c DC needs the mlx5 feature: cargo build --example {}_bw --features mlx5",
+        "-c DC needs the mlx5 feature: cargo build -p rdma-verbs-perftest --bin {}_bw --features mlx5",
         mode.name()
     )
     .into())
