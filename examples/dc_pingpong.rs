@@ -24,14 +24,11 @@ use clap::Parser;
 use rdma_verbs::mlx5::*;
 use rdma_verbs::*;
 
-mod completions;
-use completions::Completions;
-
 type Error = Box<dyn std::error::Error>;
 
 /// How long to wait for the peer over TCP, and for a completion once running.
 const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-/// The wr_ids: our receives', and our sends' (WRITE and SEND), as the completions we wait for.
+/// The wr_ids: our receives', and our sends' (WRITE and SEND).
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 
@@ -113,7 +110,11 @@ fn run(args: &Args) -> Result<(), Error> {
 
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(16)?;
+    // One CQ for the DCT's receives and one for the DCI's sends: each wait below takes the
+    // next completion of its CQ. (On one CQ the two kinds would come unordered against each
+    // other, and a wait for one would have to keep the other it polled.)
+    let recv_cq = ctx.create_cq(8)?;
+    let send_cq = ctx.create_cq(8)?;
     let srq = pd.create_srq(4, 1)?;
     // Four areas of `size` bytes: receives, what the peer writes, and our outgoing WRITE
     // and SEND bytes.
@@ -123,7 +124,7 @@ fn run(args: &Args) -> Result<(), Error> {
 
     // A key only the peer learns (24 random bits from each of two draws; not a secret).
     let key = DcKey(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
-    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
+    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &recv_cq, key })?;
     let init = ToInitAttr { port: ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
     let dct = dct.into_init(&init).map_err(|e| e.error)?;
     let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route)).map_err(|e| e.error)?;
@@ -144,21 +145,18 @@ fn run(args: &Args) -> Result<(), Error> {
     println!("  local DCT:  {}", me.token);
     println!("  remote DCT: {}", peer.token);
 
-    let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer.token)?;
+    let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&send_cq), &route, &peer.token)?;
     let outgoing = (write_at, send_at, size);
     let (mine, theirs) = if server { (1u8, 0u8) } else { (0, 1) };
-    // The DCT's receives and the DCI's sends share `cq`, unordered against each other: a
-    // wait keeps what it polls for the other (see `completions`).
-    let mut done = Completions::default();
     let start = Instant::now();
     for i in 0..args.iters {
         let incoming = (recv_at, written_at, size);
         if server {
-            receive(&cq, &mut done, &srq, &region, incoming, (i, theirs))?;
-            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), (&cq, &mut done))?;
+            receive(&recv_cq, &srq, &region, incoming, (i, theirs))?;
+            send(&dci, &send_cq, &target, &mut region, outgoing, peer.write_to, (i, mine))?;
         } else {
-            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), (&cq, &mut done))?;
-            receive(&cq, &mut done, &srq, &region, incoming, (i, theirs))?;
+            send(&dci, &send_cq, &target, &mut region, outgoing, peer.write_to, (i, mine))?;
+            receive(&recv_cq, &srq, &region, incoming, (i, theirs))?;
         }
     }
     let secs = start.elapsed().as_secs_f64();
@@ -217,13 +215,12 @@ fn post_recv(
 /// Waits for the peer's SEND, checks it and the bytes it wrote, and posts the next receive.
 fn receive(
     cq: &CompletionQueue<'_>,
-    done: &mut Completions,
     srq: &SharedReceiveQueue<'_>,
     region: &RemoteWritableRegion<'_>,
     (recv_at, written_at, size): (usize, usize, usize),
     from: (u64, u8),
 ) -> Result<(), Error> {
-    done.wait(cq, RECV_WRID, PEER_TIMEOUT)?;
+    wait_one(cq, RECV_WRID)?;
     let mut buf = vec![0; size];
     region.read(recv_at, &mut buf)?;
     check(&buf, from, b'S', "SEND")?;
@@ -233,15 +230,15 @@ fn receive(
 }
 
 /// RDMA WRITEs a pattern into the peer's region and SENDs another, in one batch, and waits
-/// for the SEND (the DCI completes in order, so the WRITE is done too).
+/// for the SEND on `cq` (the DCI completes in order, so the WRITE is done too).
 fn send(
     dci: &Dci<'_, Rts>,
+    cq: &CompletionQueue<'_>,
     target: &DcPeer<'_>,
     region: &mut RemoteWritableRegion<'_>,
     (write_at, send_at, size): (usize, usize, usize),
     write_to: RemoteAddr,
     me: (u64, u8),
-    (cq, done): (&CompletionQueue<'_>, &mut Completions),
 ) -> Result<(), Error> {
     let mut buf = vec![0; size];
     fill(&mut buf, me, b'W');
@@ -257,7 +254,20 @@ fn send(
     // SAFETY: the region outlives the DCI; its outgoing bytes are written again only in the
     // next call, after this batch's signaled last WR has completed (below).
     unsafe { dci.post(&wrs)? };
-    done.wait(cq, SEND_WRID, PEER_TIMEOUT)
+    wait_one(cq, SEND_WRID)
+}
+
+/// Waits for the next completion of `cq`, which must be the successful one of `wr_id`.
+fn wait_one(cq: &CompletionQueue<'_>, wr_id: u64) -> Result<(), Error> {
+    let mut wcs = [WorkCompletion::EMPTY];
+    let wc = &cq.wait_for(1, PEER_TIMEOUT, &mut wcs)?[0];
+    if !wc.is_success() {
+        return Err(format!("work request {} failed: {}", wc.wr_id(), wc.status()).into());
+    }
+    if wc.wr_id() != wr_id {
+        return Err(format!("a completion of work request {}, not {wr_id}", wc.wr_id()).into());
+    }
+    Ok(())
 }
 
 /// Waits for one client, on IPv6 and IPv4 where the system allows both.
