@@ -676,8 +676,8 @@ fn main() {
             data_path(&mut Count { case: case.into(), side: side.into(), n });
         }
         Err(_) => {
-            // No HTML plots: plotters' ab_glyph feature (which examples/bench_report.rs
-            // enables) draws text only in fonts registered first, and criterion registers none.
+            // No plots (criterion is built without its plotters backend, and gnuplot, where
+            // installed, is not asked): the numbers are the result.
             let mut c = Criterion::default().without_plots().configure_from_args();
             data_path(&mut Time(&mut c));
             c.final_summary();

@@ -24,14 +24,13 @@ use clap::Parser;
 use rdma_verbs::mlx5::*;
 use rdma_verbs::*;
 
-#[path = "common/mod.rs"]
-mod common;
-use common::{PEER_TIMEOUT, RECV_WRID, SEND_WRID};
-#[path = "dc/completions.rs"]
-mod completions;
-use completions::Completions;
-
 type Error = Box<dyn std::error::Error>;
+
+/// How long to wait for the peer over TCP, and for a completion once running.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The wr_ids: our receives', and our sends' (WRITE and SEND).
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
 
 /// Ping-pong over mlx5 DC (DCT + DCI on each side; tokens exchanged over TCP).
 #[derive(Parser, Debug)]
@@ -40,8 +39,15 @@ struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18516)]
     port: u16,
-    #[command(flatten)]
-    device: common::DeviceArgs,
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u8>,
     /// Size of each message and of each RDMA WRITE, in bytes
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: u32,
@@ -63,7 +69,13 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    common::exit_code("dc_pingpong", run(&Args::parse()))
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dc_pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// What each side tells the other: its DCT token and the region it may write.
@@ -73,16 +85,21 @@ struct Peer {
 }
 
 fn run(args: &Args) -> Result<(), Error> {
-    let mtu = common::path_mtu(args.mtu)?;
+    let mtu = Mtu::from_bytes(args.mtu)
+        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    let ctx = common::open_device(args.device.ib_dev.as_deref())?;
+    let ctx = match &args.ib_dev {
+        Some(name) => Context::open(name)?,
+        None => Context::open_first()?,
+    };
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
-    let (ib_port, gid_idx) = (args.device.ib_port, args.device.gid_idx);
+    let ib_port = args.ib_port;
     let port = ctx.query_port(ib_port)?;
-    let gid = common::source_gid(&ctx, ib_port, &port, gid_idx)?;
+    // `-g`, else on RoCE the routable GID; on InfiniBand none (LID routing).
+    let gid = ctx.source_gid(ib_port, args.gid_idx)?;
     let sgid_index = gid.map(|g| g.index);
     // Hop limit 255 (DcRoute::new): routed RoCE crosses routers.
     let route = DcRoute {
@@ -93,7 +110,11 @@ fn run(args: &Args) -> Result<(), Error> {
 
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(16)?;
+    // One CQ for the DCT's receives and one for the DCI's sends: each wait below takes the
+    // next completion of its CQ. (On one CQ the two kinds would come unordered against each
+    // other, and a wait for one would have to keep the other it polled.)
+    let recv_cq = ctx.create_cq(8)?;
+    let send_cq = ctx.create_cq(8)?;
     let srq = pd.create_srq(4, 1)?;
     // Four areas of `size` bytes: receives, what the peer writes, and our outgoing WRITE
     // and SEND bytes.
@@ -103,7 +124,7 @@ fn run(args: &Args) -> Result<(), Error> {
 
     // A key only the peer learns (24 random bits from each of two draws; not a secret).
     let key = DcKey::new(u64::from(Psn::random().get()) << 24 | u64::from(Psn::random().get()));
-    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key })?;
+    let dct = mlx5.create_dct(&pd, &DctInitAttr { srq: &srq, recv_cq: &recv_cq, key })?;
     let init = ToInitAttr { port: ib_port, pkey_index: 0, access: AccessFlags::REMOTE_WRITE };
     let dct = dct.into_init(&init)?;
     let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route))?;
@@ -124,21 +145,18 @@ fn run(args: &Args) -> Result<(), Error> {
     println!("  local DCT:  {}", me.token);
     println!("  remote DCT: {}", peer.token);
 
-    let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&cq), &route, &peer.token)?;
+    let (dci, target) = mlx5.connect_dci(&pd, &DciInitAttr::new(&send_cq), &route, &peer.token)?;
     let outgoing = (write_at, send_at, size);
     let (mine, theirs) = if server { (1u8, 0u8) } else { (0, 1) };
-    // The DCT's receives and the DCI's sends share `cq`, unordered against each other: a
-    // wait keeps what it polls for the other (see `completions`).
-    let mut done = Completions::default();
     let start = Instant::now();
     for i in 0..args.iters {
         let incoming = (recv_at, written_at, size);
         if server {
-            receive(&cq, &mut done, &srq, &region, incoming, (i, theirs))?;
-            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), (&cq, &mut done))?;
+            receive(&recv_cq, &srq, &region, incoming, (i, theirs))?;
+            send(&dci, &send_cq, &target, &mut region, outgoing, peer.write_to, (i, mine))?;
         } else {
-            send(&dci, &target, &mut region, outgoing, peer.write_to, (i, mine), (&cq, &mut done))?;
-            receive(&cq, &mut done, &srq, &region, incoming, (i, theirs))?;
+            send(&dci, &send_cq, &target, &mut region, outgoing, peer.write_to, (i, mine))?;
+            receive(&recv_cq, &srq, &region, incoming, (i, theirs))?;
         }
     }
     let secs = start.elapsed().as_secs_f64();
@@ -197,13 +215,12 @@ fn post_recv(
 /// Waits for the peer's SEND, checks it and the bytes it wrote, and posts the next receive.
 fn receive(
     cq: &CompletionQueue<'_>,
-    done: &mut Completions,
     srq: &SharedReceiveQueue<'_>,
     region: &RemoteWritableRegion<'_>,
     (recv_at, written_at, size): (usize, usize, usize),
     from: (u64, u8),
 ) -> Result<(), Error> {
-    done.wait(cq, RECV_WRID, PEER_TIMEOUT)?;
+    wait_one(cq, RECV_WRID)?;
     let mut buf = vec![0; size];
     region.read(recv_at, &mut buf)?;
     check(&buf, from, b'S', "SEND")?;
@@ -213,15 +230,15 @@ fn receive(
 }
 
 /// RDMA WRITEs a pattern into the peer's region and SENDs another, in one batch, and waits
-/// for the SEND (the DCI completes in order, so the WRITE is done too).
+/// for the SEND on `cq` (the DCI completes in order, so the WRITE is done too).
 fn send(
     dci: &Dci<'_, Rts>,
+    cq: &CompletionQueue<'_>,
     target: &DcPeer<'_>,
     region: &mut RemoteWritableRegion<'_>,
     (write_at, send_at, size): (usize, usize, usize),
     write_to: RemoteAddr,
     me: (u64, u8),
-    (cq, done): (&CompletionQueue<'_>, &mut Completions),
 ) -> Result<(), Error> {
     let mut buf = vec![0; size];
     fill(&mut buf, me, b'W');
@@ -237,7 +254,20 @@ fn send(
     // SAFETY: the region outlives the DCI; its outgoing bytes are written again only in the
     // next call, after this batch's signaled last WR has completed (below).
     unsafe { dci.post_send_wrs(&wrs)? };
-    done.wait(cq, SEND_WRID, PEER_TIMEOUT)
+    wait_one(cq, SEND_WRID)
+}
+
+/// Waits for the next completion of `cq`, which must be the successful one of `wr_id`.
+fn wait_one(cq: &CompletionQueue<'_>, wr_id: u64) -> Result<(), Error> {
+    let mut wcs = [WorkCompletion::EMPTY];
+    let wc = &cq.wait_for(1, PEER_TIMEOUT, &mut wcs)?[0];
+    if !wc.is_success() {
+        return Err(format!("work request {} failed: {}", wc.wr_id(), wc.status()).into());
+    }
+    if wc.wr_id() != wr_id {
+        return Err(format!("a completion of work request {}, not {wr_id}", wc.wr_id()).into());
+    }
+    Ok(())
 }
 
 /// Waits for one client, on IPv6 and IPv4 where the system allows both.

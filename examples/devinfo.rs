@@ -7,9 +7,6 @@
 
 use std::process::ExitCode;
 
-#[path = "common/mod.rs"]
-mod common;
-
 use clap::Parser;
 use rdma_verbs::{DeviceList, Result};
 
@@ -23,7 +20,13 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    common::exit_code("devinfo", run(&Args::parse()))
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("devinfo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run(args: &Args) -> Result<()> {

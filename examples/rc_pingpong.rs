@@ -22,10 +22,6 @@
 //! rc_pingpong --rdma-cm 198.51.100.1     # client (siw0's address in the guest)
 //! ```
 
-#[path = "common/mod.rs"]
-mod common;
-use common::{c_number, PEER_TIMEOUT, RECV_WRID, SEND_WRID};
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -37,29 +33,43 @@ use rdma_verbs::*;
 
 type Error = Box<dyn std::error::Error>;
 
+/// How long to wait for the peer over TCP, and for a completion once running.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The wr_ids (`ibv_rc_pingpong`'s), kept as the kinds of completion the ping-pong waits for:
+/// its receives', and its send's.
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
 /// Ping-pong over an RC QP (wire-compatible with ibv_rc_pingpong).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
     /// Listen on / connect to TCP port
-    #[arg(short = 'p', long = "port", default_value_t = 18515, value_parser = c_number::<u16>)]
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
-    #[command(flatten)]
-    device: common::DeviceArgs,
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u8>,
     /// Size of message to exchange, in bytes
-    #[arg(short = 's', long = "size", default_value_t = 4096, value_parser = c_number::<u32>)]
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = c_number::<u32>)]
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     mtu: u32,
     /// Number of receives to post at a time
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500, value_parser = c_number::<u32>)]
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
     /// Number of exchanges
-    #[arg(short = 'n', long = "iters", default_value_t = 1000, value_parser = c_number::<u64>)]
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     iters: u64,
     /// Service level
-    #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = c_number::<u8>)]
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
     sl: u8,
     /// Sleep on CQ events (default poll)
     #[arg(short = 'e', long = "events")]
@@ -72,21 +82,38 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    common::exit_code("rc_pingpong", run(&Args::parse()))
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run(args: &Args) -> Result<(), Error> {
-    let mtu = common::path_mtu(args.mtu)?;
+    let mtu = Mtu::from_bytes(args.mtu)
+        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
     if args.size == 0 || args.rx_depth == 0 || args.iters == 0 {
         return Err("-s, -r and -n must be at least 1".into());
     }
     if args.rdma_cm {
         return run_cm(args);
     }
-    let ctx = common::open_device(args.device.ib_dev.as_deref())?;
-    let port = ctx.query_port(args.device.ib_port)?;
-    common::require_lid(&ctx, args.device.ib_port, &port)?;
-    let gid = local_gid(&ctx, args, &port)?;
+    let ctx = match &args.ib_dev {
+        Some(name) => Context::open(name)?,
+        None => Context::open_first()?,
+    };
+    let port = ctx.query_port(args.ib_port)?;
+    if !port.is_ethernet() && port.lid().get() == 0 {
+        let name = ctx.name();
+        return Err(format!(
+            "{name} port {} has no LID: is the subnet manager running?",
+            args.ib_port
+        )
+        .into());
+    }
+    let gid = local_gid(&ctx, args)?;
     pingpong(
         &ctx,
         args,
@@ -100,7 +127,7 @@ fn run(args: &Args) -> Result<(), Error> {
             };
             println!("  local address:  {me}");
             let sgid = gid.map(|g| g.index);
-            let link = Link { port: args.device.ib_port, sgid, mtu, sl: args.sl, psn };
+            let link = Link { port: args.ib_port, sgid, mtu, sl: args.sl, psn };
             let (qp, remote) = exchange(qp, args, &me, &link)?;
             println!("  remote address: {remote}");
             Ok(qp)
@@ -185,7 +212,14 @@ fn pingpong_cm(args: &Args, id: &rdma_verbs::cm::CmId<'_>, server: bool) -> Resu
     use rdma_verbs::cm::ConnParam;
 
     let ctx = id.context()?;
-    common::check_cm_device(args.device.ib_dev.as_deref(), ctx)?;
+    // rdma_cm picked the device by address: `-d`, when given, must name that one.
+    if let Some(dev) = args.ib_dev.as_deref().filter(|&dev| dev != ctx.name()) {
+        let picked = ctx.name();
+        return Err(format!(
+            "rdma_cm picked {picked} by address, not -d {dev}: use an address of {dev}'s netdev"
+        )
+        .into());
+    }
     pingpong(
         ctx,
         args,
@@ -250,7 +284,7 @@ fn pingpong(
     let message_index = message.index();
     let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) })?;
-    let qp = qp.into_init(&ToInitAttr { port: args.device.ib_port, ..Default::default() })?;
+    let qp = qp.into_init(&ToInitAttr { port: args.ib_port, ..Default::default() })?;
 
     // Receives are posted again as the C tool does, when at most one is left (all but one
     // then), but with one call for them all.
@@ -389,9 +423,9 @@ fn send_message<'a>(
 }
 
 /// The GID to send, with its index: `-g` if given; else on Ethernet the routable one.
-fn local_gid(ctx: &Context, args: &Args, port: &PortAttr) -> Result<Option<GidEntry>, Error> {
-    let gid = common::source_gid(ctx, args.device.ib_port, port, args.device.gid_idx)?;
-    if let (None, Some(gid)) = (args.device.gid_idx, gid) {
+fn local_gid(ctx: &Context, args: &Args) -> Result<Option<GidEntry>, Error> {
+    let gid = ctx.source_gid(args.ib_port, args.gid_idx)?;
+    if let (None, Some(gid)) = (args.gid_idx, gid) {
         eprintln!("rc_pingpong: no -g on an Ethernet (RoCE) port: using GID index {gid}, the routable one");
     }
     Ok(gid)

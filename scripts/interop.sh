@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # scripts/interop.sh OURS [OPTIONS...]
 #
-# Runs one of our examples (the executable OURS) beside its C counterpart, on one machine over
+# Runs one of our programs (the executable OURS) beside its C counterpart, on one machine over
 # 127.0.0.1, each side under `timeout 120`, the server first and the client once the server
 # listens on its TCP port:
-# - rc_pingpong: against itself and against rdma-core's ibv_rc_pingpong both ways (ours/ours,
+# - rc_pingpong (an example of rdma-verbs): against itself and against rdma-core's ibv_rc_pingpong both ways (ours/ours,
 #   ours server with the C client, the C server with our client); it is wire-compatible.
 #   OPTIONS are ibv_rc_pingpong's (-d -i -s -m -r -n -l -g); default port 18515.
-# - write_bw: against itself, then perftest's ib_write_bw against itself for comparison (the two
+# - write_bw (a tool of perftest/): against itself, then perftest's ib_write_bw against itself for comparison (the two
 #   do not share a wire format). OPTIONS are perftest's (-d -i -s -n -q -x ...); default port
 #   18520; ib_write_bw also gets -F (no CPU-frequency check).
 # Both sides get OPTIONS; -p PORT is the first pair's port, the next pairs take the ports after
@@ -19,7 +19,10 @@ set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 OURS [OPTIONS...]" >&2; exit 2; }
 OURS=$1
 shift
-[ -x "$OURS" ] || { echo "interop: $OURS is not an executable (cargo build --release --example rc_pingpong)" >&2; exit 2; }
+[ -x "$OURS" ] || {
+  echo "interop: $OURS is not an executable (cargo build --release --example rc_pingpong; cargo build --release -p rdma-verbs-perftest --bin write_bw)" >&2
+  exit 2
+}
 case $(basename "$OURS") in
   rc_pingpong) C=ibv_rc_pingpong GID=-g PORT=18515 C_OPTS=() PACKAGE=ibverbs-utils ;;
   write_bw) C=ib_write_bw GID=-x PORT=18520 C_OPTS=(-F) PACKAGE=perftest ;;

@@ -277,6 +277,23 @@ impl Context {
         };
         pick.copied().ok_or_else(|| Error::NoRoutableGid { device: self.name().to_owned(), port })
     }
+
+    /// The GID to send from on `port`: entry `index` when one is given (a user's `-g`);
+    /// otherwise on Ethernet (RoCE, where every packet carries a GRH) the
+    /// [routable](Context::routable_gid) one, and on InfiniBand `None` (LID routing, no GRH).
+    /// Its index is the `sgid_index` of the routes from it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::gid`] when `index` is given; otherwise as [`Context::query_port`] and
+    /// [`Context::routable_gid`].
+    pub fn source_gid(&self, port: u8, index: Option<u8>) -> Result<Option<GidEntry>> {
+        Ok(match index {
+            Some(index) => Some(self.gid(port, index)?),
+            None if self.query_port(port)?.is_ethernet() => Some(self.routable_gid(port)?),
+            None => None,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -5,15 +5,12 @@ use std::net::TcpStream;
 
 use rdma_verbs::*;
 
-use crate::{
-    armed_cq, new_qp, poll_within, read_endpoint, reply, request, Args, Error, Link, LAST, MORE,
-    PEER_TIMEOUT,
-};
+use crate::{new_qp, read_endpoint, reply, request, Args, Error, Link, LAST, MORE, PEER_TIMEOUT};
 
 /// Connects to the server at `host` by the TCP exchange, sends the requests, checks the
 /// replies.
 pub fn run(args: &Args, host: &str) -> Result<(), Error> {
-    let ctx = crate::common::open_device(args.device.ib_dev.as_deref())?;
+    let ctx = crate::open_device(args)?;
     let link = crate::link(&ctx, args)?;
     let stream = TcpStream::connect((host, args.port))
         .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;
@@ -40,7 +37,7 @@ pub fn run_cm(args: &Args, host: &str) -> Result<(), Error> {
         .map_err(|e| format!("couldn't reach {dst}: {e}"))?;
     id.resolve_route(Duration::from_secs(5))?;
     let ctx = id.context()?;
-    crate::common::check_cm_device(args.device.ib_dev.as_deref(), ctx)?;
+    crate::check_cm_device(args, ctx)?;
     converse(ctx, id.port_num(), args, &mut by_cm::ByCm { id: &id, dst, requests: args.requests })
 }
 
@@ -63,7 +60,8 @@ fn converse(ctx: &Context, port: u8, args: &Args, by: &mut dyn Connect) -> Resul
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
     // One request and its reply at a time.
-    let cq = armed_cq(ctx, &channel, 2)?;
+    let cq = ctx.create_cq_with_channel(2, &channel, 0)?;
+    cq.req_notify(false)?;
     let size = args.size as usize;
     let pool = BufferPool::new(pd.register(2 * size, AccessFlags::LOCAL_WRITE)?, size)?;
     let (qp, told) = by.connect(new_qp(&pd, &cq, port, 1)?)?;
@@ -100,7 +98,7 @@ impl Connect for ByTcp {
         let psn = Psn::random();
         self.stream.write_all(&self.link.endpoint(&qp, psn).to_pingpong_message())?;
         let remote = read_endpoint(&mut self.stream)?;
-        Ok((self.link.connect(qp, &remote, psn, 1)?, None))
+        Ok((self.link.connect(qp, &remote, psn)?, None))
     }
 
     /// The server closes the connection once our acknowledgement of its last reply has
@@ -206,7 +204,7 @@ impl<'a> Session<'a> {
                 (true, Some(done)) => break done,
                 (_, waiting) => waiting,
             };
-            let done = poll_within(self.cq, self.channel, &mut wcs, PEER_TIMEOUT)?;
+            let done = self.cq.poll_blocking(self.channel, &mut wcs, PEER_TIMEOUT)?;
             if done.is_empty() {
                 let secs = PEER_TIMEOUT.as_secs();
                 return Err(format!("request {i} not answered within {secs} s").into());

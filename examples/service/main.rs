@@ -36,8 +36,7 @@
 //! ```
 
 mod client;
-#[path = "../common/mod.rs"]
-mod common;
+mod link;
 mod server;
 
 use std::io::{ErrorKind, Read};
@@ -48,7 +47,10 @@ use clap::Parser;
 use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
 
-pub(crate) use common::{armed_cq, poll_within, Link, PEER_TIMEOUT};
+use link::Link;
+
+/// How long to wait for a peer over TCP, and for a completion once running.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A request's immediate data: `MORE`, or `LAST` for the client's final request.
 const MORE: u32 = 0;
@@ -63,8 +65,15 @@ struct Args {
     /// Listen on / connect to TCP port
     #[arg(short = 'p', long = "port", default_value_t = 18800)]
     port: u16,
-    #[command(flatten)]
-    device: common::DeviceArgs,
+    /// RDMA device to use (default: the first one found)
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u8>,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<u32>,
@@ -102,7 +111,34 @@ fn main() -> ExitCode {
         (None, false) => server::run(&args),
         (host, true) => rdma_cm(&args, host.as_deref()),
     };
-    common::exit_code("service", result.map_err(|e| e as Box<dyn std::error::Error>))
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("service: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the device `-d` names, or the first one `ibv_get_device_list(3)` returns.
+fn open_device(args: &Args) -> rdma_verbs::Result<Context> {
+    match &args.ib_dev {
+        Some(name) => Context::open(name),
+        None => Context::open_first(),
+    }
+}
+
+/// With rdma_cm, `-d` (when given) must name the device rdma_cm picked by address.
+#[cfg(feature = "rdmacm")]
+fn check_cm_device(args: &Args, ctx: &Context) -> Result<(), Error> {
+    match &args.ib_dev {
+        Some(dev) if dev != ctx.name() => Err(format!(
+            "rdma_cm picked {} by address, not -d {dev}: use an address of {dev}'s netdev",
+            ctx.name()
+        )
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// `--rdma-cm`: the client of `host`, or the server.
@@ -152,9 +188,9 @@ fn request(seed: u32, i: u32, max: u32) -> Vec<u8> {
     (0..len).map(|j| (hash(i << 20 ^ j) >> 8) as u8).collect()
 }
 
-/// Our side of every connection (examples/common), from `-i`, `-g` and `-m`.
+/// Our side of every connection, from `-i`, `-g` and `-m`.
 fn link(ctx: &Context, args: &Args) -> Result<Link, Error> {
-    Link::new(ctx, args.device.ib_port, args.device.gid_idx, args.mtu)
+    Link::new(ctx, args.ib_port, args.gid_idx, args.mtu)
 }
 
 /// A new RC QP on `cq` and device port `port`, in INIT, with room for one receive and

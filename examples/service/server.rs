@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 
 use crate::{
-    armed_cq, new_qp, poll_within, read_endpoint, reply, AddressReader, Args, Error, Link, LAST,
-    MORE, PEER_TIMEOUT,
+    new_qp, read_endpoint, reply, AddressReader, Args, Error, Link, LAST, MORE, PEER_TIMEOUT,
 };
 
 /// Replies one client may have in flight: its QP's send queue depth. A reply beyond waits,
@@ -32,7 +31,7 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// Serves `--clients` clients, then reports.
 pub fn run(args: &Args) -> Result<(), Error> {
-    let ctx = crate::common::open_device(args.device.ib_dev.as_deref())?;
+    let ctx = crate::open_device(args)?;
     let link = crate::link(&ctx, args)?;
     let listener = TcpListener::bind(("::", args.port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
@@ -73,7 +72,7 @@ pub fn run_cm(args: &Args) -> Result<(), Error> {
     listener.bind_addr(at).map_err(|e| format!("couldn't listen on {at}: {e}"))?;
     // Bound to a device's address, the listener is bound to that device.
     let ctx = listener.context()?;
-    crate::common::check_cm_device(args.device.ib_dev.as_deref(), ctx)?;
+    crate::check_cm_device(args, ctx)?;
     listener.listen(args.clients as i32)?;
     println!("listening on {at} ({})", ctx.name());
 
@@ -82,7 +81,8 @@ pub fn run_cm(args: &Args) -> Result<(), Error> {
     // Not `with_server`, whose closure takes a `Server` of any lifetime: this one is given
     // connect requests, which borrow `events` and so fit only servers that `events` outlives.
     let channel = ctx.create_comp_channel()?;
-    let cq = armed_cq(ctx, &channel, n * PER_CLIENT)?;
+    let cq = ctx.create_cq_with_channel(n * PER_CLIENT, &channel, 0)?;
+    cq.req_notify(false)?;
     let pool = buffer_pool(&pd, n, args.size)?;
     let mut server = Server::new(ctx, &pd, &cq, &channel, &pool);
     let mut accepted = 0;
@@ -214,7 +214,8 @@ fn with_server<R>(
     serve: impl FnOnce(&mut Server<'_>) -> Result<R, Error>,
 ) -> Result<R, Error> {
     let channel = ctx.create_comp_channel()?;
-    let cq = armed_cq(ctx, &channel, clients * PER_CLIENT)?;
+    let cq = ctx.create_cq_with_channel(clients * PER_CLIENT, &channel, 0)?;
+    cq.req_notify(false)?;
     let pool = buffer_pool(pd, clients, size)?;
     let mut server = Server::new(ctx, pd, &cq, &channel, &pool);
     serve(&mut server)
@@ -392,7 +393,7 @@ impl<'a> Server<'a> {
         let psn = Psn::random();
         let qp = new_qp(self.pd, self.cq, link.port, SEND_DEPTH)?;
         let me = link.endpoint(&qp, psn);
-        let qp = link.connect(qp, remote, psn, 1)?;
+        let qp = link.connect(qp, remote, psn)?;
         stream
             .write_all(&me.to_pingpong_message())
             .map_err(|e| format!("sending our address message: {e}"))?;
@@ -405,7 +406,7 @@ impl<'a> Server<'a> {
     /// gone.
     fn progress(&mut self, limit: Duration) -> Result<(), Error> {
         let mut wcs: [WorkCompletion; 16] = Default::default();
-        for wc in poll_within(self.cq, self.channel, &mut wcs, limit)? {
+        for wc in self.cq.poll_blocking(self.channel, &mut wcs, limit)? {
             self.route(wc);
         }
         self.reap();

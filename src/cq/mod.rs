@@ -339,6 +339,38 @@ impl<'ctx> CompletionQueue<'ctx> {
         Ok(&mut storage[..n])
     }
 
+    /// Polls, and while nothing has completed sleeps on `channel` (the channel this CQ was
+    /// created with, and armed with [`req_notify`](Self::req_notify) before the first call),
+    /// for at most `timeout` in all; returns what one poll brought (the prefix of `storage` it
+    /// fills), empty only when nothing completed in that time. Each event re-arms the CQ
+    /// before it is polled again (see [the event loop](crate::CompletionChannel#the-event-loop)),
+    /// so it stays armed for the next call. Sleeping rather than busy polling leaves the CPU
+    /// to other threads and to a provider that works in the kernel (Soft-RoCE).
+    ///
+    /// # Errors
+    ///
+    /// As [`CompletionQueue::poll`], [`CompletionChannel::wait`](crate::CompletionChannel::wait)
+    /// and [`CompletionQueue::req_notify`].
+    pub fn poll_blocking<'a>(
+        &self,
+        channel: &crate::CompletionChannel<'_>,
+        storage: &'a mut [WorkCompletion],
+        timeout: std::time::Duration,
+    ) -> Result<&'a mut [WorkCompletion]> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let n = self.poll(storage)?.len();
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if n > 0 || left.is_zero() {
+                return Ok(&mut storage[..n]);
+            }
+            // An event means the CQ fired and disarmed itself: re-arm before polling again.
+            if channel.wait(Some(left))? > 0 {
+                self.req_notify(false)?;
+            }
+        }
+    }
+
     /// Which verbs this CQ was created and is polled with.
     pub fn verbs_path(&self) -> VerbsPath {
         if self.ex.is_some() {

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use rdma_verbs::{DeviceList, Error};
 
-use crate::common::{example, output_within, skipped_for_kernel_rdma, text};
+use rdma_verbs_test_support::process::{output_within, text};
+use rdma_verbs_test_support::programs::example;
+use rdma_verbs_test_support::{device_required, skipped_for_kernel_rdma};
 
 /// Runs the example `cmd`, asserting that it failed with exit status 1: its stderr, and all
 /// it printed (for the messages of the caller's assertions).
@@ -62,7 +64,7 @@ fn a_missing_libibverbs_is_named_with_the_package() {
 fn the_loader_reports_path_and_version() {
     let lib = match rdma_verbs::sys::ibverbs() {
         Ok(lib) => lib,
-        Err(e) if !crate::common::device_required() => {
+        Err(e) if !device_required() => {
             eprintln!("skipped: libibverbs is not installed here ({e})");
             return;
         }
@@ -82,64 +84,6 @@ fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
     cmd.args(["-m", "1500"]);
     let (stderr, all) = failure(cmd);
     assert!(stderr.contains("invalid MTU 1500"), "{all}");
-}
-
-#[test]
-fn perftest_options_are_checked_before_any_verb() {
-    // (tool, arguments, exit status, stderr): 1 for a bad value, 2 for a refused option.
-    for (tool, args, code, expected) in [
-        ("write_bw", &["-s", "0"][..], 1, "write_bw: -s (size) must be at least 1"),
-        ("write_bw", &["-q", "0"][..], 1, "write_bw: -q (QPs) must be at least 1"),
-        ("write_bw", &["-t", "0"][..], 1, "write_bw: -t (tx depth) must be at least 1"),
-        ("write_bw", &["-t", "8", "-Q", "16"][..], 1, "write_bw: -Q 16 must be 1..=8 (at most -t, the tx depth)"),
-        ("write_bw", &["-t", "8", "-l", "16"][..], 1, "write_bw: -l 16 must not exceed -t 8 (the tx depth)"),
-        (
-            "write_bw",
-            &["-H"][..],
-            2,
-            "write_bw: --report-histogram is for the latency tools only: a bandwidth run keeps no \
-             per-WR samples",
-        ),
-        (
-            "read_lat",
-            &["-n", "4"][..],
-            1,
-            "read_lat: -n 4 must be at least 5: the report drops the two largest of the n - 1 samples",
-        ),
-        (
-            "send_lat",
-            &["-D", "2", "-U"][..],
-            1,
-            "send_lat: -H and -U list the samples of -n iterations: a -D run keeps none",
-        ),
-        (
-            "write_lat",
-            &["-c", "DC"][..],
-            1,
-            "write_lat: -c DC is implemented for the bw tools only: use -c RC",
-        ),
-        (
-            "send_lat",
-            &["-q4"][..],
-            2,
-            "send_lat: --qp is for the bandwidth tools only: latency is measured on one QP, as \
-             perftest's",
-        ),
-        ("write_lat", &["-b"][..], 2, "write_lat: --bidirectional is for the bandwidth tools only: a ping-pong runs both ways already"),
-        (
-            "read_lat",
-            &["-C"][..],
-            2,
-            "read_lat: --report-cycles is not supported: times come from the monotonic clock, in \
-             usec: there are no cycle counts to report",
-        ),
-    ] {
-        let mut cmd = Command::new(example(tool));
-        cmd.args(args);
-        let out = output_within(cmd, Duration::from_secs(30));
-        assert_eq!(out.status.code(), Some(code), "{tool} {args:?}: {}", text(&out));
-        assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), expected, "{}", text(&out));
-    }
 }
 
 #[test]

@@ -1,16 +1,13 @@
 //! Integration tests: one binary (one link, one run of the harness).
 //!
 //! - `host`: need only the host (and libibverbs where installed); run everywhere.
-//! - `device` (feature `device-tests`, so a plain `cargo test` on a host counts only tests
-//!   that run there): need an RDMA device; they run in the Soft-RoCE guest
-//!   (`scripts/rdma-vm`), where `RDMA_VERBS_REQUIRE_DEVICE=1` makes a missing device a
-//!   failure, not a skip.
+//! - `diag` (feature `diag`): the doctor on any host.
 //! - `mock`: the safe crate against the mock provider, crate `rdma-verbs-mock` (errors, masks,
 //!   fallbacks, failed destroys); run everywhere, no libibverbs needed.
+//!
+//! The tests that need an RDMA device are crate `rdma-verbs-device-tests` (`device-tests/`),
+//! run in the Soft-RoCE guest; the helpers both tiers use are crate `rdma-verbs-test-support`.
 
-mod common;
-#[cfg(feature = "device-tests")]
-mod device;
 #[cfg(feature = "diag")]
 mod diag;
 mod host;

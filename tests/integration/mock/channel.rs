@@ -4,10 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use log::Level;
-use rdma_verbs::{CompletionChannel, CqAttr, InvalidInputKind, VerbsPath};
+use rdma_verbs::{CompletionChannel, CqAttr, InvalidInputKind, VerbsPath, WorkCompletion};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
-use crate::common::finishes_within;
+use rdma_verbs_test_support::finishes_within;
 
 use super::{
     assert_non_blocking, assert_verb_error, capture, errno_name, is_non_blocking, open, Fixture,
@@ -234,5 +234,38 @@ fn events_of_a_cq_whose_destroy_failed_are_acknowledged_as_they_are_read() {
         let ack = Call::AckCqEvents { nevents: 1 };
         let read_and_ack = [Call::GetCqEvent, ack.clone(), Call::GetCqEvent, ack, Call::GetCqEvent];
         assert_eq!(f.mock.take_calls(), read_and_ack, "{path}");
+    });
+}
+
+#[test]
+fn poll_blocking_returns_what_one_poll_brings_and_re_arms_after_each_event_until_time_is_up() {
+    without_hanging(|| {
+        let f = Fixture::new();
+        let channel = f.ctx.create_comp_channel().unwrap();
+        let cq = f.ctx.create_cq_with_channel(4, &channel, 0).unwrap();
+        let mut wcs = [WorkCompletion::EMPTY; 4];
+        let wc = rdma_verbs_sys::ibv_wc { wr_id: 7, ..Default::default() };
+        f.mock.push_completion(cq.as_raw(), wc);
+        f.mock.take_calls();
+        let got = cq.poll_blocking(&channel, &mut wcs, Duration::from_secs(5)).unwrap();
+        assert_eq!(got.iter().map(|wc| wc.wr_id()).collect::<Vec<_>>(), [7]);
+        assert_eq!(f.mock.take_calls(), [Call::PollCq { num_entries: 4 }], "no sleep");
+
+        // An event whose completion was already polled: the CQ is re-armed and polled again,
+        // then the wait sleeps out the rest of its time and returns nothing.
+        f.mock.push_cq_event(cq.as_raw());
+        let (limit, start) = (Duration::from_millis(50), Instant::now());
+        assert!(cq.poll_blocking(&channel, &mut wcs, limit).unwrap().is_empty());
+        assert!(start.elapsed() >= limit, "{:?}", start.elapsed());
+        let calls: Vec<Call> = f
+            .mock
+            .take_calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::PollCq { .. } | Call::ReqNotifyCq { .. }))
+            .collect();
+        let (poll, arm) =
+            (Call::PollCq { num_entries: 4 }, Call::ReqNotifyCq { solicited_only: 0 });
+        assert_eq!(calls[..3], [poll.clone(), arm, poll], "{calls:?}");
+        drop(cq);
     });
 }

@@ -147,3 +147,12 @@ fn the_gid_table_helpers_pick_and_name_entries() {
          1 (RoCE v2 fe80::1), 2 (RoCE v1 ::ffff:192.0.2.1), 3 (RoCE v2 ::ffff:192.0.2.1)"
     );
 }
+
+#[test]
+fn the_source_gid_is_the_entry_asked_for_else_on_roce_the_routable_one() {
+    let f = Fixture::new();
+    assert_eq!(f.ctx.source_gid(1, None).unwrap().map(|e| e.index), Some(3), "routable");
+    assert_eq!(f.ctx.source_gid(1, Some(1)).unwrap().map(|e| e.index), Some(1), "as asked");
+    let err = f.ctx.source_gid(1, Some(4)).unwrap_err();
+    assert!(matches!(err, Error::GidIndexInvalid { index: 4, port: 1, .. }), "{err:?}");
+}

@@ -3,7 +3,6 @@
 //! posted work request.
 
 use std::net::Ipv6Addr;
-use std::time::Duration;
 
 use rdma_verbs::mlx5::{
     DcEndpoint, DcKey, DcPeer, DcRoute, DcVersion, DcWr, Dci, DciInitAttr, DciStreams,
@@ -494,9 +493,6 @@ fn a_pd_of_another_context_is_refused() {
 
 // DC ready for its first ConnectX run.
 
-#[path = "../../../examples/dc/completions.rs"]
-mod completions;
-
 impl Dc<'_> {
     /// The token of a DCT taken to RTR on `rtr` (then destroyed).
     fn dct_at_rtr(&self, rtr: &DctToRtrAttr) -> Result<DcEndpoint, Error> {
@@ -517,31 +513,6 @@ fn created_ah(calls: &[Call]) -> QpAttr {
         .collect();
     let [ah] = ahs[..] else { panic!("one ibv_create_ah in {calls:?}") };
     ah
-}
-
-#[test]
-fn dc_pingpong_keeps_the_peers_send_polled_while_it_waits_for_its_own() {
-    // dc_pingpong's wr_ids: 1 for its receives, 2 for its sends. The DCT and the DCI share
-    // the CQ, and the peer's SEND (our receive) completes before our own SEND does.
-    let f = Fixture::new();
-    let cq = f.ctx.create_cq(8).unwrap();
-    for (wr_id, opcode) in [(1, sys::IBV_WC_RECV), (2, sys::IBV_WC_SEND)] {
-        f.mock.push_completion(cq.as_raw(), sys::ibv_wc { wr_id, opcode, ..Default::default() });
-    }
-    let mut done = completions::Completions::default();
-    done.wait(&cq, 2, Duration::from_secs(5)).unwrap();
-    f.mock.take_calls();
-    // The receive was polled by the first wait: the next one takes it without polling.
-    done.wait(&cq, 1, Duration::from_secs(5)).unwrap();
-    assert_eq!(f.mock.take_calls(), []);
-    // Taken once: a third wait finds nothing and says which completion it missed.
-    let err = done.wait(&cq, 1, Duration::from_millis(20)).unwrap_err();
-    assert!(err.to_string().contains("no completion of work request 1"), "{err}");
-    // An error completion is an error, whatever it is.
-    let failed = sys::ibv_wc { wr_id: 9, status: sys::IBV_WC_RETRY_EXC_ERR, ..Default::default() };
-    f.mock.push_completion(cq.as_raw(), failed);
-    let err = done.wait(&cq, 2, Duration::from_secs(5)).unwrap_err();
-    assert!(err.to_string().contains("work request 9 failed"), "{err}");
 }
 
 #[test]

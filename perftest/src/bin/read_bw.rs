@@ -1,0 +1,6 @@
+//! RDMA READ bandwidth, perftest style: `ib_read_bw`'s options, method and table.
+//! See the crate's library for the tool shared by the bandwidth and latency tools.
+
+fn main() -> std::process::ExitCode {
+    rdma_verbs_perftest::main("read_bw")
+}
