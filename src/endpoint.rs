@@ -2,6 +2,14 @@
 //! [`Psn`], a GID; all four also at the crate root), and its wire formats: ibv_rc_pingpong's
 //! address message ([`PINGPONG_MESSAGE_LEN`] bytes, [`Endpoint::to_pingpong_message`],
 //! [`Endpoint::from_pingpong_message`], which fails with a [`WireError`]).
+//!
+//! The library keeps that one format, although it is an example program's, because it is the
+//! only connection exchange rdma-core's own tools agree on: `ibv_rc_pingpong`,
+//! `ibv_uc_pingpong` and `ibv_srq_pingpong` (rdma-core's `libibverbs/examples/`) all send
+//! `"%04x:%06x:%06x:%s"` of LID, QPN, PSN and GID. A program that must meet those tools, or
+//! any peer that speaks it, needs it byte for byte, and one parser that refuses a malformed
+//! message with a [`WireError`] beats a copy in every program. A service free to choose its
+//! own exchange sends the four [`Endpoint`] fields its own way.
 
 use std::fmt;
 
