@@ -59,8 +59,8 @@ c_enum! {
 }
 
 impl WcStatus {
-    /// What usually causes this status, for the statuses whose cause is usually one access
-    /// flag or key; `None` for the others.
+    /// What usually causes this status, for the remote-access and retry statuses whose cause
+    /// is usually one setting; `None` for the others.
     ///
     /// - [`WcStatus::REM_INV_REQ_ERR`]: the target QP's INIT attributes
     ///   ([`ToInitAttr::access`](crate::ToInitAttr::access)) lack `REMOTE_WRITE`,
@@ -68,7 +68,13 @@ impl WcStatus {
     ///   longer than the receive buffer posted for it;
     /// - [`WcStatus::REM_ACCESS_ERR`]: the rkey or remote address is wrong, the remote range
     ///   is outside the peer's region, or the region was registered without that remote
-    ///   access flag.
+    ///   access flag;
+    /// - [`WcStatus::RNR_RETRY_EXC_ERR`]: the peer had no receive posted for a SEND (or an
+    ///   RDMA WRITE with immediate) within the receiver-not-ready budget, the peer's
+    ///   [`ToRtrAttr::min_rnr_timer`](crate::ToRtrAttr::min_rnr_timer) times this QP's
+    ///   [`ToRtsAttr::rnr_retry`](crate::ToRtsAttr::rnr_retry);
+    /// - [`WcStatus::RETRY_EXC_ERR`]: the peer never acknowledged: it is gone, its QP is not in
+    ///   RTR or RTS, or the path (GID index, LID, MTU, the peer's QPN) is wrong.
     #[must_use]
     pub fn usual_cause(self) -> Option<&'static str> {
         Some(match self {
@@ -81,6 +87,15 @@ impl WcStatus {
                 "the rkey or remote address is wrong, the range is outside the peer's region, \
                  or the region was registered without the remote access flag (REMOTE_WRITE, \
                  REMOTE_READ, REMOTE_ATOMIC) the operation needs"
+            }
+            WcStatus::RNR_RETRY_EXC_ERR => {
+                "the peer had no receive posted for this SEND within the receiver-not-ready \
+                 budget (the peer's ToRtrAttr::min_rnr_timer times ToRtsAttr::rnr_retry): post \
+                 receives before the peer sends, or keep more posted"
+            }
+            WcStatus::RETRY_EXC_ERR => {
+                "the peer never acknowledged: it is gone, its QP is not in RTR or RTS, or the \
+                 path is wrong (GID index, LID, MTU, or the peer's QP number)"
             }
             _ => return None,
         })
@@ -235,9 +250,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remote_errors_name_the_usual_access_flag() {
+    fn remote_and_retry_errors_name_their_usual_cause() {
         assert!(WcStatus::REM_INV_REQ_ERR.usual_cause().unwrap().contains("ToInitAttr::access"));
         assert!(WcStatus::REM_ACCESS_ERR.usual_cause().unwrap().contains("rkey"));
+        assert!(WcStatus::RNR_RETRY_EXC_ERR.usual_cause().unwrap().contains("rnr_retry"));
+        assert!(WcStatus::RETRY_EXC_ERR.usual_cause().unwrap().contains("never acknowledged"));
         assert_eq!(WcStatus::SUCCESS.usual_cause(), None);
     }
 

@@ -86,6 +86,19 @@ fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
     assert!(stderr.contains("invalid MTU 1500"), "{all}");
 }
 
+/// The README's example is `examples/loopback.rs`, which the device tier runs, and the README
+/// block is compiled as a doctest: both stay the same program.
+#[test]
+fn the_readme_example_is_examples_loopback_verbatim() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let example = std::fs::read_to_string(root.join("examples/loopback.rs")).expect("loopback.rs");
+    assert!(
+        readme.contains(&format!("```rust,no_run\n{example}```")),
+        "README.md must show examples/loopback.rs verbatim"
+    );
+}
+
 #[test]
 fn service_rdma_cm_options_are_checked_before_any_verb() {
     let service = |args: &[&str]| {
