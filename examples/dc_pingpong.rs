@@ -93,7 +93,8 @@ fn run(args: &Args) -> Result<(), Error> {
 
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(16)?;
+    // Room for the DCT's 4 receives and the DCI's 64 sends (`DciInitAttr::new`).
+    let cq = ctx.create_cq(4 + 64)?;
     let srq = pd.create_srq(4, 1)?;
     // Four areas of `size` bytes: receives, what the peer writes, and our outgoing WRITE
     // and SEND bytes.

@@ -10,7 +10,9 @@ use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, Init, QpState, Reset, RnrTimer, Rtr, ToInitAttr};
+use crate::qp::{
+    AddressVector, Init, QpCapabilities, QpInitAttr, QpState, Reset, RnrTimer, Rtr, ToInitAttr,
+};
 use crate::srq::SharedReceiveQueue;
 
 use super::context::{DcVersion, Mlx5Context};
@@ -114,7 +116,9 @@ impl<'ctx> Mlx5Context<'ctx> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when `pd` is not of this device
-    /// context; [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
+    /// context, and as [`ProtectionDomain::create_qp`] refuses a QP on the SRQ and CQ: either
+    /// of another device context, or a CQ with room for fewer completions than the SRQ's
+    /// [`max_wr`](SharedReceiveQueue::max_wr) receives; [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
     /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware);
     /// [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.
     #[doc(alias = "mlx5dv_create_qp")]
@@ -123,16 +127,19 @@ impl<'ctx> Mlx5Context<'ctx> {
         pd: &'res ProtectionDomain<'res>,
         attr: &DctInitAttr<'res, '_>,
     ) -> Result<Dct<'res, Reset>> {
-        let init = sys::ibv_qp_init_attr_ex {
-            qp_type: sys::IBV_QPT_DRIVER,
-            send_cq: attr.recv_cq.as_raw(),
-            recv_cq: attr.recv_cq.as_raw(),
-            srq: attr.srq.as_raw(),
-            ..Default::default()
+        // No queue of its own: every receive comes from the SRQ, and it never sends.
+        let cap = QpCapabilities {
+            max_send_wr: 0,
+            max_recv_wr: 0,
+            max_send_sge: 0,
+            max_recv_sge: 0,
+            max_inline_data: 0,
         };
+        let objects = QpInitAttr { cap, srq: Some(attr.srq), ..QpInitAttr::new(attr.recv_cq) };
+        let init = sys::ibv_qp_init_attr_ex { qp_type: sys::IBV_QPT_DRIVER, ..Default::default() };
         let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCT);
         dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.0;
-        let qp = DcQp::create(self, pd, init, dv)?;
+        let qp = DcQp::create(self, pd, &objects, init, dv)?;
         Ok(Dct { qp, key: attr.key, dc_version: self.caps().dc_version, _state: PhantomData })
     }
 }

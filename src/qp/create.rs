@@ -52,18 +52,7 @@ impl<'res> ProtectionDomain<'res> {
         &'res self,
         attr: &QpInitAttr<'res, '_>,
     ) -> Result<QueuePair<'res, Reset, T>> {
-        let ctx = self.context().as_raw();
-        let srq_ctx = attr.srq.map(|srq| srq.pd().context().as_raw());
-        if attr.send_cq.context().as_raw() != ctx
-            || attr.recv_cq.context().as_raw() != ctx
-            || srq_ctx.is_some_and(|c| c != ctx)
-        {
-            return Err(Error::invalid(
-                InvalidInputKind::OtherContext,
-                "the QP's CQs and SRQ must belong to the same device context as its PD".into(),
-            ));
-        }
-        check_cq_room(attr)?;
+        self.check_init(attr)?;
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let forced = attr.verbs_path == Some(VerbsPath::Extended);
             match self.create_qp_ex::<T>(attr, forced) {
@@ -83,6 +72,24 @@ impl<'res> ProtectionDomain<'res> {
         let raw =
             check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
         Ok(self.adopt_qp(raw, None, &init.cap))
+    }
+
+    /// What every creation verb of a QP on this PD (`ibv_create_qp`, `ibv_create_qp_ex`,
+    /// `mlx5dv_create_qp`) is refused before it is called: CQs or an SRQ of another device
+    /// context, and CQs too small for the QP (see [`ProtectionDomain::create_qp`]).
+    pub(crate) fn check_init(&self, attr: &QpInitAttr<'_, '_>) -> Result<()> {
+        let ctx = self.context().as_raw();
+        let srq_ctx = attr.srq.map(|srq| srq.pd().context().as_raw());
+        if attr.send_cq.context().as_raw() != ctx
+            || attr.recv_cq.context().as_raw() != ctx
+            || srq_ctx.is_some_and(|c| c != ctx)
+        {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherContext,
+                "the QP's CQs and SRQ must belong to the same device context as its PD".into(),
+            ));
+        }
+        check_cq_room(attr)
     }
 
     /// `ibv_create_qp_ex` with the send operations the QP type and device allow, then its
