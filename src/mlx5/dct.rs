@@ -41,7 +41,8 @@ pub struct DctToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
     /// The RNR NAK timer a DCI is told to wait before resending when the DCT's SRQ is empty
-    /// ([`RnrTimer`]; 12 = 0.64 ms).
+    /// ([`RnrTimer`]; 31 = 491.52 ms, with a DCI's 6 RNR retries ≈ 2.9 s to post a receive,
+    /// as [`ToRtrAttr`](crate::ToRtrAttr) explains).
     pub min_rnr_timer: RnrTimer,
     /// The port (and GRH) the DCT answers on.
     pub av: AddressVector,
@@ -49,20 +50,20 @@ pub struct DctToRtrAttr {
 
 impl DctToRtrAttr {
     /// RTR on `port`, with a GRH from source GID `sgid_index` when one is given (RoCE),
-    /// RNR timer 12, and the defaults of [`DcRoute::new`]: hop limit 255, traffic class 0,
-    /// service level 0.
+    /// RNR timer 31 (491.52 ms), and the defaults of [`DcRoute::new`]: hop limit 255,
+    /// traffic class 0, service level 0.
     #[must_use]
     pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
         DctToRtrAttr::from_route(&DcRoute::new(port, sgid_index, path_mtu))
     }
 
     /// RTR on `route`: its port, path MTU and service level, and, when it has a source GID
-    /// index, a GRH with its hop limit and traffic class; RNR timer 12.
+    /// index, a GRH with its hop limit and traffic class; RNR timer 31 (491.52 ms).
     #[must_use]
     pub fn from_route(route: &DcRoute) -> Self {
         DctToRtrAttr {
             path_mtu: route.path_mtu,
-            min_rnr_timer: RnrTimer::from_code(12),
+            min_rnr_timer: RnrTimer::DEFAULT,
             av: route.address_vector(Lid(0), Gid::ZERO),
         }
     }

@@ -262,7 +262,7 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     );
     assert_eq!(
         (rtr.qp_state, rtr.path_mtu, rtr.min_rnr_timer, rtr.ah_port_num, rtr.is_global),
-        (sys::IBV_QPS_RTR, sys::IBV_MTU_2048, 12, 1, 1)
+        (sys::IBV_QPS_RTR, sys::IBV_MTU_2048, 31, 1, 1)
     );
     assert_eq!(rtr.sgid_index, SGID_INDEX);
 
@@ -338,7 +338,7 @@ fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
     let rts = modifies[2].1;
     assert_eq!(
         (rts.qp_state, rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic),
-        (sys::IBV_QPS_RTS, 14, 6, 6, 0x42, 1)
+        (sys::IBV_QPS_RTS, 17, 6, 6, 0x42, 1)
     );
     // No peer: no destination QPN, no AV.
     assert_eq!((modifies[1].1.dest_qp_num, modifies[1].1.is_global), (0, 0));

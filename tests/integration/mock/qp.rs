@@ -114,7 +114,8 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         dest_qp_num: 0xab_cdef,
         rq_psn: 0x12_3456,
         max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
+        // The default RNR budget: the peer's 6 resends 491.52 ms apart, ≈ 2.9 s.
+        min_rnr_timer: 31,
         dlid: 0x12,
         ah_port_num: 1,
         is_global: 1,
@@ -131,7 +132,8 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         | sys::IBV_QP_MAX_QP_RD_ATOMIC;
     let rts_attr = QpAttr {
         qp_state: sys::IBV_QPS_RTS,
-        timeout: 14,
+        // ≈ 0.54 s a try: 7 tries, ≈ 3.8 s, before a silent peer is given up.
+        timeout: 17,
         // 6, not 7: neither retries forever (rxe never counts a retry_cnt of 7 down).
         retry_cnt: 6,
         rnr_retry: 6,
