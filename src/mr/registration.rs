@@ -61,6 +61,7 @@ impl<'a> Registration<'a> {
         access: AccessFlags,
         iova: Option<u64>,
     ) -> Result<Self> {
+        access.check_named()?;
         let fns = &pd.context().library().fns;
         let reg_iova2 = match (iova, fns.ibv_reg_mr_iova2) {
             (Some(_), None) => {
@@ -207,7 +208,9 @@ impl<'a> ProtectionDomain<'a> {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for empty memory, `access` with `REMOTE_WRITE` /
+    /// - [`Error::InvalidInput`] for `access` with bits [`AccessFlags`] does not name
+    ///   ([`InvalidInputKind::UnknownAccess`](crate::InvalidInputKind::UnknownAccess)), empty
+    ///   memory, `access` with `REMOTE_WRITE` /
     ///   `REMOTE_ATOMIC` (memory a peer may write is a [`RemoteWritableRegion`],
     ///   [`ProtectionDomain::register_remote_writable`]), or a borrowed slice with
     ///   `REMOTE_READ` or `MW_BIND`: its borrow ends with the region even when
@@ -301,8 +304,8 @@ impl<'a> ProtectionDomain<'a> {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for `len == 0`, or `REMOTE_WRITE` / `REMOTE_ATOMIC` without
-    ///   `LOCAL_WRITE`.
+    /// - [`Error::InvalidInput`] for `len == 0`, `access` with bits [`AccessFlags`] does not
+    ///   name, or `REMOTE_WRITE` / `REMOTE_ATOMIC` without `LOCAL_WRITE`.
     /// - [`Error::Unsupported`] when the loaded rdma-core lacks `ibv_reg_dmabuf_mr` (before
     ///   v34) or the provider refuses with `EOPNOTSUPP` (e.g. rxe, siw).
     /// - [`Error::Verb`] from `ibv_reg_dmabuf_mr`: e.g. `EINVAL` when `fd` is not a dma-buf
@@ -322,6 +325,7 @@ impl<'a> ProtectionDomain<'a> {
                 "a memory region needs at least 1 byte".into(),
             ));
         }
+        access.check_named()?;
         if access.intersects(AccessFlags::REMOTE_WRITES) {
             check_remote_writable(access)?;
         }
