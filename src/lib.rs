@@ -148,6 +148,7 @@ mod fd;
 mod fit;
 pub mod fork;
 mod gid;
+mod grh_room;
 mod mr;
 mod mw;
 mod odp;

@@ -118,8 +118,9 @@ impl<'ctx> Mlx5Context<'ctx> {
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when `pd` is not of this device
     /// context, and as [`ProtectionDomain::create_qp`] refuses a QP on the SRQ and CQ: either
-    /// of another device context, or a CQ with room for fewer completions than the SRQ's
-    /// [`max_wr`](SharedReceiveQueue::max_wr) receives; [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
+    /// of another device context, an SRQ of another PD, or a CQ with room for fewer
+    /// completions than the SRQ's [`max_wr`](SharedReceiveQueue::max_wr) receives;
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
     /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware);
     /// [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.
     #[doc(alias = "mlx5dv_create_qp")]

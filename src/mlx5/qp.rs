@@ -66,7 +66,7 @@ impl<'res> DcQp<'res> {
             ),
             ));
         }
-        pd.check_init(objects)?;
+        pd.check_init(objects, attr.qp_type)?;
         attr.pd = pd.as_raw();
         attr.comp_mask |= sys::IBV_QP_INIT_ATTR_PD;
         attr.send_cq = objects.send_cq.as_raw();

@@ -561,9 +561,10 @@ fn dc_qps_on_a_cq_too_small_for_their_work_requests_are_refused_as_create_qp_ref
     assert_eq!(f.dc_calls(), []);
     // Room enough, and the same objects make both.
     let fits = DciInitAttr { cap: QpCapabilities { max_send_wr: 8, ..dci.cap }, ..dci };
-    dc.create_dci(&fits).unwrap();
+    drop(dc.create_dci(&fits).unwrap());
     let cq = f.ctx.create_cq(16).unwrap();
-    dc.mlx5.create_dct(&dc.pd, &DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) }).unwrap();
+    let dct = DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey(1) };
+    drop(dc.mlx5.create_dct(&dc.pd, &dct).unwrap());
 }
 
 // DC ready for its first ConnectX run.
