@@ -164,7 +164,7 @@ impl<'a> Registration<'a> {
     fn dereg(&mut self) -> Result<()> {
         // SAFETY: a live MR, deregistered once.
         let ret = unsafe { (self.pd.context().library().fns.ibv_dereg_mr)(self.raw.as_ptr()) };
-        check_errno(ret, "ibv_dereg_mr")?;
+        check_errno(ret, "ibv_dereg_mr").map_err(|e| self.explain_dereg(e))?;
         // SAFETY: the registration is gone and this is the only call.
         unsafe { self.memory.free() };
         Ok(())
@@ -172,6 +172,23 @@ impl<'a> Registration<'a> {
 
     pub(super) fn destroy(self) -> Result<()> {
         std::mem::ManuallyDrop::new(self).dereg()
+    }
+
+    /// Says why `ibv_dereg_mr` answered `EINVAL` for a region windows may be bound to
+    /// (`MW_BIND`): one still is (rxe's `rxe_dereg_mr` answers `EINVAL` while the region
+    /// counts bound windows).
+    fn explain_dereg(&self, error: Error) -> Error {
+        if error.errno() != Some(libc::EINVAL) || !self.access.contains(AccessFlags::MW_BIND) {
+            return error;
+        }
+        error.with_hint(
+            "a memory window is still bound to this region (registered with MW_BIND): the \
+             provider keeps the region while a window can reach it. Invalidate each window \
+             bound to it (SendWr::local_inv, or the peer's SendWr::send_with_inv) or destroy \
+             the window (MemoryWindow::destroy) before the region; this region's memory is \
+             leaked, never freed while the window could reach it"
+                .into(),
+        )
     }
 }
 

@@ -53,7 +53,7 @@ fn ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
 }
 
 /// An RC QP connected to itself (the mock executes loopback), in RTS with `max_rd_atomic`.
-fn rc_self<'a>(
+pub(super) fn rc_self<'a>(
     ctx: &Context,
     pd: &'a ProtectionDomain<'a>,
     cq: &'a rdma_verbs::CompletionQueue<'a>,
