@@ -30,6 +30,11 @@ impl Completion {
         Completion { wc, timestamp }
     }
 
+    /// The completion without its timestamp.
+    pub(super) fn into_work_completion(self) -> WorkCompletion {
+        self.wc
+    }
+
     /// The device clock when the work request completed, in cycles of
     /// [`CompletionQueue::timestamp_clock_khz`](crate::CompletionQueue::timestamp_clock_khz)
     /// (`ibv_wc_read_completion_ts`); `None` unless the CQ was created with

@@ -532,6 +532,36 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
     assert!(f.mock.take_violations().is_empty());
 }
 
+/// When `drain`'s callback panics, the QP goes with the unwinding, but the completions polled
+/// with the one it was handling stay with the CQ: the program's next poll hands back every
+/// buffer of the pool.
+#[test]
+fn a_drain_whose_callback_panicked_leaves_the_rest_for_the_next_poll() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let rts = rts_qp(&pd, &cq);
+    for _ in 0..4 {
+        rts.post_recv_buffer(pool.take().unwrap()).map_err(|e| e.error).unwrap();
+    }
+    let mut handed = 0;
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rts.drain(&[&cq], Duration::from_secs(1), |wc| {
+            handed += 1;
+            drop(pool.complete(wc).expect("a buffer-tier completion"));
+            panic!("the program's callback fails");
+        })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(handed, 1);
+    let back = cq.poll_with(16, |c| drop(pool.complete(c))).unwrap();
+    assert!(back >= 3, "{back} polled");
+    let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(free.len(), 8, "every buffer came back");
+    assert!(f.mock.take_violations().is_empty());
+}
+
 /// The `wr_id`s of the one receive post (QP or SRQ) that `calls` must hold.
 fn one_receive_post(calls: &[Call]) -> Vec<u64> {
     match calls {
