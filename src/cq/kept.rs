@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use super::completion::Completion;
@@ -15,20 +15,46 @@ use super::extended::Slot;
 use super::CompletionQueue;
 use crate::wc::WorkCompletion;
 
-/// A CQ's completions kept from a callback that panicked. Empty but for that: a poll pays one
-/// load to learn so, and nothing is allocated until a completion is kept.
-#[derive(Debug, Default)]
+/// A CQ's completions kept from a callback that panicked (empty but for that: nothing is
+/// allocated until a completion is kept), and the byte a poll tests to learn whether it can
+/// go straight to `ibv_poll_cq`: none kept, and no polling sessions.
+#[derive(Debug)]
 pub(super) struct Kept {
-    /// Whether `held` has any.
-    any: AtomicBool,
+    /// [`SESSIONS`] (fixed at creation) and [`ANY`].
+    route: AtomicU8,
     held: Mutex<VecDeque<Completion>>,
 }
 
+/// The CQ is polled in sessions ([`ExCq::in_sessions`](super::extended::ExCq::in_sessions)).
+const SESSIONS: u8 = 1;
+/// `held` has completions.
+const ANY: u8 = 2;
+
 impl Kept {
+    /// None kept, on a CQ polled in sessions or not.
+    pub(super) fn new(in_sessions: bool) -> Self {
+        let route = if in_sessions { SESSIONS } else { 0 };
+        Kept { route: AtomicU8::new(route), held: Mutex::default() }
+    }
+
+    /// Whether a poll is `ibv_poll_cq` alone: none kept, no sessions. The one byte a poll
+    /// tests (a thread that kept completions sees its own store; another may poll the provider
+    /// once more before it sees them, which no order between threads forbids).
+    #[inline(always)]
+    pub(super) fn poll_cq_alone(&self) -> bool {
+        self.route.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether the CQ is polled in sessions.
+    #[inline(always)]
+    pub(super) fn in_sessions(&self) -> bool {
+        self.route.load(Ordering::Relaxed) & SESSIONS != 0
+    }
+
     /// Whether a poll must look here first.
     #[inline(always)]
     pub(super) fn is_empty(&self) -> bool {
-        !self.any.load(Ordering::Acquire)
+        self.route.load(Ordering::Relaxed) & ANY == 0
     }
 
     /// Keeps `rest` behind those kept already.
@@ -36,7 +62,9 @@ impl Kept {
     fn keep(&self, rest: impl Iterator<Item = Completion>) {
         let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         held.extend(rest);
-        self.any.store(!held.is_empty(), Ordering::Release);
+        if !held.is_empty() {
+            self.route.fetch_or(ANY, Ordering::Relaxed);
+        }
     }
 
     /// Moves the oldest kept completions into `out`; returns how many.
@@ -49,7 +77,9 @@ impl Kept {
             let timestamp = kept.timestamp();
             slot.put(kept.into_work_completion(), timestamp);
         }
-        self.any.store(!held.is_empty(), Ordering::Release);
+        if held.is_empty() {
+            self.route.fetch_and(!ANY, Ordering::Relaxed);
+        }
         n
     }
 }

@@ -34,13 +34,11 @@ pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
     /// The extended CQ (the same object as `raw`), on the extended path.
     ex: Option<extended::ExCq>,
-    /// Whether it is polled in sessions (`ex`'s [`ExCq::in_sessions`](extended::ExCq::in_sessions)),
-    /// kept here so that a poll tests one byte.
-    in_sessions: bool,
     /// The events it owes its channel (its `cq_context`), with a channel (see [`EventAcks`]).
     acks: Option<HeapAcks>,
     /// Completions polled but not handed over to a callback that panicked, which the next
-    /// poll returns first.
+    /// poll returns first; with whether it is polled in sessions (`ex`'s
+    /// [`ExCq::in_sessions`](extended::ExCq::in_sessions)), in the one byte a poll tests.
     kept: Kept,
     ctx: &'ctx Context,
 }
@@ -163,10 +161,9 @@ impl Context {
         let cq_context = acks.as_ref().map_or(std::ptr::null_mut(), HeapAcks::as_context);
         let with = |raw, ex: Option<extended::ExCq>| CompletionQueue {
             raw,
-            in_sessions: ex.as_ref().is_some_and(extended::ExCq::in_sessions),
+            kept: Kept::new(ex.as_ref().is_some_and(extended::ExCq::in_sessions)),
             ex,
             acks,
-            kept: Kept::default(),
             ctx: self,
         };
         if attr.verbs_path != Some(VerbsPath::Legacy) {
@@ -241,10 +238,10 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[doc(alias = "ibv_start_poll")]
     #[inline]
     pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
-        if self.in_sessions || !self.kept.is_empty() {
-            poll_sessions(self, storage)
-        } else {
+        if self.kept.poll_cq_alone() {
             self.poll_legacy(storage)
+        } else {
+            poll_sessions(self, storage)
         }
     }
 
@@ -325,7 +322,7 @@ impl<'ctx> CompletionQueue<'ctx> {
         if !self.kept.is_empty() {
             return Ok(self.kept.take(chunk));
         }
-        if let Some(ex) = self.ex.as_ref().filter(|_| self.in_sessions) {
+        if let Some(ex) = self.ex.as_ref().filter(|_| self.kept.in_sessions()) {
             return ex.drain(chunk);
         }
         let mut wcs = [WorkCompletion::EMPTY; CHUNK];
