@@ -114,7 +114,8 @@ fn run(args: &Args) -> Result<(), Error> {
     // next completion of its CQ. (On one CQ the two kinds would come unordered against each
     // other, and a wait for one would have to keep the other it polled.)
     let recv_cq = ctx.create_cq(8)?;
-    let send_cq = ctx.create_cq(8)?;
+    // Room for the DCI's 64 sends (`DciInitAttr::new`).
+    let send_cq = ctx.create_cq(64)?;
     let srq = pd.create_srq(4, 1)?;
     // Four areas of `size` bytes: receives, what the peer writes, and our outgoing WRITE
     // and SEND bytes.

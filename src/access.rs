@@ -4,6 +4,8 @@
 use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
+use crate::error::{Error, InvalidInputKind, Result};
+
 bitflags! {
     /// Memory region access rights (`enum ibv_access_flags`), `ibv_reg_mr(3)`.
     #[repr(transparent)]
@@ -35,4 +37,55 @@ impl AccessFlags {
     /// The rights that let a peer write the memory.
     pub const REMOTE_WRITES: AccessFlags =
         AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+
+    /// The bits named above: what a registration may ask for.
+    const NAMED: AccessFlags = AccessFlags::LOCAL_WRITE
+        .union(AccessFlags::REMOTE_WRITE)
+        .union(AccessFlags::REMOTE_READ)
+        .union(AccessFlags::REMOTE_ATOMIC)
+        .union(AccessFlags::MW_BIND)
+        .union(AccessFlags::ON_DEMAND)
+        .union(AccessFlags::RELAXED_ORDERING);
+
+    /// Refuses bits without a name here (a newer rdma-core's, or none at all): a region
+    /// registered with them could be addressed or reached otherwise than this crate's checks
+    /// assume (`IBV_ACCESS_ZERO_BASED` moves its IOVA to 0, for one), and a kernel that does
+    /// not know them answers a bare `EINVAL`.
+    pub(crate) fn check_named(self) -> Result<()> {
+        let unknown = self.difference(AccessFlags::NAMED);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            InvalidInputKind::UnknownAccess,
+            format!(
+                "access flags {:#x} hold bits this crate does not name ({:#x}): it cannot tell \
+                 what they let the NIC or peers do with the memory; register with the \
+                 AccessFlags constants only (LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, \
+                 REMOTE_ATOMIC, MW_BIND, ON_DEMAND, RELAXED_ORDERING)",
+                self.bits(),
+                unknown.bits()
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_flag_may_be_registered_and_no_other_bit() {
+        for (name, flag) in AccessFlags::all().iter_names() {
+            assert!(flag.check_named().is_ok(), "{name}");
+        }
+        let zero_based = AccessFlags::from_bits_retain(1 << 5);
+        let e = (AccessFlags::LOCAL_WRITE | zero_based).check_named().unwrap_err();
+        assert_eq!(e.invalid_input_kind(), Some(InvalidInputKind::UnknownAccess));
+        assert!(
+            e.to_string()
+                .starts_with("access flags 0x21 hold bits this crate does not name (0x20)"),
+            "{e}"
+        );
+    }
 }

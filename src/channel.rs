@@ -5,8 +5,10 @@
 //! A [`CompletionChannel`] owns an `ibv_comp_channel` until `ibv_destroy_comp_channel`; every
 //! CQ created on it borrows it, so none outlives it. Its file descriptor starts blocking, as
 //! C's, so that an unbounded wait is the one blocking `read(2)` of `ibv_get_cq_event`; every
-//! call that must not block (a timed wait, draining) first switches it to `O_NONBLOCK` for
-//! good, so no such call can block in a read, whichever thread takes the event. Every event
+//! call that must not block (a timed wait, draining) first makes sure it is `O_NONBLOCK`,
+//! setting the flag when it is not (it is not remembered: a program may clear it on a
+//! duplicate of the descriptor, which shares it), so no such call can block in a read,
+//! whichever thread takes the event. Every event
 //! read with `ibv_get_cq_event` is acknowledged with `ibv_ack_cq_events` before its CQ is
 //! destroyed (`ibv_destroy_cq` would otherwise block forever): the CQ owes it (`EventAcks`,
 //! its `cq_context`) and acknowledges all it owes in one call right before the destroy; one
@@ -20,7 +22,6 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdma_verbs_sys as sys;
@@ -76,22 +77,20 @@ use crate::fd;
 pub struct CompletionChannel<'ctx> {
     raw: NonNull<sys::ibv_comp_channel>,
     ctx: &'ctx Context,
-    /// The descriptor is `O_NONBLOCK` (set once by the first call that must not block).
-    nonblocking: AtomicBool,
 }
 
 // SAFETY: the channel is a file descriptor; libibverbs' channel calls are thread-safe.
 unsafe impl Send for CompletionChannel<'_> {}
 // SAFETY: waiting from several threads is safe: each event is read by exactly one thread,
-// which has it acknowledged; a thread whose wait must not block reads only once the
-// descriptor is non-blocking.
+// which has it acknowledged; a thread whose wait must not block reads only after it made
+// sure the descriptor is non-blocking.
 unsafe impl Sync for CompletionChannel<'_> {}
 
 impl Context {
     /// `ibv_create_comp_channel(3)`—Creates a completion channel. Its file descriptor is
     /// blocking, as C's, until the first call that must not block (a timed
     /// [`wait`](CompletionChannel::wait), [`try_get_events`](CompletionChannel::try_get_events))
-    /// sets `O_NONBLOCK` on it for good.
+    /// sets `O_NONBLOCK` on it; each such call sets it again if the program cleared it.
     ///
     /// # Errors
     ///
@@ -106,7 +105,7 @@ impl Context {
         // SAFETY: a live context.
         let raw = unsafe { (self.library().fns.ibv_create_comp_channel)(self.as_raw()) };
         let raw = check_ptr(raw, "ibv_create_comp_channel")?;
-        Ok(CompletionChannel { raw, ctx: self, nonblocking: AtomicBool::new(false) })
+        Ok(CompletionChannel { raw, ctx: self })
     }
 }
 
@@ -122,16 +121,18 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// channel, events still pending make the next call return at once. Signals do not end
     /// the wait early. Allocates nothing and reads no clock.
     ///
-    /// - `None`, while the descriptor is still blocking (no timed wait or
+    /// - `None`, while the descriptor is blocking (no timed wait or
     ///   [`try_get_events`](Self::try_get_events) yet): the blocking `ibv_get_cq_event(3)`, one
     ///   `read(2)`, exactly as C.
-    /// - A timeout (which first makes the descriptor non-blocking, for good): an event already
-    ///   pending costs one `read(2)`; otherwise a `read(2)` that finds nothing, `ppoll(2)` to
-    ///   sleep, and the `read(2)` of the event. So does `None` after that.
+    /// - A timeout: `fcntl(2)` makes sure the descriptor is non-blocking (setting `O_NONBLOCK`
+    ///   if it is not, and leaving it set); then an event already pending costs one
+    ///   `read(2)`; otherwise a `read(2)` that finds nothing, `ppoll(2)` to sleep until the
+    ///   deadline, `fcntl` again and the `read(2)` of the event. `None` on a non-blocking
+    ///   descriptor reads, sleeps and reads the same way, without the `fcntl`.
     ///
     /// With several threads waiting, each event ends one wait; a timed wait ends on time even
-    /// while another thread sleeps in an unbounded one. (Never clear `O_NONBLOCK` on the
-    /// descriptor yourself: timed waits would then block in their read.)
+    /// while another thread sleeps in an unbounded one, and even when the program cleared
+    /// `O_NONBLOCK` on the descriptor (or a duplicate of it) meanwhile.
     ///
     /// # Errors
     ///
@@ -141,7 +142,8 @@ impl<'ctx> CompletionChannel<'ctx> {
     #[doc(alias = "ibv_ack_cq_events")]
     #[inline(always)]
     pub fn wait(&self, timeout: Option<Duration>) -> Result<usize> {
-        if timeout.is_some() {
+        let timed = timeout.is_some();
+        if timed {
             self.make_nonblocking()?;
         }
         // One event per call, as the C idiom: draining would cost one more read(2), the one
@@ -160,13 +162,16 @@ impl<'ctx> CompletionChannel<'ctx> {
     /// [`wait`](Self::wait) after its first read found nothing.
     #[inline(never)]
     fn sleep_for_event(&self, timeout: Option<Duration>) -> Result<usize> {
-        // (A read after ppoll must not block: another thread may take the event first.)
-        self.make_nonblocking()?;
         let mut left = fd::TimeLeft::new(timeout);
         // (Another thread may take the event between the wake-up and the read: sleep again.)
         loop {
             if !fd::wait_readable(self.as_fd(), &mut left, "a completion channel")? {
                 return Ok(0);
+            }
+            // A timed read must not block, should another thread take the event first. An
+            // unbounded one may: it then sleeps in the read until the next event, as C does.
+            if timeout.is_some() {
+                self.make_nonblocking()?;
             }
             if self.get_event()? {
                 return Ok(1);
@@ -174,23 +179,18 @@ impl<'ctx> CompletionChannel<'ctx> {
         }
     }
 
-    /// Sets `O_NONBLOCK` on the descriptor unless it is set; once set, it stays.
+    /// Sets `O_NONBLOCK` on the descriptor unless it is set. Asked of the kernel each time,
+    /// never remembered: a program may clear the flag on a duplicate of the descriptor (the
+    /// two share it) at any time, and a read that relied on a remembered flag would block.
     #[inline(always)]
     fn make_nonblocking(&self) -> Result<()> {
-        // Acquire: a thread that sees the flag reads after the fcntl that set it, so its read
-        // cannot block. Two threads may both set it: the second fcntl changes nothing.
-        if self.nonblocking.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        fd::set_nonblocking(self.as_fd(), "a completion channel")?;
-        self.nonblocking.store(true, Ordering::Release);
-        Ok(())
+        fd::set_nonblocking(self.as_fd(), "a completion channel")
     }
 
     /// Reads every pending event without blocking (acknowledged as [`wait`](Self::wait)
     /// says); returns how many there were (0 when none). For event loops that watch the
-    /// descriptor themselves ([`AsFd`]). Makes the descriptor non-blocking for good, as a
-    /// timed wait does. Allocates nothing.
+    /// descriptor themselves ([`AsFd`]). Makes sure the descriptor is non-blocking first, as
+    /// a timed wait does. Allocates nothing.
     ///
     /// # Errors
     ///
@@ -282,10 +282,9 @@ impl<'ctx> CompletionChannel<'ctx> {
 impl AsFd for CompletionChannel<'_> {
     /// The channel's descriptor, for readiness only: `poll`/`epoll` it, then call
     /// [`try_get_events`](CompletionChannel::try_get_events), which makes it non-blocking
-    /// (it is blocking until a call that must not block). Never change its status flags
-    /// (clearing `O_NONBLOCK` would make timed waits block in their read), and never read it
-    /// directly: an event read that way is never acknowledged, and destroying its CQ then
-    /// blocks forever.
+    /// (it is blocking until a call that must not block; each such call sets `O_NONBLOCK`
+    /// again if it was cleared). Never read it directly: an event read that way is never
+    /// acknowledged, and destroying its CQ then blocks forever.
     fn as_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the channel owns `fd` until ibv_destroy_comp_channel, which needs `self`.
         unsafe { BorrowedFd::borrow_raw((*self.raw.as_ptr()).fd) }

@@ -327,6 +327,9 @@ pub enum InvalidInputKind {
     CqTooSmall,
     /// Access flags that do not go together, or that a region or window lacks.
     Access,
+    /// Access flags with bits the crate does not name, refused at registration: it cannot
+    /// tell what they would let the NIC or peers do with the memory.
+    UnknownAccess,
     /// A region over borrowed memory where only owned memory is sound: a
     /// [`BufferPool`](crate::BufferPool)'s, whose chunks the NIC writes.
     BorrowedMemory,

@@ -288,7 +288,8 @@ pub struct AsyncEvents<'ctx> {
 impl Context {
     /// The stream of this context's asynchronous events. Sets `O_NONBLOCK` on the context's
     /// `async_fd` (nothing in libibverbs but `ibv_get_async_event` reads it; C code sharing
-    /// this context and calling that function would now see `EAGAIN` instead of sleeping).
+    /// this context and calling that function would now see `EAGAIN` instead of sleeping), and
+    /// every read of the stream sets it again if the program cleared it meanwhile.
     ///
     /// # Errors
     ///
@@ -303,7 +304,9 @@ impl Context {
 
 impl<'ctx> AsyncEvents<'ctx> {
     /// The next event, sleeping until one comes or `timeout` passes (`None`: no limit).
-    /// Returns `None` only when `timeout` passed. Signals do not end the wait early.
+    /// Returns `None` only when `timeout` passed, which it never outlasts: its reads are
+    /// those of [`try_next`](Self::try_next), which never block. Signals do not end the wait
+    /// early.
     ///
     /// # Errors
     ///
@@ -322,19 +325,23 @@ impl<'ctx> AsyncEvents<'ctx> {
     }
 
     /// The next event if one is pending, without blocking. For event loops that watch the
-    /// descriptor themselves ([`AsFd`]).
+    /// descriptor themselves ([`AsFd`]). Makes sure the descriptor is non-blocking before it
+    /// reads (`fcntl(2)`), asking the kernel each time: the program may have cleared
+    /// `O_NONBLOCK` on a duplicate of it, which shares the flag.
     ///
     /// # Errors
     ///
     /// [`Error::Verb`](crate::Error::Verb) from `ibv_get_async_event` (`EIO` once the device
-    /// is gone).
+    /// is gone), or from the `fcntl` that sets `O_NONBLOCK`.
     #[doc(alias = "ibv_get_async_event")]
     #[doc(alias = "ibv_ack_async_event")]
     pub fn try_next(&self) -> Result<Option<AsyncEvent>> {
+        fd::set_nonblocking(self.as_fd(), "the context's async events")?;
         let fns = &self.ctx.library().fns;
         loop {
             let mut raw = std::mem::MaybeUninit::<sys::ibv_async_event>::uninit();
-            // SAFETY: a live context and a writable event; the descriptor is non-blocking.
+            // SAFETY: a live context and a writable event; the descriptor is non-blocking (just
+            // made sure of).
             let ret = unsafe { (fns.ibv_get_async_event)(self.ctx.as_raw(), raw.as_mut_ptr()) };
             match check_errno(ret, "ibv_get_async_event") {
                 Err(e) if e.errno() == Some(libc::EAGAIN) => return Ok(None),

@@ -156,6 +156,7 @@ mod fd;
 mod fit;
 pub mod fork;
 mod gid;
+mod grh_room;
 pub mod guide;
 mod mr;
 mod mw;

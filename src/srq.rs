@@ -8,6 +8,7 @@ use rdma_verbs_sys as sys;
 
 use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvBufferList};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
+use crate::grh_room::{GrhRoom, SrqGrhRoom};
 use crate::pd::ProtectionDomain;
 use crate::wr::{RecvWr, RecvWrList};
 
@@ -25,6 +26,8 @@ pub struct SharedReceiveQueue<'a> {
     max_sge: u32,
     /// The buffer pools whose chunks it was given, told when it is destroyed.
     lenders: Lenders,
+    /// Whether it feeds UD QPs, whose receives need the GRH area, or had shorter ones.
+    grh: SrqGrhRoom,
     _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
 }
 
@@ -56,6 +59,7 @@ impl<'a> ProtectionDomain<'a> {
             max_wr: init.attr.max_wr,
             max_sge: init.attr.max_sge,
             lenders: Lenders::default(),
+            grh: SrqGrhRoom::default(),
             _invariant: PhantomData,
         })
     }
@@ -75,6 +79,11 @@ impl<'a> SharedReceiveQueue<'a> {
     /// The raw SRQ pointer.
     pub fn as_raw(&self) -> *mut sys::ibv_srq {
         self.raw.as_ptr()
+    }
+
+    /// What it remembers of the GRH area: fed UD QPs, or had receives too short for them.
+    pub(crate) fn grh_room(&self) -> &SrqGrhRoom {
+        &self.grh
     }
 
     /// `ibv_modify_srq(3)` with `IBV_SRQ_LIMIT`—Arms the limit: when fewer than `limit`
@@ -115,10 +124,16 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] from the provider (`ENOMEM`: the SRQ is full).
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::BufferTooSmall`]) for a receive shorter
+    /// than the [`Grh::LEN`](crate::Grh::LEN) bytes of the GRH area once a UD QP takes its
+    /// receives from this SRQ (every UD receive starts with it; the provider would fail the
+    /// receive and move the QP to ERROR). A UD QP is refused an SRQ that had such receives
+    /// posted ([`ProtectionDomain::create_qp`]). [`Error::Verb`] from the provider (`ENOMEM`:
+    /// the SRQ is full).
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]
     pub unsafe fn post_recv_wr(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+        GrhRoom::Srq(&self.grh).check(|| wr.total_len())?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live SRQ; the caller upholds the memory contract.
         let ret =
@@ -136,11 +151,15 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// # Errors
     ///
-    /// [`PostListError`]: the number of WRs the provider accepted before the one it refused,
-    /// and why ([`Error::WorkQueueFull`]: the SRQ is full).
+    /// [`PostListError`] with 0 posted and [`Error::InvalidInput`] when a WR is refused as
+    /// [`SharedReceiveQueue::post_recv`] refuses it; otherwise the number of WRs the provider
+    /// accepted before the one it refused, and why ([`Error::WorkQueueFull`]: the SRQ is full).
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]
     pub unsafe fn post_recv_wrs(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
+        if let Err(error) = GrhRoom::Srq(&self.grh).check(|| list.shortest_len()) {
+            return Err(PostListError { posted: 0, error });
+        }
         list.post_with("ibv_post_srq_recv", |head, bad| {
             // SAFETY: a live SRQ; `head` heads the list, linked and alive for the call; the
             // caller upholds the memory contract for each WR.
@@ -156,7 +175,8 @@ impl<'a> SharedReceiveQueue<'a> {
     ///
     /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
     /// SRQ's or without `LOCAL_WRITE`, or when the SRQ takes no SGE per receive (`max_sge`
-    /// 0), else the provider's. The buffer goes back to its pool;
+    /// 0) or the buffer is shorter than the GRH area of a UD QP the SRQ feeds, else the
+    /// provider's. The buffer goes back to its pool;
     /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
     #[doc(alias = "ibv_post_srq_recv")]
     pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
@@ -178,7 +198,7 @@ impl<'a> SharedReceiveQueue<'a> {
         'p: 'a,
     {
         self.lenders.note(buffer.pool_queues());
-        post_receive(buffer, self.pd, self.max_sge, |wr| {
+        post_receive(buffer, self.pd, self.max_sge, GrhRoom::Srq(&self.grh), |wr| {
             // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
             // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
             // the SRQ's PD (checked), named by its IOVA.
@@ -201,7 +221,8 @@ impl<'a> SharedReceiveQueue<'a> {
         'p: 'a,
     {
         let note = |buffer: &Buffer<'p>| self.lenders.note(buffer.pool_queues());
-        list.post(self.pd, self.max_sge, note, "ibv_post_srq_recv", |head, bad| {
+        let room = GrhRoom::Srq(&self.grh);
+        list.post(self.pd, self.max_sge, room, note, "ibv_post_srq_recv", |head, bad| {
             // SAFETY: a live SRQ; `head` is a valid list of WRs, each naming one whole chunk,
             // the NIC's alone until `complete` sees its completion, by its IOVA in a region of
             // the SRQ's PD with LOCAL_WRITE (checked) whose pool outlives the SRQ ('p: 'a,

@@ -9,9 +9,12 @@
 //! SGE is checked again at execution ([`Rule::MrGoneBeforeExecution`]).
 //!
 //! Errors: an RDMA or atomic access the remote MR does not grant is `IBV_WC_REM_ACCESS_ERR`
-//! and a message longer than the receive is `IBV_WC_LOC_LEN_ERR` at the receiver (and
-//! `IBV_WC_REM_INV_REQ_ERR` at an RC sender); either moves both QPs to ERROR. A QP in ERROR
-//! flushes everything outstanding with `IBV_WC_WR_FLUSH_ERR`.
+//! and a message longer than the receive (on UD, with the 40-byte GRH area) is
+//! `IBV_WC_LOC_LEN_ERR` at the receiver (and `IBV_WC_REM_INV_REQ_ERR` at an RC sender); a
+//! receive, taken from an SRQ, in MRs of another PD than the receiving QP's is
+//! `IBV_WC_LOC_QP_OP_ERR` (and `IBV_WC_REM_OP_ERR` at an RC sender), as on rxe, which checks
+//! receives against the QP's PD. Each moves both QPs to ERROR. A QP in ERROR flushes
+//! everything outstanding with `IBV_WC_WR_FLUSH_ERR`.
 
 use std::ptr;
 
@@ -232,9 +235,24 @@ fn deliver(
         byte_len: 0,
         errors: if rc { vec![qpn, peer] } else { vec![peer] },
     };
-    if r.poisoned || bytes.len() > capacity || scatter(s, queue, r.wr_id, &r.sges, &bytes).is_none()
+    // The receiving QP's PD is the one its receives are checked against, also those of an SRQ
+    // of another PD (rxe's responder copies into them with `copy_data(qp->pd, ...)`).
+    let other_pd = r
+        .sges
+        .iter()
+        .any(|sge| sge.length != 0 && s.reg.mrs.get(&sge.lkey).is_some_and(|mr| mr.pd != raw.pd));
+    if r.poisoned
+        || bytes.len() > capacity
+        || other_pd
+        || scatter(s, queue, r.wr_id, &r.sges, &bytes).is_none()
     {
-        wc.status = if bytes.len() > capacity { IBV_WC_LOC_LEN_ERR } else { IBV_WC_LOC_PROT_ERR };
+        wc.status = if bytes.len() > capacity {
+            IBV_WC_LOC_LEN_ERR
+        } else if other_pd {
+            IBV_WC_LOC_QP_OP_ERR
+        } else {
+            IBV_WC_LOC_PROT_ERR
+        };
         push(s, raw.recv_cq, wc, vec![(queue, r.wr_id)]);
         return sender_error(if wc.status == IBV_WC_LOC_LEN_ERR {
             IBV_WC_REM_INV_REQ_ERR

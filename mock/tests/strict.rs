@@ -566,35 +566,71 @@ fn an_rdma_write_without_remote_write_is_a_remote_access_error_on_both_qps() {
     assert_eq!(unsafe { ((*rig.a).state, (*rig.b).state) }, (IBV_QPS_ERR, IBV_QPS_ERR));
 }
 
-#[test]
-fn a_qp_of_an_srq_takes_its_receives_from_it() {
-    let mock = Mock::new();
-    let rig = Rig::new(&mock, Path::Legacy, IBV_QPT_RC);
+/// An SRQ of `pd` taking 4 receives of one SGE.
+fn srq_on(pd: *mut ibv_pd) -> *mut ibv_srq {
     let mut init = ibv_srq_init_attr::default();
     init.attr.max_wr = 4;
     init.attr.max_sge = 1;
     // SAFETY: a live PD and a valid struct.
-    let srq = unsafe { (fns().ibv_create_srq)(rig.pd, &mut init) };
+    let srq = unsafe { (fns().ibv_create_srq)(pd, &mut init) };
     assert!(!srq.is_null());
-    let c = rig.qp(IBV_QPT_RC, srq);
-    rig.connect(c, rig.a);
-    let (mut src, dst) = (rig.register(64, LOCAL), rig.register(64, LOCAL));
-    fill(&mut src, 7);
-    let mut sge = dst.sge(0, 64);
-    let mut wr = ibv_recv_wr { wr_id: 60, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+    srq
+}
+
+/// Posts a receive of `sge` with `wr_id` on `srq`: the return code.
+fn post_srq_recv(srq: *mut ibv_srq, wr_id: u64, mut sge: ibv_sge) -> c_int {
+    let mut wr = ibv_recv_wr { wr_id, sg_list: &mut sge, num_sge: 1, ..Default::default() };
     let mut bad = ptr::null_mut();
     // SAFETY: a live mock SRQ and a valid one-WR list.
-    assert_eq!(unsafe { inline::ibv_post_srq_recv(srq, &mut wr, &mut bad) }, 0);
-    // SAFETY: live mock QPs; `a` now sends to `c`.
+    unsafe { inline::ibv_post_srq_recv(srq, &mut wr, &mut bad) }
+}
+
+/// QP `c` of `rig`'s PD on `srq`, and `rig.a` sending to it; their QP numbers.
+fn to_srq_qp(rig: &Rig, srq: *mut ibv_srq) -> (*mut ibv_qp, u32, u32) {
+    let c = rig.qp(IBV_QPT_RC, srq);
+    rig.connect(c, rig.a);
     let mut attr = ibv_qp_attr { qp_state: IBV_QPS_RESET, ..Default::default() };
     modify(rig.a, &mut attr, IBV_QP_STATE);
     rig.connect(rig.a, c);
-    assert_eq!(rig.post(rig.a, &[Wr::new(61, IBV_WR_SEND, vec![src.sge(0, 4)])]), 0);
-    let got: Vec<_> = rig.poll().iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
     // SAFETY: live mock QPs.
     let (qa, qc) = unsafe { ((*rig.a).qp_num, (*c).qp_num) };
+    (c, qa, qc)
+}
+
+#[test]
+fn a_qp_of_an_srq_takes_its_receives_from_it() {
+    let mock = Mock::new();
+    let rig = Rig::new(&mock, Path::Legacy, IBV_QPT_RC);
+    let srq = srq_on(rig.pd);
+    let (_, qa, qc) = to_srq_qp(&rig, srq);
+    let (mut src, dst) = (rig.register(64, LOCAL), rig.register(64, LOCAL));
+    fill(&mut src, 7);
+    assert_eq!(post_srq_recv(srq, 60, dst.sge(0, 64)), 0);
+    assert_eq!(rig.post(rig.a, &[Wr::new(61, IBV_WR_SEND, vec![src.sge(0, 4)])]), 0);
+    let got: Vec<_> = rig.poll().iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
     assert_eq!(got, [(60, IBV_WC_SUCCESS, qc), (61, IBV_WC_SUCCESS, qa)]);
     assert_eq!(&dst.buf[..4], &[7; 4]);
+}
+
+#[test]
+fn a_receive_of_an_srq_of_another_pd_fails_at_the_qp_and_both_qps_go_to_error() {
+    let mock = Mock::new();
+    let rig = Rig::new(&mock, Path::Legacy, IBV_QPT_RC);
+    // SAFETY: a live mock context.
+    let other = unsafe { (fns().ibv_alloc_pd)(rig.ctx) };
+    let srq = srq_on(other);
+    let (c, qa, qc) = to_srq_qp(&rig, srq);
+    // The receive is right for the SRQ (an MR of its PD), so the post takes it...
+    let (src, dst) = (rig.register(64, LOCAL), rig.register_on(other, 64, LOCAL, None));
+    assert_eq!(post_srq_recv(srq, 70, dst.sge(0, 64)), 0);
+    assert_eq!(rig.post(rig.a, &[Wr::new(71, IBV_WR_SEND, vec![src.sge(0, 4)])]), 0);
+    // ...but the message arrives at a QP of another PD, which its SGE is checked against.
+    let got: Vec<_> = rig.poll().iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
+    assert_eq!(got, [(70, IBV_WC_LOC_QP_OP_ERR, qc), (71, IBV_WC_REM_OP_ERR, qa)]);
+    // SAFETY: live mock QPs.
+    assert_eq!(unsafe { ((*rig.a).state, (*c).state) }, (IBV_QPS_ERR, IBV_QPS_ERR));
+    assert_eq!(&dst.buf[..4], &[0; 4], "nothing written");
+    assert_eq!(mock.take_violations(), []);
 }
 
 /// A type-1 bind (the `bind_mw` op) of `len` bytes at IOVA `addr` of `mr` with `rights`.

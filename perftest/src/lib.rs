@@ -274,6 +274,9 @@ impl Connect for ByHand<'_> {
         let (peer, remote) = control.swap_endpoint(&me, mine)?;
         let mut rtr = ToRtrAttr {
             max_dest_rd_atomic: self.reads,
+            // perftest's RNR timer, 0.64 ms: the peer resends forever (below), so each RNR
+            // NAK should cost it little, not the crate's default 491.52 ms.
+            min_rnr_timer: RnrTimer::new(12)?,
             ..ToRtrAttr::to_endpoint(&peer, self.port, self.gid.map(|g| g.index), self.mtu)
         };
         let mut rts = ToRtsAttr {

@@ -7,6 +7,7 @@ use rdma_verbs_sys as sys;
 use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
+use crate::grh_room::GrhRoom;
 use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QpType, QueuePair, ReceiveReady, Rts, Ud};
@@ -667,9 +668,10 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     ///
     /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
     /// QP's or without `LOCAL_WRITE`, or when the QP takes no SGE per receive
-    /// (`max_recv_sge` 0), else that of [`QueuePair::post_recv_wr`] (e.g. `ENOMEM` when the
-    /// receive queue is full). The buffer goes back to its pool;
-    /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
+    /// (`max_recv_sge` 0) or, on a UD QP, the buffer is shorter than the GRH area, else that
+    /// of [`QueuePair::post_recv_wr`] (e.g. `ENOMEM` when the receive queue is full). The
+    /// buffer goes back to its pool; [`try_post_recv_buffer`](Self::try_post_recv_buffer)
+    /// hands it back.
     #[doc(alias = "ibv_post_recv")]
     pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
     where
@@ -690,7 +692,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
         'p: 'res,
     {
         self.lent(&buffer);
-        post_receive(buffer, self.pd(), self.caps().max_recv_sge, |wr| {
+        post_receive(buffer, self.pd(), self.caps().max_recv_sge, GrhRoom::of::<T>(), |wr| {
             // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
             // its SGE names it by IOVA in a region of this QP's PD (checked).
             unsafe { self.post_recv_wr(wr) }
@@ -699,15 +701,16 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
 }
 
 /// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv_wr` of a QP
-/// or SRQ of `pd` taking up to `max_sge` SGEs per receive), after [`check_receive`]: the
-/// buffer comes back with the error when either fails.
+/// or SRQ of `pd` taking up to `max_sge` SGEs per receive, of a length `room` allows), after
+/// [`check_receive`]: the buffer comes back with the error when either fails.
 pub(crate) fn post_receive<'p>(
     buffer: Buffer<'p>,
     pd: &ProtectionDomain<'_>,
     max_sge: u32,
+    room: GrhRoom<'_>,
     post: impl FnOnce(&mut RecvWr<'_>) -> Result<()>,
 ) -> Result<(), PostError<'p>> {
-    if let Err(error) = check_receive(&buffer, pd, max_sge) {
+    if let Err(error) = check_receive(&buffer, pd, max_sge, room) {
         return Err(PostError { buffer: Some(buffer), error });
     }
     let len = buffer.len() as u32;
@@ -773,12 +776,13 @@ fn pool_refused(other_pd: bool) -> Error {
 /// [`check_pool`] for a receive (the NIC writes it), on a queue of `pd` taking up to `max_sge`
 /// SGEs per receive: one that takes none (created with `max_recv_sge` 0) would refuse the
 /// buffer's one SGE in the provider (the strict mock's `Rule::TooManySges`), so it is refused
-/// here, saying why.
+/// here, saying why; so is a chunk shorter than `room` allows (a UD QP's GRH area).
 #[inline]
 pub(super) fn check_receive(
     buffer: &Buffer<'_>,
     pd: &ProtectionDomain<'_>,
     max_sge: u32,
+    room: GrhRoom<'_>,
 ) -> Result<()> {
     if max_sge == 0 {
         return Err(Error::invalid(
@@ -788,6 +792,7 @@ pub(super) fn check_receive(
                 .into(),
         ));
     }
+    room.check(|| buffer.capacity() as u64)?;
     check_pool(buffer, pd, true)
 }
 

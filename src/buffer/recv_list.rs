@@ -7,6 +7,7 @@ use rdma_verbs_sys as sys;
 use super::pool::{Buffer, UNCHAINED};
 use super::post::check_receive;
 use crate::error::Result;
+use crate::grh_room::GrhRoom;
 use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
@@ -88,7 +89,8 @@ impl<'p> RecvBufferList<'p> {
     }
 
     /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd` taking up
-    /// to `max_sge` SGEs per receive, named `verb` in errors) after [`check_receive`] and
+    /// to `max_sge` SGEs per receive of a length `room` allows, named `verb` in errors) after
+    /// [`check_receive`] and
     /// `note` (the queue's lenders) for each pool: each chunk launched as one receive of its whole
     /// capacity. The buffers the provider took leave the list; the others are the program's
     /// again and stay.
@@ -96,6 +98,7 @@ impl<'p> RecvBufferList<'p> {
         &mut self,
         pd: &ProtectionDomain<'_>,
         max_sge: u32,
+        room: GrhRoom<'_>,
         note: impl Fn(&Buffer<'p>),
         verb: &'static str,
         post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
@@ -110,7 +113,7 @@ impl<'p> RecvBufferList<'p> {
         for buffer in &self.buffers {
             let pool = std::ptr::from_ref(buffer.pool_queues());
             if pool != checked {
-                check_receive(buffer, pd, max_sge)?;
+                check_receive(buffer, pd, max_sge, room)?;
                 checked = pool;
             }
         }
@@ -165,8 +168,10 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when a buffer's pool is registered
-    /// in another PD than the QP's, or without `LOCAL_WRITE`, or when the QP takes no SGE per
-    /// receive (`max_recv_sge` 0): nothing is posted and the list is as it was. Otherwise the provider's [`Error::Verb`](crate::Error::Verb) (`ENOMEM`
+    /// in another PD than the QP's, or without `LOCAL_WRITE`, when the QP takes no SGE per
+    /// receive (`max_recv_sge` 0), or, on a UD QP, a buffer is shorter than the GRH area
+    /// ([`QueuePair::post_recv`]): nothing is posted and the list is as it was. Otherwise the
+    /// provider's [`Error::Verb`](crate::Error::Verb) (`ENOMEM`
     /// when the receive queue is full): the buffers before the one it refused are posted, the
     /// rest stay in `list`.
     #[doc(alias = "ibv_post_recv")]
@@ -177,6 +182,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
         list.post(
             self.pd(),
             self.caps().max_recv_sge,
+            GrhRoom::of::<T>(),
             |buffer| self.lent(buffer),
             "ibv_post_recv",
             |head, bad| {

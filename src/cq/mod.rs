@@ -5,6 +5,7 @@ mod acks;
 mod attr;
 mod completion;
 mod extended;
+mod kept;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -15,6 +16,7 @@ pub(crate) use acks::EventAcks;
 use acks::HeapAcks;
 pub use attr::CqAttr;
 pub use completion::Completion;
+use kept::{Handing, Kept};
 
 use crate::channel::CompletionChannel;
 use crate::context::Context;
@@ -32,11 +34,12 @@ pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
     /// The extended CQ (the same object as `raw`), on the extended path.
     ex: Option<extended::ExCq>,
-    /// Whether it is polled in sessions (`ex`'s [`ExCq::in_sessions`](extended::ExCq::in_sessions)),
-    /// kept here so that a poll tests one byte.
-    in_sessions: bool,
     /// The events it owes its channel (its `cq_context`), with a channel (see [`EventAcks`]).
     acks: Option<HeapAcks>,
+    /// Completions polled but not handed over to a callback that panicked, which the next
+    /// poll returns first; with whether it is polled in sessions (`ex`'s
+    /// [`ExCq::in_sessions`](extended::ExCq::in_sessions)), in the one byte a poll tests.
+    kept: Kept,
     ctx: &'ctx Context,
 }
 
@@ -158,7 +161,7 @@ impl Context {
         let cq_context = acks.as_ref().map_or(std::ptr::null_mut(), HeapAcks::as_context);
         let with = |raw, ex: Option<extended::ExCq>| CompletionQueue {
             raw,
-            in_sessions: ex.as_ref().is_some_and(extended::ExCq::in_sessions),
+            kept: Kept::new(ex.as_ref().is_some_and(extended::ExCq::in_sessions)),
             ex,
             acks,
             ctx: self,
@@ -224,7 +227,9 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// session itself). In a session the completions are read field by field
     /// (`ibv_wc_read_*`); the result is the same, except `pkey_index`, which the extended CQ
     /// does not report (0). When polling fails after some completions were read, those are
-    /// returned and the failure is left for the next call.
+    /// returned and the failure is left for the next call. Completions taken from the
+    /// provider by [`poll_with`](Self::poll_with) (or [`QueuePair::drain`](crate::QueuePair::drain))
+    /// and not handed over, because the callback panicked, come first, alone.
     ///
     /// # Errors
     ///
@@ -233,10 +238,10 @@ impl<'ctx> CompletionQueue<'ctx> {
     #[doc(alias = "ibv_start_poll")]
     #[inline]
     pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
-        if self.in_sessions {
-            poll_sessions(self, storage)
-        } else {
+        if self.kept.poll_cq_alone() {
             self.poll_legacy(storage)
+        } else {
+            poll_sessions(self, storage)
         }
     }
 
@@ -265,7 +270,9 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// takes it. Returns how many were handed over. Never blocks, never allocates: the
     /// completions are polled as [`CompletionQueue::poll`] does, 16 at a time into an array on
     /// the stack, and `f` runs between polls (never inside a provider's polling session, so it
-    /// may poll too).
+    /// may poll too). Should `f` panic, the completions polled with the one it was given stay
+    /// with the CQ, and its next poll returns them: none is lost (allocating, then, to keep
+    /// them).
     ///
     /// # Errors
     ///
@@ -278,9 +285,10 @@ impl<'ctx> CompletionQueue<'ctx> {
         while done < max {
             let want = (max - done).min(CHUNK);
             let got = self.fill(&mut chunk[..want])?;
-            for c in &mut chunk[..got] {
-                // SAFETY: `fill` initialised the first `got` entries.
-                f(unsafe { c.assume_init_mut() });
+            // (`fill` initialised the first `got` entries.)
+            let mut handing = Handing::new(self, &mut chunk[..got]);
+            while let Some(c) = handing.next() {
+                f(c);
             }
             done += got;
             if got < want {
@@ -290,11 +298,31 @@ impl<'ctx> CompletionQueue<'ctx> {
         Ok(done)
     }
 
+    /// Polls into `storage` as [`CompletionQueue::poll`] and hands each completion to `f`, as
+    /// [`CompletionQueue::poll_with`] does (keeping those not handed over should `f` panic);
+    /// returns how many.
+    pub(crate) fn poll_each(
+        &self,
+        storage: &mut [WorkCompletion],
+        mut f: impl FnMut(&mut WorkCompletion),
+    ) -> Result<usize> {
+        let got = self.poll(storage)?.len();
+        let mut handing = Handing::new(self, &mut storage[..got]);
+        while let Some(wc) = handing.next() {
+            f(wc);
+        }
+        Ok(got)
+    }
+
     /// Polls up to `chunk.len()` (at most [`CHUNK`]) completions into the start of `chunk`
-    /// and returns how many: read in place in a session, or polled and copied over.
+    /// and returns how many: read in place in a session, or polled and copied over; those a
+    /// callback was not given come first.
     #[inline]
     fn fill(&self, chunk: &mut [MaybeUninit<Completion>]) -> Result<usize> {
-        if let Some(ex) = self.ex.as_ref().filter(|_| self.in_sessions) {
+        if !self.kept.is_empty() {
+            return Ok(self.kept.take(chunk));
+        }
+        if let Some(ex) = self.ex.as_ref().filter(|_| self.kept.in_sessions()) {
             return ex.drain(chunk);
         }
         let mut wcs = [WorkCompletion::EMPTY; CHUNK];
@@ -478,13 +506,17 @@ impl std::fmt::Debug for CompletionQueue<'_> {
 /// The completions [`CompletionQueue::poll_with`] reads per poll, into an array on the stack.
 const CHUNK: usize = 16;
 
-/// [`CompletionQueue::poll`] in sessions, out of line so that the `poll_cq` path's few
-/// instructions inline into the caller.
+/// [`CompletionQueue::poll`] in sessions, or of the completions a callback was not given,
+/// out of line so that the `poll_cq` path's few instructions inline into the caller.
 #[inline(never)]
 fn poll_sessions<'a>(
     cq: &CompletionQueue<'_>,
     storage: &'a mut [WorkCompletion],
 ) -> Result<&'a mut [WorkCompletion]> {
+    if !cq.kept.is_empty() {
+        let n = cq.kept.take(storage);
+        return Ok(&mut storage[..n]);
+    }
     let Some(ex) = &cq.ex else { return cq.poll_legacy(storage) };
     let n = ex.drain(storage)?;
     Ok(&mut storage[..n])

@@ -13,7 +13,8 @@ use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
 use crate::qp::{
-    AddressVector, GlobalRoute, Init, QpCapabilities, QpState, Reset, Rtr, Rts, ToRtsAttr,
+    AddressVector, GlobalRoute, Init, QpCapabilities, QpInitAttr, QpState, Reset, Rtr, Rts,
+    ToRtsAttr,
 };
 use crate::wr::SendFlags;
 
@@ -42,7 +43,8 @@ pub struct DciInitAttr<'res> {
 
 impl<'res> DciInitAttr<'res> {
     /// Sends on `cq`, 64 send WRs of one SGE, selective signaling, no streams, as many
-    /// outstanding RDMA READs as the device allows.
+    /// outstanding RDMA READs as the device allows. `cq` needs room for the 64 completions
+    /// ([`Mlx5Context::create_dci`] refuses a smaller one).
     #[must_use]
     pub fn new(cq: &'res CompletionQueue<'res>) -> Self {
         DciInitAttr {
@@ -176,22 +178,21 @@ impl<'ctx> Mlx5Context<'ctx> {
     /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware; the
     /// message names the device), or when libibverbs lacks `ibv_qp_to_qp_ex` (rdma-core
     /// v24+); [`Error::InvalidInput`] for more
-    /// streams than [`DcCaps::dci_streams`](super::DcCaps::dci_streams) allows or a PD of
-    /// another context; [`Error::Verb`] from `mlx5dv_create_qp`.
+    /// streams than [`DcCaps::dci_streams`](super::DcCaps::dci_streams) allows, a PD of
+    /// another context, and as [`ProtectionDomain::create_qp`] refuses a QP on the CQ: one of
+    /// another device context, or with room for fewer completions than `cap.max_send_wr`;
+    /// [`Error::Verb`] from `mlx5dv_create_qp`.
     #[doc(alias = "mlx5dv_create_qp")]
     pub fn create_dci<'res>(
         &self,
         pd: &'res ProtectionDomain<'res>,
         attr: &DciInitAttr<'res>,
     ) -> Result<Dci<'res, Reset>> {
-        let mut cap = attr.cap.to_raw();
-        (cap.max_recv_wr, cap.max_recv_sge) = (0, 0);
+        let cap = QpCapabilities { max_recv_wr: 0, max_recv_sge: 0, ..attr.cap };
+        let objects =
+            QpInitAttr { cap, sq_sig_all: attr.sq_sig_all, ..QpInitAttr::new(attr.send_cq) };
         let init = sys::ibv_qp_init_attr_ex {
             qp_type: sys::IBV_QPT_DRIVER,
-            send_cq: attr.send_cq.as_raw(),
-            recv_cq: attr.send_cq.as_raw(),
-            cap,
-            sq_sig_all: attr.sq_sig_all.into(),
             comp_mask: sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             send_ops_flags: u64::from(SEND_OPS),
             ..Default::default()
@@ -205,7 +206,7 @@ impl<'ctx> Mlx5Context<'ctx> {
                 log_num_errored: streams.log_errored,
             };
         }
-        let qp = DcQp::create(self, pd, init, dv)?;
+        let qp = DcQp::create(self, pd, &objects, init, dv)?;
         // SAFETY: a live QP of the library `fns` came from, created with send ops.
         let qp_ex = unsafe { sys::inline::ibv_qp_to_qp_ex(qp.fns(), qp.as_raw()) };
         let Some(qp_ex) = NonNull::new(qp_ex) else {

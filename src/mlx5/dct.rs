@@ -10,7 +10,9 @@ use crate::error::{Error, Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{AddressVector, Init, QpState, Reset, RnrTimer, Rtr, ToInitAttr};
+use crate::qp::{
+    AddressVector, Init, QpCapabilities, QpInitAttr, QpState, Reset, RnrTimer, Rtr, ToInitAttr,
+};
 use crate::srq::SharedReceiveQueue;
 
 use super::context::{DcVersion, Mlx5Context};
@@ -39,7 +41,8 @@ pub struct DctToRtrAttr {
     /// The path MTU.
     pub path_mtu: Mtu,
     /// The RNR NAK timer a DCI is told to wait before resending when the DCT's SRQ is empty
-    /// ([`RnrTimer`]; 12 = 0.64 ms).
+    /// ([`RnrTimer`]; 31 = 491.52 ms, with a DCI's 6 RNR retries ≈ 2.9 s to post a receive,
+    /// as [`ToRtrAttr`](crate::ToRtrAttr) explains).
     pub min_rnr_timer: RnrTimer,
     /// The port (and GRH) the DCT answers on.
     pub av: AddressVector,
@@ -47,20 +50,20 @@ pub struct DctToRtrAttr {
 
 impl DctToRtrAttr {
     /// RTR on `port`, with a GRH from source GID `sgid_index` when one is given (RoCE),
-    /// RNR timer 12, and the defaults of [`DcRoute::new`]: hop limit 255, traffic class 0,
-    /// service level 0.
+    /// RNR timer 31 (491.52 ms), and the defaults of [`DcRoute::new`]: hop limit 255,
+    /// traffic class 0, service level 0.
     #[must_use]
     pub fn new(port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
         DctToRtrAttr::from_route(&DcRoute::new(port, sgid_index, path_mtu))
     }
 
     /// RTR on `route`: its port, path MTU and service level, and, when it has a source GID
-    /// index, a GRH with its hop limit and traffic class; RNR timer 12.
+    /// index, a GRH with its hop limit and traffic class; RNR timer 31 (491.52 ms).
     #[must_use]
     pub fn from_route(route: &DcRoute) -> Self {
         DctToRtrAttr {
             path_mtu: route.path_mtu,
-            min_rnr_timer: RnrTimer::from_code(12),
+            min_rnr_timer: RnrTimer::DEFAULT,
             av: route.address_vector(Lid::new(0), Gid::ZERO),
         }
     }
@@ -114,7 +117,10 @@ impl<'ctx> Mlx5Context<'ctx> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when `pd` is not of this device
-    /// context; [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
+    /// context, and as [`ProtectionDomain::create_qp`] refuses a QP on the SRQ and CQ: either
+    /// of another device context, an SRQ of another PD, or a CQ with room for fewer
+    /// completions than the SRQ's [`max_wr`](SharedReceiveQueue::max_wr) receives;
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
     /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware);
     /// [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.
     #[doc(alias = "mlx5dv_create_qp")]
@@ -123,16 +129,19 @@ impl<'ctx> Mlx5Context<'ctx> {
         pd: &'res ProtectionDomain<'res>,
         attr: &DctInitAttr<'res, '_>,
     ) -> Result<Dct<'res, Reset>> {
-        let init = sys::ibv_qp_init_attr_ex {
-            qp_type: sys::IBV_QPT_DRIVER,
-            send_cq: attr.recv_cq.as_raw(),
-            recv_cq: attr.recv_cq.as_raw(),
-            srq: attr.srq.as_raw(),
-            ..Default::default()
+        // No queue of its own: every receive comes from the SRQ, and it never sends.
+        let cap = QpCapabilities {
+            max_send_wr: 0,
+            max_recv_wr: 0,
+            max_send_sge: 0,
+            max_recv_sge: 0,
+            max_inline_data: 0,
         };
+        let objects = QpInitAttr { cap, srq: Some(attr.srq), ..QpInitAttr::new(attr.recv_cq) };
+        let init = sys::ibv_qp_init_attr_ex { qp_type: sys::IBV_QPT_DRIVER, ..Default::default() };
         let mut dv = dv_attr(sys::MLX5DV_DCTYPE_DCT);
         dv.dc_init_attr.__bindgen_anon_1.dct_access_key = attr.key.get();
-        let qp = DcQp::create(self, pd, init, dv)?;
+        let qp = DcQp::create(self, pd, &objects, init, dv)?;
         Ok(Dct { qp, key: attr.key, dc_version: self.caps().dc_version, _state: PhantomData })
     }
 }

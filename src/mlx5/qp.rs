@@ -7,7 +7,7 @@ use rdma_verbs_sys as sys;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;
-use crate::qp::QpState;
+use crate::qp::{QpInitAttr, QpState};
 
 use super::context::{unsupported, Mlx5Context};
 
@@ -45,10 +45,13 @@ pub(super) struct DcQp<'res> {
 }
 
 impl<'res> DcQp<'res> {
-    /// `mlx5dv_create_qp(3)` with `attr` (its `pd` set here) and the DV attributes.
+    /// `mlx5dv_create_qp(3)` with `attr` and the DV attributes; `attr`'s PD, CQs, SRQ,
+    /// capabilities and signalling are set here from `pd` and `objects`, after the checks
+    /// every QP's creation makes ([`ProtectionDomain::create_qp`]'s).
     pub(super) fn create(
         mlx5: &Mlx5Context<'_>,
         pd: &'res ProtectionDomain<'res>,
+        objects: &QpInitAttr<'res, '_>,
         mut attr: sys::ibv_qp_init_attr_ex,
         mut dv: sys::mlx5dv_qp_init_attr,
     ) -> Result<Self> {
@@ -63,8 +66,14 @@ impl<'res> DcQp<'res> {
             ),
             ));
         }
+        pd.check_init(objects, attr.qp_type)?;
         attr.pd = pd.as_raw();
         attr.comp_mask |= sys::IBV_QP_INIT_ATTR_PD;
+        attr.send_cq = objects.send_cq.as_raw();
+        attr.recv_cq = objects.recv_cq.as_raw();
+        attr.srq = objects.srq.map_or(std::ptr::null_mut(), |srq| srq.as_raw());
+        attr.cap = objects.cap.to_raw();
+        attr.sq_sig_all = objects.sq_sig_all.into();
         // SAFETY: an mlx5 context (the gate passed), valid attribute structs whose PD, CQs
         // and SRQ are live objects of it, borrowed by the caller for `'res`.
         let raw = unsafe {

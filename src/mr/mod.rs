@@ -154,7 +154,9 @@ macro_rules! region_common {
             /// # Errors
             ///
             /// [`Error::Verb`] from `ibv_dereg_mr`; the memory is then leaked (and a borrowed
-            /// slice stays borrowed), never freed while the NIC may still map it.
+            /// slice stays borrowed), never freed while the NIC may still map it. `EINVAL`
+            /// for a region registered with `MW_BIND` says a memory window is still bound to
+            /// it (rxe refuses the deregistration then), and what to do about it.
             #[doc(alias = "ibv_dereg_mr")]
             pub fn destroy(self) -> Result<()> {
                 self.reg.destroy()

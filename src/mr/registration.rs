@@ -61,6 +61,7 @@ impl<'a> Registration<'a> {
         access: AccessFlags,
         iova: Option<u64>,
     ) -> Result<Self> {
+        access.check_named()?;
         let fns = &pd.context().library().fns;
         let reg_iova2 = match (iova, fns.ibv_reg_mr_iova2) {
             (Some(_), None) => {
@@ -163,7 +164,7 @@ impl<'a> Registration<'a> {
     fn dereg(&mut self) -> Result<()> {
         // SAFETY: a live MR, deregistered once.
         let ret = unsafe { (self.pd.context().library().fns.ibv_dereg_mr)(self.raw.as_ptr()) };
-        check_errno(ret, "ibv_dereg_mr")?;
+        check_errno(ret, "ibv_dereg_mr").map_err(|e| self.explain_dereg(e))?;
         // SAFETY: the registration is gone and this is the only call.
         unsafe { self.memory.free() };
         Ok(())
@@ -171,6 +172,23 @@ impl<'a> Registration<'a> {
 
     pub(super) fn destroy(self) -> Result<()> {
         std::mem::ManuallyDrop::new(self).dereg()
+    }
+
+    /// Says why `ibv_dereg_mr` answered `EINVAL` for a region windows may be bound to
+    /// (`MW_BIND`): one still is (rxe's `rxe_dereg_mr` answers `EINVAL` while the region
+    /// counts bound windows).
+    fn explain_dereg(&self, error: Error) -> Error {
+        if error.errno() != Some(libc::EINVAL) || !self.access.contains(AccessFlags::MW_BIND) {
+            return error;
+        }
+        error.with_hint(
+            "a memory window is still bound to this region (registered with MW_BIND): the \
+             provider keeps the region while a window can reach it. Invalidate each window \
+             bound to it (SendWr::local_inv, or the peer's SendWr::send_with_inv) or destroy \
+             the window (MemoryWindow::destroy) before the region; this region's memory is \
+             leaked, never freed while the window could reach it"
+                .into(),
+        )
     }
 }
 
@@ -207,7 +225,9 @@ impl<'a> ProtectionDomain<'a> {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for empty memory, `access` with `REMOTE_WRITE` /
+    /// - [`Error::InvalidInput`] for `access` with bits [`AccessFlags`] does not name
+    ///   ([`InvalidInputKind::UnknownAccess`](crate::InvalidInputKind::UnknownAccess)), empty
+    ///   memory, `access` with `REMOTE_WRITE` /
     ///   `REMOTE_ATOMIC` (memory a peer may write is a [`RemoteWritableRegion`],
     ///   [`ProtectionDomain::register_remote_writable`]), or a borrowed slice with
     ///   `REMOTE_READ` or `MW_BIND`: its borrow ends with the region even when
@@ -301,8 +321,8 @@ impl<'a> ProtectionDomain<'a> {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for `len == 0`, or `REMOTE_WRITE` / `REMOTE_ATOMIC` without
-    ///   `LOCAL_WRITE`.
+    /// - [`Error::InvalidInput`] for `len == 0`, `access` with bits [`AccessFlags`] does not
+    ///   name, or `REMOTE_WRITE` / `REMOTE_ATOMIC` without `LOCAL_WRITE`.
     /// - [`Error::Unsupported`] when the loaded rdma-core lacks `ibv_reg_dmabuf_mr` (before
     ///   v34) or the provider refuses with `EOPNOTSUPP` (e.g. rxe, siw).
     /// - [`Error::Verb`] from `ibv_reg_dmabuf_mr`: e.g. `EINVAL` when `fd` is not a dma-buf
@@ -322,6 +342,7 @@ impl<'a> ProtectionDomain<'a> {
                 "a memory region needs at least 1 byte".into(),
             ));
         }
+        access.check_named()?;
         if access.intersects(AccessFlags::REMOTE_WRITES) {
             check_remote_writable(access)?;
         }

@@ -2,7 +2,8 @@
 //!
 //! Each transition takes a struct holding exactly what that transition needs, so the
 //! `ibv_qp_attr_mask` is computed here, never supplied by the caller. Defaults are
-//! ibv_rc_pingpong's.
+//! ibv_rc_pingpong's, but for the timers and retry counts, which give a peer seconds rather
+//! than milliseconds before the connection is given up ([`ToRtsAttr`]).
 
 use rdma_verbs_sys as sys;
 
@@ -267,6 +268,17 @@ impl AddressVector {
 
 /// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
 /// MIN_RNR_TIMER`).
+///
+/// **The receiver-not-ready budget.** When a SEND finds no receive posted here, this QP
+/// answers with an RNR NAK carrying `min_rnr_timer`; the peer waits that long, resends, and
+/// after its [`ToRtsAttr::rnr_retry`] resends completes the SEND with `RNR_RETRY_EXC_ERR`,
+/// which moves its QP to ERROR: the connection is gone. With both sides' defaults, code 31
+/// (491.52 ms) here and 6 resends there, this side has 6 × 491.52 ms ≈ 2.9 s to post a
+/// receive before the peer gives up (ibv_rc_pingpong's code 12, 0.64 ms, allows 4 ms, which
+/// a busy host exceeds). Every NAK costs the peer the whole timer, so a program that lets its
+/// receive queue run empty on purpose and wants quick resends sets a shorter timer
+/// (`min_rnr_timer: RnrTimer::new(12)?`, shrinking the budget with it), or has the peer
+/// resend forever ([`RnrRetry::INFINITE`]); the defaults never wait forever.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToRtrAttr {
     /// The path MTU: at most both ports' active MTU. [`QueuePair::into_rtr`] lowers a larger
@@ -284,15 +296,16 @@ pub struct ToRtrAttr {
     /// RDMA READs / atomics the peer may have outstanding against us.
     pub max_dest_rd_atomic: u8,
     /// The RNR NAK timer the peer is told to wait before resending when we have no receive
-    /// posted ([`RnrTimer`]; 12 = 0.64 ms).
+    /// posted ([`RnrTimer`]; 31 = 491.52 ms, see the budget above).
     pub min_rnr_timer: RnrTimer,
     /// How to reach the peer.
     pub av: AddressVector,
 }
 
 impl ToRtrAttr {
-    /// The RTR attributes for connecting to `remote` from `port`, ibv_rc_pingpong's values
-    /// otherwise (one outstanding read, RNR timer 12).
+    /// The RTR attributes for connecting to `remote` from `port`, with one outstanding RDMA
+    /// READ or atomic (ibv_rc_pingpong's) and RNR timer 31 (491.52 ms: the peer's SENDs wait
+    /// ≈ 2.9 s for a receive, see the budget above).
     #[must_use]
     pub fn to_endpoint(remote: &Endpoint, port: u8, sgid_index: Option<u8>, path_mtu: Mtu) -> Self {
         ToRtrAttr {
@@ -300,13 +313,26 @@ impl ToRtrAttr {
             dest_qpn: remote.qpn,
             rq_psn: remote.psn,
             max_dest_rd_atomic: 1,
-            min_rnr_timer: RnrTimer::from_code(12),
+            min_rnr_timer: RnrTimer::DEFAULT,
             av: AddressVector::to_endpoint(remote, port, sgid_index),
         }
     }
 }
 
 /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`).
+///
+/// **The budgets.** A send the peer does not acknowledge is resent after `timeout` (at least
+/// 4.096 µs × 2^n) up to `retry_cnt` times, then completes with `RETRY_EXC_ERR`; a SEND the
+/// peer RNR-NAKs (it had no receive posted) is resent after the peer's RNR timer
+/// ([`ToRtrAttr::min_rnr_timer`]) up to `rnr_retry` times, then completes with
+/// `RNR_RETRY_EXC_ERR`. Either error moves the QP to ERROR. With the defaults of
+/// [`ToRtsAttr::new`] (and the peer's [`ToRtrAttr::to_endpoint`]), a peer that stops
+/// answering is given up after 7 tries of ≈ 0.54 s (exponent 17), ≈ 3.8 s, and one that
+/// posts no receive after 6 resends 491.52 ms apart, ≈ 2.9 s: long enough for a busy host,
+/// short enough to call the peer gone. Change them by their fields: a smaller `timeout`
+/// resends a lost packet sooner and gives up sooner (perftest's 14, ≈ 67 ms, gives up after
+/// ≈ 0.47 s), a smaller count gives up sooner; [`AckTimeout::INFINITE`] and
+/// [`RnrRetry::INFINITE`] never give up, which no default does.
 ///
 /// The timers and counts are types that hold only valid values; waiting forever is said by
 /// name:
@@ -320,7 +346,7 @@ impl ToRtrAttr {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToRtsAttr {
-    /// The local ACK timeout, 4.096 µs × 2^n ([`AckTimeout`]; 14 ≈ 67 ms);
+    /// The local ACK timeout, 4.096 µs × 2^n ([`AckTimeout`]; 17 ≈ 0.54 s);
     /// [`AckTimeout::INFINITE`] waits forever.
     pub timeout: AckTimeout,
     /// Transport retries (ACK timeouts, NAKs for sequence errors) before a
@@ -336,15 +362,15 @@ pub struct ToRtsAttr {
 }
 
 impl ToRtsAttr {
-    /// Values that end on every provider, with send PSN `sq_psn`: timeout 14 (≈ 67 ms per
+    /// Values that end on every provider, with send PSN `sq_psn`: timeout 17 (≈ 0.54 s per
     /// try), 6 transport retries and 6 RNR retries (neither is "forever": a dead peer or a
-    /// receiver that never posts ends in an error completion after a bounded time), one
-    /// outstanding RDMA READ or atomic. ibv_rc_pingpong and perftest peers use 7 and 7;
-    /// these are local to each side, so they interoperate.
+    /// receiver that never posts ends in an error completion after ≈ 3.8 s or ≈ 2.9 s, see
+    /// the budgets above), one outstanding RDMA READ or atomic. ibv_rc_pingpong and perftest
+    /// peers use 7 and 7; these are local to each side, so they interoperate.
     #[must_use]
     pub fn new(sq_psn: Psn) -> Self {
         ToRtsAttr {
-            timeout: AckTimeout::from_code(14),
+            timeout: AckTimeout::from_code(17),
             retry_cnt: RetryCount::from_code(6),
             rnr_retry: RnrRetry::from_code(6),
             sq_psn,
@@ -362,5 +388,48 @@ impl ToRtsAttr {
             max_rd_atomic: self.max_rd_atomic,
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The defaults' budgets, as the attribute docs state them: how long a sender tries before
+    /// it gives up on a silent peer (the first try and `retry_cnt` resends, each waiting
+    /// `timeout`) and on a receiver without receives (`rnr_retry` resends, each after the
+    /// receiver's RNR timer).
+    fn budgets(rtr: &ToRtrAttr, rts: &ToRtsAttr) -> (Duration, Duration) {
+        let timeout = rts.timeout.duration().expect("a finite ACK timeout");
+        let rnr_retry = rts.rnr_retry.count().expect("a finite RNR retry count");
+        let transport = timeout * (u32::from(rts.retry_cnt.get()) + 1);
+        (transport, rtr.min_rnr_timer.duration() * u32::from(rnr_retry))
+    }
+
+    #[test]
+    fn the_default_budgets_are_seconds_and_bounded() {
+        let remote = Endpoint {
+            lid: Lid::new(1),
+            qpn: Qpn::from_low_bits(2),
+            psn: Psn::from_low_bits(3),
+            gid: Gid::ZERO,
+        };
+        let rtr = ToRtrAttr::to_endpoint(&remote, 1, None, Mtu::MTU_1024);
+        let rts = ToRtsAttr::new(Psn::from_low_bits(4));
+        // Codes, as ibv_modify_qp takes them: 7 for rnr_retry would be forever, 0 for timeout.
+        assert_eq!((rtr.min_rnr_timer.get(), rts.rnr_retry.get()), (31, 6));
+        assert_eq!((rts.timeout.get(), rts.retry_cnt.get()), (17, 6));
+        let (transport, rnr) = budgets(&rtr, &rts);
+        assert_eq!(rnr, Duration::from_micros(6 * 491_520));
+        assert_eq!(transport, Duration::from_nanos(7 * (4096 << 17)));
+        for budget in [transport, rnr] {
+            let seconds = budget.as_secs_f64();
+            assert!((2.0..5.0).contains(&seconds), "{budget:?}: seconds, and bounded");
+        }
+        // ibv_rc_pingpong's RNR timer gave a receiver 4 ms.
+        let pingpong = ToRtrAttr { min_rnr_timer: RnrTimer::new(12).unwrap(), ..rtr };
+        assert_eq!(budgets(&pingpong, &rts).1, Duration::from_micros(6 * 640));
     }
 }

@@ -39,8 +39,12 @@ impl<'res> ProtectionDomain<'res> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] when a CQ or the SRQ belongs to another device context, or a
-    /// CQ is smaller than the WRs that can complete on it (the message names both numbers);
+    /// [`Error::InvalidInput`] when a CQ or the SRQ belongs to another device context, the SRQ
+    /// to another PD ([`InvalidInputKind::OtherPd`]: providers check its receives against the
+    /// QP's PD, and rxe fails them), a CQ is smaller than the WRs that can complete on it (the
+    /// message names both numbers), or, for a UD QP, the SRQ had receives posted that are
+    /// shorter than the GRH area ([`InvalidInputKind::BufferTooSmall`]; from then on the SRQ
+    /// refuses those, see [`SharedReceiveQueue::post_recv`](crate::SharedReceiveQueue::post_recv));
     /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
     /// limits, named in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
     /// the provider lacks the transport (e.g. UC on iWARP), or, with
@@ -52,18 +56,7 @@ impl<'res> ProtectionDomain<'res> {
         &'res self,
         attr: &QpInitAttr<'res, '_>,
     ) -> Result<QueuePair<'res, Reset, T>> {
-        let ctx = self.context().as_raw();
-        let srq_ctx = attr.srq.map(|srq| srq.pd().context().as_raw());
-        if attr.send_cq.context().as_raw() != ctx
-            || attr.recv_cq.context().as_raw() != ctx
-            || srq_ctx.is_some_and(|c| c != ctx)
-        {
-            return Err(Error::invalid(
-                InvalidInputKind::OtherContext,
-                "the QP's CQs and SRQ must belong to the same device context as its PD".into(),
-            ));
-        }
-        check_cq_room(attr)?;
+        self.check_init(attr, T::RAW)?;
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let forced = attr.verbs_path == Some(VerbsPath::Extended);
             match self.create_qp_ex::<T>(attr, forced) {
@@ -83,6 +76,44 @@ impl<'res> ProtectionDomain<'res> {
         let raw =
             check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
         Ok(self.adopt_qp(raw, None, &init.cap))
+    }
+
+    /// What every creation verb of a QP of `qp_type` on this PD (`ibv_create_qp`,
+    /// `ibv_create_qp_ex`, `mlx5dv_create_qp`) is refused before it is called: CQs or an SRQ
+    /// of another device context, an SRQ of another PD, CQs too small for the QP, and for UD
+    /// an SRQ that had receives too short for the GRH area (see
+    /// [`ProtectionDomain::create_qp`]).
+    pub(crate) fn check_init(
+        &self,
+        attr: &QpInitAttr<'_, '_>,
+        qp_type: sys::ibv_qp_type,
+    ) -> Result<()> {
+        let ctx = self.context().as_raw();
+        let srq_ctx = attr.srq.map(|srq| srq.pd().context().as_raw());
+        if attr.send_cq.context().as_raw() != ctx
+            || attr.recv_cq.context().as_raw() != ctx
+            || srq_ctx.is_some_and(|c| c != ctx)
+        {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherContext,
+                "the QP's CQs and SRQ must belong to the same device context as its PD".into(),
+            ));
+        }
+        if attr.srq.is_some_and(|srq| srq.pd().as_raw() != self.as_raw()) {
+            return Err(Error::invalid(
+                InvalidInputKind::OtherPd,
+                "the SRQ belongs to another protection domain than the QP: providers check \
+                 the SRQ's receives against the QP's PD when a message arrives (rxe fails it \
+                 with IBV_WC_LOC_QP_OP_ERR and moves both QPs to ERROR): create the SRQ, and \
+                 register its receive buffers, in the QP's PD"
+                    .into(),
+            ));
+        }
+        check_cq_room(attr)?;
+        match attr.srq {
+            Some(srq) if qp_type == sys::IBV_QPT_UD => srq.grh_room().claim_for_ud(),
+            _ => Ok(()),
+        }
     }
 
     /// `ibv_create_qp_ex` with the send operations the QP type and device allow, then its

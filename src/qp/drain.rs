@@ -47,7 +47,9 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     /// send and receive CQs — until both markers completed, and moves it to RESET. Every
     /// other completion polled from `cqs` goes to `each`, other QPs' too when they share
     /// them. The markers themselves are not handed to `each`. An SRQ's receives are not this
-    /// QP's and stay posted. A `timeout` past the clock's range (`Duration::MAX`) sets no
+    /// QP's and stay posted. Should `each` panic, the completions polled with the one it was
+    /// given stay with their CQ, whose next poll returns them (the QP itself is dropped by the
+    /// unwinding, and destroyed). A `timeout` past the clock's range (`Duration::MAX`) sets no
     /// deadline.
     ///
     /// # Errors
@@ -136,13 +138,14 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
                 self.to_error()?;
             }
             for cq in cqs {
-                for wc in cq.poll(&mut storage)? {
+                // (Should `each` panic, the CQ keeps what it was not given for its next poll.)
+                cq.poll_each(&mut storage, |wc| {
                     match (wc.qp_num() == self.qp_num(), wc.wr_id()) {
                         (true, DRAIN_SEND_WR_ID) => send = Marker::Seen,
                         (true, DRAIN_RECV_WR_ID) => recv = Marker::Seen,
                         _ => each(wc),
                     }
-                }
+                })?;
             }
             if send == Marker::Seen && recv == Marker::Seen {
                 return Ok(());

@@ -10,6 +10,7 @@ use crate::error::{
     check_errno, errno_error, list_error, Error, InvalidInputKind, PostListError, Result,
 };
 use crate::fit::{self, Slack};
+use crate::grh_room::GrhRoom;
 use crate::pd::ProtectionDomain;
 use crate::wr::{shape_of_parts, RecvWr, RecvWrList, SendFlags, SendWr, SendWrList, Sge};
 
@@ -28,11 +29,15 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] from the provider: `ENOMEM` when the receive queue is full, `EINVAL`
-    /// for more SGEs than `max_recv_sge`.
+    /// [`Error::InvalidInput`] ([`InvalidInputKind::BufferTooSmall`]) on a UD QP for a receive
+    /// shorter than the [`Grh::LEN`](crate::Grh::LEN) bytes of the GRH area every UD receive
+    /// starts with (the provider would fail it and move the QP to ERROR). [`Error::Verb`] from
+    /// the provider: `ENOMEM` when the receive queue is full, `EINVAL` for more SGEs than
+    /// `max_recv_sge`.
     #[doc(alias = "ibv_post_recv")]
     #[inline(always)]
     pub unsafe fn post_recv_wr(&self, wr: &mut RecvWr<'_>) -> Result<()> {
+        GrhRoom::of::<T>().check(|| wr.total_len())?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP in a receive-ready state; the caller upholds the memory contract.
         let ret = unsafe { sys::inline::ibv_post_recv(self.as_raw(), wr.as_raw_mut(), &mut bad) };
@@ -52,13 +57,18 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     ///
     /// # Errors
     ///
-    /// [`PostListError`]: the number of WRs the provider accepted before the one it refused
+    /// [`PostListError`] with 0 posted and [`Error::InvalidInput`] when a WR is refused as
+    /// [`QueuePair::post_recv`] refuses it (on a UD QP, one shorter than the GRH area).
+    /// Otherwise the number of WRs the provider accepted before the one it refused
     /// (those are posted, the rest are not), and why: [`Error::WorkQueueFull`] when the
     /// receive queue has no room, `EINVAL` for more SGEs than `max_recv_sge`. A provider that
     /// names none of the list's WRs as refused may have posted any: all are counted.
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub unsafe fn post_recv_wrs(&self, list: &mut RecvWrList<'_>) -> Result<(), PostListError> {
+        if let Err(error) = GrhRoom::of::<T>().check(|| list.shortest_len()) {
+            return Err(PostListError { posted: 0, error });
+        }
         list.post_with("ibv_post_recv", |head, bad| {
             // SAFETY: a live QP in a receive-ready state; `head` heads the list, linked and
             // alive for the call; the caller upholds the memory contract for each WR.

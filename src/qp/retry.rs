@@ -60,7 +60,7 @@ fn check_code(name: &str, value: u8, max: u8, forever: Option<Forever>) -> Resul
 code! {
     /// The local ACK timeout of an RC QP (`timeout` of `ibv_modify_qp(3)`, IBA 9.7.6.1.3): how
     /// long a send waits for its ACK before it is retried, **4.096 µs × 2^n** for an exponent n
-    /// of 1–31 (14 ≈ 67 ms, the default of [`ToRtsAttr::new`]; 31 ≈ 2.4 hours). The code 0 means
+    /// of 1–31 (17 ≈ 0.54 s, the default of [`ToRtsAttr::new`]; 31 ≈ 2.4 hours). The code 0 means
     /// "never time out": only [`AckTimeout::INFINITE`] says that.
     ///
     /// ```
@@ -176,8 +176,9 @@ impl RnrRetry {
 code! {
     /// The RNR NAK timer of an RC receiver (`min_rnr_timer` of `ibv_modify_qp(3)`, IBA Table 45):
     /// how long the peer is told to wait before resending when no receive was posted. A code of
-    /// 0–31 from a table: 1 = 0.01 ms … 12 = 0.64 ms (the default of [`ToRtrAttr::to_endpoint`])
-    /// … 31 = 491.52 ms, and 0 = 655.36 ms, the longest. Every code is finite.
+    /// 0–31 from a table (`IB_RNR_TIMER_*` in the kernel's `include/rdma/ib_verbs.h`): 1 =
+    /// 0.01 ms … 12 = 0.64 ms (ibv_rc_pingpong's) … 31 = 491.52 ms (the default of
+    /// [`ToRtrAttr::to_endpoint`]), and 0 = 655.36 ms, the longest. Every code is finite.
     ///
     /// [`ToRtrAttr::to_endpoint`]: crate::ToRtrAttr::to_endpoint
     pub struct RnrTimer, bits: 5, get: "The code `ibv_modify_qp` takes."
@@ -191,6 +192,10 @@ const RNR_TIMER_MICROS: [u32; 32] = [
 ];
 
 impl RnrTimer {
+    /// The defaults' timer (`ToRtrAttr::to_endpoint`, and a DCT's RTR): code 31, 491.52 ms,
+    /// which with 6 RNR retries gives a receiver ≈ 2.9 s to post.
+    pub(crate) const DEFAULT: RnrTimer = RnrTimer(31);
+
     /// The largest code, 31 (491.52 ms; code 0 is longer, 655.36 ms).
     pub const MAX: u8 = 31;
 

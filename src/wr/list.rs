@@ -531,6 +531,11 @@ impl<'a> RecvWrList<'a> {
         self.wrs.capacity()
     }
 
+    /// The total length of its shortest WR (`u64::MAX` when it is empty).
+    pub(crate) fn shortest_len(&self) -> u64 {
+        self.wrs.as_slice().iter().map(RecvWr::total_len).min().unwrap_or(u64::MAX)
+    }
+
     /// Hands the linked list to `post` (`ibv_post_recv` or `ibv_post_srq_recv`, named `verb`
     /// in errors) with a `bad_wr` to fill; an empty list is handed to no one.
     ///

@@ -723,6 +723,15 @@ impl<'a> RecvWr<'a> {
         self.raw.num_sge as usize
     }
 
+    /// The SGEs' total length in bytes: the most it receives.
+    #[inline]
+    pub(crate) fn total_len(&self) -> u64 {
+        // SAFETY: sg_list/num_sge were built from a `&'a [Sge]` (`refill`, which `new` calls).
+        let sges: &[Sge] =
+            unsafe { std::slice::from_raw_parts(self.raw.sg_list.cast(), self.num_sge()) };
+        sges.iter().map(|s| u64::from(s.length())).sum()
+    }
+
     /// Makes this a receive into `sges` reported with `wr_id`, where it lies (its link, when
     /// it is in a [`RecvWrList`], is kept).
     #[inline(always)]

@@ -137,7 +137,8 @@ mod hardware {
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
         eprintln!("{mlx5:?}");
         let (lid, sgid, gid) = source(&ctx);
-        let lo = Loopback::new(&ctx, 16);
+        // Room for the DCT's 4 receives and the DCI's 64 sends (`DciInitAttr::new`).
+        let lo = Loopback::new(&ctx, 4 + 64);
         let (pd, cq) = (&lo.pd, &lo.cq);
         let srq = pd.create_srq(4, 1).unwrap();
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -249,7 +250,8 @@ mod hardware {
         let ctx = Context::open(&device()).unwrap();
         let mlx5 = Mlx5Context::open(&ctx).unwrap();
         let (lid, sgid, gid) = source(&ctx);
-        let lo = Loopback::new(&ctx, 16);
+        // Room for the DCT's 4 receives and the DCI's 64 sends (`DciInitAttr::new`).
+        let lo = Loopback::new(&ctx, 4 + 64);
         let (pd, cq) = (&lo.pd, &lo.cq);
         let srq = pd.create_srq(4, 1).unwrap();
         let region = lo.region(128);

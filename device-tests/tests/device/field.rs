@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use super::pair::{connect_with, Loopback, PORT};
+use super::pair::{connect_with, wait_for, Loopback, PORT};
 use rdma_verbs_device_tests::{require_device, RXE};
 
 /// How long a drain may take on rxe (flushes are immediate; rxe is slow, not stuck).
@@ -105,8 +105,8 @@ fn a_service_reconnecting_100_times_on_one_pool_never_runs_out() {
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8);
 }
 
-/// How long the default RTS attributes may take to give up on rxe (7 tries of ≈ 67 ms, or
-/// 7 RNR waits of 0.64 ms, plus rxe's scheduling).
+/// How long the default RTS attributes may take to give up on rxe (7 tries of ≈ 0.54 s, or
+/// 6 RNR waits of 491.52 ms, plus rxe's scheduling).
 const GIVE_UP: Duration = Duration::from_secs(10);
 
 #[test]
@@ -134,6 +134,28 @@ fn with_the_default_rts_attributes_a_dead_peer_and_a_receiver_that_never_posts_e
         assert_eq!((wc[0].wr_id(), wc[0].status()), (1, status), "peer dies: {peer_dies}");
         assert!(start.elapsed() < GIVE_UP);
     }
+}
+
+/// A receiver a busy host holds up for a second (far past ibv_rc_pingpong's RNR budget of
+/// 6 × 0.64 ms) still gets the SEND with the default attributes: the sender resends until the
+/// receive is there.
+#[test]
+fn with_the_default_attributes_a_receive_posted_a_second_late_still_gets_the_send() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let lo = Loopback::new(&ctx, 16);
+    let (a, b) = lo.pair::<Rc>(&QpInitAttr::new(&lo.cq), AccessFlags::empty());
+    let mr = lo.region(64);
+    let sge = [mr.sge(..32).unwrap()];
+    // SAFETY: `mr` is not written while the WR is outstanding; it outlives both QPs.
+    unsafe { a.post_send_wr(&mut SendWr::send(1, &sge).flags(SendFlags::SIGNALED)).unwrap() };
+    std::thread::sleep(Duration::from_secs(1));
+    let recv = [mr.sge(32..64).unwrap()];
+    // SAFETY: read only after its completion; `mr` outlives both QPs.
+    unsafe { b.post_recv_wr(&mut RecvWr::new(2, &recv)).unwrap() };
+    // (An RNR_RETRY_EXC_ERR of the SEND leaves the receive waiting: named by the timeout.)
+    let mut got: Vec<_> = wait_for(&lo.cq, 2).iter().map(|wc| (wc.wr_id(), wc.status())).collect();
+    got.sort_unstable_by_key(|&(wr_id, _)| wr_id);
+    assert_eq!(got, [(1, WcStatus::SUCCESS), (2, WcStatus::SUCCESS)]);
 }
 
 #[test]

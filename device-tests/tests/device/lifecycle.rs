@@ -101,7 +101,7 @@ fn query_reports_the_provider_caps_and_what_the_transitions_set() {
     assert_eq!(q.state, QueuePairState::RTS);
     assert_eq!((q.path_mtu, q.dest_qpn, q.rq_psn, q.sq_psn), (mtu, b.qp_num(), eb.psn, ea.psn));
     assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (rts.timeout, rts.retry_cnt, rts.rnr_retry));
-    assert_eq!((q.min_rnr_timer.get(), q.max_dest_rd_atomic, q.max_rd_atomic), (12, 1, 1), "{q:?}");
+    assert_eq!((q.min_rnr_timer.get(), q.max_dest_rd_atomic, q.max_rd_atomic), (31, 1, 1), "{q:?}");
     assert_eq!(q.caps, caps, "the caps stay");
     drop(b);
 }

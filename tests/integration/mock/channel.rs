@@ -10,7 +10,8 @@ use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 use rdma_verbs_test_support::finishes_within;
 
 use super::{
-    assert_non_blocking, assert_verb_error, capture, errno_name, is_non_blocking, open, Fixture,
+    assert_non_blocking, assert_verb_error, capture, clear_non_blocking_of_a_duplicate, errno_name,
+    is_non_blocking, open, Fixture,
 };
 
 /// Runs `body` on a thread of its own (the mock's state is per thread) that must finish within
@@ -67,6 +68,35 @@ fn each_call_that_must_not_block_makes_the_descriptor_non_blocking_before_it_rea
             assert_non_blocking(&channel);
         });
     }
+}
+
+/// A timed wait is timed whatever the descriptor's flags: after the program cleared
+/// `O_NONBLOCK` on a duplicate of the channel's descriptor (which shares it), a timed wait
+/// with nothing pending ends at its timeout instead of blocking in its read, and
+/// `try_get_events` returns at once; an event pending is still read.
+#[test]
+fn a_timed_wait_ends_on_time_after_the_program_cleared_o_nonblock() {
+    finishes_within(Duration::from_secs(10), "a timed wait blocked in its read", || {
+        let f = Fixture::new();
+        let channel = f.ctx.create_comp_channel().unwrap();
+        let cq = f.ctx.create_cq_with_channel(16, &channel, 0).unwrap();
+        assert_eq!(channel.wait(Some(Duration::from_millis(1))).unwrap(), 0);
+        assert_non_blocking(&channel);
+
+        clear_non_blocking_of_a_duplicate(&channel);
+        let start = Instant::now();
+        assert_eq!(channel.wait(Some(Duration::from_millis(200))).unwrap(), 0, "timed out");
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(200) && took < Duration::from_secs(5), "{took:?}");
+        assert_non_blocking(&channel);
+
+        clear_non_blocking_of_a_duplicate(&channel);
+        assert_eq!(channel.try_get_events().unwrap(), 0, "nothing pending, and no blocking");
+        clear_non_blocking_of_a_duplicate(&channel);
+        f.mock.push_cq_event(cq.as_raw());
+        assert_eq!(channel.wait(Some(Duration::from_millis(200))).unwrap(), 1);
+        drop(cq);
+    });
 }
 
 #[test]

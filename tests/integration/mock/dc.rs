@@ -10,8 +10,8 @@ use rdma_verbs::mlx5::{
 };
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Context, Error, Gid, InvalidInputKind, Lid, MemoryRegion, Mtu,
-    OdpTransportCaps, ProtectionDomain, Psn, Qpn, RemoteAddr, Reset, Rts, SendFlags, Sge,
-    SharedReceiveQueue, ToInitAttr, ToRtsAttr,
+    OdpTransportCaps, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, RemoteAddr, Reset,
+    Rts, SendFlags, Sge, SharedReceiveQueue, ToInitAttr, ToRtsAttr,
 };
 use rdma_verbs_mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, QpAttr, Verb};
@@ -66,7 +66,8 @@ impl Fixture {
         // SAFETY: the mock libmlx5 keeps libmlx5's contracts over this mock's objects.
         let mlx5 = unsafe { Mlx5Context::with_library(&self.ctx, lib) }.expect("the gate");
         let pd = self.ctx.alloc_pd().expect("a PD");
-        let cq = self.ctx.create_cq(32).expect("a CQ");
+        // Room for a DCI's 64 sends (`DciInitAttr::new`) and a DCT's 16 receives.
+        let cq = self.ctx.create_cq(128).expect("a CQ");
         Dc { mlx5, pd, cq }
     }
 
@@ -262,7 +263,7 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     );
     assert_eq!(
         (rtr.qp_state, rtr.path_mtu, rtr.min_rnr_timer, rtr.ah_port_num, rtr.is_global),
-        (sys::IBV_QPS_RTR, sys::IBV_MTU_2048, 12, 1, 1)
+        (sys::IBV_QPS_RTR, sys::IBV_MTU_2048, 31, 1, 1)
     );
     assert_eq!(rtr.sgid_index, SGID_INDEX);
 
@@ -338,7 +339,7 @@ fn a_dci_goes_to_rts_with_no_peer_data_and_the_exact_masks() {
     let rts = modifies[2].1;
     assert_eq!(
         (rts.qp_state, rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic),
-        (sys::IBV_QPS_RTS, 14, 6, 6, 0x42, 1)
+        (sys::IBV_QPS_RTS, 17, 6, 6, 0x42, 1)
     );
     // No peer: no destination QPN, no AV.
     assert_eq!((modifies[1].1.dest_qp_num, modifies[1].1.is_global), (0, 0));
@@ -489,6 +490,83 @@ fn a_pd_of_another_context_is_refused() {
     let err = mlx5.create_dci(&pd, &DciInitAttr::new(&cq)).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherContext), "{err:?}");
     assert!(err.to_string().contains("Mlx5Context"), "{err}");
+}
+
+/// Asserts that `dc` was refused as `create_rc_qp` refuses `rc` (the same kind and message,
+/// one checking path), with `kind`.
+#[track_caller]
+fn assert_refused_as_create_qp<T>(
+    dc: Result<T, Error>,
+    rc: Result<impl Sized, Error>,
+    kind: InvalidInputKind,
+) {
+    let (Err(dc), Err(rc)) = (dc, rc) else { panic!("both creations should be refused") };
+    assert_eq!(dc.invalid_input_kind(), Some(kind), "{dc:?}");
+    assert_eq!(dc.to_string(), rc.to_string());
+}
+
+#[test]
+fn dc_qps_on_a_cq_or_srq_of_another_context_are_refused_as_create_qp_refuses_them() {
+    let f = Fixture::new();
+    let dc = f.dc();
+    let other = open(&f.mock);
+    let (other_pd, other_cq) = (other.alloc_pd().unwrap(), other.create_cq(128).unwrap());
+    let other_srq = other_pd.create_srq(16, 1).unwrap();
+    let srq = dc.srq();
+    f.mock.take_calls();
+
+    let rc = dc.pd.create_rc_qp(&QpInitAttr::new(&other_cq));
+    assert_refused_as_create_qp(
+        dc.create_dci(&DciInitAttr::new(&other_cq)),
+        rc,
+        InvalidInputKind::OtherContext,
+    );
+    let dct = dc
+        .mlx5
+        .create_dct(&dc.pd, &DctInitAttr { srq: &srq, recv_cq: &other_cq, key: DcKey::new(1) });
+    let rc = dc.pd.create_rc_qp(&QpInitAttr { srq: Some(&srq), ..QpInitAttr::new(&other_cq) });
+    assert_refused_as_create_qp(dct, rc, InvalidInputKind::OtherContext);
+    let rc = dc.pd.create_rc_qp(&QpInitAttr { srq: Some(&other_srq), ..QpInitAttr::new(&dc.cq) });
+    assert_refused_as_create_qp(
+        dc.create_dct(&other_srq, DcKey::new(1)),
+        rc,
+        InvalidInputKind::OtherContext,
+    );
+    assert_eq!(f.dc_calls(), []);
+}
+
+#[test]
+fn dc_qps_on_a_cq_too_small_for_their_work_requests_are_refused_as_create_qp_refuses_them() {
+    let f = Fixture::new();
+    let dc = f.dc();
+    let small = f.ctx.create_cq(8).unwrap();
+    let srq = dc.srq();
+    f.mock.take_calls();
+
+    // A DCI's 64 sends (its receive fields ignored) on a CQ of 8.
+    let dci = DciInitAttr {
+        cap: QpCapabilities { max_send_wr: 64, max_recv_wr: 0, ..QpCapabilities::default() },
+        ..DciInitAttr::new(&small)
+    };
+    let rc = dc.pd.create_rc_qp(&QpInitAttr { cap: dci.cap, ..QpInitAttr::new(&small) });
+    assert_refused_as_create_qp(dc.create_dci(&dci), rc, InvalidInputKind::CqTooSmall);
+    // A DCT's receives: the SRQ's 16, on a CQ of 8.
+    let dct =
+        dc.mlx5.create_dct(&dc.pd, &DctInitAttr { srq: &srq, recv_cq: &small, key: DcKey::new(1) });
+    let no_sends = QpCapabilities { max_send_wr: 0, ..QpCapabilities::default() };
+    let rc = dc.pd.create_rc_qp(&QpInitAttr {
+        cap: no_sends,
+        srq: Some(&srq),
+        ..QpInitAttr::new(&small)
+    });
+    assert_refused_as_create_qp(dct, rc, InvalidInputKind::CqTooSmall);
+    assert_eq!(f.dc_calls(), []);
+    // Room enough, and the same objects make both.
+    let fits = DciInitAttr { cap: QpCapabilities { max_send_wr: 8, ..dci.cap }, ..dci };
+    drop(dc.create_dci(&fits).unwrap());
+    let cq = f.ctx.create_cq(16).unwrap();
+    let dct = DctInitAttr { srq: &srq, recv_cq: &cq, key: DcKey::new(1) };
+    drop(dc.mlx5.create_dct(&dc.pd, &dct).unwrap());
 }
 
 // DC ready for its first ConnectX run.

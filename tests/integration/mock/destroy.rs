@@ -2,7 +2,10 @@
 //! `destroy()` returns the error instead. The mock frees what leaked when it goes.
 
 use log::Level;
-use rdma_verbs::{AccessFlags, BufferPool, QpInitAttr, ToInitAttr};
+use rdma_verbs::{
+    AccessFlags, BufferPool, MwBind, MwType, QpInitAttr, SendFlags, ToInitAttr, VerbsPath,
+    WorkCompletion,
+};
 use rdma_verbs_mock::{Call, QpAttr, Verb};
 
 use super::{assert_verb_error, capture, errno_name, Fixture};
@@ -185,4 +188,32 @@ fn a_pool_outlived_by_a_leaked_queue_holding_its_chunks_leaks_its_region() {
         let expected = if leak { vec![(Level::Warn, warning.to_owned())] } else { vec![] };
         assert_eq!(capture::take(), expected, "{case}");
     }
+}
+
+/// A region with a memory window bound to it cannot be deregistered (rxe answers `EINVAL`, and
+/// so does the mock): the error says a window is bound and what to do. `EINVAL` for a region
+/// no window can be bound to (no `MW_BIND`) says nothing of windows.
+#[test]
+fn a_region_under_a_bound_window_fails_to_deregister_saying_so() {
+    capture::start();
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND | AccessFlags::REMOTE_READ;
+    let region = pd.register(4096, access).unwrap();
+    let mut window = pd.alloc_mw(MwType::Type1).unwrap();
+    let qp = super::refusals::rc_self(&f.ctx, &pd, &cq, VerbsPath::Legacy, 1);
+    let bind = MwBind::new(&region, 0..64, AccessFlags::REMOTE_READ).unwrap();
+    qp.bind_mw(&mut window, &bind, 1, SendFlags::SIGNALED).unwrap();
+    let mut wcs = [WorkCompletion::EMPTY; 1];
+    let bound = cq.poll(&mut wcs).unwrap();
+    assert!(bound.len() == 1 && bound[0].is_success(), "{bound:?}");
+
+    let err = region.destroy().unwrap_err();
+    let what = ["a memory window is still bound", "SendWr::local_inv", "MemoryWindow::destroy"];
+    assert_verb_error(&err, "ibv_dereg_mr", libc::EINVAL, &what);
+    let plain = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    f.mock.fail(Verb::DeregMr, libc::EINVAL);
+    assert_verb_error(&plain.destroy().unwrap_err(), "ibv_dereg_mr", libc::EINVAL, &[]);
+    assert_eq!(capture::take(), []);
 }

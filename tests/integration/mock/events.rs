@@ -7,7 +7,8 @@ use rdma_verbs::{AsyncEvent, AsyncEventType, QpInitAttr};
 use rdma_verbs_mock::{Call, Verb};
 use rdma_verbs_sys as sys;
 
-use super::{assert_non_blocking, assert_verb_error, Fixture};
+use super::{assert_non_blocking, assert_verb_error, clear_non_blocking_of_a_duplicate, Fixture};
+use rdma_verbs_test_support::finishes_within;
 
 fn event(event_type: u32, element: sys::ibv_async_event__bindgen_ty_1) -> sys::ibv_async_event {
     sys::ibv_async_event { element, event_type }
@@ -98,4 +99,30 @@ fn a_failed_read_is_a_verb_error_and_the_event_stays_queued() {
     let err = events.try_next().unwrap_err();
     assert_verb_error(&err, "ibv_get_async_event", libc::EIO, &[]);
     assert_eq!(events.try_next().unwrap(), Some(AsyncEvent::PortActive(1)));
+}
+
+/// A timed `next` is timed whatever the descriptor's flags: after the program cleared
+/// `O_NONBLOCK` on a duplicate of the context's `async_fd` (which shares it), `next` with
+/// nothing pending ends at its timeout and `try_next` returns at once, instead of blocking
+/// in their read; an event pending is still read.
+#[test]
+fn a_timed_next_ends_on_time_after_the_program_cleared_o_nonblock() {
+    finishes_within(Duration::from_secs(10), "a timed next blocked in its read", || {
+        let f = Fixture::new();
+        let events = f.ctx.async_events().unwrap();
+        clear_non_blocking_of_a_duplicate(&events);
+        let start = Instant::now();
+        assert_eq!(events.next(Some(Duration::from_millis(200))).unwrap(), None, "timed out");
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(200) && took < Duration::from_secs(5), "{took:?}");
+        assert_non_blocking(&events);
+
+        clear_non_blocking_of_a_duplicate(&events);
+        assert_eq!(events.try_next().unwrap(), None, "nothing pending, and no blocking");
+        clear_non_blocking_of_a_duplicate(&events);
+        let port = sys::ibv_async_event__bindgen_ty_1 { port_num: 1 };
+        f.mock.push_async_event(f.ctx.as_raw(), event(sys::IBV_EVENT_PORT_ACTIVE, port));
+        let next = events.next(Some(Duration::from_millis(200))).unwrap();
+        assert_eq!(next, Some(AsyncEvent::PortActive(1)));
+    });
 }

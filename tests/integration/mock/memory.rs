@@ -211,3 +211,31 @@ fn odp_caps_fall_back_to_ibv_query_device_without_the_extended_op() {
     f.mock.fail(Verb::QueryDevice, libc::EIO);
     assert_verb_error(&f.ctx.odp_caps().unwrap_err(), "ibv_query_device_ex", libc::EIO, &[]);
 }
+
+/// Access bits `AccessFlags` does not name (here `IBV_ACCESS_ZERO_BASED`, which would move the
+/// region's IOVA to 0 behind the crate's back, and a bit no rdma-core defines) are refused by
+/// every registration before the provider, saying which.
+#[test]
+fn access_flags_with_bits_the_crate_does_not_name_are_refused_before_the_provider() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let file = std::fs::File::open("/dev/null").unwrap();
+    f.mock.take_calls();
+    for unknown in [1 << 5, 1 << 30] {
+        let local = AccessFlags::LOCAL_WRITE | AccessFlags::from_bits_retain(unknown);
+        let remote = local | AccessFlags::REMOTE_WRITE;
+        let errors = [
+            pd.register(64, local).map(drop),
+            pd.register_with_iova(64, 0, local).map(drop),
+            pd.register_remote_writable(64, remote).map(drop),
+            pd.register_remote_writable_with_iova(64, 0, remote).map(drop),
+            pd.register_dmabuf(file.as_fd(), 0, 64, 0, local).map(drop),
+        ];
+        for err in errors.map(Result::unwrap_err) {
+            assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::UnknownAccess), "{err}");
+            let named = format!("does not name ({unknown:#x})");
+            assert!(err.to_string().contains(&named), "{err}");
+        }
+    }
+    assert_eq!(f.mock.take_calls(), []);
+}

@@ -135,6 +135,21 @@ pub fn is_non_blocking(fd: impl std::os::fd::AsFd) -> bool {
     flags & libc::O_NONBLOCK != 0
 }
 
+/// Clears `O_NONBLOCK` on a duplicate of `fd`, which shares the flag with it: what a program
+/// may do to a descriptor the crate made non-blocking.
+pub fn clear_non_blocking_of_a_duplicate(fd: impl std::os::fd::AsFd) {
+    use std::os::fd::AsRawFd;
+    let dup = fd.as_fd().try_clone_to_owned().unwrap();
+    // SAFETY: F_GETFL and F_SETFL on a live descriptor (owned for the calls) change only its
+    // status flags.
+    unsafe {
+        let flags = libc::fcntl(dup.as_raw_fd(), libc::F_GETFL);
+        assert_ne!(flags, -1, "F_GETFL");
+        assert_ne!(libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK), -1);
+    }
+    assert!(!is_non_blocking(fd), "cleared through the duplicate");
+}
+
 /// Asserts that `fd` is non-blocking (`O_NONBLOCK`), as the crate sets the descriptors it
 /// polls.
 #[track_caller]

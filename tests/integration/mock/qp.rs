@@ -114,7 +114,8 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         dest_qp_num: 0xab_cdef,
         rq_psn: 0x12_3456,
         max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
+        // The default RNR budget: the peer's 6 resends 491.52 ms apart, ≈ 2.9 s.
+        min_rnr_timer: 31,
         dlid: 0x12,
         ah_port_num: 1,
         is_global: 1,
@@ -131,7 +132,8 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
         | sys::IBV_QP_MAX_QP_RD_ATOMIC;
     let rts_attr = QpAttr {
         qp_state: sys::IBV_QPS_RTS,
-        timeout: 14,
+        // ≈ 0.54 s a try: 7 tries, ≈ 3.8 s, before a silent peer is given up.
+        timeout: 17,
         // 6, not 7: neither retries forever (rxe never counts a retry_cnt of 7 down).
         retry_cnt: 6,
         rnr_retry: 6,
@@ -536,6 +538,36 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
         assert_eq!(qp.query_state().unwrap(), QueuePairState::RESET);
     }
     assert_eq!(std::iter::from_fn(|| pool.take()).collect::<Vec<_>>().len(), 8, "nothing stranded");
+    assert!(f.mock.take_violations().is_empty());
+}
+
+/// When `drain`'s callback panics, the QP goes with the unwinding, but the completions polled
+/// with the one it was handling stay with the CQ: the program's next poll hands back every
+/// buffer of the pool.
+#[test]
+fn a_drain_whose_callback_panicked_leaves_the_rest_for_the_next_poll() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let rts = rts_qp(&pd, &cq);
+    for _ in 0..4 {
+        rts.post_recv_buffer(pool.take().unwrap()).unwrap();
+    }
+    let mut handed = 0;
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rts.drain(&[&cq], Duration::from_secs(1), |wc| {
+            handed += 1;
+            drop(pool.complete(wc).expect("a buffer-tier completion"));
+            panic!("the program's callback fails");
+        })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(handed, 1);
+    let back = cq.poll_with(16, |c| drop(pool.complete(&mut c.wc))).unwrap();
+    assert!(back >= 3, "{back} polled");
+    let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(free.len(), 8, "every buffer came back");
     assert!(f.mock.take_violations().is_empty());
 }
 

@@ -3,12 +3,13 @@
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
-    GlobalRoute, Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities,
-    QpInitAttr, QpType, Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RemoteAddr, Rtr, Rts,
-    SendFlags, SendOp, SendWr, SendWrList, Sge, SharedReceiveQueue, ToInitAttr, ToRtrAttr,
-    ToRtsAttr, Ud, UdDestination, UdToInitAttr, VerbsPath, WorkCompletion,
+    Error, GlobalRoute, Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities,
+    QpInitAttr, QpType, Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RecvWr, RecvWrList,
+    RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge, SharedReceiveQueue,
+    ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdToInitAttr, VerbsPath,
+    WorkCompletion,
 };
-use rdma_verbs_mock::{ContextConfig, Mock, Optional, Verb};
+use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 
 use super::Fixture;
 
@@ -54,7 +55,7 @@ fn ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
 }
 
 /// An RC QP connected to itself (the mock executes loopback), in RTS with `max_rd_atomic`.
-fn rc_self<'a>(
+pub(super) fn rc_self<'a>(
     ctx: &Context,
     pd: &'a ProtectionDomain<'a>,
     cq: &'a rdma_verbs::CompletionQueue<'a>,
@@ -587,4 +588,96 @@ fn a_failed_wr_complete_keeps_one_buffer_in_flight_as_a_lists() {
     assert_eq!(err.errno(), Some(libc::EIO));
     let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
     assert_eq!(free.len(), pool.count() - 4, "the four chunks stay the NIC's");
+}
+
+/// Whether `calls` hold a QP creation (either verb).
+fn creates_a_qp(calls: &[Call]) -> bool {
+    calls.iter().any(|c| matches!(c, Call::CreateQp { .. } | Call::CreateQpEx { .. }))
+}
+
+/// Every UD receive starts with the 40-byte GRH area, so a shorter one can take no message:
+/// the provider (and the mock) completes it with `LOC_LEN_ERR` and moves the QP to ERROR.
+/// Each receive path of a UD QP refuses it when posted, before the provider: raw single and
+/// list, buffer single and list, on the QP and on an SRQ that feeds one; 40 bytes pass. An
+/// SRQ that had short receives is refused to a UD QP (it serves RC ones still).
+#[test]
+fn ud_receives_shorter_than_the_grh_area_are_refused_on_every_path() {
+    on_each_path(|path, mock, _, pd, cq| {
+        let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let short = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap(), 39);
+        let short = short.unwrap();
+        let qp = ud_up(pd, cq, path);
+        let srq = pd.create_srq(16, 1).unwrap();
+        let ud = QpInitAttr { srq: Some(&srq), ..attr(cq, path) };
+        let _fed = pd.create_qp::<Ud>(&ud).unwrap();
+        let (grh, tiny) = ([mr.sge(..40).unwrap()], [mr.sge(40..79).unwrap()]);
+        let refused = |e: &Error| {
+            assert_eq!(e.invalid_input_kind(), Some(InvalidInputKind::BufferTooSmall), "{e}");
+            assert!(e.to_string().contains("40-byte GRH area"), "{e}");
+        };
+        let mut raw_list = RecvWrList::with_capacity(2);
+        raw_list.push(RecvWr::new(2, &grh)).unwrap();
+        raw_list.push(RecvWr::new(3, &tiny)).unwrap();
+        mock.take_calls();
+        // SAFETY: every post below is refused before the provider; `mr` outlives the QPs.
+        unsafe {
+            refused(&qp.post_recv_wr(&mut RecvWr::new(1, &tiny)).unwrap_err());
+            let e = qp.post_recv_wrs(&mut raw_list).unwrap_err();
+            assert_eq!(e.posted, 0);
+            refused(&e.error);
+            refused(&srq.post_recv_wr(&mut RecvWr::new(1, &tiny)).unwrap_err());
+            let e = srq.post_recv_wrs(&mut raw_list).unwrap_err();
+            assert_eq!(e.posted, 0);
+            refused(&e.error);
+        }
+        refused(&qp.post_recv_buffer(short.take().unwrap()).unwrap_err());
+        refused(&srq.post_recv_buffer(short.take().unwrap()).unwrap_err());
+        let mut list = RecvBufferList::with_capacity(1);
+        list.push(short.take().unwrap()).unwrap();
+        refused(&qp.post_recv_buffers(&mut list).unwrap_err());
+        refused(&srq.post_recv_buffers(&mut list).unwrap_err());
+        assert_eq!(list.len(), 1, "the list keeps its buffer");
+        assert_eq!(mock.take_calls(), [], "{path:?}: nothing reached the provider");
+        // The GRH area alone fits (a message of 0 bytes).
+        // SAFETY: `mr` outlives the QPs and is not touched while the receives are posted.
+        unsafe {
+            qp.post_recv_wr(&mut RecvWr::new(4, &grh)).unwrap();
+            srq.post_recv_wr(&mut RecvWr::new(5, &grh)).unwrap();
+        }
+
+        // An SRQ that took a short receive (no UD QP on it yet) is no UD QP's.
+        let rc_srq = pd.create_srq(16, 1).unwrap();
+        // SAFETY: as above.
+        unsafe { rc_srq.post_recv_wr(&mut RecvWr::new(6, &tiny)).unwrap() };
+        mock.take_calls();
+        let err = pd.create_qp::<Ud>(&QpInitAttr { srq: Some(&rc_srq), ..ud }).unwrap_err();
+        assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::BufferTooSmall), "{err}");
+        assert!(!creates_a_qp(&mock.take_calls()), "{path:?}");
+        drop(pd.create_qp::<Rc>(&QpInitAttr { srq: Some(&rc_srq), ..ud }).unwrap());
+        assert_eq!(mock.take_violations(), [], "{path:?}");
+    });
+}
+
+/// A QP checks the receives it takes from an SRQ against its own PD, so an SRQ of another PD
+/// would fail the first message to arrive and move both QPs to ERROR (rxe does, and the mock
+/// models it): refused at creation, for every type, before the provider.
+#[test]
+fn a_qp_on_an_srq_of_another_pd_is_refused() {
+    on_each_path(|path, mock, ctx, pd, cq| {
+        let other = ctx.alloc_pd().unwrap();
+        let srq = other.create_srq(16, 1).unwrap();
+        let on_srq = QpInitAttr { srq: Some(&srq), ..attr(cq, path) };
+        mock.take_calls();
+        let errors = [
+            pd.create_qp::<Rc>(&on_srq).map(drop),
+            pd.create_qp::<Uc>(&on_srq).map(drop),
+            pd.create_qp::<Ud>(&on_srq).map(drop),
+        ];
+        for err in errors.map(Result::unwrap_err) {
+            assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::OtherPd), "{err}");
+            assert!(err.to_string().contains("in the QP's PD"), "{err}");
+        }
+        assert!(!creates_a_qp(&mock.take_calls()), "{path:?}");
+        drop(other.create_qp::<Rc>(&on_srq).unwrap());
+    });
 }

@@ -602,3 +602,38 @@ fn timestamps_where_the_device_has_none_are_unsupported_naming_them() {
     let err = legacy_only.create_cq_with(16, &stamped()).unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
 }
+
+/// `poll_with` takes up to 16 completions at once and hands them over one by one: when the
+/// callback panics on the first, the others stay with the CQ, and the next poll returns
+/// them first, in order (`poll` alone, then `poll_with`, its timestamps kept) — on the legacy
+/// CQ, the extended one, and the one polled in sessions.
+#[test]
+fn completions_polled_with_one_whose_callback_panicked_come_with_the_next_poll() {
+    let f = timestamping();
+    let legacy = f.ctx.create_cq_with(32, &forced(VerbsPath::Legacy)).unwrap();
+    let extended = f.ctx.create_cq_with(32, &forced(VerbsPath::Extended)).unwrap();
+    let sessions = f.ctx.create_cq_with(32, &stamped()).unwrap();
+    for cq in [&legacy, &extended, &sessions] {
+        for wr_id in 1..=5 {
+            f.mock.push_completion(cq.as_raw(), recv_with_imm(wr_id));
+        }
+        let mut seen = Vec::new();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cq.poll_with(16, |c| {
+                seen.push(c.wc.wr_id());
+                assert_ne!(c.wc.wr_id(), 1, "the program's callback fails on the first");
+            })
+        }));
+        assert!(panicked.is_err(), "{:?}", cq.verbs_path());
+        assert_eq!(seen, [1]);
+        let mut storage: [WorkCompletion; 2] = Default::default();
+        let polled: Vec<_> = cq.poll(&mut storage).unwrap().iter().map(|wc| wc.wr_id()).collect();
+        assert_eq!(polled, [2, 3], "{:?}", cq.verbs_path());
+        let mut rest = Vec::new();
+        assert_eq!(cq.poll_with(16, |c| rest.push((c.wc.wr_id(), c.timestamp))).unwrap(), 2);
+        let stamped = cq.as_raw() == sessions.as_raw();
+        let stamp = |wr_id: u64| stamped.then_some(wr_id * 1000);
+        assert_eq!(rest, [(4, stamp(4)), (5, stamp(5))], "{:?}", cq.verbs_path());
+        assert_eq!(cq.poll_with(16, |_| {}).unwrap(), 0, "each once");
+    }
+}
