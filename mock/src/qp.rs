@@ -11,7 +11,7 @@ use super::exec;
 use super::ops::check_port;
 use super::registry::QpInfo;
 use super::state::{serve, Kind, State};
-use super::verbs::{gid_entry, or_null, status};
+use super::verbs::{destroy, gid_entry, or_null, status};
 
 /// `ibv_create_qp`: RC, UC or UD (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
 /// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
@@ -249,13 +249,11 @@ pub(super) unsafe extern "C" fn ibv_query_qp(
 
 /// `ibv_destroy_qp`: what is outstanding is discarded, without completions.
 pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyQp, Verb::DestroyQp)?;
-        s.expect(qp, Kind::Qp)?;
-        // SAFETY: a live mock QP (checked above).
+    destroy(qp, Kind::Qp, Call::DestroyQp, Verb::DestroyQp, |s| {
+        // SAFETY: a live mock QP (checked before `forget`).
         let qpn = unsafe { (*qp).qp_num };
         exec::discard(s, qpn);
         s.reg.qps.remove(&qpn);
-        s.release(qp, Kind::Qp)
-    }))
+        Ok(())
+    })
 }

@@ -33,6 +33,33 @@ pub(super) fn status(result: Result<(), c_int>) -> c_int {
     result.err().unwrap_or(0)
 }
 
+/// A destroy verb: records `call` (failing if `verb` was told to), checks that `object` is a
+/// live `kind`, lets `forget` refuse with its errno or drop what the registry keeps of the
+/// object, and frees it.
+pub(super) fn destroy<T>(
+    object: *mut T,
+    kind: Kind,
+    call: Call,
+    verb: Verb,
+    forget: impl FnOnce(&mut State) -> Result<(), c_int>,
+) -> c_int {
+    status(serve(|s| {
+        s.begin(call, verb)?;
+        s.expect(object, kind)?;
+        forget(s)?;
+        s.release(object, kind)
+    }))
+}
+
+/// `EBUSY` while the object is `in_use` by another.
+fn busy_if(in_use: bool) -> Result<(), c_int> {
+    if in_use {
+        Err(libc::EBUSY)
+    } else {
+        Ok(())
+    }
+}
+
 fn set_errno(errno: c_int) {
     // SAFETY: `__errno_location` returns this thread's errno, always valid to write.
     unsafe { *libc::__errno_location() = errno };
@@ -245,14 +272,7 @@ pub(super) extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 
 /// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD.
 pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DeallocPd, Verb::DeallocPd)?;
-        s.expect(pd, Kind::Pd)?;
-        if s.pd_in_use(pd) {
-            return Err(libc::EBUSY);
-        }
-        s.release(pd, Kind::Pd)
-    }))
+    destroy(pd, Kind::Pd, Call::DeallocPd, Verb::DeallocPd, |s| busy_if(s.pd_in_use(pd)))
 }
 
 /// Registers `addr..addr + length` on `pd` (shared by both registration symbols): `EINVAL`
@@ -330,18 +350,16 @@ pub(super) extern "C" fn ibv_reg_dmabuf_mr(
 /// `ibv_dereg_mr`: the MR leaves the registry, so work requests still naming it are
 /// violations when they execute.
 pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DeregMr, Verb::DeregMr)?;
-        s.expect(mr, Kind::Mr)?;
-        // SAFETY: a live mock MR (checked above).
+    destroy(mr, Kind::Mr, Call::DeregMr, Verb::DeregMr, |s| {
+        // SAFETY: a live mock MR (checked before `forget`).
         let lkey = unsafe { (*mr).lkey };
         // As rxe: not while a window is bound to it.
         if s.reg.has_windows(lkey) {
             return Err(libc::EINVAL);
         }
         s.reg.mrs.remove(&lkey);
-        s.release(mr, Kind::Mr)
-    }))
+        Ok(())
+    })
 }
 
 /// `ibv_create_cq`: `EINVAL` outside `1..=max_cqe`; the CQ gets `cqe` rounded up to a power
@@ -378,14 +396,7 @@ pub(super) extern "C" fn ibv_create_cq(
 
 /// `ibv_destroy_cq`: `EBUSY` while a QP uses the CQ.
 pub(super) extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyCq, Verb::DestroyCq)?;
-        s.expect(cq, Kind::Cq)?;
-        if s.cq_in_use(cq) {
-            return Err(libc::EBUSY);
-        }
-        s.release(cq, Kind::Cq)
-    }))
+    destroy(cq, Kind::Cq, Call::DestroyCq, Verb::DestroyCq, |s| busy_if(s.cq_in_use(cq)))
 }
 
 /// `ibv_create_comp_channel`: its descriptor is an eventfd, a real one callers can set flags
@@ -408,14 +419,8 @@ pub(super) extern "C" fn ibv_create_comp_channel(
 
 /// `ibv_destroy_comp_channel`: `EBUSY` while a CQ uses the channel.
 pub(super) extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyCompChannel, Verb::DestroyCompChannel)?;
-        s.expect(channel, Kind::CompChannel)?;
-        if s.channel_in_use(channel) {
-            return Err(libc::EBUSY);
-        }
-        s.release(channel, Kind::CompChannel)
-    }))
+    let (call, verb) = (Call::DestroyCompChannel, Verb::DestroyCompChannel);
+    destroy(channel, Kind::CompChannel, call, verb, |s| busy_if(s.channel_in_use(channel)))
 }
 
 /// `ibv_get_cq_event`: the oldest event queued on `channel`, its CQ and that CQ's
