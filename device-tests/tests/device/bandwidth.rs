@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use super::test_cases;
 use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{
     assert_fails_saying, output_within, spawn_server, text, wait_within,
@@ -135,24 +136,13 @@ pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
     }
 }
 
-#[test]
-fn write_bw_sweeps_sizes_with_1_and_4_qps() {
-    sweep("write_bw", 18900, &[]);
-}
-
-#[test]
-fn read_bw_sweeps_sizes_with_1_and_4_qps() {
-    sweep("read_bw", 18902, &[]);
-}
-
-#[test]
-fn send_bw_sweeps_sizes_with_1_and_4_qps() {
-    sweep("send_bw", 18904, &[]);
-}
-
-#[test]
-fn the_raw_tier_with_post_lists_and_both_directions() {
-    sweep("write_bw", 18906, &["--raw", "-l", "4", "-b"]);
+test_cases! { sweep:
+    write_bw_sweeps_sizes_with_1_and_4_qps("write_bw", 18900, &[]);
+    read_bw_sweeps_sizes_with_1_and_4_qps("read_bw", 18902, &[]);
+    send_bw_sweeps_sizes_with_1_and_4_qps("send_bw", 18904, &[]);
+    the_raw_tier_with_post_lists_and_both_directions(
+        "write_bw", 18906, &["--raw", "-l", "4", "-b"]
+    );
 }
 
 #[test]

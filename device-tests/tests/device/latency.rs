@@ -8,6 +8,7 @@ use std::process::Output;
 use super::bandwidth::{
     a_server_that_dies_mid_run, assert_ran, json_field, json_lines, pair, pair_of, PEER_GONE,
 };
+use super::test_cases;
 use rdma_verbs_device_tests::{require_device, RXE};
 use rdma_verbs_test_support::process::text;
 
@@ -50,19 +51,10 @@ pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
     }
 }
 
-#[test]
-fn write_lat_sweeps_sizes_in_both_tiers() {
-    sweep("write_lat", 19300, &[]);
-}
-
-#[test]
-fn read_lat_sweeps_sizes_in_both_tiers() {
-    sweep("read_lat", 19302, &[]);
-}
-
-#[test]
-fn send_lat_sweeps_sizes_in_both_tiers() {
-    sweep("send_lat", 19304, &[]);
+test_cases! { sweep:
+    write_lat_sweeps_sizes_in_both_tiers("write_lat", 19300, &[]);
+    read_lat_sweeps_sizes_in_both_tiers("read_lat", 19302, &[]);
+    send_lat_sweeps_sizes_in_both_tiers("send_lat", 19304, &[]);
 }
 
 /// The column header line of a latency table and the row after it (after the last header:
