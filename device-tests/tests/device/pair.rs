@@ -205,6 +205,13 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
 }
 
+/// `target` holds `expected` at `offset`; else fails saying `what`.
+pub fn assert_holds(target: &RemoteWritableRegion<'_>, offset: usize, expected: &[u8], what: &str) {
+    let mut held = vec![0; expected.len()];
+    target.read(offset, &mut held).unwrap();
+    assert!(held == expected, "{what}");
+}
+
 /// Moves what `cq` holds now (up to 4 completions) to the end of `got`.
 fn poll_into(cq: &CompletionQueue<'_>, got: &mut Vec<WorkCompletion>) {
     let mut storage: [WorkCompletion; 4] = Default::default();

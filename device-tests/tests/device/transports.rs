@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use super::pair::{drain_for, pattern, wait_for, Loopback, PORT};
+use super::pair::{assert_holds, drain_for, pattern, wait_for, Loopback, PORT};
 use rdma_verbs_device_tests::{require_device, RXE};
 
 const QKEY: u32 = 0x1111_2222;
@@ -148,9 +148,7 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
     );
     assert_eq!(wcs.iter().find(|wc| wc.wr_id() == 10).unwrap().byte_len(), 2000);
     assert!(recv.as_slice()[..2000] == sent[..], "SEND: the receive differs");
-    let mut landed = vec![0; 3000];
-    target.read(0, &mut landed).unwrap();
-    assert!(landed == written, "RDMA WRITE: the target differs");
+    assert_holds(&target, 0, &written, "RDMA WRITE: the target differs");
 }
 
 #[test]
@@ -192,9 +190,7 @@ fn uc_buffers_write_with_immediate_and_send_safe() {
             (WcOpcode::RECV_RDMA_WITH_IMM, Some(77)),
         ]
     );
-    let mut landed = vec![0; 2500];
-    target.read(0, &mut landed).unwrap();
-    assert!(landed == written, "RDMA WRITE with immediate: the target differs");
+    assert_holds(&target, 0, &written, "RDMA WRITE with immediate: the target differs");
 }
 
 #[test]
