@@ -307,15 +307,20 @@ fn word(region: &RemoteWritableRegion<'_>, offset: usize) -> u64 {
     u64::from_ne_bytes(w)
 }
 
-const ATOMIC_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+/// A 64-byte region for peers' atomics, `value` in its word at `offset`, the rest zero.
+fn atomic_target<'a>(lo: &'a Loopback<'_>, offset: usize, value: u64) -> RemoteWritableRegion<'a> {
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let mut target = lo.pd.register_remote_writable(64, access).unwrap();
+    target.write(offset, &value.to_ne_bytes()).unwrap();
+    target
+}
 
 #[test]
 fn compare_swap_and_fetch_add_return_the_old_value_and_update_the_word_raw() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let local = lo.region(64);
-    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
-    target.write(8, &5u64.to_ne_bytes()).unwrap();
+    let target = atomic_target(&lo, 8, 5);
     let (a, b) = atomic_pair(&lo);
     let remote = target.remote(8..).unwrap();
 
@@ -355,8 +360,7 @@ fn compare_swap_and_fetch_add_through_buffers_safe() {
     let mr = lo.region(64);
     let base = mr.addr();
     let pool = BufferPool::new(mr, 8).unwrap();
-    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
-    target.write(0, &40u64.to_ne_bytes()).unwrap();
+    let target = atomic_target(&lo, 0, 40);
     let (a, b) = atomic_pair(&lo);
     let remote = target.remote(..).unwrap();
 
@@ -397,8 +401,7 @@ fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let local = lo.region(64);
-    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
-    target.write(0, &7u64.to_ne_bytes()).unwrap();
+    let target = atomic_target(&lo, 0, 7);
     let (a, b) = atomic_pair(&lo);
     let remote = target.remote(..).unwrap();
     let expected = |local: u64, remote: u64| {
