@@ -106,6 +106,12 @@ impl<'c> Loopback<'c> {
         self.pd.register(len, AccessFlags::LOCAL_WRITE).unwrap()
     }
 
+    /// A zeroed region of `len` bytes that peers may RDMA WRITE into.
+    pub fn write_target(&self, len: usize) -> RemoteWritableRegion<'_> {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        self.pd.register_remote_writable(len, access).unwrap()
+    }
+
     /// A pool of `count` buffers of `chunk` bytes.
     pub fn pool(&self, count: usize, chunk: usize) -> BufferPool<'_> {
         BufferPool::new(self.region(count * chunk), chunk).unwrap()

@@ -120,8 +120,7 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
     let lo = Loopback::new(&ctx, 16);
     let mut local = lo.region(8192);
     let recv = lo.region(4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let target = lo.write_target(4096);
     let (a, b) = lo.pair::<Uc>(&lo.attr(4), AccessFlags::REMOTE_WRITE);
 
     let (written, sent) = (pattern(3000, 4), pattern(2000, 5));
@@ -156,8 +155,7 @@ fn uc_buffers_write_with_immediate_and_send_safe() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let pool = lo.pool(4, 4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let target = lo.write_target(4096);
     let (a, b) = lo.pair::<Uc>(&lo.attr(4), AccessFlags::REMOTE_WRITE);
 
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
