@@ -28,6 +28,18 @@ pub(super) fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
     })
 }
 
+/// 0, or -1 with `errno` set: how `ibv_query_gid` and the event verbs report errors.
+fn or_minus_one(result: Result<(), c_int>) -> c_int {
+    match result {
+        Ok(()) => 0,
+        Err(errno) => {
+            // errno is set last: nothing may run between this and the caller reading it.
+            set_errno(errno);
+            -1
+        }
+    }
+}
+
 /// 0, or the errno: how `int` verbs report errors.
 pub(super) fn status(result: Result<(), c_int>) -> c_int {
     result.err().unwrap_or(0)
@@ -215,17 +227,10 @@ pub(super) unsafe extern "C" fn ibv_query_gid(
             Err(errno) => Err(errno),
         }
     });
-    match result {
-        Ok(value) => {
-            // SAFETY: the caller made `gid` writable.
-            unsafe { gid.write(value) };
-            0
-        }
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    }
+    or_minus_one(result.map(|value| {
+        // SAFETY: the caller made `gid` writable.
+        unsafe { gid.write(value) }
+    }))
 }
 
 /// `_ibv_query_gid_ex`: `EINVAL` for non-zero flags or an entry smaller than this build's.
@@ -440,21 +445,14 @@ pub(super) unsafe extern "C" fn ibv_get_cq_event(
         s.expect(channel, Kind::CompChannel)?;
         s.pop_cq_event(channel)
     });
-    match result {
-        Ok(got) => {
-            // SAFETY: the caller made both writable; `got` is a live CQ (an extended one
-            // starts with the same fields).
-            unsafe {
-                cq.write(got);
-                cq_context.write((*got).cq_context);
-            }
-            0
+    or_minus_one(result.map(|got| {
+        // SAFETY: the caller made both writable; `got` is a live CQ (an extended one starts
+        // with the same fields).
+        unsafe {
+            cq.write(got);
+            cq_context.write((*got).cq_context);
         }
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    }
+    }))
 }
 
 /// `ibv_ack_cq_events`: counts the acknowledgements; a CQ destroyed with fewer (or more)
@@ -484,17 +482,10 @@ pub(super) unsafe extern "C" fn ibv_get_async_event(
         s.expect(context, Kind::Context)?;
         s.pop_async_event(context)
     });
-    match result {
-        Ok(got) => {
-            // SAFETY: the caller made `event` writable.
-            unsafe { event.write(got) };
-            0
-        }
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    }
+    or_minus_one(result.map(|got| {
+        // SAFETY: the caller made `event` writable.
+        unsafe { event.write(got) }
+    }))
 }
 
 /// `ibv_ack_async_event`: counts the acknowledgement
