@@ -127,20 +127,25 @@ mod tests {
     }
 
     #[test]
-    fn inbox_releases_give_their_version() {
-        assert_eq!(parse("33.2"), (StackKind::Inbox, Some((33, 2))));
-        assert_eq!(parse("44.0"), (StackKind::Inbox, Some((44, 0))));
-        assert_eq!(parse("56.1"), (StackKind::Inbox, Some((56, 1))));
-        assert_eq!(parse("50"), (StackKind::Inbox, Some((50, 0))));
+    fn releases_give_their_kind_and_rdma_core_version() {
+        use StackKind::{Inbox, MlnxOfed};
+        for (release, kind, rdma_core) in [
+            ("33.2", Inbox, Some((33, 2))),
+            ("44.0", Inbox, Some((44, 0))),
+            ("56.1", Inbox, Some((56, 1))),
+            ("50", Inbox, Some((50, 0))),
+            ("2307mlnx47", MlnxOfed, Some((47, 0))),
+            ("2410mlnx54", MlnxOfed, Some((54, 0))),
+            ("2507mlnx58", MlnxOfed, Some((58, 0))),
+            ("56mlnx40.1", MlnxOfed, Some((40, 1))),
+            ("2410068.0", MlnxOfed, None),
+        ] {
+            assert_eq!(parse(release), (kind, rdma_core), "{release}");
+        }
     }
 
     #[test]
-    fn nvidia_numbering_is_told_from_upstream() {
-        assert_eq!(parse("2307mlnx47"), (StackKind::MlnxOfed, Some((47, 0))));
-        assert_eq!(parse("2410mlnx54"), (StackKind::MlnxOfed, Some((54, 0))));
-        assert_eq!(parse("2507mlnx58"), (StackKind::MlnxOfed, Some((58, 0))));
-        assert_eq!(parse("56mlnx40.1"), (StackKind::MlnxOfed, Some((40, 1))));
-        assert_eq!(parse("2410068.0"), (StackKind::MlnxOfed, None));
+    fn an_empty_release_is_none_and_nvidias_is_shown_with_its_name() {
         assert_eq!(Stack::from_release(""), None);
         let stack = Stack::from_release("2410mlnx54").expect("a release");
         assert_eq!(stack.to_string(), "MLNX_OFED / DOCA-OFED 2410mlnx54");

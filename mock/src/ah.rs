@@ -9,7 +9,7 @@ use rdma_verbs_sys::bindings::*;
 use super::call::{Call, QpAttr, Verb};
 use super::ops::check_port;
 use super::state::{serve, Kind, State};
-use super::verbs::{gid_entry, or_null, status};
+use super::verbs::{destroy, gid_entry, or_null};
 
 /// `ibv_create_ah`: `EINVAL` for another port than 1, or (the port is Ethernet) no GRH naming
 /// a valid source GID, as RoCE providers refuse.
@@ -48,10 +48,8 @@ pub(super) fn adopt(s: &mut State, pd: *mut ibv_pd) -> *mut ibv_ah {
 
 /// `ibv_destroy_ah`.
 pub(super) extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyAh, Verb::DestroyAh)?;
-        s.expect(ah, Kind::Ah)?;
+    destroy(ah, Kind::Ah, Call::DestroyAh, Verb::DestroyAh, |s| {
         s.reg.ahs.remove(&(ah as usize));
-        s.release(ah, Kind::Ah)
-    }))
+        Ok(())
+    })
 }

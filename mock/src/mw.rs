@@ -17,7 +17,7 @@ use super::registry::{BindRequest, MwInfo, Registry, SendWork};
 use super::rule::{Broken, Queue, Rule, Violation};
 use super::state::{serve, Kind, State};
 use super::strict::check_send;
-use super::verbs::{or_null, status};
+use super::verbs::{destroy, or_null, status};
 
 /// `ibv_context.ops.alloc_mw`: a window of `type_` (1 or 2) on the live PD `pd`.
 pub(super) extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *mut ibv_mw {
@@ -40,12 +40,10 @@ pub(super) extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *mut i
 
 /// `ibv_context.ops.dealloc_mw`: the window and its binding go.
 pub(super) extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DeallocMw, Verb::DeallocMw)?;
-        s.expect(mw, Kind::Mw)?;
+    destroy(mw, Kind::Mw, Call::DeallocMw, Verb::DeallocMw, |s| {
         s.reg.mws.remove(&(mw as usize));
-        s.release(mw, Kind::Mw)
-    }))
+        Ok(())
+    })
 }
 
 /// `ibv_context.ops.bind_mw`: posts the type-1 bind `mw_bind` on `qp` (checked, then executed

@@ -11,7 +11,7 @@ use super::exec;
 use super::ops::check_port;
 use super::registry::QpInfo;
 use super::state::{serve, Kind, State};
-use super::verbs::{gid_entry, or_null, status};
+use super::verbs::{destroy, gid_entry, or_null, status};
 
 /// `ibv_create_qp`: RC, UC or UD (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
 /// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
@@ -97,26 +97,16 @@ pub(super) fn track(s: &mut State, qp: *mut ibv_qp, init: &ibv_qp_init_attr) {
     s.reg.qps.insert(qpn, QpInfo::new(qp, &init.cap, init.sq_sig_all != 0, srq));
 }
 
-/// The attributes `ibv_modify_qp(3)` requires for each RC transition.
-const RC_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-const RC_RTR: u32 = IBV_QP_STATE
-    | IBV_QP_AV
-    | IBV_QP_PATH_MTU
-    | IBV_QP_DEST_QPN
-    | IBV_QP_RQ_PSN
-    | IBV_QP_MAX_DEST_RD_ATOMIC
-    | IBV_QP_MIN_RNR_TIMER;
-const RC_RTS: u32 = IBV_QP_STATE
-    | IBV_QP_SQ_PSN
-    | IBV_QP_MAX_QP_RD_ATOMIC
-    | IBV_QP_RETRY_CNT
-    | IBV_QP_RNR_RETRY
-    | IBV_QP_TIMEOUT;
-
 /// The attributes `ibv_modify_qp(3)` requires for each UC transition.
-const UC_INIT: u32 = RC_INIT;
+const UC_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 const UC_RTR: u32 = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 const UC_RTS: u32 = IBV_QP_STATE | IBV_QP_SQ_PSN;
+/// RC's: UC's, and what its reliability needs (RDMA READ depths, RNR and retry timers).
+const RC_INIT: u32 = UC_INIT;
+const RC_RTR: u32 = UC_RTR | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+const RC_RTS: u32 =
+    UC_RTS | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_TIMEOUT;
+
 /// The attributes `ibv_modify_qp(3)` requires for each UD transition.
 const UD_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
 const UD_RTR: u32 = IBV_QP_STATE;
@@ -249,13 +239,11 @@ pub(super) unsafe extern "C" fn ibv_query_qp(
 
 /// `ibv_destroy_qp`: what is outstanding is discarded, without completions.
 pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyQp, Verb::DestroyQp)?;
-        s.expect(qp, Kind::Qp)?;
-        // SAFETY: a live mock QP (checked above).
+    destroy(qp, Kind::Qp, Call::DestroyQp, Verb::DestroyQp, |s| {
+        // SAFETY: a live mock QP (checked before `forget`).
         let qpn = unsafe { (*qp).qp_num };
         exec::discard(s, qpn);
         s.reg.qps.remove(&qpn);
-        s.release(qp, Kind::Qp)
-    }))
+        Ok(())
+    })
 }

@@ -12,7 +12,7 @@ use super::device::device_attr;
 use super::registry::SrqInfo;
 use super::rule::Queue;
 use super::state::{serve, Kind};
-use super::verbs::{or_null, status};
+use super::verbs::{destroy, or_null, status};
 
 /// `ibv_create_srq`: `EINVAL` for sizes above [`device_attr`]'s limits or 0 entries; updates
 /// `attr` with `max_wr` rounded up to a power of two.
@@ -73,16 +73,14 @@ pub(super) extern "C" fn ibv_modify_srq(
 
 /// `ibv_destroy_srq`: `EBUSY` while a QP uses it; its receives are discarded.
 pub(super) extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroySrq, Verb::DestroySrq)?;
-        s.expect(srq, Kind::Srq)?;
-        // SAFETY: a live mock SRQ (checked above).
+    destroy(srq, Kind::Srq, Call::DestroySrq, Verb::DestroySrq, |s| {
+        // SAFETY: a live mock SRQ (checked before `forget`).
         let handle = unsafe { (*srq).handle };
         if s.reg.qps.values().any(|qp| qp.srq == Some(handle)) {
             return Err(libc::EBUSY);
         }
         s.reg.discard(Queue::Srq(handle));
         s.reg.srqs.remove(&handle);
-        s.release(srq, Kind::Srq)
-    }))
+        Ok(())
+    })
 }

@@ -28,9 +28,48 @@ pub(super) fn or_null<T>(result: Result<*mut T, c_int>) -> *mut T {
     })
 }
 
+/// 0, or -1 with `errno` set: how `ibv_query_gid` and the event verbs report errors.
+fn or_minus_one(result: Result<(), c_int>) -> c_int {
+    match result {
+        Ok(()) => 0,
+        Err(errno) => {
+            // errno is set last: nothing may run between this and the caller reading it.
+            set_errno(errno);
+            -1
+        }
+    }
+}
+
 /// 0, or the errno: how `int` verbs report errors.
 pub(super) fn status(result: Result<(), c_int>) -> c_int {
     result.err().unwrap_or(0)
+}
+
+/// A destroy verb: records `call` (failing if `verb` was told to), checks that `object` is a
+/// live `kind`, lets `forget` refuse with its errno or drop what the registry keeps of the
+/// object, and frees it.
+pub(super) fn destroy<T>(
+    object: *mut T,
+    kind: Kind,
+    call: Call,
+    verb: Verb,
+    forget: impl FnOnce(&mut State) -> Result<(), c_int>,
+) -> c_int {
+    status(serve(|s| {
+        s.begin(call, verb)?;
+        s.expect(object, kind)?;
+        forget(s)?;
+        s.release(object, kind)
+    }))
+}
+
+/// `EBUSY` while the object is `in_use` by another.
+fn busy_if(in_use: bool) -> Result<(), c_int> {
+    if in_use {
+        Err(libc::EBUSY)
+    } else {
+        Ok(())
+    }
 }
 
 fn set_errno(errno: c_int) {
@@ -188,17 +227,10 @@ pub(super) unsafe extern "C" fn ibv_query_gid(
             Err(errno) => Err(errno),
         }
     });
-    match result {
-        Ok(value) => {
-            // SAFETY: the caller made `gid` writable.
-            unsafe { gid.write(value) };
-            0
-        }
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    }
+    or_minus_one(result.map(|value| {
+        // SAFETY: the caller made `gid` writable.
+        unsafe { gid.write(value) }
+    }))
 }
 
 /// `_ibv_query_gid_ex`: `EINVAL` for non-zero flags or an entry smaller than this build's.
@@ -245,14 +277,7 @@ pub(super) extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 
 /// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD.
 pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DeallocPd, Verb::DeallocPd)?;
-        s.expect(pd, Kind::Pd)?;
-        if s.pd_in_use(pd) {
-            return Err(libc::EBUSY);
-        }
-        s.release(pd, Kind::Pd)
-    }))
+    destroy(pd, Kind::Pd, Call::DeallocPd, Verb::DeallocPd, |s| busy_if(s.pd_in_use(pd)))
 }
 
 /// Registers `addr..addr + length` on `pd` (shared by both registration symbols): `EINVAL`
@@ -330,18 +355,16 @@ pub(super) extern "C" fn ibv_reg_dmabuf_mr(
 /// `ibv_dereg_mr`: the MR leaves the registry, so work requests still naming it are
 /// violations when they execute.
 pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DeregMr, Verb::DeregMr)?;
-        s.expect(mr, Kind::Mr)?;
-        // SAFETY: a live mock MR (checked above).
+    destroy(mr, Kind::Mr, Call::DeregMr, Verb::DeregMr, |s| {
+        // SAFETY: a live mock MR (checked before `forget`).
         let lkey = unsafe { (*mr).lkey };
         // As rxe: not while a window is bound to it.
         if s.reg.has_windows(lkey) {
             return Err(libc::EINVAL);
         }
         s.reg.mrs.remove(&lkey);
-        s.release(mr, Kind::Mr)
-    }))
+        Ok(())
+    })
 }
 
 /// `ibv_create_cq`: `EINVAL` outside `1..=max_cqe`; the CQ gets `cqe` rounded up to a power
@@ -378,14 +401,7 @@ pub(super) extern "C" fn ibv_create_cq(
 
 /// `ibv_destroy_cq`: `EBUSY` while a QP uses the CQ.
 pub(super) extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyCq, Verb::DestroyCq)?;
-        s.expect(cq, Kind::Cq)?;
-        if s.cq_in_use(cq) {
-            return Err(libc::EBUSY);
-        }
-        s.release(cq, Kind::Cq)
-    }))
+    destroy(cq, Kind::Cq, Call::DestroyCq, Verb::DestroyCq, |s| busy_if(s.cq_in_use(cq)))
 }
 
 /// `ibv_create_comp_channel`: its descriptor is an eventfd, a real one callers can set flags
@@ -408,14 +424,8 @@ pub(super) extern "C" fn ibv_create_comp_channel(
 
 /// `ibv_destroy_comp_channel`: `EBUSY` while a CQ uses the channel.
 pub(super) extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    status(serve(|s| {
-        s.begin(Call::DestroyCompChannel, Verb::DestroyCompChannel)?;
-        s.expect(channel, Kind::CompChannel)?;
-        if s.channel_in_use(channel) {
-            return Err(libc::EBUSY);
-        }
-        s.release(channel, Kind::CompChannel)
-    }))
+    let (call, verb) = (Call::DestroyCompChannel, Verb::DestroyCompChannel);
+    destroy(channel, Kind::CompChannel, call, verb, |s| busy_if(s.channel_in_use(channel)))
 }
 
 /// `ibv_get_cq_event`: the oldest event queued on `channel`, its CQ and that CQ's
@@ -435,21 +445,14 @@ pub(super) unsafe extern "C" fn ibv_get_cq_event(
         s.expect(channel, Kind::CompChannel)?;
         s.pop_cq_event(channel)
     });
-    match result {
-        Ok(got) => {
-            // SAFETY: the caller made both writable; `got` is a live CQ (an extended one
-            // starts with the same fields).
-            unsafe {
-                cq.write(got);
-                cq_context.write((*got).cq_context);
-            }
-            0
+    or_minus_one(result.map(|got| {
+        // SAFETY: the caller made both writable; `got` is a live CQ (an extended one starts
+        // with the same fields).
+        unsafe {
+            cq.write(got);
+            cq_context.write((*got).cq_context);
         }
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    }
+    }))
 }
 
 /// `ibv_ack_cq_events`: counts the acknowledgements; a CQ destroyed with fewer (or more)
@@ -479,17 +482,10 @@ pub(super) unsafe extern "C" fn ibv_get_async_event(
         s.expect(context, Kind::Context)?;
         s.pop_async_event(context)
     });
-    match result {
-        Ok(got) => {
-            // SAFETY: the caller made `event` writable.
-            unsafe { event.write(got) };
-            0
-        }
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    }
+    or_minus_one(result.map(|got| {
+        // SAFETY: the caller made `event` writable.
+        unsafe { event.write(got) }
+    }))
 }
 
 /// `ibv_ack_async_event`: counts the acknowledgement

@@ -35,7 +35,14 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             check_device(args.ib_dev.as_deref(), ctx)?;
             super::check_limits(ctx, mode, args)?;
             let param = by_cm::param(super::read_depth(ctx, mode, args)?, args)?;
-            super::run_on(mode, args, ctx, &mut control, &mut by_cm::Client { ids: &ids, param })
+            let mut client = by_cm::Client { ids: &ids, param };
+            super::run_on(super::Side {
+                mode,
+                args,
+                ctx,
+                control: &mut control,
+                connector: &mut client,
+            })
         }
         None => {
             let listener = CmId::new(&channel, PortSpace::TCP)?;
@@ -56,7 +63,13 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
                 others: Vec::new(),
                 param,
             };
-            super::run_on(mode, args, ctx, &mut control, &mut server)
+            super::run_on(super::Side {
+                mode,
+                args,
+                ctx,
+                control: &mut control,
+                connector: &mut server,
+            })
         }
     }
 }

@@ -21,12 +21,11 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::args::Args;
 use super::events::{self, Cq};
 use super::exchange::Control;
 use super::report::{Latency, LatencyTable};
 use super::traffic::{self, check_wc, STALL_LIMIT};
-use super::{each_size, post_first_receive, Connect, Error, Mode, PeerMemory};
+use super::{each_size, post_first_receive, Connect, Error, Mode, PeerMemory, Side};
 
 /// send_lat's receives: at most one message is in flight towards a side, whose receive is
 /// posted again before it answers; one more to spare.
@@ -35,14 +34,9 @@ const RX_DEPTH: u32 = 2;
 /// How often a wait longer than this looks at the TCP channel (-D: has the peer stopped?).
 const CONTROL_EVERY: Duration = Duration::from_millis(1);
 
-/// The latency test on `ctx`, its QP connected by `connector`.
-pub fn run(
-    mode: Mode,
-    args: &Args,
-    ctx: &Context,
-    control: &mut Control,
-    connector: &mut impl Connect,
-) -> Result<(), Error> {
+/// The latency test on `side`.
+pub fn run(side: Side<'_, impl Connect>) -> Result<(), Error> {
+    let Side { mode, args, ctx, control, connector } = side;
     let sizes = args.sizes();
     let max = args.largest_size();
     let server = args.server.is_none();

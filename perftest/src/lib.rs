@@ -167,7 +167,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let reads = control.smaller_of("reads", reads)?;
     let mtu = agree_mtu(&mut control, mtu)?;
     let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
-    run_on(mode, args, &ctx, &mut control, &mut connect)
+    run_on(Side { mode, args, ctx: &ctx, control: &mut control, connector: &mut connect })
 }
 
 /// Opens the device `-d` names, or the first one `ibv_get_device_list(3)` returns.
@@ -347,17 +347,21 @@ pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
     Ok(control)
 }
 
-/// The test on `ctx`, its QPs connected by `connector`: bandwidth or latency.
-fn run_on(
+/// One side of a test, up to its QPs: the test, its arguments, the device, the TCP channel to
+/// the peer and the way the QPs connect.
+struct Side<'a, C> {
     mode: Mode,
-    args: &Args,
-    ctx: &Context,
-    control: &mut Control,
-    connector: &mut impl Connect,
-) -> Result<(), Error> {
-    match args.test {
-        Test::Bandwidth => run_bw(mode, args, ctx, control, connector),
-        Test::Latency => latency::run(mode, args, ctx, control, connector),
+    args: &'a Args,
+    ctx: &'a Context,
+    control: &'a mut Control,
+    connector: &'a mut C,
+}
+
+/// The test of `side`: bandwidth or latency.
+fn run_on(side: Side<'_, impl Connect>) -> Result<(), Error> {
+    match side.args.test {
+        Test::Bandwidth => run_bw(side),
+        Test::Latency => latency::run(side),
     }
 }
 
@@ -385,14 +389,9 @@ impl Roles {
     }
 }
 
-/// A bandwidth test on `ctx`, its QPs connected by `connector`.
-fn run_bw(
-    mode: Mode,
-    args: &Args,
-    ctx: &Context,
-    control: &mut Control,
-    connector: &mut impl Connect,
-) -> Result<(), Error> {
+/// A bandwidth test on `side`.
+fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
+    let Side { mode, args, ctx, control, connector } = side;
     let sizes = args.sizes();
     let max = args.largest_size();
     let receive = Roles::of(mode, args, args.server.is_none()).receive;

@@ -42,8 +42,14 @@ pub trait Table {
     fn header(&self);
     /// The line (or JSON object) of `size`.
     fn line(&self, size: u32, line: &Self::Line);
-    /// The lines after the last size.
-    fn footer(&self);
+    /// Whether it prints JSON objects, one per size, instead of a table.
+    fn json(&self) -> bool;
+    /// The lines after the last size: the closing rule (none for JSON).
+    fn footer(&self) {
+        if !self.json() {
+            println!("{RULE}");
+        }
+    }
 }
 
 /// How bandwidth results are printed.
@@ -120,11 +126,8 @@ impl Table for Report {
         }
     }
 
-    /// The closing rule (not for JSON).
-    fn footer(&self) {
-        if !self.json {
-            println!("{RULE}");
-        }
+    fn json(&self) -> bool {
+        self.json
     }
 }
 
@@ -271,11 +274,8 @@ impl Table for LatencyTable {
         }
     }
 
-    /// The closing rule (not for JSON).
-    fn footer(&self) {
-        if !self.json {
-            println!("{RULE}");
-        }
+    fn json(&self) -> bool {
+        self.json
     }
 }
 

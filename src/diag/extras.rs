@@ -204,8 +204,7 @@ mod tests {
 
     #[test]
     fn a_marker_counts_only_when_pid1_sees_it_too() {
-        let root = std::env::temp_dir().join(format!("rdma-verbs-pid1-{}", std::process::id()));
-        std::fs::create_dir_all(&root).unwrap();
+        let root = crate::diag::scratch_dir("pid1");
         assert!(!seen_by_pid1(&root, "/.dockerenv"), "a root without the file");
         std::fs::write(root.join(".dockerenv"), "").unwrap();
         assert!(seen_by_pid1(&root, "/.dockerenv"), "a root with the file");

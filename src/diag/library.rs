@@ -220,8 +220,7 @@ mod tests {
 
     #[test]
     fn ofed_info_release_is_read_from_the_script() {
-        let dir = std::env::temp_dir().join(format!("rdma-verbs-ofed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::diag::scratch_dir("ofed");
         let script = dir.join("ofed_info");
         std::fs::write(&script, "#!/bin/bash\necho MLNX_OFED_LINUX-23.10-1.1.9.0:\n").unwrap();
         assert_eq!(ofed_release(&script).as_deref(), Some("MLNX_OFED_LINUX-23.10-1.1.9.0"));

@@ -311,6 +311,14 @@ fn bytes(n: Option<u64>) -> String {
     }
 }
 
+/// A fresh directory for a test's files, named after `name` and this process.
+#[cfg(test)]
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdma-verbs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use super::test_cases;
 use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{
     assert_fails_saying, output_within, spawn_server, text, wait_within,
@@ -92,9 +93,7 @@ fn json_rows(out: &Output) -> Vec<(u64, u64, u64, u64)> {
 /// `name` with -a up to 64 KiB, 200 iterations, 1 and 4 QPs (ports `port` and `port + 1`) and
 /// `extra`: every size reported, every WR completed once, every SEND received.
 pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (i, qps) in ["1", "4"].into_iter().enumerate() {
         let mut args = vec!["-a", "--max-size", "65536", "-n", "200", "-q", qps, "--json"];
         args.extend_from_slice(extra);
@@ -137,31 +136,18 @@ pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
     }
 }
 
-#[test]
-fn write_bw_sweeps_sizes_with_1_and_4_qps() {
-    sweep("write_bw", 18900, &[]);
-}
-
-#[test]
-fn read_bw_sweeps_sizes_with_1_and_4_qps() {
-    sweep("read_bw", 18902, &[]);
-}
-
-#[test]
-fn send_bw_sweeps_sizes_with_1_and_4_qps() {
-    sweep("send_bw", 18904, &[]);
-}
-
-#[test]
-fn the_raw_tier_with_post_lists_and_both_directions() {
-    sweep("write_bw", 18906, &["--raw", "-l", "4", "-b"]);
+test_cases! { sweep:
+    write_bw_sweeps_sizes_with_1_and_4_qps("write_bw", 18900, &[]);
+    read_bw_sweeps_sizes_with_1_and_4_qps("read_bw", 18902, &[]);
+    send_bw_sweeps_sizes_with_1_and_4_qps("send_bw", 18904, &[]);
+    the_raw_tier_with_post_lists_and_both_directions(
+        "write_bw", 18906, &["--raw", "-l", "4", "-b"]
+    );
 }
 
 #[test]
 fn the_passive_server_prints_perftests_table_of_the_clients_figures() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (i, name) in ["write_bw", "read_bw"].into_iter().enumerate() {
         let args = ["-s", "4096", "-n", "300"];
         let (server, client) = pair(name, 18913 + i as u16, &args, &args);
@@ -175,9 +161,7 @@ fn the_passive_server_prints_perftests_table_of_the_clients_figures() {
 
 #[test]
 fn read_bw_keeps_the_devices_outstanding_reads_or_the_smaller_o_of_the_two_sides() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let reads = |out: &Output| {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let line = stdout.lines().find_map(|l| l.strip_prefix(" Outstand reads  : "));
@@ -205,9 +189,7 @@ fn read_bw_keeps_the_devices_outstanding_reads_or_the_smaller_o_of_the_two_sides
 /// _a_qp_connected_by_hand` (perftest/src/args.rs); here, that rxe's QPs take them and run.
 #[test]
 fn perftests_path_options_are_taken_by_the_qps_connected_by_hand() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let path = ["-S", "1", "--tclass", "0x60", "-u", "16", "--retry_count", "5"];
     let args = [&["-s", "64", "-n", "300"][..], &path].concat();
     let (server, client) = pair("write_bw", 18918, &args, &args);
@@ -216,9 +198,7 @@ fn perftests_path_options_are_taken_by_the_qps_connected_by_hand() {
 
 #[test]
 fn sides_of_different_mtus_use_the_smaller_as_perftest() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     // 4 KiB messages in packets of 512 B: a side that sent 1024 B packets to a QP whose path
     // MTU is 512 would be refused by its responder.
     let args = ["-s", "4096", "-n", "300"];
@@ -228,9 +208,7 @@ fn sides_of_different_mtus_use_the_smaller_as_perftest() {
 
 #[test]
 fn use_old_post_send_switches_the_sends_to_ibv_post_send_and_the_header_says_so() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let args = ["-s", "64", "-n", "300"];
     let old = [&args[..], &["--use_old_post_send"]].concat();
     let (server, client) = pair("write_bw", 18920, &args, &old);
@@ -243,9 +221,7 @@ fn use_old_post_send_switches_the_sends_to_ibv_post_send_and_the_header_says_so(
 
 #[test]
 fn different_sizes_are_refused_on_both_sides() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let (server, client) =
         pair("write_bw", 18910, &["-s", "4096", "-q", "2"], &["-s", "65536", "-q", "2"]);
     for (out, here, peer) in [(&server, "4096", "65536"), (&client, "65536", "4096")] {
@@ -256,9 +232,7 @@ fn different_sizes_are_refused_on_both_sides() {
 
 #[test]
 fn sizes_and_depths_beyond_the_device_are_refused_before_any_resource() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (name, option) in [("write_bw", "-t"), ("send_bw", "-r")] {
         let out = output_within(tool(name, 18911, &[option, "2000000", "-n", "3000000"]), LIMIT);
         assert_fails_saying(&out, &format!("{option} 2000000 exceeds rxe0's max_qp_wr 1048576"));
@@ -268,9 +242,7 @@ fn sizes_and_depths_beyond_the_device_are_refused_before_any_resource() {
 /// `name`'s server is killed 4 s into a 60 s run: the client must fail within 60 s with one
 /// of the `expected` messages, which name the vanished peer.
 pub(super) fn a_server_that_dies_mid_run(name: &str, port: u16, args: &[&str], expected: &[&str]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let mut server = spawn_server(tool(name, port, args), port);
     let mut client = tool(name, port, args);
     client.arg("127.0.0.1");

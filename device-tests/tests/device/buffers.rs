@@ -105,8 +105,7 @@ fn a_send_list_or_its_chain_signals_the_last_and_frees_them_all() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let pool = lo.pool(8, 1024);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(8 * 1024, access).unwrap();
+    let target = lo.write_target(8 * 1024);
     let remote_access = AccessFlags::REMOTE_WRITE;
     let (a, b) = lo.rc_pair(8, remote_access);
 

@@ -59,9 +59,7 @@ fn the_libmlx5_libibverbs_loaded_says_rxe0_is_not_mlx5() {
 
 #[test]
 fn dc_pingpong_exits_non_zero_with_one_line_on_rxe() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let mut cmd = Command::new(example("dc_pingpong"));
     cmd.args(["-d", RXE, "-p", "19060"]);
     let out = output_within(cmd, Duration::from_secs(60));
@@ -76,9 +74,7 @@ fn dc_pingpong_exits_non_zero_with_one_line_on_rxe() {
 
 #[test]
 fn bandwidth_tools_with_c_dc_exit_non_zero_with_one_line_on_rxe() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (tool, port) in [("write_bw", "19063"), ("send_bw", "19064")] {
         let mut cmd = Command::new(binary(tool));
         cmd.args(["-d", RXE, "-c", "DC", "-p", port]);

@@ -94,9 +94,7 @@ fn siw_is_diagnosed_and_its_smoke_test_skips_for_want_of_rdma_cm() {
 
 #[test]
 fn hidden_device_nodes_fail_naming_the_missing_nodes() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     // A container without device nodes: a mount namespace with an empty /dev/infiniband.
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/infiniband && exec \"$0\" --json"]);
@@ -126,9 +124,7 @@ fn hidden_device_nodes_fail_naming_the_missing_nodes() {
 
 #[test]
 fn a_user_with_64_kib_of_locked_memory_learns_why_the_smoke_test_fails() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     // softroce-vm.md's recipe: nobody, with RLIMIT_MEMLOCK 64 KiB (root would ignore it).
     let mut cmd = Command::new("prlimit");
     cmd.args(["--memlock=65536:65536", "setpriv", "--reuid=65534", "--regid=65534"]);

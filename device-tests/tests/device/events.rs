@@ -196,9 +196,7 @@ unsafe fn post_message(
 
 /// `server` on TCP `port`, then `client` to it, both sleeping on CQ events (-e).
 fn pingpong_with_events(port: u16, server: Command, client: Command) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let (server, client) = pair(server, client, port, &["-e", "-n", "200"]);
     assert_ran(&server, "200");
     assert_ran(&client, "200");
@@ -222,9 +220,7 @@ fn read_bw_and_send_bw_run_on_events_with_e() {
 
 #[test]
 fn the_header_names_the_events_device_and_vector_as_ib_read_lat_does() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let args = ["-e", "-n", "20"];
     for (i, program) in [binary("read_lat"), PathBuf::from("ib_read_lat")].iter().enumerate() {
         let (server, client) = bandwidth::pair_of(program, 19338 + i as u16, &args, &args);
@@ -246,9 +242,7 @@ fn read_lat_and_send_lat_run_on_events_with_e() {
 /// answering for the stopped process, so no SEND of the client can fail first.)
 #[test]
 fn with_e_a_client_whose_server_never_answers_fails_in_bounded_time() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let (mut server, client) = stop_the_server("send_lat", 19352, &["-e", "-n", "1000000"]);
     let stopped = Instant::now();
     let out = wait_within(client, Duration::from_secs(90));
@@ -324,9 +318,7 @@ fn cpu_while_the_server_is_stopped(name: &str, port: u16, args: &[&str]) -> f64 
 /// 2 s away, which shows the measurement sees the difference.
 #[test]
 fn with_e_a_client_sleeps_while_its_server_is_stopped() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let runs = [
         ("send_lat", &["-n", "1000000"][..]),
         ("send_bw", &["-n", "1000000", "-s", "64", "-r", "16"][..]),

@@ -17,9 +17,7 @@ fn run_example(name: &str, args: &[&str]) -> String {
 
 #[test]
 fn loopback_sends_hello() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     assert_eq!(
         run_example("loopback", &[RXE]),
         "rxe0 wrote \"hello\" and received \"hello\" with immediate 7\n"
@@ -28,9 +26,7 @@ fn loopback_sends_hello() {
 
 #[test]
 fn devinfo_shows_the_port_and_gids() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let out = run_example("devinfo", &["-d", RXE]);
     for needle in [
         "hca_id: rxe0",

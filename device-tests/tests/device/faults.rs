@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::pair::{drain_for, pattern, ud_in_rts, wait_for, Loopback, PORT};
+use super::pair::{assert_holds, drain_for, pattern, ud_in_rts, wait_for, Loopback, PORT};
 use rdma_verbs_device_tests::{require_device, RXE};
 
 /// How many completions each `wr_id` got, and with which statuses.
@@ -74,8 +74,7 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let src = lo.region(4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mut target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let mut target = lo.write_target(4096);
     target.write(0, &[0xaa; 4096]).unwrap();
     let (a, b) = lo.rc_pair(4, AccessFlags::REMOTE_WRITE);
 
@@ -93,9 +92,7 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
     );
     assert_eq!(a.query_state().unwrap(), QueuePairState::ERR);
     assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "one completion, once");
-    let mut after = vec![0; 4096];
-    target.read(0, &mut after).unwrap();
-    assert!(after.iter().all(|&x| x == 0xaa), "nothing was written");
+    assert_holds(&target, 0, &[0xaa; 4096], "nothing was written");
     drop(b);
 }
 
@@ -350,8 +347,7 @@ fn immediate_data_is_read_only_when_the_completion_flags_it() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 32);
     let mr = lo.region(4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(64, access).unwrap();
+    let target = lo.write_target(64);
     let (a, b) = lo.rc_pair(8, AccessFlags::REMOTE_WRITE);
     let recv: Vec<_> = (0..3).map(|i| [mr.sge(1024 * (i + 1)..1024 * (i + 2)).unwrap()]).collect();
     let sge = [mr.sge(..8).unwrap()];

@@ -8,6 +8,7 @@ use std::process::Output;
 use super::bandwidth::{
     a_server_that_dies_mid_run, assert_ran, json_field, json_lines, pair, pair_of, PEER_GONE,
 };
+use super::test_cases;
 use rdma_verbs_device_tests::{require_device, RXE};
 use rdma_verbs_test_support::process::text;
 
@@ -27,9 +28,7 @@ fn assert_consistent(line: &str) {
 /// `port + 1`): every size reported by every side that measures (read_lat's server does not),
 /// with consistent figures.
 pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (i, tier) in [&[][..], &["--raw"][..]].into_iter().enumerate() {
         let mut args = vec!["-a", "--max-size", "4096", "-n", "50", "--json"];
         args.extend_from_slice(tier);
@@ -52,19 +51,10 @@ pub(super) fn sweep(name: &str, port: u16, extra: &[&str]) {
     }
 }
 
-#[test]
-fn write_lat_sweeps_sizes_in_both_tiers() {
-    sweep("write_lat", 19300, &[]);
-}
-
-#[test]
-fn read_lat_sweeps_sizes_in_both_tiers() {
-    sweep("read_lat", 19302, &[]);
-}
-
-#[test]
-fn send_lat_sweeps_sizes_in_both_tiers() {
-    sweep("send_lat", 19304, &[]);
+test_cases! { sweep:
+    write_lat_sweeps_sizes_in_both_tiers("write_lat", 19300, &[]);
+    read_lat_sweeps_sizes_in_both_tiers("read_lat", 19302, &[]);
+    send_lat_sweeps_sizes_in_both_tiers("send_lat", 19304, &[]);
 }
 
 /// The column header line of a latency table and the row after it (after the last header:
@@ -78,9 +68,7 @@ fn table(out: &Output) -> Option<(String, String)> {
 
 #[test]
 fn the_tables_are_perftests_beside_ib_lat() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (i, mode) in ["write", "read", "send"].into_iter().enumerate() {
         let port = 19310 + 2 * i as u16;
         let args = ["-s", "64", "-n", "100"];
@@ -115,9 +103,7 @@ fn the_tables_are_perftests_beside_ib_lat() {
 
 #[test]
 fn duration_runs_end_together() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (i, name) in ["write_lat", "send_lat", "read_lat"].into_iter().enumerate() {
         let args = ["-D", "2", "--json"];
         let (server, client) = pair(name, 19320 + i as u16, &args, &args);
@@ -137,9 +123,7 @@ fn duration_runs_end_together() {
 
 #[test]
 fn the_samples_listed_by_u_and_h_are_those_of_the_line() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let args = ["-s", "64", "-n", "30", "-U", "-H"];
     let (server, client) = pair("send_lat", 19330, &args, &args);
     assert_ran(&server, &client);
@@ -166,9 +150,7 @@ fn the_samples_listed_by_u_and_h_are_those_of_the_line() {
 
 #[test]
 fn a_latency_gap_spaces_the_posts() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     // Each side waits 2 ms before it answers: a round trip of at least 4 ms, 2 ms one way.
     let args = ["-s", "2", "-n", "20", "--latency_gap", "2000", "--json"];
     let (server, client) = pair("write_lat", 19332, &args, &args);

@@ -11,9 +11,7 @@ use rdma_verbs_test_support::programs::example;
 
 #[test]
 fn registration_over_rlimit_memlock_names_the_limit_and_the_fix() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     // Root ignores RLIMIT_MEMLOCK: run as nobody with a 64 KiB limit, registering 1 MiB+.
     let mut cmd = Command::new("prlimit");
     cmd.args([

@@ -103,8 +103,7 @@ fn a_burst_of_64_completions_drains_in_one_poll_call() {
     let cq = &lo.cq;
     assert_eq!(cq.verbs_path(), VerbsPath::Extended);
     let source = lo.region(4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let target = lo.write_target(4096);
     let (a, _b) = lo.rc_pair(BURST as u32, AccessFlags::REMOTE_WRITE);
     let sge = [source.sge(..64).unwrap()];
     let remote = target.remote(..64).unwrap();

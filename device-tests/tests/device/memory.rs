@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use rdma_verbs::*;
 
-use super::pair::{pattern, wait_for, Loopback};
+use super::pair::{assert_holds, pattern, wait_for, Loopback};
 use rdma_verbs_device_tests::{require_device, RXE};
 
 const LEN: usize = 4096;
@@ -91,9 +91,7 @@ fn a_region_registered_at_an_iova_is_addressed_by_that_iova_locally_and_by_peers
     let (a, _b) = pair();
     let status = write_status(&a, &lo.cq, src.sge(..512).unwrap(), target.remote(256..).unwrap());
     assert_eq!(status, WcStatus::SUCCESS);
-    let mut got = vec![0u8; 512];
-    target.read(256, &mut got).unwrap();
-    assert!(got == data, "the WRITE at IOVA 0x10100 did not land at offset 256");
+    assert_holds(&target, 256, &data, "the WRITE at IOVA 0x10100 did not land at offset 256");
 
     // The virtual address means nothing to the NIC: not in a local SGE (one failure per
     // connection: it moves the QP to the error state) ...
@@ -158,9 +156,7 @@ fn a_type_1_window_gives_peers_its_range_until_it_is_rebound() {
     let remote = mw.remote(&bind);
     assert_eq!(remote.addr, target.iova() + 1024);
     assert_eq!(write_status(&a, &lo.cq, src.sge(..128).unwrap(), remote), WcStatus::SUCCESS);
-    let mut got = vec![0u8; 128];
-    target.read(1024, &mut got).unwrap();
-    assert!(got == data, "the WRITE through the window did not land at offset 1024");
+    assert_holds(&target, 1024, &data, "the WRITE through the window did not land at offset 1024");
 
     // Rebinding moves the rkey: the old one stops working.
     let rebind = MwBind::new(&target, 1024..2048, AccessFlags::REMOTE_WRITE).unwrap();
@@ -189,9 +185,7 @@ fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
 
     let remote = mw.remote(&bind);
     assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
-    let mut got = vec![0u8; 64];
-    target.read(0, &mut got).unwrap();
-    assert!(got == data, "the WRITE through the window did not land");
+    assert_holds(&target, 0, &data, "the WRITE through the window did not land");
 
     let inv = SendWr::local_inv(22, mw.rkey()).flags(SendFlags::SIGNALED);
     assert_eq!(run(&b, &lo.cq, inv), (WcStatus::SUCCESS, WcOpcode::LOCAL_INV));
@@ -206,8 +200,8 @@ fn a_type_2_window_is_bound_by_a_wr_and_invalidation_closes_it() {
     assert_ne!(mw.rkey(), remote.rkey);
     let status = write_status(&c, &lo.cq, src.sge(..64).unwrap(), mw.remote(&rebind));
     assert_eq!(status, WcStatus::SUCCESS);
-    target.read(512, &mut got).unwrap();
-    assert!(got == data, "the WRITE through the rebound window did not land at offset 512");
+    let what = "the WRITE through the rebound window did not land at offset 512";
+    assert_holds(&target, 512, &data, what);
     // Before the QP it is bound through: rxe's destroy of `d` would wait 50 s for the window
     // to let go of it (see `MemoryWindow`).
     drop(mw);
@@ -266,9 +260,7 @@ fn a_window_s_rkey_dies_with_it_and_rxe_checks_only_the_region_range() {
     // 64 bytes from offset 224 cross the window's end, inside the region: rxe lets them in.
     let past_end = RemoteAddr { addr: remote.addr + 224, rkey: remote.rkey };
     assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), past_end), WcStatus::SUCCESS);
-    let mut got = vec![0u8; 64];
-    target.read(224, &mut got).unwrap();
-    assert!(got == data, "the crossing WRITE did not land at offset 224");
+    assert_holds(&target, 224, &data, "the crossing WRITE did not land at offset 224");
 
     assert_eq!(write_status(&a, &lo.cq, src.sge(..64).unwrap(), remote), WcStatus::SUCCESS);
     mw.destroy().unwrap();

@@ -17,6 +17,18 @@ use rdma_verbs_test_support::programs::binary;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
+/// How often a wait for the server looks again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Calls `done` every `every` until it holds; fails saying `what` once `limit` has passed.
+fn poll_until(limit: Duration, every: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}");
+        std::thread::sleep(every);
+    }
+}
+
 /// objstore on rxe0 and TCP `port`, with `args`.
 fn objstore(port: u16, args: &[&str]) -> Command {
     let mut cmd = Command::new(binary("objstore"));
@@ -32,6 +44,11 @@ struct Server {
 }
 
 impl Server {
+    /// A server on `port` when rxe0 is there (none: the test is skipped).
+    fn on_rxe(port: u16) -> Option<Server> {
+        require_device(RXE).map(|_| Server::start(port))
+    }
+
     fn start(port: u16) -> Server {
         let root =
             std::env::temp_dir().join(format!("objstore-test-{port}-{}", std::process::id()));
@@ -100,10 +117,26 @@ fn files_in(dir: &Path) -> Vec<std::ffi::OsString> {
     std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("objstore-scratch-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// PUT then GET of `len` bytes as `object`; the copy must be byte-identical.
@@ -126,10 +159,7 @@ fn round_trip(server: &Server, dir: &Path, object: &str, len: usize, seed: u32) 
 }
 
 fn round_trips(port: u16, sizes: &[usize]) {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(port);
+    let Some(server) = Server::on_rxe(port) else { return };
     let dir = scratch(&port.to_string());
     for (i, &len) in sizes.iter().enumerate() {
         round_trip(&server, &dir, &format!("b/obj{len}"), len, i as u32);
@@ -138,7 +168,6 @@ fn round_trips(port: u16, sizes: &[usize]) {
     let log = String::from_utf8_lossy(&out.stdout);
     let status = |line: &str| line.split(' ').nth(2).map(str::to_owned);
     assert!(log.lines().all(|l| !status(l).is_some_and(|s| s.starts_with('5'))), "{}", text(&out));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -156,10 +185,7 @@ fn round_trip_of_192m() {
 
 #[test]
 fn three_clients_at_once() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19102);
+    let Some(server) = Server::on_rxe(19102) else { return };
     let dir = scratch("three");
     let inputs: Vec<_> = (0..3)
         .map(|i| data_file(&dir, &format!("in{i}"), (3 << 20) + i * 4099, i as u32))
@@ -183,7 +209,6 @@ fn three_clients_at_once() {
             "k{i} differs"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A session of our own, as a client would open one, with a registered buffer.
@@ -224,6 +249,11 @@ fn open_session<'a>(
     OwnSession { id, _qp: qp }
 }
 
+/// An `X-Rdma-Token` naming `len` bytes at `addr` under `rkey`, for session `id`.
+fn token(id: u64, addr: u64, len: u32, rkey: u32) -> String {
+    format!("session={id};addr={addr:#x};len={len};rkey={rkey:#x}")
+}
+
 /// The status and body of an RDMA PUT with `token` (and a CRC32C header).
 fn put_with_token(server: &Server, object: &str, token: &str) -> (u16, String) {
     let r = agent()
@@ -251,21 +281,11 @@ fn bad_tokens_fail_their_request_and_session_only() {
     assert!(body.contains("malformed X-Rdma-Token"), "{body}");
 
     // A wrong rkey: the server's READ fails, 400; the session is closed: 410 after.
-    let wrong = format!(
-        "session={};addr={:#x};len=4096;rkey={:#x}",
-        session.id,
-        remote.addr,
-        remote.rkey.get() ^ 0x5a00
-    );
+    let wrong = token(session.id, remote.addr, 4096, remote.rkey.get() ^ 0x5a00);
     let (status, body) = put_with_token(&server, "/b/k", &wrong);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("RDMA READ on the client's buffer failed"), "{body}");
-    let right = format!(
-        "session={};addr={:#x};len=4096;rkey={:#x}",
-        session.id,
-        remote.addr,
-        remote.rkey.get()
-    );
+    let right = token(session.id, remote.addr, 4096, remote.rkey.get());
     let (status, body) = put_with_token(&server, "/b/k", &right);
     assert_eq!(status, 410, "{body}");
 
@@ -273,12 +293,7 @@ fn bad_tokens_fail_their_request_and_session_only() {
     let session = open_session(&server, &ctx, &pd, &cq);
     std::fs::create_dir_all(server.root.join("b")).unwrap();
     std::fs::write(server.root.join("b/small"), vec![7u8; 8192]).unwrap();
-    let outside = format!(
-        "session={};addr={:#x};len=65536;rkey={:#x}",
-        session.id,
-        remote.addr + (1 << 20) - 4096,
-        remote.rkey.get()
-    );
+    let outside = token(session.id, remote.addr + (1 << 20) - 4096, 65536, remote.rkey.get());
     let mut r =
         agent().get(server.url("/b/small")).header("X-Rdma-Token", &outside).call().unwrap();
     let body = r.body_mut().read_to_string().unwrap();
@@ -287,12 +302,7 @@ fn bad_tokens_fail_their_request_and_session_only() {
 
     // A GET into a buffer too small: 416 with the object's size.
     let session = open_session(&server, &ctx, &pd, &cq);
-    let small = format!(
-        "session={};addr={:#x};len=100;rkey={:#x}",
-        session.id,
-        remote.addr,
-        remote.rkey.get()
-    );
+    let small = token(session.id, remote.addr, 100, remote.rkey.get());
     let r = agent().get(server.url("/b/small")).header("X-Rdma-Token", &small).call().unwrap();
     assert_eq!(r.status(), 416);
     assert_eq!(r.headers().get("X-Object-Size").unwrap(), "8192");
@@ -303,15 +313,11 @@ fn bad_tokens_fail_their_request_and_session_only() {
     let out = server.stop();
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(log.contains("closed: its RDMA READ failed"), "{}", text(&out));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_client_killed_mid_transfer_leaves_nothing_behind() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19104);
+    let Some(server) = Server::on_rxe(19104) else { return };
     let dir = scratch("killed");
     let big = data_file(&dir, "big", 48 << 20, 1);
     let mut put = server.spawn_client(&["put", "b/big", big.to_str().unwrap()]);
@@ -320,15 +326,10 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
         let body = r.body_mut().read_to_string().unwrap_or_default();
         body.trim().strip_prefix("moved=").and_then(|n| n.parse::<u64>().ok())
     };
-    let start = std::time::Instant::now();
-    loop {
+    poll_until(LIMIT, Duration::from_millis(20), "the PUT never started moving bytes", || {
         let mut r = agent().get(server.url("/session/1")).call().unwrap();
-        if r.status() == 200 && moved(&mut r).is_some_and(|n| n > 0) {
-            break;
-        }
-        assert!(start.elapsed() < LIMIT, "the PUT never started moving bytes");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        r.status() == 200 && moved(&mut r).is_some_and(|n| n > 0)
+    });
     put.kill().unwrap();
     let out = wait_within(put, LIMIT);
     assert!(
@@ -338,11 +339,9 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
     );
     // The server's READs fail once the client's QP is gone (RC retries run out), and the
     // session is closed: 410.
-    let start = std::time::Instant::now();
-    while agent().get(server.url("/session/1")).call().unwrap().status() != 410 {
-        assert!(start.elapsed() < Duration::from_secs(60), "session 1 outlived its client by 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll_until(Duration::from_secs(60), POLL, "session 1 outlived its client by 60 s", || {
+        agent().get(server.url("/session/1")).call().unwrap().status() == 410
+    });
     let left = files_in(&server.root.join("b"));
     assert!(left.is_empty(), "left in the bucket: {left:?}");
     round_trip(&server, &dir, "b/after", 1 << 20, 2);
@@ -352,15 +351,11 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(log.contains("PUT /b/big 400") || log.contains("PUT /b/big 504"), "{}", text(&out));
     assert!(!log.contains("never came back"), "{}", text(&out));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn unknown_objects_are_404() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19105);
+    let Some(server) = Server::on_rxe(19105) else { return };
     let dir = scratch("404");
     let get = server.client(&["get", "b/none", dir.join("x").to_str().unwrap()]);
     assert_eq!(get.status.code(), Some(1), "{}", text(&get));
@@ -369,15 +364,11 @@ fn unknown_objects_are_404() {
     assert_eq!(r.status(), 404);
     let r = agent().delete(server.url("/b/none")).call().unwrap();
     assert_eq!(r.status(), 404);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_full_disk_is_507_and_stores_nothing() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19106);
+    let Some(server) = Server::on_rxe(19106) else { return };
     let bucket = server.root.join("full");
     std::fs::create_dir_all(&bucket).unwrap();
     let mount =
@@ -398,15 +389,11 @@ fn a_full_disk_is_507_and_stores_nothing() {
     assert_eq!(put.status.code(), Some(1), "{}", text(&put));
     assert!(String::from_utf8_lossy(&put.stderr).contains("507"), "{}", text(&put));
     assert!(left.is_empty(), "left on the full disk: {left:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn keys_that_climb_out_are_400() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19107);
+    let Some(server) = Server::on_rxe(19107) else { return };
     for path in ["/b/..", "/b/%2e%2e", "/../etc", "//etc/passwd", "/b/a%00", "/b/a/b", "/b"] {
         let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -419,10 +406,7 @@ fn keys_that_climb_out_are_400() {
 
 #[test]
 fn concurrent_puts_of_one_key_leave_one_whole_object() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19108);
+    let Some(server) = Server::on_rxe(19108) else { return };
     let dir = scratch("same-key");
     let inputs: Vec<_> = (0..4)
         .map(|i| data_file(&dir, &format!("in{i}"), (2 << 20) + i * 4099, 10 + i as u32))
@@ -445,7 +429,6 @@ fn concurrent_puts_of_one_key_leave_one_whole_object() {
         stored.len()
     );
     assert_eq!(files_in(&server.root.join("b")), ["same"], "temporary files were left");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A TCP upload that stalls after part of its body holds one worker (until its socket
@@ -453,10 +436,7 @@ fn concurrent_puts_of_one_key_leave_one_whole_object() {
 /// object it would have replaced stays whole.
 #[test]
 fn a_stalled_upload_blocks_no_one_and_replaces_nothing() {
-    if require_device(RXE).is_none() {
-        return;
-    }
-    let server = Server::start(19109);
+    let Some(server) = Server::on_rxe(19109) else { return };
     let dir = scratch("stalled");
     round_trip(&server, &dir, "b/k", 64 << 10, 4);
     let original = std::fs::read(dir.join("in-4")).unwrap();
@@ -465,11 +445,10 @@ fn a_stalled_upload_blocks_no_one_and_replaces_nothing() {
     stalled.write_all(&[7; 1000]).unwrap();
     // b/k and the upload's temporary file, then b/other too: served while the upload stalls.
     let files_become = |n: usize, what: &str| {
-        let start = std::time::Instant::now();
-        while files_in(&server.root.join("b")).len() != n {
-            assert!(start.elapsed() < Duration::from_secs(30), "{what} within 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let what = format!("{what} within 30 s");
+        poll_until(Duration::from_secs(30), POLL, &what, || {
+            files_in(&server.root.join("b")).len() == n
+        });
     };
     files_become(2, "the stalled upload opened no temporary file");
     round_trip(&server, &dir, "b/other", 1 << 20, 5);
@@ -482,5 +461,4 @@ fn a_stalled_upload_blocks_no_one_and_replaces_nothing() {
     assert!(body == original, "b/k was replaced by the stalled upload ({} bytes)", body.len());
     let out = server.stop();
     assert!(String::from_utf8_lossy(&out.stdout).contains("PUT /b/k 400"), "{}", text(&out));
-    let _ = std::fs::remove_dir_all(dir);
 }

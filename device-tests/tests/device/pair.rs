@@ -106,6 +106,12 @@ impl<'c> Loopback<'c> {
         self.pd.register(len, AccessFlags::LOCAL_WRITE).unwrap()
     }
 
+    /// A zeroed region of `len` bytes that peers may RDMA WRITE into.
+    pub fn write_target(&self, len: usize) -> RemoteWritableRegion<'_> {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        self.pd.register_remote_writable(len, access).unwrap()
+    }
+
     /// A pool of `count` buffers of `chunk` bytes.
     pub fn pool(&self, count: usize, chunk: usize) -> BufferPool<'_> {
         BufferPool::new(self.region(count * chunk), chunk).unwrap()
@@ -203,6 +209,13 @@ pub fn loopback_ah<'a>(ctx: &Context, pd: &'a ProtectionDomain<'a>) -> AddressHa
 /// `len` recognisable bytes, different for each `seed`.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+/// `target` holds `expected` at `offset`; else fails saying `what`.
+pub fn assert_holds(target: &RemoteWritableRegion<'_>, offset: usize, expected: &[u8], what: &str) {
+    let mut held = vec![0; expected.len()];
+    target.read(offset, &mut held).unwrap();
+    assert!(held == expected, "{what}");
 }
 
 /// Moves what `cq` holds now (up to 4 completions) to the end of `got`.

@@ -53,9 +53,7 @@ pub(super) fn assert_ran(out: &Output, iters: &str) {
 }
 
 fn interop(port: u16, server: fn() -> Command, client: fn() -> Command) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     for (i, size) in ["1", "4096", "65536"].into_iter().enumerate() {
         let (srv, cli) = pair(server(), client(), port + i as u16, &["-s", size, "-n", "500"]);
         assert_ran(&srv, "500");
@@ -75,9 +73,7 @@ fn the_c_server_with_our_client() {
 
 #[test]
 fn ours_with_ours_picks_the_routable_gid_without_g() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let port = "18620";
     let mut server = ours();
     server.args(["-d", RXE, "-p", port, "-n", "50"]);
@@ -94,9 +90,7 @@ fn ours_with_ours_picks_the_routable_gid_without_g() {
 
 /// Runs our rc_pingpong with `args` on rxe0 and expects exit 1 with `expected` on stderr.
 fn refused(args: &[&str], expected: &str) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let mut cmd = ours();
     cmd.args(args);
     let out = output_within(cmd, LIMIT);
@@ -124,9 +118,7 @@ fn a_bad_gid_index_names_the_valid_ones() {
 
 /// Our client against a fake server that answers `reply` (then closes).
 fn client_against(port: u16, reply: &'static [u8], expected: &str) {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
     let fake = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
@@ -176,9 +168,7 @@ fn a_wrong_length_gid_is_an_error() {
 
 #[test]
 fn our_server_refuses_a_short_message() {
-    if require_device(RXE).is_none() {
-        return;
-    }
+    let Some(_) = require_device(RXE) else { return };
     let mut server = ours();
     server.args(["-d", RXE, "-g", &gid_index(), "-p", "18634"]);
     let server = spawn_server(server, 18634);

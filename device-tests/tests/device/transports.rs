@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
-use super::pair::{drain_for, pattern, wait_for, Loopback, PORT};
+use super::pair::{assert_holds, drain_for, pattern, wait_for, Loopback, PORT};
 use rdma_verbs_device_tests::{require_device, RXE};
 
 const QKEY: u32 = 0x1111_2222;
@@ -120,8 +120,7 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
     let lo = Loopback::new(&ctx, 16);
     let mut local = lo.region(8192);
     let recv = lo.region(4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let target = lo.write_target(4096);
     let (a, b) = lo.pair::<Uc>(&lo.attr(4), AccessFlags::REMOTE_WRITE);
 
     let (written, sent) = (pattern(3000, 4), pattern(2000, 5));
@@ -148,9 +147,7 @@ fn uc_send_and_rdma_write_arrive_byte_for_byte_raw() {
     );
     assert_eq!(wcs.iter().find(|wc| wc.wr_id() == 10).unwrap().byte_len(), 2000);
     assert!(recv.as_slice()[..2000] == sent[..], "SEND: the receive differs");
-    let mut landed = vec![0; 3000];
-    target.read(0, &mut landed).unwrap();
-    assert!(landed == written, "RDMA WRITE: the target differs");
+    assert_holds(&target, 0, &written, "RDMA WRITE: the target differs");
 }
 
 #[test]
@@ -158,8 +155,7 @@ fn uc_buffers_write_with_immediate_and_send_safe() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let pool = lo.pool(4, 4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable(4096, access).unwrap();
+    let target = lo.write_target(4096);
     let (a, b) = lo.pair::<Uc>(&lo.attr(4), AccessFlags::REMOTE_WRITE);
 
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
@@ -192,9 +188,7 @@ fn uc_buffers_write_with_immediate_and_send_safe() {
             (WcOpcode::RECV_RDMA_WITH_IMM, Some(77)),
         ]
     );
-    let mut landed = vec![0; 2500];
-    target.read(0, &mut landed).unwrap();
-    assert!(landed == written, "RDMA WRITE with immediate: the target differs");
+    assert_holds(&target, 0, &written, "RDMA WRITE with immediate: the target differs");
 }
 
 #[test]
@@ -311,15 +305,20 @@ fn word(region: &RemoteWritableRegion<'_>, offset: usize) -> u64 {
     u64::from_ne_bytes(w)
 }
 
-const ATOMIC_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+/// A 64-byte region for peers' atomics, `value` in its word at `offset`, the rest zero.
+fn atomic_target<'a>(lo: &'a Loopback<'_>, offset: usize, value: u64) -> RemoteWritableRegion<'a> {
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let mut target = lo.pd.register_remote_writable(64, access).unwrap();
+    target.write(offset, &value.to_ne_bytes()).unwrap();
+    target
+}
 
 #[test]
 fn compare_swap_and_fetch_add_return_the_old_value_and_update_the_word_raw() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let local = lo.region(64);
-    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
-    target.write(8, &5u64.to_ne_bytes()).unwrap();
+    let target = atomic_target(&lo, 8, 5);
     let (a, b) = atomic_pair(&lo);
     let remote = target.remote(8..).unwrap();
 
@@ -359,8 +358,7 @@ fn compare_swap_and_fetch_add_through_buffers_safe() {
     let mr = lo.region(64);
     let base = mr.addr();
     let pool = BufferPool::new(mr, 8).unwrap();
-    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
-    target.write(0, &40u64.to_ne_bytes()).unwrap();
+    let target = atomic_target(&lo, 0, 40);
     let (a, b) = atomic_pair(&lo);
     let remote = target.remote(..).unwrap();
 
@@ -401,8 +399,7 @@ fn a_misaligned_or_non_rc_atomic_is_refused_before_posting() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 16);
     let local = lo.region(64);
-    let mut target = lo.pd.register_remote_writable(64, ATOMIC_ACCESS).unwrap();
-    target.write(0, &7u64.to_ne_bytes()).unwrap();
+    let target = atomic_target(&lo, 0, 7);
     let (a, b) = atomic_pair(&lo);
     let remote = target.remote(..).unwrap();
     let expected = |local: u64, remote: u64| {
