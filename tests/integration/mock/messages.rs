@@ -40,7 +40,7 @@ fn every_error_of_a_chain_says_its_own_part_once() {
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
     let TransitionError { qp, error } = qp.try_into_init(&ToInitAttr::default()).unwrap_err();
     let chain = assert_each_cause_once(&error, 2);
-    assert_eq!(chain[1], "Invalid argument (os error 22)");
+    assert_eq!(chain[1], std::io::Error::from_raw_os_error(libc::EINVAL).to_string());
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
     let failed = qp.try_into_init(&ToInitAttr::default()).unwrap_err();
     let chain = assert_each_cause_once(&failed, 3);
