@@ -152,7 +152,7 @@ impl<'a> SharedReceiveQueue<'a> {
     /// # Errors
     ///
     /// [`PostListError`] with 0 posted and [`Error::InvalidInput`] when a WR is refused as
-    /// [`SharedReceiveQueue::post_recv`] refuses it; otherwise the number of WRs the provider
+    /// [`SharedReceiveQueue::post_recv_wr`] refuses it; otherwise the number of WRs the provider
     /// accepted before the one it refused, and why ([`Error::WorkQueueFull`]: the SRQ is full).
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]

@@ -170,7 +170,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when a buffer's pool is registered
     /// in another PD than the QP's, or without `LOCAL_WRITE`, when the QP takes no SGE per
     /// receive (`max_recv_sge` 0), or, on a UD QP, a buffer is shorter than the GRH area
-    /// ([`QueuePair::post_recv`]): nothing is posted and the list is as it was. Otherwise the
+    /// ([`QueuePair::post_recv_wr`]): nothing is posted and the list is as it was. Otherwise the
     /// provider's [`Error::Verb`](crate::Error::Verb) (`ENOMEM`
     /// when the receive queue is full): the buffers before the one it refused are posted, the
     /// rest stay in `list`.

@@ -44,7 +44,7 @@ impl<'res> ProtectionDomain<'res> {
     /// QP's PD, and rxe fails them), a CQ is smaller than the WRs that can complete on it (the
     /// message names both numbers), or, for a UD QP, the SRQ had receives posted that are
     /// shorter than the GRH area ([`InvalidInputKind::BufferTooSmall`]; from then on the SRQ
-    /// refuses those, see [`SharedReceiveQueue::post_recv`](crate::SharedReceiveQueue::post_recv));
+    /// refuses those, see [`SharedReceiveQueue::post_recv_wr`](crate::SharedReceiveQueue::post_recv_wr));
     /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
     /// limits, named in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
     /// the provider lacks the transport (e.g. UC on iWARP), or, with

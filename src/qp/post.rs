@@ -58,7 +58,7 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// # Errors
     ///
     /// [`PostListError`] with 0 posted and [`Error::InvalidInput`] when a WR is refused as
-    /// [`QueuePair::post_recv`] refuses it (on a UD QP, one shorter than the GRH area).
+    /// [`QueuePair::post_recv_wr`] refuses it (on a UD QP, one shorter than the GRH area).
     /// Otherwise the number of WRs the provider accepted before the one it refused
     /// (those are posted, the rest are not), and why: [`Error::WorkQueueFull`] when the
     /// receive queue has no room, `EINVAL` for more SGEs than `max_recv_sge`. A provider that
