@@ -15,18 +15,21 @@ macro_rules! number {
         impl $name {
             #[doc = concat!("The ", stringify!($name), " `value`.")]
             #[must_use]
+            #[inline]
             pub const fn new(value: $raw) -> $name {
                 $name(value)
             }
 
             /// The value.
             #[must_use]
+            #[inline]
             pub const fn get(self) -> $raw {
                 self.0
             }
         }
 
         impl From<$raw> for $name {
+            #[inline]
             fn from(value: $raw) -> $name {
                 $name(value)
             }
@@ -41,6 +44,7 @@ macro_rules! number {
 macro_rules! shown {
     ($name:ident($raw:ty), $shown:literal) => {
         impl From<$name> for $raw {
+            #[inline]
             fn from(value: $name) -> $raw {
                 value.0
             }
