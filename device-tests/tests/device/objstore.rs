@@ -321,7 +321,7 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
     let dir = scratch("killed");
     let big = data_file(&dir, "big", 48 << 20, 1);
     let mut put = server.spawn_client(&["put", "b/big", big.to_str().unwrap()]);
-    // Until the transfer is under way: the server counts what session 1 (the first) moved.
+    // Until the transfer is under way: the server counts what the first session moved.
     let moved = |r: &mut ureq::http::Response<ureq::Body>| {
         let body = r.body_mut().read_to_string().unwrap_or_default();
         body.trim().strip_prefix("moved=").and_then(|n| n.parse::<u64>().ok())
@@ -339,9 +339,12 @@ fn a_client_killed_mid_transfer_leaves_nothing_behind() {
     );
     // The server's READs fail once the client's QP is gone (RC retries run out), and the
     // session is closed: 410.
-    poll_until(Duration::from_secs(60), POLL, "session 1 outlived its client by 60 s", || {
-        agent().get(server.url("/session/1")).call().unwrap().status() == 410
-    });
+    poll_until(
+        Duration::from_secs(60),
+        POLL,
+        "the first session outlived its client by 60 s",
+        || agent().get(server.url("/session/1")).call().unwrap().status() == 410,
+    );
     let left = files_in(&server.root.join("b"));
     assert!(left.is_empty(), "left in the bucket: {left:?}");
     round_trip(&server, &dir, "b/after", 1 << 20, 2);
