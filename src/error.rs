@@ -286,6 +286,28 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+
+    /// A buffer-tier post refused because the queue's completions could overrun: `due`
+    /// completions are already due on a `queue` of `capacity` — buffers posted and not yet
+    /// handed back by [`BufferPool::complete`](crate::BufferPool::complete), plus, on a CQ,
+    /// the entries kept for the receives of the SRQs that feed it. Providers free a
+    /// work-queue slot when they are done with a WR, not when its completion is polled (rxe:
+    /// as soon as the kernel completed it), so a post they accept could still overrun the CQ
+    /// and lose completions; the buffer tier counts them itself. Poll the CQ and complete the
+    /// buffers, then post again.
+    #[error(
+        "{due} completions are due on this {queue} of {capacity} entries: poll it and hand \
+         the completions to BufferPool::complete before posting more (a post now could \
+         overrun it and lose completions)"
+    )]
+    CompletionsDue {
+        /// "completion queue" or "shared receive queue".
+        queue: &'static str,
+        /// The completions it holds (a CQ's entries, an SRQ's `max_wr`).
+        capacity: u32,
+        /// The completions due on it.
+        due: u32,
+    },
 }
 
 /// Why an argument was refused ([`Error::InvalidInput`]'s `kind`).

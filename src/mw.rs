@@ -364,7 +364,10 @@ impl<T: Connected> QueuePair<'_, Rts, T> {
     /// now on). The bind completes on the send CQ (`WcOpcode::BIND_MW`, reported with `wr_id`
     /// when `flags` has [`SendFlags::SIGNALED`] or the QP signals every WR); peers may use the
     /// rkey once it has completed. A provider that refuses the binding itself reports it in
-    /// that completion (`MW_BIND_ERR`).
+    /// that completion (`MW_BIND_ERR`). Like a raw WR, the bind is not counted in
+    /// [`CompletionQueue::due`](crate::CompletionQueue::due): keeping the send CQ's room for
+    /// it is the program's (see
+    /// [Room for completions](crate::CompletionQueue#room-for-completions)).
     ///
     /// # Errors
     ///

@@ -6,7 +6,9 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{post_receive, Buffer, Lenders, PostError, RecvBufferList};
+use crate::buffer::{
+    post_receive, Buffer, Credits, Lenders, PostError, ReceiveQueue, RecvBufferList,
+};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
 use crate::grh_room::{GrhRoom, SrqGrhRoom};
 use crate::pd::ProtectionDomain;
@@ -26,6 +28,10 @@ pub struct SharedReceiveQueue<'a> {
     max_sge: u32,
     /// The buffer pools whose chunks it was given, told when it is destroyed.
     lenders: Lenders,
+    /// Its receives posted as buffers and not handed back yet, at most `max_wr`: a provider
+    /// frees an SRQ slot when a receive is consumed, before its completion is polled, and the
+    /// CQs it feeds keep `max_wr` entries for its receives, no more.
+    credits: Credits,
     /// Whether it feeds UD QPs, whose receives need the GRH area, or had shorter ones.
     grh: SrqGrhRoom,
     _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
@@ -59,6 +65,7 @@ impl<'a> ProtectionDomain<'a> {
             max_wr: init.attr.max_wr,
             max_sge: init.attr.max_sge,
             lenders: Lenders::default(),
+            credits: Credits::new(init.attr.max_wr, "shared receive queue"),
             grh: SrqGrhRoom::default(),
             _invariant: PhantomData,
         })
@@ -79,6 +86,12 @@ impl<'a> SharedReceiveQueue<'a> {
     /// The raw SRQ pointer.
     pub fn as_raw(&self) -> *mut sys::ibv_srq {
         self.raw.as_ptr()
+    }
+
+    /// What the buffer tier posts receives to.
+    fn receive_queue(&self) -> ReceiveQueue<'_> {
+        let room = GrhRoom::Srq(&self.grh);
+        ReceiveQueue { pd: self.pd, max_sge: self.max_sge, room, credits: &self.credits }
     }
 
     /// What it remembers of the GRH area: fed UD QPs, or had receives too short for them.
@@ -198,7 +211,7 @@ impl<'a> SharedReceiveQueue<'a> {
         'p: 'a,
     {
         self.lenders.note(buffer.pool_queues());
-        post_receive(buffer, self.pd, self.max_sge, GrhRoom::Srq(&self.grh), |wr| {
+        post_receive(buffer, &self.receive_queue(), |wr| {
             // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
             // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
             // the SRQ's PD (checked), named by its IOVA.
@@ -221,8 +234,7 @@ impl<'a> SharedReceiveQueue<'a> {
         'p: 'a,
     {
         let note = |buffer: &Buffer<'p>| self.lenders.note(buffer.pool_queues());
-        let room = GrhRoom::Srq(&self.grh);
-        list.post(self.pd, self.max_sge, room, note, "ibv_post_srq_recv", |head, bad| {
+        list.post(&self.receive_queue(), note, "ibv_post_srq_recv", |head, bad| {
             // SAFETY: a live SRQ; `head` is a valid list of WRs, each naming one whole chunk,
             // the NIC's alone until `complete` sees its completion, by its IOVA in a region of
             // the SRQ's PD with LOCAL_WRITE (checked) whose pool outlives the SRQ ('p: 'a,

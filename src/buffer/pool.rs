@@ -1,7 +1,9 @@
 //! The pool, its buffers, and the in-flight bookkeeping.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use super::credits::{Count, Credits};
 
 use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
@@ -66,9 +68,8 @@ pub struct BufferPool<'a> {
     queues: AtomicUsize,
 }
 
-/// One chunk's bookkeeping, 24 bytes in one place: a post and a completion each touch one
-/// slot (one cache line, two where it straddles one; four arrays took four), behind one
-/// bounds check.
+/// One chunk's bookkeeping, 32 bytes in one place: a post and a completion each touch one
+/// slot (one cache line; four arrays took four), behind one bounds check.
 struct Slot {
     /// `FREE`, `HELD`, `IN_FLIGHT` or `BATCHED`.
     state: AtomicU8,
@@ -78,8 +79,10 @@ struct Slot {
     len: AtomicU32,
     /// The `wr_id` of the chunk's current flight.
     flight: AtomicU64,
+    /// The credits its current flight took ([`Credits`]), given back when it completes.
+    credits: AtomicPtr<Count>,
 }
-static_assertions::assert_eq_size!(Slot, [u8; 24]);
+static_assertions::assert_eq_size!(Slot, [u8; 32]);
 
 impl<'a> BufferPool<'a> {
     /// Cuts `mr` into `mr.len() / chunk_size` buffers (a tail shorter than a chunk is unused).
@@ -146,6 +149,7 @@ impl<'a> BufferPool<'a> {
                     prev: AtomicU32::new(NO_PREV),
                     len: AtomicU32::new(0),
                     flight: AtomicU64::new(0),
+                    credits: AtomicPtr::new(std::ptr::null_mut()),
                 })
                 .collect(),
             hint: AtomicUsize::new(0),
@@ -206,7 +210,10 @@ impl<'a> BufferPool<'a> {
     /// bytes received for a successful receive, else to what it held when posted. It consumes
     /// `wc`'s `wr_id` (a second call returns `None`). Buffers posted before it in the same
     /// [`SendBufferList`](super::SendBufferList) go back to the pool (free for
-    /// [`take`](Self::take)). Check `wc.status()` for the outcome.
+    /// [`take`](Self::take)). Their entries of the CQ stop counting as due
+    /// ([`CompletionQueue::due`](crate::CompletionQueue::due)) only here: a program that polls
+    /// completions of buffers and never completes them has its posts refused once the CQ is
+    /// full. Check `wc.status()` for the outcome.
     // Always inlined: called per completion, its `Option` then lives in registers.
     #[inline(always)]
     pub fn complete(&self, wc: &mut WorkCompletion) -> Option<Buffer<'_>> {
@@ -221,7 +228,11 @@ impl<'a> BufferPool<'a> {
         }
         slot.state.compare_exchange(IN_FLIGHT, HELD, Ordering::Acquire, Ordering::Relaxed).ok()?;
         wc.consume_wr_id();
-        self.release_batch(slot.prev.swap(NO_PREV, Ordering::Relaxed));
+        let batched = self.release_batch(slot.prev.swap(NO_PREV, Ordering::Relaxed));
+        // SAFETY: the launch of this flight, and of those batched before it (of the same
+        // queue), each took one of these credits, given back only here, once (the state
+        // moved on from IN_FLIGHT and BATCHED).
+        unsafe { Count::give_back(slot.credits.load(Ordering::Relaxed), 1 + batched) };
         let received = wc.is_success() && wc.opcode() == WcOpcode::RECV;
         // (What a launch stored is within the chunk; what the provider reports is held to it.)
         let len = if received {
@@ -232,14 +243,17 @@ impl<'a> BufferPool<'a> {
         Some(Buffer { pool: self, index: index as u32, len })
     }
 
-    /// Frees the batched chunks chained from `index`.
+    /// Frees the batched chunks chained from `index`; returns how many.
     #[inline]
-    fn release_batch(&self, mut index: u32) {
+    fn release_batch(&self, mut index: u32) -> u32 {
+        let mut freed = 0;
         // (`NO_PREV` is past every slot.)
         while let Some(slot) = self.slots.get(index as usize) {
             index = slot.prev.swap(NO_PREV, Ordering::Relaxed);
             slot.state.store(FREE, Ordering::Release);
+            freed += 1;
         }
+        freed
     }
 
     #[inline]
@@ -439,8 +453,8 @@ impl<'p> Buffer<'p> {
     /// Hands the chunk to the NIC with its [next `wr_id`](Self::next_wr_id), in flight
     /// (completed by that `wr_id`). The token is gone until then, or [`Flight::restore`].
     #[inline]
-    pub(crate) fn launch(self, len: u32) -> Flight<'p> {
-        let wr_id = self.mark_launched(len, false, NO_PREV);
+    pub(crate) fn launch(self, len: u32, credits: &Credits) -> Flight<'p> {
+        let wr_id = self.mark_launched(len, false, NO_PREV, credits);
         let (pool, index) = (self.pool, self.index);
         std::mem::forget(self);
         Flight { pool, index, len, wr_id }
@@ -452,12 +466,20 @@ impl<'p> Buffer<'p> {
     /// `batched` behind chunk `before` of this pool (`NO_PREV` for none), which the completion
     /// of this one releases (and so on down the chain). The list then forgets the token once
     /// the provider took the WR, or [`unmark`](Self::unmark)s it. `len` is within the chunk
-    /// (`complete` gives it back).
+    /// (`complete` gives it back). The poster took one of `credits` for it, which `complete`
+    /// gives back.
     #[inline]
-    pub(crate) fn mark_launched(&self, len: u32, batched: bool, before: u32) -> u64 {
+    pub(crate) fn mark_launched(
+        &self,
+        len: u32,
+        batched: bool,
+        before: u32,
+        credits: &Credits,
+    ) -> u64 {
         debug_assert!(len as usize <= self.pool.chunk);
         let (slot, wr_id) = (self.slot(), self.next_wr_id());
         slot.len.store(len, Ordering::Relaxed);
+        slot.credits.store(credits.as_ptr().cast_mut(), Ordering::Relaxed);
         slot.flight.store(wr_id, Ordering::Relaxed);
         slot.prev.store(before, Ordering::Relaxed);
         slot.state.store(if batched { BATCHED } else { IN_FLIGHT }, Ordering::Release);

@@ -4,6 +4,7 @@ use std::mem::ManuallyDrop;
 
 use rdma_verbs_sys as sys;
 
+use super::credits::Credits;
 use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
@@ -428,6 +429,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
     {
         if let Err(error) = check_pool(&buffer, self.pd(), op.parts().0.writes_buffer())
             .and_then(|()| op.check_pd(self.pd()))
+            .and_then(|()| self.send_credits().take(1))
         {
             return Err(PostError { buffer: Some(buffer), error });
         }
@@ -443,6 +445,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             }
             Err(PostListError { posted: 0, error }) => {
                 buffer.unmark();
+                self.send_credits().put_back(1);
                 Err(PostError { buffer: Some(buffer), error })
             }
             // The provider may have taken it: the chunk stays in flight, for its completion.
@@ -476,7 +479,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         let len = buffer.len() as u32;
         let inline = send_op.goes_inline(len, self.caps().max_inline_data);
         let sge = buffer.sge(len, inline);
-        let wr_id = buffer.mark_launched(len, !signaled, before);
+        let wr_id = buffer.mark_launched(len, !signaled, before, self.send_credits());
         let flags = send_flags(signaled, inline);
         let sge = (len != 0).then_some(&sge);
         // SAFETY: the caller's guarantees for the chunk; an inline SGE holds the chunk's CPU
@@ -521,16 +524,19 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         for (buffer, op) in &list.entries {
             self.check_entry(buffer, *op, pool)?;
         }
+        let n = list.entries.len();
+        self.send_credits().take(u32::try_from(n).unwrap_or(u32::MAX))?;
         // (One pool: noting its first buffer notes them all.)
         self.lent(&list.entries[0].0);
         // (Settled in each arm: with all posted, the compiler drops what handles the refused.)
         match self.post_many(list, signal_last, before) {
             Ok(()) => {
-                list.settle(list.entries.len(), signal_last, qp, pool);
+                list.settle(n, signal_last, qp, pool);
                 Ok(())
             }
             Err(PostListError { posted, error }) => {
                 list.settle(posted, signal_last, qp, pool);
+                self.send_credits().put_back((n - posted) as u32);
                 Err(error)
             }
         }
@@ -558,7 +564,9 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             Some(open) => (open.pool, open.tail),
             None => (buffer.pool_id(), UNCHAINED),
         };
-        if let Err(error) = self.check_entry(&buffer, op, pool) {
+        if let Err(error) =
+            self.check_entry(&buffer, op, pool).and_then(|()| self.send_credits().take(1))
+        {
             return Err(PostError { buffer: Some(buffer), error });
         }
         self.lent(&buffer);
@@ -568,6 +576,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             Ok(()) => None,
             Err(PostListError { posted: 0, error }) => {
                 buffer.unmark();
+                self.send_credits().put_back(1);
                 return Err(PostError { buffer: Some(buffer), error });
             }
             // The provider may have taken it: counted as posted, as in a list.
@@ -623,7 +632,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
         'p: 'res,
     {
         let n = list.entries.len();
-        let max_inline = self.caps().max_inline_data;
+        let (max_inline, credits) = (self.caps().max_inline_data, self.send_credits());
         if list.sges.len() < n {
             list.sges.resize(n, Sge::new(0, 0, LKey::new(0)));
         }
@@ -634,7 +643,7 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
             let (len, signaled) = (buffer.len() as u32, signal_last && i + 1 == n);
             let inline = send_op.goes_inline(len, max_inline);
             let sge = sges.wrapping_add(i);
-            let wr_id = buffer.mark_launched(len, !signaled, before);
+            let wr_id = buffer.mark_launched(len, !signaled, before, credits);
             before = buffer.link();
             // SAFETY: `i < n <= list.sges.len()`, written through the vector's own pointer
             // (taken after any resize, and not moved since), then read as the WR's zero or
@@ -692,7 +701,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
         'p: 'res,
     {
         self.lent(&buffer);
-        post_receive(buffer, self.pd(), self.caps().max_recv_sge, GrhRoom::of::<T>(), |wr| {
+        post_receive(buffer, &self.receive_queue(), |wr| {
             // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
             // its SGE names it by IOVA in a region of this QP's PD (checked).
             unsafe { self.post_recv_wr(wr) }
@@ -700,24 +709,54 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
     }
 }
 
-/// Posts `buffer` as one receive of its whole capacity with `post` (the `post_recv_wr` of a QP
-/// or SRQ of `pd` taking up to `max_sge` SGEs per receive, of a length `room` allows), after
-/// [`check_receive`]: the buffer comes back with the error when either fails.
+/// What the buffer tier needs of a queue it posts receives to (a QP's or an SRQ): its PD,
+/// the SGEs it takes per receive, the receive length its QPs' type needs, and the credits
+/// its receives take ([`Credits`]: the receive CQ's, or the SRQ's own).
+pub(crate) struct ReceiveQueue<'q> {
+    pub(crate) pd: &'q ProtectionDomain<'q>,
+    pub(crate) max_sge: u32,
+    pub(crate) room: GrhRoom<'q>,
+    pub(crate) credits: &'q Credits,
+}
+
+impl ReceiveQueue<'_> {
+    /// [`check_pool`] for a receive (the NIC writes it): a queue that takes no SGE (created
+    /// with `max_recv_sge` 0) would refuse the buffer's one SGE in the provider (the strict
+    /// mock's `Rule::TooManySges`), so it is refused here, saying why; so is a chunk shorter
+    /// than `room` allows (a UD QP's GRH area).
+    #[inline]
+    pub(super) fn check(&self, buffer: &Buffer<'_>) -> Result<()> {
+        if self.max_sge == 0 {
+            return Err(Error::invalid(
+                InvalidInputKind::TooManySges,
+                "this queue was created to take no SGE per receive (max_recv_sge / max_sge \
+                 0): create it with at least 1 to post buffers to it"
+                    .into(),
+            ));
+        }
+        self.room.check(|| buffer.capacity() as u64)?;
+        check_pool(buffer, self.pd, true)
+    }
+}
+
+/// Posts `buffer` as one receive of its whole capacity to `queue` with `post` (its
+/// `post_recv_wr`), after [`ReceiveQueue::check`], taking one of its credits: the buffer comes
+/// back with the error when either fails.
 pub(crate) fn post_receive<'p>(
     buffer: Buffer<'p>,
-    pd: &ProtectionDomain<'_>,
-    max_sge: u32,
-    room: GrhRoom<'_>,
+    queue: &ReceiveQueue<'_>,
     post: impl FnOnce(&mut RecvWr<'_>) -> Result<()>,
 ) -> Result<(), PostError<'p>> {
-    if let Err(error) = check_receive(&buffer, pd, max_sge, room) {
+    if let Err(error) = queue.check(&buffer).and_then(|()| queue.credits.take(1)) {
         return Err(PostError { buffer: Some(buffer), error });
     }
     let len = buffer.len() as u32;
     let sge = [buffer.sge(buffer.capacity() as u32, false)];
-    let flight = buffer.launch(len);
-    post(&mut RecvWr::new(flight.wr_id, &sge))
-        .map_err(|error| PostError { buffer: Some(flight.restore()), error })
+    let flight = buffer.launch(len, queue.credits);
+    post(&mut RecvWr::new(flight.wr_id, &sge)).map_err(|error| {
+        queue.credits.put_back(1);
+        PostError { buffer: Some(flight.restore()), error }
+    })
 }
 
 /// The NIC checks an SGE's lkey against the PD of the queue it is posted to, and that the
@@ -771,29 +810,6 @@ fn pool_refused(other_pd: bool) -> Error {
          region lacks LOCAL_WRITE: register the pool's region with AccessFlags::LOCAL_WRITE"
             .into(),
     )
-}
-
-/// [`check_pool`] for a receive (the NIC writes it), on a queue of `pd` taking up to `max_sge`
-/// SGEs per receive: one that takes none (created with `max_recv_sge` 0) would refuse the
-/// buffer's one SGE in the provider (the strict mock's `Rule::TooManySges`), so it is refused
-/// here, saying why; so is a chunk shorter than `room` allows (a UD QP's GRH area).
-#[inline]
-pub(super) fn check_receive(
-    buffer: &Buffer<'_>,
-    pd: &ProtectionDomain<'_>,
-    max_sge: u32,
-    room: GrhRoom<'_>,
-) -> Result<()> {
-    if max_sge == 0 {
-        return Err(Error::invalid(
-            InvalidInputKind::TooManySges,
-            "this queue was created to take no SGE per receive (max_recv_sge / max_sge 0): \
-             create it with at least 1 to post buffers to it"
-                .into(),
-        ));
-    }
-    room.check(|| buffer.capacity() as u64)?;
-    check_pool(buffer, pd, true)
 }
 
 /// SIGNALED and INLINE as asked.

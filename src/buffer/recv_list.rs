@@ -5,11 +5,9 @@ use std::mem::ManuallyDrop;
 use rdma_verbs_sys as sys;
 
 use super::pool::{Buffer, UNCHAINED};
-use super::post::check_receive;
+use super::post::ReceiveQueue;
 use crate::error::Result;
-use crate::grh_room::GrhRoom;
 use crate::mr::LKey;
-use crate::pd::ProtectionDomain;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
 use crate::wr::{RecvWrList, Sge};
 
@@ -88,17 +86,14 @@ impl<'p> RecvBufferList<'p> {
         self.sges.len()
     }
 
-    /// Posts every buffer with `post` (the `ibv_post_recv` of a QP or SRQ of `pd` taking up
-    /// to `max_sge` SGEs per receive of a length `room` allows, named `verb` in errors) after
-    /// [`check_receive`] and
+    /// Posts every buffer to `queue` with `post` (its `ibv_post_recv`, named `verb` in
+    /// errors) after [`ReceiveQueue::check`], taking one of its credits each, and
     /// `note` (the queue's lenders) for each pool: each chunk launched as one receive of its whole
     /// capacity. The buffers the provider took leave the list; the others are the program's
     /// again and stay.
     pub(crate) fn post(
         &mut self,
-        pd: &ProtectionDomain<'_>,
-        max_sge: u32,
-        room: GrhRoom<'_>,
+        queue: &ReceiveQueue<'_>,
         note: impl Fn(&Buffer<'p>),
         verb: &'static str,
         post: impl FnOnce(*mut sys::ibv_recv_wr, &mut *mut sys::ibv_recv_wr) -> i32,
@@ -113,10 +108,13 @@ impl<'p> RecvBufferList<'p> {
         for buffer in &self.buffers {
             let pool = std::ptr::from_ref(buffer.pool_queues());
             if pool != checked {
-                check_receive(buffer, pd, max_sge, room)?;
+                queue.check(buffer)?;
                 checked = pool;
             }
         }
+        let n = self.buffers.len();
+        let credits = queue.credits;
+        credits.take(u32::try_from(n).unwrap_or(u32::MAX))?;
         let mut noted = std::ptr::null();
         let items = self.buffers.iter().zip(self.sges.iter_mut());
         self.wrs.rewrite(items, |(buffer, sge), wr| {
@@ -126,7 +124,7 @@ impl<'p> RecvBufferList<'p> {
                 noted = pool;
             }
             *sge = buffer.sge(buffer.capacity() as u32, false);
-            let wr_id = buffer.mark_launched(buffer.len() as u32, false, UNCHAINED);
+            let wr_id = buffer.mark_launched(buffer.len() as u32, false, UNCHAINED, credits);
             // SAFETY: the list's own SGE, not changed until the next post, which rewrites
             // every WR it hands over (hence `'static`: the WRs are read only within a post).
             wr.refill(wr_id, unsafe { &*std::ptr::from_ref(std::slice::from_ref(sge)) });
@@ -136,6 +134,7 @@ impl<'p> RecvBufferList<'p> {
         for buffer in &self.buffers[posted..] {
             buffer.unmark();
         }
+        credits.put_back((n - posted) as u32);
         // (Their tokens are `ManuallyDrop`: leaving the list forgets them, their chunks in
         // flight until a completion hands each back.)
         self.buffers.drain(..posted);
@@ -180,9 +179,7 @@ impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
         'p: 'res,
     {
         list.post(
-            self.pd(),
-            self.caps().max_recv_sge,
-            GrhRoom::of::<T>(),
+            &self.receive_queue(),
             |buffer| self.lent(buffer),
             "ibv_post_recv",
             |head, bad| {

@@ -18,6 +18,7 @@ pub use attr::CqAttr;
 pub use completion::Completion;
 use kept::{Handing, Kept};
 
+use crate::buffer::Credits;
 use crate::channel::CompletionChannel;
 use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
@@ -29,6 +30,29 @@ use crate::wc::WorkCompletion;
 ///
 /// Created through `ibv_create_cq_ex(3)` when the provider has it, else `ibv_create_cq(3)`
 /// ([`CompletionQueue::verbs_path`] says which); polling is the same on both paths.
+///
+/// # Room for completions
+///
+/// A CQ holds [`capacity`](Self::capacity) completions; one more overruns it, and the
+/// provider drops completions (rxe: silently but for an `IBV_EVENT_CQ_ERR` async event)
+/// or breaks the CQ (mlx5). A full work queue does not protect it: providers free a slot when
+/// they are done with a WR, not when its completion is polled (rxe as soon as its kernel
+/// completed it, so a QP with `max_send_wr` 1 accepts any number of posts). So:
+///
+/// - creating a QP refuses CQs smaller than what that QP can have outstanding, and a CQ fed
+///   by SRQs keeps each SRQ's [`max_wr`](crate::SharedReceiveQueue::max_wr) entries for
+///   their receives (once per SRQ, however many of its QPs complete here);
+/// - the buffer tier counts every buffer posted to a QP completing here (signaled or not: a
+///   flushed WR completes either way) until [`BufferPool::complete`](crate::BufferPool::complete)
+///   hands it back, and refuses a post that could take the CQ past its capacity with
+///   [`Error::CompletionsDue`], on every provider and verbs path. An SRQ holds its buffers to
+///   its `max_wr` the same way. [`due`](Self::due) is the count;
+/// - the raw tier, and [`bind_mw`](crate::QueuePair::bind_mw), are not counted: a program
+///   posting raw WRs or binds keeps those outstanding on each CQ (posted and not yet polled,
+///   flushed unsignaled ones included) within `capacity() - due()`.
+///
+/// Buffers of a QP destroyed without [`drain`](crate::QueuePair::drain) stay counted, as
+/// their chunks stay in flight: completions of theirs may still be in the CQ.
 #[must_use = "the completion queue is destroyed when dropped"]
 pub struct CompletionQueue<'ctx> {
     raw: NonNull<sys::ibv_cq>,
@@ -40,6 +64,8 @@ pub struct CompletionQueue<'ctx> {
     /// poll returns first; with whether it is polled in sessions (`ex`'s
     /// [`ExCq::in_sessions`](extended::ExCq::in_sessions)), in the one byte a poll tests.
     kept: Kept,
+    /// The completions due on it from buffer-tier posts, and kept for SRQs' receives.
+    credits: Credits,
     ctx: &'ctx Context,
 }
 
@@ -54,8 +80,8 @@ impl Context {
     /// `cqe` entries, extended where the provider allows (see
     /// [`Context::create_cq_with`]).
     ///
-    /// Size it for every WR that can be outstanding on the QPs that share it; an overrun
-    /// moves those QPs to the error state.
+    /// Size it for every WR that can be outstanding on the QPs that share it (see
+    /// [Room for completions](CompletionQueue#room-for-completions)).
     ///
     /// # Errors
     ///
@@ -159,12 +185,17 @@ impl Context {
         // Owned by the CQ once it exists; freed here if none does.
         let acks = attr.channel.map(|_| HeapAcks::new());
         let cq_context = acks.as_ref().map_or(std::ptr::null_mut(), HeapAcks::as_context);
-        let with = |raw, ex: Option<extended::ExCq>| CompletionQueue {
-            raw,
-            kept: Kept::new(ex.as_ref().is_some_and(extended::ExCq::in_sessions)),
-            ex,
-            acks,
-            ctx: self,
+        let with = |raw: NonNull<sys::ibv_cq>, ex: Option<extended::ExCq>| {
+            // SAFETY: a live CQ; a plain field read.
+            let entries = unsafe { (*raw.as_ptr()).cqe }.max(0) as u32;
+            CompletionQueue {
+                raw,
+                kept: Kept::new(ex.as_ref().is_some_and(extended::ExCq::in_sessions)),
+                ex,
+                acks,
+                credits: Credits::new(entries, "completion queue"),
+                ctx: self,
+            }
         };
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let strict = attr.timestamps || attr.verbs_path == Some(VerbsPath::Extended);
@@ -214,6 +245,25 @@ impl<'ctx> CompletionQueue<'ctx> {
     pub fn capacity(&self) -> u32 {
         // SAFETY: a live CQ; a plain field read.
         unsafe { (*self.raw.as_ptr()).cqe }.max(0) as u32
+    }
+
+    /// The completions due on this CQ as the buffer tier counts them: one per buffer posted
+    /// to a QP completing here and not yet handed back by
+    /// [`BufferPool::complete`](crate::BufferPool::complete) (signaled or not: a flushed WR
+    /// completes either way), plus, for each SRQ feeding its QPs' receives, that SRQ's
+    /// [`max_wr`](crate::SharedReceiveQueue::max_wr). A buffer-tier post that would take it
+    /// past [`capacity`](Self::capacity) is refused with [`Error::CompletionsDue`].
+    ///
+    /// Work requests posted through the raw tier are not counted: a program mixing tiers on
+    /// one CQ keeps its raw WRs outstanding (posted and not yet polled) within
+    /// `capacity() - due()`, as the raw posts' contracts say.
+    pub fn due(&self) -> u32 {
+        self.credits.taken() + self.credits.held()
+    }
+
+    /// Its buffer-tier credits, which the QPs completing here take.
+    pub(crate) fn credits(&self) -> &Credits {
+        &self.credits
     }
 
     /// `ibv_poll_cq(3)`, or `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` on a CQ with

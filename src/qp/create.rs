@@ -6,7 +6,9 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use super::extended::{self, ExQp};
-use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits};
+use super::{
+    destroy_qp, QpCapabilities, QpCredits, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits,
+};
 use crate::buffer::Lenders;
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
@@ -31,11 +33,12 @@ impl<'res> ProtectionDomain<'res> {
     /// before the verb with the sizes *asked* for in `attr.cap`: `max_send_wr` on the send CQ,
     /// and on the receive CQ `max_recv_wr` — or, with an SRQ, the SRQ's
     /// [`max_wr`](crate::SharedReceiveQueue::max_wr), since any of its receives may complete
-    /// through this QP. When both are one CQ, it needs their sum. A CQ that overruns moves
-    /// its QPs to ERROR and loses completions, so it is refused here rather than discovered
-    /// there. Only this QP is counted: a CQ shared by several QPs must hold all of theirs, and
-    /// a program that keeps more WRs outstanding than it asked for (providers may allocate
-    /// more, see [`QueuePair::caps`]) must size its CQs for that.
+    /// through this QP. When both are one CQ, it needs their sum. A CQ that overruns loses
+    /// completions, so it is refused here rather than discovered there. A CQ shared by several
+    /// QPs is then held to its capacity as posts go: the buffer tier counts what is due on it,
+    /// and the receive CQ keeps an SRQ's `max_wr` entries once for all the QPs it feeds there
+    /// (see [Room for completions](crate::CompletionQueue#room-for-completions)); raw-tier
+    /// posts are the program's to keep within it.
     ///
     /// # Errors
     ///
@@ -75,7 +78,7 @@ impl<'res> ProtectionDomain<'res> {
         };
         let raw =
             check_ptr(raw, "ibv_create_qp").map_err(|e| self.explain_create_qp(e, &attr.cap))?;
-        Ok(self.adopt_qp(raw, None, &init.cap))
+        self.adopt_qp(raw, None, &init.cap, attr)
     }
 
     /// What every creation verb of a QP of `qp_type` on this PD (`ibv_create_qp`,
@@ -145,13 +148,13 @@ impl<'res> ProtectionDomain<'res> {
             Ok(ex) => Some(ex),
             Err(what) if forced => {
                 // Dropping the legacy-path QP destroys it.
-                drop(self.adopt_qp::<T>(raw, None, &init.cap));
+                drop(self.adopt_qp::<T>(raw, None, &init.cap, attr));
                 return Err(Error::Unsupported { what });
             }
             // The QP itself is fine: it posts through ibv_post_send.
             Err(_) => None,
         };
-        Ok(self.adopt_qp(raw, ex, &init.cap))
+        self.adopt_qp(raw, ex, &init.cap, attr)
     }
 
     /// The attributes both creation verbs read: CQs, SRQ, capabilities, type and signalling,
@@ -170,15 +173,33 @@ impl<'res> ProtectionDomain<'res> {
         }
     }
 
-    /// A created QP in RESET, owning `raw`.
+    /// A created QP in RESET, owning `raw`, created with `attr`; with an SRQ, its receive CQ
+    /// keeps entries for the SRQ's receives (see
+    /// [`Credits::hold_for_srq`](crate::buffer::Credits::hold_for_srq)), which
+    /// [`QueuePair::destroy`] gives back.
+    ///
+    /// # Errors
+    ///
+    /// That of `hold_for_srq`: the QP is destroyed.
     fn adopt_qp<T: QpType>(
         &'res self,
         raw: NonNull<sys::ibv_qp>,
         ex: Option<ExQp>,
         cap: &sys::ibv_qp_cap,
-    ) -> QueuePair<'res, Reset, T> {
+        attr: &QpInitAttr<'res, '_>,
+    ) -> Result<QueuePair<'res, Reset, T>> {
         let caps = QpCapabilities::from_raw(cap);
-        QueuePair {
+        let credits = QpCredits { send: attr.send_cq.credits(), recv: attr.recv_cq.credits() };
+        if let Some(srq) = attr.srq {
+            if let Err(error) = credits.recv.hold_for_srq(srq.as_raw() as usize, srq.max_wr()) {
+                // SAFETY: created by the caller and not handed out: destroyed once, here.
+                if let Err(e) = unsafe { destroy_qp(&self.context().library().fns, raw.as_ptr()) } {
+                    log::warn!("leaking a QP refused for its CQ's room: {e}");
+                }
+                return Err(error);
+            }
+        }
+        Ok(QueuePair {
             raw,
             ex,
             pd: self,
@@ -186,9 +207,10 @@ impl<'res> ProtectionDomain<'res> {
             limits: SendLimits::default(),
             slack: super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref()),
             lenders: Lenders::default(),
+            credits,
             _res: PhantomData,
             _state: PhantomData,
-        }
+        })
     }
 
     /// `ibv_create_qp(3)`—Creates a Reliable Connected queue pair in RESET: `create_qp::<Rc>`.

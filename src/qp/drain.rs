@@ -141,8 +141,14 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
                 // (Should `each` panic, the CQ keeps what it was not given for its next poll.)
                 cq.poll_each(&mut storage, |wc| {
                     match (wc.qp_num() == self.qp_num(), wc.wr_id()) {
-                        (true, DRAIN_SEND_WR_ID) => send = Marker::Seen,
-                        (true, DRAIN_RECV_WR_ID) => recv = Marker::Seen,
+                        (true, DRAIN_SEND_WR_ID) => {
+                            send = Marker::Seen;
+                            self.credits.send.put_back(1);
+                        }
+                        (true, DRAIN_RECV_WR_ID) => {
+                            recv = Marker::Seen;
+                            self.credits.recv.put_back(1);
+                        }
                         _ => each(wc),
                     }
                 })?;
@@ -172,8 +178,17 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
         check_errno(ret, "ibv_modify_qp (→ERROR, drain)")
     }
 
-    /// Posts the send (or receive) marker: `false` when the queue is full (`ENOMEM`).
+    /// Posts the send (or receive) marker: `false` when the queue is full (`ENOMEM`), or its
+    /// CQ has no room for its completion beside the buffers' (see [`Credits`]), which the
+    /// flushes polled meanwhile make. The marker takes one of the CQ's credits until its
+    /// completion is seen.
+    ///
+    /// [`Credits`]: crate::buffer::Credits
     fn post_marker(&self, send: bool) -> Result<bool> {
+        let credits = if send { self.credits.send } else { self.credits.recv };
+        if credits.take(1).is_err() {
+            return Ok(false);
+        }
         let ret = if send {
             let mut wr = sys::ibv_send_wr {
                 wr_id: DRAIN_SEND_WR_ID,
@@ -192,7 +207,11 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
             // writes nothing, and is one WR (`next` is NULL).
             unsafe { sys::inline::ibv_post_recv(self.as_raw(), &mut wr, &mut bad) }
         };
-        match check_errno(ret, if send { "ibv_post_send" } else { "ibv_post_recv" }) {
+        let posted = check_errno(ret, if send { "ibv_post_send" } else { "ibv_post_recv" });
+        if posted.is_err() {
+            credits.put_back(1);
+        }
+        match posted {
             Ok(()) => Ok(true),
             Err(Error::WorkQueueFull { .. }) => Ok(false),
             Err(error) => Err(error),

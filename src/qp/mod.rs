@@ -62,7 +62,7 @@ pub use query::QpAttributes;
 pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
-use crate::buffer::Lenders;
+use crate::buffer::{Credits, Lenders};
 use crate::cq::CompletionQueue;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, Error, Result, TransitionError};
@@ -128,10 +128,19 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     slack: Slack,
     /// The buffer pools whose chunks it was given, told when it is destroyed.
     lenders: Lenders,
+    /// The credits its buffer-tier posts take: its CQs'.
+    credits: QpCredits<'res>,
     /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
     /// it, and a covariant `'res` could be shortened at each call.
     _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
     _state: PhantomData<(S, T)>,
+}
+
+/// The credits (see [`Credits`]) of a QP's send and receive CQs.
+#[derive(Clone, Copy)]
+pub(crate) struct QpCredits<'res> {
+    pub(crate) send: &'res Credits,
+    pub(crate) recv: &'res Credits,
 }
 
 /// What the device allows a send, checked before posting.
@@ -213,11 +222,35 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     }
 
     fn destroy_raw(&mut self) -> Result<()> {
+        // SAFETY: a live QP; a plain field read (libibverbs set it at creation).
+        let srq = unsafe { (*self.as_raw()).srq };
         // SAFETY: a live QP, destroyed once (by Drop or by `destroy`, which suppresses Drop).
         unsafe { destroy_qp(&self.pd.context().library().fns, self.as_raw()) }?;
         // SAFETY: destroyed; the pools it was given chunks of outlive it ('p: 'res).
         unsafe { self.lenders.release() };
+        if !srq.is_null() {
+            // (Its creation held the SRQ's entries: a QP is made only once that succeeded.)
+            self.credits.recv.unhold_for_srq(srq as usize);
+        }
         Ok(())
+    }
+
+    /// The credits of its send CQ, which its buffer-tier sends take.
+    #[inline(always)]
+    pub(crate) fn send_credits(&self) -> &'res Credits {
+        self.credits.send
+    }
+
+    /// What the buffer tier posts receives to: its receive queue, whose receives take its
+    /// receive CQ's credits.
+    #[inline(always)]
+    pub(crate) fn receive_queue(&self) -> crate::buffer::ReceiveQueue<'_> {
+        crate::buffer::ReceiveQueue {
+            pd: self.pd,
+            max_sge: self.caps.max_recv_sge,
+            room: crate::grh_room::GrhRoom::of::<T>(),
+            credits: self.credits.recv,
+        }
     }
 
     /// Notes that the QP is given chunks of `buffer`'s pool (before it posts them).
@@ -258,6 +291,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         let mut this = ManuallyDrop::new(self);
         QueuePair {
             lenders: std::mem::take(&mut this.lenders),
+            credits: this.credits,
             raw: this.raw,
             ex: this.ex,
             pd: this.pd,

@@ -27,6 +27,10 @@ impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
     /// - `wr_id` must not have bit 63 set: those ids belong to the buffer tier
     ///   ([`BufferPool`](crate::BufferPool)), whose buffers they would release.
     ///
+    /// Not a safety matter, but the program's to keep: the receive CQ's room (see
+    /// [Room for completions](crate::CompletionQueue#room-for-completions)); raw WRs are not
+    /// counted in [`CompletionQueue::due`](crate::CompletionQueue::due).
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidInput`] ([`InvalidInputKind::BufferTooSmall`]) on a UD QP for a receive
@@ -113,7 +117,8 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     ///   borrows it, but only for the call).
     ///
     /// A wrong remote address or rkey is not undefined behaviour: the WR completes with an
-    /// error status.
+    /// error status. Nor is a CQ overrun, but it loses completions: keeping the send CQ's room
+    /// is the program's (see [Room for completions](crate::CompletionQueue#room-for-completions)).
     ///
     /// # Errors
     ///

@@ -728,3 +728,100 @@ fn waiting_forever_reaches_the_verb_only_when_named() {
     assert_eq!((q.timeout, q.rnr_retry), (AckTimeout::INFINITE, RnrRetry::INFINITE));
     assert_eq!((q.timeout.duration(), q.rnr_retry.count()), (None, None));
 }
+
+/// RC QPs `a` and `b` of `pd`, in RTS and connected to each other (the mock executes what
+/// one sends to the other), with `a`'s capacities `cap` and `a_cq`, `b` on `b_cq`.
+fn loopback_pair<'a>(
+    f: &'a Fixture,
+    pd: &'a ProtectionDomain<'a>,
+    (a_cq, b_cq): (&'a CompletionQueue<'a>, &'a CompletionQueue<'a>),
+    cap: QpCapabilities,
+) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+    let a = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(a_cq) }).unwrap();
+    let b = rc_qp(pd, b_cq);
+    let gid = f.ctx.routable_gid(1).unwrap();
+    let lid = f.ctx.query_port(1).unwrap().lid();
+    let up = |qp: QueuePair<'a, Reset>, peer: Qpn| {
+        let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0).unwrap(), gid: gid.gid };
+        let rtr = ToRtrAttr::to_endpoint(&endpoint, 1, Some(gid.index), Mtu::MTU_1024);
+        let access = AccessFlags::REMOTE_WRITE;
+        let init = qp.into_init(&ToInitAttr { access, ..Default::default() }).unwrap();
+        init.into_rtr(&rtr).unwrap().into_rts(&ToRtsAttr::new(Psn::new(0).unwrap())).unwrap()
+    };
+    let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
+    (up(a, b_qpn), up(b, a_qpn))
+}
+
+/// A provider may free a send-queue slot as soon as it has executed the WR (rxe, and the
+/// mock, do), so `max_send_wr` 1 never makes it refuse a post while completions pile up in a
+/// CQ of 1: the buffer tier counts them and refuses the post that would overrun the CQ, until
+/// the completion is polled and its buffer handed back.
+#[test]
+fn a_cq_full_of_unpolled_completions_refuses_buffer_posts_instead_of_overrunning() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let (cq, peer_cq) = (f.ctx.create_cq(1).unwrap(), f.ctx.create_cq(64).unwrap());
+    let pool =
+        BufferPool::new(pd.register(16 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 0, ..Default::default() };
+    let (a, _b) = loopback_pair(&f, &pd, (&cq, &peer_cq), cap);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let target = pd.register_remote_writable(4096, access).unwrap();
+    let write = SendOp::RdmaWrite(target.remote(..64).unwrap());
+    let mut wcs = [WorkCompletion::EMPTY; 4];
+    for round in 0..64 {
+        a.post_send_buffer(pool.take().unwrap(), write).unwrap();
+        assert_eq!(cq.due(), 1);
+        let refused = a.try_post_send_buffer(pool.take().unwrap(), write).unwrap_err();
+        assert!(
+            matches!(refused.error, Error::CompletionsDue { capacity: 1, due: 1, .. }),
+            "round {round}: {:?}",
+            refused.error
+        );
+        assert!(refused.error.to_string().contains("BufferPool::complete"), "{}", refused.error);
+        drop(refused);
+        assert_eq!(f.mock.cq_overruns(cq.as_raw()), 0, "round {round}");
+        // Polled but not handed back: still due.
+        let polled = cq.poll(&mut wcs).unwrap();
+        assert_eq!(polled.len(), 1);
+        assert_eq!(cq.due(), 1);
+        drop(pool.complete(&mut polled[0]).unwrap());
+        assert_eq!(cq.due(), 0);
+    }
+    assert!(f.mock.take_violations().is_empty());
+}
+
+/// An SRQ's receives may complete on the receive CQ of any QP it feeds: such a CQ keeps the
+/// SRQ's `max_wr` entries (once, however many of its QPs it feeds there), its QPs' own posts
+/// cannot take them, and the SRQ holds its receives to `max_wr` though the provider frees a
+/// slot when a receive is consumed.
+#[test]
+fn a_cq_fed_by_an_srq_keeps_its_receives_entries() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(8).unwrap();
+    let pool =
+        BufferPool::new(pd.register(16 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let srq = pd.create_srq(4, 1).unwrap();
+    let cap = QpCapabilities { max_send_wr: 1, ..Default::default() };
+    let attr = QpInitAttr { cap, srq: Some(&srq), ..QpInitAttr::new(&cq) };
+    let qps = [pd.create_rc_qp(&attr).unwrap(), pd.create_rc_qp(&attr).unwrap()];
+    assert_eq!(cq.due(), 4, "one SRQ's entries, for both QPs");
+    for _ in 0..4 {
+        srq.post_recv_buffer(pool.take().unwrap()).unwrap();
+    }
+    let refused = srq.try_post_recv_buffer(pool.take().unwrap()).unwrap_err();
+    assert!(
+        matches!(refused.error, Error::CompletionsDue { capacity: 4, due: 4, .. }),
+        "{:?}",
+        refused.error
+    );
+    // A QP fed by another SRQ would want 5 more entries: 9 of the CQ's 8.
+    let other = pd.create_srq(5, 1).unwrap();
+    assert_eq!(cq.capacity(), 8);
+    let err = pd.create_rc_qp(&QpInitAttr { srq: Some(&other), ..attr }).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::CqTooSmall), "{err}");
+    drop(qps);
+    assert_eq!(cq.due(), 0, "the last QP on the SRQ gone, its entries are free");
+    assert!(f.mock.take_violations().is_empty());
+}

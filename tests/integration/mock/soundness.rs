@@ -63,6 +63,9 @@ enum Step {
     Chained { qp: usize, pool: usize, op: Op, len: usize, signaled: bool },
     /// `poll`, then `complete` on every pool; the buffers are dropped.
     Poll,
+    /// `poll_with` on every CQ, whose callback completes the buffers and panics at the
+    /// completion numbered `panic_at` (never when past the last): the rest stay with the CQ.
+    PollWith { panic_at: usize },
     /// The next WR executed on `qp` completes with an error (the QP goes to ERROR).
     FailNextWr { qp: usize },
     /// The next post (legacy verb or extended batch) fails with ENOMEM.
@@ -156,6 +159,7 @@ fn step() -> impl Strategy<Value = Step> {
                 signal_last
             }),
         4 => Just(Step::Poll),
+        2 => (0..20usize).prop_map(|panic_at| Step::PollWith { panic_at }),
         1 => qp.clone().prop_map(|qp| Step::FailNextWr { qp }),
         1 => Just(Step::FailPost),
         1 => qp.clone().prop_map(|qp| Step::Reset { qp }),
@@ -185,16 +189,19 @@ enum Slot<'a> {
 struct Parts<'a, 's> {
     ctx: &'a Context,
     pd: &'a ProtectionDomain<'a>,
-    cq: &'a CompletionQueue<'a>,
+    send_cq: &'a CompletionQueue<'a>,
+    recv_cq: &'a CompletionQueue<'a>,
     srq: &'a SharedReceiveQueue<'s>,
     path: VerbsPath,
+    /// Each QP's `max_send_wr` and `max_recv_wr`.
+    max_wr: u32,
 }
 
 impl<'a, 's> Parts<'a, 's> {
     fn attr(&self, srq: bool) -> QpInitAttr<'a, 's> {
         let cap = QpCapabilities {
-            max_send_wr: 64,
-            max_recv_wr: 64,
+            max_send_wr: self.max_wr,
+            max_recv_wr: self.max_wr,
             max_inline_data: 32,
             ..Default::default()
         };
@@ -202,7 +209,8 @@ impl<'a, 's> Parts<'a, 's> {
             cap,
             srq: srq.then_some(self.srq),
             verbs_path: Some(self.path),
-            ..QpInitAttr::new(self.cq)
+            recv_cq: self.recv_cq,
+            ..QpInitAttr::new(self.send_cq)
         }
     }
 
@@ -298,15 +306,40 @@ impl Slot<'_> {
     }
 }
 
-/// Runs `steps` against a fresh strict mock: how many buffers completions handed back, or
-/// the first step after which the mock recorded a violation.
+/// The CQs of a run: the QPs' `max_send_wr`/`max_recv_wr` and the SRQ's `max_wr`, whether
+/// sends and receives share one CQ, and how many entries the CQs have beyond the least each
+/// QP's creation accepts. Small ones fill up: the buffer tier must then refuse posts rather
+/// than let a CQ overrun.
+#[derive(Clone, Copy, Debug)]
+struct Cqs {
+    max_wr: u32,
+    srq_wr: u32,
+    shared: bool,
+    extra: u32,
+}
+
+/// Room for everything the rig's pools can put in flight.
+const ROOMY: Cqs = Cqs { max_wr: 64, srq_wr: 64, shared: true, extra: 128 };
+
+fn cqs() -> impl Strategy<Value = Cqs> {
+    let small = (1..=4u32, 1..=4u32, any::<bool>(), 0..=8u32)
+        .prop_map(|(max_wr, srq_wr, shared, extra)| Cqs { max_wr, srq_wr, shared, extra });
+    prop_oneof![Just(ROOMY), small]
+}
+
+/// Runs `steps` against a fresh strict mock with roomy CQs (see [`run_with`]).
 fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
+    run_with(steps, extended, iova, ROOMY)
+}
+
+/// Runs `steps` against a fresh strict mock with `cqs`: how many buffers completions handed
+/// back, or the first step after which the mock recorded a violation or a CQ overran.
+fn run_with(steps: &[Step], extended: bool, iova: bool, cqs: Cqs) -> Result<usize, String> {
     let mock = Mock::new();
     let config = if extended { ContextConfig::extended_verbs() } else { ContextConfig::default() };
     let ctx = open(&mock, Optional::ALL, config);
     let path = if extended { VerbsPath::Extended } else { VerbsPath::Legacy };
     let (pd, other_pd) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
-    let cq = ctx.create_cq(256).unwrap();
     let region = if iova {
         pd.register_with_iova(16 * CHUNK, 0x4000_0000, AccessFlags::LOCAL_WRITE).unwrap()
     } else {
@@ -320,7 +353,13 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
         BufferPool::new(pd.register(4 * CHUNK, AccessFlags::empty()).unwrap(), CHUNK).unwrap(),
     ];
     // After the pools: buffers lent to the SRQ outlive it.
-    let srq = pd.create_srq(64, 1).unwrap();
+    let srq = pd.create_srq(cqs.srq_wr, 1).unwrap();
+    // (The provider may give the SRQ more than asked.)
+    let recv = cqs.max_wr.max(srq.max_wr());
+    let entries = cqs.extra + if cqs.shared { cqs.max_wr + recv } else { recv };
+    let send_cq = ctx.create_cq(entries).unwrap();
+    let own_recv_cq = (!cqs.shared).then(|| ctx.create_cq(entries).unwrap());
+    let recv_cq = own_recv_cq.as_ref().unwrap_or(&send_cq);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND | WINDOW_RIGHTS;
     let target: RemoteWritableRegion<'_> = pd.register_remote_writable(TARGET, access).unwrap();
     let remote = target.remote(..).unwrap();
@@ -330,7 +369,16 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
         let av = AddressVector::new(PORT, lid).with_grh(GlobalRoute::new(gid, SGID_INDEX));
         pd.create_ah(&av).unwrap()
     };
-    let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path };
+    let parts = Parts {
+        ctx: &ctx,
+        pd: &pd,
+        send_cq: &send_cq,
+        recv_cq,
+        srq: &srq,
+        path,
+        max_wr: cqs.max_wr,
+    };
+    let both = [&send_cq, recv_cq];
     let mut slots = parts.slots();
     let qpns: Vec<Qpn> = slots.iter().map(|s| s.qp_num().unwrap()).collect();
     let mut list = SendBufferList::with_capacity(4);
@@ -414,6 +462,9 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                     Slot::Gone => Ok(()),
                 };
             }
+            // Window binds complete with the program's wr_id and are not counted (as raw WRs):
+            // only the roomy CQs take them.
+            Step::Bind { .. } if cqs.extra < ROOMY.extra => continue,
             Step::Bind { qp, start, len, rights } => {
                 // A range past the target or rights it lacks are refused before the verb.
                 let Ok(bind) = MwBind::new(&target, start..start + len, rights) else { continue };
@@ -426,12 +477,28 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 };
             }
             Step::Poll => {
-                if let Ok(polled) = cq.poll(&mut wcs) {
+                for cq in &both[..if cqs.shared { 1 } else { 2 }] {
+                    let Ok(polled) = cq.poll(&mut wcs) else { continue };
                     for wc in polled.iter_mut() {
                         let back = pools.iter().filter_map(|p| p.complete(wc)).count();
                         assert!(back <= 1, "one completion handed back {back} buffers");
                         handed_back += back;
                     }
+                }
+            }
+            Step::PollWith { panic_at } => {
+                for cq in &both[..if cqs.shared { 1 } else { 2 }] {
+                    let mut given = 0;
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        cq.poll_with(16, |c| {
+                            handed_back +=
+                                pools.iter().filter_map(|p| p.complete(&mut c.wc)).count();
+                            given += 1;
+                            if given == panic_at {
+                                panic!("a callback panicking at completion {panic_at}");
+                            }
+                        })
+                    }));
                 }
             }
             Step::FailNextWr { qp } => {
@@ -451,14 +518,16 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
                 let mut hand_back = |wc: &mut WorkCompletion| {
                     handed_back += pools.iter().filter_map(|p| p.complete(wc)).count();
                 };
-                let (cqs, limit) = ([&cq], Duration::from_secs(5));
+                // (Short: with small CQs a drain may wait for room that never comes, as other QPs
+                // reset or dropped with buffers in flight keep theirs.)
+                let limit = Duration::from_millis(50);
                 // A drain that fails hands the QP back (in ERROR): it stays as it is.
                 slots[qp] = match std::mem::replace(&mut slots[qp], Slot::Gone) {
-                    Slot::Rc(q) => match q.try_drain(&cqs, limit, &mut hand_back) {
+                    Slot::Rc(q) => match q.try_drain(&both, limit, &mut hand_back) {
                         Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Rc),
                         Err(e) => Slot::Rc(e.qp),
                     },
-                    Slot::Uc(q) => match q.try_drain(&cqs, limit, &mut hand_back) {
+                    Slot::Uc(q) => match q.try_drain(&both, limit, &mut hand_back) {
                         Ok(q) => parts.connect(q, qpns[qp ^ 1]).map_or(Slot::Gone, Slot::Uc),
                         Err(e) => Slot::Uc(e.qp),
                     },
@@ -475,10 +544,14 @@ fn run(steps: &[Step], extended: bool, iova: bool) -> Result<usize, String> {
             let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
             return Err(format!("after step {i} ({step:?}): {}", list.join("; ")));
         }
+        let overruns: usize = both.iter().map(|cq| mock.cq_overruns(cq.as_raw())).sum();
+        if overruns != 0 {
+            return Err(format!("after step {i} ({step:?}): {overruns} completions overran a CQ"));
+        }
     }
     // Then the SRQ and the pools: a pool whose chunks a leaked queue still holds must keep
     // its region registered.
-    drop((list, ud_list, slots, parts));
+    drop((list, ud_list, slots, parts, both));
     drop(srq);
     drop(pools);
     let (violations, dangling) = (mock.take_violations(), mock.dangling_work());
@@ -566,7 +639,15 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
     let srq = pd.create_srq(4, 1).unwrap();
-    let parts = Parts { ctx: &ctx, pd: &pd, cq: &cq, srq: &srq, path: VerbsPath::Legacy };
+    let parts = Parts {
+        ctx: &ctx,
+        pd: &pd,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: &srq,
+        path: VerbsPath::Legacy,
+        max_wr: 64,
+    };
     let mr = pd.register(3 * 64, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = parts.connect(parts.create::<Rc>(false), Qpn::new(0xab_cdef).unwrap()).unwrap();
     let sges: Vec<_> = (0..3).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
@@ -597,12 +678,13 @@ proptest! {
     #![proptest_config(ProptestConfig { max_shrink_iters: 4096, ..ProptestConfig::default() })]
 
     #[test]
-    fn no_sequence_of_safe_calls_makes_the_provider_touch_memory_it_does_not_own(
+    fn no_sequence_of_safe_calls_touches_memory_it_does_not_own_or_overruns_a_cq(
         steps in proptest::collection::vec(step(), 1..40),
         extended in any::<bool>(),
         iova in any::<bool>(),
+        cqs in cqs(),
     ) {
-        if let Err(violation) = run(&steps, extended, iova) {
+        if let Err(violation) = run_with(&steps, extended, iova, cqs) {
             return Err(TestCaseError::fail(violation));
         }
     }
