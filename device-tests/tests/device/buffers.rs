@@ -176,3 +176,42 @@ fn raw_lists_post_many_receives_with_one_call_and_many_sends_with_one_doorbell()
         "one send completion, four receives"
     );
 }
+
+/// rxe frees a send-queue slot as soon as its kernel has completed the WR, so a QP with
+/// `max_send_wr` 1 on a CQ of 1 takes any number of posts: 1,024 signaled buffer sends
+/// overran the CQ (1,023 completions and their buffers lost, the QP still in RTS, a
+/// `CQ_ERR` async event the only sign). The buffer tier refuses every post past the CQ's
+/// room until the completion is polled and its buffer handed back.
+#[test]
+fn a_cq_of_one_refuses_unpolled_sends_past_its_room_instead_of_overrunning() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let events = ctx.async_events().unwrap();
+    let lo = Loopback::new(&ctx, 1);
+    let room = lo.cq.capacity() as usize;
+    let pool = lo.pool(room + 1, 64);
+    let target = lo.write_target(64);
+    let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 0, ..Default::default() };
+    let attr = QpInitAttr { cap, ..QpInitAttr::new(&lo.cq) };
+    let (a, _b) = lo.pair::<Rc>(&attr, AccessFlags::REMOTE_WRITE);
+    let write = SendOp::RdmaWrite(target.remote(..).unwrap());
+    let mut refused = 0;
+    for _ in 0..1024 {
+        match a.try_post_send_buffer(pool.take().unwrap(), write) {
+            Ok(()) => {}
+            Err(e) => {
+                assert!(matches!(e.error, Error::CompletionsDue { .. }), "{}", e.error);
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 1024 - room, "a CQ of {room}");
+    for mut wc in wait_for(&lo.cq, room) {
+        assert!(wc.is_success(), "{wc:?}");
+        drop(pool.complete(&mut wc).expect("a buffer of the pool"));
+    }
+    let free: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(free.len(), room + 1, "every buffer came back");
+    assert_eq!(a.query_state().unwrap(), QueuePairState::RTS);
+    let overrun = events.next(Some(std::time::Duration::from_millis(500))).unwrap();
+    assert!(overrun.is_none(), "no async event: {overrun:?}");
+}
