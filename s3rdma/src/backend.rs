@@ -170,15 +170,40 @@ fn remove_empty_parents(path: &Path, stop: &Path) {
     }
 }
 
-/// The `x-amz-checksum-*` values of an upload's input.
-macro_rules! sent_checksums {
-    ($input:expr) => {
-        Checksum {
-            checksum_crc32: $input.checksum_crc32,
-            checksum_crc32c: $input.checksum_crc32c,
-            checksum_crc64nvme: $input.checksum_crc64nvme,
-            checksum_sha1: $input.checksum_sha1,
-            checksum_sha256: $input.checksum_sha256,
+/// What the `input` of an upload (`req`) says of its body: its length, Content-MD5 and
+/// `x-amz-checksum-*` values (headers, or the trailers of an aws-chunked body).
+macro_rules! expected_body {
+    ($input:ident, $req:ident) => {
+        Expected {
+            length: $input.content_length,
+            content_md5: $input.content_md5.as_deref(),
+            checksums: Checksum {
+                checksum_crc32: $input.checksum_crc32,
+                checksum_crc32c: $input.checksum_crc32c,
+                checksum_crc64nvme: $input.checksum_crc64nvme,
+                checksum_sha1: $input.checksum_sha1,
+                checksum_sha256: $input.checksum_sha256,
+                ..Default::default()
+            },
+            headers: &$req.headers,
+            trailers: $req.trailing_headers.as_ref(),
+        }
+    };
+}
+
+/// A GetObject or HeadObject output (`$output`) of the object `meta`, with `$field: $value`
+/// added; `$checksum` says whether to give the whole object's CRC64NVME.
+macro_rules! object_output {
+    ($output:ident, $meta:expr, $checksum:expr, { $($field:ident: $value:expr),* $(,)? }) => {
+        $output {
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&$meta)),
+            last_modified: Some(timestamp($meta.last_modified_ms)),
+            content_type: $meta.content_type.clone(),
+            metadata: user_metadata(&$meta.user),
+            checksum_crc64nvme: $checksum.then(|| $meta.crc64nvme.clone()),
+            checksum_type: $checksum.then(|| ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+            $($field: $value,)*
             ..Default::default()
         }
     };
@@ -274,13 +299,7 @@ impl S3 for Store {
         self.bucket_exists(&input.bucket).await?;
         let (data, meta_path) = self.layout().object(&input.bucket, &input.key)?;
         let dir = data.parent().map(Path::to_path_buf).unwrap_or_default();
-        let expected = Expected {
-            length: input.content_length,
-            content_md5: input.content_md5.as_deref(),
-            checksums: sent_checksums!(input),
-            headers: &req.headers,
-            trailers: req.trailing_headers.as_ref(),
-        };
+        let expected = expected_body!(input, req);
         let (temp, mut meta) =
             receive(input.body, dir, self.inner.limits.max_object, expected).await?;
         meta.content_type = input.content_type;
@@ -330,23 +349,14 @@ impl S3 for Store {
         let body = futures::stream::iter(first)
             .chain(stream.map(|r| r.inspect_err(|e| eprintln!("s3rdma: GET cut short: {e}"))));
         let full = input.range.is_none();
-        let output = GetObjectOutput {
+        let whole_checksum = full && input.checksum_mode.is_some();
+        let output = object_output!(GetObjectOutput, meta, whole_checksum, {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some((range.end - range.start) as i64),
             content_range: (!full).then(|| {
                 format!("bytes {}-{}/{}", range.start, range.end.saturating_sub(1), meta.size)
             }),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(etag(&meta)),
-            last_modified: Some(timestamp(meta.last_modified_ms)),
-            content_type: meta.content_type.clone(),
-            metadata: user_metadata(&meta.user),
-            checksum_crc64nvme: (full && input.checksum_mode.is_some())
-                .then(|| meta.crc64nvme.clone()),
-            checksum_type: (full && input.checksum_mode.is_some())
-                .then(|| ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
-            ..Default::default()
-        };
+        });
         Ok(S3Response::new(output))
     }
 
@@ -356,16 +366,10 @@ impl S3 for Store {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let meta = self.open_object(&input.bucket, &input.key).await?.meta;
-        Ok(S3Response::new(HeadObjectOutput {
+        let whole_checksum = input.checksum_mode.is_some();
+        Ok(S3Response::new(object_output!(HeadObjectOutput, meta, whole_checksum, {
             content_length: Some(meta.size as i64),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(etag(&meta)),
-            last_modified: Some(timestamp(meta.last_modified_ms)),
-            content_type: meta.content_type.clone(),
-            metadata: user_metadata(&meta.user),
-            checksum_crc64nvme: input.checksum_mode.is_some().then(|| meta.crc64nvme.clone()),
-            ..Default::default()
-        }))
+        })))
     }
 
     async fn delete_object(
@@ -519,13 +523,7 @@ impl S3 for Store {
             return Err(s3_error!(InvalidArgument, "a part number is from 1 to 10000"));
         }
         let (dir, _) = self.read_upload(&input.upload_id, &input.bucket, &input.key).await?;
-        let expected = Expected {
-            length: input.content_length,
-            content_md5: input.content_md5.as_deref(),
-            checksums: sent_checksums!(input),
-            headers: &req.headers,
-            trailers: req.trailing_headers.as_ref(),
-        };
+        let expected = expected_body!(input, req);
         let (temp, meta) =
             receive(input.body, dir.clone(), self.inner.limits.max_part, expected).await?;
         let e_tag = etag(&meta);

@@ -58,10 +58,11 @@ impl OpenObject {
             let file = File::open(data_path).map_err(not_found)?;
             (file, ObjectMeta::read(meta_path).map_err(not_found)?)
         };
-        let len = file.metadata()?.len();
-        if !file.metadata()?.is_file() {
+        let stat = file.metadata()?;
+        if !stat.is_file() {
             return Err(ReadError::NotFound);
         }
+        let len = stat.len();
         if len != meta.size {
             return Err(ReadError::Corrupt(format!(
                 "{}: {len} bytes on disk, {} stored in its metadata",
