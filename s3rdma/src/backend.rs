@@ -81,7 +81,7 @@ impl Store {
         for entry in std::fs::read_dir(self.inner.layout.root())? {
             let entry = entry?;
             let Ok(name) = entry.file_name().into_string() else { continue };
-            if entry.file_type()?.is_dir() && !name.starts_with('.') {
+            if entry.file_type()?.is_dir() && s3s::path::check_bucket_name(&name) {
                 buckets.push((name, entry.metadata()?.modified()?));
             }
         }

@@ -49,7 +49,7 @@
 //! - **Atomic publish.** An object is written to a temporary file in its target directory,
 //!   fsynced, and renamed over the key with its metadata file (each fsynced, then the
 //!   directory): a reader sees the old object or the new one, never a part. Temporary files a
-//!   crash left are removed at start. Bytes and metadata are renamed under a per-key lock
+//!   crash left are removed at start, in one walk of the whole tree. Bytes and metadata are renamed under a per-key lock
 //!   that readers take to open them, so one server process must own a root.
 //! - **Checked on the way in.** A `Content-MD5` or `x-amz-checksum-*` value (CRC32, CRC32C,
 //!   CRC64NVME, SHA-1, SHA-256; in a header or an aws-chunked trailer) that does not match
@@ -74,7 +74,9 @@
 //! See [`Limits`] and [`SizeLimits`], set from the command line: connections served at once,
 //! the request body (Content-Length), object and part sizes (checked on the bytes received
 //! too), the header buffer, the time to send the headers, and the time a request body may
-//! stall. Objects are streamed: a request holds at most about one block (1 MiB) of an
+//! send nothing (a stalled upload fails with `RequestTimeout`, its connection is closed, and
+//! other connections are not held up). A Content-Length that is not a number gets `400` from
+//! hyper before the request reaches the server. Objects are streamed: a request holds at most about one block (1 MiB) of an
 //! object's bytes in memory.
 
 mod backend;

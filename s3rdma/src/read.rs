@@ -50,7 +50,9 @@ impl OpenObject {
     /// Opens the object at `data_path` with its metadata at `meta_path` (blocking).
     pub fn open(locks: &KeyLocks, data_path: &Path, meta_path: &Path) -> Result<Self, ReadError> {
         let not_found = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => ReadError::NotFound,
+            std::io::ErrorKind::NotFound
+            | std::io::ErrorKind::NotADirectory
+            | std::io::ErrorKind::IsADirectory => ReadError::NotFound,
             _ => ReadError::Io(e),
         };
         let (file, meta) = {

@@ -59,8 +59,13 @@ impl Server {
     }
 
     fn bucket(&self, name: &str) -> Bucket {
-        let endpoint = format!("http://{}", self.addr).parse().unwrap();
-        Bucket::new(endpoint, UrlStyle::Path, name.to_owned(), "us-east-1").unwrap()
+        Bucket::new(
+            format!("http://{}", self.addr).parse().unwrap(),
+            UrlStyle::Path,
+            name.to_owned(),
+            "us-east-1",
+        )
+        .unwrap()
     }
 
     /// A bucket named `name`, created.
@@ -253,6 +258,8 @@ fn a_key_cannot_also_be_a_directory_of_keys() {
     );
     assert_eq!(status, 400);
     assert_eq!(server.get(&bucket, "d/e", &[]).1, b"x");
+    // A directory of keys is no object.
+    assert_eq!(server.get(&bucket, "d", &[]).0, 404);
     assert!(
         server.files_named(s3rdma_temp_prefix()).is_empty(),
         "a refused write left a temporary file"
@@ -517,8 +524,11 @@ fn stale_temporary_files_are_removed_at_start() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(".s3rdma-tmp-0123456789abcdef"), b"half written").unwrap();
     std::fs::write(dir.join("kept"), b"a file").unwrap();
-    let (_, removed) = Store::open(root.path().to_path_buf(), SIZES).unwrap();
+    // A directory that is not a bucket name (a file system's lost+found) is no bucket.
+    std::fs::create_dir(root.path().join("lost+found")).unwrap();
+    let (store, removed) = Store::open(root.path().to_path_buf(), SIZES).unwrap();
     assert_eq!(removed, 1);
+    assert_eq!(store.bucket_names().unwrap(), ["bucket"]);
     assert!(dir.join("kept").exists());
     assert!(!dir.join(".s3rdma-tmp-0123456789abcdef").exists());
     let server = Server::start_in(root, limits());
