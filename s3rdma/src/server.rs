@@ -37,6 +37,9 @@ pub struct Limits {
     pub body_idle_timeout: Duration,
 }
 
+/// `Connection: close`, on answers that leave a request body unread.
+const CLOSE: hyper::header::HeaderValue = hyper::header::HeaderValue::from_static("close");
+
 /// A request body that sent nothing for its idle timeout.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body sent nothing for {0:?}")]
@@ -131,12 +134,11 @@ async fn handle(
         );
         let mut response = e.to_http_response().map_err(|e| s3s::HttpError::new(Box::new(e)))?;
         // The body is not read: the connection cannot carry another request.
-        response
-            .headers_mut()
-            .insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+        response.headers_mut().insert(hyper::header::CONNECTION, CLOSE);
         return Ok(response);
     }
     let timeout = limits.body_idle_timeout;
+    let has_body = !req.body().is_end_stream();
     let req = req.map(|inner| {
         s3s::Body::http_body_unsync(IdleTimeout {
             inner,
@@ -144,5 +146,12 @@ async fn handle(
             sleep: Box::pin(tokio::time::sleep(timeout)),
         })
     });
-    service.call(req).await
+    let mut response = service.call(req).await?;
+    // A request refused (bad signature, no such bucket, ...) may have left its body unread, and
+    // hyper then closes the connection after the answer: the client is told so, rather than
+    // finding out when it reuses the connection.
+    if has_body && (response.status().is_client_error() || response.status().is_server_error()) {
+        response.headers_mut().insert(hyper::header::CONNECTION, CLOSE);
+    }
+    Ok(response)
 }

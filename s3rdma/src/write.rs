@@ -21,10 +21,17 @@ pub struct TempFile {
 impl TempFile {
     /// A new temporary file in `dir`, which is created if missing.
     pub fn create_in(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{TEMP_PREFIX}{:016x}", rand::random::<u64>()));
-        let file = File::options().write(true).create_new(true).open(&path)?;
-        Ok(Self { path, file: Some(file) })
+        // A delete of the directory's last object removes the emptied directory: one that
+        // did so between our mkdir and our create is made again.
+        let mut attempts = 3;
+        loop {
+            std::fs::create_dir_all(dir)?;
+            match File::options().write(true).create_new(true).open(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts > 1 => attempts -= 1,
+                file => return Ok(Self { path, file: Some(file?) }),
+            }
+        }
     }
 
     /// Flushes the bytes to stable storage and renames the file to `to` (in the same

@@ -14,6 +14,8 @@ use s3s::crypto::{Checksum, Md5};
 const KEY: &str = "test-key";
 const SECRET: &str = "test-secret";
 const EXPIRES: Duration = Duration::from_secs(300);
+/// The names of the files being written (the crate's layout).
+const TEMP_PREFIX: &str = ".s3rdma-tmp-";
 
 /// A server on a free port over a fresh root, running until dropped.
 struct Server {
@@ -260,14 +262,7 @@ fn a_key_cannot_also_be_a_directory_of_keys() {
     assert_eq!(server.get(&bucket, "d/e", &[]).1, b"x");
     // A directory of keys is no object.
     assert_eq!(server.get(&bucket, "d", &[]).0, 404);
-    assert!(
-        server.files_named(s3rdma_temp_prefix()).is_empty(),
-        "a refused write left a temporary file"
-    );
-}
-
-fn s3rdma_temp_prefix() -> &'static str {
-    ".s3rdma-tmp-"
+    assert!(server.files_named(TEMP_PREFIX).is_empty(), "a refused write left a temporary file");
 }
 
 #[test]
@@ -414,11 +409,13 @@ fn bad_content_lengths_and_huge_headers_get_a_clear_4xx() {
         let url = bucket.put_object(Some(&server.credentials), key).sign(EXPIRES);
         format!("{}?{}", url.path(), url.query().unwrap())
     };
+    // Refused by hyper (not a number), or by the server before the body is read.
+    let too_large = "<Code>EntityTooLarge</Code><Message>this server accepts request bodies";
     for (length, status, code) in [
         ("99999999999999999999999", "400", ""),
         ("12abc", "400", ""),
-        ("1000000000000000", "400", "EntityTooLarge"),
-        ((64u64 << 20).to_string().leak() as &str, "400", "EntityTooLarge"),
+        ("1000000000000000", "400", too_large),
+        ("67108865", "400", too_large), // limits().max_body + 1
     ] {
         let mut stream = server.connect();
         write!(
@@ -449,11 +446,16 @@ fn bad_content_lengths_and_huge_headers_get_a_clear_4xx() {
 
     let mut stream = server.connect();
     let huge = "x".repeat(64 << 10);
-    write!(stream, "GET {} HTTP/1.1\r\nHost: {}\r\nX-Big: {huge}\r\n\r\n", path("k"), server.addr)
-        .unwrap();
+    // The server may answer and close before all of it is written: the write may fail.
+    let _ = write!(
+        stream,
+        "GET {} HTTP/1.1\r\nHost: {}\r\nX-Big: {huge}\r\n\r\n",
+        path("k"),
+        server.addr
+    );
     let reply = read_all(&mut stream);
     assert!(reply.starts_with("HTTP/1.1 431"), "{reply}");
-    assert!(server.files_named(s3rdma_temp_prefix()).is_empty());
+    assert!(server.files_named(TEMP_PREFIX).is_empty());
 }
 
 #[test]
@@ -481,7 +483,7 @@ fn a_stalled_upload_is_cut_off_without_blocking_others() {
     assert!(waited >= idle && waited < idle * 10, "cut off after {waited:?}");
     assert_eq!(server.get(&bucket, "stalled", &[]).0, 404);
     assert!(
-        server.files_named(s3rdma_temp_prefix()).is_empty(),
+        server.files_named(TEMP_PREFIX).is_empty(),
         "the stalled upload left its temporary file"
     );
 }
