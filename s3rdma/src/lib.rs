@@ -48,7 +48,8 @@
 //!
 //! - **Atomic publish.** An object is written to a temporary file in its target directory,
 //!   fsynced, and renamed over the key with its metadata file (each fsynced, then the
-//!   directory): a reader sees the old object or the new one, never a part. Temporary files a
+//!   directory; a directory made for a new key is fsynced into its parent too): a reader sees
+//!   the old object or the new one, never a part. Temporary files a
 //!   crash left are removed at start, in one walk of the whole tree. Bytes and metadata are renamed under a per-key lock
 //!   that readers take to open them, so one server process must own a root.
 //! - **Checked on the way in.** A `Content-MD5` or `x-amz-checksum-*` value (CRC32, CRC32C,

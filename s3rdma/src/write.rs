@@ -26,7 +26,7 @@ impl TempFile {
         // did so between our mkdir and our create is made again.
         let mut attempts = 3;
         loop {
-            std::fs::create_dir_all(dir)?;
+            create_dir_durable(dir)?;
             match File::options().write(true).create_new(true).open(&path) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts > 1 => attempts -= 1,
                 file => return Ok(Self { path, file: Some(file?) }),
@@ -70,6 +70,22 @@ impl Drop for TempFile {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Creates `dir` and its missing parents, each made durable in its parent (fsync), so that an
+/// object published into a new directory is not lost with the directory in a crash.
+fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    sync_parent(dir)
 }
 
 /// fsyncs the directory holding `path`, so that a rename into it survives a crash.
