@@ -1,0 +1,64 @@
+//! The access key and secret requests are signed with (AWS Signature Version 4).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The environment variables read when no credentials file is given.
+pub const ENV_ACCESS_KEY: &str = "S3RDMA_ACCESS_KEY_ID";
+/// See [`ENV_ACCESS_KEY`].
+pub const ENV_SECRET_KEY: &str = "S3RDMA_SECRET_ACCESS_KEY";
+
+/// An access key and its secret.
+#[derive(Clone, Deserialize)]
+pub struct Credentials {
+    /// The access key id clients name in their signatures.
+    pub access_key_id: String,
+    /// The secret they sign with.
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// Reads `file` (JSON: `{"access_key_id": "...", "secret_access_key": "..."}`), or without
+    /// one the environment variables [`ENV_ACCESS_KEY`] and [`ENV_SECRET_KEY`]. The error says
+    /// what is missing.
+    pub fn load(file: Option<&Path>) -> Result<Self, String> {
+        let credentials = match file {
+            Some(file) => {
+                let bytes = std::fs::read(file)
+                    .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                serde_json::from_slice::<Self>(&bytes).map_err(|e| {
+                    format!(
+                        "{}: {e}; expected {{\"access_key_id\": \"...\", \"secret_access_key\": \"...\"}}",
+                        file.display()
+                    )
+                })?
+            }
+            None => match (std::env::var(ENV_ACCESS_KEY), std::env::var(ENV_SECRET_KEY)) {
+                (Ok(access_key_id), Ok(secret_access_key)) => {
+                    Self { access_key_id, secret_access_key }
+                }
+                _ => {
+                    return Err(format!(
+                        "no credentials: give --credentials FILE (JSON with access_key_id and \
+                         secret_access_key) or set {ENV_ACCESS_KEY} and {ENV_SECRET_KEY}"
+                    ))
+                }
+            },
+        };
+        if credentials.access_key_id.trim().is_empty()
+            || credentials.secret_access_key.trim().is_empty()
+        {
+            return Err("the access key id and the secret must not be empty".into());
+        }
+        Ok(credentials)
+    }
+}

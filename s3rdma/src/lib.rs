@@ -1,0 +1,106 @@
+//! An S3 server over a directory tree.
+//!
+//! `s3rdma serve` answers the S3 REST API (the s3s crate parses requests and checks AWS
+//! Signature Version 4 signatures) from a directory, typically a mounted parallel file
+//! system: every object is a plain file at `ROOT/BUCKET/KEY`.
+//!
+//! # Running it
+//!
+//! ```text
+//! s3rdma serve --root /mnt/pfs/s3 --listen 0.0.0.0:9000 --credentials creds.json
+//! ```
+//!
+//! `creds.json` is `{"access_key_id": "...", "secret_access_key": "..."}`; without
+//! `--credentials` the server reads `S3RDMA_ACCESS_KEY_ID` and `S3RDMA_SECRET_ACCESS_KEY`,
+//! and refuses to start without either. Any S3 client then works with path-style addressing
+//! against `http://HOST:9000`, e.g. `aws --endpoint-url http://HOST:9000 s3 ls`.
+//!
+//! # Operations
+//!
+//! CreateBucket, HeadBucket, ListBuckets, DeleteBucket (of an empty bucket); PutObject,
+//! GetObject (with `Range`), HeadObject, DeleteObject, ListObjectsV2 (prefix, delimiter,
+//! start-after, continuation, URL encoding); CreateMultipartUpload, UploadPart,
+//! CompleteMultipartUpload, AbortMultipartUpload. Other operations answer `NotImplemented`,
+//! as do conditional writes and GET by part number. Conditional GET headers (`If-Match`,
+//! `If-None-Match`, ...) are not evaluated.
+//!
+//! # Storage layout
+//!
+//! ```text
+//! ROOT/BUCKET/KEY                      the object's bytes; a key's `/` are directories
+//! ROOT/.s3rdma/meta/BUCKET/KEY         its metadata (JSON)
+//! ROOT/.s3rdma/uploads/ID/             a multipart upload in progress: its record and parts
+//! DIR/.s3rdma-tmp-RANDOM               a file being written
+//! ```
+//!
+//! The metadata file holds the size, the ETag (the MD5 in hex; for a multipart upload the
+//! MD5 of the parts' MD5s, `-` and the number of parts, as S3 computes it), the CRC64NVME of
+//! the whole object, the CRC64NVME of every 1 MiB block, the time of publication, the
+//! Content-Type and the user metadata (`x-amz-meta-*`). A file without a metadata file is not
+//! an object and is not listed.
+//!
+//! Because keys are paths, a key cannot also be a directory of other keys (`a` and `a/b`
+//! cannot both exist: the second write is refused with `InvalidRequest`), and keys with empty,
+//! `.` or `..` segments, segments longer than 255 bytes, or segments starting with
+//! `.s3rdma-tmp-` are refused. Keys ending with `/` (console "folders") are refused too.
+//!
+//! # Integrity
+//!
+//! - **Atomic publish.** An object is written to a temporary file in its target directory,
+//!   fsynced, and renamed over the key with its metadata file (each fsynced, then the
+//!   directory; a directory made for a new key is fsynced into its parent too): a reader sees
+//!   the old object or the new one, never a part. Temporary files a
+//!   crash left are removed at start, in one walk of the whole tree. Bytes and metadata are renamed under a per-key lock
+//!   that readers take to open them, so one server process must own a root.
+//! - **Checked on the way in.** A `Content-MD5` or `x-amz-checksum-*` value (CRC32, CRC32C,
+//!   CRC64NVME, SHA-1, SHA-256; in a header or an aws-chunked trailer) that does not match
+//!   the bytes received fails the request with `BadDigest` and nothing is stored.
+//! - **Verified on the way out.** A GET reads whole 1 MiB blocks and checks each against its
+//!   stored CRC64NVME before sending any of its bytes. When the first block fails, the
+//!   answer is `500 InternalError`; when a later one does, the response is cut short (fewer
+//!   bytes than its Content-Length), which every HTTP client reports as an error. Neither
+//!   puts a checksum in the response; the server logs which bytes failed. With
+//!   `x-amz-checksum-mode: ENABLED` a whole-object GET or HEAD returns the stored
+//!   `x-amz-checksum-crc64nvme`.
+//!
+//! # Security model
+//!
+//! Every request must be signed with AWS Signature Version 4, in the `Authorization` header
+//! or as a presigned URL, with the one configured access key; unsigned and wrongly signed
+//! requests get `403`. That key may do everything. The server speaks plain HTTP: signatures
+//! protect requests from being altered, not from being read, so run it on a trusted network.
+//!
+//! # Limits
+//!
+//! See [`Limits`] and [`SizeLimits`], set from the command line: connections served at once,
+//! the request body (Content-Length), object and part sizes (checked on the bytes received
+//! too), the header buffer, the time to send the headers, and the time a request body may
+//! send nothing (a stalled upload fails with `RequestTimeout`, its connection is closed, and
+//! other connections are not held up). A Content-Length that is not a number gets `400` from
+//! hyper before the request reaches the server. Objects are streamed: a request holds at most about one block (1 MiB) of an
+//! object's bytes in memory.
+
+mod backend;
+mod body;
+mod credentials;
+mod layout;
+mod list;
+mod locks;
+mod meta;
+mod read;
+mod server;
+mod write;
+
+pub use backend::{SizeLimits, Store};
+pub use credentials::{Credentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
+pub use server::{serve, BodyTimeout, Limits};
+
+/// The S3 service of `store`, accepting requests signed with `credentials`.
+pub fn service(store: Store, credentials: &Credentials) -> s3s::service::S3Service {
+    let mut builder = s3s::service::S3ServiceBuilder::new(store);
+    builder.set_auth(s3s::auth::SimpleAuth::from_single(
+        credentials.access_key_id.clone(),
+        credentials.secret_access_key.clone(),
+    ));
+    builder.build()
+}
