@@ -64,20 +64,17 @@ impl EventChannel {
             _ => e,
         })?;
         let channel = EventChannel { raw, lib, backlog: Mutex::new(VecDeque::new()) };
-        let fd = channel.fd();
-        // SAFETY: fcntl on the channel's own descriptor; only its status flags change.
-        let ok = unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-        };
-        if !ok {
-            return Err(Error::Verb {
-                verb: "fcntl(O_NONBLOCK) on the rdma_cm channel",
-                source: std::io::Error::last_os_error(),
-                hint: None,
-            });
-        }
+        channel.non_blocking()?;
         Ok(channel)
+    }
+
+    /// Sets `O_NONBLOCK` on the descriptor, which its reads need to return when no event is
+    /// pending: at creation, and again at each wait, since a program may have cleared it
+    /// through a duplicate of [`fd`](Self::fd) (the flag is the open file's).
+    fn non_blocking(&self) -> Result<()> {
+        // SAFETY: the channel's own descriptor, open as long as the channel.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+        crate::fd::set_nonblocking(fd, "the rdma_cm event channel")
     }
 
     /// The channel's file descriptor (non-blocking), for an event loop's `poll`.
@@ -122,6 +119,7 @@ impl EventChannel {
     ) -> Result<RawEvent> {
         // (None: a timeout past any clock's range, such as `Duration::MAX`, never ends.)
         let deadline = Instant::now().checked_add(timeout);
+        self.non_blocking()?;
         loop {
             {
                 let mut backlog = self.lock();

@@ -348,3 +348,34 @@ test_cases! { perftest_tools_over_rdma_cm:
     perftest_tools_with_rdma_cm_on_rxe(rxe(), 18960);
     perftest_tools_with_rdma_cm_on_siw(siw(), 18980);
 }
+
+/// A program may clear `O_NONBLOCK` through a duplicate of the channel's descriptor (the flag
+/// is the open file's): a timed wait for an event still ends on time, with `ETIMEDOUT`,
+/// instead of blocking in a read for good.
+#[test]
+fn a_timed_wait_ends_on_time_after_a_duplicate_cleared_o_nonblock() {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    if rxe().is_none() {
+        return;
+    }
+    let channel = EventChannel::new().expect("event channel");
+    // SAFETY: the channel's descriptor, open as long as the channel, borrowed for the clone.
+    let fd = unsafe { BorrowedFd::borrow_raw(channel.fd()) };
+    let dup = fd.try_clone_to_owned().unwrap();
+    // SAFETY: F_GETFL and F_SETFL on the duplicate, owned for the calls, change only the
+    // (shared) status flags.
+    unsafe {
+        let flags = libc::fcntl(dup.as_raw_fd(), libc::F_GETFL);
+        assert_ne!(libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK), -1);
+    }
+    let (done, finished) = mpsc::channel();
+    // On a thread, so that a wait that blocks fails the test instead of holding the guest.
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let result = channel.get_event(Duration::from_millis(300)).map(drop);
+        done.send((result.map_err(|e| e.errno()), start.elapsed())).unwrap();
+    });
+    let (result, took) = finished.recv_timeout(STEP).expect("the wait ends");
+    assert_eq!(result, Err(Some(libc::ETIMEDOUT)));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
