@@ -104,15 +104,7 @@ fn run(args: &Args) -> Result<(), Error> {
         Some(name) => Context::open(name)?,
         None => Context::open_first()?,
     };
-    let port = ctx.query_port(args.ib_port)?;
-    if !port.is_ethernet() && port.lid().get() == 0 {
-        let name = ctx.name();
-        return Err(format!(
-            "{name} port {} has no LID: is the subnet manager running?",
-            args.ib_port
-        )
-        .into());
-    }
+    let lid = ctx.source_lid(args.ib_port)?;
     let gid = local_gid(&ctx, args)?;
     pingpong(
         &ctx,
@@ -120,7 +112,7 @@ fn run(args: &Args) -> Result<(), Error> {
         |qp| {
             let psn = Psn::random();
             let me = Endpoint {
-                lid: port.lid(),
+                lid,
                 qpn: qp.qp_num(),
                 psn,
                 gid: gid.map_or(Gid::ZERO, |g| g.gid),

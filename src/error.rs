@@ -194,6 +194,18 @@ pub enum Error {
         port: u8,
     },
 
+    /// An InfiniBand port has no LID: no subnet manager has configured it.
+    #[error(
+        "{device} port {port} has no LID: no subnet manager has configured it; run one \
+         (opensm) on the fabric"
+    )]
+    NoLid {
+        /// The device name.
+        device: String,
+        /// The port.
+        port: u8,
+    },
+
     /// A verb failed. The message names the verb, the errno and the remedy; the source is
     /// the errno as an [`io::Error`], with the system's text for it.
     #[error("{verb} failed: {}{}", errno_label(source), hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
