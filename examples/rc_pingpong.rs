@@ -111,12 +111,7 @@ fn run(args: &Args) -> Result<(), Error> {
         args,
         |qp| {
             let psn = Psn::random();
-            let me = Endpoint {
-                lid,
-                qpn: qp.qp_num(),
-                psn,
-                gid: gid.map_or(Gid::ZERO, |g| g.gid),
-            };
+            let me = Endpoint { lid, qpn: qp.qp_num(), psn, gid: gid.map_or(Gid::ZERO, |g| g.gid) };
             println!("  local address:  {me}");
             let sgid = gid.map(|g| g.index);
             let link = Link { port: args.ib_port, sgid, mtu, sl: args.sl, psn };

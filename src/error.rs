@@ -124,7 +124,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// libibverbs could not be loaded.
+    /// libibverbs, or for rdma_cm librdmacm, could not be loaded.
     #[error(transparent)]
     Load(#[from] sys::LoadError),
 
