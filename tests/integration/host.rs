@@ -92,11 +92,14 @@ fn the_loader_reports_path_and_version() {
 }
 
 #[test]
-fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
-    let mut cmd = Command::new(example("rc_pingpong"));
-    cmd.args(["-m", "1500"]);
-    let (stderr, all) = failure(cmd);
-    assert!(stderr.contains("invalid MTU 1500"), "{all}");
+fn rc_pingpong_reads_numbers_as_ibv_rc_pingpong_and_checks_them_before_any_device() {
+    // Decimal, hex or octal, as strtol with base 0.
+    for mtu in ["1500", "0x5dc", "02734"] {
+        let mut cmd = Command::new(example("rc_pingpong"));
+        cmd.args(["-m", mtu]);
+        let (stderr, all) = failure(cmd);
+        assert!(stderr.contains("invalid MTU 1500"), "{all}");
+    }
 }
 
 /// The README's example is `examples/loopback.rs`, which the device tier runs, and the README
