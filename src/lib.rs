@@ -172,6 +172,7 @@ mod quirks;
 pub mod reactor;
 mod srq;
 mod stack;
+mod try_twin;
 mod verbs_path;
 mod wc;
 mod wr;
