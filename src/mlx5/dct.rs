@@ -214,14 +214,8 @@ impl<'res> Dct<'res, Reset> {
         /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
         /// `ibv_modify_qp`.
         {
-            let raw = sys::ibv_qp_attr {
-                pkey_index: attr.pkey_index,
-                port_num: attr.port,
-                qp_access_flags: attr.access.bits(),
-                ..Default::default()
-            };
             let verb = "ibv_modify_qp (DCT RESET→INIT)";
-            self.transition(raw, DCT_INIT_MASK, sys::IBV_QPS_INIT, verb)
+            self.transition(attr.raw(), DCT_INIT_MASK, sys::IBV_QPS_INIT, verb)
         }
     }
 }

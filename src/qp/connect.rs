@@ -31,14 +31,8 @@ impl<'res, T: Connected> QueuePair<'res, Reset, T> {
         /// [`TransitionError`] holding the QP, still in RESET, and the error of
         /// [`into_init`](Self::into_init).
         {
-            let raw = sys::ibv_qp_attr {
-                pkey_index: attr.pkey_index,
-                port_num: attr.port,
-                qp_access_flags: attr.access.bits(),
-                ..Default::default()
-            };
             let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
-            self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+            self.transition(attr.raw(), mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
         }
     }
 }
