@@ -93,10 +93,7 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    let ctx = match &args.ib_dev {
-        Some(name) => Context::open(name)?,
-        None => Context::open_first()?,
-    };
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
     let ib_port = args.ib_port;

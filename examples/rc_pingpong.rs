@@ -104,10 +104,7 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.rdma_cm {
         return run_cm(args);
     }
-    let ctx = match &args.ib_dev {
-        Some(name) => Context::open(name)?,
-        None => Context::open_first()?,
-    };
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     let lid = ctx.source_lid(args.ib_port)?;
     let gid = local_gid(&ctx, args)?;
     pingpong(

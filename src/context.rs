@@ -59,6 +59,19 @@ impl Context {
         DeviceList::new()?.iter().next().ok_or(Error::NoDevices)?.open()
     }
 
+    /// Opens the device `name` when given, else the first one: what a tool's `-d` option
+    /// means in rdma-core's and perftest's tools.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::open`] or [`Context::open_first`].
+    pub fn open_or_first(name: Option<&str>) -> Result<Context> {
+        match name {
+            Some(name) => Context::open(name),
+            None => Context::open_first(),
+        }
+    }
+
     /// Wraps a context opened elsewhere (by rdma_cm, a provider's own open call, or a mock
     /// provider); dropping the returned value closes it with `ibv_close_device`.
     ///

@@ -121,14 +121,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Opens the device `-d` names, or the first one `ibv_get_device_list(3)` returns.
-fn open_device(args: &Args) -> rdma_verbs::Result<Context> {
-    match &args.ib_dev {
-        Some(name) => Context::open(name),
-        None => Context::open_first(),
-    }
-}
-
 /// With rdma_cm, `-d` (when given) must name the device rdma_cm picked by address.
 #[cfg(feature = "rdmacm")]
 fn check_cm_device(args: &Args, ctx: &Context) -> Result<(), Error> {

@@ -1,17 +1,9 @@
-//! The device and our side of every session's RC connection: port, LID, source GID and path
-//! MTU (the port's active one), what the peer needs to connect to a QP, and a QP's way to RTS.
+//! Our side of every session's RC connection: port, LID, source GID and path MTU (the port's
+//! active one), what the peer needs to connect to a QP, and a QP's way to RTS.
 
 use rdma_verbs::*;
 
 use crate::Error;
-
-/// Opens the device `name` (`-d`), or the first one `ibv_get_device_list(3)` returns.
-pub fn open_device(name: Option<&str>) -> Result<Context, Error> {
-    Ok(match name {
-        Some(name) => Context::open(name)?,
-        None => Context::open_first()?,
-    })
-}
 
 /// Our side of every RC connection: port, LID, source GID and path MTU.
 #[derive(Clone, Copy, Debug)]
