@@ -37,32 +37,35 @@ const SEND_WRID: u64 = 2;
 #[command(version)]
 struct Args {
     /// Listen on / connect to TCP port
-    #[arg(short = 'p', long = "port", default_value_t = 18516)]
+    #[arg(short = 'p', long = "port", default_value_t = 18516,
+          value_parser = c_number::parse::<u16>)]
     port: u16,
     /// RDMA device to use (default: the first one found)
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
     /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
     ib_port: u8,
     /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
+    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
     gid_idx: Option<u8>,
     /// Size of each message and of each RDMA WRITE, in bytes
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    #[arg(short = 's', long = "size", default_value_t = 4096,
+          value_parser = c_number::parse::<u32>)]
     size: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = c_number::parse::<u32>)]
     mtu: u32,
     /// Number of exchanges
-    #[arg(short = 'n', long = "iters", default_value_t = 100)]
+    #[arg(short = 'n', long = "iters", default_value_t = 100,
+          value_parser = c_number::parse::<u64>)]
     iters: u64,
     /// GRH traffic class of DCT and DCI packets (on RoCE v2: DSCP << 2 | ECN); set the
     /// DSCP of the fabric's lossless class there
-    #[arg(long = "tclass", default_value_t = 0)]
+    #[arg(long = "tclass", default_value_t = 0, value_parser = c_number::parse::<u8>)]
     tclass: u8,
     /// Service level of DCT and DCI packets
-    #[arg(long = "sl", default_value_t = 0)]
+    #[arg(long = "sl", default_value_t = 0, value_parser = c_number::parse::<u8>)]
     sl: u8,
     /// Server to connect to (none: act as the server)
     servername: Option<String>,
@@ -90,10 +93,7 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    let ctx = match &args.ib_dev {
-        Some(name) => Context::open(name)?,
-        None => Context::open_first()?,
-    };
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
     let ib_port = args.ib_port;

@@ -18,10 +18,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
-    let ctx = match std::env::args().nth(1) {
-        Some(name) => Context::open(&name)?,
-        None => Context::open_first()?,
-    };
+    let ctx = Context::open_or_first(std::env::args().nth(1).as_deref())?;
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(8)?);
     // One registered region cut into four 1 KiB buffers; the NIC writes received bytes into
     // them: LOCAL_WRITE. The pool comes before the queue pairs it lends buffers to.

@@ -45,31 +45,35 @@ const SEND_WRID: u64 = 2;
 #[command(version)]
 struct Args {
     /// Listen on / connect to TCP port
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    #[arg(short = 'p', long = "port", default_value_t = 18515,
+          value_parser = c_number::parse::<u16>)]
     port: u16,
     /// RDMA device to use (default: the first one found)
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
     /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
     ib_port: u8,
     /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
+    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
     gid_idx: Option<u8>,
     /// Size of message to exchange, in bytes
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    #[arg(short = 's', long = "size", default_value_t = 4096,
+          value_parser = c_number::parse::<u32>)]
     size: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = c_number::parse::<u32>)]
     mtu: u32,
     /// Number of receives to post at a time
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
+          value_parser = c_number::parse::<u32>)]
     rx_depth: u32,
     /// Number of exchanges
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    #[arg(short = 'n', long = "iters", default_value_t = 1000,
+          value_parser = c_number::parse::<u64>)]
     iters: u64,
     /// Service level
-    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = c_number::parse::<u8>)]
     sl: u8,
     /// Sleep on CQ events (default poll)
     #[arg(short = 'e', long = "events")]
@@ -100,31 +104,15 @@ fn run(args: &Args) -> Result<(), Error> {
     if args.rdma_cm {
         return run_cm(args);
     }
-    let ctx = match &args.ib_dev {
-        Some(name) => Context::open(name)?,
-        None => Context::open_first()?,
-    };
-    let port = ctx.query_port(args.ib_port)?;
-    if !port.is_ethernet() && port.lid().get() == 0 {
-        let name = ctx.name();
-        return Err(format!(
-            "{name} port {} has no LID: is the subnet manager running?",
-            args.ib_port
-        )
-        .into());
-    }
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
+    let lid = ctx.source_lid(args.ib_port)?;
     let gid = local_gid(&ctx, args)?;
     pingpong(
         &ctx,
         args,
         |qp| {
             let psn = Psn::random();
-            let me = Endpoint {
-                lid: port.lid(),
-                qpn: qp.qp_num(),
-                psn,
-                gid: gid.map_or(Gid::ZERO, |g| g.gid),
-            };
+            let me = Endpoint { lid, qpn: qp.qp_num(), psn, gid: gid.map_or(Gid::ZERO, |g| g.gid) };
             println!("  local address:  {me}");
             let sgid = gid.map(|g| g.index);
             let link = Link { port: args.ib_port, sgid, mtu, sl: args.sl, psn };

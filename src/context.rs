@@ -14,6 +14,7 @@ use rdma_verbs_sys as sys;
 use crate::device::DeviceList;
 use crate::error::{check_errno, Error, Result};
 use crate::port::PortAttr;
+use crate::Lid;
 
 /// An open device (`struct ibv_context`): the parent of every other verbs object.
 #[must_use = "the device is closed when the context is dropped"]
@@ -56,6 +57,19 @@ impl Context {
     /// errors of [`Device::open`](crate::Device::open).
     pub fn open_first() -> Result<Context> {
         DeviceList::new()?.iter().next().ok_or(Error::NoDevices)?.open()
+    }
+
+    /// Opens the device `name` when given, else the first one: what a tool's `-d` option
+    /// means in rdma-core's and perftest's tools.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::open`] or [`Context::open_first`].
+    pub fn open_or_first(name: Option<&str>) -> Result<Context> {
+        match name {
+            Some(name) => Context::open(name),
+            None => Context::open_first(),
+        }
     }
 
     /// Wraps a context opened elsewhere (by rdma_cm, a provider's own open call, or a mock
@@ -143,6 +157,20 @@ impl Context {
             unsafe { sys::inline::ibv_query_port(&self.lib.fns, self.as_raw(), port, &mut attr) };
         check_errno(ret, "ibv_query_port")?;
         Ok(PortAttr(attr))
+    }
+
+    /// The LID to send from on `port`, what a peer addresses this side by: on InfiniBand the
+    /// port's base LID, which the subnet manager assigns; on Ethernet (RoCE, iWARP) 0, as
+    /// routes there carry GIDs ([`Context::source_gid`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoLid`] on an InfiniBand port that has no LID yet; otherwise as
+    /// [`Context::query_port`].
+    #[doc(alias = "ibv_query_port")]
+    pub fn source_lid(&self, port: u8) -> Result<Lid> {
+        let attr = self.query_port(port)?;
+        attr.source_lid().ok_or_else(|| Error::NoLid { device: self.name.clone(), port })
     }
 }
 

@@ -101,7 +101,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// the errno and the remedy; its source is the [`io::Error`] of the errno, with the system's
 /// text for it. The wrappers ([`TransitionError`], [`PostError`](crate::PostError),
 /// [`PostListError`]) say what became of the value they hand back, their source is the
-/// `Error`. Without a reporter, walk the chain:
+/// `Error`. `Debug` prints the message and then each cause on a `Caused by:` line, so that
+/// `fn main() -> Result<(), rdma_verbs::Error>` ends with a useful report. Without a
+/// reporter, walk the chain:
 ///
 /// ```
 /// use std::error::Error as _;
@@ -121,10 +123,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// [`QueuePair::post_send_buffer`]: crate::QueuePair::post_send_buffer
 /// [`QueuePair::try_into_rtr`]: crate::QueuePair::try_into_rtr
 /// [`QueuePair::try_post_send_buffer`]: crate::QueuePair::try_post_send_buffer
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// libibverbs could not be loaded.
+    /// libibverbs, or for rdma_cm librdmacm, could not be loaded.
     #[error(transparent)]
     Load(#[from] sys::LoadError),
 
@@ -188,6 +190,18 @@ pub enum Error {
          (ip addr add ... dev <netdev>) or pick a GID index yourself (Context::gid_table)"
     )]
     NoRoutableGid {
+        /// The device name.
+        device: String,
+        /// The port.
+        port: u8,
+    },
+
+    /// An InfiniBand port has no LID: no subnet manager has configured it.
+    #[error(
+        "{device} port {port} has no LID: no subnet manager has configured it; run one \
+         (opensm) on the fabric"
+    )]
+    NoLid {
         /// The device name.
         device: String,
         /// The port.
@@ -372,6 +386,20 @@ pub enum InvalidInputKind {
     /// A socket address that cannot work as given: an IPv6 link-local one without the scope
     /// id naming its interface.
     Address,
+}
+
+impl fmt::Debug for Error {
+    /// The message, then each [`source`](std::error::Error::source) on its own line: what
+    /// `main` prints for an `Err` it returns.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            write!(f, "\nCaused by: {e}")?;
+            cause = e.source();
+        }
+        Ok(())
+    }
 }
 
 impl Error {
@@ -688,6 +716,18 @@ impl<Q> From<TransitionError<Q>> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_is_the_message_then_each_cause_what_main_prints() {
+        let e = Error::Verb {
+            verb: "ibv_reg_mr",
+            source: io::Error::from_raw_os_error(12),
+            hint: None,
+        };
+        let cause = io::Error::from_raw_os_error(12).to_string();
+        assert_eq!(format!("{e:?}"), format!("ibv_reg_mr failed: ENOMEM\nCaused by: {cause}"));
+        assert_eq!(format!("{:?}", Error::NoDevices), Error::NoDevices.to_string(), "no cause");
+    }
 
     #[test]
     fn check_errno_conventions() {

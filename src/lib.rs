@@ -123,6 +123,7 @@ mod access;
 mod ah;
 mod buffer;
 mod c_enum;
+pub mod c_number;
 mod channel;
 #[cfg(all(feature = "rdmacm", rdma_verbs_rdma_cma))]
 #[cfg_attr(docsrs, doc(cfg(feature = "rdmacm")))]
@@ -171,6 +172,7 @@ mod quirks;
 pub mod reactor;
 mod srq;
 mod stack;
+mod try_twin;
 mod verbs_path;
 mod wc;
 mod wr;

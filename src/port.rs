@@ -104,6 +104,12 @@ impl PortAttr {
         Lid::new(self.0.lid)
     }
 
+    /// [`Context::source_lid`](crate::Context::source_lid)'s LID: the base LID, 0 on
+    /// Ethernet; `None` on an InfiniBand port without one.
+    pub(crate) fn source_lid(&self) -> Option<Lid> {
+        (self.is_ethernet() || self.0.lid != 0).then(|| self.lid())
+    }
+
     /// The subnet manager's LID (InfiniBand).
     pub fn sm_lid(&self) -> Lid {
         Lid::new(self.0.sm_lid)
@@ -155,6 +161,17 @@ impl std::fmt::Debug for PortAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_lid_is_the_base_lid_which_infiniband_needs() {
+        let port = |link_layer, lid| {
+            PortAttr(sys::ibv_port_attr { link_layer: link_layer as u8, lid, ..Default::default() })
+        };
+        let (ib, eth) = (sys::IBV_LINK_LAYER_INFINIBAND, sys::IBV_LINK_LAYER_ETHERNET);
+        assert_eq!(port(ib, 7).source_lid(), Some(Lid::new(7)));
+        assert_eq!(port(ib, 0).source_lid(), None, "no subnet manager assigned one");
+        assert_eq!(port(eth, 0).source_lid(), Some(Lid::new(0)), "RoCE routes by GID");
+    }
 
     #[test]
     fn mtu_bytes_round_trip() {

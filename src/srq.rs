@@ -12,6 +12,7 @@ use crate::buffer::{
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
 use crate::grh_room::{GrhRoom, SrqGrhRoom};
 use crate::pd::ProtectionDomain;
+use crate::try_twin::try_twin;
 use crate::wr::{RecvWr, RecvWrList};
 
 /// A shared receive queue (`struct ibv_srq`, `ibv_create_srq(3)`): QPs created with it in
@@ -180,43 +181,41 @@ impl<'a> SharedReceiveQueue<'a> {
         })
     }
 
-    /// `ibv_post_srq_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back
-    /// from [`BufferPool::complete`](crate::BufferPool::complete) with the completion of the
-    /// QP that consumed it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
-    /// SRQ's or without `LOCAL_WRITE`, or when the SRQ takes no SGE per receive (`max_sge`
-    /// 0) or the buffer is shorter than the GRH area of a UD QP the SRQ feeds, else the
-    /// provider's. The buffer goes back to its pool;
-    /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
-    #[doc(alias = "ibv_post_srq_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
-    where
-        'p: 'a,
-    {
-        self.try_post_recv_buffer(buffer).map_err(Error::from)
-    }
-
-    /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer, unchanged, and the error of
-    /// [`post_recv_buffer`](Self::post_recv_buffer).
-    #[doc(alias = "ibv_post_srq_recv")]
-    pub fn try_post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
-    where
-        'p: 'a,
-    {
-        self.lenders.note(buffer.pool_queues());
-        post_receive(buffer, &self.receive_queue(), |wr| {
-            // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
-            // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
-            // the SRQ's PD (checked), named by its IOVA.
-            unsafe { self.post_recv_wr(wr) }
-        })
+    try_twin! {
+        /// `ibv_post_srq_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back
+        /// from [`BufferPool::complete`](crate::BufferPool::complete) with the completion of the
+        /// QP that consumed it.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+        /// SRQ's or without `LOCAL_WRITE`, or when the SRQ takes no SGE per receive (`max_sge`
+        /// 0) or the buffer is shorter than the GRH area of a UD QP the SRQ feeds, else the
+        /// provider's. The buffer goes back to its pool;
+        /// [`try_post_recv_buffer`](Self::try_post_recv_buffer) hands it back.
+        #[doc(alias = "ibv_post_srq_recv")]
+        pub fn post_recv_buffer / try_post_recv_buffer<'p>(
+            &self,
+            buffer: Buffer<'p>,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'a
+        try:
+        /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer, unchanged, and the error of
+        /// [`post_recv_buffer`](Self::post_recv_buffer).
+        #[doc(alias = "ibv_post_srq_recv")]
+        {
+            self.lenders.note(buffer.pool_queues());
+            post_receive(buffer, &self.receive_queue(), |wr| {
+                // SAFETY: the chunk is the NIC's alone until `complete` sees its completion; the
+                // pool outlives this SRQ ('p: 'a, invariant), so the memory stays registered, in
+                // the SRQ's PD (checked), named by its IOVA.
+                unsafe { self.post_recv_wr(wr) }
+            })
+        }
     }
 
     /// `ibv_post_srq_recv(3)`—Posts every buffer of `list` as a receive of its whole

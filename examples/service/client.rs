@@ -10,7 +10,7 @@ use crate::{new_qp, read_endpoint, reply, request, Args, Error, Link, LAST, MORE
 /// Connects to the server at `host` by the TCP exchange, sends the requests, checks the
 /// replies.
 pub fn run(args: &Args, host: &str) -> Result<(), Error> {
-    let ctx = crate::open_device(args)?;
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     let link = crate::link(&ctx, args)?;
     let stream = TcpStream::connect((host, args.port))
         .map_err(|e| format!("couldn't connect to {host}:{}: {e}", args.port))?;

@@ -24,21 +24,14 @@ impl Link {
         gid_index: Option<u8>,
         mtu: Option<u32>,
     ) -> Result<Link, Error> {
-        let port = ctx.query_port(port_num)?;
-        if !port.is_ethernet() && port.lid().get() == 0 {
-            let name = ctx.name();
-            return Err(format!(
-                "{name} port {port_num} has no LID: is the subnet manager running?"
-            )
-            .into());
-        }
+        let lid = ctx.source_lid(port_num)?;
         let mtu = match mtu {
             Some(bytes) => Mtu::from_bytes(bytes)
                 .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
-            None => port.active_mtu(),
+            None => ctx.query_port(port_num)?.active_mtu(),
         };
         let gid = ctx.source_gid(port_num, gid_index)?.map(|e| (e.gid, e.index));
-        Ok(Link { port: port_num, lid: port.lid(), gid, mtu })
+        Ok(Link { port: port_num, lid, gid, mtu })
     }
 
     /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.

@@ -63,19 +63,20 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 #[command(version)]
 struct Args {
     /// Listen on / connect to TCP port
-    #[arg(short = 'p', long = "port", default_value_t = 18800)]
+    #[arg(short = 'p', long = "port", default_value_t = 18800,
+          value_parser = c_number::parse::<u16>)]
     port: u16,
     /// RDMA device to use (default: the first one found)
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
     /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
     ib_port: u8,
     /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx")]
+    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
     gid_idx: Option<u8>,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
-    #[arg(short = 'm', long = "mtu")]
+    #[arg(short = 'm', long = "mtu", value_parser = c_number::parse::<u32>)]
     mtu: Option<u32>,
     /// Largest request in bytes: the server's buffer size; the client's requests vary
     /// from 1 byte to this
@@ -117,14 +118,6 @@ fn main() -> ExitCode {
             eprintln!("service: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Opens the device `-d` names, or the first one `ibv_get_device_list(3)` returns.
-fn open_device(args: &Args) -> rdma_verbs::Result<Context> {
-    match &args.ib_dev {
-        Some(name) => Context::open(name),
-        None => Context::open_first(),
     }
 }
 

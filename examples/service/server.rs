@@ -31,7 +31,7 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// Serves `--clients` clients, then reports.
 pub fn run(args: &Args) -> Result<(), Error> {
-    let ctx = crate::open_device(args)?;
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     let link = crate::link(&ctx, args)?;
     let listener = TcpListener::bind(("::", args.port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))

@@ -13,7 +13,7 @@ use rdma_verbs::*;
 use ureq::http::Response;
 use ureq::Body;
 
-use crate::link::{open_device, Link};
+use crate::link::Link;
 use crate::{
     crc32c, human, parse_crc, Crc32c, Error, RdmaArgs, Sizes, Token, CHUNK, CRC, DEPTH,
     HTTP_TIMEOUT, SESSION, SIZE, TIMING, TOKEN,
@@ -83,7 +83,7 @@ pub fn with_session(
     server: &str,
     f: impl FnOnce(Client<'_, '_>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let ctx = open_device(args.ib_dev.as_deref())?;
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     let link = Link::new(&ctx, args.ib_port, args.gid_idx)?;
     let pd = ctx.alloc_pd()?;
     // Room for the QP's one send and one receive, neither ever posted.

@@ -1,17 +1,9 @@
-//! The device and our side of every session's RC connection: port, LID, source GID and path
-//! MTU (the port's active one), what the peer needs to connect to a QP, and a QP's way to RTS.
+//! Our side of every session's RC connection: port, LID, source GID and path MTU (the port's
+//! active one), what the peer needs to connect to a QP, and a QP's way to RTS.
 
 use rdma_verbs::*;
 
 use crate::Error;
-
-/// Opens the device `name` (`-d`), or the first one `ibv_get_device_list(3)` returns.
-pub fn open_device(name: Option<&str>) -> Result<Context, Error> {
-    Ok(match name {
-        Some(name) => Context::open(name)?,
-        None => Context::open_first()?,
-    })
-}
 
 /// Our side of every RC connection: port, LID, source GID and path MTU.
 #[derive(Clone, Copy, Debug)]
@@ -27,16 +19,10 @@ impl Link {
     /// Port `port_num` of `ctx` at its active MTU, sending from GID `gid_index` (default: the
     /// routable GID on RoCE, none on InfiniBand).
     pub fn new(ctx: &Context, port_num: u8, gid_index: Option<u8>) -> Result<Link, Error> {
-        let port = ctx.query_port(port_num)?;
-        if !port.is_ethernet() && port.lid().get() == 0 {
-            let name = ctx.name();
-            return Err(format!(
-                "{name} port {port_num} has no LID: is the subnet manager running?"
-            )
-            .into());
-        }
+        let lid = ctx.source_lid(port_num)?;
+        let mtu = ctx.query_port(port_num)?.active_mtu();
         let gid = ctx.source_gid(port_num, gid_index)?.map(|e| (e.gid, e.index));
-        Ok(Link { port: port_num, lid: port.lid(), gid, mtu: port.active_mtu() })
+        Ok(Link { port: port_num, lid, gid, mtu })
     }
 
     /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs::*;
 use tiny_http::{Header, Method, Request, Response};
 
-use crate::link::{open_device, Link};
+use crate::link::Link;
 use crate::{
     parse_crc, Crc32c, Error, RdmaArgs, Token, CHUNK, CRC, DEPTH, RDMA_TIMEOUT, SESSION, SIZE,
     TIMING, TOKEN,
@@ -45,7 +45,7 @@ pub fn run(args: &RdmaArgs, config: Config) -> Result<(), Error> {
             format!("--root {}: not a directory (create it first)", config.root.display()).into()
         );
     }
-    let ctx = open_device(args.ib_dev.as_deref())?;
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     let link = Link::new(&ctx, args.ib_port, args.gid_idx)?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;

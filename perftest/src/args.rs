@@ -1,6 +1,7 @@
 //! perftest's options, and the checks made before any verb runs.
 
 use clap::{CommandFactory, FromArgMatches, Parser};
+use rdma_verbs::c_number::parse as c_number;
 
 use super::Mode;
 
@@ -604,51 +605,6 @@ impl Args {
     }
 }
 
-/// A number as the C tools read their options (`strtol` with base 0): decimal, `0x` hex or
-/// `0` octal (`-s 0x10000`, `-x 03`), here within `T`'s range; for clap's `value_parser`.
-pub fn c_number<T: CNumber>(s: &str) -> std::result::Result<T, String> {
-    let t = s.trim_start();
-    let (negative, t) = match t.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    let (radix, digits) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        Some(hex) => (16, hex),
-        None if t.len() > 1 && t.starts_with('0') => (8, &t[1..]),
-        None => (10, t),
-    };
-    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
-        return Err(format!("{s:?} is not a number (decimal, 0x hex or 0 octal)"));
-    }
-    // (Digits past u128 are past `T` too: out of range, as strtol clamps them.)
-    u128::from_str_radix(digits, radix)
-        .ok()
-        .filter(|&value| !negative || value == 0)
-        .and_then(|value| T::try_from(value).ok())
-        .ok_or_else(|| format!("{s:?} is out of range: {}..={}", T::MIN, T::MAX))
-}
-
-/// The integer types of the options [`c_number`] reads.
-pub trait CNumber: TryFrom<u128> + Clone + Send + Sync + 'static {
-    /// The smallest value.
-    const MIN: u128 = 0;
-    /// The largest value.
-    const MAX: u128;
-}
-
-impl CNumber for u8 {
-    const MAX: u128 = u8::MAX as u128;
-}
-impl CNumber for u16 {
-    const MAX: u128 = u16::MAX as u128;
-}
-impl CNumber for u32 {
-    const MAX: u128 = u32::MAX as u128;
-}
-impl CNumber for u64 {
-    const MAX: u128 = u64::MAX as u128;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,20 +628,6 @@ mod tests {
             parsed(Test::Bandwidth, Mode::Write, &["-s", "0x10000", "-x", "03", "-n", "010"]);
         assert_eq!((args.size, args.gid_index, args.iters), (65536, Some(3), 8));
         assert_eq!(parsed(Test::Bandwidth, Mode::Write, &["--tclass", "0X6a"]).tclass, Some(106));
-        for (arg, says) in [
-            ("0x", "is not a number"),
-            ("12ab", "is not a number"),
-            ("09", "is not a number"),
-            ("-1", "is out of range: 0..=255"),
-            ("256", "is out of range: 0..=255"),
-            ("0x100", "is out of range: 0..=255"),
-            ("999999999999999999999999999999999999999999", "is out of range: 0..=255"),
-        ] {
-            let e = c_number::<u8>(arg).unwrap_err();
-            assert!(e.contains(says), "{arg}: {e}");
-        }
-        assert_eq!(c_number::<u8>(" +0377"), Ok(255));
-        assert_eq!(c_number::<u8>("-0"), Ok(0));
     }
 
     #[test]

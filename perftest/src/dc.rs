@@ -43,7 +43,7 @@ mod with_mlx5 {
 
     /// The DC test; see the module docs.
     pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
-        let ctx = crate::open_device(args.ib_dev.as_deref())?;
+        let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
         // The gate first: on a non-mlx5 device nothing else is created and no peer awaited.
         let mlx5 = Mlx5Context::open(&ctx)?;
         let (port, gid, mtu) = local_route(&ctx, args)?;

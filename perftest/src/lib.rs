@@ -157,7 +157,7 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     if args.is_dc() {
         return dc::run(mode, args);
     }
-    let ctx = open_device(args.ib_dev.as_deref())?;
+    let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     let (port, gid, mtu) = local_route(&ctx, args)?;
     // Refuse what the device cannot do before waiting for the peer.
     check_limits(&ctx, mode, args)?;
@@ -168,14 +168,6 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let mtu = agree_mtu(&mut control, mtu)?;
     let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
     run_on(Side { mode, args, ctx: &ctx, control: &mut control, connector: &mut connect })
-}
-
-/// Opens the device `-d` names, or the first one `ibv_get_device_list(3)` returns.
-fn open_device(name: Option<&str>) -> rdma_verbs::Result<Context> {
-    match name {
-        Some(name) => Context::open(name),
-        None => Context::open_first(),
-    }
 }
 
 /// Our port, the GID we send from (`-x`, or the routable one on Ethernet) and the path MTU

@@ -12,6 +12,7 @@ use crate::grh_room::GrhRoom;
 use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QpType, QueuePair, ReceiveReady, Rts, Ud};
+use crate::try_twin::try_twin;
 use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWrList, Sge};
 
 /// What a posted [`Buffer`] does on the send queue.
@@ -177,50 +178,45 @@ impl From<PostError<'_>> for Error {
 }
 
 impl<'res, T: Connected> QueuePair<'res, Rts, T> {
-    /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
-    /// the buffer comes back from [`BufferPool::complete`](super::BufferPool::complete) with
-    /// the completion. Bytes that fit the QP's `max_inline_data` go inline. RC and UC only: a
-    /// UD QP sends with [`QueuePair::post_send_buffer_to`].
-    ///
-    /// ```compile_fail,E0599
-    /// # use rdma_verbs::*;
-    /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, pool: &'a BufferPool<'a>) {
-    /// qp.post_send_buffer(pool.take().unwrap(), SendOp::Send); // error: UD needs a destination
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
-    /// QP's, else those of [`QueuePair::post_send_wr`] (its checks, e.g. an atomic on UC or not
-    /// 8-byte aligned; then the provider's, e.g. `ENOMEM` when the send queue is full). The
-    /// buffer goes back to its pool (or stays in flight where the provider may have taken its
-    /// WR, see [`PostError::buffer`]); [`try_post_send_buffer`](Self::try_post_send_buffer)
-    /// hands it back.
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer<'p>(&self, buffer: Buffer<'p>, op: SendOp) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.post_buffer(buffer, op).map_err(Error::from)
-    }
-
-    /// [`post_send_buffer`](Self::post_send_buffer), handing the buffer back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer, unchanged, and the error of
-    /// [`post_send_buffer`](Self::post_send_buffer).
-    #[doc(alias = "ibv_post_send")]
-    pub fn try_post_send_buffer<'p>(
-        &self,
-        buffer: Buffer<'p>,
-        op: SendOp,
-    ) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        self.post_buffer(buffer, op)
+    try_twin! {
+        /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
+        /// the buffer comes back from [`BufferPool::complete`](super::BufferPool::complete) with
+        /// the completion. Bytes that fit the QP's `max_inline_data` go inline. RC and UC only: a
+        /// UD QP sends with [`QueuePair::post_send_buffer_to`].
+        ///
+        /// ```compile_fail,E0599
+        /// # use rdma_verbs::*;
+        /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, pool: &'a BufferPool<'a>) {
+        /// qp.post_send_buffer(pool.take().unwrap(), SendOp::Send); // error: UD needs a destination
+        /// # }
+        /// ```
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+        /// QP's, else those of [`QueuePair::post_send_wr`] (its checks, e.g. an atomic on UC or not
+        /// 8-byte aligned; then the provider's, e.g. `ENOMEM` when the send queue is full). The
+        /// buffer goes back to its pool (or stays in flight where the provider may have taken its
+        /// WR, see [`PostError::buffer`]); [`try_post_send_buffer`](Self::try_post_send_buffer)
+        /// hands it back.
+        #[doc(alias = "ibv_post_send")]
+        pub fn post_send_buffer / try_post_send_buffer<'p>(
+            &self,
+            buffer: Buffer<'p>,
+            op: SendOp,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'res
+        try:
+        /// [`post_send_buffer`](Self::post_send_buffer), handing the buffer back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer, unchanged, and the error of
+        /// [`post_send_buffer`](Self::post_send_buffer).
+        #[doc(alias = "ibv_post_send")]
+        {
+            self.post_buffer(buffer, op)
+        }
     }
 
     /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
@@ -255,99 +251,78 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
         self.post_list(list, signal_last)
     }
 
-    /// `ibv_post_send(3)`—Posts `buffer` with `op` as the next WR of `list`'s chain,
-    /// signaled or not: what [`QueuePair::post_send_buffers`] does for a list of this one
-    /// buffer, without storing it in `list` first (perftest's `-l 1`: a post per WR, with
-    /// selective signaling). Unsignaled, the buffer comes back with the next signaled WR
-    /// posted through `list` on this QP; signaled, from
-    /// [`BufferPool::complete`](super::BufferPool::complete) with its completion, and the
-    /// unsignaled ones chained before it go back to the pool. Buffers waiting in `list` stay
-    /// there (a later post chains them behind this one).
-    ///
-    /// # Errors
-    ///
-    /// The error of [`QueuePair::post_send_buffers`] for a list of this buffer; the list's
-    /// chain is then as it was, and the buffer goes back to its pool — unless the provider
-    /// may have taken the WR anyway (see [`PostError::buffer`]): it then joins the chain as
-    /// posted. [`try_post_send_buffer_chained`](Self::try_post_send_buffer_chained) hands it
-    /// back.
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer_chained<'p>(
-        &self,
-        list: &mut SendBufferList<'p>,
-        buffer: Buffer<'p>,
-        op: SendOp,
-        signaled: bool,
-    ) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.post_chained(list, buffer, op, signaled).map_err(Error::from)
-    }
-
-    /// [`post_send_buffer_chained`](Self::post_send_buffer_chained), handing the buffer back
-    /// on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
-    /// error of [`post_send_buffer_chained`](Self::post_send_buffer_chained).
-    #[doc(alias = "ibv_post_send")]
-    pub fn try_post_send_buffer_chained<'p>(
-        &self,
-        list: &mut SendBufferList<'p>,
-        buffer: Buffer<'p>,
-        op: SendOp,
-        signaled: bool,
-    ) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        self.post_chained(list, buffer, op, signaled)
+    try_twin! {
+        /// `ibv_post_send(3)`—Posts `buffer` with `op` as the next WR of `list`'s chain,
+        /// signaled or not: what [`QueuePair::post_send_buffers`] does for a list of this one
+        /// buffer, without storing it in `list` first (perftest's `-l 1`: a post per WR, with
+        /// selective signaling). Unsignaled, the buffer comes back with the next signaled WR
+        /// posted through `list` on this QP; signaled, from
+        /// [`BufferPool::complete`](super::BufferPool::complete) with its completion, and the
+        /// unsignaled ones chained before it go back to the pool. Buffers waiting in `list` stay
+        /// there (a later post chains them behind this one).
+        ///
+        /// # Errors
+        ///
+        /// The error of [`QueuePair::post_send_buffers`] for a list of this buffer; the list's
+        /// chain is then as it was, and the buffer goes back to its pool — unless the provider
+        /// may have taken the WR anyway (see [`PostError::buffer`]): it then joins the chain as
+        /// posted. [`try_post_send_buffer_chained`](Self::try_post_send_buffer_chained) hands it
+        /// back.
+        #[doc(alias = "ibv_post_send")]
+        pub fn post_send_buffer_chained / try_post_send_buffer_chained<'p>(
+            &self,
+            list: &mut SendBufferList<'p>,
+            buffer: Buffer<'p>,
+            op: SendOp,
+            signaled: bool,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'res
+        try:
+        /// [`post_send_buffer_chained`](Self::post_send_buffer_chained), handing the buffer back
+        /// on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
+        /// error of [`post_send_buffer_chained`](Self::post_send_buffer_chained).
+        #[doc(alias = "ibv_post_send")]
+        {
+            self.post_chained(list, buffer, op, signaled)
+        }
     }
 }
 
 impl<'res> QueuePair<'res, Rts, Ud> {
-    /// `ibv_post_send(3)`—Sends `buffer`'s [`len`](Buffer::len) bytes (at most the path MTU)
-    /// as one datagram to `dest`, signaled, with `imm` as immediate data when given. The
-    /// destination's address handle outlives the QP (`'p: 'res`), so it is alive whenever the
-    /// NIC uses it.
-    ///
-    /// # Errors
-    ///
-    /// As [`QueuePair::post_send_buffer`], and the UD checks of [`QueuePair::post_send_wr`].
-    /// [`try_post_send_buffer_to`](Self::try_post_send_buffer_to) hands the buffer back.
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer_to<'p>(
-        &self,
-        buffer: Buffer<'p>,
-        dest: &UdDestination<'p>,
-        imm: Option<u32>,
-    ) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.post_buffer(buffer, UdSend { dest: *dest, imm }).map_err(Error::from)
-    }
-
-    /// [`post_send_buffer_to`](Self::post_send_buffer_to), handing the buffer back on
-    /// failure.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer, unchanged, and the error of
-    /// [`post_send_buffer_to`](Self::post_send_buffer_to).
-    #[doc(alias = "ibv_post_send")]
-    pub fn try_post_send_buffer_to<'p>(
-        &self,
-        buffer: Buffer<'p>,
-        dest: &UdDestination<'p>,
-        imm: Option<u32>,
-    ) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        self.post_buffer(buffer, UdSend { dest: *dest, imm })
+    try_twin! {
+        /// `ibv_post_send(3)`—Sends `buffer`'s [`len`](Buffer::len) bytes (at most the path MTU)
+        /// as one datagram to `dest`, signaled, with `imm` as immediate data when given. The
+        /// destination's address handle outlives the QP (`'p: 'res`), so it is alive whenever the
+        /// NIC uses it.
+        ///
+        /// # Errors
+        ///
+        /// As [`QueuePair::post_send_buffer`], and the UD checks of [`QueuePair::post_send_wr`].
+        /// [`try_post_send_buffer_to`](Self::try_post_send_buffer_to) hands the buffer back.
+        #[doc(alias = "ibv_post_send")]
+        pub fn post_send_buffer_to / try_post_send_buffer_to<'p>(
+            &self,
+            buffer: Buffer<'p>,
+            dest: &UdDestination<'p>,
+            imm: Option<u32>,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'res
+        try:
+        /// [`post_send_buffer_to`](Self::post_send_buffer_to), handing the buffer back on
+        /// failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer, unchanged, and the error of
+        /// [`post_send_buffer_to`](Self::post_send_buffer_to).
+        #[doc(alias = "ibv_post_send")]
+        {
+            self.post_buffer(buffer, UdSend { dest: *dest, imm })
+        }
     }
 
     /// `ibv_post_send(3)`—Posts every datagram of `list`, each to its own
@@ -370,49 +345,39 @@ impl<'res> QueuePair<'res, Rts, Ud> {
         self.post_list(list, signal_last)
     }
 
-    /// `ibv_post_send(3)`—Sends `buffer` as one datagram to `send`'s destination, as the next
-    /// WR of `list`'s chain, signaled or not: [`QueuePair::post_send_buffer_chained`] on a
-    /// UD QP. The address handle outlives the QP (`'p: 'res`).
-    ///
-    /// # Errors
-    ///
-    /// As [`QueuePair::post_send_buffer_chained`], and the UD checks of
-    /// [`QueuePair::post_send_wr`] (a datagram above the path MTU).
-    /// [`try_post_send_buffer_chained_to`](Self::try_post_send_buffer_chained_to) hands the
-    /// buffer back.
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffer_chained_to<'p>(
-        &self,
-        list: &mut SendBufferList<'p, UdSend<'p>>,
-        buffer: Buffer<'p>,
-        send: UdSend<'p>,
-        signaled: bool,
-    ) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.post_chained(list, buffer, send, signaled).map_err(Error::from)
-    }
-
-    /// [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to), handing the buffer
-    /// back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
-    /// error of [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to).
-    #[doc(alias = "ibv_post_send")]
-    pub fn try_post_send_buffer_chained_to<'p>(
-        &self,
-        list: &mut SendBufferList<'p, UdSend<'p>>,
-        buffer: Buffer<'p>,
-        send: UdSend<'p>,
-        signaled: bool,
-    ) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        self.post_chained(list, buffer, send, signaled)
+    try_twin! {
+        /// `ibv_post_send(3)`—Sends `buffer` as one datagram to `send`'s destination, as the next
+        /// WR of `list`'s chain, signaled or not: [`QueuePair::post_send_buffer_chained`] on a
+        /// UD QP. The address handle outlives the QP (`'p: 'res`).
+        ///
+        /// # Errors
+        ///
+        /// As [`QueuePair::post_send_buffer_chained`], and the UD checks of
+        /// [`QueuePair::post_send_wr`] (a datagram above the path MTU).
+        /// [`try_post_send_buffer_chained_to`](Self::try_post_send_buffer_chained_to) hands the
+        /// buffer back.
+        #[doc(alias = "ibv_post_send")]
+        pub fn post_send_buffer_chained_to / try_post_send_buffer_chained_to<'p>(
+            &self,
+            list: &mut SendBufferList<'p,
+            UdSend<'p>>,
+            buffer: Buffer<'p>,
+            send: UdSend<'p>,
+            signaled: bool,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'res
+        try:
+        /// [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to), handing the buffer
+        /// back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
+        /// error of [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to).
+        #[doc(alias = "ibv_post_send")]
+        {
+            self.post_chained(list, buffer, send, signaled)
+        }
     }
 }
 
@@ -669,43 +634,41 @@ impl<'res, T: QpType> QueuePair<'res, Rts, T> {
 }
 
 impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
-    /// `ibv_post_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back from
-    /// [`BufferPool::complete`](super::BufferPool::complete) with the completion, its length
-    /// set to the bytes received.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
-    /// QP's or without `LOCAL_WRITE`, or when the QP takes no SGE per receive
-    /// (`max_recv_sge` 0) or, on a UD QP, the buffer is shorter than the GRH area, else that
-    /// of [`QueuePair::post_recv_wr`] (e.g. `ENOMEM` when the receive queue is full). The
-    /// buffer goes back to its pool; [`try_post_recv_buffer`](Self::try_post_recv_buffer)
-    /// hands it back.
-    #[doc(alias = "ibv_post_recv")]
-    pub fn post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.try_post_recv_buffer(buffer).map_err(Error::from)
-    }
-
-    /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`PostError`] with the buffer, unchanged, and the error of
-    /// [`post_recv_buffer`](Self::post_recv_buffer).
-    #[doc(alias = "ibv_post_recv")]
-    pub fn try_post_recv_buffer<'p>(&self, buffer: Buffer<'p>) -> Result<(), PostError<'p>>
-    where
-        'p: 'res,
-    {
-        self.lent(&buffer);
-        post_receive(buffer, &self.receive_queue(), |wr| {
-            // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
-            // its SGE names it by IOVA in a region of this QP's PD (checked).
-            unsafe { self.post_recv_wr(wr) }
-        })
+    try_twin! {
+        /// `ibv_post_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back from
+        /// [`BufferPool::complete`](super::BufferPool::complete) with the completion, its length
+        /// set to the bytes received.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidInput`] when the buffer's pool is registered in another PD than the
+        /// QP's or without `LOCAL_WRITE`, or when the QP takes no SGE per receive
+        /// (`max_recv_sge` 0) or, on a UD QP, the buffer is shorter than the GRH area, else that
+        /// of [`QueuePair::post_recv_wr`] (e.g. `ENOMEM` when the receive queue is full). The
+        /// buffer goes back to its pool; [`try_post_recv_buffer`](Self::try_post_recv_buffer)
+        /// hands it back.
+        #[doc(alias = "ibv_post_recv")]
+        pub fn post_recv_buffer / try_post_recv_buffer<'p>(
+            &self,
+            buffer: Buffer<'p>,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'res
+        try:
+        /// [`post_recv_buffer`](Self::post_recv_buffer), handing the buffer back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer, unchanged, and the error of
+        /// [`post_recv_buffer`](Self::post_recv_buffer).
+        #[doc(alias = "ibv_post_recv")]
+        {
+            self.lent(&buffer);
+            post_receive(buffer, &self.receive_queue(), |wr| {
+                // SAFETY: as in `post_buffer`: the chunk is the NIC's alone until `complete`, and
+                // its SGE names it by IOVA in a region of this QP's PD (checked).
+                unsafe { self.post_recv_wr(wr) }
+            })
+        }
     }
 }
 

@@ -40,10 +40,10 @@ impl EventChannel {
     ///
     /// # Errors
     ///
-    /// [`Error::Load`] or [`Error::Verb`] (`dlopen(librdmacm.so.1)`) when libibverbs or
-    /// librdmacm cannot be loaded; [`Error::Verb`] from `rdma_create_event_channel`
-    /// (`ENODEV`: no `/dev/infiniband/rdma_cm` — load `rdma_ucm`; `EMFILE`, naming
-    /// RLIMIT_NOFILE, when the process has no file descriptor left).
+    /// [`Error::Load`] when libibverbs or librdmacm cannot be loaded; [`Error::Verb`] from
+    /// `rdma_create_event_channel` (`ENODEV`: no `/dev/infiniband/rdma_cm` — load
+    /// `rdma_ucm`; `EMFILE`, naming RLIMIT_NOFILE, when the process has no file descriptor
+    /// left).
     #[doc(alias = "rdma_create_event_channel")]
     pub fn new() -> Result<EventChannel> {
         let lib = super::rdmacm()?;

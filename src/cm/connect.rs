@@ -11,6 +11,7 @@ use super::id::{event_error, CmId};
 use super::param::ConnParam;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::qp::{Init, QpState, QueuePair, Rc, Reset, Rts, Unknown};
+use crate::try_twin::try_twin;
 
 /// The QP states rdma_cm can connect from: [`Reset`] and [`Init`] (post receives in INIT
 /// before connecting, so the peer's first sends find them).
@@ -106,77 +107,67 @@ pub struct Established<'res> {
 type Connected<'res> = std::result::Result<Established<'res>, Box<ConnectError<'res>>>;
 
 impl CmId<'_> {
-    /// `rdma_connect(3)`—Connects `qp` (created from [`CmId::context`], after
-    /// [`CmId::resolve_route`]) to the listener, sending `param`'s private data; waits at most
-    /// `timeout` for `ESTABLISHED`. The CM moves the QP to RTS (see the module docs); the
-    /// result holds it and the server's private data.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Verb`] with `ECONNREFUSED` when the server rejected (the reason in its
-    /// hint), `ETIMEDOUT` when nothing came in time, the errno of `UNREACHABLE` /
-    /// `CONNECT_ERROR`, or from `rdma_connect`; [`Error::InvalidInput`] for private data over
-    /// 255 bytes, or when the QP is not in RTS afterwards. The QP is dropped;
-    /// [`try_connect`](Self::try_connect) hands it back, with the server's
-    /// [`Rejection`] and its private data.
-    #[doc(alias = "rdma_connect")]
-    pub fn connect<'res, S: BeforeConnect>(
-        &self,
-        qp: QueuePair<'res, S, Rc>,
-        param: &ConnParam<'_>,
-        timeout: Duration,
-    ) -> Result<Established<'res>> {
-        self.try_connect(qp, param, timeout).map_err(Error::from)
+    try_twin! {
+        /// `rdma_connect(3)`—Connects `qp` (created from [`CmId::context`], after
+        /// [`CmId::resolve_route`]) to the listener, sending `param`'s private data; waits at most
+        /// `timeout` for `ESTABLISHED`. The CM moves the QP to RTS (see the module docs); the
+        /// result holds it and the server's private data.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Verb`] with `ECONNREFUSED` when the server rejected (the reason in its
+        /// hint), `ETIMEDOUT` when nothing came in time, the errno of `UNREACHABLE` /
+        /// `CONNECT_ERROR`, or from `rdma_connect`; [`Error::InvalidInput`] for private data over
+        /// 255 bytes, or when the QP is not in RTS afterwards. The QP is dropped;
+        /// [`try_connect`](Self::try_connect) hands it back, with the server's
+        /// [`Rejection`] and its private data.
+        #[doc(alias = "rdma_connect")]
+        pub fn connect / try_connect<'res, S: BeforeConnect>(
+            &self,
+            qp: QueuePair<'res, S, Rc>,
+            param: &ConnParam<'_>,
+            timeout: Duration,
+        ) -> Result<Established<'res>, Box<ConnectError<'res>>>
+        try:
+        /// [`connect`](Self::connect), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// A boxed [`ConnectError`] with the QP, the error of [`connect`](Self::connect) and,
+        /// when the server rejected, its [`Rejection`].
+        #[doc(alias = "rdma_connect")]
+        {
+            self.establish(qp, param, timeout, "rdma_connect", self.lib().fns.rdma_connect)
+        }
     }
 
-    /// [`connect`](Self::connect), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// A boxed [`ConnectError`] with the QP, the error of [`connect`](Self::connect) and,
-    /// when the server rejected, its [`Rejection`].
-    #[doc(alias = "rdma_connect")]
-    pub fn try_connect<'res, S: BeforeConnect>(
-        &self,
-        qp: QueuePair<'res, S, Rc>,
-        param: &ConnParam<'_>,
-        timeout: Duration,
-    ) -> Connected<'res> {
-        self.establish(qp, param, timeout, "rdma_connect", self.lib().fns.rdma_connect)
-    }
-
-    /// `rdma_accept(3)`—Accepts the connect request this id came with (see
-    /// [`CmId::get_request`]) on `qp` (created from this id's [`CmId::context`]), sending
-    /// `param`'s private data; waits at most `timeout` for `ESTABLISHED`. The CM moves the
-    /// QP to RTS (see the module docs).
-    ///
-    /// # Errors
-    ///
-    /// As [`CmId::connect`], with [`Error::Verb`] from `rdma_accept`; the QP is dropped.
-    /// [`try_accept`](Self::try_accept) hands it back.
-    #[doc(alias = "rdma_accept")]
-    pub fn accept<'res, S: BeforeConnect>(
-        &self,
-        qp: QueuePair<'res, S, Rc>,
-        param: &ConnParam<'_>,
-        timeout: Duration,
-    ) -> Result<Established<'res>> {
-        self.try_accept(qp, param, timeout).map_err(Error::from)
-    }
-
-    /// [`accept`](Self::accept), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// As [`CmId::try_connect`], with [`Error::Verb`] from `rdma_accept`.
-    #[doc(alias = "rdma_accept")]
-    pub fn try_accept<'res, S: BeforeConnect>(
-        &self,
-        qp: QueuePair<'res, S, Rc>,
-        param: &ConnParam<'_>,
-        timeout: Duration,
-    ) -> Connected<'res> {
-        self.establish(qp, param, timeout, "rdma_accept", self.lib().fns.rdma_accept)
+    try_twin! {
+        /// `rdma_accept(3)`—Accepts the connect request this id came with (see
+        /// [`CmId::get_request`]) on `qp` (created from this id's [`CmId::context`]), sending
+        /// `param`'s private data; waits at most `timeout` for `ESTABLISHED`. The CM moves the
+        /// QP to RTS (see the module docs).
+        ///
+        /// # Errors
+        ///
+        /// As [`CmId::connect`], with [`Error::Verb`] from `rdma_accept`; the QP is dropped.
+        /// [`try_accept`](Self::try_accept) hands it back.
+        #[doc(alias = "rdma_accept")]
+        pub fn accept / try_accept<'res, S: BeforeConnect>(
+            &self,
+            qp: QueuePair<'res, S, Rc>,
+            param: &ConnParam<'_>,
+            timeout: Duration,
+        ) -> Result<Established<'res>, Box<ConnectError<'res>>>
+        try:
+        /// [`accept`](Self::accept), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// As [`CmId::try_connect`], with [`Error::Verb`] from `rdma_accept`.
+        #[doc(alias = "rdma_accept")]
+        {
+            self.establish(qp, param, timeout, "rdma_accept", self.lib().fns.rdma_accept)
+        }
     }
 
     fn establish<'res, S: BeforeConnect>(

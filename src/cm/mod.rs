@@ -74,22 +74,13 @@ pub use event::{CmEvent, CmEventKind};
 pub use id::{CmId, ConnectRequest, PortSpace};
 pub use param::ConnParam;
 
-use std::io;
-
 use rdma_verbs_sys as sys;
 
 use crate::error::{Error, Result};
 
 /// The process's librdmacm, loaded on first use.
 fn rdmacm() -> Result<&'static sys::Rdmacm> {
-    sys::rdmacm().map_err(|e| match e {
-        sys::RdmacmLoadError::Ibverbs(e) => Error::Load(e),
-        other => Error::Verb {
-            verb: "dlopen(librdmacm.so.1)",
-            source: io::Error::new(io::ErrorKind::NotFound, other.to_string()),
-            hint: None,
-        },
-    })
+    Ok(sys::rdmacm()?)
 }
 
 /// The remedy for an errno from an rdma_cm step, where one is known.

@@ -16,6 +16,7 @@ use crate::qp::{
     AddressVector, GlobalRoute, Init, QpCapabilities, QpInitAttr, QpState, Reset, Rtr, Rts,
     ToRtsAttr,
 };
+use crate::try_twin::try_twin;
 use crate::wr::SendFlags;
 
 use super::context::{unsupported, Mlx5Context};
@@ -346,27 +347,27 @@ impl<'res, S: QpState> Dci<'res, S> {
         self.qp.destroy()
     }
 
-    /// `ibv_modify_qp(3)` to RESET (`IBV_QP_STATE` only), from whatever state the device
-    /// holds the DCI in: the way back after an error completion moved it to ERROR. Mainline
-    /// mlx5_ib accepts it from any state; older kernels refuse it (`EINVAL`) — then destroy
-    /// the DCI and create another, or let [`Mlx5Context::renew_dci`] do either.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
-    /// [`try_reset`](Self::try_reset) hands it back.
-    pub fn reset(self) -> Result<Dci<'res, Reset>> {
-        self.try_reset().map_err(Error::from)
-    }
-
-    /// [`reset`](Self::reset), handing the DCI back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn try_reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr::default();
-        self.transition(raw, 0, sys::IBV_QPS_RESET, "ibv_modify_qp (DCI →RESET)")
+    try_twin! {
+        /// `ibv_modify_qp(3)` to RESET (`IBV_QP_STATE` only), from whatever state the device
+        /// holds the DCI in: the way back after an error completion moved it to ERROR. Mainline
+        /// mlx5_ib accepts it from any state; older kernels refuse it (`EINVAL`) — then destroy
+        /// the DCI and create another, or let [`Mlx5Context::renew_dci`] do either.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+        /// [`try_reset`](Self::try_reset) hands it back.
+        pub fn reset / try_reset(self) -> Result<Dci<'res, Reset>, TransitionError<Self>>
+        try:
+        /// [`reset`](Self::reset), handing the DCI back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+        {
+            let raw = sys::ibv_qp_attr::default();
+            self.transition(raw, 0, sys::IBV_QPS_RESET, "ibv_modify_qp (DCI →RESET)")
+        }
     }
 }
 
@@ -384,75 +385,80 @@ impl<'res, S: QpState> DcTypestate for Dci<'res, S> {
 }
 
 impl<'res> Dci<'res, Reset> {
-    /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT`).
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
-    /// [`try_into_init`](Self::try_into_init) hands it back.
-    pub fn into_init(self, port: u8, pkey_index: u16) -> Result<Dci<'res, Init>> {
-        self.try_into_init(port, pkey_index).map_err(Error::from)
-    }
-
-    /// [`into_init`](Self::into_init), handing the DCI back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn try_into_init(
-        self,
-        port: u8,
-        pkey_index: u16,
-    ) -> Result<Dci<'res, Init>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr { pkey_index, port_num: port, ..Default::default() };
-        self.transition(raw, DCI_INIT_MASK, sys::IBV_QPS_INIT, "ibv_modify_qp (DCI RESET→INIT)")
+    try_twin! {
+        /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT`).
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+        /// [`try_into_init`](Self::try_into_init) hands it back.
+        pub fn into_init / try_into_init(
+            self,
+            port: u8,
+            pkey_index: u16,
+        ) -> Result<Dci<'res, Init>, TransitionError<Self>>
+        try:
+        /// [`into_init`](Self::into_init), handing the DCI back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+        {
+            let raw = sys::ibv_qp_attr { pkey_index, port_num: port, ..Default::default() };
+            let verb = "ibv_modify_qp (DCI RESET→INIT)";
+            self.transition(raw, DCI_INIT_MASK, sys::IBV_QPS_INIT, verb)
+        }
     }
 }
 
 impl<'res> Dci<'res, Init> {
-    /// INIT → RTR (`IBV_QP_STATE | PATH_MTU`): no peer data.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
-    /// [`try_into_rtr`](Self::try_into_rtr) hands it back.
-    pub fn into_rtr(self, attr: &DciToRtrAttr) -> Result<Dci<'res, Rtr>> {
-        self.try_into_rtr(attr).map_err(Error::from)
-    }
-
-    /// [`into_rtr`](Self::into_rtr), handing the DCI back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn try_into_rtr(
-        self,
-        attr: &DciToRtrAttr,
-    ) -> Result<Dci<'res, Rtr>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
-        self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
+    try_twin! {
+        /// INIT → RTR (`IBV_QP_STATE | PATH_MTU`): no peer data.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+        /// [`try_into_rtr`](Self::try_into_rtr) hands it back.
+        pub fn into_rtr / try_into_rtr(
+            self,
+            attr: &DciToRtrAttr,
+        ) -> Result<Dci<'res, Rtr>, TransitionError<Self>>
+        try:
+        /// [`into_rtr`](Self::into_rtr), handing the DCI back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+        {
+            let raw = sys::ibv_qp_attr { path_mtu: attr.path_mtu.0, ..Default::default() };
+            self.transition(raw, DCI_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCI INIT→RTR)")
+        }
     }
 }
 
 impl<'res> Dci<'res, Rtr> {
-    /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN |
-    /// MAX_QP_RD_ATOMIC`).
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
-    /// [`try_into_rts`](Self::try_into_rts) hands it back.
-    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>> {
-        self.try_into_rts(attr).map_err(Error::from)
-    }
-
-    /// [`into_rts`](Self::into_rts), handing the DCI back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn try_into_rts(self, attr: &ToRtsAttr) -> Result<Dci<'res, Rts>, TransitionError<Self>> {
-        self.transition(attr.raw(), DCI_RTS_MASK, sys::IBV_QPS_RTS, "ibv_modify_qp (DCI RTR→RTS)")
+    try_twin! {
+        /// RTR → RTS (`IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN |
+        /// MAX_QP_RD_ATOMIC`).
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`] of `ibv_modify_qp`; the DCI is dropped.
+        /// [`try_into_rts`](Self::try_into_rts) hands it back.
+        pub fn into_rts / try_into_rts(
+            self,
+            attr: &ToRtsAttr,
+        ) -> Result<Dci<'res, Rts>, TransitionError<Self>>
+        try:
+        /// [`into_rts`](Self::into_rts), handing the DCI back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the DCI and the [`Error::Verb`] of `ibv_modify_qp`.
+        {
+            let verb = "ibv_modify_qp (DCI RTR→RTS)";
+            self.transition(attr.raw(), DCI_RTS_MASK, sys::IBV_QPS_RTS, verb)
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use rdma_verbs_sys as sys;
 
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Lid, Qpn};
-use crate::error::{Error, Result, TransitionError};
+use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
@@ -14,6 +14,7 @@ use crate::qp::{
     AddressVector, Init, QpCapabilities, QpInitAttr, QpState, Reset, RnrTimer, Rtr, ToInitAttr,
 };
 use crate::srq::SharedReceiveQueue;
+use crate::try_twin::try_twin;
 
 use super::context::{DcVersion, Mlx5Context};
 use super::dci::DcRoute;
@@ -193,64 +194,60 @@ impl<'res, S: QpState> DcTypestate for Dct<'res, S> {
 }
 
 impl<'res> Dct<'res, Reset> {
-    /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): `attr.access` is
-    /// what initiators may do (remote write/read; remote atomics need DC atomic support).
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp`; the DCT is dropped.
-    /// [`try_into_init`](Self::try_into_init) hands it back.
-    pub fn into_init(self, attr: &ToInitAttr) -> Result<Dct<'res, Init>> {
-        self.try_into_init(attr).map_err(Error::from)
-    }
-
-    /// [`into_init`](Self::into_init), handing the DCT back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the DCT and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn try_into_init(
-        self,
-        attr: &ToInitAttr,
-    ) -> Result<Dct<'res, Init>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            pkey_index: attr.pkey_index,
-            port_num: attr.port,
-            qp_access_flags: attr.access.bits(),
-            ..Default::default()
-        };
-        self.transition(raw, DCT_INIT_MASK, sys::IBV_QPS_INIT, "ibv_modify_qp (DCT RESET→INIT)")
+    try_twin! {
+        /// RESET → INIT (`IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): `attr.access` is
+        /// what initiators may do (remote write/read; remote atomics need DC atomic support).
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp`; the DCT is dropped.
+        /// [`try_into_init`](Self::try_into_init) hands it back.
+        pub fn into_init / try_into_init(
+            self,
+            attr: &ToInitAttr,
+        ) -> Result<Dct<'res, Init>, TransitionError<Self>>
+        try:
+        /// [`into_init`](Self::into_init), handing the DCT back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the DCT and the [`Error::Verb`](crate::Error::Verb) of
+        /// `ibv_modify_qp`.
+        {
+            let verb = "ibv_modify_qp (DCT RESET→INIT)";
+            self.transition(attr.raw(), DCT_INIT_MASK, sys::IBV_QPS_INIT, verb)
+        }
     }
 }
 
 impl<'res> Dct<'res, Init> {
-    /// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | MIN_RNR_TIMER`). The device creates the
-    /// DCT object here, and libmlx5 sets its DCT number.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL` on RoCE without a GRH); the DCT is
-    /// dropped. [`try_into_rtr`](Self::try_into_rtr) hands it back.
-    pub fn into_rtr(self, attr: &DctToRtrAttr) -> Result<Dct<'res, Rtr>> {
-        self.try_into_rtr(attr).map_err(Error::from)
-    }
-
-    /// [`into_rtr`](Self::into_rtr), handing the DCT back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the DCT and the error of [`into_rtr`](Self::into_rtr).
-    pub fn try_into_rtr(
-        self,
-        attr: &DctToRtrAttr,
-    ) -> Result<Dct<'res, Rtr>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            path_mtu: attr.path_mtu.0,
-            min_rnr_timer: attr.min_rnr_timer.get(),
-            ah_attr: attr.av.to_raw(),
-            ..Default::default()
-        };
-        self.transition(raw, DCT_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCT INIT→RTR)")
+    try_twin! {
+        /// INIT → RTR (`IBV_QP_STATE | AV | PATH_MTU | MIN_RNR_TIMER`). The device creates the
+        /// DCT object here, and libmlx5 sets its DCT number.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on RoCE without a
+        /// GRH); the DCT is dropped. [`try_into_rtr`](Self::try_into_rtr) hands it back.
+        pub fn into_rtr / try_into_rtr(
+            self,
+            attr: &DctToRtrAttr,
+        ) -> Result<Dct<'res, Rtr>, TransitionError<Self>>
+        try:
+        /// [`into_rtr`](Self::into_rtr), handing the DCT back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the DCT and the error of [`into_rtr`](Self::into_rtr).
+        {
+            let raw = sys::ibv_qp_attr {
+                path_mtu: attr.path_mtu.0,
+                min_rnr_timer: attr.min_rnr_timer.get(),
+                ah_attr: attr.av.to_raw(),
+                ..Default::default()
+            };
+            self.transition(raw, DCT_RTR_MASK, sys::IBV_QPS_RTR, "ibv_modify_qp (DCT INIT→RTR)")
+        }
     }
 }
 

@@ -141,6 +141,18 @@ impl Default for ToInitAttr {
     }
 }
 
+impl ToInitAttr {
+    /// The `ibv_qp_attr` of RESET → INIT (RC, UC and DCT).
+    pub(crate) fn raw(&self) -> sys::ibv_qp_attr {
+        sys::ibv_qp_attr {
+            pkey_index: self.pkey_index,
+            port_num: self.port,
+            qp_access_flags: self.access.bits(),
+            ..Default::default()
+        }
+    }
+}
+
 /// RESET → INIT of a UD QP (`IBV_QP_STATE | PKEY_INDEX | PORT | QKEY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdToInitAttr {

@@ -6,198 +6,197 @@ use super::{
     Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdToInitAttr,
 };
 use crate::endpoint::Psn;
-use crate::error::{Error, Result, TransitionError};
+use crate::error::TransitionError;
+use crate::try_twin::try_twin;
 
 impl<'res, T: Connected> QueuePair<'res, Reset, T> {
-    /// RESET → INIT (`STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): binds the QP to a port and
-    /// sets what the peer may do.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL`: a port or P_Key index that does not
-    /// exist); the QP is dropped. [`try_into_init`](Self::try_into_init) hands it back.
-    pub fn into_init(self, attr: &ToInitAttr) -> Result<QueuePair<'res, Init, T>> {
-        self.try_into_init(attr).map_err(Error::from)
-    }
-
-    /// [`into_init`](Self::into_init), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP, still in RESET, and the error of
-    /// [`into_init`](Self::into_init).
-    pub fn try_into_init(
-        self,
-        attr: &ToInitAttr,
-    ) -> Result<QueuePair<'res, Init, T>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr {
-            pkey_index: attr.pkey_index,
-            port_num: attr.port,
-            qp_access_flags: attr.access.bits(),
-            ..Default::default()
-        };
-        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
-        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+    try_twin! {
+        /// RESET → INIT (`STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): binds the QP to a port and
+        /// sets what the peer may do.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL`: a port or P_Key
+        /// index that does not exist); the QP is dropped. [`try_into_init`](Self::try_into_init)
+        /// hands it back.
+        pub fn into_init / try_into_init(
+            self,
+            attr: &ToInitAttr,
+        ) -> Result<QueuePair<'res, Init, T>, TransitionError<Self>>
+        try:
+        /// [`into_init`](Self::into_init), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] holding the QP, still in RESET, and the error of
+        /// [`into_init`](Self::into_init).
+        {
+            let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
+            self.transition(attr.raw(), mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+        }
     }
 }
 
 impl<'res> QueuePair<'res, Reset, Ud> {
-    /// RESET → INIT of a UD QP (`STATE | PKEY_INDEX | PORT | QKEY`). The port's active MTU
-    /// becomes the largest message a send may carry.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_query_port` or `ibv_modify_qp`; the QP is dropped.
-    /// [`try_into_init`](Self::try_into_init) hands it back.
-    pub fn into_init(self, attr: &UdToInitAttr) -> Result<QueuePair<'res, Init, Ud>> {
-        self.try_into_init(attr).map_err(Error::from)
-    }
-
-    /// [`into_init`](Self::into_init) of a UD QP, handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP, still in RESET, and the error of
-    /// [`into_init`](Self::into_init).
-    pub fn try_into_init(
-        mut self,
-        attr: &UdToInitAttr,
-    ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>> {
-        match self.pd.context().query_port(attr.port) {
-            Ok(port) => self.limits.ud_mtu = super::ud_mtu(&port),
-            Err(error) => return Err(TransitionError { qp: self, error }),
+    try_twin! {
+        /// RESET → INIT of a UD QP (`STATE | PKEY_INDEX | PORT | QKEY`). The port's active MTU
+        /// becomes the largest message a send may carry.
+        ///
+        /// # Errors
+        ///
+        /// The error of `ibv_query_port` or `ibv_modify_qp`; the QP is dropped.
+        /// [`try_into_init`](Self::try_into_init) hands it back.
+        pub fn into_init / try_into_init(
+            mut self,
+            attr: &UdToInitAttr,
+        ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>>
+        try:
+        /// [`into_init`](Self::into_init) of a UD QP, handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] holding the QP, still in RESET, and the error of
+        /// [`into_init`](Self::into_init).
+        {
+            match self.pd.context().query_port(attr.port) {
+                Ok(port) => self.limits.ud_mtu = super::ud_mtu(&port),
+                Err(error) => return Err(TransitionError { qp: self, error }),
+            }
+            let raw = sys::ibv_qp_attr {
+                pkey_index: attr.pkey_index,
+                port_num: attr.port,
+                qkey: attr.qkey,
+                ..Default::default()
+            };
+            let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY;
+            self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
         }
-        let raw = sys::ibv_qp_attr {
-            pkey_index: attr.pkey_index,
-            port_num: attr.port,
-            qkey: attr.qkey,
-            ..Default::default()
-        };
-        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY;
-        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
     }
 }
 
 impl<'res, T: Connected> QueuePair<'res, Init, T> {
-    /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
-    /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
-    ///
-    /// A `path_mtu` above the active MTU of the port (`attr.av.port`, `ibv_query_port(3)`) is
-    /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in
-    /// effect.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL` on RoCE usually means a missing or
-    /// wrong GRH / source GID index), or the error of `ibv_query_port`
-    /// ([`Error::PortNotFound`] for a port the device lacks); the QP is dropped.
-    /// [`try_into_rtr`](Self::try_into_rtr) hands it back.
-    pub fn into_rtr(self, attr: &ToRtrAttr) -> Result<QueuePair<'res, Rtr, T>> {
-        self.try_into_rtr(attr).map_err(Error::from)
-    }
-
-    /// [`into_rtr`](Self::into_rtr), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP, still in INIT, and the error of
-    /// [`into_rtr`](Self::into_rtr).
-    pub fn try_into_rtr(
-        self,
-        attr: &ToRtrAttr,
-    ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
-        let active = match self.pd.context().query_port(attr.av.port) {
-            Ok(port) => port.active_mtu(),
-            Err(error) => return Err(TransitionError { qp: self, error }),
-        };
-        let raw = sys::ibv_qp_attr {
-            path_mtu: attr.path_mtu.at_most(active).0,
-            dest_qp_num: attr.dest_qpn.get(),
-            rq_psn: attr.rq_psn.get(),
-            max_dest_rd_atomic: attr.max_dest_rd_atomic,
-            min_rnr_timer: attr.min_rnr_timer.get(),
-            ah_attr: attr.av.to_raw(),
-            ..Default::default()
-        };
-        self.transition(raw, T::RTR_MASK.bits(), "ibv_modify_qp (INIT→RTR)", sys::IBV_QPS_RTR)
+    try_twin! {
+        /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
+        /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
+        ///
+        /// A `path_mtu` above the active MTU of the port (`attr.av.port`, `ibv_query_port(3)`) is
+        /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in
+        /// effect.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on RoCE usually
+        /// means a missing or wrong GRH / source GID index), or the error of `ibv_query_port`
+        /// ([`Error::PortNotFound`](crate::Error::PortNotFound) for a port the device lacks); the
+        /// QP is dropped. [`try_into_rtr`](Self::try_into_rtr) hands it back.
+        pub fn into_rtr / try_into_rtr(
+            self,
+            attr: &ToRtrAttr,
+        ) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>>
+        try:
+        /// [`into_rtr`](Self::into_rtr), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] holding the QP, still in INIT, and the error of
+        /// [`into_rtr`](Self::into_rtr).
+        {
+            let active = match self.pd.context().query_port(attr.av.port) {
+                Ok(port) => port.active_mtu(),
+                Err(error) => return Err(TransitionError { qp: self, error }),
+            };
+            let raw = sys::ibv_qp_attr {
+                path_mtu: attr.path_mtu.at_most(active).0,
+                dest_qp_num: attr.dest_qpn.get(),
+                rq_psn: attr.rq_psn.get(),
+                max_dest_rd_atomic: attr.max_dest_rd_atomic,
+                min_rnr_timer: attr.min_rnr_timer.get(),
+                ah_attr: attr.av.to_raw(),
+                ..Default::default()
+            };
+            self.transition(raw, T::RTR_MASK.bits(), "ibv_modify_qp (INIT→RTR)", sys::IBV_QPS_RTR)
+        }
     }
 }
 
 impl<'res> QueuePair<'res, Init, Ud> {
-    /// INIT → RTR of a UD QP (`STATE` only: a datagram QP has no peer).
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_modify_qp`; the QP is dropped. [`try_into_rtr`](Self::try_into_rtr)
-    /// hands it back.
-    pub fn into_rtr(self) -> Result<QueuePair<'res, Rtr, Ud>> {
-        self.try_into_rtr().map_err(Error::from)
-    }
-
-    /// [`into_rtr`](Self::into_rtr) of a UD QP, handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP, still in INIT, and the error of `ibv_modify_qp`.
-    pub fn try_into_rtr(self) -> Result<QueuePair<'res, Rtr, Ud>, TransitionError<Self>> {
-        self.transition(
-            sys::ibv_qp_attr::default(),
-            0,
-            "ibv_modify_qp (INIT→RTR)",
-            sys::IBV_QPS_RTR,
-        )
+    try_twin! {
+        /// INIT → RTR of a UD QP (`STATE` only: a datagram QP has no peer).
+        ///
+        /// # Errors
+        ///
+        /// The error of `ibv_modify_qp`; the QP is dropped. [`try_into_rtr`](Self::try_into_rtr)
+        /// hands it back.
+        pub fn into_rtr / try_into_rtr(
+            self,
+        ) -> Result<QueuePair<'res, Rtr, Ud>, TransitionError<Self>>
+        try:
+        /// [`into_rtr`](Self::into_rtr) of a UD QP, handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] holding the QP, still in INIT, and the error of `ibv_modify_qp`.
+        {
+            self.transition(
+                sys::ibv_qp_attr::default(),
+                0,
+                "ibv_modify_qp (INIT→RTR)",
+                sys::IBV_QPS_RTR,
+            )
+        }
     }
 }
 
 impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
-    /// RTR → RTS: enables the send side. RC sets `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY |
-    /// SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp` (`EINVAL` on iWARP devices, which connect only
-    /// through rdma_cm); the QP is dropped. [`try_into_rts`](Self::try_into_rts) hands it
-    /// back.
-    pub fn into_rts(self, attr: &ToRtsAttr) -> Result<QueuePair<'res, Rts, T>> {
-        self.try_into_rts(attr).map_err(Error::from)
-    }
-
-    /// [`into_rts`](Self::into_rts), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP, still in RTR, and the error of
-    /// [`into_rts`](Self::into_rts).
-    pub fn try_into_rts(
-        self,
-        attr: &ToRtsAttr,
-    ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
-        // (`transition` records max_rd_atomic where the mask carries it: RC.)
-        self.transition(attr.raw(), T::RTS_MASK.bits(), "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+    try_twin! {
+        /// RTR → RTS: enables the send side. RC sets `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY |
+        /// SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on iWARP devices,
+        /// which connect only through rdma_cm); the QP is dropped.
+        /// [`try_into_rts`](Self::try_into_rts) hands it back.
+        pub fn into_rts / try_into_rts(
+            self,
+            attr: &ToRtsAttr,
+        ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>>
+        try:
+        /// [`into_rts`](Self::into_rts), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] holding the QP, still in RTR, and the error of
+        /// [`into_rts`](Self::into_rts).
+        {
+            // (`transition` records max_rd_atomic where the mask carries it: RC.)
+            let mask = T::RTS_MASK.bits();
+            self.transition(attr.raw(), mask, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+        }
     }
 }
 
 impl<'res> QueuePair<'res, Rtr, Ud> {
-    /// RTR → RTS of a UD QP (`STATE | SQ_PSN`).
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_modify_qp`; the QP is dropped. [`try_into_rts`](Self::try_into_rts)
-    /// hands it back.
-    pub fn into_rts(self, sq_psn: Psn) -> Result<QueuePair<'res, Rts, Ud>> {
-        self.try_into_rts(sq_psn).map_err(Error::from)
-    }
-
-    /// [`into_rts`](Self::into_rts) of a UD QP, handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] holding the QP, still in RTR, and the error of `ibv_modify_qp`.
-    pub fn try_into_rts(
-        self,
-        sq_psn: Psn,
-    ) -> Result<QueuePair<'res, Rts, Ud>, TransitionError<Self>> {
-        let raw = sys::ibv_qp_attr { sq_psn: sq_psn.get(), ..Default::default() };
-        self.transition(raw, sys::IBV_QP_SQ_PSN, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+    try_twin! {
+        /// RTR → RTS of a UD QP (`STATE | SQ_PSN`).
+        ///
+        /// # Errors
+        ///
+        /// The error of `ibv_modify_qp`; the QP is dropped. [`try_into_rts`](Self::try_into_rts)
+        /// hands it back.
+        pub fn into_rts / try_into_rts(
+            self,
+            sq_psn: Psn,
+        ) -> Result<QueuePair<'res, Rts, Ud>, TransitionError<Self>>
+        try:
+        /// [`into_rts`](Self::into_rts) of a UD QP, handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] holding the QP, still in RTR, and the error of `ibv_modify_qp`.
+        {
+            let raw = sys::ibv_qp_attr { sq_psn: sq_psn.get(), ..Default::default() };
+            self.transition(raw, sys::IBV_QP_SQ_PSN, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+        }
     }
 }

@@ -14,6 +14,7 @@ use rdma_verbs_sys as sys;
 use super::{Connected, QpState, QueuePair, QueuePairState, Reset};
 use crate::cq::CompletionQueue;
 use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
+use crate::try_twin::try_twin;
 use crate::wc::WorkCompletion;
 
 /// The `wr_id` of the zero-length SEND [`QueuePair::drain`] posts after ERROR; its flush
@@ -34,80 +35,76 @@ enum Marker {
 }
 
 impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
-    /// Any state → ERROR → RESET, handing every outstanding work request's completion to
-    /// `each` on the way, so that a reused QP strands nothing: the buffer tier's chunks come
-    /// back through [`BufferPool::complete`](crate::BufferPool::complete) in `each`, where
-    /// [`QueuePair::reset`] would discard them without completions and leave them in flight.
-    ///
-    /// After `ibv_modify_qp(3)` to ERROR it posts a zero-length signaled SEND
-    /// ([`DRAIN_SEND_WR_ID`]) and, without an SRQ, a receive without SGE
-    /// ([`DRAIN_RECV_WR_ID`]); a queue flushes in order, so a marker's completion comes after
-    /// every earlier WR's. It moves the QP to ERROR again after posting them (rxe flushes
-    /// what is posted in ERROR when it enters ERROR), polls `cqs` — which must hold the QP's
-    /// send and receive CQs — until both markers completed, and moves it to RESET. Every
-    /// other completion polled from `cqs` goes to `each`, other QPs' too when they share
-    /// them. The markers themselves are not handed to `each`. An SRQ's receives are not this
-    /// QP's and stay posted. Should `each` panic, the completions polled with the one it was
-    /// given stay with their CQ, whose next poll returns them (the QP itself is dropped by the
-    /// unwinding, and destroyed). A `timeout` past the clock's range (`Duration::MAX`) sets no
-    /// deadline.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] ([`InvalidInputKind::OtherCq`]) when `cqs` lacks one of its
-    /// CQs, before anything changes; otherwise, with the QP in ERROR,
-    /// [`Error::CompletionTimeout`] (expected and arrived count markers) when `timeout`
-    /// passes first, or the [`Error::Verb`] of `ibv_modify_qp`, `ibv_post_send`,
-    /// `ibv_post_recv` or a poll. The QP is dropped; [`try_drain`](Self::try_drain) hands it
-    /// back.
-    #[doc(alias = "ibv_modify_qp")]
-    pub fn drain(
-        self,
-        cqs: &[&CompletionQueue<'_>],
-        timeout: Duration,
-        each: impl FnMut(&mut WorkCompletion),
-    ) -> Result<QueuePair<'res, Reset, T>> {
-        self.try_drain(cqs, timeout, each).map_err(Error::from)
-    }
-
-    /// [`drain`](Self::drain), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the QP — unchanged when `cqs` lacks one of its CQs, else in
-    /// ERROR (whatever `S` says, as after an error completion) — and the error of
-    /// [`drain`](Self::drain).
-    #[doc(alias = "ibv_modify_qp")]
-    pub fn try_drain(
-        self,
-        cqs: &[&CompletionQueue<'_>],
-        timeout: Duration,
-        mut each: impl FnMut(&mut WorkCompletion),
-    ) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
-        let state = match S::STATE.map_or_else(|| self.query_state(), Ok) {
-            Ok(state) => state,
-            Err(error) => return Err(TransitionError { qp: self, error }),
-        };
-        if state == QueuePairState::RESET {
-            // Nothing is outstanding in RESET.
-            return Ok(self.retype());
-        }
-        // SAFETY: a live QP; plain reads of the CQ pointers it was created with.
-        let (send_cq, recv_cq) = unsafe { ((*self.as_raw()).send_cq, (*self.as_raw()).recv_cq) };
-        if let Some(missing) = [(send_cq, "send"), (recv_cq, "receive")]
-            .into_iter()
-            .find(|(cq, _)| !cqs.iter().any(|c| c.as_raw() == *cq))
+    try_twin! {
+        /// Any state → ERROR → RESET, handing every outstanding work request's completion to
+        /// `each` on the way, so that a reused QP strands nothing: the buffer tier's chunks come
+        /// back through [`BufferPool::complete`](crate::BufferPool::complete) in `each`, where
+        /// [`QueuePair::reset`] would discard them without completions and leave them in flight.
+        ///
+        /// After `ibv_modify_qp(3)` to ERROR it posts a zero-length signaled SEND
+        /// ([`DRAIN_SEND_WR_ID`]) and, without an SRQ, a receive without SGE
+        /// ([`DRAIN_RECV_WR_ID`]); a queue flushes in order, so a marker's completion comes after
+        /// every earlier WR's. It moves the QP to ERROR again after posting them (rxe flushes
+        /// what is posted in ERROR when it enters ERROR), polls `cqs` — which must hold the QP's
+        /// send and receive CQs — until both markers completed, and moves it to RESET. Every
+        /// other completion polled from `cqs` goes to `each`, other QPs' too when they share
+        /// them. The markers themselves are not handed to `each`. An SRQ's receives are not this
+        /// QP's and stay posted. Should `each` panic, the completions polled with the one it was
+        /// given stay with their CQ, whose next poll returns them (the QP itself is dropped by the
+        /// unwinding, and destroyed). A `timeout` past the clock's range (`Duration::MAX`) sets no
+        /// deadline.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidInput`] ([`InvalidInputKind::OtherCq`]) when `cqs` lacks one of its
+        /// CQs, before anything changes; otherwise, with the QP in ERROR,
+        /// [`Error::CompletionTimeout`] (expected and arrived count markers) when `timeout`
+        /// passes first, or the [`Error::Verb`] of `ibv_modify_qp`, `ibv_post_send`,
+        /// `ibv_post_recv` or a poll. The QP is dropped; [`try_drain`](Self::try_drain) hands it
+        /// back.
+        #[doc(alias = "ibv_modify_qp")]
+        pub fn drain / try_drain(
+            self,
+            cqs: &[&CompletionQueue<'_>],
+            timeout: Duration,
+            mut each: impl FnMut(&mut WorkCompletion),
+        ) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>>
+        try:
+        /// [`drain`](Self::drain), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the QP — unchanged when `cqs` lacks one of its CQs, else in
+        /// ERROR (whatever `S` says, as after an error completion) — and the error of
+        /// [`drain`](Self::drain).
+        #[doc(alias = "ibv_modify_qp")]
         {
-            let error = Error::invalid(
-                InvalidInputKind::OtherCq,
-                format!("drain polls the QP's CQs: pass its {} CQ too", missing.1),
-            );
-            return Err(TransitionError { qp: self, error });
+            let state = match S::STATE.map_or_else(|| self.query_state(), Ok) {
+                Ok(state) => state,
+                Err(error) => return Err(TransitionError { qp: self, error }),
+            };
+            if state == QueuePairState::RESET {
+                // Nothing is outstanding in RESET.
+                return Ok(self.retype());
+            }
+            // SAFETY: a live QP; plain reads of the CQ pointers it was created with.
+            let (send_cq, recv_cq) =
+                unsafe { ((*self.as_raw()).send_cq, (*self.as_raw()).recv_cq) };
+            if let Some(missing) = [(send_cq, "send"), (recv_cq, "receive")]
+                .into_iter()
+                .find(|(cq, _)| !cqs.iter().any(|c| c.as_raw() == *cq))
+            {
+                let error = Error::invalid(
+                    InvalidInputKind::OtherCq,
+                    format!("drain polls the QP's CQs: pass its {} CQ too", missing.1),
+                );
+                return Err(TransitionError { qp: self, error });
+            }
+            if let Err(error) = self.flush_all(cqs, timeout, &mut each) {
+                return Err(TransitionError { qp: self, error });
+            }
+            self.try_reset()
         }
-        if let Err(error) = self.flush_all(cqs, timeout, &mut each) {
-            return Err(TransitionError { qp: self, error });
-        }
-        self.try_reset()
     }
 
     /// ERROR, the markers, and every completion until both markers'.

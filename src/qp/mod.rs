@@ -68,6 +68,7 @@ use crate::endpoint::Qpn;
 use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::fit::Slack;
 use crate::pd::ProtectionDomain;
+use crate::try_twin::try_twin;
 use crate::verbs_path::VerbsPath;
 
 /// A queue pair (`struct ibv_qp`, `ibv_create_qp(3)`) in state `S`, of transport type `T`
@@ -321,128 +322,124 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         Ok(QueuePairState(self.query_raw(sys::IBV_QP_STATE)?.qp_state))
     }
 
-    /// Any state → RESET, to reuse the QP (after an error, or to connect it elsewhere).
-    /// Outstanding work requests are discarded without completions.
-    ///
-    /// # Errors
-    ///
-    /// The [`Error::Verb`] of `ibv_modify_qp`; the QP is dropped.
-    /// [`try_reset`](Self::try_reset) hands it back.
-    pub fn reset(self) -> Result<QueuePair<'res, Reset, T>> {
-        self.try_reset().map_err(Error::from)
-    }
-
-    /// [`reset`](Self::reset), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the QP and the [`Error::Verb`] of `ibv_modify_qp`.
-    pub fn try_reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>> {
-        self.transition(
-            sys::ibv_qp_attr::default(),
-            0,
-            "ibv_modify_qp (→RESET)",
-            sys::IBV_QPS_RESET,
-        )
-    }
-
-    /// `ibv_modify_qp(3)` with a raw attribute struct and mask, for what the typed
-    /// transitions do not cover (alternate paths, SQD, ...). `mask` is checked first against
-    /// the transition table of the QP's type (the target state is `attr.qp_state` when `mask`
-    /// holds `STATE`, else the current one); the result's state is [`Unknown`] to the type.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] naming the mask bits that are missing or not allowed for the
-    /// transition (or the transition itself), or the [`Error::Verb`] of `ibv_modify_qp` /
-    /// `ibv_query_qp`; the QP is dropped. [`try_modify_raw`](Self::try_modify_raw) hands it
-    /// back.
-    #[doc(alias = "ibv_modify_qp")]
-    pub fn modify_raw(
-        self,
-        attr: &sys::ibv_qp_attr,
-        mask: QpAttrMask,
-    ) -> Result<QueuePair<'res, Unknown, T>> {
-        self.try_modify_raw(attr, mask).map_err(Error::from)
-    }
-
-    /// [`modify_raw`](Self::modify_raw), handing the QP back on failure.
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the QP and the error of [`modify_raw`](Self::modify_raw).
-    #[doc(alias = "ibv_modify_qp")]
-    pub fn try_modify_raw(
-        self,
-        attr: &sys::ibv_qp_attr,
-        mask: QpAttrMask,
-    ) -> Result<QueuePair<'res, Unknown, T>, TransitionError<Self>> {
-        let from = match S::STATE.map_or_else(|| self.query_state(), Ok) {
-            Ok(state) => state,
-            Err(error) => return Err(TransitionError { qp: self, error }),
-        };
-        let to =
-            if mask.contains(QpAttrMask::STATE) { QueuePairState(attr.qp_state) } else { from };
-        if let Err(error) = modify::check_mask(T::RAW, T::NAME, from, to, mask) {
-            return Err(TransitionError { qp: self, error });
-        }
-        let mut attr = *attr;
-        // SAFETY: a live QP; the mask names the fields the caller set in `attr`.
-        let ret = unsafe {
-            (self.pd.context().library().fns.ibv_modify_qp)(
-                self.as_raw(),
-                &mut attr,
-                mask.bits() as i32,
+    try_twin! {
+        /// Any state → RESET, to reuse the QP (after an error, or to connect it elsewhere).
+        /// Outstanding work requests are discarded without completions.
+        ///
+        /// # Errors
+        ///
+        /// The [`Error::Verb`] of `ibv_modify_qp`; the QP is dropped.
+        /// [`try_reset`](Self::try_reset) hands it back.
+        pub fn reset / try_reset(self) -> Result<QueuePair<'res, Reset, T>, TransitionError<Self>>
+        try:
+        /// [`reset`](Self::reset), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the QP and the [`Error::Verb`] of `ibv_modify_qp`.
+        {
+            self.transition(
+                sys::ibv_qp_attr::default(),
+                0,
+                "ibv_modify_qp (→RESET)",
+                sys::IBV_QPS_RESET,
             )
-        };
-        if let Err(error) = check_errno(ret, "ibv_modify_qp") {
-            return Err(TransitionError { qp: self, error });
         }
-        Ok(self.retype())
+    }
+
+    try_twin! {
+        /// `ibv_modify_qp(3)` with a raw attribute struct and mask, for what the typed
+        /// transitions do not cover (alternate paths, SQD, ...). `mask` is checked first against
+        /// the transition table of the QP's type (the target state is `attr.qp_state` when `mask`
+        /// holds `STATE`, else the current one); the result's state is [`Unknown`] to the type.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidInput`] naming the mask bits that are missing or not allowed for the
+        /// transition (or the transition itself), or the [`Error::Verb`] of `ibv_modify_qp` /
+        /// `ibv_query_qp`; the QP is dropped. [`try_modify_raw`](Self::try_modify_raw) hands it
+        /// back.
+        #[doc(alias = "ibv_modify_qp")]
+        pub fn modify_raw / try_modify_raw(
+            self,
+            attr: &sys::ibv_qp_attr,
+            mask: QpAttrMask,
+        ) -> Result<QueuePair<'res, Unknown, T>, TransitionError<Self>>
+        try:
+        /// [`modify_raw`](Self::modify_raw), handing the QP back on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the QP and the error of [`modify_raw`](Self::modify_raw).
+        #[doc(alias = "ibv_modify_qp")]
+        {
+            let from = match S::STATE.map_or_else(|| self.query_state(), Ok) {
+                Ok(state) => state,
+                Err(error) => return Err(TransitionError { qp: self, error }),
+            };
+            let to =
+                if mask.contains(QpAttrMask::STATE) { QueuePairState(attr.qp_state) } else { from };
+            if let Err(error) = modify::check_mask(T::RAW, T::NAME, from, to, mask) {
+                return Err(TransitionError { qp: self, error });
+            }
+            let mut attr = *attr;
+            // SAFETY: a live QP; the mask names the fields the caller set in `attr`.
+            let ret = unsafe {
+                (self.pd.context().library().fns.ibv_modify_qp)(
+                    self.as_raw(),
+                    &mut attr,
+                    mask.bits() as i32,
+                )
+            };
+            if let Err(error) = check_errno(ret, "ibv_modify_qp") {
+                return Err(TransitionError { qp: self, error });
+            }
+            Ok(self.retype())
+        }
     }
 }
 
 impl<'res, T: QpType> QueuePair<'res, Unknown, T> {
-    /// Puts the device's current state back into the type, checking it is `N`. What sends
-    /// are checked against is read from the device too, as the typed transitions record it:
-    /// a UD QP's message limit (its port's active MTU) and, in RTS, an RC QP's
-    /// `max_rd_atomic` (with 0, RDMA READs and atomics are refused, not left to hang).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongState`] naming the actual state when it is not `N`, or the
-    /// [`Error::Verb`] of `ibv_query_qp` (or, for UD, `ibv_query_port`); the QP is dropped.
-    /// [`try_into_checked`](Self::try_into_checked) hands it back.
-    pub fn into_checked<N: QpState>(self) -> Result<QueuePair<'res, N, T>> {
-        self.try_into_checked().map_err(Error::from)
-    }
-
-    /// [`into_checked`](Self::into_checked), handing the QP back on failure (still of
-    /// [`Unknown`] state, to check for another).
-    ///
-    /// # Errors
-    ///
-    /// [`TransitionError`] with the QP and the error of [`into_checked`](Self::into_checked).
-    pub fn try_into_checked<N: QpState>(
-        self,
-    ) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
-        let attr = match self.query_raw(LIMITS_MASK) {
-            Ok(attr) => attr,
-            Err(error) => return Err(TransitionError { qp: self, error }),
-        };
-        let state = QueuePairState(attr.qp_state);
-        if Some(state) != N::STATE {
-            let error =
-                Error::WrongState { message: format!("the QP is in {state}, not {}", N::NAME) };
-            return Err(TransitionError { qp: self, error });
+    try_twin! {
+        /// Puts the device's current state back into the type, checking it is `N`. What sends
+        /// are checked against is read from the device too, as the typed transitions record it:
+        /// a UD QP's message limit (its port's active MTU) and, in RTS, an RC QP's
+        /// `max_rd_atomic` (with 0, RDMA READs and atomics are refused, not left to hang).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::WrongState`] naming the actual state when it is not `N`, or the
+        /// [`Error::Verb`] of `ibv_query_qp` (or, for UD, `ibv_query_port`); the QP is dropped.
+        /// [`try_into_checked`](Self::try_into_checked) hands it back.
+        pub fn into_checked / try_into_checked<N: QpState>(
+            self,
+        ) -> Result<QueuePair<'res, N, T>, TransitionError<Self>>
+        try:
+        /// [`into_checked`](Self::into_checked), handing the QP back on failure (still of
+        /// [`Unknown`] state, to check for another).
+        ///
+        /// # Errors
+        ///
+        /// [`TransitionError`] with the QP and the error of [`into_checked`](Self::into_checked).
+        {
+            let attr = match self.query_raw(LIMITS_MASK) {
+                Ok(attr) => attr,
+                Err(error) => return Err(TransitionError { qp: self, error }),
+            };
+            let state = QueuePairState(attr.qp_state);
+            if Some(state) != N::STATE {
+                let error =
+                    Error::WrongState { message: format!("the QP is in {state}, not {}", N::NAME) };
+                return Err(TransitionError { qp: self, error });
+            }
+            let ud_mtu = match self.ud_mtu_of(&attr) {
+                Ok(mtu) => mtu,
+                Err(error) => return Err(TransitionError { qp: self, error }),
+            };
+            let mut qp = self.retype::<N>();
+            qp.learn_limits(&attr, ud_mtu);
+            Ok(qp)
         }
-        let ud_mtu = match self.ud_mtu_of(&attr) {
-            Ok(mtu) => mtu,
-            Err(error) => return Err(TransitionError { qp: self, error }),
-        };
-        let mut qp = self.retype::<N>();
-        qp.learn_limits(&attr, ud_mtu);
-        Ok(qp)
     }
 }
 

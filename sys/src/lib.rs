@@ -51,11 +51,11 @@ pub mod mlx5;
 pub mod rdmacm;
 
 pub use bindings::*;
-pub use loader::{ibverbs, ForkFns, Ibverbs, IbverbsFns, LoadError};
+pub use loader::{ibverbs, ForkFns, Ibverbs, IbverbsFns, LoadError, RdmaLibrary};
 #[cfg(rdma_verbs_mlx5dv)]
 pub use mlx5::{mlx5_for, Mlx5, Mlx5Fns, Mlx5LoadError};
 #[cfg(rdma_verbs_rdma_cma)]
-pub use rdmacm::{rdmacm, Rdmacm, RdmacmFns, RdmacmLoadError};
+pub use rdmacm::{rdmacm, Rdmacm, RdmacmFns};
 
 /// Access bits that a kernel without optional-access support ignores instead of rejecting
 /// (`IBV_ACCESS_OPTIONAL_RANGE` in `verbs.h`, a macro bindgen cannot evaluate).

@@ -26,26 +26,65 @@ pub const LIBIBVERBS_SONAME: &str = "libibverbs.so.1";
 /// stacks installed in unusual places.
 pub const LIBIBVERBS_ENV: &str = "RDMA_VERBS_LIBIBVERBS";
 
-const INSTALL_HINT: &str = "install rdma-core's runtime (Debian/Ubuntu: apt-get install \
-     libibverbs1 ibverbs-providers; RHEL/Rocky/Fedora: dnf install libibverbs) or set \
-     RDMA_VERBS_LIBIBVERBS to the path of libibverbs.so.1";
+/// The rdma-core libraries loaded at run time, as a [`LoadError`] names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RdmaLibrary {
+    /// libibverbs ([`ibverbs()`]), which every other one needs.
+    Ibverbs,
+    /// librdmacm (`rdmacm()`, only when the system has `rdma/rdma_cma.h`).
+    Rdmacm,
+}
 
-/// Why libibverbs could not be loaded.
+impl RdmaLibrary {
+    /// How to install the library, or point this crate at it.
+    pub fn install_hint(self) -> &'static str {
+        match self {
+            RdmaLibrary::Ibverbs => {
+                "install rdma-core's runtime (Debian/Ubuntu: apt-get install libibverbs1 \
+                 ibverbs-providers; RHEL/Rocky/Fedora: dnf install libibverbs) or set \
+                 RDMA_VERBS_LIBIBVERBS to the path of libibverbs.so.1"
+            }
+            RdmaLibrary::Rdmacm => {
+                "install rdma-core's rdma_cm runtime (Debian/Ubuntu: apt-get install librdmacm1; \
+                 RHEL/Rocky/Fedora: dnf install librdmacm) or set RDMA_VERBS_LIBRDMACM to the \
+                 path of librdmacm.so.1"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for RdmaLibrary {
+    /// Its name: `libibverbs`, `librdmacm`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RdmaLibrary::Ibverbs => "libibverbs",
+            RdmaLibrary::Rdmacm => "librdmacm",
+        })
+    }
+}
+
+/// Why an rdma-core library could not be loaded (librdmacm's: libibverbs' too, which it
+/// needs).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {
     /// `dlopen` failed: the library is absent or unusable.
-    #[error("cannot load libibverbs from {library}: {reason}; {hint}", hint = INSTALL_HINT)]
+    #[error("cannot load {lib} from {library}: {reason}; {}", .lib.install_hint())]
     Open {
+        /// Which library.
+        lib: RdmaLibrary,
         /// The name or path given to `dlopen`.
         library: String,
         /// The loader's own explanation (`dlerror`).
-        reason: String,
+        reason: Box<str>,
     },
     /// A symbol of the required list is missing: the library is older than rdma-core v13 or
-    /// not libibverbs at all.
-    #[error("{path} lacks the required symbol {symbol}; {hint}", hint = INSTALL_HINT)]
+    /// not of rdma-core at all.
+    #[error("{path} lacks the required symbol {symbol}; {}", .lib.install_hint())]
     MissingSymbol {
+        /// Which library.
+        lib: RdmaLibrary,
         /// The library that was loaded.
         path: String,
         /// The missing symbol.
@@ -55,12 +94,12 @@ pub enum LoadError {
 
 /// Declares a function table: required symbols as plain pointers, optional ones as `Option`.
 /// Each type is checked at compile time against the prototype in the system's headers.
-/// `missing` is the error variant (with `path` and `symbol` fields) for an absent required
-/// symbol. Used for libibverbs here, for librdmacm in `rdmacm.rs` and libmlx5 in `mlx5.rs`.
+/// `missing` is the error variant (with `path` and `symbol` fields, and any others given
+/// after it in braces) for an absent required symbol. Used for libibverbs here, for librdmacm in `rdmacm.rs` and libmlx5 in `mlx5.rs`.
 macro_rules! fn_table {
     (
         $(#[$tdoc:meta])*
-        pub struct $table:ident, missing: $err:ident::$variant:ident;
+        pub struct $table:ident, missing: $err:ident::$variant:ident $({ $($field:ident: $value:expr),* })?;
         required { $( $(#[$rdoc:meta])* $req:ident: fn($($rty:ty),* $(,)?) $(-> $rret:ty)?; )* }
         optional { $( $(#[$odoc:meta])* $opt:ident: fn($($oty:ty),* $(,)?) $(-> $oret:ty)?; )* }
     ) => {
@@ -86,6 +125,11 @@ macro_rules! fn_table {
                 lib: &::libloading::os::unix::Library,
                 path: &str,
             ) -> Result<Self, $err> {
+                let missing = |symbol| $err::$variant {
+                    path: path.to_owned(),
+                    symbol,
+                    $($($field: $value),*)?
+                };
                 Ok(Self {
                     $( $req: {
                         // SAFETY: the type was checked against the header prototype above.
@@ -93,10 +137,7 @@ macro_rules! fn_table {
                             lib.get::<unsafe extern "C" fn($($rty),*) $(-> $rret)?>(
                                 concat!(stringify!($req), "\0").as_bytes())
                         };
-                        *sym.map_err(|_| $err::$variant {
-                            path: path.to_owned(),
-                            symbol: stringify!($req),
-                        })?
+                        *sym.map_err(|_| missing(stringify!($req)))?
                     }, )*
                     $( $opt: {
                         // SAFETY: the type was checked against the header prototype above.
@@ -115,7 +156,7 @@ pub(crate) use fn_table;
 
 fn_table! {
     /// The libibverbs functions this crate calls.
-    pub struct IbverbsFns, missing: LoadError::MissingSymbol;
+    pub struct IbverbsFns, missing: LoadError::MissingSymbol { lib: RdmaLibrary::Ibverbs };
     required {
         /// `ibv_get_device_list(3)`
         ibv_get_device_list: fn(*mut c_int) -> *mut *mut ibv_device;
@@ -197,7 +238,7 @@ fn_table! {
     /// libibverbs' fork protection (`ibv_fork_init(3)`), apart from [`IbverbsFns`]: it acts
     /// on the process, not on a device, so a table of plain function pointers (a mock
     /// provider's, [`Ibverbs::from_fns`]) has none.
-    pub struct ForkFns, missing: LoadError::MissingSymbol;
+    pub struct ForkFns, missing: LoadError::MissingSymbol { lib: RdmaLibrary::Ibverbs };
     required {
         /// `ibv_fork_init(3)`
         ibv_fork_init: fn() -> c_int;
@@ -295,45 +336,46 @@ pub fn ibverbs() -> Result<&'static Ibverbs, LoadError> {
             Ok((IbverbsFns::resolve(lib, name)?, ForkFns::resolve(lib, name)?))
         };
         let anchor = |(fns, _): &(IbverbsFns, ForkFns)| fns.ibv_get_device_list as *const c_void;
-        let open_failed = |library, reason| LoadError::Open { library, reason };
         // SAFETY: dlopen runs the library's initialisers. libibverbs' (and its providers')
         // initialisers only set up its own state; the override is the user's explicit choice,
         // and a libibverbs of rdma-core implements the ABI of this build's headers.
-        let (lib, path, (fns, fork)) =
-            unsafe { open_table(LIBIBVERBS_ENV, LIBIBVERBS_SONAME, resolve, anchor, open_failed) }?;
+        let (lib, path, (fns, fork)) = unsafe {
+            open_table(RdmaLibrary::Ibverbs, LIBIBVERBS_ENV, LIBIBVERBS_SONAME, resolve, anchor)
+        }?;
         Ok(Ibverbs { _lib: Some(lib), path, fns, fork: Some(fork) })
     };
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-/// Opens the library that the environment variable `env` names ([`name_from_env`]), else
-/// `soname`, with [`open`], and resolves its function table with `resolve`; also the real
-/// path of its file, found by the address of the function `anchor` picks ([`real_path`]).
-/// `open_failed` makes the error of a failed `dlopen` from the name and the loader's
-/// explanation.
+/// Opens `lib` from the file that the environment variable `env` names ([`name_from_env`]),
+/// else `soname`, with [`open`], and resolves its function table with `resolve`; also the
+/// real path of its file, found by the address of the function `anchor` picks
+/// ([`real_path`]).
 ///
 /// # Safety
 ///
 /// As [`open`]; and the library must implement the ABI of this build's headers for the
 /// symbols `resolve` looks up.
-pub(crate) unsafe fn open_table<F, E>(
+pub(crate) unsafe fn open_table<F>(
+    lib: RdmaLibrary,
     env: &str,
     soname: &str,
-    resolve: impl FnOnce(&Library, &str) -> Result<F, E>,
+    resolve: impl FnOnce(&Library, &str) -> Result<F, LoadError>,
     anchor: impl FnOnce(&F) -> *const c_void,
-    open_failed: impl FnOnce(String, String) -> E,
-) -> Result<(Library, PathBuf, F), E> {
+) -> Result<(Library, PathBuf, F), LoadError> {
     let name = name_from_env(env, soname);
     let name = Path::new(&name);
     let display = name.display().to_string();
     // SAFETY: forwarded to the caller.
-    let lib = match unsafe { open(name) } {
-        Ok(lib) => lib,
-        Err(reason) => return Err(open_failed(display, reason)),
+    let library = match unsafe { open(name) } {
+        Ok(library) => library,
+        Err(reason) => {
+            return Err(LoadError::Open { lib, library: display, reason: reason.into() })
+        }
     };
-    let fns = resolve(&lib, &display)?;
+    let fns = resolve(&library, &display)?;
     let path = real_path(anchor(&fns), name);
-    Ok((lib, path, fns))
+    Ok((library, path, fns))
 }
 
 /// The library named by the environment variable `env` when it is set and not empty, else

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use libloading::os::unix::Library;
 
 use crate::bindings::*;
-use crate::loader::{fn_table, open_table, LoadError};
+use crate::loader::{fn_table, open_table, LoadError, RdmaLibrary};
 
 /// The run-time name of librdmacm.
 pub const LIBRDMACM_SONAME: &str = "librdmacm.so.1";
@@ -28,38 +28,9 @@ pub const LIBRDMACM_SONAME: &str = "librdmacm.so.1";
 /// Environment variable naming the librdmacm to load instead of [`LIBRDMACM_SONAME`].
 pub const LIBRDMACM_ENV: &str = "RDMA_VERBS_LIBRDMACM";
 
-const INSTALL_HINT: &str = "install rdma-core's rdma_cm runtime (Debian/Ubuntu: apt-get install \
-     librdmacm1; RHEL/Rocky/Fedora: dnf install librdmacm) or set RDMA_VERBS_LIBRDMACM to the \
-     path of librdmacm.so.1";
-
-/// Why librdmacm could not be loaded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RdmacmLoadError {
-    /// libibverbs, which librdmacm needs, could not be loaded.
-    #[error(transparent)]
-    Ibverbs(#[from] LoadError),
-    /// `dlopen` failed: the library is absent or unusable.
-    #[error("cannot load librdmacm from {library}: {reason}; {hint}", hint = INSTALL_HINT)]
-    Open {
-        /// The name or path given to `dlopen`.
-        library: String,
-        /// The loader's own explanation (`dlerror`).
-        reason: String,
-    },
-    /// A symbol of the required list is missing: not a librdmacm of rdma-core.
-    #[error("{path} lacks the required symbol {symbol}; {hint}", hint = INSTALL_HINT)]
-    MissingSymbol {
-        /// The library that was loaded.
-        path: String,
-        /// The missing symbol.
-        symbol: &'static str,
-    },
-}
-
 fn_table! {
     /// The librdmacm functions this crate calls (all `RDMACM_1.0`, rdma-core v13 and older).
-    pub struct RdmacmFns, missing: RdmacmLoadError::MissingSymbol;
+    pub struct RdmacmFns, missing: LoadError::MissingSymbol { lib: RdmaLibrary::Rdmacm };
     required {
         /// `rdma_create_event_channel(3)`
         rdma_create_event_channel: fn() -> *mut rdma_event_channel;
@@ -127,20 +98,25 @@ impl Rdmacm {
 ///
 /// # Errors
 ///
-/// [`RdmacmLoadError::Ibverbs`] when libibverbs does not load, [`RdmacmLoadError::Open`] when
-/// `dlopen` fails, [`RdmacmLoadError::MissingSymbol`] when a required symbol is absent. The
-/// outcome of the first call is kept.
-pub fn rdmacm() -> Result<&'static Rdmacm, RdmacmLoadError> {
-    static LIB: OnceLock<Result<Rdmacm, RdmacmLoadError>> = OnceLock::new();
+/// [`LoadError::Open`] when `dlopen` fails, [`LoadError::MissingSymbol`] when a required
+/// symbol is absent, of librdmacm or, loaded first, of libibverbs (the error's `lib` says
+/// which). The outcome of the first call is kept.
+pub fn rdmacm() -> Result<&'static Rdmacm, LoadError> {
+    static LIB: OnceLock<Result<Rdmacm, LoadError>> = OnceLock::new();
     let load = || {
         crate::ibverbs()?;
         let anchor = |fns: &RdmacmFns| fns.rdma_create_id as *const c_void;
-        let open_failed = |library, reason| RdmacmLoadError::Open { library, reason };
         // SAFETY: dlopen runs librdmacm's initialisers, which only set up its own state (the
         // devices are opened lazily, on first use); the override is the user's explicit
         // choice, and a librdmacm of rdma-core implements the ABI of this build's headers.
         let (lib, path, fns) = unsafe {
-            open_table(LIBRDMACM_ENV, LIBRDMACM_SONAME, RdmacmFns::resolve, anchor, open_failed)
+            open_table(
+                RdmaLibrary::Rdmacm,
+                LIBRDMACM_ENV,
+                LIBRDMACM_SONAME,
+                RdmacmFns::resolve,
+                anchor,
+            )
         }?;
         Ok(Rdmacm { _lib: Some(lib), path, fns })
     };

@@ -49,15 +49,28 @@ fn rc_pingpong_without_kernel_rdma_names_the_cause() {
 }
 
 #[test]
-fn a_missing_libibverbs_is_named_with_the_package() {
-    let mut cmd = Command::new(example("rc_pingpong"));
-    cmd.env("RDMA_VERBS_LIBIBVERBS", "/nonexistent");
-    let (stderr, all) = failure(cmd);
-    assert!(stderr.starts_with("rc_pingpong: cannot load libibverbs from /nonexistent: "), "{all}");
-    assert!(
-        stderr.contains("apt-get install libibverbs1") && stderr.contains("dnf install libibverbs"),
-        "{all}"
-    );
+fn a_missing_library_is_named_with_the_package() {
+    // (The variable naming the library, rc_pingpong's options that load it, its name, the
+    // packages named.)
+    let mut cases = vec![(
+        "RDMA_VERBS_LIBIBVERBS",
+        &[][..],
+        "libibverbs",
+        ["apt-get install libibverbs1", "dnf install libibverbs"],
+    )];
+    // librdmacm loads after libibverbs, which must then be here.
+    if cfg!(feature = "rdmacm") && rdma_verbs::sys::ibverbs().is_ok() {
+        let packages = ["apt-get install librdmacm1", "dnf install librdmacm"];
+        cases.push(("RDMA_VERBS_LIBRDMACM", &["--rdma-cm"][..], "librdmacm", packages));
+    }
+    for (variable, args, library, packages) in cases {
+        let mut cmd = Command::new(example("rc_pingpong"));
+        cmd.args(args).env(variable, "/nonexistent");
+        let (stderr, all) = failure(cmd);
+        let expected = format!("rc_pingpong: cannot load {library} from /nonexistent: ");
+        assert!(stderr.starts_with(&expected), "{all}");
+        assert!(packages.iter().all(|p| stderr.contains(p)), "{all}");
+    }
 }
 
 #[test]
@@ -79,11 +92,14 @@ fn the_loader_reports_path_and_version() {
 }
 
 #[test]
-fn rc_pingpong_rejects_bad_options_before_touching_a_device() {
-    let mut cmd = Command::new(example("rc_pingpong"));
-    cmd.args(["-m", "1500"]);
-    let (stderr, all) = failure(cmd);
-    assert!(stderr.contains("invalid MTU 1500"), "{all}");
+fn rc_pingpong_reads_numbers_as_ibv_rc_pingpong_and_checks_them_before_any_device() {
+    // Decimal, hex or octal, as strtol with base 0.
+    for mtu in ["1500", "0x5dc", "02734"] {
+        let mut cmd = Command::new(example("rc_pingpong"));
+        cmd.args(["-m", mtu]);
+        let (stderr, all) = failure(cmd);
+        assert!(stderr.contains("invalid MTU 1500"), "{all}");
+    }
 }
 
 /// The README's example is `examples/loopback.rs`, which the device tier runs, and the README

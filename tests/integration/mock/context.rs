@@ -3,7 +3,7 @@
 use std::mem::size_of;
 use std::net::Ipv6Addr;
 
-use rdma_verbs::{Error, Gid, GidType, LinkLayer, Mtu, PortState};
+use rdma_verbs::{Error, Gid, GidType, Lid, LinkLayer, Mtu, PortState};
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys::{ibv_port_attr, verbs_context};
 
@@ -146,6 +146,14 @@ fn the_gid_table_helpers_pick_and_name_entries() {
         "GID index 4 is not valid on mock0 port 1; valid indexes: 0 (RoCE v1 fe80::1), \
          1 (RoCE v2 fe80::1), 2 (RoCE v1 ::ffff:192.0.2.1), 3 (RoCE v2 ::ffff:192.0.2.1)"
     );
+}
+
+#[test]
+fn the_source_lid_on_roce_is_0_and_a_missing_port_is_refused() {
+    let f = Fixture::new();
+    assert_eq!(f.ctx.source_lid(1).unwrap(), Lid::new(0));
+    let err = f.ctx.source_lid(2).unwrap_err();
+    assert!(matches!(err, Error::PortNotFound { port: 2, count: 1, .. }), "{err:?}");
 }
 
 #[test]
