@@ -24,6 +24,8 @@ pub struct Context {
     name: String,
     /// The device attributes, queried once when a check first needs them.
     attr: std::sync::OnceLock<DeviceAttr>,
+    /// Its CQs reported in error by async events read and not yet told to their polls.
+    cq_errors: crate::cq::CqErrors,
 }
 
 // SAFETY: libibverbs verbs are thread-safe (rdma-core's documented guarantee); the context
@@ -33,6 +35,11 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
+    /// Its CQs reported in error ([`CqErrors`](crate::cq::CqErrors)).
+    pub(crate) fn cq_errors(&self) -> &crate::cq::CqErrors {
+        &self.cq_errors
+    }
+
     /// Opens the device named `name` (as `ibv_devices` lists it, e.g. `mlx5_0` or `rxe0`).
     ///
     /// # Errors
@@ -89,7 +96,7 @@ impl Context {
         raw: NonNull<sys::ibv_context>,
         name: String,
     ) -> Context {
-        Context { raw, lib, name, attr: Default::default() }
+        Context { raw, lib, name, attr: Default::default(), cq_errors: Default::default() }
     }
 
     /// The device's name.

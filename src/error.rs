@@ -322,6 +322,19 @@ pub enum Error {
         /// The completions due on it.
         due: u32,
     },
+
+    /// The device reported this CQ in error (`IBV_EVENT_CQ_ERR`, read through
+    /// [`AsyncEvents`](crate::AsyncEvents)): it overran, and the completions that did not
+    /// fit are lost (rxe drops them; mlx5 stops the CQ). Returned once, by the CQ's first poll
+    /// that finds nothing after the event was read. The buffer tier never overruns a CQ;
+    /// raw-tier WRs and window binds can (see
+    /// [Room for completions](crate::CompletionQueue#room-for-completions)).
+    #[error(
+        "the device reported this completion queue in error (IBV_EVENT_CQ_ERR): it overran \
+         and completions were lost; move its QPs to ERROR and drain or recreate them, and \
+         size the CQ for every work request outstanding on the QPs that share it"
+    )]
+    CompletionQueueOverrun,
 }
 
 /// Why an argument was refused ([`Error::InvalidInput`]'s `kind`).

@@ -108,7 +108,8 @@ impl SharedReceiveQueue<'_> {
 #[non_exhaustive]
 pub enum AsyncEvent {
     /// `IBV_EVENT_CQ_ERR`: the CQ overran (more completions than entries) or broke; its QPs
-    /// are in error. Destroy and recreate them.
+    /// are in error. Destroy and recreate them. Reading it also makes the CQ's next poll that
+    /// finds nothing fail with [`Error::CompletionQueueOverrun`](crate::Error::CompletionQueueOverrun).
     CqError(CqId),
     /// `IBV_EVENT_QP_FATAL`: an error the QP's completions could not report; it is in error.
     QpFatal(Qpn),
@@ -355,6 +356,9 @@ impl<'ctx> AsyncEvents<'ctx> {
             let event = unsafe { AsyncEvent::from_raw(raw) };
             // SAFETY: acknowledges the event just read, once; nothing of it is used after.
             unsafe { (fns.ibv_ack_async_event)(raw) };
+            if let AsyncEvent::CqError(cq) = event {
+                self.ctx.cq_errors().note(cq);
+            }
             return Ok(Some(event));
         }
     }

@@ -4,6 +4,7 @@
 mod acks;
 mod attr;
 mod completion;
+mod errors;
 mod extended;
 mod kept;
 
@@ -16,6 +17,7 @@ pub(crate) use acks::EventAcks;
 use acks::HeapAcks;
 pub use attr::CqAttr;
 pub use completion::Completion;
+pub(crate) use errors::CqErrors;
 use kept::{Handing, Kept};
 
 use crate::buffer::Credits;
@@ -34,8 +36,9 @@ use crate::wc::WorkCompletion;
 /// # Room for completions
 ///
 /// A CQ holds [`capacity`](Self::capacity) completions; one more overruns it, and the
-/// provider drops completions (rxe: silently but for an `IBV_EVENT_CQ_ERR` async event)
-/// or breaks the CQ (mlx5). A full work queue does not protect it: providers free a slot when
+/// provider drops completions (rxe) or stops the CQ (mlx5), with an `IBV_EVENT_CQ_ERR` async
+/// event its only sign. Once [`AsyncEvents`](crate::AsyncEvents) has read that event, the
+/// CQ's next poll that finds nothing fails with [`Error::CompletionQueueOverrun`]. A full work queue does not protect it: providers free a slot when
 /// they are done with a WR, not when its completion is polled (rxe as soon as its kernel
 /// completed it, so a QP with `max_send_wr` 1 accepts any number of posts). So:
 ///
@@ -283,16 +286,23 @@ impl<'ctx> CompletionQueue<'ctx> {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] when the provider reports a polling failure.
+    /// [`Error::Verb`] when the provider reports a polling failure;
+    /// [`Error::CompletionQueueOverrun`], once, when nothing was polled and the device had
+    /// reported this CQ in error (see
+    /// [Room for completions](CompletionQueue#room-for-completions)).
     #[doc(alias = "ibv_poll_cq")]
     #[doc(alias = "ibv_start_poll")]
     #[inline]
     pub fn poll<'a>(&self, storage: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
-        if self.kept.poll_cq_alone() {
-            self.poll_legacy(storage)
+        let polled = if self.kept.poll_cq_alone() {
+            self.poll_legacy(storage)?
         } else {
-            poll_sessions(self, storage)
+            poll_sessions(self, storage)?
+        };
+        if polled.is_empty() && self.ctx.cq_errors().any() {
+            self.reported_error()?;
         }
+        Ok(polled)
     }
 
     /// `poll` through `ibv_poll_cq`.
@@ -344,6 +354,9 @@ impl<'ctx> CompletionQueue<'ctx> {
             if got < want {
                 break;
             }
+        }
+        if done == 0 && self.ctx.cq_errors().any() {
+            self.reported_error()?;
         }
         Ok(done)
     }
@@ -519,6 +532,10 @@ impl<'ctx> CompletionQueue<'ctx> {
     /// Destroys the CQ once: on failure it and its event counter are leaked.
     fn destroy_raw(&mut self) -> Result<()> {
         let fns = &self.ctx.library().fns;
+        if self.ctx.cq_errors().any() {
+            // (Another CQ may be given this address.)
+            self.ctx.cq_errors().take(self.id());
+        }
         if let Some(acks) = &self.acks {
             // SAFETY: the live CQ whose `cq_context` the counter is.
             unsafe { acks.close(fns, self.as_raw()) };

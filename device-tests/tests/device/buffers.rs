@@ -215,3 +215,45 @@ fn a_cq_of_one_refuses_unpolled_sends_past_its_room_instead_of_overrunning() {
     let overrun = events.next(Some(std::time::Duration::from_millis(500))).unwrap();
     assert!(overrun.is_none(), "no async event: {overrun:?}");
 }
+
+/// Raw-tier WRs are not counted, so a program can overrun a CQ with them; rxe then drops the
+/// completions that did not fit, with an `IBV_EVENT_CQ_ERR` async event. Once that event is
+/// read, the CQ's next poll that finds nothing says so: the program learns of the loss where
+/// it polls.
+#[test]
+fn a_raw_tier_overrun_fails_the_cqs_next_empty_poll() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let events = ctx.async_events().unwrap();
+    let lo = Loopback::new(&ctx, 1);
+    let room = lo.cq.capacity() as u64;
+    let (target, mr) = (lo.write_target(64), lo.region(64));
+    let cap = QpCapabilities { max_send_wr: 1, max_recv_wr: 0, ..Default::default() };
+    let attr = QpInitAttr { cap, ..QpInitAttr::new(&lo.cq) };
+    let (a, _b) = lo.pair::<Rc>(&attr, AccessFlags::REMOTE_WRITE);
+    let sge = [mr.sge(..).unwrap()];
+    let remote = target.remote(..).unwrap();
+    let start = std::time::Instant::now();
+    for id in 0..room + 3 {
+        let mut wr = SendWr::rdma_write(id, &sge, remote).flags(SendFlags::SIGNALED);
+        // rxe frees the one slot once its kernel completed the WR before.
+        // SAFETY: `mr` stays registered and unwritten while the QP lives.
+        while let Err(e) = unsafe { a.post_send_wr(&mut wr) } {
+            assert!(matches!(e, Error::WorkQueueFull { .. }), "{e}");
+            assert!(start.elapsed() < std::time::Duration::from_secs(30), "{e}");
+            std::thread::yield_now();
+        }
+    }
+    let event = events.next(Some(std::time::Duration::from_secs(30))).unwrap();
+    assert_eq!(event, Some(AsyncEvent::CqError(lo.cq.id())));
+    let mut wcs = [WorkCompletion::EMPTY; 8];
+    let mut polled = 0;
+    let err = loop {
+        match lo.cq.poll(&mut wcs) {
+            Ok(got) => polled += got.len() as u64,
+            Err(e) => break e,
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "no poll reported it");
+    };
+    assert!(matches!(err, Error::CompletionQueueOverrun), "{err}");
+    assert!(polled <= room, "{polled} completions from a CQ of {room}");
+}

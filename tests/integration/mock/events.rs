@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdma_verbs::{AsyncEvent, AsyncEventType, QpInitAttr};
+use rdma_verbs::{AsyncEvent, AsyncEventType, CompletionQueue, Error, QpInitAttr, WorkCompletion};
 use rdma_verbs_mock::{Call, Verb};
 use rdma_verbs_sys as sys;
 
@@ -125,4 +125,30 @@ fn a_timed_next_ends_on_time_after_the_program_cleared_o_nonblock() {
         let next = events.next(Some(Duration::from_millis(200))).unwrap();
         assert_eq!(next, Some(AsyncEvent::PortActive(1)));
     });
+}
+
+/// An overrun's only sign is the `IBV_EVENT_CQ_ERR` event: once it is read, the CQ's next
+/// poll that finds nothing says so (once), through `poll` and `poll_with` alike, and other
+/// CQs' polls do not.
+#[test]
+fn a_cq_reported_in_error_fails_its_next_empty_poll_once() {
+    let f = Fixture::new();
+    let events = f.ctx.async_events().unwrap();
+    let (cq, other) = (f.ctx.create_cq(16).unwrap(), f.ctx.create_cq(16).unwrap());
+    let mut wcs = [WorkCompletion::EMPTY; 4];
+    for poll_with in [false, true] {
+        let element = sys::ibv_async_event__bindgen_ty_1 { cq: cq.as_raw() };
+        f.mock.push_async_event(f.ctx.as_raw(), event(sys::IBV_EVENT_CQ_ERR, element));
+        let poll = |cq: &CompletionQueue<'_>, wcs: &mut [WorkCompletion]| match poll_with {
+            true => cq.poll_with(4, |_| {}),
+            false => cq.poll(wcs).map(|polled| polled.len()),
+        };
+        assert_eq!(poll(&cq, &mut wcs).unwrap(), 0, "not told before the event is read");
+        assert_eq!(events.try_next().unwrap(), Some(AsyncEvent::CqError(cq.id())));
+        assert_eq!(poll(&other, &mut wcs).unwrap(), 0);
+        let err = poll(&cq, &mut wcs).unwrap_err();
+        assert!(matches!(err, Error::CompletionQueueOverrun), "{err:?}");
+        assert!(err.to_string().contains("IBV_EVENT_CQ_ERR"), "{err}");
+        assert_eq!(poll(&cq, &mut wcs).unwrap(), 0, "once");
+    }
 }
