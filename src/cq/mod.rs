@@ -44,7 +44,7 @@ use crate::wc::WorkCompletion;
 ///
 /// - creating a QP refuses CQs smaller than what that QP can have outstanding, and a CQ fed
 ///   by SRQs keeps each SRQ's [`max_wr`](crate::SharedReceiveQueue::max_wr) entries for
-///   their receives (once per SRQ, however many of its QPs complete here);
+///   their receives (once per SRQ, however many of its QPs or DCTs complete here);
 /// - the buffer tier counts every buffer posted to a QP completing here (signaled or not: a
 ///   flushed WR completes either way) until [`BufferPool::complete`](crate::BufferPool::complete)
 ///   hands it back, and refuses a post that could take the CQ past its capacity with

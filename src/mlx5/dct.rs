@@ -113,14 +113,18 @@ unsafe impl<S: QpState> Sync for Dct<'_, S> {}
 impl<'ctx> Mlx5Context<'ctx> {
     /// `mlx5dv_create_qp(3)`—A DC target on `pd`: `IBV_QPT_DRIVER`,
     /// `MLX5DV_QP_INIT_ATTR_MASK_DC`, `MLX5DV_DCTYPE_DCT` with the access key, the SRQ and
-    /// the receive CQ (also given as send CQ, as UCX and perftest do).
+    /// the receive CQ (also given as send CQ, as UCX and perftest do). The CQ keeps the SRQ's
+    /// [`max_wr`](SharedReceiveQueue::max_wr) entries for its receives, as for a QP on an SRQ
+    /// (see [Room for completions](crate::CompletionQueue#room-for-completions)), until the
+    /// DCT is destroyed.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when `pd` is not of this device
     /// context, and as [`ProtectionDomain::create_qp`] refuses a QP on the SRQ and CQ: either
     /// of another device context, an SRQ of another PD, or a CQ with room for fewer
-    /// completions than the SRQ's [`max_wr`](SharedReceiveQueue::max_wr) receives;
+    /// completions than the SRQ's [`max_wr`](SharedReceiveQueue::max_wr) receives, or than
+    /// those beside the entries its other QPs' posts and SRQs hold;
     /// [`Error::Unsupported`](crate::Error::Unsupported) naming the device when
     /// `mlx5dv_create_qp` answers `EOPNOTSUPP` (no DC on the device or its firmware);
     /// [`Error::Verb`](crate::Error::Verb) from `mlx5dv_create_qp`.

@@ -4,6 +4,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+use crate::buffer::Credits;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;
@@ -42,6 +43,9 @@ pub(super) trait DcTypestate: Sized {
 pub(super) struct DcQp<'res> {
     raw: NonNull<sys::ibv_qp>,
     pd: &'res ProtectionDomain<'res>,
+    /// A DCT's receive CQ, which keeps entries for its SRQ's receives (see
+    /// [`Credits::hold_for_srq`]), and the SRQ's address.
+    srq_held: Option<(&'res Credits, usize)>,
 }
 
 impl<'res> DcQp<'res> {
@@ -80,7 +84,16 @@ impl<'res> DcQp<'res> {
             (mlx5.library().fns.mlx5dv_create_qp)(mlx5.context().as_raw(), &mut attr, &mut dv)
         };
         match check_ptr(raw, "mlx5dv_create_qp") {
-            Ok(raw) => Ok(DcQp { raw, pd }),
+            Ok(raw) => {
+                let mut qp = DcQp { raw, pd, srq_held: None };
+                if let Some(srq) = objects.srq {
+                    let (credits, key) = (objects.recv_cq.credits(), srq.as_raw() as usize);
+                    // (Refused: dropping the QP destroys it.)
+                    credits.hold_for_srq(key, srq.max_wr())?;
+                    qp.srq_held = Some((credits, key));
+                }
+                Ok(qp)
+            }
             // mlx5_ib answers EOPNOTSUPP for a DC QP on a device or firmware without DC.
             Err(crate::Error::Unsupported { .. }) => Err(unsupported(
                 mlx5.context().name(),
@@ -130,7 +143,11 @@ impl<'res> DcQp<'res> {
     fn destroy_raw(&self) -> Result<()> {
         // SAFETY: a live QP, destroyed once (by Drop, or by `destroy`, which suppresses it);
         // a failed destroy moves it to RESET or ERROR first, as for the other QPs.
-        unsafe { crate::qp::destroy_qp(self.fns(), self.as_raw()) }
+        unsafe { crate::qp::destroy_qp(self.fns(), self.as_raw()) }?;
+        if let Some((credits, srq)) = self.srq_held {
+            credits.unhold_for_srq(srq);
+        }
+        Ok(())
     }
 }
 

@@ -224,6 +224,8 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
 
     let key = DcKey::new(0xfeed_beef);
     let dct = dc.create_dct(&srq, key).unwrap();
+    // Its receives come from the SRQ and complete on its CQ, which keeps their entries.
+    assert_eq!(dc.cq.due(), srq.max_wr());
     assert_eq!(
         f.dc_calls(),
         [Mlx5Call::CreateQp {
@@ -278,6 +280,7 @@ fn a_dct_is_created_with_driver_type_dc_key_srq_and_cq_and_goes_to_rtr_with_the_
     let raw = dct.as_raw();
     dct.destroy().unwrap();
     assert!(!mock_mlx5::is_live(raw));
+    assert_eq!(dc.cq.due(), 0, "the SRQ's entries free again");
 }
 
 #[test]
