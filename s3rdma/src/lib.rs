@@ -83,6 +83,7 @@
 mod backend;
 mod body;
 mod credentials;
+pub mod hipobj;
 mod layout;
 mod list;
 mod locks;
@@ -95,12 +96,16 @@ pub use backend::{SizeLimits, Store};
 pub use credentials::{Credentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 pub use server::{serve, BodyTimeout, Limits};
 
-/// The S3 service of `store`, accepting requests signed with `credentials`.
-pub fn service(store: Store, credentials: &Credentials) -> s3s::service::S3Service {
+/// The S3 service of `store`, accepting requests signed with any of `keys`, with the
+/// `hipobj-rc-v2` routes of `rc` (see [`hipobj`]).
+pub fn service(store: Store, keys: &[Credentials], rc: hipobj::RcRoute) -> s3s::service::S3Service {
     let mut builder = s3s::service::S3ServiceBuilder::new(store);
-    builder.set_auth(s3s::auth::SimpleAuth::from_single(
-        credentials.access_key_id.clone(),
-        credentials.secret_access_key.clone(),
-    ));
+    let mut auth = s3s::auth::SimpleAuth::new();
+    for key in keys {
+        auth.register(key.access_key_id.clone(), key.secret_access_key.clone().into());
+    }
+    builder.set_auth(auth);
+    builder.set_route(rc);
+    builder.set_validation(hipobj::RouteNames);
     builder.build()
 }
