@@ -604,6 +604,24 @@ fn without_a_device_the_rc_routes_decline_with_the_unsupported_marker() {
         assert_eq!(reply.status, 501, "{route}: {}", reply.body);
         assert_eq!(reply.headers["x-amz-rdma-protocol-status"], "unsupported");
     }
+    // A protocol header outside the signature: refused.
+    let mut url = url::Url::parse(&format!("http://{}/.hipobj-rc/prepare", server.addr)).unwrap();
+    url = rusty_s3::signing::sign(
+        &jiff::Timestamp::now(),
+        rusty_s3::Method::Post,
+        url,
+        KEY,
+        SECRET,
+        None,
+        "us-east-1",
+        EXPIRES.as_secs(),
+        std::iter::empty(),
+        std::iter::empty(),
+    );
+    let (status, reply) =
+        server.send("POST", url.as_str(), b"", &[("x-amz-rdma-protocol", "hipobj-rc-v2")]);
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&reply));
+    assert!(String::from_utf8_lossy(&reply).contains("not among the signed headers"));
     // Unsigned: refused before the route is reached.
     let url = format!("http://{}/.hipobj-rc/prepare", server.addr);
     let (status, _) = server.send("POST", &url, b"", &[]);

@@ -89,6 +89,12 @@ impl S3Route for RcRoute {
         let Some(principal) = req.credentials.as_ref().map(|c| c.access_key.clone()) else {
             return Err(s3_error!(AccessDenied, "the request must be signed"));
         };
+        if let Some(name) = unsigned_rdma_header(&req) {
+            return Err(s3_error!(
+                AccessDenied,
+                "{name} is not among the signed headers: sign every x-amz-rdma-* header"
+            ));
+        }
         if req.method != Method::POST {
             return Err(s3_error!(MethodNotAllowed, "the {ROUTE_PREFIX} routes take POST"));
         }
@@ -121,6 +127,32 @@ impl S3Route for RcRoute {
         response.headers.insert(H_PROTOCOL, HeaderValue::from_static(PROTOCOL));
         Ok(response)
     }
+}
+
+/// The first `x-amz-rdma-*` header the signature does not cover (s3s checks the signed
+/// ones): such a header could have been added on the way, so it is refused, as hipObject's
+/// reference server and Ceph do.
+fn unsigned_rdma_header(req: &S3Request<Body>) -> Option<String> {
+    let from_header = req
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').find_map(|part| part.trim().strip_prefix("SignedHeaders=")))
+        .map(str::to_owned);
+    let from_query = || {
+        req.uri.query()?.split('&').find_map(|pair| {
+            let value = pair.strip_prefix("X-Amz-SignedHeaders=")?;
+            urlencoding::decode(value).ok().map(|v| v.into_owned())
+        })
+    };
+    let signed = from_header.or_else(from_query).unwrap_or_default();
+    req.headers
+        .keys()
+        .map(http::HeaderName::as_str)
+        .find(|name| {
+            name.starts_with("x-amz-rdma-") && !signed.split(';').any(|s| s.trim() == *name)
+        })
+        .map(str::to_owned)
 }
 
 /// The value of `name`, if sent.
