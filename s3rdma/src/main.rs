@@ -219,7 +219,11 @@ fn get(args: Transfer) -> Result<(), Box<dyn std::error::Error>> {
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .ok_or("HeadObject's answer has no Content-Length")?;
-    if args.rdma {
+    if args.rdma && size == 0 {
+        // Nothing to move: RDMA transfers are of 1 byte or more.
+        std::fs::write(file, b"").map_err(|e| format!("cannot write {file}: {e}"))?;
+        println!("s3rdma: got 0 bytes (an empty object)");
+    } else if args.rdma {
         let size = usize::try_from(size).map_err(|_| "the object does not fit in memory")?;
         let (data, done) = client.get(&device(&args)?, bucket, key, 0, size)?;
         std::fs::write(file, data).map_err(|e| format!("cannot write {file}: {e}"))?;

@@ -1,7 +1,8 @@
 //! s3rdma (crate `rdma-verbs-s3rdma`) on rxe0: hipobj-rc-v2 PUT and GET of 4 KiB and 1 MiB
 //! through `s3rdma put/get --rdma`, byte for byte and committed as any PutObject; a READY with
 //! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
-//! while the owner's session goes on. Ports 19200–19209.
+//! while the owner's session goes on; an empty object, which RDMA does not move. Ports
+//! 19200–19209.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -129,6 +130,21 @@ fn puts_and_gets_of_4k_and_1m_over_rdma_are_byte_for_byte() {
             );
         }
     }
+}
+
+#[test]
+fn an_empty_object_is_not_moved_over_rdma() {
+    let Some(server) = Server::on_rxe(19202, &[]) else { return };
+    let empty = server.dir.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let object = format!("{BUCKET}/empty");
+    let put = server.cli(&["put", "--rdma", empty.to_str().unwrap(), &object]);
+    assert!(!put.status.success(), "{}", text(&put));
+    assert!(String::from_utf8_lossy(&put.stderr).contains("use plain S3"), "{}", text(&put));
+    succeeded(&server.cli(&["put", empty.to_str().unwrap(), &object]), "put 0 bytes");
+    let output = server.dir.join("out");
+    succeeded(&server.cli(&["get", "--rdma", &object, output.to_str().unwrap()]), "got 0 bytes");
+    assert_eq!(std::fs::read(&output).unwrap(), b"");
 }
 
 /// A PREPARE of a 4 KiB PUT by key 1 (a zero token: the client's QP on the server's GID);

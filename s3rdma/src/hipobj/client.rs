@@ -161,7 +161,8 @@ impl Client {
         &self.agent
     }
 
-    /// GETs `size` bytes of `bucket`/`key` from `offset` over RDMA through `device`.
+    /// GETs `size` bytes (1 to [`MAX_TRANSFER`]) of `bucket`/`key` from `offset` over RDMA
+    /// through `device`.
     pub fn get(
         &self,
         device: &Device,
@@ -170,6 +171,7 @@ impl Client {
         offset: u64,
         size: usize,
     ) -> Result<(Vec<u8>, Final), ClientError> {
+        check_size(size)?;
         let region = device
             .pd
             .register_remote_writable(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
@@ -202,7 +204,7 @@ impl Client {
         Ok((data, done))
     }
 
-    /// PUTs `data` as `bucket`/`key` over RDMA through `device`.
+    /// PUTs `data` (1 to [`MAX_TRANSFER`] bytes) as `bucket`/`key` over RDMA through `device`.
     pub fn put(
         &self,
         device: &Device,
@@ -210,6 +212,7 @@ impl Client {
         key: &str,
         data: &[u8],
     ) -> Result<Final, ClientError> {
+        check_size(data.len())?;
         let mut region = device.pd.register(data.len(), AccessFlags::LOCAL_WRITE)?;
         region.as_mut_slice().copy_from_slice(data);
         let cq = device.create_cq()?;
@@ -362,6 +365,16 @@ struct Prepared {
 pub fn target(bucket: &str, key: &str) -> String {
     let segments = std::iter::once(bucket).chain(key.split('/'));
     segments.map(|s| format!("/{}", urlencoding::encode(s))).collect()
+}
+
+/// A transfer moves 1 to [`MAX_TRANSFER`] bytes.
+fn check_size(size: usize) -> Result<(), ClientError> {
+    if size == 0 || size as u64 > MAX_TRANSFER {
+        return Err(ClientError::Protocol(format!(
+            "{PROTOCOL} moves 1 to {MAX_TRANSFER} bytes, not {size}: use plain S3"
+        )));
+    }
+    Ok(())
 }
 
 fn nonzero_cookie() -> u32 {
