@@ -1,8 +1,8 @@
 //! s3rdma (crate `rdma-verbs-s3rdma`) on rxe0: hipobj-rc-v2 PUT and GET of 4 KiB and 1 MiB
 //! through `s3rdma put/get --rdma`, byte for byte and committed as any PutObject; a READY with
 //! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
-//! while the owner's session goes on; an empty object, which RDMA does not move. Ports
-//! 19200–19209.
+//! while the owner's session goes on; an empty object, which RDMA does not move; sessions
+//! limited per key and removed at the prepare deadline. Ports 19200–19209.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -147,10 +147,9 @@ fn an_empty_object_is_not_moved_over_rdma() {
     assert_eq!(std::fs::read(&output).unwrap(), b"");
 }
 
-/// A PREPARE of a 4 KiB PUT by key 1 (a zero token: the client's QP on the server's GID);
-/// the session id.
-fn prepare(client: &Client, cookie: &str) -> String {
-    let reply = client
+/// A PREPARE of a 4 KiB PUT (a zero token: the client's QP on the server's GID).
+fn prepare_reply(client: &Client, cookie: &str) -> Reply {
+    client
         .post(
             "prepare",
             &[
@@ -163,7 +162,12 @@ fn prepare(client: &Client, cookie: &str) -> String {
                 ("x-amz-rdma-size", "4096".into()),
             ],
         )
-        .unwrap();
+        .unwrap()
+}
+
+/// [`prepare_reply`], which must succeed; the session id.
+fn prepare(client: &Client, cookie: &str) -> String {
+    let reply = prepare_reply(client, cookie);
     assert_eq!(reply.status, 200, "{}", reply.body);
     let header = |name: &str| reply.headers[name].to_str().unwrap().to_owned();
     assert_eq!(header("x-amz-rdma-protocol"), "hipobj-rc-v2");
@@ -221,4 +225,21 @@ fn a_wrong_cookie_and_another_keys_requests_find_no_session() {
         !Path::new(&server.dir.join("root").join(BUCKET).join("k")).exists(),
         "nothing was stored"
     );
+}
+
+#[test]
+fn sessions_are_limited_per_key_and_expire_at_the_prepare_deadline() {
+    let limits = ["--rdma-max-sessions-per-key", "1", "--rdma-prepare-timeout-ms", "3000"];
+    let Some(server) = Server::on_rxe(19203, &limits) else { return };
+    let (one, two) = (server.client(1), server.client(2));
+    let first = prepare(&one, "00000001");
+    let refused = prepare_reply(&one, "00000002");
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    let other = prepare(&two, "00000003");
+    assert_eq!(cancel(&one, &first), 204);
+    prepare(&one, "00000004");
+    // Past the prepare deadline the session is gone, and its slot free.
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(ready(&two, &other, "00000003").status, 404);
+    prepare(&two, "00000005");
 }

@@ -38,8 +38,9 @@ struct Shared {
 
 impl RcRoute {
     /// The routes over `store`, moving data through `device` (none: they answer `501` with
-    /// the unsupported marker). Starts the thread that reaps expired sessions, which ends
-    /// with the last clone of the route.
+    /// the unsupported marker), which then lives as long as the process (sessions' threads
+    /// borrow it). Starts the thread that reaps expired sessions, which ends with the last
+    /// clone of the route.
     pub fn new(store: Store, device: Option<Device>, limits: SessionLimits) -> RcRoute {
         let device = device.map(|d| &*Box::leak(Box::new(d)));
         let shared = Arc::new(Shared { store, device, sessions: Sessions::new(limits) });
@@ -257,42 +258,47 @@ impl Shared {
         if op == Op::Put && offset != 0 {
             return Err(RcError::bad_request(format!("a PUT has no {H_OFFSET}")).into());
         }
-        // Authorized as the S3 operation before the session exists; a GET's range is staged.
-        let (staged, etag) = match op {
-            Op::Get => {
-                let (bytes, etag) = self.stage(req, &bucket, &key, offset, size).await?;
-                (Some(bytes), etag)
-            }
-            Op::Put => {
-                self.store.check_put(&bucket, &key, size).await?;
-                (None, None)
-            }
-        };
-        let target = Target { op, bucket, key, size, etag };
+        let client_psn = Psn::new(client_psn).map_err(|e| RcError::bad_request(e.to_string()))?;
+        // Authorized as the S3 operation before the session exists (a GET by reading its
+        // range, after the limits are checked, so that a refused session reads nothing).
+        if op == Op::Put {
+            self.store.check_put(&bucket, &key, size).await?;
+        }
+        let target = Target { op, bucket: bucket.clone(), key: key.clone(), size, etag: None };
         let id = self.sessions.reserve(principal, cookie, target)?;
-        let spec = Spec {
-            op,
-            size: size as usize,
-            cookie,
-            client_gid,
-            client_psn: Psn::new(client_psn).map_err(|e| RcError::bad_request(e.to_string()))?,
-            staged,
-        };
-        let timeout = self.sessions.limits().prepare_timeout;
-        let started =
-            tokio::task::spawn_blocking(move || data_path::start(device, spec, timeout)).await;
-        let (prepared, handle) = match started {
-            Ok(Ok(started)) => started,
-            Ok(Err(e)) => {
-                self.sessions.remove(id);
-                return Err(RcError::failed(format!("cannot set up the session: {e}")).into());
+        let set_up = async {
+            let (staged, etag) = match op {
+                Op::Get => {
+                    let (bytes, etag) = self.stage(req, &bucket, &key, offset, size).await?;
+                    (Some(bytes), etag)
+                }
+                Op::Put => (None, None),
+            };
+            let spec = Spec { op, size: size as usize, cookie, client_gid, client_psn, staged };
+            let timeout = self.sessions.limits().prepare_timeout;
+            let started =
+                tokio::task::spawn_blocking(move || data_path::start(device, spec, timeout)).await;
+            match started {
+                Ok(Ok((prepared, handle))) => Ok((prepared, handle, etag)),
+                Ok(Err(e)) => {
+                    Err(RcError::failed(format!("cannot set up the session: {e}")).into())
+                }
+                Err(e) => Err(RcError::failed(format!("the session's setup panicked: {e}")).into()),
             }
+        };
+        let (prepared, handle, etag) = match set_up.await {
+            Ok(set_up) => set_up,
             Err(e) => {
                 self.sessions.remove(id);
-                return Err(RcError::failed(format!("the session's setup panicked: {e}")).into());
+                return Err(e);
             }
         };
-        self.sessions.publish(id, handle);
+        if !self.sessions.publish(id, handle, etag) {
+            return Err(RcError::failed(
+                "the session passed its prepare deadline while being set up",
+            )
+            .into());
+        }
         let reply = Token {
             transport: TRANSPORT_RC,
             qpn: prepared.qpn.get(),

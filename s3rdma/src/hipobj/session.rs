@@ -137,12 +137,15 @@ impl Sessions {
         Ok(id)
     }
 
-    /// The reserved session `id` is set up: `Prepared`, READY goes to `handle`.
-    pub fn publish(&self, id: u128, handle: Handle) {
-        if let Some(s) = self.lock().get_mut(&id) {
-            s.state = State::Prepared;
-            s.handle = Some(handle);
-        }
+    /// The reserved session `id` is set up: `Prepared`, READY goes to `handle`; a GET's
+    /// object has `etag`. False when it expired meanwhile (and `handle` is dropped).
+    pub fn publish(&self, id: u128, handle: Handle, etag: Option<String>) -> bool {
+        let mut open = self.lock();
+        let Some(s) = open.get_mut(&id) else { return false };
+        s.state = State::Prepared;
+        s.handle = Some(handle);
+        s.target.etag = etag;
+        true
     }
 
     /// Removes `id` (a failed setup, a finished transfer); its thread ends.
