@@ -109,7 +109,7 @@ impl S3Route for RcRoute {
             .into());
         }
         let path = urlencoding::decode(req.uri.path()).unwrap_or_default().into_owned();
-        let rest = &path[ROUTE_PREFIX.len()..];
+        let rest = path.strip_prefix(ROUTE_PREFIX).unwrap_or_default();
         let shared = &self.shared;
         let headers = match rest {
             "/prepare" => shared.prepare(device, &req, &principal).await?,
