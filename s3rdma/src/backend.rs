@@ -113,6 +113,17 @@ impl Store {
             .map_err(|e| read_error(e, &name))
     }
 
+    /// Whether a PutObject of `size` bytes to `bucket`/`key` would be taken: the bucket
+    /// exists, the key is one, the size is within the limit. The error is PutObject's.
+    pub(crate) async fn check_put(&self, bucket: &str, key: &str, size: u64) -> S3Result<()> {
+        self.bucket_exists(bucket).await?;
+        self.layout().object(bucket, key)?;
+        if size > self.inner.limits.max_object {
+            return Err(crate::body::too_large(self.inner.limits.max_object));
+        }
+        Ok(())
+    }
+
     async fn read_upload(&self, id: &str, bucket: &str, key: &str) -> S3Result<(PathBuf, Upload)> {
         let dir = self.layout().upload(id)?;
         let file = dir.join("upload");

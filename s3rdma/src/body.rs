@@ -121,7 +121,7 @@ pub fn io_error(e: std::io::Error) -> S3Error {
     }
 }
 
-fn too_large(limit: u64) -> S3Error {
+pub fn too_large(limit: u64) -> S3Error {
     s3_error!(EntityTooLarge, "this server accepts at most {limit} bytes here")
 }
 

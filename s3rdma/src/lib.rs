@@ -2,7 +2,9 @@
 //!
 //! `s3rdma serve` answers the S3 REST API (the s3s crate parses requests and checks AWS
 //! Signature Version 4 signatures) from a directory, typically a mounted parallel file
-//! system: every object is a plain file at `ROOT/BUCKET/KEY`.
+//! system: every object is a plain file at `ROOT/BUCKET/KEY`. With an RDMA device it also
+//! moves object payloads over RC queue pairs ([`hipobj`]: AMD hipObject's `hipobj-rc-v2`),
+//! whose client is [`hipobj::client::Client`] and `s3rdma get` / `s3rdma put --rdma`.
 //!
 //! # Running it
 //!
@@ -10,7 +12,8 @@
 //! s3rdma serve --root /mnt/pfs/s3 --listen 0.0.0.0:9000 --credentials creds.json
 //! ```
 //!
-//! `creds.json` is `{"access_key_id": "...", "secret_access_key": "..."}`; without
+//! `creds.json` is `{"access_key_id": "...", "secret_access_key": "..."}`, or a list of such
+//! keys; without
 //! `--credentials` the server reads `S3RDMA_ACCESS_KEY_ID` and `S3RDMA_SECRET_ACCESS_KEY`,
 //! and refuses to start without either. Any S3 client then works with path-style addressing
 //! against `http://HOST:9000`, e.g. `aws --endpoint-url http://HOST:9000 s3 ls`.
@@ -66,8 +69,9 @@
 //! # Security model
 //!
 //! Every request must be signed with AWS Signature Version 4, in the `Authorization` header
-//! or as a presigned URL, with the one configured access key; unsigned and wrongly signed
-//! requests get `403`. That key may do everything. The server speaks plain HTTP: signatures
+//! or as a presigned URL, with one of the configured access keys; unsigned and wrongly signed
+//! requests get `403`. Every key may do everything; `hipobj-rc-v2` sessions belong to the key
+//! that prepared them (see [`hipobj`]). The server speaks plain HTTP: signatures
 //! protect requests from being altered, not from being read, so run it on a trusted network.
 //!
 //! # Limits
@@ -83,6 +87,7 @@
 mod backend;
 mod body;
 mod credentials;
+pub mod hipobj;
 mod layout;
 mod list;
 mod locks;
@@ -95,12 +100,16 @@ pub use backend::{SizeLimits, Store};
 pub use credentials::{Credentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 pub use server::{serve, BodyTimeout, Limits};
 
-/// The S3 service of `store`, accepting requests signed with `credentials`.
-pub fn service(store: Store, credentials: &Credentials) -> s3s::service::S3Service {
+/// The S3 service of `store`, accepting requests signed with any of `keys`, with the
+/// `hipobj-rc-v2` routes of `rc` (see [`hipobj`]).
+pub fn service(store: Store, keys: &[Credentials], rc: hipobj::RcRoute) -> s3s::service::S3Service {
     let mut builder = s3s::service::S3ServiceBuilder::new(store);
-    builder.set_auth(s3s::auth::SimpleAuth::from_single(
-        credentials.access_key_id.clone(),
-        credentials.secret_access_key.clone(),
-    ));
+    let mut auth = s3s::auth::SimpleAuth::new();
+    for key in keys {
+        auth.register(key.access_key_id.clone(), key.secret_access_key.clone().into());
+    }
+    builder.set_auth(auth);
+    builder.set_route(rc);
+    builder.set_validation(hipobj::RouteNames);
     builder.build()
 }

@@ -8,11 +8,15 @@ use std::time::{Duration, Instant};
 
 use rusty_s3::actions::{CreateMultipartUpload, ListObjectsV2};
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
+use s3rdma::hipobj::client::Client;
+use s3rdma::hipobj::{RcRoute, SessionLimits};
 use s3rdma::{Limits, SizeLimits, Store};
 use s3s::crypto::{Checksum, Md5};
 
 const KEY: &str = "test-key";
 const SECRET: &str = "test-secret";
+const KEY2: &str = "second-key";
+const SECRET2: &str = "second-secret";
 const EXPIRES: Duration = Duration::from_secs(300);
 /// The names of the files being written (the crate's layout).
 const TEMP_PREFIX: &str = ".s3rdma-tmp-";
@@ -45,9 +49,13 @@ impl Server {
 
     fn start_in(root: tempfile::TempDir, limits: Limits) -> Self {
         let (store, _) = Store::open(root.path().to_path_buf(), SIZES).unwrap();
-        let credentials =
-            s3rdma::Credentials { access_key_id: KEY.into(), secret_access_key: SECRET.into() };
-        let service = s3rdma::service(store, &credentials);
+        let keys = [
+            s3rdma::Credentials { access_key_id: KEY.into(), secret_access_key: SECRET.into() },
+            s3rdma::Credentials { access_key_id: KEY2.into(), secret_access_key: SECRET2.into() },
+        ];
+        // No RDMA device: the hipobj-rc-v2 routes decline.
+        let rc = RcRoute::new(store.clone(), None, SessionLimits::default());
+        let service = s3rdma::service(store, &keys, rc);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -554,6 +562,77 @@ fn credentials_are_required_and_checked() {
     let good = dir.path().join("good.json");
     std::fs::write(&good, b"{\"access_key_id\": \"k\", \"secret_access_key\": \"s\"}").unwrap();
     let loaded = s3rdma::Credentials::load(Some(&good)).unwrap();
-    assert_eq!((loaded.access_key_id.as_str(), loaded.secret_access_key.as_str()), ("k", "s"));
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(
+        (loaded[0].access_key_id.as_str(), loaded[0].secret_access_key.as_str()),
+        ("k", "s")
+    );
     assert!(!format!("{loaded:?}").contains("\"s\""), "Debug shows the secret");
+    let two = br#"[{"access_key_id": "k", "secret_access_key": "s"},
+                   {"access_key_id": "l", "secret_access_key": "t"}]"#;
+    std::fs::write(&good, two).unwrap();
+    let loaded = s3rdma::Credentials::load(Some(&good)).unwrap();
+    assert_eq!(loaded.iter().map(|k| k.access_key_id.as_str()).collect::<Vec<_>>(), ["k", "l"]);
+    std::fs::write(
+        &bad,
+        br#"[{"access_key_id": "k", "secret_access_key": "s"},
+                             {"access_key_id": "k", "secret_access_key": "t"}]"#,
+    )
+    .unwrap();
+    assert!(s3rdma::Credentials::load(Some(&bad)).unwrap_err().contains("listed twice"));
+    std::fs::write(&bad, b"[]").unwrap();
+    assert!(s3rdma::Credentials::load(Some(&bad)).unwrap_err().contains("empty"));
+}
+
+#[test]
+fn a_second_key_signs_too() {
+    let server = Server::start(limits());
+    let bucket = server.created("shared");
+    let second = Credentials::new(KEY2, SECRET2);
+    let url = bucket.put_object(Some(&second), "k").sign(EXPIRES);
+    assert_eq!(server.send("PUT", url.as_str(), b"from the second key", &[]).0, 200);
+    assert_eq!(server.get(&bucket, "k", &[]).1, b"from the second key");
+}
+
+#[test]
+fn without_a_device_the_rc_routes_decline_with_the_unsupported_marker() {
+    let server = Server::start(limits());
+    let key = s3rdma::Credentials { access_key_id: KEY.into(), secret_access_key: SECRET.into() };
+    let client = Client::new(&format!("http://{}", server.addr), key).unwrap();
+    for route in ["prepare", "ready", "cancel"] {
+        let reply = client.post(route, &[("x-amz-rdma-protocol", "hipobj-rc-v2".into())]).unwrap();
+        assert_eq!(reply.status, 501, "{route}: {}", reply.body);
+        assert_eq!(reply.headers["x-amz-rdma-protocol-status"], "unsupported");
+    }
+    // A protocol header outside the signature: refused.
+    let mut url = url::Url::parse(&format!("http://{}/.hipobj-rc/prepare", server.addr)).unwrap();
+    url = rusty_s3::signing::sign(
+        &jiff::Timestamp::now(),
+        rusty_s3::Method::Post,
+        url,
+        KEY,
+        SECRET,
+        None,
+        "us-east-1",
+        EXPIRES.as_secs(),
+        std::iter::empty(),
+        std::iter::empty(),
+    );
+    let (status, reply) =
+        server.send("POST", url.as_str(), b"", &[("x-amz-rdma-protocol", "hipobj-rc-v2")]);
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&reply));
+    assert!(String::from_utf8_lossy(&reply).contains("not among the signed headers"));
+    // Unsigned: refused before the route is reached.
+    let url = format!("http://{}/.hipobj-rc/prepare", server.addr);
+    let (status, _) = server.send("POST", &url, b"", &[]);
+    assert_eq!(status, 403);
+    // Wrongly signed: s3s's check refuses it.
+    let wrong =
+        s3rdma::Credentials { access_key_id: KEY.into(), secret_access_key: "wrong".into() };
+    let client = Client::new(&format!("http://{}", server.addr), wrong).unwrap();
+    assert_eq!(client.post("prepare", &[]).unwrap().status, 403);
+    // No S3 operation reaches the routes' prefix as a bucket.
+    let rc = server.bucket(".hipobj-rc");
+    let url = rc.create_bucket(&server.credentials).sign(EXPIRES);
+    assert_eq!(server.send("PUT", url.as_str(), b"", &[]).0, 405);
 }

@@ -17,7 +17,7 @@ pub fn example(name: &str) -> PathBuf {
 pub fn binary(name: &str) -> PathBuf {
     built(
         &profile_dir().join(name),
-        "cargo build --all-features -p rdma-verbs-perftest -p rdma-verbs-objstore",
+        "cargo build --all-features -p rdma-verbs-perftest -p rdma-verbs-objstore -p rdma-verbs-s3rdma",
     )
 }
 

@@ -27,6 +27,7 @@ mod mtu;
 mod objstore;
 mod pair;
 mod rc_pingpong;
+mod s3rdma;
 mod service;
 #[cfg(feature = "rdmacm")]
 mod service_cm;

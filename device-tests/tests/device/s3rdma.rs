@@ -1,0 +1,245 @@
+//! s3rdma (crate `rdma-verbs-s3rdma`) on rxe0: hipobj-rc-v2 PUT and GET of 4 KiB and 1 MiB
+//! through `s3rdma put/get --rdma`, byte for byte and committed as any PutObject; a READY with
+//! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
+//! while the owner's session goes on; an empty object, which RDMA does not move; sessions
+//! limited per key and removed at the prepare deadline. Ports 19200–19209.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::Duration;
+
+use rdma_verbs_device_tests::{gid_index, require_device, RXE};
+use rdma_verbs_test_support::process::{output_within, spawn_server, text};
+use rdma_verbs_test_support::programs::binary;
+use s3rdma::hipobj::client::{Client, Reply};
+use s3rdma::Credentials;
+
+const LIMIT: Duration = Duration::from_secs(180);
+const BUCKET: &str = "bucket";
+
+fn key(n: u8) -> Credentials {
+    Credentials { access_key_id: format!("key-{n}"), secret_access_key: format!("secret-{n}") }
+}
+
+fn key_json(k: &Credentials) -> String {
+    format!(
+        r#"{{"access_key_id": "{}", "secret_access_key": "{}"}}"#,
+        k.access_key_id, k.secret_access_key
+    )
+}
+
+/// `s3rdma serve` on rxe0 with keys 1 and 2 and a bucket, killed (and its root removed) on drop.
+struct Server {
+    child: Option<Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Server {
+    /// A server on `port` with `args` when rxe0 is there (none: the test is skipped).
+    fn on_rxe(port: u16, args: &[&str]) -> Option<Server> {
+        drop(require_device(RXE)?);
+        let dir = std::env::temp_dir().join(format!("s3rdma-test-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root").join(BUCKET)).unwrap();
+        std::fs::write(
+            dir.join("keys.json"),
+            format!("[{}, {}]", key_json(&key(1)), key_json(&key(2))),
+        )
+        .unwrap();
+        std::fs::write(dir.join("key1.json"), key_json(&key(1))).unwrap();
+        let mut cmd = s3rdma(&["serve", "--root", dir.join("root").to_str().unwrap()]);
+        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--credentials"])
+            .arg(dir.join("keys.json"))
+            .args(args);
+        let child = spawn_server(cmd, port);
+        Some(Server { child: Some(child), dir, port })
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `s3rdma ARGS` as key 1's client.
+    fn cli(&self, args: &[&str]) -> Output {
+        let mut cmd = s3rdma(args);
+        cmd.args(["--endpoint", &self.endpoint(), "--credentials"]).arg(self.dir.join("key1.json"));
+        output_within(cmd, LIMIT)
+    }
+
+    fn client(&self, n: u8) -> Client {
+        Client::new(&self.endpoint(), key(n)).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `s3rdma ARGS` on rxe0 and its RoCE v2 GID.
+fn s3rdma(args: &[&str]) -> Command {
+    let mut cmd = Command::new(binary("s3rdma"));
+    cmd.args(args).args(["--rdma-device", RXE, "--rdma-gid-index", &gid_index()]);
+    cmd
+}
+
+fn data(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32).map(|i| (i ^ seed).wrapping_mul(0x9e37_79b9).rotate_left(11) as u8).collect()
+}
+
+fn succeeded(out: &Output, says: &str) {
+    assert!(out.status.success(), "{}", text(out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(says), "{}", text(out));
+}
+
+#[test]
+fn puts_and_gets_of_4k_and_1m_over_rdma_are_byte_for_byte() {
+    let Some(server) = Server::on_rxe(19200, &[]) else { return };
+    for (seed, len) in [4096, 1 << 20].into_iter().enumerate() {
+        let input = server.dir.join(format!("in-{len}"));
+        let bytes = data(len, seed as u32);
+        std::fs::write(&input, &bytes).unwrap();
+        let object = format!("{BUCKET}/dir/obj-{len}");
+        let put = server.cli(&["put", "--rdma", input.to_str().unwrap(), &object]);
+        succeeded(&put, &format!("put {len} bytes over RDMA"));
+        assert!(String::from_utf8_lossy(&put.stdout).contains("CRC64NVME "), "{}", text(&put));
+        // Committed as any PutObject: the file, and its metadata with the stored checksums.
+        let root = server.dir.join("root");
+        assert!(
+            std::fs::read(root.join(&object)).unwrap() == bytes,
+            "{object}: the stored file differs"
+        );
+        assert!(root.join(".s3rdma/meta").join(&object).is_file());
+        for rdma in [true, false] {
+            let output = server.dir.join(format!("out-{len}-{rdma}"));
+            let mut args = vec!["get", &object, output.to_str().unwrap()];
+            if rdma {
+                args.insert(1, "--rdma");
+            }
+            let get = server.cli(&args);
+            succeeded(&get, &format!("got {len} bytes"));
+            assert!(
+                std::fs::read(&output).unwrap() == bytes,
+                "{object} (rdma {rdma}): the copy differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_empty_object_is_not_moved_over_rdma() {
+    let Some(server) = Server::on_rxe(19202, &[]) else { return };
+    let empty = server.dir.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let object = format!("{BUCKET}/empty");
+    let put = server.cli(&["put", "--rdma", empty.to_str().unwrap(), &object]);
+    assert!(!put.status.success(), "{}", text(&put));
+    assert!(String::from_utf8_lossy(&put.stderr).contains("use plain S3"), "{}", text(&put));
+    succeeded(&server.cli(&["put", empty.to_str().unwrap(), &object]), "put 0 bytes");
+    let output = server.dir.join("out");
+    succeeded(&server.cli(&["get", "--rdma", &object, output.to_str().unwrap()]), "got 0 bytes");
+    assert_eq!(std::fs::read(&output).unwrap(), b"");
+}
+
+/// A PREPARE of a 4 KiB PUT (a zero token: the client's QP on the server's GID).
+fn prepare_reply(client: &Client, cookie: &str) -> Reply {
+    client
+        .post(
+            "prepare",
+            &[
+                ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
+                ("x-amz-rdma-token", "0".repeat(88)),
+                ("x-amz-rdma-psn", "000001".into()),
+                ("x-amz-rdma-cookie", cookie.into()),
+                ("x-amz-rdma-op", "PUT".into()),
+                ("x-amz-rdma-target", format!("/{BUCKET}/k")),
+                ("x-amz-rdma-size", "4096".into()),
+            ],
+        )
+        .unwrap()
+}
+
+/// [`prepare_reply`], which must succeed; the session id.
+fn prepare(client: &Client, cookie: &str) -> String {
+    let reply = prepare_reply(client, cookie);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let header = |name: &str| reply.headers[name].to_str().unwrap().to_owned();
+    assert_eq!(header("x-amz-rdma-protocol"), "hipobj-rc-v2");
+    assert_eq!(header("x-amz-rdma-psn").len(), 6);
+    assert!(header("x-amz-rdma-reply").starts_with("200:01"));
+    header("x-amz-rdma-session")
+}
+
+fn ready(client: &Client, session: &str, cookie: &str) -> Reply {
+    let headers = [
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
+        ("x-amz-rdma-session", session.into()),
+        ("x-amz-rdma-cookie", cookie.into()),
+        // A QP that is not there: the data never comes.
+        ("x-amz-rdma-qpn", "0000000000000123".into()),
+    ];
+    client.post("ready", &headers).unwrap()
+}
+
+fn cancel(client: &Client, session: &str) -> u16 {
+    let headers =
+        [("x-amz-rdma-protocol", "hipobj-rc-v2".into()), ("x-amz-rdma-session", session.into())];
+    client.post("cancel", &headers).unwrap().status
+}
+
+#[test]
+fn a_wrong_cookie_and_another_keys_requests_find_no_session() {
+    // A 2 s data phase: READY of a session whose client never writes ends in 502.
+    let Some(server) = Server::on_rxe(19201, &["--rdma-exec-timeout-ms", "2000"]) else { return };
+    let (owner, other) = (server.client(1), server.client(2));
+    let session = prepare(&owner, "0000abcd");
+    let refused = ready(&owner, &session, "0000abce");
+    assert_eq!(refused.status, 404, "wrong cookie: {}", refused.body);
+    assert!(refused.body.contains("NoSuchRdmaSession"), "{}", refused.body);
+    assert_eq!(ready(&other, &session, "0000abcd").status, 404, "another key's READY");
+    assert_eq!(cancel(&other, &session), 204, "another key's CANCEL");
+    // The session is still the owner's: its READY runs the data phase, and a second READY
+    // meanwhile is a conflict.
+    std::thread::scope(|s| {
+        let first = s.spawn(|| ready(&owner, &session, "0000abcd"));
+        std::thread::sleep(Duration::from_millis(500));
+        let second = ready(&owner, &session, "0000abcd");
+        assert_eq!(second.status, 409, "a second READY: {}", second.body);
+        let first = first.join().unwrap();
+        assert_eq!(first.status, 502, "no data within the deadline: {}", first.body);
+    });
+    // The session is over; a cancel of what is gone is answered the same.
+    assert_eq!(ready(&owner, &session, "0000abcd").status, 404);
+    assert_eq!(cancel(&owner, &session), 204);
+    // A cancelled session is gone.
+    let session = prepare(&owner, "00001234");
+    assert_eq!(cancel(&owner, &session), 204);
+    assert_eq!(ready(&owner, &session, "00001234").status, 404);
+    assert!(
+        !Path::new(&server.dir.join("root").join(BUCKET).join("k")).exists(),
+        "nothing was stored"
+    );
+}
+
+#[test]
+fn sessions_are_limited_per_key_and_expire_at_the_prepare_deadline() {
+    let limits = ["--rdma-max-sessions-per-key", "1", "--rdma-prepare-timeout-ms", "3000"];
+    let Some(server) = Server::on_rxe(19203, &limits) else { return };
+    let (one, two) = (server.client(1), server.client(2));
+    let first = prepare(&one, "00000001");
+    let refused = prepare_reply(&one, "00000002");
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    let other = prepare(&two, "00000003");
+    assert_eq!(cancel(&one, &first), 204);
+    prepare(&one, "00000004");
+    // Past the prepare deadline the session is gone, and its slot free.
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(ready(&two, &other, "00000003").status, 404);
+    prepare(&two, "00000005");
+}

@@ -1,0 +1,387 @@
+//! The client side of `hipobj-rc-v2`: one object's GET into memory, or PUT from memory, over
+//! an RC queue pair of its own, with requests signed by rusty-s3 (SigV4, presigned URLs that
+//! sign every `x-amz-rdma-*` header).
+
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+use rdma_verbs::*;
+
+use super::device::{nonzero_psn, wait_one, Device};
+use super::token::{self, Token, TRANSPORT_RC};
+use super::*;
+use crate::Credentials;
+
+/// How long a signed request stays valid.
+const SIGNATURE_VALIDITY: u64 = 300;
+/// How long the client waits for its own completion once READY has been answered (GET) or
+/// while READY is outstanding (PUT: the server's exec deadline bounds it too).
+const COMPLETION_WAIT: Duration = Duration::from_secs(60);
+
+/// What went wrong, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server does not serve `hipobj-rc-v2` (`501`, `X-Amz-Rdma-Protocol-Status:
+    /// unsupported`): use plain S3.
+    #[error("the server does not serve {PROTOCOL} over RDMA ({0}); use plain S3 (without --rdma)")]
+    Declined(String),
+    /// The server refused a request.
+    #[error("{route} answered {status}: {body}")]
+    Refused {
+        /// The route.
+        route: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// The S3 error (XML) it sent.
+        body: String,
+    },
+    /// A reply that does not follow the protocol, or a transfer that did not complete.
+    #[error("{0}")]
+    Protocol(String),
+    /// A verb failed.
+    #[error(transparent)]
+    Rdma(#[from] rdma_verbs::Error),
+    /// The HTTP request failed.
+    #[error("HTTP: {0}")]
+    Http(#[from] ureq::Error),
+    /// The endpoint is not an http(s) URL.
+    #[error("the endpoint must be an http:// or https:// URL: {0}")]
+    Endpoint(String),
+}
+
+/// A reply of the server.
+#[derive(Debug)]
+pub struct Reply {
+    /// The HTTP status.
+    pub status: u16,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its body (an S3 error's XML, or empty).
+    pub body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// `self` when it is a success of the protocol, else the error it stands for.
+    fn success(self, route: &'static str) -> Result<Reply, ClientError> {
+        let declined = self.status == 501 && self.header(PROTOCOL_STATUS) == Some("unsupported");
+        if declined {
+            return Err(ClientError::Declined(self.body));
+        }
+        if !(200..300).contains(&self.status) {
+            return Err(ClientError::Refused { route, status: self.status, body: self.body });
+        }
+        if self.header(H_PROTOCOL) != Some(PROTOCOL) {
+            return Err(ClientError::Protocol(format!(
+                "{route}'s answer does not name {PROTOCOL}"
+            )));
+        }
+        Ok(self)
+    }
+
+    fn required(&self, name: &'static str) -> Result<&str, ClientError> {
+        self.header(name).ok_or_else(|| ClientError::Protocol(format!("the answer has no {name}")))
+    }
+}
+
+/// The final answer of a transfer (READY's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Final {
+    /// The bytes moved.
+    pub bytes: u64,
+    /// The object's ETag.
+    pub etag: Option<String>,
+    /// `CRC64NVME <base64>` of a stored object, when the server sends it.
+    pub checksum: Option<String>,
+}
+
+/// A client of one server, signing with one key.
+pub struct Client {
+    base: url::Url,
+    key: Credentials,
+    region: String,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    /// A client of `endpoint` (`http://HOST:PORT`) signing with `key` for region `us-east-1`.
+    pub fn new(endpoint: &str, key: Credentials) -> Result<Client, ClientError> {
+        let base = url::Url::parse(endpoint)
+            .map_err(|e| ClientError::Endpoint(format!("{endpoint}: {e}")))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(ClientError::Endpoint(endpoint.into()));
+        }
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Ok(Client { base, key, region: "us-east-1".into(), agent })
+    }
+
+    /// A presigned URL of `method` on `path` (percent-encoded) with `headers` signed.
+    fn sign(&self, method: rusty_s3::Method, path: &str, headers: &[(&str, String)]) -> url::Url {
+        let mut url = self.base.clone();
+        url.set_path(path);
+        let mut signed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        signed.sort();
+        rusty_s3::signing::sign(
+            &jiff::Timestamp::now(),
+            method,
+            url,
+            &self.key.access_key_id,
+            &self.key.secret_access_key,
+            None,
+            &self.region,
+            SIGNATURE_VALIDITY,
+            std::iter::empty(),
+            signed.into_iter(),
+        )
+    }
+
+    /// A signed, body-less `POST /.hipobj-rc/ROUTE` with `headers` (lowercase names): the
+    /// control requests as they are, for tools and tests that speak the protocol themselves.
+    pub fn post(&self, route: &str, headers: &[(&str, String)]) -> Result<Reply, ClientError> {
+        let url = self.sign(rusty_s3::Method::Post, &format!("{ROUTE_PREFIX}/{route}"), headers);
+        let mut request = self.agent.post(url.as_str());
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let mut response = request.send_empty()?;
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        Ok(Reply { status: response.status().as_u16(), headers: response.headers().clone(), body })
+    }
+
+    /// A presigned URL of a plain S3 request on `bucket`/`key`.
+    pub fn object_url(&self, method: rusty_s3::Method, bucket: &str, key: &str) -> url::Url {
+        self.sign(method, &target(bucket, key), &[])
+    }
+
+    /// The agent plain S3 requests go through (it does not turn error statuses into errors).
+    pub fn agent(&self) -> &ureq::Agent {
+        &self.agent
+    }
+
+    /// GETs `size` bytes (1 to [`MAX_TRANSFER`]) of `bucket`/`key` from `offset` over RDMA
+    /// through `device`.
+    pub fn get(
+        &self,
+        device: &Device,
+        bucket: &str,
+        key: &str,
+        offset: u64,
+        size: usize,
+    ) -> Result<(Vec<u8>, Final), ClientError> {
+        check_size(size)?;
+        let region = device
+            .pd
+            .register_remote_writable(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+        let cq = device.create_cq()?;
+        let qp = device.create_qp(&cq)?;
+        let remote = region.remote(..)?;
+        let cookie = nonzero_cookie();
+        let (prepared, qp) =
+            self.prepare(device, qp, "GET", bucket, key, offset, size, cookie, remote)?;
+        // The receive the server's WRITE WITH IMMEDIATE consumes, posted before READY.
+        // SAFETY: the receive names no memory; the data lands in `region`.
+        unsafe { qp.post_recv_wr(&mut RecvWr::new(0, &[]))? };
+        let done = self.ready(&prepared, cookie, qp.qp_num(), Some(remote))?;
+        let wc = wait_one(&cq, Instant::now() + COMPLETION_WAIT)?.ok_or_else(|| {
+            ClientError::Protocol("READY was answered, but no data arrived".into())
+        })?;
+        let arrived = wc.is_success()
+            && wc.opcode() == WcOpcode::RECV_RDMA_WITH_IMM
+            && wc.imm_data() == Some(cookie)
+            && wc.byte_len() as usize == size;
+        if !arrived {
+            return Err(ClientError::Protocol(format!(
+                "the data's completion is not the one expected: {wc} (immediate {:?}, {} bytes)",
+                wc.imm_data(),
+                wc.byte_len()
+            )));
+        }
+        let mut data = vec![0; size];
+        region.read(0, &mut data)?;
+        Ok((data, done))
+    }
+
+    /// PUTs `data` (1 to [`MAX_TRANSFER`] bytes) as `bucket`/`key` over RDMA through `device`.
+    pub fn put(
+        &self,
+        device: &Device,
+        bucket: &str,
+        key: &str,
+        data: &[u8],
+    ) -> Result<Final, ClientError> {
+        check_size(data.len())?;
+        let mut region = device.pd.register(data.len(), AccessFlags::LOCAL_WRITE)?;
+        region.as_mut_slice().copy_from_slice(data);
+        let cq = device.create_cq()?;
+        let qp = device.create_qp(&cq)?;
+        let cookie = nonzero_cookie();
+        let own = RemoteAddr { addr: region.addr(), rkey: region.rkey() };
+        let (prepared, qp) =
+            self.prepare(device, qp, "PUT", bucket, key, 0, data.len(), cookie, own)?;
+        let staging = prepared.staging.ok_or_else(|| {
+            ClientError::Protocol(format!("PREPARE's answer has no {H_MR_ADDR} and {H_MR_RKEY}"))
+        })?;
+        let sges = [region.sge(..)?];
+        std::thread::scope(|s| {
+            let ready = s.spawn(|| self.ready(&prepared, cookie, qp.qp_num(), None));
+            // The data goes while READY is outstanding: the server answers once it arrived.
+            let mut wr =
+                SendWr::rdma_write_with_imm(1, &sges, staging, cookie).flags(SendFlags::SIGNALED);
+            // SAFETY: `region` outlives `qp` (declared before it) and is not touched until the
+            // completion is polled, or the QP is gone.
+            let written =
+                unsafe { qp.post_send_wr(&mut wr) }.map_err(ClientError::from).and_then(|()| {
+                    wait_one(&cq, Instant::now() + COMPLETION_WAIT)?.ok_or_else(|| {
+                        ClientError::Protocol("the RDMA WRITE did not complete".into())
+                    })
+                });
+            let done = ready
+                .join()
+                .map_err(|_| ClientError::Protocol("READY's thread panicked".into()))?;
+            match written? {
+                wc if wc.is_success() => done,
+                wc => Err(ClientError::Protocol(format!("the RDMA WRITE failed: {wc}"))),
+            }
+        })
+    }
+
+    /// PREPARE for `qp`, then its move to RTS towards the server's queue pair.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare<'a>(
+        &self,
+        device: &Device,
+        qp: QueuePair<'a, Init>,
+        op: &str,
+        bucket: &str,
+        key: &str,
+        offset: u64,
+        size: usize,
+        cookie: u32,
+        region: RemoteAddr,
+    ) -> Result<(Prepared, QueuePair<'a, Rts>), ClientError> {
+        let psn = nonzero_psn();
+        let token = Token {
+            transport: TRANSPORT_RC,
+            qpn: qp.qp_num().get(),
+            gid: device.gid().get(),
+            rkey: region.rkey.get(),
+            addr: region.addr,
+            len: size as u64,
+            port: device.port(),
+            lid: device.lid(),
+        };
+        let mut headers = vec![
+            (H_PROTOCOL, PROTOCOL.to_string()),
+            (H_TOKEN, token.to_string()),
+            (H_PSN, format!("{:06x}", psn.get())),
+            (H_COOKIE, format!("{cookie:08x}")),
+            (H_OP, op.to_string()),
+            (H_TARGET, target(bucket, key)),
+            (H_SIZE, size.to_string()),
+        ];
+        if offset != 0 {
+            headers.push((H_OFFSET, offset.to_string()));
+        }
+        let reply = self.post("prepare", &headers)?.success("PREPARE")?;
+        let bad = |e: BadHeader| ClientError::Protocol(format!("PREPARE's answer: {e}"));
+        let session = reply.required(H_SESSION)?.to_owned();
+        token::parse_session(H_SESSION, &session).map_err(bad)?;
+        let server_psn = reply.required(H_PSN)?;
+        if server_psn.len() != 6 {
+            return Err(ClientError::Protocol(format!("PREPARE's {H_PSN} is not 6 hex digits")));
+        }
+        let server_psn = Psn::new(token::parse_psn(H_PSN, server_psn).map_err(bad)?)?;
+        let server = reply
+            .required(H_REPLY)?
+            .strip_prefix("200:")
+            .filter(|t| t.len() == 88)
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("PREPARE's {H_REPLY} is not 200:<88 hex>"))
+            })
+            .and_then(|t| Token::parse(H_REPLY, t).map_err(bad))?;
+        let addr =
+            reply.header(H_MR_ADDR).map(|v| token::parse_hex(H_MR_ADDR, v, 1..=16, u64::MAX));
+        let rkey =
+            reply.header(H_MR_RKEY).map(|v| token::parse_hex(H_MR_RKEY, v, 1..=8, u32::MAX.into()));
+        // A partial or malformed pair counts as absent.
+        let staging = match (addr, rkey) {
+            (Some(Ok(addr)), Some(Ok(rkey))) => {
+                Some(RemoteAddr { addr, rkey: RKey::new(rkey as u32) })
+            }
+            _ => None,
+        };
+        let qp =
+            device.connect(qp, Qpn::new(server.qpn)?, Gid::new(server.gid), server_psn, psn)?;
+        Ok((Prepared { session, staging }, qp))
+    }
+
+    /// READY, and the check of its final answer.
+    fn ready(
+        &self,
+        prepared: &Prepared,
+        cookie: u32,
+        qpn: Qpn,
+        region: Option<RemoteAddr>,
+    ) -> Result<Final, ClientError> {
+        let mut headers = vec![
+            (H_PROTOCOL, PROTOCOL.to_string()),
+            (H_SESSION, prepared.session.clone()),
+            (H_COOKIE, format!("{cookie:08x}")),
+            (H_QPN, format!("{:x}", qpn.get())),
+        ];
+        if let Some(region) = region {
+            headers.push((H_MR_ADDR, format!("{:x}", region.addr)));
+            headers.push((H_MR_RKEY, format!("{:x}", region.rkey.get())));
+        }
+        let reply = self.post("ready", &headers)?.success("READY")?;
+        let echoed = token::parse_cookie(H_COOKIE, reply.required(H_COOKIE)?);
+        if echoed != Ok(cookie) {
+            return Err(ClientError::Protocol(format!(
+                "READY's answer does not echo the cookie {cookie:08x}"
+            )));
+        }
+        let bytes = reply
+            .required(H_BYTES)?
+            .parse()
+            .map_err(|_| ClientError::Protocol(format!("READY's {H_BYTES} is not a number")))?;
+        Ok(Final {
+            bytes,
+            etag: reply.header(H_ETAG).map(str::to_owned),
+            checksum: reply.header(H_CHECKSUM).map(str::to_owned),
+        })
+    }
+}
+
+/// What PREPARE answered that READY and the data need.
+struct Prepared {
+    session: String,
+    staging: Option<RemoteAddr>,
+}
+
+/// `/bucket/key`, each segment percent-encoded (RFC 3986's unreserved characters kept).
+pub fn target(bucket: &str, key: &str) -> String {
+    let segments = std::iter::once(bucket).chain(key.split('/'));
+    segments.map(|s| format!("/{}", urlencoding::encode(s))).collect()
+}
+
+/// A transfer moves 1 to [`MAX_TRANSFER`] bytes.
+fn check_size(size: usize) -> Result<(), ClientError> {
+    if size == 0 || size as u64 > MAX_TRANSFER {
+        return Err(ClientError::Protocol(format!(
+            "{PROTOCOL} moves 1 to {MAX_TRANSFER} bytes, not {size}: use plain S3"
+        )));
+    }
+    Ok(())
+}
+
+fn nonzero_cookie() -> u32 {
+    loop {
+        let cookie = rand::random::<u32>();
+        if cookie != 0 {
+            return cookie;
+        }
+    }
+}
