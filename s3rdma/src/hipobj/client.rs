@@ -176,7 +176,8 @@ impl Client {
             .pd
             .register_remote_writable(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
         let cq = device.create_cq()?;
-        let qp = device.create_qp(&cq)?;
+        // The server RDMA WRITEs into `region`.
+        let qp = device.create_qp(device.pd, &cq, AccessFlags::REMOTE_WRITE)?;
         let remote = region.remote(..)?;
         let cookie = nonzero_cookie();
         let (prepared, qp) =
@@ -216,7 +217,8 @@ impl Client {
         let mut region = device.pd.register(data.len(), AccessFlags::LOCAL_WRITE)?;
         region.as_mut_slice().copy_from_slice(data);
         let cq = device.create_cq()?;
-        let qp = device.create_qp(&cq)?;
+        // The server only receives.
+        let qp = device.create_qp(device.pd, &cq, AccessFlags::empty())?;
         let cookie = nonzero_cookie();
         let own = RemoteAddr { addr: region.addr(), rkey: region.rkey() };
         let (prepared, qp) =

@@ -20,6 +20,17 @@ pub enum Op {
     Put,
 }
 
+impl Op {
+    /// What the client's queue pair may do to the session's: RDMA WRITE into the staging
+    /// region for a PUT, nothing for a GET (the server writes out).
+    fn peer_access(self) -> AccessFlags {
+        match self {
+            Op::Get => AccessFlags::empty(),
+            Op::Put => AccessFlags::REMOTE_WRITE,
+        }
+    }
+}
+
 /// What PREPARE asked for.
 pub struct Spec {
     /// GET or PUT.
@@ -112,8 +123,10 @@ fn run(
     prepared_tx: &mpsc::SyncSender<std::result::Result<Prepared, String>>,
     ready_rx: Receiver<Ready>,
 ) -> Result<()> {
-    // Declared in the order of creation: dropped QP first, then the CQ, then the region.
-    let mut staging = device.pd.register_remote_writable(
+    // Declared in the order of creation: dropped QP first, then the CQ, then the region,
+    // then the session's own PD.
+    let pd = device.alloc_pd()?;
+    let mut staging = pd.register_remote_writable(
         spec.size,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     )?;
@@ -121,7 +134,7 @@ fn run(
         staging.write(0, bytes)?;
     }
     let cq = device.create_cq()?;
-    let mut qp = device.create_qp(&cq)?;
+    let mut qp = device.create_qp(&pd, &cq, spec.op.peer_access())?;
     let psn = nonzero_psn();
     let prepared = Prepared { qpn: qp.qp_num(), psn, staging: staging.remote(..)? };
     let _ = prepared_tx.send(Ok(prepared));
@@ -196,7 +209,8 @@ fn transfer<'a>(
             if matches!(wc.status(), WcStatus::RNR_RETRY_EXC_ERR | WcStatus::RETRY_EXC_ERR) =>
         {
             // There is no RTS → INIT: through RESET, for another READY.
-            let back = qp.reset().and_then(|qp| qp.into_init(&device.to_init()));
+            let back =
+                qp.reset().and_then(|qp| qp.into_init(&device.to_init(spec.op.peer_access())));
             (Err(Failure::Busy(format!("the client did not take the write: {wc}"))), back.ok())
         }
         Op::Put

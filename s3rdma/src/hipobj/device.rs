@@ -15,7 +15,8 @@ const POLL_EVERY: Duration = Duration::from_millis(1);
 /// The context and the PD live as long as the process: every session's queue pair, CQ and
 /// region borrow them, from threads of their own.
 pub struct Device {
-    /// The PD every region and queue pair is made in.
+    /// The client's PD, which its regions and queue pairs are made in. A server session
+    /// makes its own ([`Device::alloc_pd`]).
     pub pd: &'static ProtectionDomain<'static>,
     ctx: &'static Context,
     port: u8,
@@ -80,8 +81,21 @@ impl Device {
         self.ctx.create_cq(2 * DEPTH)
     }
 
-    /// An RC queue pair on `cq` in INIT, peers allowed to RDMA READ and WRITE its memory.
-    pub fn create_qp<'a>(&self, cq: &'a CompletionQueue<'a>) -> Result<QueuePair<'a, Init>> {
+    /// A protection domain of its own, for one server session: a peer's queue pair reaches
+    /// only the regions of its session's PD, so no client can RDMA into another's staging
+    /// region, whatever address and rkey it tries.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain<'static>> {
+        self.ctx.alloc_pd()
+    }
+
+    /// An RC queue pair of `pd` on `cq` in INIT, the peer allowed `access` (RDMA WRITE into
+    /// the regions of `pd` that allow it, or nothing).
+    pub fn create_qp<'a>(
+        &self,
+        pd: &'a ProtectionDomain<'a>,
+        cq: &'a CompletionQueue<'a>,
+        access: AccessFlags,
+    ) -> Result<QueuePair<'a, Init>> {
         let cap = QpCapabilities {
             max_send_wr: DEPTH,
             max_recv_wr: DEPTH,
@@ -89,16 +103,13 @@ impl Device {
             max_recv_sge: 1,
             ..Default::default()
         };
-        self.pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?.into_init(&self.to_init())
+        pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(cq) })?
+            .into_init(&self.to_init(access))
     }
 
-    /// RESET → INIT: our port, peers allowed to RDMA READ and WRITE the QP's memory.
-    pub fn to_init(&self) -> ToInitAttr {
-        ToInitAttr {
-            port: self.port,
-            access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
-            ..ToInitAttr::default()
-        }
+    /// RESET → INIT: our port, the peer allowed `access`.
+    pub fn to_init(&self, access: AccessFlags) -> ToInitAttr {
+        ToInitAttr { port: self.port, access, ..ToInitAttr::default() }
     }
 
     /// INIT → RTR → RTS towards the QP `peer_qpn` at `peer_gid` (a GRH route: RoCE), which

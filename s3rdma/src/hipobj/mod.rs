@@ -47,8 +47,11 @@
 //! with the wrong cookie, are answered as for a session that does not exist (`404`). Every
 //! configured key may do everything, so authorizing a target is the checks GetObject and
 //! PutObject make themselves (the bucket exists, the key is one, the object exists, the size
-//! is within the limit). The staging region's rkey lets the paired client write it; the
-//! client's region is written only at the address and rkey READY gave.
+//! is within the limit). Each session has a protection domain of its own with only its queue
+//! pair and staging region in it, so a client's queue pair reaches no other session's memory
+//! whatever address and rkey it sends; a PUT session's queue pair lets the client RDMA WRITE,
+//! a GET session's nothing. The client's region is written only at the address and rkey READY
+//! gave.
 //!
 //! # Status codes
 //!
