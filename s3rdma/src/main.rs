@@ -97,6 +97,9 @@ struct Serve {
     /// hipobj-rc-v2 sessions open at once per access key.
     #[arg(long, default_value_t = SessionLimits::default().max_per_principal)]
     rdma_max_sessions_per_key: usize,
+    /// Bytes all hipobj-rc-v2 sessions may stage in memory at once.
+    #[arg(long, default_value_t = SessionLimits::default().max_staged_bytes)]
+    rdma_max_staged_bytes: u64,
     /// Milliseconds a prepared session waits for READY.
     #[arg(long, default_value_t = SessionLimits::default().prepare_timeout.as_millis() as u64)]
     rdma_prepare_timeout_ms: u64,
@@ -152,6 +155,7 @@ fn run(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
     let sessions = SessionLimits {
         max_sessions: args.rdma_max_sessions,
         max_per_principal: args.rdma_max_sessions_per_key,
+        max_staged_bytes: args.rdma_max_staged_bytes,
         prepare_timeout: Duration::from_millis(args.rdma_prepare_timeout_ms),
         exec_timeout: Duration::from_millis(args.rdma_exec_timeout_ms),
     };

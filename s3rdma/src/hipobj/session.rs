@@ -20,6 +20,9 @@ pub struct SessionLimits {
     pub max_sessions: usize,
     /// Sessions at once of one principal.
     pub max_per_principal: usize,
+    /// Bytes all open sessions may move at once: each holds a staging region of its size
+    /// (up to 2^31 − 1 bytes) in memory until it ends.
+    pub max_staged_bytes: u64,
     /// How long a prepared session waits for READY.
     pub prepare_timeout: Duration,
     /// How long READY's data phase (and a PUT's commit) may take.
@@ -27,11 +30,13 @@ pub struct SessionLimits {
 }
 
 impl Default for SessionLimits {
-    /// versitygw's defaults: 1024 sessions, 64 per principal, 100 s to READY, 30 s to move.
+    /// versitygw's defaults: 1024 sessions, 64 per principal, 100 s to READY, 30 s to move;
+    /// and 1 GiB staged at once.
     fn default() -> Self {
         SessionLimits {
             max_sessions: 1024,
             max_per_principal: 64,
+            max_staged_bytes: 1 << 30,
             prepare_timeout: Duration::from_secs(100),
             exec_timeout: Duration::from_secs(30),
         }
@@ -119,6 +124,13 @@ impl Sessions {
         if own >= self.limits.max_per_principal {
             return Err(RcError::limit(format!("this access key has {own} sessions open")));
         }
+        let staged: u64 = open.values().map(|s| s.target.size).sum();
+        if staged.saturating_add(target.size) > self.limits.max_staged_bytes {
+            return Err(RcError::limit(format!(
+                "open sessions stage {staged} bytes, and {} more would pass the server's {}",
+                target.size, self.limits.max_staged_bytes
+            )));
+        }
         let id = loop {
             let id = rand::random::<u128>();
             if !open.contains_key(&id) {
@@ -185,5 +197,26 @@ impl Sessions {
         if open.get(&id).is_some_and(|s| s.principal == principal) {
             open.remove(&id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(size: u64) -> Target {
+        Target { op: Op::Put, bucket: "b".into(), key: "k".into(), size, etag: None }
+    }
+
+    #[test]
+    fn the_bytes_staged_at_once_are_bounded_across_principals() {
+        let limits = SessionLimits { max_staged_bytes: 100, ..SessionLimits::default() };
+        let sessions = Sessions::new(limits);
+        let first = sessions.reserve("a", 1, target(60)).unwrap();
+        let refused = sessions.reserve("b", 1, target(50)).unwrap_err();
+        assert!(format!("{refused:?}").contains("stage 60 bytes"), "{refused:?}");
+        sessions.reserve("b", 1, target(40)).unwrap();
+        sessions.remove(first);
+        sessions.reserve("b", 1, target(50)).unwrap();
     }
 }
