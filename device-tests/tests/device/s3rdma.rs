@@ -2,16 +2,22 @@
 //! through `s3rdma put/get --rdma`, byte for byte and committed as any PutObject; a READY with
 //! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
 //! while the owner's session goes on; an empty object, which RDMA does not move; sessions
-//! limited per key and removed at the prepare deadline. Ports 19200–19209.
+//! limited per key and removed at the prepare deadline; a client's WRITE to another's staging
+//! region, which reaches nothing. Ports 19200–19209.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::Duration;
 
+use rdma_verbs::{
+    AccessFlags, CompletionQueue, Gid, Init, Psn, Qpn, QueuePair, RKey, RecvWr, RemoteAddr, Rts,
+    SendFlags, SendWr, WorkCompletion,
+};
 use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{output_within, spawn_server, text};
 use rdma_verbs_test_support::programs::binary;
 use s3rdma::hipobj::client::{Client, Reply};
+use s3rdma::hipobj::{Device, Token, TRANSPORT_RC};
 use s3rdma::Credentials;
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -242,4 +248,157 @@ fn sessions_are_limited_per_key_and_expire_at_the_prepare_deadline() {
     std::thread::sleep(Duration::from_millis(3500));
     assert_eq!(ready(&two, &other, "00000003").status, 404);
     prepare(&two, "00000005");
+}
+
+/// One side of a hand-driven hipobj-rc-v2 session: its queue pair connected to the
+/// session's, and what PREPARE answered.
+struct HandSession<'a> {
+    qp: QueuePair<'a, Rts>,
+    id: String,
+    staging: RemoteAddr,
+}
+
+/// PREPARE of `op` on `target` (4 KiB) for `qp`, whose data goes to or from `region`, and
+/// `qp` connected to the session's queue pair.
+fn hand_prepare<'a>(
+    client: &Client,
+    device: &Device,
+    qp: QueuePair<'a, Init>,
+    (op, target, cookie): (&str, &str, u32),
+    region: RemoteAddr,
+) -> HandSession<'a> {
+    let psn = Psn::new(0x00_1234).unwrap();
+    let token = Token {
+        transport: TRANSPORT_RC,
+        qpn: qp.qp_num().get(),
+        gid: device.gid().get(),
+        rkey: region.rkey.get(),
+        addr: region.addr,
+        len: 4096,
+        port: device.port(),
+        lid: device.lid(),
+    };
+    let headers = [
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
+        ("x-amz-rdma-token", token.to_string()),
+        ("x-amz-rdma-psn", format!("{:06x}", psn.get())),
+        ("x-amz-rdma-cookie", format!("{cookie:08x}")),
+        ("x-amz-rdma-op", op.into()),
+        ("x-amz-rdma-target", target.into()),
+        ("x-amz-rdma-size", "4096".into()),
+    ];
+    let reply = client.post("prepare", &headers).unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let header = |name: &str| reply.headers[name].to_str().unwrap().to_owned();
+    let hex = |name: &str| u64::from_str_radix(&header(name), 16).unwrap();
+    let server = Token::parse("x-amz-rdma-reply", &header("x-amz-rdma-reply")[4..]).unwrap();
+    let server_psn = Psn::new(hex("x-amz-rdma-psn") as u32).unwrap();
+    let staging = RemoteAddr {
+        addr: hex("x-amz-rdma-mr-addr"),
+        rkey: RKey::new(hex("x-amz-rdma-mr-rkey") as u32),
+    };
+    let qp = device
+        .connect(qp, Qpn::new(server.qpn).unwrap(), Gid::new(server.gid), server_psn, psn)
+        .unwrap();
+    HandSession { qp, id: header("x-amz-rdma-session"), staging }
+}
+
+/// READY of `session` for `qp` with `cookie`, the server to write into `region` (GET).
+fn hand_ready(
+    client: &Client,
+    session: &HandSession<'_>,
+    cookie: u32,
+    region: Option<RemoteAddr>,
+) -> Reply {
+    let mut headers = vec![
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
+        ("x-amz-rdma-session", session.id.clone()),
+        ("x-amz-rdma-cookie", format!("{cookie:08x}")),
+        ("x-amz-rdma-qpn", format!("{:x}", session.qp.qp_num().get())),
+    ];
+    if let Some(region) = region {
+        headers.push(("x-amz-rdma-mr-addr", format!("{:x}", region.addr)));
+        headers.push(("x-amz-rdma-mr-rkey", format!("{:x}", region.rkey.get())));
+    }
+    client.post("ready", &headers).unwrap()
+}
+
+/// A client that RDMA WRITEs, over its own session's queue pair, to the address and rkey of
+/// another client's session (a GET staged and waiting for READY) reaches nothing: its WRITE
+/// fails, its session ends, nothing is stored, and the other client's GET then brings the
+/// object's bytes, untouched.
+#[test]
+fn a_write_to_another_sessions_staging_region_reaches_nothing() {
+    let Some(server) = Server::on_rxe(19204, &["--rdma-exec-timeout-ms", "5000"]) else { return };
+    let object = data(4096, 7);
+    let file = server.dir.join("object");
+    std::fs::write(&file, &object).unwrap();
+    succeeded(&server.cli(&["put", file.to_str().unwrap(), &format!("{BUCKET}/x")]), "put");
+    let device = Device::open(Some(RXE), Some(gid_index().parse().unwrap())).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+
+    // The victim: a GET of x, prepared, its receive posted, READY not sent yet.
+    let landing = device.pd.register_remote_writable(4096, access).unwrap();
+    let victim_cq = device.create_cq().unwrap();
+    let qp = device.create_qp(device.pd, &victim_cq, AccessFlags::REMOTE_WRITE).unwrap();
+    let to_victim = landing.remote(..).unwrap();
+    let (victim, victim_cookie) = (server.client(1), 0x1111_1111);
+    let get = hand_prepare(
+        &victim,
+        &device,
+        qp,
+        ("GET", &format!("/{BUCKET}/x"), victim_cookie),
+        to_victim,
+    );
+    // SAFETY: the receive names no memory; the data lands in `landing`.
+    unsafe { get.qp.post_recv_wr(&mut RecvWr::new(0, &[])).unwrap() };
+
+    // The attacker: its own PUT session, whose WRITE goes to the victim's staging region.
+    let mut garbage = device.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    garbage.as_mut_slice().fill(0xee);
+    let attacker_cq = device.create_cq().unwrap();
+    let qp = device.create_qp(device.pd, &attacker_cq, AccessFlags::empty()).unwrap();
+    let own = RemoteAddr { addr: garbage.addr(), rkey: garbage.rkey() };
+    let (attacker, attacker_cookie) = (server.client(2), 0x2222_2222);
+    let put = hand_prepare(
+        &attacker,
+        &device,
+        qp,
+        ("PUT", &format!("/{BUCKET}/evil"), attacker_cookie),
+        own,
+    );
+    let sges = [garbage.sge(..).unwrap()];
+    std::thread::scope(|s| {
+        let ready = s.spawn(|| hand_ready(&attacker, &put, attacker_cookie, None));
+        let mut wr = SendWr::rdma_write_with_imm(1, &sges, get.staging, attacker_cookie)
+            .flags(SendFlags::SIGNALED);
+        // SAFETY: `garbage` outlives the QP and is not written while the WRITE may read it.
+        unsafe { put.qp.post_send_wr(&mut wr).unwrap() };
+        let wcs = one_completion(&attacker_cq);
+        assert!(!wcs.is_success(), "the forged WRITE completed: {wcs}");
+        let answer = ready.join().unwrap();
+        assert_ne!(answer.status, 200, "the attacker's READY: {}", answer.body);
+    });
+    assert!(!server.dir.join("root").join(BUCKET).join("evil").exists(), "nothing stored");
+
+    // The victim's GET goes on, with the object's bytes.
+    let answer = hand_ready(&victim, &get, victim_cookie, Some(to_victim));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let wc = one_completion(&victim_cq);
+    assert!(wc.is_success() && wc.imm_data() == Some(victim_cookie), "{wc}");
+    let mut got = vec![0; 4096];
+    landing.read(0, &mut got).unwrap();
+    assert!(got == object, "the victim's bytes were touched");
+}
+
+/// The one completion of `cq`, within [`LIMIT`].
+fn one_completion(cq: &CompletionQueue<'_>) -> WorkCompletion {
+    let start = std::time::Instant::now();
+    let mut wcs = [WorkCompletion::EMPTY];
+    while cq.poll(&mut wcs).unwrap().is_empty() {
+        assert!(start.elapsed() < LIMIT, "no completion within {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let [wc] = wcs;
+    wc
 }
