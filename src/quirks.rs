@@ -4,7 +4,7 @@
 //!
 //! Every fix below was merged upstream and backported to the stable lines, so whether a
 //! release carries it depends on its minor version too (Debian's 33.2, 44.0 and 56.1 carry
-//! none of them; 44.11 carries PR 1617). A release the file name does not tell (a bare
+//! none of them, its 65.0 all; 44.11 carries PR 1617). A release the file name does not tell (a bare
 //! `libibverbs.so.1`, a MLNX_OFED build number) is taken to lack every fix.
 
 use crate::context::Context;
