@@ -17,7 +17,7 @@ use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{output_within, spawn_server, text};
 use rdma_verbs_test_support::programs::binary;
 use s3rdma::hipobj::client::{Client, Reply};
-use s3rdma::hipobj::{Device, Token, TRANSPORT_RC};
+use s3rdma::hipobj::{Device, Token};
 use s3rdma::Credentials;
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -268,16 +268,7 @@ fn hand_prepare<'a>(
     region: RemoteAddr,
 ) -> HandSession<'a> {
     let psn = Psn::new(0x00_1234).unwrap();
-    let token = Token {
-        transport: TRANSPORT_RC,
-        qpn: qp.qp_num().get(),
-        gid: device.gid().get(),
-        rkey: region.rkey.get(),
-        addr: region.addr,
-        len: 4096,
-        port: device.port(),
-        lid: device.lid(),
-    };
+    let token = device.token(qp.qp_num(), region, 4096);
     let headers = [
         ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
         ("x-amz-rdma-token", token.to_string()),

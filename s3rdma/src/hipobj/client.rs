@@ -8,7 +8,7 @@ use http::HeaderMap;
 use rdma_verbs::*;
 
 use super::device::{nonzero_psn, wait_one, Device};
-use super::token::{self, Token, TRANSPORT_RC};
+use super::token::{self, Token};
 use super::*;
 use crate::Credentials;
 
@@ -265,16 +265,7 @@ impl Client {
         region: RemoteAddr,
     ) -> Result<(Prepared, QueuePair<'a, Rts>), ClientError> {
         let psn = nonzero_psn();
-        let token = Token {
-            transport: TRANSPORT_RC,
-            qpn: qp.qp_num().get(),
-            gid: device.gid().get(),
-            rkey: region.rkey.get(),
-            addr: region.addr,
-            len: size as u64,
-            port: device.port(),
-            lid: device.lid(),
-        };
+        let token = device.token(qp.qp_num(), region, size as u64);
         let mut headers = vec![
             (H_PROTOCOL, PROTOCOL.to_string()),
             (H_TOKEN, token.to_string()),

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
+use super::token::{Token, TRANSPORT_RC};
+
 /// Work requests each way (one CQ for both, with room for all of them).
 const DEPTH: u32 = 16;
 /// How long a completion wait sleeps between polls (versitygw polls every 2 ms).
@@ -74,6 +76,21 @@ impl Device {
     /// The port's LID (0 on RoCE).
     pub fn lid(&self) -> u16 {
         self.lid.get()
+    }
+
+    /// The PREPARE token of this side's RC queue pair `qpn`, whose `len` bytes go to or
+    /// come from `region`.
+    pub fn token(&self, qpn: Qpn, region: RemoteAddr, len: u64) -> Token {
+        Token {
+            transport: TRANSPORT_RC,
+            qpn: qpn.get(),
+            gid: self.gid().get(),
+            rkey: region.rkey.get(),
+            addr: region.addr,
+            len,
+            port: self.port,
+            lid: self.lid(),
+        }
     }
 
     /// A CQ for one transfer's queue pair.
