@@ -24,7 +24,6 @@ mod limits;
 mod loopback;
 mod memory;
 mod mtu;
-mod objstore;
 mod pair;
 mod rc_pingpong;
 mod s3rdma;
