@@ -20,10 +20,10 @@ use s3rdma::hipobj::client::{Client, Reply};
 use s3rdma::hipobj::{Device, Token};
 use s3rdma::Credentials;
 
-const LIMIT: Duration = Duration::from_secs(180);
-const BUCKET: &str = "bucket";
+pub(super) const LIMIT: Duration = Duration::from_secs(180);
+pub(super) const BUCKET: &str = "bucket";
 
-fn key(n: u8) -> Credentials {
+pub(super) fn key(n: u8) -> Credentials {
     Credentials { access_key_id: format!("key-{n}"), secret_access_key: format!("secret-{n}") }
 }
 
@@ -35,15 +35,15 @@ fn key_json(k: &Credentials) -> String {
 }
 
 /// `s3rdma serve` on rxe0 with keys 1 and 2 and a bucket, killed (and its root removed) on drop.
-struct Server {
+pub(super) struct Server {
     child: Option<Child>,
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     port: u16,
 }
 
 impl Server {
     /// A server on `port` with `args` when rxe0 is there (none: the test is skipped).
-    fn on_rxe(port: u16, args: &[&str]) -> Option<Server> {
+    pub(super) fn on_rxe(port: u16, args: &[&str]) -> Option<Server> {
         drop(require_device(RXE)?);
         let dir = std::env::temp_dir().join(format!("s3rdma-test-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -62,18 +62,27 @@ impl Server {
         Some(Server { child: Some(child), dir, port })
     }
 
+    pub(super) fn port(&self) -> u16 {
+        self.port
+    }
+
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// `s3rdma ARGS` as key 1's client.
-    fn cli(&self, args: &[&str]) -> Output {
+    /// `s3rdma ARGS` as key 1's client, to run.
+    pub(super) fn cli_command(&self, args: &[&str]) -> Command {
         let mut cmd = s3rdma(args);
         cmd.args(["--endpoint", &self.endpoint(), "--credentials"]).arg(self.dir.join("key1.json"));
-        output_within(cmd, LIMIT)
+        cmd
     }
 
-    fn client(&self, n: u8) -> Client {
+    /// `s3rdma ARGS` as key 1's client, run.
+    pub(super) fn cli(&self, args: &[&str]) -> Output {
+        output_within(self.cli_command(args), LIMIT)
+    }
+
+    pub(super) fn client(&self, n: u8) -> Client {
         Client::new(&self.endpoint(), key(n)).unwrap()
     }
 }
@@ -95,11 +104,11 @@ fn s3rdma(args: &[&str]) -> Command {
     cmd
 }
 
-fn data(len: usize, seed: u32) -> Vec<u8> {
+pub(super) fn data(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32).map(|i| (i ^ seed).wrapping_mul(0x9e37_79b9).rotate_left(11) as u8).collect()
 }
 
-fn succeeded(out: &Output, says: &str) {
+pub(super) fn succeeded(out: &Output, says: &str) {
     assert!(out.status.success(), "{}", text(out));
     assert!(String::from_utf8_lossy(&out.stdout).contains(says), "{}", text(out));
 }
@@ -155,6 +164,11 @@ fn an_empty_object_is_not_moved_over_rdma() {
 
 /// A PREPARE of a 4 KiB PUT (a zero token: the client's QP on the server's GID).
 fn prepare_reply(client: &Client, cookie: &str) -> Reply {
+    prepare_put(client, cookie, 4096)
+}
+
+/// A PREPARE of a PUT of `size` bytes to `bucket/k` (a zero token).
+pub(super) fn prepare_put(client: &Client, cookie: &str, size: u64) -> Reply {
     client
         .post(
             "prepare",
@@ -165,14 +179,14 @@ fn prepare_reply(client: &Client, cookie: &str) -> Reply {
                 ("x-amz-rdma-cookie", cookie.into()),
                 ("x-amz-rdma-op", "PUT".into()),
                 ("x-amz-rdma-target", format!("/{BUCKET}/k")),
-                ("x-amz-rdma-size", "4096".into()),
+                ("x-amz-rdma-size", size.to_string()),
             ],
         )
         .unwrap()
 }
 
 /// [`prepare_reply`], which must succeed; the session id.
-fn prepare(client: &Client, cookie: &str) -> String {
+pub(super) fn prepare(client: &Client, cookie: &str) -> String {
     let reply = prepare_reply(client, cookie);
     assert_eq!(reply.status, 200, "{}", reply.body);
     let header = |name: &str| reply.headers[name].to_str().unwrap().to_owned();
@@ -193,7 +207,7 @@ fn ready(client: &Client, session: &str, cookie: &str) -> Reply {
     client.post("ready", &headers).unwrap()
 }
 
-fn cancel(client: &Client, session: &str) -> u16 {
+pub(super) fn cancel(client: &Client, session: &str) -> u16 {
     let headers =
         [("x-amz-rdma-protocol", "hipobj-rc-v2".into()), ("x-amz-rdma-session", session.into())];
     client.post("cancel", &headers).unwrap().status
