@@ -94,11 +94,13 @@ mod locks;
 mod meta;
 mod read;
 mod server;
+mod tls;
 mod write;
 
 pub use backend::{SizeLimits, Store};
 pub use credentials::{Credentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
-pub use server::{serve, BodyTimeout, Limits};
+pub use server::{serve, serve_tls, BodyTimeout, Limits};
+pub use tls::tls_server_config;
 
 /// The S3 service of `store`, accepting requests signed with any of `keys`, with the
 /// `hipobj-rc-v2` routes of `rc` (see [`hipobj`]).
