@@ -159,8 +159,10 @@ impl S3 {
         body: impl ureq::AsSendBody,
     ) -> Result<String, Error> {
         let url = self.bucket(bucket)?.put_object(Some(&self.key), key).sign(EXPIRES);
-        let length = [("content-length", len.to_string())];
-        let response = self.send("PutObject", rusty_s3::Method::Put, url, &length, body, &[200])?;
+        // With 100-continue, a refused upload gets the server's error, not a broken pipe.
+        let headers = [("content-length", len.to_string()), ("expect", "100-continue".into())];
+        let response =
+            self.send("PutObject", rusty_s3::Method::Put, url, &headers, body, &[200])?;
         Ok(header(&response, "etag").unwrap_or_default().to_owned())
     }
 

@@ -165,11 +165,6 @@ impl Client {
         Ok(Reply { status: response.status().as_u16(), headers: response.headers().clone(), body })
     }
 
-    /// A presigned URL of a plain S3 request on `bucket`/`key`.
-    pub fn object_url(&self, method: rusty_s3::Method, bucket: &str, key: &str) -> url::Url {
-        self.sign(method, &target(bucket, key), &[])
-    }
-
     /// The agent plain S3 requests go through (it does not turn error statuses into errors).
     pub fn agent(&self) -> &ureq::Agent {
         &self.agent
