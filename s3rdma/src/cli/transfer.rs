@@ -14,9 +14,9 @@ use crate::Rdma;
 /// staged whole in the server's memory and in the client's).
 const RDMA_PIECE: u64 = 256 << 20;
 
-/// `s3rdma get BUCKET/KEY FILE`.
+/// What `get` and `put` share: the server, the transport, the progress bar.
 #[derive(clap::Args)]
-pub struct Get {
+struct Options {
     #[command(flatten)]
     connection: Connection,
     /// Moves the object's bytes over RDMA (hipobj-rc-v2) instead of in the HTTP body.
@@ -24,12 +24,19 @@ pub struct Get {
     rdma: bool,
     #[command(flatten)]
     device: Rdma,
-    /// Bytes FIRST to LAST of the object only (both included; FIRST- to its end).
-    #[arg(long)]
-    range: Option<ByteRange>,
     /// Draws no progress bar.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// `s3rdma get BUCKET/KEY FILE`.
+#[derive(clap::Args)]
+pub struct Get {
+    #[command(flatten)]
+    options: Options,
+    /// Bytes FIRST to LAST of the object only (both included; FIRST- to its end).
+    #[arg(long)]
+    range: Option<ByteRange>,
     /// The object.
     object: String,
     /// The file to write.
@@ -40,15 +47,7 @@ pub struct Get {
 #[derive(clap::Args)]
 pub struct Put {
     #[command(flatten)]
-    connection: Connection,
-    /// Moves the object's bytes over RDMA (hipobj-rc-v2) instead of in the HTTP body.
-    #[arg(long)]
-    rdma: bool,
-    #[command(flatten)]
-    device: Rdma,
-    /// Draws no progress bar.
-    #[arg(long, short)]
-    quiet: bool,
+    options: Options,
     /// The file to upload.
     file: PathBuf,
     /// The object.
@@ -68,8 +67,8 @@ pub fn open(device: &Rdma) -> Result<Device, Error> {
 /// Downloads an object (or a range of it) into a file.
 pub fn get(args: Get) -> Result<(), Error> {
     let (bucket, key) = object(&args.object)?;
-    let s3 = S3::connect(&args.connection)?;
-    if args.rdma {
+    let s3 = S3::connect(&args.options.connection)?;
+    if args.options.rdma {
         match get_rdma(&s3, &args, bucket, key) {
             Err(e) if declined(&e) => eprintln!("s3rdma: {e}: plain S3 instead"),
             done => return done,
@@ -78,7 +77,7 @@ pub fn get(args: Get) -> Result<(), Error> {
     let mut response = s3.get_object(bucket, key, args.range)?;
     let len = content_length(&response).unwrap_or(0);
     let file = create(&args.file)?;
-    let bar = progress::bar(len, args.quiet);
+    let bar = progress::bar(len, args.options.quiet);
     let copied = std::io::copy(&mut response.body_mut().as_reader(), &mut bar.wrap_write(file))
         .map_err(|e| format!("GetObject: {e}"))?;
     bar.finish_and_clear();
@@ -98,8 +97,8 @@ fn get_rdma(s3: &S3, args: &Get, bucket: &str, key: &str) -> Result<(), Error> {
         println!("s3rdma: got 0 bytes (an empty object)");
         return Ok(());
     }
-    let device = open(&args.device)?;
-    let bar = progress::bar(len, args.quiet);
+    let device = open(&args.options.device)?;
+    let bar = progress::bar(len, args.options.quiet);
     let mut etag = None;
     let mut at = offset;
     while at < offset + len {
@@ -122,18 +121,18 @@ fn get_rdma(s3: &S3, args: &Get, bucket: &str, key: &str) -> Result<(), Error> {
 /// Uploads a file as an object.
 pub fn put(args: Put) -> Result<(), Error> {
     let (bucket, key) = object(&args.object)?;
-    let s3 = S3::connect(&args.connection)?;
+    let s3 = S3::connect(&args.options.connection)?;
     let file = std::fs::File::open(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
     let len = file.metadata()?.len();
     // RDMA moves 1 byte or more.
-    if args.rdma && len > 0 {
+    if args.options.rdma && len > 0 {
         match put_rdma(&s3, &args, bucket, key, len) {
             Err(e) if declined(&e) => eprintln!("s3rdma: {e}: plain S3 instead"),
             done => return done,
         }
     }
-    let bar = progress::bar(len, args.quiet);
+    let bar = progress::bar(len, args.options.quiet);
     let etag =
         s3.put_object(bucket, key, len, ureq::SendBody::from_owned_reader(bar.wrap_read(file)))?;
     bar.finish_and_clear();
@@ -151,7 +150,7 @@ fn put_rdma(s3: &S3, args: &Put, bucket: &str, key: &str, len: u64) -> Result<()
     }
     let data = std::fs::read(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
-    let done = s3.client().put(&open(&args.device)?, bucket, key, &data)?;
+    let done = s3.client().put(&open(&args.options.device)?, bucket, key, &data)?;
     println!(
         "s3rdma: put {} bytes over RDMA, ETag {}, {}",
         done.bytes,
