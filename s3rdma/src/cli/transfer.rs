@@ -125,8 +125,7 @@ pub fn put(args: Put) -> Result<(), Error> {
     let file = std::fs::File::open(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
     let len = file.metadata()?.len();
-    // RDMA moves 1 byte or more.
-    if args.options.rdma && len > 0 {
+    if args.options.rdma {
         match put_rdma(&s3, &args, bucket, key, len) {
             Err(e) if declined(&e) => eprintln!("s3rdma: {e}: plain S3 instead"),
             done => return done,
