@@ -78,7 +78,7 @@ struct Serve {
     /// The buffer a request's line and headers must fit in, in bytes (at least 8192).
     #[arg(long, default_value_t = 64 << 10)]
     max_header_bytes: usize,
-    /// Seconds a request's headers may take to arrive.
+    /// Seconds a request's headers (over HTTPS: also the TLS handshake) may take to arrive.
     #[arg(long, default_value_t = 30)]
     header_timeout: u64,
     /// Seconds a request body may send nothing before the request fails.

@@ -30,7 +30,8 @@ pub struct Limits {
     /// The buffer that must hold a request's line and headers, in bytes (at least 8192);
     /// larger headers get `431 Request Header Fields Too Large`.
     pub max_header_bytes: usize,
-    /// How long a request's headers may take to arrive.
+    /// How long a request's headers may take to arrive; over HTTPS, also how long the TLS
+    /// handshake may take.
     pub header_timeout: Duration,
     /// How long a request body may send nothing before the request fails (`RequestTimeout`)
     /// and its connection is closed.

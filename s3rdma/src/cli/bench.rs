@@ -160,3 +160,19 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .filter(|&n| n > 0)
         .ok_or_else(|| format!("{s:?}: the size must be 1 byte to 2^64-1 bytes"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        for bad in ["", "0", "K", "1T", "-1", "99999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -253,3 +253,22 @@ impl std::str::FromStr for ByteRange {
 fn header<'a>(response: &'a http::Response<ureq::Body>, name: &str) -> Option<&'a str> {
     response.headers().get(name)?.to_str().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ByteRange;
+
+    #[test]
+    fn byte_ranges_parse_and_fit_the_object() {
+        let range: ByteRange = "10-19".parse().unwrap();
+        assert_eq!((range.header(), range.within(100)), ("bytes=10-19".into(), Ok((10, 10))));
+        let open: ByteRange = "90-".parse().unwrap();
+        assert_eq!((open.header(), open.within(100)), ("bytes=90-".into(), Ok((90, 10))));
+        // A last byte past the end stops at the end; a first byte past it is an error.
+        assert_eq!("95-200".parse::<ByteRange>().unwrap().within(100), Ok((95, 5)));
+        assert!("100-".parse::<ByteRange>().unwrap().within(100).is_err());
+        for bad in ["", "5", "-5", "a-b", "9-3", "1-2-3"] {
+            assert!(bad.parse::<ByteRange>().is_err(), "{bad:?}");
+        }
+    }
+}
