@@ -23,8 +23,9 @@
 //! for a private CA): `s3rdma ls [BUCKET[/PREFIX]]`, `mb BUCKET`, `put FILE BUCKET/KEY`,
 //! `get [--range FIRST-LAST] BUCKET/KEY FILE`, `rm BUCKET/KEY` and `bench BUCKET[/PREFIX]`
 //! (PUT then GET of `--count` objects of `--size` bytes; MiB/s and operations/s of each).
-//! `get`, `put` (with `--rdma`) and `bench` move the bytes over `hipobj-rc-v2` when the client
-//! has an RDMA device and the server serves it, else over plain S3.
+//! `get --rdma` and `put --rdma` move the bytes over `hipobj-rc-v2` (over plain S3 when the
+//! server declines it); `bench` does when the client has an RDMA device and the server serves
+//! it.
 //!
 //! # Operations
 //!
