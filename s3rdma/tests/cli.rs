@@ -16,7 +16,7 @@ struct Served {
     endpoint: String,
     /// 127.0.0.1:PORT.
     addr: String,
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
 }
 
 /// The command `s3rdma ARGS`, with the test's key in the environment.
@@ -51,7 +51,7 @@ impl Served {
         };
         // Its later lines are not read: the pipe is drained so that it never blocks.
         std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-        Served { child, endpoint, addr: addr.to_owned(), _root: root }
+        Served { child, endpoint, addr: addr.to_owned(), root }
     }
 
     /// `s3rdma COMMAND --endpoint ENDPOINT ARGS`.
@@ -140,6 +140,25 @@ fn ls_pages_get_ranges_rm_deletes_and_bench_runs() {
         assert!(rates.iter().all(|&rate| rate > 0.0), "{table}");
     }
     assert_eq!(served.ok("ls", &["listed/bench-"]), "");
+}
+
+#[test]
+fn a_download_cut_short_fails_and_leaves_no_file() {
+    let served = Served::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = path(dir.path(), "object");
+    std::fs::write(&file, data(3 << 20)).unwrap();
+    served.ok("mb", &["cut"]);
+    served.ok("put", &[&file, "cut/k"]);
+    // A byte flipped in the third block: the server sends two blocks, then ends the response.
+    let stored = served.root.path().join("cut/k");
+    let mut bytes = std::fs::read(&stored).unwrap();
+    bytes[(2 << 20) + 5] ^= 1;
+    std::fs::write(&stored, bytes).unwrap();
+    let got = path(dir.path(), "got");
+    let cut = served.run("get", &["cut/k", &got]);
+    assert!(!cut.status.success(), "{}", String::from_utf8_lossy(&cut.stdout));
+    assert!(!Path::new(&got).exists(), "a partial download was left");
 }
 
 /// A self-signed certificate for localhost and 127.0.0.1, and its key, in `dir`: their paths.

@@ -1,8 +1,9 @@
 //! `s3rdma get` and `s3rdma put`: one object between a file and the server, over plain S3 or
 //! `hipobj-rc-v2` (`--rdma`; plain S3 when the server declines it).
 
+use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use s3rdma::hipobj::client::ClientError;
 use s3rdma::hipobj::{Device, MAX_TRANSFER};
@@ -76,10 +77,12 @@ pub fn get(args: Get) -> Result<(), Error> {
     }
     let mut response = s3.get_object(bucket, key, args.range)?;
     let len = content_length(&response).unwrap_or(0);
-    let file = create(&args.file)?;
     let bar = progress::bar(len, args.options.quiet);
-    let copied = std::io::copy(&mut response.body_mut().as_reader(), &mut bar.wrap_write(file))
-        .map_err(|e| format!("GetObject: {e}"))?;
+    let copied = write_new(&args.file, |file| {
+        let mut body = response.body_mut().as_reader();
+        Ok(std::io::copy(&mut body, &mut bar.wrap_write(file))
+            .map_err(|e| format!("GetObject: {e}"))?)
+    })?;
     bar.finish_and_clear();
     println!("s3rdma: got {copied} bytes");
     Ok(())
@@ -87,32 +90,38 @@ pub fn get(args: Get) -> Result<(), Error> {
 
 fn get_rdma(s3: &S3, args: &Get, bucket: &str, key: &str) -> Result<(), Error> {
     let size = s3.object_size(bucket, key)?;
-    let (offset, len) = match (args.range, size) {
-        (Some(range), size) => range.within(size)?,
-        (None, size) => (0, size),
+    let (offset, len) = match args.range {
+        Some(range) => range.within(size)?,
+        None => (0, size),
     };
-    let mut file = create(&args.file)?;
     if len == 0 {
         // Nothing to move: RDMA transfers are of 1 byte or more.
+        write_new(&args.file, |_| Ok(()))?;
         println!("s3rdma: got 0 bytes (an empty object)");
         return Ok(());
     }
     let device = open(&args.options.device)?;
     let bar = progress::bar(len, args.options.quiet);
-    let mut etag = None;
-    let mut at = offset;
-    while at < offset + len {
-        let piece = (offset + len - at).min(RDMA_PIECE).min(MAX_TRANSFER);
-        let (data, done) = s3.client().get(&device, bucket, key, at, piece as usize)?;
-        // The pieces must come from one version of the object.
-        if etag.is_some() && etag != done.etag {
-            return Err(format!("{bucket}/{key} changed during the download: run it again").into());
+    let etag = write_new(&args.file, |file| {
+        let mut etag = None;
+        let mut at = offset;
+        while at < offset + len {
+            let piece = (offset + len - at).min(RDMA_PIECE).min(MAX_TRANSFER);
+            let (data, done) = s3.client().get(&device, bucket, key, at, piece as usize)?;
+            // The pieces must come from one version of the object.
+            if etag.is_some() && etag != done.etag {
+                return Err(
+                    format!("{bucket}/{key} changed during the download: run it again").into()
+                );
+            }
+            etag = done.etag;
+            file.write_all(&data)
+                .map_err(|e| format!("cannot write {}: {e}", args.file.display()))?;
+            bar.inc(piece);
+            at += piece;
         }
-        etag = done.etag;
-        file.write_all(&data).map_err(|e| format!("cannot write {}: {e}", args.file.display()))?;
-        bar.inc(piece);
-        at += piece;
-    }
+        Ok(etag)
+    })?;
     bar.finish_and_clear();
     println!("s3rdma: got {len} bytes over RDMA, ETag {}", etag.unwrap_or_default());
     Ok(())
@@ -122,8 +131,8 @@ fn get_rdma(s3: &S3, args: &Get, bucket: &str, key: &str) -> Result<(), Error> {
 pub fn put(args: Put) -> Result<(), Error> {
     let (bucket, key) = object(&args.object)?;
     let s3 = S3::connect(&args.options.connection)?;
-    let file = std::fs::File::open(&args.file)
-        .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+    let file =
+        File::open(&args.file).map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
     let len = file.metadata()?.len();
     if args.options.rdma {
         match put_rdma(&s3, &args, bucket, key, len) {
@@ -159,7 +168,18 @@ fn put_rdma(s3: &S3, args: &Put, bucket: &str, key: &str, len: u64) -> Result<()
     Ok(())
 }
 
-/// `file`, created or truncated.
-fn create(file: &std::path::Path) -> Result<std::fs::File, Error> {
-    Ok(std::fs::File::create(file).map_err(|e| format!("cannot create {}: {e}", file.display()))?)
+/// Creates (or truncates) `path` and fills it with `write`; when that fails, removes it, so
+/// that a failed download leaves no partial file.
+fn write_new<T>(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut file =
+        File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let written = write(&mut file);
+    if written.is_err() {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+    }
+    written
 }
