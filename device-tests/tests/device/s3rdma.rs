@@ -3,7 +3,7 @@
 //! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
 //! while the owner's session goes on; an empty object, which RDMA does not move; sessions
 //! limited per key and removed at the prepare deadline; a client's WRITE to another's staging
-//! region, which reaches nothing. Ports 19200–19209.
+//! region, which reaches nothing; `s3rdma bench` and a ranged `get --rdma`. Ports 19200–19209.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -145,6 +145,23 @@ fn puts_and_gets_of_4k_and_1m_over_rdma_are_byte_for_byte() {
             );
         }
     }
+}
+
+#[test]
+fn bench_and_a_ranged_get_go_over_rdma() {
+    let Some(server) = Server::on_rxe(19207, &[]) else { return };
+    let bench = server.cli(&["bench", "--count", "2", "--size", "64K", BUCKET]);
+    succeeded(&bench, "PUT  rdma");
+    succeeded(&bench, "GET  rdma");
+    let bytes = data(300_000, 7);
+    let input = server.dir.join("ranged");
+    std::fs::write(&input, &bytes).unwrap();
+    let object = format!("{BUCKET}/ranged");
+    succeeded(&server.cli(&["put", input.to_str().unwrap(), &object]), "put 300000 bytes");
+    let output = server.dir.join("range-out");
+    let get = server.cli(&["get", "--rdma", "--range", "1000-", &object, output.to_str().unwrap()]);
+    succeeded(&get, "got 299000 bytes over RDMA");
+    assert!(std::fs::read(&output).unwrap() == bytes[1000..], "the range's copy differs");
 }
 
 #[test]

@@ -109,12 +109,26 @@ pub struct Client {
 impl Client {
     /// A client of `endpoint` (`http://HOST:PORT`) signing with `key` for region `us-east-1`.
     pub fn new(endpoint: &str, key: Credentials) -> Result<Client, ClientError> {
+        Client::with_tls(endpoint, key, ureq::tls::TlsConfig::default())
+    }
+
+    /// A client as [`Client::new`], checking an `https://` endpoint's certificate as `tls`
+    /// says (e.g. against a private CA's roots).
+    pub fn with_tls(
+        endpoint: &str,
+        key: Credentials,
+        tls: ureq::tls::TlsConfig,
+    ) -> Result<Client, ClientError> {
         let base = url::Url::parse(endpoint)
             .map_err(|e| ClientError::Endpoint(format!("{endpoint}: {e}")))?;
         if !matches!(base.scheme(), "http" | "https") {
             return Err(ClientError::Endpoint(endpoint.into()));
         }
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .tls_config(tls)
+            .build()
+            .into();
         Ok(Client { base, key, region: "us-east-1".into(), agent })
     }
 
@@ -149,11 +163,6 @@ impl Client {
         let mut response = request.send_empty()?;
         let body = response.body_mut().read_to_string().unwrap_or_default();
         Ok(Reply { status: response.status().as_u16(), headers: response.headers().clone(), body })
-    }
-
-    /// A presigned URL of a plain S3 request on `bucket`/`key`.
-    pub fn object_url(&self, method: rusty_s3::Method, bucket: &str, key: &str) -> url::Url {
-        self.sign(method, &target(bucket, key), &[])
     }
 
     /// The agent plain S3 requests go through (it does not turn error statuses into errors).
