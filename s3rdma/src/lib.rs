@@ -87,6 +87,7 @@
 mod backend;
 mod body;
 mod credentials;
+pub mod cuobj;
 pub mod hipobj;
 mod layout;
 mod list;
