@@ -136,6 +136,48 @@ impl Initiators {
         gid_index: Option<u8>,
         config: DcConfig,
     ) -> rdma_verbs::Result<Initiators> {
+        let (pool, worker) = Self::prepare(mlx5, gid_index, config)?;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        for i in 0..pool.config.initiators {
+            let (worker, ready) = (worker.clone(), ready_tx.clone());
+            // A thread that cannot start counts as an initiator that did not come up.
+            let _ = std::thread::Builder::new()
+                .name(format!("cuobj-dci-{i}"))
+                .spawn(move || worker.serve(&ready));
+        }
+        drop(ready_tx);
+        for _ in 0..pool.config.initiators {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(rdma_verbs::Error::Unsupported { what: "DC initiator threads" })
+                }
+            }
+        }
+        Ok(pool)
+    }
+
+    /// A pool of one initiator that runs where the caller runs [`Worker::run`]: for a
+    /// provider whose objects belong to one thread (the mock provider of the tests).
+    ///
+    /// # Errors
+    ///
+    /// As [`Initiators::open`].
+    pub fn on_this_thread(
+        mlx5: Mlx5Context<'static>,
+        gid_index: Option<u8>,
+        config: DcConfig,
+    ) -> rdma_verbs::Result<(Initiators, Worker)> {
+        Self::prepare(mlx5, gid_index, DcConfig { initiators: 1, ..config })
+    }
+
+    /// The pool's handle and the work its initiators share.
+    fn prepare(
+        mlx5: Mlx5Context<'static>,
+        gid_index: Option<u8>,
+        config: DcConfig,
+    ) -> rdma_verbs::Result<(Initiators, Worker)> {
         let config = DcConfig {
             initiators: config.initiators.max(1),
             chunk: config.chunk.max(4096),
@@ -156,26 +198,8 @@ impl Initiators {
         let shared: &'static Shared =
             Box::leak(Box::new(Shared { mlx5, pd, route: route(port, gid.index, mtu), config }));
         let (jobs, queue) = mpsc::sync_channel(0);
-        let queue = Arc::new(Mutex::new(queue));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        for i in 0..config.initiators {
-            let (queue, ready) = (queue.clone(), ready_tx.clone());
-            // A thread that cannot start counts as an initiator that did not come up.
-            let _ = std::thread::Builder::new()
-                .name(format!("cuobj-dci-{i}"))
-                .spawn(move || worker(shared, &queue, &ready));
-        }
-        drop(ready_tx);
-        for _ in 0..config.initiators {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(rdma_verbs::Error::Unsupported { what: "DC initiator threads" })
-                }
-            }
-        }
-        Ok(Initiators { jobs, config, device })
+        let worker = Worker { shared, queue: Arc::new(Mutex::new(queue)) };
+        Ok((Initiators { jobs, config, device }, worker))
     }
 
     /// The configuration.
@@ -217,7 +241,39 @@ impl Initiators {
     }
 }
 
-/// An initiator's thread: its CQ, staging area and DCI, serving jobs until the pool is gone.
+/// What an initiator serves: the device and the pool's queue of transfers.
+#[derive(Clone)]
+pub struct Worker {
+    shared: &'static Shared,
+    queue: Arc<Mutex<Receiver<Job>>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cuobj::Worker")
+    }
+}
+
+impl Worker {
+    /// Makes an initiator on this thread and serves transfers until the pool is dropped.
+    ///
+    /// # Errors
+    ///
+    /// The error of making the initiator's CQ, staging area or DCI.
+    pub fn run(self) -> rdma_verbs::Result<()> {
+        let (ready, result) = mpsc::channel();
+        self.serve(&ready);
+        result.try_recv().unwrap_or(Ok(()))
+    }
+
+    /// An initiator's life (see [`worker`]).
+    fn serve(&self, ready: &mpsc::Sender<rdma_verbs::Result<()>>) {
+        worker(self.shared, &self.queue, ready);
+    }
+}
+
+/// An initiator: its CQ, staging area and DCI (whether they were made goes to `ready`),
+/// serving jobs until the pool is gone.
 fn worker(
     shared: &'static Shared,
     queue: &Mutex<Receiver<Job>>,

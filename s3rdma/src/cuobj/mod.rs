@@ -73,12 +73,13 @@
 //! LID, RDMA READ and WRITE, the DC key) needs a ConnectX-5 or newer; the hardware test in
 //! `device-tests` says how to run it.
 
+pub mod client;
 mod initiator;
 mod request;
 mod token;
 mod transfer;
 
-pub use initiator::{DcConfig, Initiators, TransferError};
+pub use initiator::{DcConfig, Initiators, TransferError, Worker};
 pub use token::{Descriptor, TokenError};
 pub(crate) use transfer::{get_path, send, upload_body, GetPath};
 
