@@ -125,7 +125,7 @@ impl Target {
     fn descriptor(&self, window: &RemoteWritableRegion<'_>, size: usize) -> Descriptor {
         let gid = self.gid.gid;
         Descriptor {
-            addr: window.addr() as u64,
+            addr: window.iova(),
             size: size as u64,
             rkey: window.rkey().get(),
             lid: self.lid.get(),
