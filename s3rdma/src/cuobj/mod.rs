@@ -56,7 +56,11 @@
 //! authenticated like any other (SigV4, the token among the signed headers, so it cannot be
 //! swapped in transit). A client should register only the window it moves and, where it
 //! can, with the access the operation needs (remote write for a GET, remote read for a PUT);
-//! this crate's [`client`] registers one window for both and reuses it across requests.
+//! this crate's [`client::Client`] registers one window for both, as cuObject's clients do,
+//! and reuses it across requests. The DC key is no secret worth the name (cuObject's
+//! default is public): what keeps others out of a window is that its rkey and address are
+//! known only to the client and the server it sent them to, over a network that must be
+//! trusted for that.
 //! The server's staging areas are registered for local access only: a client reaches no
 //! server memory.
 //!
@@ -66,12 +70,28 @@
 //! size, the largest transfer (1 GiB by default, vgwrdma's and cuObject's largest call) and
 //! the deadline of a whole transfer. A window is at most 4 GiB − 1 (field 2 is 32 bits).
 //!
+//! # Flows and threads
+//!
+//! [`Initiators::open`] opens the device through the mlx5 gate (refused on any device
+//! without DC) and starts one thread per DCI; `s3rdma serve` does so unless `--rdma off`,
+//! with `--rdma-dc-key` and `--rdma-dc-initiators`, and says which protocols it serves. A
+//! DCI's attributes are cuObjServer's defaults (as versitygw mirrors them): ACK timeout
+//! exponent 16, retry count 7, hop limit 4, traffic class 96, SL 0; the address handle
+//! comes from the descriptor's GID when field 6 is 1, else from its LID. A DCI whose
+//! operation failed or passed the deadline is reset (or made again) before its next
+//! transfer, so a late completion never reaches a reused staging area.
+//!
 //! # What is verified where
 //!
-//! The descriptor, the headers, the status codes and the declines are tested over HTTP
-//! without a DC device. The DC data path (DCIs reaching a DCT, address handles from GID or
-//! LID, RDMA READ and WRITE, the DC key) needs a ConnectX-5 or newer; the hardware test in
-//! `device-tests` says how to run it.
+//! On the mock provider (`s3rdma/tests/cuobj.rs`), whose libmlx5 carries out a DCI's RDMA
+//! WRITE and READ against a DCT's registered memory (DC key, rkey, bounds and access
+//! checked): PUT then GET, ranged GET, UploadPart, byte for byte; the refusals and the
+//! declines, also when `mlx5dv_is_supported` says no. On Soft-RoCE (`device-tests`): the
+//! real gate refuses, and a token GET is answered in the body, a token PUT declined. A real
+//! DC fabric (DCIs reaching a remote DCT, RoCE and InfiniBand address handles, the NIC's DC
+//! key check, RNR and retries) needs a ConnectX-5 or newer: the `#[ignore]`d hardware test
+//! in `device-tests/tests/device/s3rdma.rs` says how to run it. Interop with NVIDIA's
+//! libcuobjclient has not been tried.
 
 pub mod client;
 mod initiator;
