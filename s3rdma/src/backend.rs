@@ -228,6 +228,21 @@ macro_rules! expected_body {
     };
 }
 
+/// The body of the upload `input` of `req` (PutObject, UploadPart): its own, or the client's
+/// window over RDMA when `req` carries `x-amz-rdma-token` (see [`cuobj`]).
+macro_rules! upload_body {
+    ($store:ident, $input:ident, $req:ident) => {
+        cuobj::upload_body(
+            $store.inner.dc.get(),
+            &$req.headers,
+            &$req.uri,
+            $input.body,
+            $input.content_length,
+        )
+        .await?
+    };
+}
+
 /// A GetObject or HeadObject output (`$output`) of the object `meta`, with `$field: $value`
 /// added; `$checksum` says whether to give the whole object's CRC64NVME.
 macro_rules! object_output {
@@ -336,14 +351,7 @@ impl S3 for Store {
         self.bucket_exists(&input.bucket).await?;
         let (data, meta_path) = self.layout().object(&input.bucket, &input.key)?;
         let dir = data.parent().map(Path::to_path_buf).unwrap_or_default();
-        let upload = cuobj::upload_body(
-            self.inner.dc.get(),
-            &req.headers,
-            &req.uri,
-            input.body,
-            input.content_length,
-        )
-        .await?;
+        let upload = upload_body!(self, input, req);
         let expected = Expected { length: upload.length, ..expected_body!(input, req) };
         let (temp, mut meta) =
             receive(upload.body, dir, self.inner.limits.max_object, expected).await?;
@@ -594,14 +602,7 @@ impl S3 for Store {
             return Err(s3_error!(InvalidArgument, "a part number is from 1 to 10000"));
         }
         let (dir, _) = self.read_upload(&input.upload_id, &input.bucket, &input.key).await?;
-        let upload = cuobj::upload_body(
-            self.inner.dc.get(),
-            &req.headers,
-            &req.uri,
-            input.body,
-            input.content_length,
-        )
-        .await?;
+        let upload = upload_body!(self, input, req);
         let expected = Expected { length: upload.length, ..expected_body!(input, req) };
         let (temp, meta) =
             receive(upload.body, dir.clone(), self.inner.limits.max_part, expected).await?;

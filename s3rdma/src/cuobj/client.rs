@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use rdma_verbs::mlx5::{DcKey, DcRoute, Dct, DctInitAttr, DctToRtrAttr, Mlx5Context};
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Context, GidEntry, Lid, Mtu, ProtectionDomain,
-    RemoteWritableRegion, Rtr, SharedReceiveQueue, ToInitAttr,
+    AccessFlags, CompletionQueue, Context, GidEntry, Lid, ProtectionDomain, RemoteWritableRegion,
+    Rtr, SharedReceiveQueue, ToInitAttr,
 };
 use rusty_s3::actions::{GetObject, PutObject, UploadPart};
 use rusty_s3::{Bucket, S3Action, UrlStyle};
 use s3s::crypto::{Checksum as _, Crc64Nvme};
 
+use super::port::Port;
 use super::token::Descriptor;
 use super::{H_BYTES, H_REPLY, H_TOKEN};
 use crate::Credentials;
@@ -97,15 +98,7 @@ impl Target {
     ) -> rdma_verbs::Result<Target> {
         let mlx5: &'static Mlx5Context<'static> = Box::leak(Box::new(mlx5));
         let ctx = mlx5.context();
-        let port = 1;
-        let attr = ctx.query_port(port)?;
-        let gid = match gid_index {
-            Some(index) => ctx.gid(port, index)?,
-            None => ctx.routable_gid(port)?,
-        };
-        let mtu = Some(attr.active_mtu())
-            .filter(|m| m.bytes().is_some_and(|b| b >= 512))
-            .unwrap_or(Mtu::MTU_1024);
+        let Port { number: port, gid, lid, mtu } = Port::query(ctx, gid_index)?;
         let pd: &'static ProtectionDomain<'static> = Box::leak(Box::new(ctx.alloc_pd()?));
         let srq: &'static SharedReceiveQueue<'static> = Box::leak(Box::new(pd.create_srq(1, 1)?));
         let cq: &'static CompletionQueue<'static> = Box::leak(Box::new(ctx.create_cq(16)?));
@@ -118,7 +111,7 @@ impl Target {
             ..DctToRtrAttr::from_route(&route)
         };
         let dct = dct.into_rtr(&rtr)?;
-        Ok(Target { pd, dct, gid, lid: attr.lid() })
+        Ok(Target { pd, dct, gid, lid })
     }
 
     /// The descriptor of `size` bytes at the start of `window`.

@@ -21,6 +21,7 @@ use rdma_verbs::{
 };
 use tokio::sync::{mpsc as chunks, oneshot};
 
+use super::port::Port;
 use super::token::Descriptor;
 
 /// How the initiators are set up.
@@ -184,19 +185,15 @@ impl Initiators {
             ..config
         };
         let ctx = mlx5.context();
-        let port = 1;
-        let attr = ctx.query_port(port)?;
-        let gid = match gid_index {
-            Some(index) => ctx.gid(port, index)?,
-            None => ctx.routable_gid(port)?,
-        };
-        let mtu = Some(attr.active_mtu())
-            .filter(|m| m.bytes().is_some_and(|b| b >= 512))
-            .unwrap_or(Mtu::MTU_1024);
+        let port = Port::query(ctx, gid_index)?;
         let pd = ctx.alloc_pd()?;
         let device = ctx.name().to_owned();
-        let shared: &'static Shared =
-            Box::leak(Box::new(Shared { mlx5, pd, route: route(port, gid.index, mtu), config }));
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            mlx5,
+            pd,
+            route: route(port.number, port.gid.index, port.mtu),
+            config,
+        }));
         let (jobs, queue) = mpsc::sync_channel(0);
         let worker = Worker { shared, queue: Arc::new(Mutex::new(queue)) };
         Ok((Initiators { jobs, config, device }, worker))

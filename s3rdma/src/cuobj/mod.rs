@@ -95,6 +95,7 @@
 
 pub mod client;
 mod initiator;
+mod port;
 mod request;
 mod token;
 mod transfer;
