@@ -350,3 +350,29 @@ fn without_a_dc_device_a_get_is_served_in_the_body_and_a_put_declined_with_nothi
         assert!(!got.over_rdma && got.data == object);
     });
 }
+
+#[test]
+fn a_transfer_the_window_refuses_is_a_500_and_the_next_one_goes_through() {
+    with_dc(true, chunked(), |h| {
+        let object = data(150_000);
+        h.client.put(BUCKET, "o", &object).unwrap();
+        let token = h.client.token(object.len()).unwrap();
+        // An rkey the client's window does not have: the DCI's operation fails.
+        let wrong = s3rdma::cuobj::Descriptor { rkey: token.rkey ^ 0x100, ..token };
+        let headers = [("x-amz-rdma-token", wrong.to_string())];
+        let bucket = h.bucket();
+        let url = h.signed(bucket.get_object(Some(&h.credentials), "o"), &headers);
+        let (status, reply, body) = h.send("GET", &url, &headers, b"");
+        assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
+        assert!(!reply.contains_key("x-amz-rdma-reply"));
+        let url = h.signed(bucket.put_object(Some(&h.credentials), "p"), &headers);
+        let (status, reply, body) = h.send("PUT", &url, &headers, b"");
+        assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
+        assert!(!reply.contains_key("x-amz-rdma-reply"));
+        assert!(!h.stored("p"));
+        // The initiator was reset, and serves the next transfer.
+        h.clear_window(object.len());
+        let got = h.client.get(BUCKET, "o", None, object.len()).unwrap();
+        assert!(got.over_rdma && got.data == object);
+    });
+}

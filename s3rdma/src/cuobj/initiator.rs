@@ -85,7 +85,7 @@ enum Job {
         done: oneshot::Sender<Result<u64, TransferError>>,
     },
     /// PUT: read `len` bytes of the window, in chunks, into `data`.
-    Read { peer: Descriptor, len: u64, data: chunks::Sender<std::io::Result<Bytes>> },
+    Read { peer: Descriptor, len: u64, data: chunks::Sender<Result<Bytes, TransferError>> },
 }
 
 /// The device the initiators run on, shared by their threads for the process's life.
@@ -205,30 +205,43 @@ impl Initiators {
     }
 
     /// Writes what arrives on `data` into `peer`'s window from its base, in order; the bytes
-    /// written once `data` has ended and every write completed.
+    /// written once `data` has ended and every write completed. Waiting for an initiator
+    /// and the whole transfer take at most the configured timeout.
     pub async fn write(
         &self,
         peer: Descriptor,
         data: chunks::Receiver<Bytes>,
     ) -> Result<u64, TransferError> {
         let (done, result) = oneshot::channel();
-        self.submit(Job::Write { peer, data, done }).await?;
-        result.await.map_err(|_| TransferError("the initiator ended".into()))?
+        let transfer = async {
+            self.submit(Job::Write { peer, data, done }).await?;
+            result.await.map_err(|_| TransferError("the initiator ended".into()))?
+        };
+        // On the deadline `data` is dropped with this future: the initiator's loop ends.
+        tokio::time::timeout(self.config.timeout, transfer)
+            .await
+            .unwrap_or_else(|_| Err(TransferError("the transfer passed its deadline".into())))
     }
 
     /// Reads `len` bytes of `peer`'s window from its base: chunks, in order, on the receiver
-    /// (an `Err` item ends it early).
+    /// (an `Err` item ends it early, as the transfer's deadline does). Waiting for an
+    /// initiator takes at most the configured timeout.
     pub async fn read(
         &self,
         peer: Descriptor,
         len: u64,
-    ) -> Result<chunks::Receiver<std::io::Result<Bytes>>, TransferError> {
+    ) -> Result<chunks::Receiver<Result<Bytes, TransferError>>, TransferError> {
         let (data, rx) = chunks::channel(2);
-        self.submit(Job::Read { peer, len, data }).await?;
-        Ok(rx)
+        let submitted = self.submit(Job::Read { peer, len, data });
+        match tokio::time::timeout(self.config.timeout, submitted).await {
+            Ok(submitted) => submitted.map(|()| rx),
+            Err(_) => Err(TransferError("no DC initiator came free in time".into())),
+        }
     }
 
-    /// Hands `job` to the next free initiator, waiting for one off the async runtime.
+    /// Hands `job` to the next free initiator, waiting for one off the async runtime (a job
+    /// whose caller gave up is handed over all the same, and ends at once: its channels are
+    /// closed).
     async fn submit(&self, job: Job) -> Result<(), TransferError> {
         let jobs = self.jobs.clone();
         tokio::task::spawn_blocking(move || jobs.send(job))
@@ -370,7 +383,7 @@ impl<'a> Run<'a, '_> {
             Job::Read { peer, len, data } => match self.reads(&peer, len, &data) {
                 Ok(()) => true,
                 Err(e) => {
-                    let _ = data.blocking_send(Err(std::io::Error::other(e)));
+                    let _ = data.blocking_send(Err(e));
                     false
                 }
             },
@@ -403,11 +416,14 @@ impl<'a> Run<'a, '_> {
         &mut self,
         peer: &Descriptor,
         len: u64,
-        data: &chunks::Sender<std::io::Result<Bytes>>,
+        data: &chunks::Sender<Result<Bytes, TransferError>>,
     ) -> Result<(), TransferError> {
         let target = self.peer(peer)?;
         let mut offset = 0u64;
         while offset < len {
+            if data.is_closed() {
+                return Ok(()); // the request is gone (or gave up waiting for an initiator)
+            }
             let n = (len - offset).min(self.shared.config.chunk as u64) as usize;
             let remote = self.remote(peer, offset, n)?;
             self.post(&target, |sges, dest| DcWr::rdma_read(2, sges, remote, dest), n)?;
