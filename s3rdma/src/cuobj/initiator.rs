@@ -24,6 +24,9 @@ use tokio::sync::{mpsc as chunks, oneshot};
 use super::port::Port;
 use super::token::Descriptor;
 
+/// Empty polls of a CQ before its waiter sleeps between polls.
+const SPIN_POLLS: u32 = 1000;
+
 /// How the initiators are set up.
 #[derive(Debug, Clone, Copy)]
 pub struct DcConfig {
@@ -54,7 +57,7 @@ impl Default for DcConfig {
     }
 }
 
-/// What a transfer failed of (the message says which step).
+/// Why a transfer failed (the message says at which step).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("RDMA transfer: {0}")]
 pub struct TransferError(pub String);
@@ -321,7 +324,7 @@ fn worker(
             staging: &mut staging,
             deadline: Instant::now() + shared.config.timeout,
         };
-        let ok = run.job(job);
+        let (ok, target) = run.job(job);
         dci = if ok {
             Some(rts)
         } else {
@@ -335,6 +338,8 @@ fn worker(
                 }
             }
         };
+        // Only now: a WR that never completed may name the target's AH until the reset.
+        drop(target);
     }
 }
 
@@ -371,38 +376,55 @@ struct Run<'a, 'r> {
 }
 
 impl<'a> Run<'a, '_> {
-    /// Carries out `job`; whether the DCI is fit for the next one.
-    fn job(&mut self, job: Job) -> bool {
-        match job {
-            Job::Write { peer, mut data, done } => {
-                let result = self.writes(&peer, &mut data);
+    /// Carries out `job`; whether the DCI is fit for the next one, and the destination it
+    /// was sent to, to be dropped only once the DCI is fit again.
+    fn job(&mut self, job: Job) -> (bool, Option<DcPeer<'a>>) {
+        let (peer, target) = match &job {
+            Job::Write { peer, .. } | Job::Read { peer, .. } => (*peer, self.peer(peer)),
+        };
+        let (target, job) = match (target, job) {
+            (Ok(target), job) => (target, job),
+            // Nothing was posted: the DCI is fit.
+            (Err(e), Job::Write { done, .. }) => {
+                let _ = done.send(Err(e));
+                return (true, None);
+            }
+            (Err(e), Job::Read { data, .. }) => {
+                let _ = data.blocking_send(Err(e));
+                return (true, None);
+            }
+        };
+        let ok = match job {
+            Job::Write { mut data, done, .. } => {
+                let result = self.writes(&peer, &target, &mut data);
                 let ok = result.is_ok();
                 let _ = done.send(result);
                 ok
             }
-            Job::Read { peer, len, data } => match self.reads(&peer, len, &data) {
+            Job::Read { len, data, .. } => match self.reads(&peer, &target, len, &data) {
                 Ok(()) => true,
                 Err(e) => {
                     let _ = data.blocking_send(Err(e));
                     false
                 }
             },
-        }
+        };
+        (ok, Some(target))
     }
 
     fn writes(
         &mut self,
         peer: &Descriptor,
+        target: &DcPeer<'_>,
         data: &mut chunks::Receiver<Bytes>,
     ) -> Result<u64, TransferError> {
-        let target = self.peer(peer)?;
         let mut offset = 0u64;
         while let Some(bytes) = data.blocking_recv() {
             for piece in bytes.chunks(self.shared.config.chunk) {
                 self.staging.as_mut_slice()[..piece.len()].copy_from_slice(piece);
                 let remote = self.remote(peer, offset, piece.len())?;
                 self.post(
-                    &target,
+                    target,
                     |sges, dest| DcWr::rdma_write(1, sges, remote, dest),
                     piece.len(),
                 )?;
@@ -415,10 +437,10 @@ impl<'a> Run<'a, '_> {
     fn reads(
         &mut self,
         peer: &Descriptor,
+        target: &DcPeer<'_>,
         len: u64,
         data: &chunks::Sender<Result<Bytes, TransferError>>,
     ) -> Result<(), TransferError> {
-        let target = self.peer(peer)?;
         let mut offset = 0u64;
         while offset < len {
             if data.is_closed() {
@@ -426,7 +448,7 @@ impl<'a> Run<'a, '_> {
             }
             let n = (len - offset).min(self.shared.config.chunk as u64) as usize;
             let remote = self.remote(peer, offset, n)?;
-            self.post(&target, |sges, dest| DcWr::rdma_read(2, sges, remote, dest), n)?;
+            self.post(target, |sges, dest| DcWr::rdma_read(2, sges, remote, dest), n)?;
             let bytes = Bytes::copy_from_slice(&self.staging.as_slice()[..n]);
             if data.blocking_send(Ok(bytes)).is_err() {
                 return Ok(()); // the request is gone; the DCI is idle and fit
@@ -480,12 +502,12 @@ impl<'a> Run<'a, '_> {
         let wr = make(&sges, target.destination()).flags(SendFlags::SIGNALED);
         // SAFETY: the staging area outlives the DCI's use of it: it is neither written nor
         // read until this WR's completion is polled below, and when it is not (an error or
-        // the deadline) the DCI is reset before the next job; the AH lives in `target` until
-        // the completion. wr_ids are small.
+        // the deadline) the DCI is reset before the next job; `target`'s AH is dropped only
+        // after that (`worker`). wr_ids are small.
         unsafe { self.dci.post_send_wrs(std::slice::from_ref(&wr)) }
             .map_err(|e| failed("posting", &e))?;
         let mut wcs = [WorkCompletion::EMPTY];
-        loop {
+        for empty in 0u32.. {
             match self.cq.poll(&mut wcs) {
                 Ok(done) if done.len() == 1 => break,
                 Ok(_) => {}
@@ -494,7 +516,11 @@ impl<'a> Run<'a, '_> {
             if Instant::now() >= self.deadline {
                 return Err(TransferError("the transfer passed its deadline".into()));
             }
-            std::thread::yield_now();
+            // Spin while a chunk is on the wire (microseconds), then stop burning the core.
+            match empty {
+                0..SPIN_POLLS => std::thread::yield_now(),
+                _ => std::thread::sleep(Duration::from_micros(50)),
+            }
         }
         let [wc] = wcs;
         if !wc.is_success() {
