@@ -255,6 +255,9 @@ impl Client {
             signed(GetObject::new(&bucket, Some(&self.key), key), &[(H_TOKEN, token.clone())]);
         let mut request = self.agent.get(url.as_str()).header(H_TOKEN, &token);
         if let Some(range) = &range {
+            if range.is_empty() {
+                return Err(ClientError::Protocol(format!("the range {range:?} is empty")));
+            }
             request = request.header("range", format!("bytes={}-{}", range.start, range.end - 1));
         }
         let mut response = request.call()?;

@@ -132,7 +132,8 @@ pub async fn upload_body(
         );
     Ok(UploadBody {
         body: Some(StreamingBlob::wrap(stream)),
-        length: Some(peer.size as i64),
+        // At most the largest transfer (checked above), which fits.
+        length: i64::try_from(peer.size).ok(),
         rdma: Some(peer.size),
     })
 }
