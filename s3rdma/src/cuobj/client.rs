@@ -21,6 +21,8 @@ use crate::Credentials;
 
 /// How long a signed request stays valid.
 const SIGNATURE_VALIDITY: Duration = Duration::from_secs(300);
+/// The payload hash of RDMA requests: their body is empty, their bytes move over RDMA.
+const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 /// The smallest window registered.
 const MIN_WINDOW: usize = 64 << 10;
 
@@ -253,7 +255,11 @@ impl Client {
         let bucket = self.bucket(bucket)?;
         let url =
             signed(GetObject::new(&bucket, Some(&self.key), key), &[(H_TOKEN, token.clone())]);
-        let mut request = self.agent.get(url.as_str()).header(H_TOKEN, &token);
+        let mut request = self
+            .agent
+            .get(url.as_str())
+            .header(H_TOKEN, &token)
+            .header("x-amz-content-sha256", UNSIGNED_PAYLOAD);
         if let Some(range) = &range {
             if range.is_empty() {
                 return Err(ClientError::Protocol(format!("the range {range:?} is empty")));
@@ -332,7 +338,7 @@ impl Client {
         ];
         let url = sign(&headers);
         let mut request =
-            self.agent.put(url.as_str()).header("x-amz-content-sha256", "UNSIGNED-PAYLOAD");
+            self.agent.put(url.as_str()).header("x-amz-content-sha256", UNSIGNED_PAYLOAD);
         for (name, value) in &headers {
             request = request.header(*name, value);
         }
