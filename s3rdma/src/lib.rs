@@ -4,7 +4,9 @@
 //! Signature Version 4 signatures) from a directory, typically a mounted parallel file
 //! system: every object is a plain file at `ROOT/BUCKET/KEY`. With an RDMA device it also
 //! moves object payloads over RC queue pairs ([`hipobj`]: AMD hipObject's `hipobj-rc-v2`),
-//! whose client is [`hipobj::client::Client`] and `s3rdma get` / `s3rdma put --rdma`.
+//! whose client is [`hipobj::client::Client`] and `s3rdma get` / `s3rdma put --rdma`, and,
+//! on an NVIDIA ConnectX, over DC for requests that carry cuObject's `x-amz-rdma-token`
+//! ([`cuobj`], whose client is [`cuobj::client::Client`]).
 //!
 //! # Running it
 //!
@@ -80,7 +82,8 @@
 //! Every request must be signed with AWS Signature Version 4, in the `Authorization` header
 //! or as a presigned URL, with one of the configured access keys; unsigned and wrongly signed
 //! requests get `403`. Every key may do everything; `hipobj-rc-v2` sessions belong to the key
-//! that prepared them (see [`hipobj`]).
+//! that prepared them (see [`hipobj`]); an `x-amz-rdma-token` must be a signed header, and
+//! gives the server its client's window only (see [`cuobj`]).
 //!
 //! The server speaks plain HTTP unless given a certificate: signatures protect requests from
 //! being altered, not from being read, so without TLS run it on a trusted network. With
@@ -105,6 +108,7 @@
 mod backend;
 mod body;
 mod credentials;
+pub mod cuobj;
 pub mod hipobj;
 mod layout;
 mod list;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use s3rdma::cuobj::{DcConfig, Initiators};
 use s3rdma::hipobj::{Device, RcRoute, SessionLimits};
 use s3rdma::{Credentials, Limits, SizeLimits, Store};
 
@@ -85,7 +86,8 @@ struct Serve {
     #[arg(long, default_value_t = 60)]
     body_timeout: u64,
     /// Serves hipobj-rc-v2 only if an RDMA device opens (without: plain S3, the RC routes
-    /// answer 501); "off" serves plain S3 only.
+    /// answer 501), and cuObject's x-amz-rdma-token if it has DC (without: declined with
+    /// x-amz-rdma-reply: 501); "off" serves plain S3 only.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     rdma: String,
     #[command(flatten)]
@@ -105,6 +107,13 @@ struct Serve {
     /// Milliseconds a session's data phase may take.
     #[arg(long, default_value_t = SessionLimits::default().exec_timeout.as_millis() as u64)]
     rdma_exec_timeout_ms: u64,
+    /// The DC access key of cuObject's x-amz-rdma-token clients' DCTs (0x and hex digits,
+    /// or decimal).
+    #[arg(long, default_value = "0xffeeddcc", value_parser = rdma_verbs::c_number::parse::<u64>)]
+    rdma_dc_key: u64,
+    /// DC initiators: x-amz-rdma-token transfers at once.
+    #[arg(long, default_value_t = DcConfig::default().initiators)]
+    rdma_dc_initiators: usize,
 }
 
 fn main() -> ExitCode {
@@ -167,6 +176,26 @@ fn run(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         exec_timeout: Duration::from_millis(args.rdma_exec_timeout_ms),
     };
     let rc = RcRoute::new(store.clone(), device, sessions);
+    if args.rdma != "off" {
+        let config = DcConfig {
+            key: args.rdma_dc_key,
+            initiators: args.rdma_dc_initiators,
+            ..DcConfig::default()
+        };
+        let (name, gid) = (args.device.rdma_device.as_deref(), args.device.rdma_gid_index);
+        match Initiators::open(name, gid, config) {
+            Ok(pool) => {
+                println!("s3rdma: cuObject x-amz-rdma-token (DC) with {pool:?}");
+                store.serve_cuobj(pool);
+            }
+            Err(e) => println!(
+                "s3rdma: no DC-capable device ({e}); x-amz-rdma-token requests are declined \
+                 (x-amz-rdma-reply: 501)"
+            ),
+        }
+    } else {
+        println!("s3rdma: --rdma off: plain S3 only; hipobj-rc-v2 and x-amz-rdma-token declined");
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&args.listen)

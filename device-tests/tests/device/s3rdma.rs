@@ -4,6 +4,11 @@
 //! while the owner's session goes on; an empty object, which RDMA does not move; sessions
 //! limited per key and removed at the prepare deadline; a client's WRITE to another's staging
 //! region, which reaches nothing; `s3rdma bench` and a ranged `get --rdma`. Ports 19200–19209.
+//!
+//! cuObject's `x-amz-rdma-token` (DC): on rxe0, which has no DC, a token GET is served in the
+//! body with `x-amz-rdma-reply: 501` and a token PUT declined with nothing stored. The
+//! `hardware` test moves objects over DC on a ConnectX and is `#[ignore]`d (it says how to
+//! run it). Ports 19210–19219.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -16,6 +21,7 @@ use rdma_verbs::{
 use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{output_within, spawn_server, text};
 use rdma_verbs_test_support::programs::binary;
+use s3rdma::cuobj::Descriptor;
 use s3rdma::hipobj::client::{Client, Reply};
 use s3rdma::hipobj::{Device, Token};
 use s3rdma::Credentials;
@@ -45,6 +51,11 @@ impl Server {
     /// A server on `port` with `args` when rxe0 is there (none: the test is skipped).
     pub(super) fn on_rxe(port: u16, args: &[&str]) -> Option<Server> {
         drop(require_device(RXE)?);
+        Some(Server::on(RXE, &gid_index(), port, args))
+    }
+
+    /// A server of `device` with GID `gid` on `port` with `args`.
+    fn on(device: &str, gid: &str, port: u16, args: &[&str]) -> Server {
         let dir = std::env::temp_dir().join(format!("s3rdma-test-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("root").join(BUCKET)).unwrap();
@@ -54,12 +65,14 @@ impl Server {
         )
         .unwrap();
         std::fs::write(dir.join("key1.json"), key_json(&key(1))).unwrap();
-        let mut cmd = s3rdma(&["serve", "--root", dir.join("root").to_str().unwrap()]);
-        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--credentials"])
+        let mut cmd = Command::new(binary("s3rdma"));
+        cmd.args(["serve", "--root", dir.join("root").to_str().unwrap()])
+            .args(["--rdma-device", device, "--rdma-gid-index", gid])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--credentials"])
             .arg(dir.join("keys.json"))
             .args(args);
         let child = spawn_server(cmd, port);
-        Some(Server { child: Some(child), dir, port })
+        Server { child: Some(child), dir, port }
     }
 
     pub(super) fn port(&self) -> u16 {
@@ -423,4 +436,113 @@ fn one_completion(cq: &CompletionQueue<'_>) -> WorkCompletion {
     }
     let [wc] = wcs;
     wc
+}
+
+// cuObject's x-amz-rdma-token.
+
+/// A presigned URL of `action` with `token` among its signed headers.
+fn with_token<'a>(mut action: impl rusty_s3::S3Action<'a>, token: &str) -> url::Url {
+    action.headers_mut().insert("x-amz-rdma-token", token.to_owned());
+    action.sign(Duration::from_secs(300))
+}
+
+impl Server {
+    fn bucket(&self) -> rusty_s3::Bucket {
+        let url = self.endpoint().parse().unwrap();
+        rusty_s3::Bucket::new(url, rusty_s3::UrlStyle::Path, BUCKET, "us-east-1").unwrap()
+    }
+}
+
+fn signing_key() -> rusty_s3::Credentials {
+    let k = key(1);
+    rusty_s3::Credentials::new(k.access_key_id, k.secret_access_key)
+}
+
+#[test]
+fn on_rxe_a_token_get_is_served_in_the_body_and_a_token_put_is_declined() {
+    let Some(server) = Server::on_rxe(19210, &[]) else { return };
+    let bytes = data(300_000, 7);
+    let input = server.dir.join("in");
+    std::fs::write(&input, &bytes).unwrap();
+    let object = format!("{BUCKET}/object");
+    succeeded(&server.cli(&["put", input.to_str().unwrap(), &object]), "put 300000 bytes");
+    // A well-formed descriptor of a window the server never reaches: it declines first.
+    let token = Descriptor {
+        addr: 0x7f00_0000_0000,
+        size: 1 << 20,
+        rkey: 0x1234,
+        lid: 0,
+        dctn: 0x42,
+        gid: Some(Gid::from("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap()).get()),
+    }
+    .to_string();
+    let (bucket, creds) = (server.bucket(), signing_key());
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+
+    let url = with_token(bucket.get_object(Some(&creds), "object"), &token);
+    let mut got = agent.get(url.as_str()).header("x-amz-rdma-token", &token).call().unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.headers().get("x-amz-rdma-reply").unwrap(), "501");
+    let body = got.body_mut().with_config().limit(1 << 20).read_to_vec().unwrap();
+    assert!(body == bytes, "the GET's body differs");
+
+    let url = with_token(bucket.put_object(Some(&creds), "declined"), &token);
+    let mut put = agent
+        .put(url.as_str())
+        .header("x-amz-rdma-token", &token)
+        .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+        .send_empty()
+        .unwrap();
+    assert_eq!(put.status(), 501);
+    assert_eq!(put.headers().get("x-amz-rdma-reply").unwrap(), "501");
+    let reply = put.body_mut().read_to_string().unwrap();
+    assert!(reply.contains("NotImplemented"), "{reply}");
+    let root = server.dir.join("root").join(BUCKET);
+    assert!(!root.join("declined").exists(), "a declined PUT stored an object");
+}
+
+/// On a ConnectX (mlx5 with DC; ConnectX-5 or newer), not in CI. The server's DC initiators
+/// and the client's DCT are on the device `RDMA_VERBS_MLX5_DEVICE`, sending from GID index
+/// `RDMA_VERBS_MLX5_GID_INDEX` (a RoCE v2 GID on Ethernet); on a host with one:
+///
+/// ```text
+/// cargo build -p rdma-verbs-s3rdma --bins
+/// RDMA_VERBS_MLX5_DEVICE=mlx5_0 RDMA_VERBS_MLX5_GID_INDEX=3 cargo test \
+///     -p rdma-verbs-device-tests --all-features --test device -- \
+///     --ignored --test-threads=1 device::s3rdma::hardware
+/// ```
+mod hardware {
+    use s3rdma::cuobj::client::{Client, Target};
+    use s3rdma::cuobj::DEFAULT_DC_KEY;
+
+    use super::*;
+
+    fn env(name: &str) -> String {
+        std::env::var(name).unwrap_or_else(|_| panic!("set {name} (see this test's docs)"))
+    }
+
+    #[test]
+    #[ignore = "needs a ConnectX (mlx5 DC): see the docs"]
+    fn objects_move_over_dc_byte_for_byte() {
+        let (device, gid) = (env("RDMA_VERBS_MLX5_DEVICE"), env("RDMA_VERBS_MLX5_GID_INDEX"));
+        let server = Server::on(&device, &gid, 19211, &[]);
+        let index = gid.parse().expect("RDMA_VERBS_MLX5_GID_INDEX is a number");
+        let target = Target::open(Some(&device), Some(index), DEFAULT_DC_KEY).unwrap();
+        let mut client = Client::new(&server.endpoint(), key(1), target).unwrap();
+        for (seed, len) in [4096, 5 << 20].into_iter().enumerate() {
+            let bytes = data(len, seed as u32);
+            let stored = client.put(BUCKET, "dc", &bytes).unwrap();
+            assert!(stored.over_rdma, "the server declined: is it on a DC device?");
+            let root = server.dir.join("root").join(BUCKET);
+            assert!(std::fs::read(root.join("dc")).unwrap() == bytes, "the stored file differs");
+            client.reserve(len).unwrap().write(0, &vec![0; len]).unwrap();
+            let got = client.get(BUCKET, "dc", None, len).unwrap();
+            assert!(got.over_rdma && got.data == bytes, "the GET differs");
+            let (start, end) = (len / 3, len / 2);
+            let range = Some(start as u64..end as u64);
+            let part = client.get(BUCKET, "dc", range, end - start).unwrap();
+            assert!(part.over_rdma && part.data == bytes[start..end], "the range differs");
+        }
+    }
 }
