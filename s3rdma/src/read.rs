@@ -16,6 +16,7 @@ use crate::meta::ObjectMeta;
 use crate::write::ObjectWriter;
 
 /// An object opened for reading.
+#[derive(Clone)]
 pub struct OpenObject {
     file: Arc<File>,
     /// Its metadata.
@@ -90,24 +91,53 @@ impl OpenObject {
         range: Range<u64>,
         name: String,
     ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + Sync {
-        let block_size = self.meta.block_size;
-        let state = (self, range.start / block_size, range, Arc::new(name));
-        futures::stream::try_unfold(state, |(object, block, range, name)| async move {
-            let start = block * object.meta.block_size;
-            if start >= range.end {
-                return Ok(None);
-            }
+        let state = (self.first_block(&range), self, range, Arc::new(name));
+        futures::stream::try_unfold(state, |(block, object, range, name)| async move {
             let chunk = {
-                let (file, meta, name) = (object.file.clone(), object.meta.clone(), name.clone());
-                tokio::task::spawn_blocking(move || read_block(&file, &meta, block, &name))
+                let (object, range, name) = (object.clone(), range.clone(), name.clone());
+                tokio::task::spawn_blocking(move || object.chunk(block, &range, &name))
                     .await
                     .map_err(std::io::Error::other)?
                     .map_err(std::io::Error::from)?
             };
-            let from = range.start.max(start) - start;
-            let to = range.end.min(start + chunk.len() as u64) - start;
-            Ok(Some((chunk.slice(from as usize..to as usize), (object, block + 1, range, name))))
+            Ok(chunk.map(|chunk| (chunk, (block + 1, object, range, name))))
         })
+    }
+
+    /// The blocking twin of [`OpenObject::stream`]: the verified chunks of `range`, one block
+    /// each (the first and last cut to the range), read as the iterator is advanced.
+    pub fn chunks<'a>(
+        &'a self,
+        range: Range<u64>,
+        name: &'a str,
+    ) -> impl Iterator<Item = Result<Bytes, ReadError>> + 'a {
+        let mut block = self.first_block(&range);
+        std::iter::from_fn(move || {
+            let chunk = self.chunk(block, &range, name).transpose();
+            block += 1;
+            chunk
+        })
+    }
+
+    fn first_block(&self, range: &Range<u64>) -> u64 {
+        range.start / self.meta.block_size
+    }
+
+    /// The bytes of block `block` within `range`, verified (blocking); `None` past its end.
+    fn chunk(
+        &self,
+        block: u64,
+        range: &Range<u64>,
+        name: &str,
+    ) -> Result<Option<Bytes>, ReadError> {
+        let start = block * self.meta.block_size;
+        if start >= range.end {
+            return Ok(None);
+        }
+        let chunk = read_block(&self.file, &self.meta, block, name)?;
+        let from = range.start.max(start) - start;
+        let to = range.end.min(start + chunk.len() as u64) - start;
+        Ok(Some(chunk.slice(from as usize..to as usize)))
     }
 
     /// Appends every byte to `writer`, each block verified first (blocking).

@@ -106,5 +106,9 @@ const H_MR_RKEY: &str = "x-amz-rdma-mr-rkey";
 const H_BYTES: &str = "x-amz-rdma-bytes-transferred";
 const H_ETAG: &str = "x-amz-rdma-etag";
 const H_CHECKSUM: &str = "x-amz-rdma-checksum";
+const H_CAPABILITIES: &str = "x-amz-rdma-capabilities";
+/// What READY's success says this server does besides GET and PUT: `mp`, parts of
+/// multipart uploads over RDMA.
+const CAPABILITIES: &str = "mp";
 /// `unsupported` on a `501`: the client falls back to plain S3.
 const PROTOCOL_STATUS: &str = "x-amz-rdma-protocol-status";
