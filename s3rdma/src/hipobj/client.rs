@@ -1,19 +1,26 @@
-//! The client side of `hipobj-rc-v2`: one object's GET into memory, or PUT from memory, over
-//! an RC queue pair of its own, with requests signed by rusty-s3 (SigV4, presigned URLs that
-//! sign every `x-amz-rdma-*` header).
+//! The client side of `hipobj-rc-v2`: one object's GET into memory, or PUT (of an object or
+//! a part) from memory, over an RC queue pair of its own, with requests signed by rusty-s3
+//! (SigV4, presigned URLs that sign every `x-amz-rdma-*` header).
+//!
+//! A [`Client`] registers one buffer and moves every transfer through it, as cuObject's
+//! clients do: registering memory costs far more than copying a few MiB, so the buffer is
+//! kept, and registered again (larger) only when a transfer needs more than it has.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use rdma_verbs::*;
+use rusty_s3::S3Action;
 
 use super::device::{nonzero_psn, wait_one, Device};
 use super::token::{self, Token};
 use super::*;
 use crate::Credentials;
 
-/// How long a signed request stays valid.
+/// How long a signed request stays valid, in seconds.
 const SIGNATURE_VALIDITY: u64 = 300;
+const SIGNED_FOR: Duration = Duration::from_secs(SIGNATURE_VALIDITY);
 /// How long the client waits for its own completion once READY has been answered (GET) or
 /// while READY is outstanding (PUT: the server's exec deadline bounds it too).
 const COMPLETION_WAIT: Duration = Duration::from_secs(60);
@@ -98,12 +105,14 @@ pub struct Final {
     pub checksum: Option<String>,
 }
 
-/// A client of one server, signing with one key.
+/// A client of one server, signing with one key. Its transfers over RDMA go through one
+/// registered buffer, so they run one at a time (one on another thread waits).
 pub struct Client {
     base: url::Url,
     key: Credentials,
     region: String,
     agent: ureq::Agent,
+    buffer: Mutex<Option<RemoteWritableRegion<'static>>>,
 }
 
 impl Client {
@@ -115,7 +124,15 @@ impl Client {
             return Err(ClientError::Endpoint(endpoint.into()));
         }
         let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Ok(Client { base, key, region: "us-east-1".into(), agent })
+        let buffer = Mutex::new(None);
+        Ok(Client { base, key, region: "us-east-1".into(), agent, buffer })
+    }
+
+    /// The buffer kept registered for transfers (none before the first): its address and
+    /// rkey (a new registration has a new rkey), and its length in bytes.
+    pub fn buffer(&self) -> Option<(RemoteAddr, usize)> {
+        let held = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        held.as_ref().and_then(|r| Some((r.remote(..).ok()?, r.len())))
     }
 
     /// A presigned URL of `method` on `path` (percent-encoded) with `headers` signed.
@@ -172,16 +189,16 @@ impl Client {
         size: usize,
     ) -> Result<(Vec<u8>, Final), ClientError> {
         check_size(size)?;
-        let region = device
-            .pd
-            .register_remote_writable(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+        let mut held = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        let region = registered(&mut held, device, size)?;
         let cq = device.create_cq()?;
         // The server RDMA WRITEs into `region`.
         let qp = device.create_qp(device.pd, &cq, AccessFlags::REMOTE_WRITE)?;
-        let remote = region.remote(..)?;
+        let remote = region.remote(..size)?;
         let cookie = nonzero_cookie();
+        let target = target(bucket, key);
         let (prepared, qp) =
-            self.prepare(device, qp, "GET", bucket, key, offset, size, cookie, remote)?;
+            self.prepare(device, qp, ("GET", &target), (offset, size), cookie, remote)?;
         // The receive the server's WRITE WITH IMMEDIATE consumes, posted before READY.
         // SAFETY: the receive names no memory; the data lands in `region`.
         unsafe { qp.post_recv_wr(&mut RecvWr::new(0, &[]))? };
@@ -213,27 +230,106 @@ impl Client {
         key: &str,
         data: &[u8],
     ) -> Result<Final, ClientError> {
+        self.put_to(device, &target(bucket, key), data)
+    }
+
+    /// PUTs `data` (1 to [`MAX_TRANSFER`] bytes) as part `number` (1 to 10000) of the
+    /// multipart upload `upload_id` of `bucket`/`key` over RDMA through `device` (a server
+    /// that says `x-amz-rdma-capabilities: mp` takes it); [`Final::etag`] is the part's.
+    pub fn put_part(
+        &self,
+        device: &Device,
+        (bucket, key): (&str, &str),
+        upload_id: &str,
+        number: u16,
+        data: &[u8],
+    ) -> Result<Final, ClientError> {
+        let id = urlencoding::encode(upload_id);
+        let target = format!("{}?uploadId={id}&partNumber={number}", target(bucket, key));
+        self.put_to(device, &target, data)
+    }
+
+    /// CreateMultipartUpload of `bucket`/`key` over plain S3: the upload's id.
+    pub fn create_multipart_upload(&self, bucket: &str, key: &str) -> Result<String, ClientError> {
+        let bucket = self.bucket(bucket)?;
+        let credentials = self.credentials();
+        let url = bucket.create_multipart_upload(Some(&credentials), key).sign(SIGNED_FOR);
+        let body =
+            self.plain("CreateMultipartUpload", self.agent.post(url.as_str()).send_empty()?)?;
+        let created = rusty_s3::actions::CreateMultipartUpload::parse_response(&body)
+            .map_err(|e| ClientError::Protocol(format!("CreateMultipartUpload's answer: {e}")))?;
+        Ok(created.upload_id().to_owned())
+    }
+
+    /// CompleteMultipartUpload of upload `upload_id` of `bucket`/`key` over plain S3, of
+    /// parts 1 to n with the ETags `etags`: the object's ETag.
+    pub fn complete_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        etags: &[String],
+    ) -> Result<String, ClientError> {
+        let bucket = self.bucket(bucket)?;
+        let credentials = self.credentials();
+        let etags = etags.iter().map(String::as_str);
+        let action = bucket.complete_multipart_upload(Some(&credentials), key, upload_id, etags);
+        let url = action.sign(SIGNED_FOR);
+        let response = self.agent.post(url.as_str()).send(action.body())?;
+        let body = self.plain("CompleteMultipartUpload", response)?;
+        let completed = rusty_s3::actions::CompleteMultipartUploadResponse::parse(&body)
+            .map_err(|e| ClientError::Protocol(format!("CompleteMultipartUpload's answer: {e}")))?;
+        Ok(completed.etag().to_owned())
+    }
+
+    fn bucket(&self, name: &str) -> Result<rusty_s3::Bucket, ClientError> {
+        let (style, region) = (rusty_s3::UrlStyle::Path, self.region.clone());
+        rusty_s3::Bucket::new(self.base.clone(), style, name.to_owned(), region)
+            .map_err(|e| ClientError::Endpoint(format!("{}: {e}", self.base)))
+    }
+
+    fn credentials(&self) -> rusty_s3::Credentials {
+        rusty_s3::Credentials::new(&self.key.access_key_id, &self.key.secret_access_key)
+    }
+
+    /// The body of a plain S3 request's successful `response`, else the error it stands for.
+    fn plain(
+        &self,
+        route: &'static str,
+        mut response: http::Response<ureq::Body>,
+    ) -> Result<String, ClientError> {
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string()?;
+        if !(200..300).contains(&status) {
+            return Err(ClientError::Refused { route, status, body });
+        }
+        Ok(body)
+    }
+
+    /// PUT of `data` to `target` (`/bucket/key[?query]`, percent-encoded).
+    fn put_to(&self, device: &Device, target: &str, data: &[u8]) -> Result<Final, ClientError> {
         check_size(data.len())?;
-        let mut region = device.pd.register(data.len(), AccessFlags::LOCAL_WRITE)?;
-        region.as_mut_slice().copy_from_slice(data);
+        let mut held = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        let region = registered(&mut held, device, data.len())?;
+        region.write(0, data)?;
         let cq = device.create_cq()?;
         // The server only receives.
         let qp = device.create_qp(device.pd, &cq, AccessFlags::empty())?;
         let cookie = nonzero_cookie();
-        let own = RemoteAddr { addr: region.addr(), rkey: region.rkey() };
+        let own = region.remote(..data.len())?;
         let (prepared, qp) =
-            self.prepare(device, qp, "PUT", bucket, key, 0, data.len(), cookie, own)?;
+            self.prepare(device, qp, ("PUT", target), (0, data.len()), cookie, own)?;
         let staging = prepared.staging.ok_or_else(|| {
             ClientError::Protocol(format!("PREPARE's answer has no {H_MR_ADDR} and {H_MR_RKEY}"))
         })?;
-        let sges = [region.sge(..)?];
+        let sges = [region.sge(..data.len())?];
         std::thread::scope(|s| {
             let ready = s.spawn(|| self.ready(&prepared, cookie, qp.qp_num(), None));
             // The data goes while READY is outstanding: the server answers once it arrived.
             let mut wr =
                 SendWr::rdma_write_with_imm(1, &sges, staging, cookie).flags(SendFlags::SIGNALED);
-            // SAFETY: `region` outlives `qp` (declared before it) and is not touched until the
-            // completion is polled, or the QP is gone.
+            // SAFETY: `region` (held by `held`) outlives `qp` (declared before it) and is not
+            // touched until the completion is polled, or the QP is gone.
             let written =
                 unsafe { qp.post_send_wr(&mut wr) }.map_err(ClientError::from).and_then(|()| {
                     wait_one(&cq, Instant::now() + COMPLETION_WAIT)?.ok_or_else(|| {
@@ -250,17 +346,14 @@ impl Client {
         })
     }
 
-    /// PREPARE for `qp`, then its move to RTS towards the server's queue pair.
-    #[allow(clippy::too_many_arguments)]
+    /// PREPARE of `op` on `target` (`size` bytes from `offset`) for `qp`, then its move to
+    /// RTS towards the server's queue pair.
     fn prepare<'a>(
         &self,
         device: &Device,
         qp: QueuePair<'a, Init>,
-        op: &str,
-        bucket: &str,
-        key: &str,
-        offset: u64,
-        size: usize,
+        (op, target): (&str, &str),
+        (offset, size): (u64, usize),
         cookie: u32,
         region: RemoteAddr,
     ) -> Result<(Prepared, QueuePair<'a, Rts>), ClientError> {
@@ -272,7 +365,7 @@ impl Client {
             (H_PSN, format!("{:06x}", psn.get())),
             (H_COOKIE, format!("{cookie:08x}")),
             (H_OP, op.to_string()),
-            (H_TARGET, target(bucket, key)),
+            (H_TARGET, target.to_owned()),
             (H_SIZE, size.to_string()),
         ];
         if offset != 0 {
@@ -358,6 +451,24 @@ struct Prepared {
 pub fn target(bucket: &str, key: &str) -> String {
     let segments = std::iter::once(bucket).chain(key.split('/'));
     segments.map(|s| format!("/{}", urlencoding::encode(s))).collect()
+}
+
+/// The buffer in `held` when it is of `device` and has `len` bytes, else a new one of `len`
+/// bytes in its place (the old one deregistered first).
+fn registered<'h>(
+    held: &'h mut Option<RemoteWritableRegion<'static>>,
+    device: &Device,
+    len: usize,
+) -> Result<&'h mut RemoteWritableRegion<'static>, ClientError> {
+    let fits =
+        |r: &RemoteWritableRegion<'static>| std::ptr::eq(r.pd(), device.pd) && r.len() >= len;
+    let region = match held.take().filter(fits) {
+        Some(region) => region,
+        None => device
+            .pd
+            .register_remote_writable(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?,
+    };
+    Ok(held.insert(region))
 }
 
 /// A transfer moves 1 to [`MAX_TRANSFER`] bytes.
