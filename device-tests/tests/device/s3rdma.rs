@@ -4,6 +4,11 @@
 //! while the owner's session goes on; an empty object, which RDMA does not move; sessions
 //! limited per key and removed at the prepare deadline; a client's WRITE to another's staging
 //! region, which reaches nothing. Ports 19200–19209.
+//!
+//! Large transfers through the library's client (ports 19220–19229): PUT and GET of 64 and
+//! 192 MiB (GETs streamed through the server's ring, in ranges too) through one registered
+//! buffer; parts of a multipart upload over RDMA; a byte flipped on disk, which fails the
+//! GET over RDMA.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -16,7 +21,7 @@ use rdma_verbs::{
 use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{output_within, spawn_server, text};
 use rdma_verbs_test_support::programs::binary;
-use s3rdma::hipobj::client::{Client, Reply};
+use s3rdma::hipobj::client::{Client, ClientError, Reply};
 use s3rdma::hipobj::{Device, Token};
 use s3rdma::Credentials;
 
@@ -76,6 +81,26 @@ impl Server {
     fn client(&self, n: u8) -> Client {
         Client::new(&self.endpoint(), key(n)).unwrap()
     }
+
+    /// The stored file of `key` in the bucket.
+    fn stored(&self, key: &str) -> PathBuf {
+        self.dir.join("root").join(BUCKET).join(key)
+    }
+}
+
+/// rxe0 with the RoCE v2 GID, as the client's device.
+fn rxe_device() -> Device {
+    Device::open(Some(RXE), Some(gid_index().parse().unwrap())).unwrap()
+}
+
+/// The data phase's deadline of the large transfers: the guest runs on an emulated CPU.
+const SLOW_EXEC: [&str; 2] = ["--rdma-exec-timeout-ms", "170000"];
+
+/// `got` is `want`, else the first offset where they differ.
+fn same_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: the length");
+    let first = got.iter().zip(want).position(|(g, w)| g != w);
+    assert!(first.is_none(), "{what}: differs from byte {first:?} on");
 }
 
 impl Drop for Server {
@@ -153,8 +178,8 @@ fn an_empty_object_is_not_moved_over_rdma() {
     assert_eq!(std::fs::read(&output).unwrap(), b"");
 }
 
-/// A PREPARE of a 4 KiB PUT (a zero token: the client's QP on the server's GID).
-fn prepare_reply(client: &Client, cookie: &str) -> Reply {
+/// A PREPARE of a 4 KiB `op` on `target` (a zero token: the client's QP on the server's GID).
+fn prepare_reply(client: &Client, cookie: &str, (op, target): (&str, &str)) -> Reply {
     client
         .post(
             "prepare",
@@ -163,8 +188,8 @@ fn prepare_reply(client: &Client, cookie: &str) -> Reply {
                 ("x-amz-rdma-token", "0".repeat(88)),
                 ("x-amz-rdma-psn", "000001".into()),
                 ("x-amz-rdma-cookie", cookie.into()),
-                ("x-amz-rdma-op", "PUT".into()),
-                ("x-amz-rdma-target", format!("/{BUCKET}/k")),
+                ("x-amz-rdma-op", op.into()),
+                ("x-amz-rdma-target", target.into()),
                 ("x-amz-rdma-size", "4096".into()),
             ],
         )
@@ -173,7 +198,7 @@ fn prepare_reply(client: &Client, cookie: &str) -> Reply {
 
 /// [`prepare_reply`], which must succeed; the session id.
 fn prepare(client: &Client, cookie: &str) -> String {
-    let reply = prepare_reply(client, cookie);
+    let reply = prepare_reply(client, cookie, ("PUT", &format!("/{BUCKET}/k")));
     assert_eq!(reply.status, 200, "{}", reply.body);
     let header = |name: &str| reply.headers[name].to_str().unwrap().to_owned();
     assert_eq!(header("x-amz-rdma-protocol"), "hipobj-rc-v2");
@@ -239,7 +264,7 @@ fn sessions_are_limited_per_key_and_expire_at_the_prepare_deadline() {
     let Some(server) = Server::on_rxe(19203, &limits) else { return };
     let (one, two) = (server.client(1), server.client(2));
     let first = prepare(&one, "00000001");
-    let refused = prepare_reply(&one, "00000002");
+    let refused = prepare_reply(&one, "00000002", ("PUT", &format!("/{BUCKET}/k")));
     assert_eq!(refused.status, 429, "{}", refused.body);
     let other = prepare(&two, "00000003");
     assert_eq!(cancel(&one, &first), 204);
@@ -325,7 +350,7 @@ fn a_write_to_another_sessions_staging_region_reaches_nothing() {
     let file = server.dir.join("object");
     std::fs::write(&file, &object).unwrap();
     succeeded(&server.cli(&["put", file.to_str().unwrap(), &format!("{BUCKET}/x")]), "put");
-    let device = Device::open(Some(RXE), Some(gid_index().parse().unwrap())).unwrap();
+    let device = rxe_device();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
 
     // The victim: a GET of x, prepared, its receive posted, READY not sent yet.
@@ -375,6 +400,7 @@ fn a_write_to_another_sessions_staging_region_reaches_nothing() {
     // The victim's GET goes on, with the object's bytes.
     let answer = hand_ready(&victim, &get, victim_cookie, Some(to_victim));
     assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.headers["x-amz-rdma-capabilities"], "mp", "parts are served over RDMA");
     let wc = one_completion(&victim_cq);
     assert!(wc.is_success() && wc.imm_data() == Some(victim_cookie), "{wc}");
     let mut got = vec![0; 4096];
@@ -392,4 +418,88 @@ fn one_completion(cq: &CompletionQueue<'_>) -> WorkCompletion {
     }
     let [wc] = wcs;
     wc
+}
+
+/// 64 and 192 MiB PUT and GET over RDMA through one client, whose buffer is registered once
+/// per size it grows to; GETs of the whole object and of a range not aligned to blocks.
+#[test]
+fn large_puts_and_gets_over_rdma_are_byte_for_byte_through_one_buffer() {
+    let Some(server) = Server::on_rxe(19220, &SLOW_EXEC) else { return };
+    let (client, device) = (server.client(1), rxe_device());
+    for (seed, mib) in [(1, 64), (2, 192)] {
+        let len = mib << 20;
+        let key = format!("large-{mib}");
+        let bytes = data(len, seed);
+        let put = client.put(&device, BUCKET, &key, &bytes).unwrap();
+        assert_eq!(put.bytes, len as u64);
+        let buffer = client.buffer().unwrap();
+        assert_eq!(buffer.1, len, "the buffer grew to the transfer");
+        let (got, done) = client.get(&device, BUCKET, &key, 0, len).unwrap();
+        assert_eq!(done.etag, put.etag);
+        same_bytes(&got, &bytes, &key);
+        drop(got);
+        let (offset, size) = ((5 << 20) + 12_345, (40 << 20) + 7);
+        let (got, _) = client.get(&device, BUCKET, &key, offset as u64, size).unwrap();
+        same_bytes(&got, &bytes[offset..offset + size], &format!("{key} from {offset}"));
+        assert_eq!(client.buffer(), Some(buffer), "{key}: the buffer was registered again");
+    }
+}
+
+/// Parts of 5 MiB + 1, 6 MiB and 1 MiB PUT over RDMA, then completed over plain S3: the
+/// object is their bytes, with a multipart ETag; a part's target is PUT only.
+#[test]
+fn parts_put_over_rdma_complete_a_multipart_upload() {
+    let Some(server) = Server::on_rxe(19221, &SLOW_EXEC) else { return };
+    let (client, device) = (server.client(1), rxe_device());
+    let key = "dir/multi";
+    let id = client.create_multipart_upload(BUCKET, key).unwrap();
+    let sizes = [(5 << 20) + 1, 6 << 20, 1 << 20];
+    let whole = data(sizes.iter().sum(), 3);
+    let (mut etags, mut at) = (Vec::new(), 0);
+    for (number, size) in (1..).zip(sizes) {
+        let part = &whole[at..at + size];
+        at += size;
+        let done = client.put_part(&device, (BUCKET, key), &id, number, part).unwrap();
+        assert_eq!(done.bytes, size as u64);
+        etags.push(done.etag.expect("a part's ETag"));
+    }
+    let etag = client.complete_multipart_upload(BUCKET, key, &id, &etags).unwrap();
+    assert!(etag.trim_matches('"').ends_with("-3"), "a multipart ETag: {etag}");
+    same_bytes(&std::fs::read(server.stored(key)).unwrap(), &whole, "the stored object");
+    let (got, _) = client.get(&device, BUCKET, key, 0, whole.len()).unwrap();
+    same_bytes(&got, &whole, "the object over RDMA");
+
+    let part_target = format!("/{BUCKET}/k?uploadId={id}&partNumber=1");
+    for (op, target) in [("GET", part_target.as_str()), ("PUT", "/bucket/k?uploadId=x")] {
+        let reply = prepare_reply(&client, "00000001", (op, target));
+        assert_eq!(reply.status, 400, "{op} {target}: {}", reply.body);
+    }
+    let unknown = prepare_reply(&client, "00000001", ("PUT", "/bucket/k?uploadId=x&partNumber=1"));
+    assert_eq!(unknown.status, 404, "no such upload: {}", unknown.body);
+    assert!(unknown.body.contains("NoSuchUpload"), "{}", unknown.body);
+}
+
+/// A byte flipped on disk in the middle of a 64 MiB object fails its GET over RDMA (502,
+/// the client reports it), while a range before the flipped block is still served.
+#[test]
+fn a_byte_flipped_on_disk_fails_the_get_over_rdma() {
+    let Some(server) = Server::on_rxe(19222, &SLOW_EXEC) else { return };
+    let (client, device) = (server.client(1), rxe_device());
+    let len = 64 << 20;
+    let bytes = data(len, 4);
+    client.put(&device, BUCKET, "flipped", &bytes).unwrap();
+    let mut stored = bytes.clone();
+    let flipped = (32 << 20) + 4321;
+    stored[flipped] ^= 0x01;
+    std::fs::write(server.stored("flipped"), &stored).unwrap();
+    drop(stored);
+    let error = client.get(&device, BUCKET, "flipped", 0, len).unwrap_err();
+    match &error {
+        ClientError::Refused { route: "READY", status: 502, body } => {
+            assert!(body.contains("fail their checksum"), "{body}")
+        }
+        other => panic!("the GET of a corrupt object: {other}"),
+    }
+    let (got, _) = client.get(&device, BUCKET, "flipped", 0, 32 << 20).unwrap();
+    same_bytes(&got, &bytes[..32 << 20], "the blocks before the flipped one");
 }

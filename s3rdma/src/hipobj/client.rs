@@ -206,15 +206,20 @@ impl Client {
         let wc = wait_one(&cq, Instant::now() + COMPLETION_WAIT)?.ok_or_else(|| {
             ClientError::Protocol("READY was answered, but no data arrived".into())
         })?;
+        // The data may come in several WRITEs, the last WITH IMMEDIATE: the receive counts
+        // that one's bytes, READY's answer all of them.
         let arrived = wc.is_success()
             && wc.opcode() == WcOpcode::RECV_RDMA_WITH_IMM
             && wc.imm_data() == Some(cookie)
-            && wc.byte_len() as usize == size;
+            && wc.byte_len() as usize <= size
+            && done.bytes == size as u64;
         if !arrived {
             return Err(ClientError::Protocol(format!(
-                "the data's completion is not the one expected: {wc} (immediate {:?}, {} bytes)",
+                "the data's completion is not the one expected: {wc} (immediate {:?}, {} bytes; \
+                 {} bytes in all, not {size})",
                 wc.imm_data(),
-                wc.byte_len()
+                wc.byte_len(),
+                done.bytes
             )));
         }
         let mut data = vec![0; size];
