@@ -29,7 +29,7 @@ const COMMIT_AHEAD: usize = 2;
 /// The operation a session stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// GetObject: the server RDMA WRITEs the staged range into the client's region.
+    /// GetObject: the server RDMA WRITEs the range into the client's region.
     Get,
     /// PutObject: the client RDMA WRITEs the object into the server's staging region.
     Put,
