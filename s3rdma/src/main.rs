@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use s3rdma::hipobj::{client::Client, Device, RcRoute, SessionLimits};
+use s3rdma::hipobj::client::{Client, PART_SIZE};
+use s3rdma::hipobj::{Device, RcRoute, SessionLimits};
 use s3rdma::{Credentials, Limits, SizeLimits, Store};
 
 #[derive(Parser)]
@@ -45,7 +46,8 @@ struct Transfer {
     /// The credentials file (its first key signs), as for serve.
     #[arg(long)]
     credentials: Option<PathBuf>,
-    /// Moves the object's bytes over RDMA (hipobj-rc-v2) instead of in the HTTP body.
+    /// Moves the object's bytes over RDMA (hipobj-rc-v2) instead of in the HTTP body (put:
+    /// a file over 1 GiB as a multipart upload of 1 GiB parts).
     #[arg(long)]
     rdma: bool,
     #[command(flatten)]
@@ -256,7 +258,7 @@ fn put(args: Transfer) -> Result<(), Box<dyn std::error::Error>> {
     let client = client(&args)?;
     let data = std::fs::read(file).map_err(|e| format!("cannot read {file}: {e}"))?;
     if args.rdma {
-        let done = client.put(&device(&args)?, bucket, key, &data)?;
+        let done = client.upload(&device(&args)?, (bucket, key), &data, PART_SIZE)?;
         println!(
             "s3rdma: put {} bytes over RDMA, ETag {}, {}",
             done.bytes,

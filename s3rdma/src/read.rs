@@ -166,19 +166,44 @@ fn read_block(file: &File, meta: &ObjectMeta, index: u64, name: &str) -> Result<
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `data` stored as an object in `dir`: its paths and the locks.
+    pub(crate) fn stored(
+        dir: &Path,
+        data: &[u8],
+    ) -> (std::path::PathBuf, std::path::PathBuf, KeyLocks) {
+        let (data_path, meta_path) = (dir.join("object"), dir.join("meta"));
+        let mut writer = ObjectWriter::create_in(dir, u64::MAX).unwrap();
+        writer.write(data).unwrap();
+        let (temp, meta) = writer.finish();
+        let locks = KeyLocks::default();
+        crate::write::publish(&locks, temp, &data_path, &meta, &meta_path).unwrap();
+        (data_path, meta_path, locks)
+    }
+
+    #[test]
+    fn the_chunks_of_a_range_are_its_bytes_a_block_at_most_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(7u32 << 19) + 5).map(|i| (i * 13 + i / 777) as u8).collect();
+        let (data_path, meta_path, locks) = stored(dir.path(), &data);
+        let object = OpenObject::open(&locks, &data_path, &meta_path).unwrap();
+        let len = data.len() as u64;
+        for range in [0..len, 1..len - 1, (1 << 20) - 1..(1 << 20) + 1, 5..6, 3 << 20..len] {
+            let chunks: Vec<Bytes> =
+                object.chunks(range.clone(), "o").map(Result::unwrap).collect();
+            assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= 1 << 20), "{range:?}");
+            let (start, end) = (range.start as usize, range.end as usize);
+            assert!(chunks.concat() == data[start..end], "{range:?}");
+        }
+    }
 
     #[test]
     fn a_bit_flipped_anywhere_in_a_block_fails_that_block_only() {
         let dir = tempfile::tempdir().unwrap();
-        let (data_path, meta_path) = (dir.path().join("object"), dir.path().join("meta"));
         let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 1000) as u8).collect();
-        let mut writer = ObjectWriter::create_in(dir.path(), u64::MAX).unwrap();
-        writer.write(&data).unwrap();
-        let (temp, meta) = writer.finish();
-        let locks = KeyLocks::default();
-        crate::write::publish(&locks, temp, &data_path, &meta, &meta_path).unwrap();
+        let (data_path, meta_path, locks) = stored(dir.path(), &data);
         for offset in [0, 1, 1000, (1 << 20) - 1] {
             let mut bytes = data.clone();
             bytes[(2 << 20) + offset] ^= 0x10;

@@ -470,6 +470,10 @@ fn parts_put_over_rdma_complete_a_multipart_upload() {
     same_bytes(&std::fs::read(server.stored(key)).unwrap(), &whole, "the stored object");
     let (got, _) = client.get(&device, BUCKET, key, 0, whole.len()).unwrap();
     same_bytes(&got, &whole, "the object over RDMA");
+    // The client's upload in parts of 5 MiB: 5, 5 and 2 MiB + 1.
+    let done = client.upload(&device, (BUCKET, "uploaded"), &whole, 5 << 20).unwrap();
+    assert!(done.etag.unwrap().trim_matches('"').ends_with("-3"));
+    same_bytes(&std::fs::read(server.stored("uploaded")).unwrap(), &whole, "uploaded");
 
     let part_target = format!("/{BUCKET}/k?uploadId={id}&partNumber=1");
     for (op, target) in [("GET", part_target.as_str()), ("PUT", "/bucket/k?uploadId=x")] {

@@ -21,6 +21,11 @@ use crate::Credentials;
 /// How long a signed request stays valid, in seconds.
 const SIGNATURE_VALIDITY: u64 = 300;
 const SIGNED_FOR: Duration = Duration::from_secs(SIGNATURE_VALIDITY);
+/// The part size `s3rdma put --rdma` uploads larger files in, in bytes.
+pub const PART_SIZE: usize = 1 << 30;
+/// S3's smallest part but the last, and most parts of an upload.
+const MIN_PART_SIZE: usize = 5 << 20;
+const MAX_PARTS: usize = 10_000;
 /// How long the client waits for its own completion once READY has been answered (GET) or
 /// while READY is outstanding (PUT: the server's exec deadline bounds it too).
 const COMPLETION_WAIT: Duration = Duration::from_secs(60);
@@ -254,6 +259,49 @@ impl Client {
         self.put_to(device, &target, data)
     }
 
+    /// PUTs `data` as `bucket`/`key` over RDMA: in one transfer when it has at most
+    /// `part_size` bytes, else as a multipart upload of parts of `part_size` bytes (5 MiB to
+    /// [`MAX_TRANSFER`], at most 10000 parts; the last may be smaller), each over RDMA, the
+    /// upload created and completed over plain S3 (aborted when a part fails). The final
+    /// answer of a multipart upload has the object's ETag and no checksum.
+    pub fn upload(
+        &self,
+        device: &Device,
+        (bucket, key): (&str, &str),
+        data: &[u8],
+        part_size: usize,
+    ) -> Result<Final, ClientError> {
+        if data.len() <= part_size {
+            return self.put(device, bucket, key, data);
+        }
+        let parts = data.chunks(part_size);
+        if part_size < MIN_PART_SIZE || part_size as u64 > MAX_TRANSFER || parts.len() > MAX_PARTS {
+            return Err(ClientError::Protocol(format!(
+                "{} bytes in parts of {part_size}: a part has 5 MiB to {MAX_TRANSFER} bytes, an \
+                 upload at most {MAX_PARTS} parts",
+                data.len()
+            )));
+        }
+        let id = self.create_multipart_upload(bucket, key)?;
+        let etags: Result<Vec<String>, ClientError> = (1..)
+            .zip(parts)
+            .map(|(number, part)| {
+                let done = self.put_part(device, (bucket, key), &id, number, part)?;
+                done.etag.ok_or_else(|| {
+                    ClientError::Protocol(format!("READY's answer of part {number} has no ETag"))
+                })
+            })
+            .collect();
+        match etags.and_then(|etags| self.complete_multipart_upload(bucket, key, &id, &etags)) {
+            Ok(etag) => Ok(Final { bytes: data.len() as u64, etag: Some(etag), checksum: None }),
+            Err(e) => {
+                // Best effort: the upload's parts are of no use now.
+                let _ = self.abort_multipart_upload(bucket, key, &id);
+                Err(e)
+            }
+        }
+    }
+
     /// CreateMultipartUpload of `bucket`/`key` over plain S3: the upload's id.
     pub fn create_multipart_upload(&self, bucket: &str, key: &str) -> Result<String, ClientError> {
         let bucket = self.bucket(bucket)?;
@@ -285,6 +333,21 @@ impl Client {
         let completed = rusty_s3::actions::CompleteMultipartUploadResponse::parse(&body)
             .map_err(|e| ClientError::Protocol(format!("CompleteMultipartUpload's answer: {e}")))?;
         Ok(completed.etag().to_owned())
+    }
+
+    /// AbortMultipartUpload of upload `upload_id` of `bucket`/`key` over plain S3.
+    pub fn abort_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), ClientError> {
+        let bucket = self.bucket(bucket)?;
+        let credentials = self.credentials();
+        let url =
+            bucket.abort_multipart_upload(Some(&credentials), key, upload_id).sign(SIGNED_FOR);
+        self.plain("AbortMultipartUpload", self.agent.delete(url.as_str()).call()?)?;
+        Ok(())
     }
 
     fn bucket(&self, name: &str) -> Result<rusty_s3::Bucket, ClientError> {

@@ -408,3 +408,37 @@ fn send(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::tests::stored;
+
+    #[test]
+    fn a_get_holds_a_ring_of_at_most_four_blocks_and_a_put_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = vec![7; (13 << 19) + 3];
+        let (data_path, meta_path, locks) = stored(dir.path(), &data);
+        let object = OpenObject::open(&locks, &data_path, &meta_path).unwrap();
+        let spec = |source, size| Spec {
+            op: Op::Get,
+            size,
+            cookie: 1,
+            client_gid: Gid::new([0; 16]),
+            client_psn: Psn::new(1).unwrap(),
+            source,
+        };
+        let mib = 1 << 20;
+        for (range, held) in [
+            (0..data.len() as u64, 4 * mib),
+            (10..110, 100),
+            (mib as u64 - 50..mib as u64 + 50, 2 * 100),
+            (mib as u64 - 1..3 * mib as u64, 3 * mib),
+        ] {
+            let size = (range.end - range.start) as usize;
+            let source = Source { object: object.clone(), range: range.clone(), name: "o".into() };
+            assert_eq!(spec(Some(source), size).held(), held, "{range:?}");
+        }
+        assert_eq!(spec(None, 5 * mib).held(), 5 * mib, "a PUT");
+    }
+}
