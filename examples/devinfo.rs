@@ -66,6 +66,12 @@ fn run(args: &Args) -> Result<()> {
             println!("\t\t\tactive_mtu:\t{}", p.active_mtu());
             println!("\t\t\tport_lid:\t{}", p.lid().get());
             println!("\t\t\tlink_layer:\t{}", p.link_layer());
+            // The effective bandwidth, where rdma-core (v62+), the provider and the kernel
+            // can tell it.
+            match ctx.query_port_speed(port) {
+                Ok(mbps) => println!("\t\t\tport_speed:\t{} Gb/s", mbps as f64 / 1000.0),
+                Err(e) => println!("\t\t\tport_speed:\tunknown ({e})"),
+            }
             for gid in ctx.gid_table(port)? {
                 println!("\t\t\tGID[{:>3}]:\t{}, {}", gid.index, gid.gid, gid.gid_type);
             }

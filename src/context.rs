@@ -166,6 +166,38 @@ impl Context {
         Ok(PortAttr(attr))
     }
 
+    /// `ibv_query_port_speed(3)`—The effective bandwidth of `port` (from 1) in Mb/s, over
+    /// all its lanes: what the link carries now (its width times its lane rate, or a bond's
+    /// or a virtual function's share), which [`PortAttr`]'s width and speed codes do not
+    /// always say. The verb counts in units of 100 Mb/s; this is that count times 100.
+    ///
+    /// A change is announced by [`AsyncEvent::DeviceSpeedChange`](crate::AsyncEvent::DeviceSpeedChange).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::PortNotFound`] when the device has no such port.
+    /// - [`Error::Unsupported`] when the loaded libibverbs lacks the verb (before rdma-core
+    ///   v62), or the provider or the kernel cannot answer it (`EOPNOTSUPP`).
+    /// - [`Error::Verb`] from `ibv_query_port_speed` otherwise.
+    #[doc(alias = "ibv_query_port_speed")]
+    pub fn query_port_speed(&self, port: u8) -> Result<u64> {
+        let count = self.query_device()?.phys_port_cnt();
+        if port == 0 || port > count {
+            return Err(Error::PortNotFound { device: self.name.clone(), port, count });
+        }
+        let query = self
+            .lib
+            .fns
+            .ibv_query_port_speed
+            .ok_or(Error::Unsupported { what: "ibv_query_port_speed (rdma-core v62+)" })?;
+        let mut speed = 0u64;
+        // SAFETY: a live context of `lib` and a writable u64. The verb returns the errno
+        // itself (not -1), which `check_errno` takes as it comes.
+        let ret = unsafe { query(self.as_raw(), u32::from(port), &mut speed) };
+        check_errno(ret, "ibv_query_port_speed")?;
+        Ok(speed.saturating_mul(100))
+    }
+
     /// The LID to send from on `port`, what a peer addresses this side by: on InfiniBand the
     /// port's base LID, which the subnet manager assigns; on Ethernet (RoCE, iWARP) 0, as
     /// routes there carry GIDs ([`Context::source_gid`]).

@@ -72,6 +72,8 @@ c_enum! {
         GID_CHANGE = sys::IBV_EVENT_GID_CHANGE => "GID change",
         /// `IBV_EVENT_WQ_FATAL`
         WQ_FATAL = sys::IBV_EVENT_WQ_FATAL => "WQ fatal error",
+        /// `IBV_EVENT_DEVICE_SPEED_CHANGE` (rdma-core v62)
+        DEVICE_SPEED_CHANGE = sys::IBV_EVENT_DEVICE_SPEED_CHANGE => "device speed change",
     }
 }
 
@@ -150,6 +152,10 @@ pub enum AsyncEvent {
     ClientReregister(u8),
     /// `IBV_EVENT_DEVICE_FATAL`: the device is unusable; close every object and the context.
     DeviceFatal,
+    /// `IBV_EVENT_DEVICE_SPEED_CHANGE` (rdma-core v62): the speed of one or more ports
+    /// changed (configuration, link state, a bond's member); read it again with
+    /// [`Context::query_port_speed`].
+    DeviceSpeedChange,
     /// A type this build does not decode: newer than its headers, or `IBV_EVENT_WQ_FATAL`
     /// (work queues are not wrapped).
     Unknown(AsyncEventType),
@@ -198,6 +204,7 @@ impl AsyncEvent {
             AsyncEventType::GID_CHANGE => AsyncEvent::GidChange(port()),
             AsyncEventType::CLIENT_REREGISTER => AsyncEvent::ClientReregister(port()),
             AsyncEventType::DEVICE_FATAL => AsyncEvent::DeviceFatal,
+            AsyncEventType::DEVICE_SPEED_CHANGE => AsyncEvent::DeviceSpeedChange,
             other => AsyncEvent::Unknown(other),
         }
     }
@@ -224,6 +231,7 @@ impl AsyncEvent {
             AsyncEvent::GidChange(_) => AsyncEventType::GID_CHANGE,
             AsyncEvent::ClientReregister(_) => AsyncEventType::CLIENT_REREGISTER,
             AsyncEvent::DeviceFatal => AsyncEventType::DEVICE_FATAL,
+            AsyncEvent::DeviceSpeedChange => AsyncEventType::DEVICE_SPEED_CHANGE,
             AsyncEvent::Unknown(kind) => *kind,
         }
     }
@@ -253,7 +261,9 @@ impl std::fmt::Display for AsyncEvent {
             | AsyncEvent::SmChange(port)
             | AsyncEvent::GidChange(port)
             | AsyncEvent::ClientReregister(port) => write!(f, "{kind} on port {port}"),
-            AsyncEvent::DeviceFatal | AsyncEvent::Unknown(_) => write!(f, "{kind}"),
+            AsyncEvent::DeviceFatal | AsyncEvent::DeviceSpeedChange | AsyncEvent::Unknown(_) => {
+                write!(f, "{kind}")
+            }
         }
     }
 }

@@ -29,8 +29,10 @@ fn main() {
         .allowlist_var("IBV_.*|IB_UVERBS_.*|MLX5DV_.*|RDMA_.*");
     let types = generate(types);
     // DC (src/mlx5.rs, the safe crate's `mlx5` feature) needs DCI streams, new in v37's mlx5dv.h.
-    let dci_streams = types.to_string().contains("pub struct mlx5dv_dci_streams_caps");
-    write(types, &out.join("bindings.rs"));
+    let types = types.to_string();
+    let dci_streams = types.contains("pub struct mlx5dv_dci_streams_caps");
+    std::fs::write(out.join("bindings.rs"), types.clone() + &missing_constants(&types))
+        .unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
 
     // Declarations only, never called: they let the loader check its hand-written function
     // pointer types against the system's prototypes at compile time.
@@ -123,7 +125,7 @@ fn builder(include_dirs: &[PathBuf], found: &Arc<Mutex<Vec<String>>>) -> bindgen
 /// Prototypes of optional functions that older headers lack, declared by this crate (as the
 /// newer headers declare them) so that the loader's table has the same fields whatever the
 /// headers: the running library decides at run time whether the symbol is there.
-const OWN_PROTOTYPES: [(&str, &str, &str); 2] = [
+const OWN_PROTOTYPES: [(&str, &str, &str); 3] = [
     (
         "ibv_reg_dmabuf_mr",
         "rdma-core v34",
@@ -136,18 +138,49 @@ const OWN_PROTOTYPES: [(&str, &str, &str); 2] = [
         "rdma-core v35",
         "pub fn ibv_is_fork_initialized() -> ::std::ffi::c_uint;",
     ),
+    (
+        "ibv_query_port_speed",
+        "rdma-core v62",
+        "pub fn ibv_query_port_speed(context: *mut ibv_context, port_num: u32, \
+         port_speed: *mut u64) -> ::std::ffi::c_int;",
+    ),
 ];
+
+/// Values of C enums that older headers lack, declared by this crate with the number the
+/// newer headers give them (an enum's values are never renumbered: they are kernel ABI).
+const OWN_CONSTANTS: [(&str, &str, &str); 1] = [(
+    "IBV_EVENT_DEVICE_SPEED_CHANGE",
+    "rdma-core v62",
+    "pub const IBV_EVENT_DEVICE_SPEED_CHANGE: ibv_event_type = 20;",
+)];
 
 /// The declarations of [`OWN_PROTOTYPES`] that `decls` (bindgen's output) lacks.
 fn missing_prototypes(decls: &str) -> String {
     let mut own = String::new();
     for (name, since, prototype) in OWN_PROTOTYPES {
         if !decls.contains(&format!("pub fn {name}(")) {
-            own += &format!("// Not in these headers (new in {since}): declared by build.rs.\n");
+            own += &own_note(since);
             own += &format!("unsafe extern \"C\" {{\n    {prototype}\n}}\n");
         }
     }
     own
+}
+
+/// The constants of [`OWN_CONSTANTS`] that `types` (bindgen's output) lacks.
+fn missing_constants(types: &str) -> String {
+    let mut own = String::new();
+    for (name, since, constant) in OWN_CONSTANTS {
+        if !types.contains(&format!("pub const {name}:")) {
+            own += &own_note(since);
+            own += constant;
+            own += "\n";
+        }
+    }
+    own
+}
+
+fn own_note(since: &str) -> String {
+    format!("// Not in these headers (new in {since}): declared by build.rs.\n")
 }
 
 fn generate(builder: bindgen::Builder) -> bindgen::Bindings {
@@ -160,12 +193,6 @@ fn generate(builder: bindgen::Builder) -> bindgen::Bindings {
         Ok(Err(e)) => fail(&format!("bindgen could not parse the rdma-core headers ({e})")),
         Err(_) => fail("bindgen could not load libclang"),
     }
-}
-
-fn write(bindings: bindgen::Bindings, path: &Path) {
-    bindings
-        .write_to_file(path)
-        .unwrap_or_else(|e| fail(&format!("writing {}: {e}", path.display())));
 }
 
 /// Records which of the wrapper's optional headers clang actually included.

@@ -6,11 +6,11 @@
 //! one they would only skip, so this crate is kept out of the host tier: the workspace's
 //! `default-members` leave it out (a plain `cargo test` does not build it), and
 //! `scripts/test` runs the host tier with `--exclude rdma-verbs-device-tests`, then builds the
-//! programs these tests run (rdma-verbs' examples, the perftest tools, objstore; located by
+//! programs these tests run (rdma-verbs' examples, the perftest tools, s3rdma; located by
 //! `rdma_verbs_test_support::programs`) and runs this crate's test binary in the guest:
 //!
 //! ```text
-//! cargo build --all-features -p rdma-verbs -p rdma-verbs-perftest -p rdma-verbs-objstore --examples --bins
+//! cargo build --all-features -p rdma-verbs -p rdma-verbs-perftest -p rdma-verbs-s3rdma --examples --bins
 //! cargo test -p rdma-verbs-device-tests --all-features --test device --no-run
 //! scripts/rdma-vm target/debug/deps/device-<hash> --test-threads=1 device::bandwidth
 //! ```

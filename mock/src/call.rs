@@ -23,6 +23,8 @@ pub enum Verb {
     QueryGid,
     /// `_ibv_query_gid_ex`
     QueryGidEx,
+    /// `ibv_query_port_speed`
+    QueryPortSpeed,
     /// `ibv_alloc_pd`
     AllocPd,
     /// `ibv_dealloc_pd`
@@ -143,6 +145,11 @@ pub enum Call {
         flags: u32,
         /// The entry size the caller passed.
         entry_size: usize,
+    },
+    /// `ibv_query_port_speed`
+    QueryPortSpeed {
+        /// The port.
+        port: u32,
     },
     /// `ibv_alloc_pd`
     AllocPd,

@@ -59,6 +59,10 @@ pub fn port_attr() -> ibv_port_attr {
     }
 }
 
+/// What `ibv_query_port_speed` answers for port 1, in units of 100 Mb/s: 2.5 Gb/s, the
+/// 1X SDR link [`port_attr`] reports (rxe reports the same).
+pub const PORT_SPEED: u64 = 25;
+
 /// Port 1's GID table: the link-local and an IPv4-mapped address as RoCE v1 and v2, then
 /// two empty entries (all-zero GID).
 const GIDS: [(&str, ibv_gid_type); 6] = [

@@ -104,7 +104,7 @@ use rdma_verbs_sys::bindings::*;
 use rdma_verbs_sys::loader::{Ibverbs, IbverbsFns};
 
 pub use call::{Call, QpAttr, Verb};
-pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID};
+pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID, PORT_SPEED};
 pub use exec::GRH_LEN;
 pub use extended::CORE_CLOCK_KHZ;
 pub use rule::{Queue, Rule, Violation};
@@ -124,18 +124,26 @@ pub struct Optional {
     pub reg_dmabuf_mr: bool,
     /// `ibv_qp_to_qp_ex` (rdma-core v24+).
     pub qp_to_qp_ex: bool,
+    /// `ibv_query_port_speed` (rdma-core v62+).
+    pub query_port_speed: bool,
 }
 
 impl Optional {
     /// Every optional symbol: a current rdma-core.
-    pub const ALL: Optional =
-        Optional { reg_mr_iova2: true, query_gid_ex: true, reg_dmabuf_mr: true, qp_to_qp_ex: true };
+    pub const ALL: Optional = Optional {
+        reg_mr_iova2: true,
+        query_gid_ex: true,
+        reg_dmabuf_mr: true,
+        qp_to_qp_ex: true,
+        query_port_speed: true,
+    };
     /// None: an rdma-core older than v24.
     pub const NONE: Optional = Optional {
         reg_mr_iova2: false,
         query_gid_ex: false,
         reg_dmabuf_mr: false,
         qp_to_qp_ex: false,
+        query_port_speed: false,
     };
 }
 
@@ -176,6 +184,7 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         _ibv_query_gid_ex: optional.query_gid_ex.then_some(verbs::_ibv_query_gid_ex),
         ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
         ibv_qp_to_qp_ex: optional.qp_to_qp_ex.then_some(extended::ibv_qp_to_qp_ex),
+        ibv_query_port_speed: optional.query_port_speed.then_some(verbs::ibv_query_port_speed),
     }
 }
 
@@ -183,11 +192,12 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 16] = [const { OnceLock::new() }; 16];
+    static LIBRARIES: [OnceLock<Ibverbs>; 32] = [const { OnceLock::new() }; 32];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
         | usize::from(optional.reg_dmabuf_mr) << 2
-        | usize::from(optional.qp_to_qp_ex) << 3;
+        | usize::from(optional.qp_to_qp_ex) << 3
+        | usize::from(optional.query_port_speed) << 4;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.

@@ -20,6 +20,10 @@
 //! - [`configure`]: what this thread's mock device is ([`DeviceConfig`]).
 //! - A DCI's `ibv_qp_ex` and `mlx5dv_qp_ex` members record each builder call
 //!   ([`Mlx5Call`]), so tests see the order and arguments of a posted work request.
+//! - RDMA WRITE and READ of a DCI are carried out at `wr_complete` when their DCT is a live
+//!   DCT of this mock in RTR (see the `exec` notes): the data moves between the MRs' CPU
+//!   ranges, and the completion goes to the DCI's send CQ. SENDs, and WRs to a DCT that is
+//!   not this mock's, are recorded only, never executed.
 //!
 //! Calls are recorded in the thread's [`Mock`](super::Mock) log as [`Call::Mlx5`] (those of
 //! the libibverbs verbs as the base mock records them); failures are injected with
@@ -41,6 +45,8 @@ use super::call::{Call, QpAttr, Verb};
 use super::state::{serve, Kind};
 use super::verbs::{or_null, status};
 use super::{ah, qp, Optional};
+
+mod exec;
 
 /// What a mock libmlx5 reports as its path.
 pub const LIBRARY_PATH: &str = "mock/libmlx5.so.1";
@@ -81,6 +87,9 @@ pub struct DeviceConfig {
     /// Whether a DCI may go back to RESET from any state (mainline kernels); `false`
     /// refuses it (`EINVAL`) from every state but RESET, as older kernels do.
     pub dci_reset: bool,
+    /// Whether a DCI made with `IBV_QP_EX_WITH_RDMA_READ` gets its `wr_rdma_read` member;
+    /// `false` leaves it NULL, as a provider without the builder would.
+    pub dci_rdma_read: bool,
 }
 
 impl Default for DeviceConfig {
@@ -93,6 +102,7 @@ impl Default for DeviceConfig {
             dc: true,
             link_layer: IBV_LINK_LAYER_ETHERNET,
             dci_reset: true,
+            dci_rdma_read: true,
         }
     }
 }
@@ -194,6 +204,17 @@ pub enum Mlx5Call {
         /// The DCI stream.
         stream_id: u16,
     },
+    /// `wr_rdma_read`, with the `wr_id` and `wr_flags` fields as they were then.
+    WrRdmaRead {
+        /// `qp_ex->wr_id`.
+        wr_id: u64,
+        /// `qp_ex->wr_flags`.
+        wr_flags: u32,
+        /// The remote key.
+        rkey: u32,
+        /// The remote address.
+        remote_addr: u64,
+    },
     /// `wr_set_sge`
     WrSetSge {
         /// The local key.
@@ -224,6 +245,14 @@ struct DcQp {
     send_ops: bool,
     /// log₂ of its concurrent DCI streams, when created with streams.
     log_streams: Option<u8>,
+    /// A DCT's access key.
+    key: u64,
+    /// A DCT's `qp_access_flags`, from its INIT transition.
+    access: u32,
+    /// A DCI's `sq_sig_all`.
+    sig_all: bool,
+    /// A DCI's work requests of the open batch (`wr_start` to `wr_complete`).
+    batch: Vec<exec::DcWork>,
 }
 
 thread_local! {
@@ -481,6 +510,10 @@ unsafe extern "C" fn mlx5dv_create_qp(
         dc_type: dv.dc_init_attr.dc_type,
         send_ops,
         log_streams: (!dct && streams).then_some(s.log_num_concurent),
+        key,
+        access: 0,
+        sig_all: attr.sq_sig_all != 0,
+        batch: Vec::new(),
     });
     if !dct && send_ops {
         let ops = attr.send_ops_flags;
@@ -492,6 +525,8 @@ unsafe extern "C" fn mlx5dv_create_qp(
         q.wr_send = (ops & u64::from(IBV_QP_EX_WITH_SEND) != 0).then_some(wr_send);
         q.wr_rdma_write =
             (ops & u64::from(IBV_QP_EX_WITH_RDMA_WRITE) != 0).then_some(wr_rdma_write);
+        let read = ops & u64::from(IBV_QP_EX_WITH_RDMA_READ) != 0 && config().dci_rdma_read;
+        q.wr_rdma_read = read.then_some(wr_rdma_read);
         qp.dv.wr_set_dc_addr = Some(wr_set_dc_addr);
         qp.dv.wr_set_dc_addr_stream = streams.then_some(wr_set_dc_addr_stream);
     }
@@ -603,6 +638,12 @@ unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
             if dc.dc_type == MLX5DV_DCTYPE_DCT && target == IBV_QPS_RTR {
                 base.qp_num = 0x300 + id;
             }
+            if dc.dc_type == MLX5DV_DCTYPE_DCT && target == IBV_QPS_INIT {
+                dc.access = attr.qp_access_flags;
+            }
+            if target == IBV_QPS_RESET {
+                dc.batch.clear();
+            }
             base.state = target;
             Ok(())
         })
@@ -694,53 +735,71 @@ unsafe fn wr_fields(qp: *mut ibv_qp_ex) -> (u64, u32) {
     unsafe { ((*qp).wr_id, (*qp).wr_flags) }
 }
 
-unsafe extern "C" fn wr_start(_qp: *mut ibv_qp_ex) {
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
     record(Mlx5Call::WrStart);
+    exec::batch(qp, |batch| batch.clear());
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
     // SAFETY: called by the builders on a live mock DCI.
     let (wr_id, wr_flags) = unsafe { wr_fields(qp) };
     record(Mlx5Call::WrSend { wr_id, wr_flags });
+    exec::begin_wr(qp, wr_id, wr_flags, exec::DcOp::Send);
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: called by the builders on a live mock DCI.
     let (wr_id, wr_flags) = unsafe { wr_fields(qp) };
     record(Mlx5Call::WrRdmaWrite { wr_id, wr_flags, rkey, remote_addr });
+    exec::begin_wr(qp, wr_id, wr_flags, exec::DcOp::Write { rkey, remote_addr });
 }
 
-unsafe extern "C" fn wr_set_sge(_qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: called by the builders on a live mock DCI.
+    let (wr_id, wr_flags) = unsafe { wr_fields(qp) };
+    record(Mlx5Call::WrRdmaRead { wr_id, wr_flags, rkey, remote_addr });
+    exec::begin_wr(qp, wr_id, wr_flags, exec::DcOp::Read { rkey, remote_addr });
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     record(Mlx5Call::WrSetSge { lkey, addr, length });
+    exec::last_wr(qp, |w| w.sge = Some(ibv_sge { addr, length, lkey }));
 }
 
-unsafe extern "C" fn wr_complete(_qp: *mut ibv_qp_ex) -> c_int {
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     let result =
         serve(|s| s.begin(Call::Mlx5(Mlx5Call::WrComplete), Verb::Mlx5(Mlx5Verb::WrComplete)));
+    match result {
+        Ok(()) => exec::execute(qp),
+        Err(_) => exec::batch(qp, |batch| batch.clear()),
+    }
     status(result)
 }
 
-unsafe extern "C" fn wr_abort(_qp: *mut ibv_qp_ex) {
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
     record(Mlx5Call::WrAbort);
+    exec::batch(qp, |batch| batch.clear());
 }
 
 unsafe extern "C" fn wr_set_dc_addr(
-    _mqp: *mut mlx5dv_qp_ex,
+    mqp: *mut mlx5dv_qp_ex,
     ah: *mut ibv_ah,
     remote_dctn: u32,
     remote_dc_key: u64,
 ) {
     record(Mlx5Call::WrSetDcAddr { ah: ah as usize, remote_dctn, remote_dc_key });
+    exec::last_wr(exec::qp_of(mqp), |w| w.dest = Some((remote_dctn, remote_dc_key)));
 }
 
 unsafe extern "C" fn wr_set_dc_addr_stream(
-    _mqp: *mut mlx5dv_qp_ex,
+    mqp: *mut mlx5dv_qp_ex,
     ah: *mut ibv_ah,
     remote_dctn: u32,
     remote_dc_key: u64,
     stream_id: u16,
 ) {
     record(Mlx5Call::WrSetDcAddrStream { ah: ah as usize, remote_dctn, remote_dc_key, stream_id });
+    exec::last_wr(exec::qp_of(mqp), |w| w.dest = Some((remote_dctn, remote_dc_key)));
 }
 
 #[cfg(test)]

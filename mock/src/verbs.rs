@@ -265,6 +265,32 @@ pub(super) unsafe extern "C" fn _ibv_query_gid_ex(
     }
 }
 
+/// `ibv_query_port_speed`: [`PORT_SPEED`](crate::PORT_SPEED) for port 1; 0 or the errno,
+/// as its man page says.
+///
+/// # Safety
+///
+/// `port_speed` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_port_speed(
+    context: *mut ibv_context,
+    port_num: u32,
+    port_speed: *mut u64,
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryPortSpeed { port: port_num }, Verb::QueryPortSpeed)?;
+        s.expect(context, Kind::Context)?;
+        check_port(port_num)
+    });
+    match result {
+        Ok(()) => {
+            // SAFETY: the caller made `port_speed` writable.
+            unsafe { port_speed.write(crate::PORT_SPEED) };
+            0
+        }
+        Err(errno) => errno,
+    }
+}
+
 /// `ibv_alloc_pd`.
 pub(super) extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     or_null(serve(|s| {

@@ -10,6 +10,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
 
 use crate::body::{blocking, io_error, receive, Expected};
+use crate::cuobj;
 use crate::layout::Layout;
 use crate::list::{list, ListQuery, Listed};
 use crate::locks::KeyLocks;
@@ -41,6 +42,8 @@ struct Inner {
     layout: Layout,
     locks: KeyLocks,
     limits: SizeLimits,
+    /// The DC initiators of cuObject's `x-amz-rdma-token`, once given.
+    dc: std::sync::OnceLock<crate::cuobj::Initiators>,
 }
 
 /// A multipart upload's own record: what the completed object is stored as.
@@ -66,7 +69,14 @@ impl Store {
         let layout = Layout::new(root);
         std::fs::create_dir_all(layout.uploads())?;
         Ok((
-            Self { inner: Arc::new(Inner { layout, locks: KeyLocks::default(), limits }) },
+            Self {
+                inner: Arc::new(Inner {
+                    layout,
+                    locks: KeyLocks::default(),
+                    limits,
+                    dc: Default::default(),
+                }),
+            },
             removed,
         ))
     }
@@ -87,6 +97,13 @@ impl Store {
         }
         buckets.sort();
         Ok(buckets)
+    }
+
+    /// Moves the payloads of requests with `x-amz-rdma-token` through `initiators` (see
+    /// [`cuobj`](crate::cuobj)); without them such requests are declined. Only the first
+    /// call takes effect.
+    pub fn serve_cuobj(&self, initiators: crate::cuobj::Initiators) {
+        let _ = self.inner.dc.set(initiators);
     }
 
     fn layout(&self) -> &Layout {
@@ -169,6 +186,15 @@ fn read_error(e: ReadError, name: &str) -> S3Error {
     }
 }
 
+/// `response` with the success headers of cuObject's RDMA path when its `size` bytes came
+/// over RDMA.
+fn rdma_reply<T>(mut response: S3Response<T>, size: Option<u64>) -> S3Response<T> {
+    if let Some(size) = size {
+        response.headers = cuobj::success(200, size);
+    }
+    response
+}
+
 /// The data and metadata files of part `number` in the upload directory `dir`.
 fn part_paths(dir: &Path, number: i32) -> (PathBuf, PathBuf) {
     (dir.join(format!("part-{number:05}")), dir.join(format!("part-{number:05}.meta")))
@@ -215,6 +241,21 @@ macro_rules! expected_body {
             headers: &$req.headers,
             trailers: $req.trailing_headers.as_ref(),
         }
+    };
+}
+
+/// The body of the upload `input` of `req` (PutObject, UploadPart): its own, or the client's
+/// window over RDMA when `req` carries `x-amz-rdma-token` (see [`cuobj`]).
+macro_rules! upload_body {
+    ($store:ident, $input:ident, $req:ident) => {
+        cuobj::upload_body(
+            $store.inner.dc.get(),
+            &$req.headers,
+            &$req.uri,
+            $input.body,
+            $input.content_length,
+        )
+        .await?
     };
 }
 
@@ -326,9 +367,10 @@ impl S3 for Store {
         self.bucket_exists(&input.bucket).await?;
         let (data, meta_path) = self.layout().object(&input.bucket, &input.key)?;
         let dir = data.parent().map(Path::to_path_buf).unwrap_or_default();
-        let expected = expected_body!(input, req);
+        let upload = upload_body!(self, input, req);
+        let expected = Expected { length: upload.length, ..expected_body!(input, req) };
         let (temp, mut meta) =
-            receive(input.body, dir, self.inner.limits.max_object, expected).await?;
+            receive(upload.body, dir, self.inner.limits.max_object, expected).await?;
         meta.content_type = input.content_type;
         meta.user = input.metadata.unwrap_or_default().into_iter().collect();
         let store = self.clone();
@@ -339,7 +381,7 @@ impl S3 for Store {
             ..Default::default()
         };
         blocking(move || publish(&store.inner.locks, temp, &data, &meta, &meta_path)).await?;
-        Ok(S3Response::new(output))
+        Ok(rdma_reply(S3Response::new(output), upload.rdma))
     }
 
     async fn get_object(
@@ -362,6 +404,34 @@ impl S3 for Store {
             })?,
         };
         let name = format!("{}/{}", input.bucket, input.key);
+        let full = input.range.is_none();
+        let whole_checksum = full && input.checksum_mode.is_some();
+        let content_range = (!full).then(|| {
+            format!("bytes {}-{}/{}", range.start, range.end.saturating_sub(1), meta.size)
+        });
+        let len = range.end - range.start;
+        let declined = match cuobj::get_path(self.inner.dc.get(), &req.headers, &req.uri, len)? {
+            cuobj::GetPath::Body(headers) => headers,
+            cuobj::GetPath::Rdma(peer) => {
+                let pool = self.inner.dc.get().expect("a GET goes over RDMA only with a pool");
+                let stream = object.stream(range.clone(), name.clone());
+                let error = |e: std::io::Error| match e.kind() {
+                    std::io::ErrorKind::InvalidData => {
+                        read_error(ReadError::Corrupt(e.to_string()), &name)
+                    }
+                    _ => io_error(e),
+                };
+                let sent = cuobj::send(pool, peer, stream, error).await?;
+                let status = if full { 200 } else { 206 };
+                let output = object_output!(GetObjectOutput, meta, whole_checksum, {
+                    content_length: Some(0),
+                    content_range: content_range,
+                });
+                let mut response = S3Response::new(output);
+                response.headers = cuobj::success(status, sent);
+                return Ok(response);
+            }
+        };
         let mut stream = Box::pin(object.stream(range.clone(), name.clone()));
         // The first block is read and verified before answering, so that a corrupt object gets
         // an error status; a later block that fails cuts the response short.
@@ -375,16 +445,14 @@ impl S3 for Store {
         };
         let body = futures::stream::iter(first)
             .chain(stream.map(|r| r.inspect_err(|e| eprintln!("s3rdma: GET cut short: {e}"))));
-        let full = input.range.is_none();
-        let whole_checksum = full && input.checksum_mode.is_some();
         let output = object_output!(GetObjectOutput, meta, whole_checksum, {
             body: Some(StreamingBlob::wrap(body)),
-            content_length: Some((range.end - range.start) as i64),
-            content_range: (!full).then(|| {
-                format!("bytes {}-{}/{}", range.start, range.end.saturating_sub(1), meta.size)
-            }),
+            content_length: Some(len as i64),
+            content_range: content_range,
         });
-        Ok(S3Response::new(output))
+        let mut response = S3Response::new(output);
+        response.headers = declined;
+        Ok(response)
     }
 
     async fn head_object(
@@ -550,14 +618,16 @@ impl S3 for Store {
             return Err(s3_error!(InvalidArgument, "a part number is from 1 to 10000"));
         }
         let (dir, _) = self.read_upload(&input.upload_id, &input.bucket, &input.key).await?;
-        let expected = expected_body!(input, req);
+        let upload = upload_body!(self, input, req);
+        let expected = Expected { length: upload.length, ..expected_body!(input, req) };
         let (temp, meta) =
-            receive(input.body, dir.clone(), self.inner.limits.max_part, expected).await?;
+            receive(upload.body, dir.clone(), self.inner.limits.max_part, expected).await?;
         let e_tag = etag(&meta);
         let (data, meta_path) = part_paths(&dir, input.part_number);
         let store = self.clone();
         blocking(move || publish(&store.inner.locks, temp, &data, &meta, &meta_path)).await?;
-        Ok(S3Response::new(UploadPartOutput { e_tag: Some(e_tag), ..Default::default() }))
+        let output = UploadPartOutput { e_tag: Some(e_tag), ..Default::default() };
+        Ok(rdma_reply(S3Response::new(output), upload.rdma))
     }
 
     async fn complete_multipart_upload(

@@ -56,6 +56,8 @@ pub async fn receive(
         let chunk = chunk.map_err(|e| {
             if e.downcast_ref::<BodyTimeout>().is_some() {
                 s3_error!(RequestTimeout, "{e}")
+            } else if e.downcast_ref::<crate::cuobj::TransferError>().is_some() {
+                s3_error!(InternalError, "{e}")
             } else {
                 s3_error!(IncompleteBody, "the request body ended early: {e}")
             }

@@ -4,7 +4,9 @@
 //! Signature Version 4 signatures) from a directory, typically a mounted parallel file
 //! system: every object is a plain file at `ROOT/BUCKET/KEY`. With an RDMA device it also
 //! moves object payloads over RC queue pairs ([`hipobj`]: AMD hipObject's `hipobj-rc-v2`),
-//! whose client is [`hipobj::client::Client`] and `s3rdma get` / `s3rdma put --rdma`.
+//! whose client is [`hipobj::client::Client`] and `s3rdma get` / `s3rdma put --rdma`, and,
+//! on an NVIDIA ConnectX, over DC for requests that carry cuObject's `x-amz-rdma-token`
+//! ([`cuobj`], whose client is [`cuobj::client::Client`]).
 //!
 //! # Running it
 //!
@@ -17,6 +19,15 @@
 //! `--credentials` the server reads `S3RDMA_ACCESS_KEY_ID` and `S3RDMA_SECRET_ACCESS_KEY`,
 //! and refuses to start without either. Any S3 client then works with path-style addressing
 //! against `http://HOST:9000`, e.g. `aws --endpoint-url http://HOST:9000 s3 ls`.
+//!
+//! The binary is a client too, of this server or of any S3 server that takes path-style
+//! requests (`--endpoint http(s)://HOST:PORT`, the same credentials as `serve`, `--ca-cert`
+//! for a private CA): `s3rdma ls [BUCKET[/PREFIX]]`, `mb BUCKET`, `put FILE BUCKET/KEY`,
+//! `get [--range FIRST-LAST] BUCKET/KEY FILE`, `rm BUCKET/KEY` and `bench BUCKET[/PREFIX]`
+//! (PUT then GET of `--count` objects of `--size` bytes; MiB/s and operations/s of each).
+//! `get --rdma` and `put --rdma` move the bytes over `hipobj-rc-v2` (over plain S3 when the
+//! server declines it); `bench` does when the client has an RDMA device and the server serves
+//! it.
 //!
 //! # Operations
 //!
@@ -71,8 +82,18 @@
 //! Every request must be signed with AWS Signature Version 4, in the `Authorization` header
 //! or as a presigned URL, with one of the configured access keys; unsigned and wrongly signed
 //! requests get `403`. Every key may do everything; `hipobj-rc-v2` sessions belong to the key
-//! that prepared them (see [`hipobj`]). The server speaks plain HTTP: signatures
-//! protect requests from being altered, not from being read, so run it on a trusted network.
+//! that prepared them (see [`hipobj`]); an `x-amz-rdma-token` must be a signed header, and
+//! gives the server its client's window only (see [`cuobj`]).
+//!
+//! The server speaks plain HTTP unless given a certificate: signatures protect requests from
+//! being altered, not from being read, so without TLS run it on a trusted network. With
+//! `--tls-cert CERT.pem --tls-key KEY.pem` (the chain, the server's certificate first, and
+//! its PKCS#8, PKCS#1 or SEC1 key) it serves HTTPS only, TLS 1.2 and 1.3 through rustls with
+//! the *ring* provider ([`serve_tls`], [`tls_server_config`]). The connection bound counts a
+//! connection from its accept, and its handshake must end within the header timeout. TLS
+//! protects the requests and the object bytes sent over HTTP; the bytes `hipobj-rc-v2` moves
+//! over RDMA are not encrypted (RC queue pairs have no encryption), only the control requests
+//! that set the transfer up are.
 //!
 //! # Limits
 //!
@@ -87,6 +108,7 @@
 mod backend;
 mod body;
 mod credentials;
+pub mod cuobj;
 pub mod hipobj;
 mod layout;
 mod list;
@@ -94,11 +116,13 @@ mod locks;
 mod meta;
 mod read;
 mod server;
+mod tls;
 mod write;
 
 pub use backend::{SizeLimits, Store};
 pub use credentials::{Credentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
-pub use server::{serve, BodyTimeout, Limits};
+pub use server::{serve, serve_tls, BodyTimeout, Limits};
+pub use tls::tls_server_config;
 
 /// The S3 service of `store`, accepting requests signed with any of `keys`, with the
 /// `hipobj-rc-v2` routes of `rc` (see [`hipobj`]).

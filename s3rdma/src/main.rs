@@ -1,12 +1,15 @@
-//! `s3rdma serve`: the S3 server over a directory tree; `s3rdma get` / `put`: its client, over
-//! plain S3 or `hipobj-rc-v2` (`--rdma`). See the library's docs.
+//! `s3rdma serve`: the S3 server over a directory tree; `s3rdma ls`, `get`, `put`, `rm`, `mb`
+//! and `bench`: a client of it (over plain S3 or `hipobj-rc-v2`) or of any S3 server. See the
+//! library's docs.
+
+mod cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use s3rdma::hipobj::client::{Client, PART_SIZE};
+use s3rdma::cuobj::{DcConfig, Initiators};
 use s3rdma::hipobj::{Device, RcRoute, SessionLimits};
 use s3rdma::{Credentials, Limits, SizeLimits, Store};
 
@@ -21,10 +24,18 @@ struct Cli {
 enum Command {
     /// Serves the buckets under --root over HTTP, and hipobj-rc-v2 over RDMA.
     Serve(Serve),
+    /// Lists the buckets, or the objects of BUCKET[/PREFIX].
+    Ls(cli::list::Ls),
     /// Downloads BUCKET/KEY into FILE.
-    Get(Transfer),
+    Get(cli::transfer::Get),
     /// Uploads FILE as BUCKET/KEY.
-    Put(Transfer),
+    Put(cli::transfer::Put),
+    /// Deletes BUCKET/KEY.
+    Rm(cli::list::Rm),
+    /// Creates BUCKET.
+    Mb(cli::list::Mb),
+    /// Writes then reads COUNT objects of SIZE bytes; prints MiB/s and operations/s.
+    Bench(cli::bench::Bench),
 }
 
 /// The RDMA device (both sides).
@@ -39,25 +50,6 @@ struct Rdma {
 }
 
 #[derive(clap::Args)]
-struct Transfer {
-    /// The server, http://HOST:PORT.
-    #[arg(long, default_value = "http://127.0.0.1:9000")]
-    endpoint: String,
-    /// The credentials file (its first key signs), as for serve.
-    #[arg(long)]
-    credentials: Option<PathBuf>,
-    /// Moves the object's bytes over RDMA (hipobj-rc-v2) instead of in the HTTP body (put:
-    /// a file over 1 GiB as a multipart upload of 1 GiB parts).
-    #[arg(long)]
-    rdma: bool,
-    #[command(flatten)]
-    device: Rdma,
-    /// get: BUCKET/KEY FILE; put: FILE BUCKET/KEY.
-    #[arg(num_args = 2)]
-    paths: Vec<String>,
-}
-
-#[derive(clap::Args)]
 struct Serve {
     /// The directory whose subdirectories are the buckets.
     #[arg(long)]
@@ -69,6 +61,12 @@ struct Serve {
     /// environment's S3RDMA_ACCESS_KEY_ID and S3RDMA_SECRET_ACCESS_KEY.
     #[arg(long)]
     credentials: Option<PathBuf>,
+    /// A PEM file of the server's certificate chain (its certificate first): serves HTTPS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM file of the certificate's private key.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Connections served at once.
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
@@ -81,14 +79,15 @@ struct Serve {
     /// The buffer a request's line and headers must fit in, in bytes (at least 8192).
     #[arg(long, default_value_t = 64 << 10)]
     max_header_bytes: usize,
-    /// Seconds a request's headers may take to arrive.
+    /// Seconds a request's headers (over HTTPS: also the TLS handshake) may take to arrive.
     #[arg(long, default_value_t = 30)]
     header_timeout: u64,
     /// Seconds a request body may send nothing before the request fails.
     #[arg(long, default_value_t = 60)]
     body_timeout: u64,
     /// Serves hipobj-rc-v2 only if an RDMA device opens (without: plain S3, the RC routes
-    /// answer 501); "off" serves plain S3 only.
+    /// answer 501), and cuObject's x-amz-rdma-token if it has DC (without: declined with
+    /// x-amz-rdma-reply: 501); "off" serves plain S3 only.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     rdma: String,
     #[command(flatten)]
@@ -108,13 +107,24 @@ struct Serve {
     /// Milliseconds a session's data phase may take.
     #[arg(long, default_value_t = SessionLimits::default().exec_timeout.as_millis() as u64)]
     rdma_exec_timeout_ms: u64,
+    /// The DC access key of cuObject's x-amz-rdma-token clients' DCTs (0x and hex digits,
+    /// or decimal).
+    #[arg(long, default_value = "0xffeeddcc", value_parser = rdma_verbs::c_number::parse::<u64>)]
+    rdma_dc_key: u64,
+    /// DC initiators: x-amz-rdma-token transfers at once.
+    #[arg(long, default_value_t = DcConfig::default().initiators)]
+    rdma_dc_initiators: usize,
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Serve(args) => run(args),
-        Command::Get(args) => get(args),
-        Command::Put(args) => put(args),
+        Command::Ls(args) => cli::list::ls(args),
+        Command::Get(args) => cli::transfer::get(args),
+        Command::Put(args) => cli::transfer::put(args),
+        Command::Rm(args) => cli::list::rm(args),
+        Command::Mb(args) => cli::list::mb(args),
+        Command::Bench(args) => cli::bench::bench(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -136,6 +146,10 @@ fn run(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         max_header_bytes: args.max_header_bytes,
         header_timeout: Duration::from_secs(args.header_timeout),
         body_idle_timeout: Duration::from_secs(args.body_timeout),
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(s3rdma::tls_server_config(cert, key)?),
+        _ => None,
     };
     let (store, removed) = Store::open(args.root.clone(), sizes)?;
     let buckets = store.bucket_names()?;
@@ -162,16 +176,37 @@ fn run(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         exec_timeout: Duration::from_millis(args.rdma_exec_timeout_ms),
     };
     let rc = RcRoute::new(store.clone(), device, sessions);
+    if args.rdma != "off" {
+        let config = DcConfig {
+            key: args.rdma_dc_key,
+            initiators: args.rdma_dc_initiators,
+            ..DcConfig::default()
+        };
+        let (name, gid) = (args.device.rdma_device.as_deref(), args.device.rdma_gid_index);
+        match Initiators::open(name, gid, config) {
+            Ok(pool) => {
+                println!("s3rdma: cuObject x-amz-rdma-token (DC) with {pool:?}");
+                store.serve_cuobj(pool);
+            }
+            Err(e) => println!(
+                "s3rdma: no DC-capable device ({e}); x-amz-rdma-token requests are declined \
+                 (x-amz-rdma-reply: 501)"
+            ),
+        }
+    } else {
+        println!("s3rdma: --rdma off: plain S3 only; hipobj-rc-v2 and x-amz-rdma-token declined");
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         println!(
-            "s3rdma: serving {} ({} bucket(s){}) on http://{} for access key(s) {}",
+            "s3rdma: serving {} ({} bucket(s){}) on {}://{} for access key(s) {}",
             args.root.display(),
             buckets.len(),
             if removed > 0 { format!(", {removed} stale temporary file(s) removed") } else { String::new() },
+            if tls.is_some() { "https" } else { "http" },
             listener.local_addr()?,
             credentials.iter().map(|k| k.access_key_id.as_str()).collect::<Vec<_>>().join(", ")
         );
@@ -183,95 +218,13 @@ fn run(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         std::io::stdout().flush()?;
         let service = s3rdma::service(store, &credentials, rc);
         tokio::select! {
-            result = s3rdma::serve(listener, service, limits) => result.map_err(Into::into),
+            result = async {
+                match tls {
+                    Some(tls) => s3rdma::serve_tls(listener, service, limits, tls).await,
+                    None => s3rdma::serve(listener, service, limits).await,
+                }
+            } => result.map_err(Into::into),
             _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
-}
-
-/// `BUCKET/KEY` split at its first `/`.
-fn object(path: &str) -> Result<(&str, &str), String> {
-    path.split_once('/')
-        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-        .ok_or_else(|| format!("{path:?} is not BUCKET/KEY"))
-}
-
-fn client(args: &Transfer) -> Result<Client, Box<dyn std::error::Error>> {
-    let key = Credentials::load(args.credentials.as_deref())?.swap_remove(0);
-    Ok(Client::new(&args.endpoint, key)?)
-}
-
-fn device(args: &Transfer) -> Result<Device, Box<dyn std::error::Error>> {
-    Ok(Device::open(args.device.rdma_device.as_deref(), args.device.rdma_gid_index)?)
-}
-
-/// The S3 error of a plain request that failed.
-fn refused(what: &str, mut response: http::Response<ureq::Body>) -> Box<dyn std::error::Error> {
-    let body = response.body_mut().read_to_string().unwrap_or_default();
-    format!("{what} answered {}: {body}", response.status()).into()
-}
-
-fn get(args: Transfer) -> Result<(), Box<dyn std::error::Error>> {
-    let (bucket, key) = object(&args.paths[0])?;
-    let file = &args.paths[1];
-    let client = client(&args)?;
-    let head = client.object_url(rusty_s3::Method::Head, bucket, key);
-    let response = client.agent().head(head.as_str()).call()?;
-    if response.status() != 200 {
-        return Err(refused("HeadObject", response));
-    }
-    let size: u64 = response
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .ok_or("HeadObject's answer has no Content-Length")?;
-    if args.rdma && size == 0 {
-        // Nothing to move: RDMA transfers are of 1 byte or more.
-        std::fs::write(file, b"").map_err(|e| format!("cannot write {file}: {e}"))?;
-        println!("s3rdma: got 0 bytes (an empty object)");
-    } else if args.rdma {
-        let size = usize::try_from(size).map_err(|_| "the object does not fit in memory")?;
-        let (data, done) = client.get(&device(&args)?, bucket, key, 0, size)?;
-        std::fs::write(file, data).map_err(|e| format!("cannot write {file}: {e}"))?;
-        println!(
-            "s3rdma: got {} bytes over RDMA, ETag {}",
-            done.bytes,
-            done.etag.unwrap_or_default()
-        );
-    } else {
-        let url = client.object_url(rusty_s3::Method::Get, bucket, key);
-        let mut response = client.agent().get(url.as_str()).call()?;
-        if response.status() != 200 {
-            return Err(refused("GetObject", response));
-        }
-        let mut out =
-            std::fs::File::create(file).map_err(|e| format!("cannot create {file}: {e}"))?;
-        let copied = std::io::copy(&mut response.body_mut().as_reader(), &mut out)?;
-        println!("s3rdma: got {copied} bytes");
-    }
-    Ok(())
-}
-
-fn put(args: Transfer) -> Result<(), Box<dyn std::error::Error>> {
-    let file = &args.paths[0];
-    let (bucket, key) = object(&args.paths[1])?;
-    let client = client(&args)?;
-    let data = std::fs::read(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    if args.rdma {
-        let done = client.upload(&device(&args)?, (bucket, key), &data, PART_SIZE)?;
-        println!(
-            "s3rdma: put {} bytes over RDMA, ETag {}, {}",
-            done.bytes,
-            done.etag.unwrap_or_default(),
-            done.checksum.unwrap_or_default()
-        );
-    } else {
-        let url = client.object_url(rusty_s3::Method::Put, bucket, key);
-        let response = client.agent().put(url.as_str()).send(&data[..])?;
-        if response.status() != 200 {
-            return Err(refused("PutObject", response));
-        }
-        println!("s3rdma: put {} bytes", data.len());
-    }
-    Ok(())
 }

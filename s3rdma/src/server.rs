@@ -30,7 +30,8 @@ pub struct Limits {
     /// The buffer that must hold a request's line and headers, in bytes (at least 8192);
     /// larger headers get `431 Request Header Fields Too Large`.
     pub max_header_bytes: usize,
-    /// How long a request's headers may take to arrive.
+    /// How long a request's headers may take to arrive; over HTTPS, also how long the TLS
+    /// handshake may take.
     pub header_timeout: Duration,
     /// How long a request body may send nothing before the request fails (`RequestTimeout`)
     /// and its connection is closed.
@@ -82,30 +83,72 @@ impl Body for IdleTimeout {
     }
 }
 
-/// Serves `service` on `listener` until an accept fails.
+/// Serves `service` over HTTP on `listener` until an accept fails.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
     limits: Limits,
+) -> std::io::Result<()> {
+    serve_on(listener, service, limits, None).await
+}
+
+/// Serves `service` over HTTPS on `listener` until an accept fails, with `tls` (see
+/// [`tls_server_config`](crate::tls_server_config)). A connection counts against
+/// [`Limits::max_connections`] from its accept, and its TLS handshake must end within
+/// [`Limits::header_timeout`].
+pub async fn serve_tls(
+    listener: TcpListener,
+    service: S3Service,
+    limits: Limits,
+    tls: Arc<rustls::ServerConfig>,
+) -> std::io::Result<()> {
+    serve_on(listener, service, limits, Some(tokio_rustls::TlsAcceptor::from(tls))).await
+}
+
+async fn serve_on(
+    listener: TcpListener,
+    service: S3Service,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     loop {
         let permit = permits.clone().acquire_owned().await.map_err(std::io::Error::other)?;
         let (stream, peer) = listener.accept().await?;
         let service = service.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let handler =
-                hyper::service::service_fn(move |req| handle(service.clone(), limits, req));
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .max_buf_size(limits.max_header_bytes.max(8192))
-                .serve_connection(TokioIo::new(stream), handler);
-            if let Err(e) = connection.await {
-                log_connection_error(peer, &e);
+            match tls {
+                None => connection(stream, peer, service, limits).await,
+                Some(tls) => {
+                    match tokio::time::timeout(limits.header_timeout, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => connection(stream, peer, service, limits).await,
+                        Ok(Err(e)) => eprintln!("s3rdma: TLS handshake with {peer}: {e}"),
+                        Err(_) => eprintln!(
+                            "s3rdma: TLS handshake with {peer} took more than {:?}",
+                            limits.header_timeout
+                        ),
+                    }
+                }
             }
             drop(permit);
         });
+    }
+}
+
+/// Serves the requests of one connection (plain or TLS) until it closes.
+async fn connection<S>(stream: S, peer: SocketAddr, service: S3Service, limits: Limits)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let handler = hyper::service::service_fn(move |req| handle(service.clone(), limits, req));
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .serve_connection(TokioIo::new(stream), handler);
+    if let Err(e) = connection.await {
+        log_connection_error(peer, &e);
     }
 }
 

@@ -3,7 +3,8 @@
 # the AWS CLI and boto3 (pip-installed into a cached venv) against a running `s3rdma serve`.
 # Buckets, objects with `/` in their keys, listings (prefix, delimiter, pages), ranged GETs, a
 # multipart upload (`aws s3 cp` of a file above the multipart threshold), deletes, a presigned
-# URL, refused credentials, and a byte flipped on disk that GET must refuse to serve.
+# URL, refused credentials, a byte flipped on disk that GET must refuse to serve, and HTTPS
+# (with a certificate made by openssl).
 set -euo pipefail
 BIN=$(realpath "${1:?usage: aws_cli.sh S3RDMA-BINARY}")
 # The clients, pinned (a new release changes what is tested only when the pins move), in a venv
@@ -144,6 +145,22 @@ if s3 s3api get-object --bucket acceptance --key big/object.bin --range bytes=$(
 fi
 grep -q InternalError "$WORK/out" || { cat "$WORK/out"; fail "no InternalError for the flipped block"; }
 grep -q 'fail their stored CRC64NVME' "$WORK/server.log" || fail "the server did not log the corruption"
+
+echo "==> HTTPS (serve --tls-cert/--tls-key; the AWS CLI trusting its certificate)"
+mkdir "$WORK/tls-root"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=localhost \
+  -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2> /dev/null
+"$BIN" serve --root "$WORK/tls-root" --listen 127.0.0.1:0 --credentials "$WORK/creds.json" --rdma off \
+  --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" > "$WORK/tls.log" 2>&1 &
+TLS_SERVER=$!
+for _ in $(seq 100); do grep -q 'on https://' "$WORK/tls.log" && break; sleep 0.1; done
+TLS_ENDPOINT=$(sed -n 's|.* on \(https://[^ ]*\) .*|\1|p' "$WORK/tls.log")
+[ -n "$TLS_ENDPOINT" ] || { cat "$WORK/tls.log" >&2; kill "$TLS_SERVER"; fail "the HTTPS server did not start"; }
+tls_ok=0
+"${AWS[@]}" --endpoint-url "$TLS_ENDPOINT" --ca-bundle "$WORK/cert.pem" s3 mb s3://secure > /dev/null &&
+  "${AWS[@]}" --endpoint-url "$TLS_ENDPOINT" --ca-bundle "$WORK/cert.pem" s3 ls | grep -qw secure && tls_ok=1
+kill "$TLS_SERVER"
+[ $tls_ok = 1 ] || { cat "$WORK/tls.log" >&2; fail "the AWS CLI could not use the HTTPS server"; }
 
 echo "==> deletes"
 s3 s3 rm --quiet --recursive s3://acceptance

@@ -231,6 +231,8 @@ fn_table! {
         ibv_qp_to_qp_ex: fn(*mut ibv_qp) -> *mut ibv_qp_ex;
         /// `ibv_reg_dmabuf_mr@@IBVERBS_1.12` (rdma-core v34).
         ibv_reg_dmabuf_mr: fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
+        /// `ibv_query_port_speed@@IBVERBS_1.16` (rdma-core v62).
+        ibv_query_port_speed: fn(*mut ibv_context, u32, *mut u64) -> c_int;
     }
 }
 

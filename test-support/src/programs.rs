@@ -1,7 +1,7 @@
 //! Where the programs under test are built. A test binary lives in `target/<profile>/deps/`;
 //! the examples of rdma-verbs are built into `target/<profile>/examples/`, the workspace's
-//! binaries (the perftest tools of `rdma-verbs-perftest`, `objstore` of
-//! `rdma-verbs-objstore`) into `target/<profile>/`. A test of another package does not build
+//! binaries (the perftest tools of `rdma-verbs-perftest`, `s3rdma` of
+//! `rdma-verbs-s3rdma`) into `target/<profile>/`. A test of another package does not build
 //! them: the caller does (scripts/test's device tier).
 
 use std::path::PathBuf;
@@ -13,11 +13,11 @@ pub fn example(name: &str) -> PathBuf {
 }
 
 /// The path of the workspace binary `name`: a perftest tool (`write_bw`, `read_lat`, …) or
-/// `objstore`.
+/// `s3rdma`.
 pub fn binary(name: &str) -> PathBuf {
     built(
         &profile_dir().join(name),
-        "cargo build --all-features -p rdma-verbs-perftest -p rdma-verbs-objstore -p rdma-verbs-s3rdma",
+        "cargo build --all-features -p rdma-verbs-perftest -p rdma-verbs-s3rdma",
     )
 }
 

@@ -24,10 +24,11 @@ mod limits;
 mod loopback;
 mod memory;
 mod mtu;
-mod objstore;
 mod pair;
 mod rc_pingpong;
 mod s3rdma;
+mod s3rdma_large;
+mod s3rdma_pressure;
 mod service;
 #[cfg(feature = "rdmacm")]
 mod service_cm;

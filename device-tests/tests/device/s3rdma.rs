@@ -3,12 +3,12 @@
 //! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
 //! while the owner's session goes on; an empty object, which RDMA does not move; sessions
 //! limited per key and removed at the prepare deadline; a client's WRITE to another's staging
-//! region, which reaches nothing. Ports 19200–19209.
+//! region, which reaches nothing; `s3rdma bench` and a ranged `get --rdma`. Ports 19200–19209.
 //!
-//! Large transfers through the library's client (ports 19220–19229): PUT and GET of 64 and
-//! 192 MiB (GETs streamed through the server's ring, in ranges too) through one registered
-//! buffer; parts of a multipart upload over RDMA; a byte flipped on disk, which fails the
-//! GET over RDMA.
+//! cuObject's `x-amz-rdma-token` (DC): on rxe0, which has no DC, a token GET is served in the
+//! body with `x-amz-rdma-reply: 501` and a token PUT declined with nothing stored. The
+//! `hardware` test moves objects over DC on a ConnectX and is `#[ignore]`d (it says how to
+//! run it). Ports 19210–19219.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -21,14 +21,15 @@ use rdma_verbs::{
 use rdma_verbs_device_tests::{gid_index, require_device, RXE};
 use rdma_verbs_test_support::process::{output_within, spawn_server, text};
 use rdma_verbs_test_support::programs::binary;
-use s3rdma::hipobj::client::{Client, ClientError, Reply};
+use s3rdma::cuobj::Descriptor;
+use s3rdma::hipobj::client::{Client, Reply};
 use s3rdma::hipobj::{Device, Token};
 use s3rdma::Credentials;
 
-const LIMIT: Duration = Duration::from_secs(180);
-const BUCKET: &str = "bucket";
+pub(super) const LIMIT: Duration = Duration::from_secs(180);
+pub(super) const BUCKET: &str = "bucket";
 
-fn key(n: u8) -> Credentials {
+pub(super) fn key(n: u8) -> Credentials {
     Credentials { access_key_id: format!("key-{n}"), secret_access_key: format!("secret-{n}") }
 }
 
@@ -40,16 +41,21 @@ fn key_json(k: &Credentials) -> String {
 }
 
 /// `s3rdma serve` on rxe0 with keys 1 and 2 and a bucket, killed (and its root removed) on drop.
-struct Server {
+pub(super) struct Server {
     child: Option<Child>,
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     port: u16,
 }
 
 impl Server {
     /// A server on `port` with `args` when rxe0 is there (none: the test is skipped).
-    fn on_rxe(port: u16, args: &[&str]) -> Option<Server> {
+    pub(super) fn on_rxe(port: u16, args: &[&str]) -> Option<Server> {
         drop(require_device(RXE)?);
+        Some(Server::on(RXE, &gid_index(), port, args))
+    }
+
+    /// A server of `device` with GID `gid` on `port` with `args`.
+    fn on(device: &str, gid: &str, port: u16, args: &[&str]) -> Server {
         let dir = std::env::temp_dir().join(format!("s3rdma-test-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("root").join(BUCKET)).unwrap();
@@ -59,50 +65,49 @@ impl Server {
         )
         .unwrap();
         std::fs::write(dir.join("key1.json"), key_json(&key(1))).unwrap();
-        let mut cmd = s3rdma(&["serve", "--root", dir.join("root").to_str().unwrap()]);
-        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--credentials"])
+        let mut cmd = Command::new(binary("s3rdma"));
+        cmd.args(["serve", "--root", dir.join("root").to_str().unwrap()])
+            .args(["--rdma-device", device, "--rdma-gid-index", gid])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--credentials"])
             .arg(dir.join("keys.json"))
             .args(args);
         let child = spawn_server(cmd, port);
-        Some(Server { child: Some(child), dir, port })
+        Server { child: Some(child), dir, port }
+    }
+
+    pub(super) fn port(&self) -> u16 {
+        self.port
     }
 
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// `s3rdma ARGS` as key 1's client.
-    fn cli(&self, args: &[&str]) -> Output {
+    /// `s3rdma ARGS` as key 1's client, to run.
+    pub(super) fn cli_command(&self, args: &[&str]) -> Command {
         let mut cmd = s3rdma(args);
         cmd.args(["--endpoint", &self.endpoint(), "--credentials"]).arg(self.dir.join("key1.json"));
-        output_within(cmd, LIMIT)
+        cmd
     }
 
-    fn client(&self, n: u8) -> Client {
+    /// `s3rdma ARGS` as key 1's client, run.
+    pub(super) fn cli(&self, args: &[&str]) -> Output {
+        output_within(self.cli_command(args), LIMIT)
+    }
+
+    pub(super) fn client(&self, n: u8) -> Client {
         Client::new(&self.endpoint(), key(n)).unwrap()
     }
 
     /// The stored file of `key` in the bucket.
-    fn stored(&self, key: &str) -> PathBuf {
+    pub(super) fn stored(&self, key: &str) -> PathBuf {
         self.dir.join("root").join(BUCKET).join(key)
     }
 }
 
 /// rxe0 with the RoCE v2 GID, as the client's device.
-fn rxe_device() -> Device {
+pub(super) fn rxe_device() -> Device {
     Device::open(Some(RXE), Some(gid_index().parse().unwrap())).unwrap()
-}
-
-/// The data phase's deadline of the large transfers: the guest runs on an emulated CPU.
-const SLOW_EXEC: [&str; 2] = ["--rdma-exec-timeout-ms", "170000"];
-
-/// `got` is `want`, else the first offset where they differ.
-fn same_bytes(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: the length");
-    if got != want {
-        let first = got.iter().zip(want).position(|(g, w)| g != w);
-        panic!("{what}: differs from byte {first:?} on");
-    }
 }
 
 impl Drop for Server {
@@ -122,11 +127,11 @@ fn s3rdma(args: &[&str]) -> Command {
     cmd
 }
 
-fn data(len: usize, seed: u32) -> Vec<u8> {
+pub(super) fn data(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32).map(|i| (i ^ seed).wrapping_mul(0x9e37_79b9).rotate_left(11) as u8).collect()
 }
 
-fn succeeded(out: &Output, says: &str) {
+pub(super) fn succeeded(out: &Output, says: &str) {
     assert!(out.status.success(), "{}", text(out));
     assert!(String::from_utf8_lossy(&out.stdout).contains(says), "{}", text(out));
 }
@@ -166,6 +171,23 @@ fn puts_and_gets_of_4k_and_1m_over_rdma_are_byte_for_byte() {
 }
 
 #[test]
+fn bench_and_a_ranged_get_go_over_rdma() {
+    let Some(server) = Server::on_rxe(19207, &[]) else { return };
+    let bench = server.cli(&["bench", "--count", "2", "--size", "64K", BUCKET]);
+    succeeded(&bench, "PUT  rdma");
+    succeeded(&bench, "GET  rdma");
+    let bytes = data(300_000, 7);
+    let input = server.dir.join("ranged");
+    std::fs::write(&input, &bytes).unwrap();
+    let object = format!("{BUCKET}/ranged");
+    succeeded(&server.cli(&["put", input.to_str().unwrap(), &object]), "put 300000 bytes");
+    let output = server.dir.join("range-out");
+    let get = server.cli(&["get", "--rdma", "--range", "1000-", &object, output.to_str().unwrap()]);
+    succeeded(&get, "got 299000 bytes over RDMA");
+    assert!(std::fs::read(&output).unwrap() == bytes[1000..], "the range's copy differs");
+}
+
+#[test]
 fn an_empty_object_is_not_moved_over_rdma() {
     let Some(server) = Server::on_rxe(19202, &[]) else { return };
     let empty = server.dir.join("empty");
@@ -180,8 +202,24 @@ fn an_empty_object_is_not_moved_over_rdma() {
     assert_eq!(std::fs::read(&output).unwrap(), b"");
 }
 
-/// A PREPARE of a 4 KiB `op` on `target` (a zero token: the client's QP on the server's GID).
-fn prepare_reply(client: &Client, cookie: &str, (op, target): (&str, &str)) -> Reply {
+/// A PREPARE of a 4 KiB PUT (a zero token: the client's QP on the server's GID).
+fn prepare_reply(client: &Client, cookie: &str) -> Reply {
+    prepare_put(client, cookie, 4096)
+}
+
+/// A PREPARE of a PUT of `size` bytes to `bucket/k` (a zero token).
+pub(super) fn prepare_put(client: &Client, cookie: &str, size: u64) -> Reply {
+    prepare_of(client, cookie, ("PUT", &format!("/{BUCKET}/k")), size)
+}
+
+/// A PREPARE of `op` on `target` of `size` bytes (a zero token: the client's QP on the
+/// server's GID).
+pub(super) fn prepare_of(
+    client: &Client,
+    cookie: &str,
+    (op, target): (&str, &str),
+    size: u64,
+) -> Reply {
     client
         .post(
             "prepare",
@@ -192,15 +230,15 @@ fn prepare_reply(client: &Client, cookie: &str, (op, target): (&str, &str)) -> R
                 ("x-amz-rdma-cookie", cookie.into()),
                 ("x-amz-rdma-op", op.into()),
                 ("x-amz-rdma-target", target.into()),
-                ("x-amz-rdma-size", "4096".into()),
+                ("x-amz-rdma-size", size.to_string()),
             ],
         )
         .unwrap()
 }
 
 /// [`prepare_reply`], which must succeed; the session id.
-fn prepare(client: &Client, cookie: &str) -> String {
-    let reply = prepare_reply(client, cookie, ("PUT", &format!("/{BUCKET}/k")));
+pub(super) fn prepare(client: &Client, cookie: &str) -> String {
+    let reply = prepare_reply(client, cookie);
     assert_eq!(reply.status, 200, "{}", reply.body);
     let header = |name: &str| reply.headers[name].to_str().unwrap().to_owned();
     assert_eq!(header("x-amz-rdma-protocol"), "hipobj-rc-v2");
@@ -220,7 +258,7 @@ fn ready(client: &Client, session: &str, cookie: &str) -> Reply {
     client.post("ready", &headers).unwrap()
 }
 
-fn cancel(client: &Client, session: &str) -> u16 {
+pub(super) fn cancel(client: &Client, session: &str) -> u16 {
     let headers =
         [("x-amz-rdma-protocol", "hipobj-rc-v2".into()), ("x-amz-rdma-session", session.into())];
     client.post("cancel", &headers).unwrap().status
@@ -266,7 +304,7 @@ fn sessions_are_limited_per_key_and_expire_at_the_prepare_deadline() {
     let Some(server) = Server::on_rxe(19203, &limits) else { return };
     let (one, two) = (server.client(1), server.client(2));
     let first = prepare(&one, "00000001");
-    let refused = prepare_reply(&one, "00000002", ("PUT", &format!("/{BUCKET}/k")));
+    let refused = prepare_reply(&one, "00000002");
     assert_eq!(refused.status, 429, "{}", refused.body);
     let other = prepare(&two, "00000003");
     assert_eq!(cancel(&one, &first), 204);
@@ -422,92 +460,111 @@ fn one_completion(cq: &CompletionQueue<'_>) -> WorkCompletion {
     wc
 }
 
-/// 64 and 192 MiB PUT and GET over RDMA through one client, whose buffer is registered once
-/// per size it grows to; GETs of the whole object and of a range not aligned to blocks.
-#[test]
-fn large_puts_and_gets_over_rdma_are_byte_for_byte_through_one_buffer() {
-    let Some(server) = Server::on_rxe(19220, &SLOW_EXEC) else { return };
-    let (client, device) = (server.client(1), rxe_device());
-    for (seed, mib) in [(1, 64), (2, 192)] {
-        let len = mib << 20;
-        let key = format!("large-{mib}");
-        let bytes = data(len, seed);
-        let put = client.put(&device, BUCKET, &key, &bytes).unwrap();
-        assert_eq!(put.bytes, len as u64);
-        let buffer = client.buffer().unwrap();
-        assert_eq!(buffer.1, len, "the buffer grew to the transfer");
-        let (got, done) = client.get(&device, BUCKET, &key, 0, len).unwrap();
-        assert_eq!(done.etag, put.etag);
-        same_bytes(&got, &bytes, &key);
-        drop(got);
-        let (offset, size) = ((5 << 20) + 12_345, (8 << 20) + 7);
-        let (got, _) = client.get(&device, BUCKET, &key, offset as u64, size).unwrap();
-        same_bytes(&got, &bytes[offset..offset + size], &format!("{key} from {offset}"));
-        assert_eq!(client.buffer(), Some(buffer), "{key}: the buffer was registered again");
+// cuObject's x-amz-rdma-token.
+
+/// A presigned URL of `action` with `token` among its signed headers.
+fn with_token<'a>(mut action: impl rusty_s3::S3Action<'a>, token: &str) -> url::Url {
+    action.headers_mut().insert("x-amz-rdma-token", token.to_owned());
+    action.sign(Duration::from_secs(300))
+}
+
+impl Server {
+    fn bucket(&self) -> rusty_s3::Bucket {
+        let url = self.endpoint().parse().unwrap();
+        rusty_s3::Bucket::new(url, rusty_s3::UrlStyle::Path, BUCKET, "us-east-1").unwrap()
     }
 }
 
-/// Parts of 5 MiB + 1, 6 MiB and 1 MiB PUT over RDMA, then completed over plain S3: the
-/// object is their bytes, with a multipart ETag; a part's target is PUT only.
-#[test]
-fn parts_put_over_rdma_complete_a_multipart_upload() {
-    let Some(server) = Server::on_rxe(19221, &SLOW_EXEC) else { return };
-    let (client, device) = (server.client(1), rxe_device());
-    let key = "dir/multi";
-    let id = client.create_multipart_upload(BUCKET, key).unwrap();
-    let sizes = [(5 << 20) + 1, 6 << 20, 1 << 20];
-    let whole = data(sizes.iter().sum(), 3);
-    let (mut etags, mut at) = (Vec::new(), 0);
-    for (number, size) in (1..).zip(sizes) {
-        let part = &whole[at..at + size];
-        at += size;
-        let done = client.put_part(&device, (BUCKET, key), &id, number, part).unwrap();
-        assert_eq!(done.bytes, size as u64);
-        etags.push(done.etag.expect("a part's ETag"));
-    }
-    let etag = client.complete_multipart_upload(BUCKET, key, &id, &etags).unwrap();
-    assert!(etag.trim_matches('"').ends_with("-3"), "a multipart ETag: {etag}");
-    same_bytes(&std::fs::read(server.stored(key)).unwrap(), &whole, "the stored object");
-    let (got, _) = client.get(&device, BUCKET, key, 0, whole.len()).unwrap();
-    same_bytes(&got, &whole, "the object over RDMA");
-    // The client's upload in parts of 5 MiB: 5, 5 and 2 MiB + 1.
-    let done = client.upload(&device, (BUCKET, "uploaded"), &whole, 5 << 20).unwrap();
-    assert!(done.etag.unwrap().trim_matches('"').ends_with("-3"));
-    same_bytes(&std::fs::read(server.stored("uploaded")).unwrap(), &whole, "uploaded");
-
-    let part_target = format!("/{BUCKET}/k?uploadId={id}&partNumber=1");
-    for (op, target) in [("GET", part_target.as_str()), ("PUT", "/bucket/k?uploadId=x")] {
-        let reply = prepare_reply(&client, "00000001", (op, target));
-        assert_eq!(reply.status, 400, "{op} {target}: {}", reply.body);
-    }
-    let unknown = prepare_reply(&client, "00000001", ("PUT", "/bucket/k?uploadId=x&partNumber=1"));
-    assert_eq!(unknown.status, 404, "no such upload: {}", unknown.body);
-    assert!(unknown.body.contains("NoSuchUpload"), "{}", unknown.body);
+fn signing_key() -> rusty_s3::Credentials {
+    let k = key(1);
+    rusty_s3::Credentials::new(k.access_key_id, k.secret_access_key)
 }
 
-/// A byte flipped on disk in the middle of a 64 MiB object fails its GET over RDMA (502,
-/// the client reports it), while a range before the flipped block is still served.
 #[test]
-fn a_byte_flipped_on_disk_fails_the_get_over_rdma() {
-    let Some(server) = Server::on_rxe(19222, &SLOW_EXEC) else { return };
-    let (client, device) = (server.client(1), rxe_device());
-    let len = 64 << 20;
-    let bytes = data(len, 4);
-    client.put(&device, BUCKET, "flipped", &bytes).unwrap();
-    let mut stored = bytes.clone();
-    let flipped = (32 << 20) + 4321;
-    stored[flipped] ^= 0x01;
-    std::fs::write(server.stored("flipped"), &stored).unwrap();
-    drop(stored);
-    let error = client.get(&device, BUCKET, "flipped", 0, len).unwrap_err();
-    match &error {
-        ClientError::Refused { route: "READY", status: 502, body } => {
-            assert!(body.contains("fail their checksum"), "{body}")
+fn on_rxe_a_token_get_is_served_in_the_body_and_a_token_put_is_declined() {
+    let Some(server) = Server::on_rxe(19210, &[]) else { return };
+    let bytes = data(300_000, 7);
+    let input = server.dir.join("in");
+    std::fs::write(&input, &bytes).unwrap();
+    let object = format!("{BUCKET}/object");
+    succeeded(&server.cli(&["put", input.to_str().unwrap(), &object]), "put 300000 bytes");
+    // A well-formed descriptor of a window the server never reaches: it declines first.
+    let token = Descriptor {
+        addr: 0x7f00_0000_0000,
+        size: 1 << 20,
+        rkey: 0x1234,
+        lid: 0,
+        dctn: 0x42,
+        gid: Some(Gid::from("::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap()).get()),
+    }
+    .to_string();
+    let (bucket, creds) = (server.bucket(), signing_key());
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+
+    let url = with_token(bucket.get_object(Some(&creds), "object"), &token);
+    let mut got = agent.get(url.as_str()).header("x-amz-rdma-token", &token).call().unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.headers().get("x-amz-rdma-reply").unwrap(), "501");
+    let body = got.body_mut().with_config().limit(1 << 20).read_to_vec().unwrap();
+    assert!(body == bytes, "the GET's body differs");
+
+    let url = with_token(bucket.put_object(Some(&creds), "declined"), &token);
+    let mut put = agent
+        .put(url.as_str())
+        .header("x-amz-rdma-token", &token)
+        .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+        .send_empty()
+        .unwrap();
+    assert_eq!(put.status(), 501);
+    assert_eq!(put.headers().get("x-amz-rdma-reply").unwrap(), "501");
+    let reply = put.body_mut().read_to_string().unwrap();
+    assert!(reply.contains("NotImplemented"), "{reply}");
+    let root = server.dir.join("root").join(BUCKET);
+    assert!(!root.join("declined").exists(), "a declined PUT stored an object");
+}
+
+/// On a ConnectX (mlx5 with DC; ConnectX-5 or newer), not in CI. The server's DC initiators
+/// and the client's DCT are on the device `RDMA_VERBS_MLX5_DEVICE`, sending from GID index
+/// `RDMA_VERBS_MLX5_GID_INDEX` (a RoCE v2 GID on Ethernet); on a host with one:
+///
+/// ```text
+/// cargo build -p rdma-verbs-s3rdma --bins
+/// RDMA_VERBS_MLX5_DEVICE=mlx5_0 RDMA_VERBS_MLX5_GID_INDEX=3 cargo test \
+///     -p rdma-verbs-device-tests --all-features --test device -- \
+///     --ignored --test-threads=1 device::s3rdma::hardware
+/// ```
+mod hardware {
+    use s3rdma::cuobj::client::{Client, Target};
+    use s3rdma::cuobj::DEFAULT_DC_KEY;
+
+    use super::*;
+
+    fn env(name: &str) -> String {
+        std::env::var(name).unwrap_or_else(|_| panic!("set {name} (see this test's docs)"))
+    }
+
+    #[test]
+    #[ignore = "needs a ConnectX (mlx5 DC): see the docs"]
+    fn objects_move_over_dc_byte_for_byte() {
+        let (device, gid) = (env("RDMA_VERBS_MLX5_DEVICE"), env("RDMA_VERBS_MLX5_GID_INDEX"));
+        let server = Server::on(&device, &gid, 19211, &[]);
+        let index = gid.parse().expect("RDMA_VERBS_MLX5_GID_INDEX is a number");
+        let target = Target::open(Some(&device), Some(index), DEFAULT_DC_KEY).unwrap();
+        let mut client = Client::new(&server.endpoint(), key(1), target).unwrap();
+        for (seed, len) in [4096, 5 << 20].into_iter().enumerate() {
+            let bytes = data(len, seed as u32);
+            let stored = client.put(BUCKET, "dc", &bytes).unwrap();
+            assert!(stored.over_rdma, "the server declined: is it on a DC device?");
+            let root = server.dir.join("root").join(BUCKET);
+            assert!(std::fs::read(root.join("dc")).unwrap() == bytes, "the stored file differs");
+            client.reserve(len).unwrap().write(0, &vec![0; len]).unwrap();
+            let got = client.get(BUCKET, "dc", None, len).unwrap();
+            assert!(got.over_rdma && got.data == bytes, "the GET differs");
+            let (start, end) = (len / 3, len / 2);
+            let range = Some(start as u64..end as u64);
+            let part = client.get(BUCKET, "dc", range, end - start).unwrap();
+            assert!(part.over_rdma && part.data == bytes[start..end], "the range differs");
         }
-        other => panic!("the GET of a corrupt object: {other}"),
     }
-    // 8 MiB ending a byte before the flipped block.
-    let (from, size) = ((24 << 20) - 1, 8 << 20);
-    let (got, _) = client.get(&device, BUCKET, "flipped", from as u64, size).unwrap();
-    same_bytes(&got, &bytes[from..from + size], "the blocks before the flipped one");
 }

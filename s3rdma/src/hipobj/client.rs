@@ -21,8 +21,6 @@ use crate::Credentials;
 /// How long a signed request stays valid, in seconds.
 const SIGNATURE_VALIDITY: u64 = 300;
 const SIGNED_FOR: Duration = Duration::from_secs(SIGNATURE_VALIDITY);
-/// The part size `s3rdma put --rdma` uploads larger files in, in bytes.
-pub const PART_SIZE: usize = 1 << 30;
 /// S3's smallest part but the last, and most parts of an upload.
 const MIN_PART_SIZE: usize = 5 << 20;
 const MAX_PARTS: usize = 10_000;
@@ -123,12 +121,26 @@ pub struct Client {
 impl Client {
     /// A client of `endpoint` (`http://HOST:PORT`) signing with `key` for region `us-east-1`.
     pub fn new(endpoint: &str, key: Credentials) -> Result<Client, ClientError> {
+        Client::with_tls(endpoint, key, ureq::tls::TlsConfig::default())
+    }
+
+    /// A client as [`Client::new`], checking an `https://` endpoint's certificate as `tls`
+    /// says (e.g. against a private CA's roots).
+    pub fn with_tls(
+        endpoint: &str,
+        key: Credentials,
+        tls: ureq::tls::TlsConfig,
+    ) -> Result<Client, ClientError> {
         let base = url::Url::parse(endpoint)
             .map_err(|e| ClientError::Endpoint(format!("{endpoint}: {e}")))?;
         if !matches!(base.scheme(), "http" | "https") {
             return Err(ClientError::Endpoint(endpoint.into()));
         }
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .tls_config(tls)
+            .build()
+            .into();
         let buffer = Mutex::new(None);
         Ok(Client { base, key, region: "us-east-1".into(), agent, buffer })
     }
@@ -171,11 +183,6 @@ impl Client {
         let mut response = request.send_empty()?;
         let body = response.body_mut().read_to_string().unwrap_or_default();
         Ok(Reply { status: response.status().as_u16(), headers: response.headers().clone(), body })
-    }
-
-    /// A presigned URL of a plain S3 request on `bucket`/`key`.
-    pub fn object_url(&self, method: rusty_s3::Method, bucket: &str, key: &str) -> url::Url {
-        self.sign(method, &target(bucket, key), &[])
     }
 
     /// The agent plain S3 requests go through (it does not turn error statuses into errors).

@@ -1,4 +1,5 @@
-//! Context-level verbs: `ibv_query_device`, `ibv_query_port`, `ibv_query_gid(_ex)`.
+//! Context-level verbs: `ibv_query_device`, `ibv_query_port`, `ibv_query_port_speed`,
+//! `ibv_query_gid(_ex)`.
 
 use std::mem::size_of;
 use std::net::Ipv6Addr;
@@ -86,6 +87,35 @@ fn query_port_errors() {
     let old = open(&f.mock, Optional::ALL, ContextConfig { extended: false, ..Default::default() });
     f.mock.fail(Verb::QueryPortCompat, libc::ENOMEM);
     assert_verb_error(&old.query_port(1).unwrap_err(), "ibv_query_port", libc::ENOMEM, &[]);
+}
+
+#[test]
+fn query_port_speed_is_in_mb_per_s_and_unsupported_before_v62() {
+    let f = Fixture::new();
+    assert_eq!(f.ctx.query_port_speed(1).unwrap(), mock::PORT_SPEED * 100);
+    assert_eq!(f.mock.take_calls(), [Call::QueryDevice, Call::QueryPortSpeed { port: 1 }]);
+    let err = f.ctx.query_port_speed(2).unwrap_err();
+    assert!(matches!(err, Error::PortNotFound { port: 2, count: 1, .. }), "{err:?}");
+    // The verb returns its errno itself (not -1 with errno set).
+    f.mock.fail(Verb::QueryPortSpeed, libc::EIO);
+    assert_verb_error(
+        &f.ctx.query_port_speed(1).unwrap_err(),
+        "ibv_query_port_speed",
+        libc::EIO,
+        &[],
+    );
+    f.mock.fail(Verb::QueryPortSpeed, libc::EOPNOTSUPP);
+    assert_unsupported(&f.ctx.query_port_speed(1).unwrap_err(), "ibv_query_port_speed");
+    let old = open(
+        &f.mock,
+        Optional { query_port_speed: false, ..Optional::ALL },
+        ContextConfig::default(),
+    );
+    let err = old.query_port_speed(1).unwrap_err();
+    assert!(
+        matches!(err, Error::Unsupported { what } if what.contains("rdma-core v62")),
+        "{err:?}"
+    );
 }
 
 fn gid(ip: &str) -> Gid {

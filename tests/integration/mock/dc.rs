@@ -11,7 +11,8 @@ use rdma_verbs::mlx5::{
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Context, Error, Gid, InvalidInputKind, Lid, MemoryRegion, Mtu,
     OdpTransportCaps, ProtectionDomain, Psn, QpCapabilities, QpInitAttr, Qpn, RemoteAddr, Reset,
-    Rts, SendFlags, Sge, SharedReceiveQueue, ToInitAttr, ToRtsAttr,
+    Rts, SendFlags, Sge, SharedReceiveQueue, ToInitAttr, ToRtsAttr, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use rdma_verbs_mock::mlx5::{self as mock_mlx5, Mlx5Call, Mlx5Verb};
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, QpAttr, Verb};
@@ -405,13 +406,15 @@ fn a_client_goes_straight_to_rts_from_a_token_and_each_wr_is_built_in_order() {
 #[test]
 fn a_missing_builder_aborts_the_batch_and_a_failed_complete_is_the_verbs_error() {
     let f = Fixture::new();
+    let config = mock_mlx5::DeviceConfig { dci_rdma_read: false, ..Default::default() };
+    mock_mlx5::configure(config);
     let dc = f.dc();
     let (dci, peer, mr) = dc.connected();
     let sge = mr.sge(0..8).unwrap();
     let remote = RemoteAddr { addr: 0x7000, rkey: rdma_verbs::RKey::new(1) };
     f.mock.take_calls();
 
-    // The mock DCI leaves wr_rdma_read NULL.
+    // This mock DCI leaves wr_rdma_read NULL.
     let read = DcWr::rdma_read(3, std::slice::from_ref(&sge), remote, peer.destination());
     // SAFETY: the mock touches no memory.
     let err = unsafe { dci.post_send_wrs(&[read]) }.unwrap_err();
@@ -877,4 +880,70 @@ fn a_dci_that_fails_to_be_destroyed_is_reset_before_it_is_leaked() {
     assert_verb_error(&err, "ibv_destroy_qp", libc::EBUSY, &[]);
     assert_eq!(mock_mlx5::state(raw), sys::IBV_QPS_RESET);
     assert_eq!(f.modifies().len(), 1, "one modify, to RESET");
+}
+
+/// Polls the one completion `cq` holds.
+fn one_completion(cq: &CompletionQueue<'_>) -> WorkCompletion {
+    let mut wcs = [WorkCompletion::EMPTY];
+    assert_eq!(cq.poll(&mut wcs).unwrap().len(), 1, "a completion");
+    let [wc] = wcs;
+    wc
+}
+
+#[test]
+fn a_dci_writes_and_reads_a_dct_s_region_and_is_refused_what_its_key_or_rkey_does_not_reach() {
+    let f = Fixture::new();
+    let dc = f.dc();
+    let srq = dc.srq();
+    let key = DcKey::new(0xffee_ddcc);
+    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let dct = dc.create_dct(&srq, key).unwrap();
+    let dct = dct.into_init(&ToInitAttr { port: 1, pkey_index: 0, access }).unwrap();
+    let dct = dct.into_rtr(&DctToRtrAttr::from_route(&route())).unwrap();
+    let mut window =
+        dc.pd.register_remote_writable(4096, AccessFlags::LOCAL_WRITE | access).unwrap();
+    let gid = f.ctx.gid(1, SGID_INDEX).unwrap().gid;
+    let endpoint = dct.endpoint(gid, Lid::new(0));
+    let (dci, peer) = dc.connect(&route(), &endpoint).unwrap();
+    let mut local = dc.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let bytes: Vec<u8> = (0..100u8).collect();
+    local.as_mut_slice()[..100].copy_from_slice(&bytes);
+    let post = |dci: &Dci<'_, Rts>, wr: DcWr<'_>| {
+        // SAFETY: `local` and `window` outlive the DCIs; each completion is polled before the
+        // memory is read.
+        unsafe { dci.post_send_wrs(&[wr.flags(SendFlags::SIGNALED)]).unwrap() }
+    };
+
+    let at_1000 = window.remote(1000..1100).unwrap();
+    let sge = local.sge(..100).unwrap();
+    post(&dci, DcWr::rdma_write(1, std::slice::from_ref(&sge), at_1000, peer.destination()));
+    let wc = one_completion(&dc.cq);
+    assert!(wc.is_success() && wc.opcode() == WcOpcode::RDMA_WRITE, "{wc}");
+    assert_eq!((wc.wr_id(), wc.byte_len()), (1, 100));
+    let mut landed = [0; 100];
+    window.read(1000, &mut landed).unwrap();
+    assert_eq!(landed[..], bytes[..]);
+
+    window.write(3000, &[7; 50]).unwrap();
+    let into = local.sge(2000..2050).unwrap();
+    let at_3000 = window.remote(3000..3050).unwrap();
+    post(&dci, DcWr::rdma_read(2, std::slice::from_ref(&into), at_3000, peer.destination()));
+    let wc = one_completion(&dc.cq);
+    assert!(wc.is_success() && wc.opcode() == WcOpcode::RDMA_READ, "{wc}");
+    assert_eq!(local.as_slice()[2000..2050], [7; 50]);
+
+    // Past the window's end: a remote access error, and the DCI is in ERROR.
+    let past = RemoteAddr { addr: at_1000.addr + 3050, ..at_1000 };
+    post(&dci, DcWr::rdma_write(3, std::slice::from_ref(&sge), past, peer.destination()));
+    assert_eq!(one_completion(&dc.cq).status(), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(mock_mlx5::state(dci.as_raw()), sys::IBV_QPS_ERR);
+
+    // Another DC key: the DCT drops the packets, the DCI's retries run out.
+    let version = dc.mlx5.caps().dc_version;
+    let wrong = DcEndpoint::new(gid, Lid::new(0), dct.dctn(), DcKey::new(1), version);
+    let (dci, peer) = dc.connect(&route(), &wrong).unwrap();
+    post(&dci, DcWr::rdma_write(4, std::slice::from_ref(&sge), at_1000, peer.destination()));
+    assert_eq!(one_completion(&dc.cq).status(), WcStatus::RETRY_EXC_ERR);
+    window.read(1000, &mut landed).unwrap();
+    assert_eq!(landed[..], bytes[..], "nothing else was written");
 }

@@ -72,12 +72,13 @@ fn cq_and_srq_events_name_their_object_and_unknown_types_are_kept() {
     let none = sys::ibv_async_event__bindgen_ty_1 { port_num: 0 };
     f.mock.push_async_event(ctx, event(0x7777, none));
     f.mock.push_async_event(ctx, event(sys::IBV_EVENT_DEVICE_FATAL, none));
+    f.mock.push_async_event(ctx, event(sys::IBV_EVENT_DEVICE_SPEED_CHANGE, none));
 
     let mut got = Vec::new();
     while let Some(e) = events.try_next().unwrap() {
         got.push(e);
     }
-    let [AsyncEvent::CqError(id), AsyncEvent::SrqLimitReached(_), unknown, AsyncEvent::DeviceFatal] =
+    let [AsyncEvent::CqError(id), AsyncEvent::SrqLimitReached(_), unknown, AsyncEvent::DeviceFatal, speed] =
         got[..]
     else {
         panic!("{got:?}");
@@ -86,6 +87,8 @@ fn cq_and_srq_events_name_their_object_and_unknown_types_are_kept() {
     assert_ne!(id, other.id());
     assert_eq!(unknown, AsyncEvent::Unknown(AsyncEventType(0x7777)));
     assert_eq!(unknown.to_string(), "unknown (30583)");
+    assert_eq!(speed, AsyncEvent::DeviceSpeedChange);
+    assert_eq!(speed.to_string(), "device speed change");
     assert_eq!(f.mock.unacked_async_events(), 0);
 }
 
