@@ -119,7 +119,7 @@ impl Store {
         }
     }
 
-    async fn open_object(&self, bucket: &str, key: &str) -> S3Result<OpenObject> {
+    pub(crate) async fn open_object(&self, bucket: &str, key: &str) -> S3Result<OpenObject> {
         self.bucket_exists(bucket).await?;
         let (data, meta) = self.layout().object(bucket, key)?;
         let store = self.clone();
@@ -137,6 +137,22 @@ impl Store {
         self.layout().object(bucket, key)?;
         if size > self.inner.limits.max_object {
             return Err(crate::body::too_large(self.inner.limits.max_object));
+        }
+        Ok(())
+    }
+
+    /// Whether an UploadPart of `size` bytes to upload `id` of `bucket`/`key` would be taken:
+    /// the upload is in progress, the size within the limit. The error is UploadPart's.
+    pub(crate) async fn check_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        size: u64,
+    ) -> S3Result<()> {
+        self.read_upload(id, bucket, key).await?;
+        if size > self.inner.limits.max_part {
+            return Err(crate::body::too_large(self.inner.limits.max_part));
         }
         Ok(())
     }

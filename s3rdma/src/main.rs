@@ -98,7 +98,8 @@ struct Serve {
     /// hipobj-rc-v2 sessions open at once per access key.
     #[arg(long, default_value_t = SessionLimits::default().max_per_principal)]
     rdma_max_sessions_per_key: usize,
-    /// Bytes all hipobj-rc-v2 sessions may stage in memory at once.
+    /// Bytes all hipobj-rc-v2 sessions may hold registered at once (a GET its ring of 4 MiB,
+    /// a PUT its size).
     #[arg(long, default_value_t = SessionLimits::default().max_staged_bytes)]
     rdma_max_staged_bytes: u64,
     /// Milliseconds a prepared session waits for READY.

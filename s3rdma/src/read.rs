@@ -16,6 +16,7 @@ use crate::meta::ObjectMeta;
 use crate::write::ObjectWriter;
 
 /// An object opened for reading.
+#[derive(Clone)]
 pub struct OpenObject {
     file: Arc<File>,
     /// Its metadata.
@@ -90,24 +91,53 @@ impl OpenObject {
         range: Range<u64>,
         name: String,
     ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + Sync {
-        let block_size = self.meta.block_size;
-        let state = (self, range.start / block_size, range, Arc::new(name));
-        futures::stream::try_unfold(state, |(object, block, range, name)| async move {
-            let start = block * object.meta.block_size;
-            if start >= range.end {
-                return Ok(None);
-            }
+        let state = (self.first_block(&range), self, range, Arc::new(name));
+        futures::stream::try_unfold(state, |(block, object, range, name)| async move {
             let chunk = {
-                let (file, meta, name) = (object.file.clone(), object.meta.clone(), name.clone());
-                tokio::task::spawn_blocking(move || read_block(&file, &meta, block, &name))
+                let (object, range, name) = (object.clone(), range.clone(), name.clone());
+                tokio::task::spawn_blocking(move || object.chunk(block, &range, &name))
                     .await
                     .map_err(std::io::Error::other)?
                     .map_err(std::io::Error::from)?
             };
-            let from = range.start.max(start) - start;
-            let to = range.end.min(start + chunk.len() as u64) - start;
-            Ok(Some((chunk.slice(from as usize..to as usize), (object, block + 1, range, name))))
+            Ok(chunk.map(|chunk| (chunk, (block + 1, object, range, name))))
         })
+    }
+
+    /// The blocking twin of [`OpenObject::stream`]: the verified chunks of `range`, one block
+    /// each (the first and last cut to the range), read as the iterator is advanced.
+    pub fn chunks<'a>(
+        &'a self,
+        range: Range<u64>,
+        name: &'a str,
+    ) -> impl Iterator<Item = Result<Bytes, ReadError>> + 'a {
+        let mut block = self.first_block(&range);
+        std::iter::from_fn(move || {
+            let chunk = self.chunk(block, &range, name).transpose();
+            block += 1;
+            chunk
+        })
+    }
+
+    fn first_block(&self, range: &Range<u64>) -> u64 {
+        range.start / self.meta.block_size
+    }
+
+    /// The bytes of block `block` within `range`, verified (blocking); `None` past its end.
+    fn chunk(
+        &self,
+        block: u64,
+        range: &Range<u64>,
+        name: &str,
+    ) -> Result<Option<Bytes>, ReadError> {
+        let start = block * self.meta.block_size;
+        if start >= range.end {
+            return Ok(None);
+        }
+        let chunk = read_block(&self.file, &self.meta, block, name)?;
+        let from = range.start.max(start) - start;
+        let to = range.end.min(start + chunk.len() as u64) - start;
+        Ok(Some(chunk.slice(from as usize..to as usize)))
     }
 
     /// Appends every byte to `writer`, each block verified first (blocking).
@@ -136,19 +166,44 @@ fn read_block(file: &File, meta: &ObjectMeta, index: u64, name: &str) -> Result<
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `data` stored as an object in `dir`: its paths and the locks.
+    pub(crate) fn stored(
+        dir: &Path,
+        data: &[u8],
+    ) -> (std::path::PathBuf, std::path::PathBuf, KeyLocks) {
+        let (data_path, meta_path) = (dir.join("object"), dir.join("meta"));
+        let mut writer = ObjectWriter::create_in(dir, u64::MAX).unwrap();
+        writer.write(data).unwrap();
+        let (temp, meta) = writer.finish();
+        let locks = KeyLocks::default();
+        crate::write::publish(&locks, temp, &data_path, &meta, &meta_path).unwrap();
+        (data_path, meta_path, locks)
+    }
+
+    #[test]
+    fn the_chunks_of_a_range_are_its_bytes_a_block_at_most_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(7u32 << 19) + 5).map(|i| (i * 13 + i / 777) as u8).collect();
+        let (data_path, meta_path, locks) = stored(dir.path(), &data);
+        let object = OpenObject::open(&locks, &data_path, &meta_path).unwrap();
+        let len = data.len() as u64;
+        for range in [0..len, 1..len - 1, (1 << 20) - 1..(1 << 20) + 1, 5..6, 3 << 20..len] {
+            let chunks: Vec<Bytes> =
+                object.chunks(range.clone(), "o").map(Result::unwrap).collect();
+            assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= 1 << 20), "{range:?}");
+            let (start, end) = (range.start as usize, range.end as usize);
+            assert!(chunks.concat() == data[start..end], "{range:?}");
+        }
+    }
 
     #[test]
     fn a_bit_flipped_anywhere_in_a_block_fails_that_block_only() {
         let dir = tempfile::tempdir().unwrap();
-        let (data_path, meta_path) = (dir.path().join("object"), dir.path().join("meta"));
         let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 1000) as u8).collect();
-        let mut writer = ObjectWriter::create_in(dir.path(), u64::MAX).unwrap();
-        writer.write(&data).unwrap();
-        let (temp, meta) = writer.finish();
-        let locks = KeyLocks::default();
-        crate::write::publish(&locks, temp, &data_path, &meta, &meta_path).unwrap();
+        let (data_path, meta_path, locks) = stored(dir.path(), &data);
         for offset in [0, 1, 1000, (1 << 20) - 1] {
             let mut bytes = data.clone();
             bytes[(2 << 20) + offset] ^= 0x10;

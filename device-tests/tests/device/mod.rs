@@ -27,6 +27,7 @@ mod mtu;
 mod pair;
 mod rc_pingpong;
 mod s3rdma;
+mod s3rdma_large;
 mod s3rdma_pressure;
 mod service;
 #[cfg(feature = "rdmacm")]

@@ -98,6 +98,16 @@ impl Server {
     pub(super) fn client(&self, n: u8) -> Client {
         Client::new(&self.endpoint(), key(n)).unwrap()
     }
+
+    /// The stored file of `key` in the bucket.
+    pub(super) fn stored(&self, key: &str) -> PathBuf {
+        self.dir.join("root").join(BUCKET).join(key)
+    }
+}
+
+/// rxe0 with the RoCE v2 GID, as the client's device.
+pub(super) fn rxe_device() -> Device {
+    Device::open(Some(RXE), Some(gid_index().parse().unwrap())).unwrap()
 }
 
 impl Drop for Server {
@@ -199,6 +209,17 @@ fn prepare_reply(client: &Client, cookie: &str) -> Reply {
 
 /// A PREPARE of a PUT of `size` bytes to `bucket/k` (a zero token).
 pub(super) fn prepare_put(client: &Client, cookie: &str, size: u64) -> Reply {
+    prepare_of(client, cookie, ("PUT", &format!("/{BUCKET}/k")), size)
+}
+
+/// A PREPARE of `op` on `target` of `size` bytes (a zero token: the client's QP on the
+/// server's GID).
+pub(super) fn prepare_of(
+    client: &Client,
+    cookie: &str,
+    (op, target): (&str, &str),
+    size: u64,
+) -> Reply {
     client
         .post(
             "prepare",
@@ -207,8 +228,8 @@ pub(super) fn prepare_put(client: &Client, cookie: &str, size: u64) -> Reply {
                 ("x-amz-rdma-token", "0".repeat(88)),
                 ("x-amz-rdma-psn", "000001".into()),
                 ("x-amz-rdma-cookie", cookie.into()),
-                ("x-amz-rdma-op", "PUT".into()),
-                ("x-amz-rdma-target", format!("/{BUCKET}/k")),
+                ("x-amz-rdma-op", op.into()),
+                ("x-amz-rdma-target", target.into()),
                 ("x-amz-rdma-size", size.to_string()),
             ],
         )
@@ -369,7 +390,7 @@ fn a_write_to_another_sessions_staging_region_reaches_nothing() {
     let file = server.dir.join("object");
     std::fs::write(&file, &object).unwrap();
     succeeded(&server.cli(&["put", file.to_str().unwrap(), &format!("{BUCKET}/x")]), "put");
-    let device = Device::open(Some(RXE), Some(gid_index().parse().unwrap())).unwrap();
+    let device = rxe_device();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
 
     // The victim: a GET of x, prepared, its receive posted, READY not sent yet.
@@ -419,6 +440,7 @@ fn a_write_to_another_sessions_staging_region_reaches_nothing() {
     // The victim's GET goes on, with the object's bytes.
     let answer = hand_ready(&victim, &get, victim_cookie, Some(to_victim));
     assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.headers["x-amz-rdma-capabilities"], "mp", "parts are served over RDMA");
     let wc = one_completion(&victim_cq);
     assert!(wc.is_success() && wc.imm_data() == Some(victim_cookie), "{wc}");
     let mut got = vec![0; 4096];

@@ -12,7 +12,7 @@ use super::{content_length, object, progress, ByteRange, Connection, Error, S3};
 use crate::Rdma;
 
 /// The most one RDMA GET moves: a larger object or range comes in pieces of this size (each
-/// staged whole in the server's memory and in the client's).
+/// held whole in the client's registered buffer; the server streams it through a small ring).
 const RDMA_PIECE: u64 = 256 << 20;
 
 /// What `get` and `put` share: the server, the transport, the progress bar.

@@ -1,19 +1,29 @@
-//! The client side of `hipobj-rc-v2`: one object's GET into memory, or PUT from memory, over
-//! an RC queue pair of its own, with requests signed by rusty-s3 (SigV4, presigned URLs that
-//! sign every `x-amz-rdma-*` header).
+//! The client side of `hipobj-rc-v2`: one object's GET into memory, or PUT (of an object or
+//! a part) from memory, over an RC queue pair of its own, with requests signed by rusty-s3
+//! (SigV4, presigned URLs that sign every `x-amz-rdma-*` header).
+//!
+//! A [`Client`] registers one buffer and moves every transfer through it, as cuObject's
+//! clients do: registering memory costs far more than copying a few MiB, so the buffer is
+//! kept, and registered again (larger) only when a transfer needs more than it has.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use rdma_verbs::*;
+use rusty_s3::S3Action;
 
 use super::device::{nonzero_psn, wait_one, Device};
 use super::token::{self, Token};
 use super::*;
 use crate::Credentials;
 
-/// How long a signed request stays valid.
+/// How long a signed request stays valid, in seconds.
 const SIGNATURE_VALIDITY: u64 = 300;
+const SIGNED_FOR: Duration = Duration::from_secs(SIGNATURE_VALIDITY);
+/// S3's smallest part but the last, and most parts of an upload.
+const MIN_PART_SIZE: usize = 5 << 20;
+const MAX_PARTS: usize = 10_000;
 /// How long the client waits for its own completion once READY has been answered (GET) or
 /// while READY is outstanding (PUT: the server's exec deadline bounds it too).
 const COMPLETION_WAIT: Duration = Duration::from_secs(60);
@@ -98,12 +108,14 @@ pub struct Final {
     pub checksum: Option<String>,
 }
 
-/// A client of one server, signing with one key.
+/// A client of one server, signing with one key. Its transfers over RDMA go through one
+/// registered buffer, so they run one at a time (one on another thread waits).
 pub struct Client {
     base: url::Url,
     key: Credentials,
     region: String,
     agent: ureq::Agent,
+    buffer: Mutex<Option<RemoteWritableRegion<'static>>>,
 }
 
 impl Client {
@@ -129,7 +141,15 @@ impl Client {
             .tls_config(tls)
             .build()
             .into();
-        Ok(Client { base, key, region: "us-east-1".into(), agent })
+        let buffer = Mutex::new(None);
+        Ok(Client { base, key, region: "us-east-1".into(), agent, buffer })
+    }
+
+    /// The buffer kept registered for transfers (none before the first): its address and
+    /// rkey (a new registration has a new rkey), and its length in bytes.
+    pub fn buffer(&self) -> Option<(RemoteAddr, usize)> {
+        let held = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        held.as_ref().and_then(|r| Some((r.remote(..).ok()?, r.len())))
     }
 
     /// A presigned URL of `method` on `path` (percent-encoded) with `headers` signed.
@@ -181,16 +201,16 @@ impl Client {
         size: usize,
     ) -> Result<(Vec<u8>, Final), ClientError> {
         check_size(size)?;
-        let region = device
-            .pd
-            .register_remote_writable(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+        let mut held = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        let region = registered(&mut held, device, size)?;
         let cq = device.create_cq()?;
         // The server RDMA WRITEs into `region`.
         let qp = device.create_qp(device.pd, &cq, AccessFlags::REMOTE_WRITE)?;
-        let remote = region.remote(..)?;
+        let remote = region.remote(..size)?;
         let cookie = nonzero_cookie();
+        let target = target(bucket, key);
         let (prepared, qp) =
-            self.prepare(device, qp, "GET", bucket, key, offset, size, cookie, remote)?;
+            self.prepare(device, qp, ("GET", &target), (offset, size), cookie, remote)?;
         // The receive the server's WRITE WITH IMMEDIATE consumes, posted before READY.
         // SAFETY: the receive names no memory; the data lands in `region`.
         unsafe { qp.post_recv_wr(&mut RecvWr::new(0, &[]))? };
@@ -198,15 +218,20 @@ impl Client {
         let wc = wait_one(&cq, Instant::now() + COMPLETION_WAIT)?.ok_or_else(|| {
             ClientError::Protocol("READY was answered, but no data arrived".into())
         })?;
+        // The data may come in several WRITEs, the last WITH IMMEDIATE: the receive counts
+        // that one's bytes, READY's answer all of them.
         let arrived = wc.is_success()
             && wc.opcode() == WcOpcode::RECV_RDMA_WITH_IMM
             && wc.imm_data() == Some(cookie)
-            && wc.byte_len() as usize == size;
+            && wc.byte_len() as usize <= size
+            && done.bytes == size as u64;
         if !arrived {
             return Err(ClientError::Protocol(format!(
-                "the data's completion is not the one expected: {wc} (immediate {:?}, {} bytes)",
+                "the data's completion is not the one expected: {wc} (immediate {:?}, {} bytes; \
+                 {} bytes in all, not {size})",
                 wc.imm_data(),
-                wc.byte_len()
+                wc.byte_len(),
+                done.bytes
             )));
         }
         let mut data = vec![0; size];
@@ -222,27 +247,164 @@ impl Client {
         key: &str,
         data: &[u8],
     ) -> Result<Final, ClientError> {
+        self.put_to(device, &target(bucket, key), data)
+    }
+
+    /// PUTs `data` (1 to [`MAX_TRANSFER`] bytes) as part `number` (1 to 10000) of the
+    /// multipart upload `upload_id` of `bucket`/`key` over RDMA through `device` (a server
+    /// that says `x-amz-rdma-capabilities: mp` takes it); [`Final::etag`] is the part's.
+    pub fn put_part(
+        &self,
+        device: &Device,
+        (bucket, key): (&str, &str),
+        upload_id: &str,
+        number: u16,
+        data: &[u8],
+    ) -> Result<Final, ClientError> {
+        let id = urlencoding::encode(upload_id);
+        let target = format!("{}?uploadId={id}&partNumber={number}", target(bucket, key));
+        self.put_to(device, &target, data)
+    }
+
+    /// PUTs `data` as `bucket`/`key` over RDMA: in one transfer when it has at most
+    /// `part_size` bytes, else as a multipart upload of parts of `part_size` bytes (5 MiB to
+    /// [`MAX_TRANSFER`], at most 10000 parts; the last may be smaller), each over RDMA, the
+    /// upload created and completed over plain S3 (aborted when a part fails). The final
+    /// answer of a multipart upload has the object's ETag and no checksum.
+    pub fn upload(
+        &self,
+        device: &Device,
+        (bucket, key): (&str, &str),
+        data: &[u8],
+        part_size: usize,
+    ) -> Result<Final, ClientError> {
+        if data.len() <= part_size {
+            return self.put(device, bucket, key, data);
+        }
+        let parts = data.chunks(part_size);
+        if part_size < MIN_PART_SIZE || part_size as u64 > MAX_TRANSFER || parts.len() > MAX_PARTS {
+            return Err(ClientError::Protocol(format!(
+                "{} bytes in parts of {part_size}: a part has 5 MiB to {MAX_TRANSFER} bytes, an \
+                 upload at most {MAX_PARTS} parts",
+                data.len()
+            )));
+        }
+        let id = self.create_multipart_upload(bucket, key)?;
+        let etags: Result<Vec<String>, ClientError> = (1..)
+            .zip(parts)
+            .map(|(number, part)| {
+                let done = self.put_part(device, (bucket, key), &id, number, part)?;
+                done.etag.ok_or_else(|| {
+                    ClientError::Protocol(format!("READY's answer of part {number} has no ETag"))
+                })
+            })
+            .collect();
+        match etags.and_then(|etags| self.complete_multipart_upload(bucket, key, &id, &etags)) {
+            Ok(etag) => Ok(Final { bytes: data.len() as u64, etag: Some(etag), checksum: None }),
+            Err(e) => {
+                // Best effort: the upload's parts are of no use now.
+                let _ = self.abort_multipart_upload(bucket, key, &id);
+                Err(e)
+            }
+        }
+    }
+
+    /// CreateMultipartUpload of `bucket`/`key` over plain S3: the upload's id.
+    pub fn create_multipart_upload(&self, bucket: &str, key: &str) -> Result<String, ClientError> {
+        let bucket = self.bucket(bucket)?;
+        let credentials = self.credentials();
+        let url = bucket.create_multipart_upload(Some(&credentials), key).sign(SIGNED_FOR);
+        let body =
+            self.plain("CreateMultipartUpload", self.agent.post(url.as_str()).send_empty()?)?;
+        let created = rusty_s3::actions::CreateMultipartUpload::parse_response(&body)
+            .map_err(|e| ClientError::Protocol(format!("CreateMultipartUpload's answer: {e}")))?;
+        Ok(created.upload_id().to_owned())
+    }
+
+    /// CompleteMultipartUpload of upload `upload_id` of `bucket`/`key` over plain S3, of
+    /// parts 1 to n with the ETags `etags`: the object's ETag.
+    pub fn complete_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        etags: &[String],
+    ) -> Result<String, ClientError> {
+        let bucket = self.bucket(bucket)?;
+        let credentials = self.credentials();
+        let etags = etags.iter().map(String::as_str);
+        let action = bucket.complete_multipart_upload(Some(&credentials), key, upload_id, etags);
+        let url = action.sign(SIGNED_FOR);
+        let response = self.agent.post(url.as_str()).send(action.body())?;
+        let body = self.plain("CompleteMultipartUpload", response)?;
+        let completed = rusty_s3::actions::CompleteMultipartUploadResponse::parse(&body)
+            .map_err(|e| ClientError::Protocol(format!("CompleteMultipartUpload's answer: {e}")))?;
+        Ok(completed.etag().to_owned())
+    }
+
+    /// AbortMultipartUpload of upload `upload_id` of `bucket`/`key` over plain S3.
+    pub fn abort_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), ClientError> {
+        let bucket = self.bucket(bucket)?;
+        let credentials = self.credentials();
+        let url =
+            bucket.abort_multipart_upload(Some(&credentials), key, upload_id).sign(SIGNED_FOR);
+        self.plain("AbortMultipartUpload", self.agent.delete(url.as_str()).call()?)?;
+        Ok(())
+    }
+
+    fn bucket(&self, name: &str) -> Result<rusty_s3::Bucket, ClientError> {
+        let (style, region) = (rusty_s3::UrlStyle::Path, self.region.clone());
+        rusty_s3::Bucket::new(self.base.clone(), style, name.to_owned(), region)
+            .map_err(|e| ClientError::Endpoint(format!("{}: {e}", self.base)))
+    }
+
+    fn credentials(&self) -> rusty_s3::Credentials {
+        rusty_s3::Credentials::new(&self.key.access_key_id, &self.key.secret_access_key)
+    }
+
+    /// The body of a plain S3 request's successful `response`, else the error it stands for.
+    fn plain(
+        &self,
+        route: &'static str,
+        mut response: http::Response<ureq::Body>,
+    ) -> Result<String, ClientError> {
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string()?;
+        if !(200..300).contains(&status) {
+            return Err(ClientError::Refused { route, status, body });
+        }
+        Ok(body)
+    }
+
+    /// PUT of `data` to `target` (`/bucket/key[?query]`, percent-encoded).
+    fn put_to(&self, device: &Device, target: &str, data: &[u8]) -> Result<Final, ClientError> {
         check_size(data.len())?;
-        let mut region = device.pd.register(data.len(), AccessFlags::LOCAL_WRITE)?;
-        region.as_mut_slice().copy_from_slice(data);
+        let mut held = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        let region = registered(&mut held, device, data.len())?;
+        region.write(0, data)?;
         let cq = device.create_cq()?;
         // The server only receives.
         let qp = device.create_qp(device.pd, &cq, AccessFlags::empty())?;
         let cookie = nonzero_cookie();
-        let own = RemoteAddr { addr: region.addr(), rkey: region.rkey() };
+        let own = region.remote(..data.len())?;
         let (prepared, qp) =
-            self.prepare(device, qp, "PUT", bucket, key, 0, data.len(), cookie, own)?;
+            self.prepare(device, qp, ("PUT", target), (0, data.len()), cookie, own)?;
         let staging = prepared.staging.ok_or_else(|| {
             ClientError::Protocol(format!("PREPARE's answer has no {H_MR_ADDR} and {H_MR_RKEY}"))
         })?;
-        let sges = [region.sge(..)?];
+        let sges = [region.sge(..data.len())?];
         std::thread::scope(|s| {
             let ready = s.spawn(|| self.ready(&prepared, cookie, qp.qp_num(), None));
             // The data goes while READY is outstanding: the server answers once it arrived.
             let mut wr =
                 SendWr::rdma_write_with_imm(1, &sges, staging, cookie).flags(SendFlags::SIGNALED);
-            // SAFETY: `region` outlives `qp` (declared before it) and is not touched until the
-            // completion is polled, or the QP is gone.
+            // SAFETY: `region` (held by `held`) outlives `qp` (declared before it) and is not
+            // touched until the completion is polled, or the QP is gone.
             let written =
                 unsafe { qp.post_send_wr(&mut wr) }.map_err(ClientError::from).and_then(|()| {
                     wait_one(&cq, Instant::now() + COMPLETION_WAIT)?.ok_or_else(|| {
@@ -259,17 +421,14 @@ impl Client {
         })
     }
 
-    /// PREPARE for `qp`, then its move to RTS towards the server's queue pair.
-    #[allow(clippy::too_many_arguments)]
+    /// PREPARE of `op` on `target` (`size` bytes from `offset`) for `qp`, then its move to
+    /// RTS towards the server's queue pair.
     fn prepare<'a>(
         &self,
         device: &Device,
         qp: QueuePair<'a, Init>,
-        op: &str,
-        bucket: &str,
-        key: &str,
-        offset: u64,
-        size: usize,
+        (op, target): (&str, &str),
+        (offset, size): (u64, usize),
         cookie: u32,
         region: RemoteAddr,
     ) -> Result<(Prepared, QueuePair<'a, Rts>), ClientError> {
@@ -281,7 +440,7 @@ impl Client {
             (H_PSN, format!("{:06x}", psn.get())),
             (H_COOKIE, format!("{cookie:08x}")),
             (H_OP, op.to_string()),
-            (H_TARGET, target(bucket, key)),
+            (H_TARGET, target.to_owned()),
             (H_SIZE, size.to_string()),
         ];
         if offset != 0 {
@@ -367,6 +526,24 @@ struct Prepared {
 pub fn target(bucket: &str, key: &str) -> String {
     let segments = std::iter::once(bucket).chain(key.split('/'));
     segments.map(|s| format!("/{}", urlencoding::encode(s))).collect()
+}
+
+/// The buffer in `held` when it is of `device` and has `len` bytes, else a new one of `len`
+/// bytes in its place (the old one deregistered first).
+fn registered<'h>(
+    held: &'h mut Option<RemoteWritableRegion<'static>>,
+    device: &Device,
+    len: usize,
+) -> Result<&'h mut RemoteWritableRegion<'static>, ClientError> {
+    let fits =
+        |r: &RemoteWritableRegion<'static>| std::ptr::eq(r.pd(), device.pd) && r.len() >= len;
+    let region = match held.take().filter(fits) {
+        Some(region) => region,
+        None => device
+            .pd
+            .register_remote_writable(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?,
+    };
+    Ok(held.insert(region))
 }
 
 /// A transfer moves 1 to [`MAX_TRANSFER`] bytes.

@@ -4,17 +4,16 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use rdma_verbs::{Gid, Psn, Qpn, RKey, RemoteAddr};
-use s3s::dto::{GetObjectInput, PutObjectInput, Range, StreamingBlob};
+use s3s::dto::{PutObjectInput, StreamingBlob, UploadPartInput};
 use s3s::route::S3Route;
 use s3s::{s3_error, Body, S3Request, S3Response, S3Result, S3};
 
-use super::data_path::{self, Failure, Op, Outcome, Ready, Spec};
+use super::data_path::{self, Failure, Op, Outcome, Ready, Source, Spec};
 use super::device::Device;
 use super::error::RcError;
-use super::session::{SessionLimits, Sessions, Target};
+use super::session::{Part, SessionLimits, Sessions, Target};
 use super::token::{self, Token, TRANSPORT_RC};
 use super::*;
 use crate::Store;
@@ -187,24 +186,40 @@ fn internal<T>(req: &S3Request<Body>, input: T) -> S3Request<T> {
     }
 }
 
-/// `/bucket/key`, each percent-decoded.
-fn parse_target(value: &str) -> Result<(String, String), RcError> {
+/// `/bucket/key[?uploadId=ID&partNumber=N]`, each percent-decoded: the only query is that
+/// of a part (as versitygw's `rdma/rcroutes/target.go` has it).
+fn parse_target(value: &str) -> Result<(String, String, Option<Part>), RcError> {
     if value.len() > MAX_TARGET {
         return Err(RcError::bad_request(format!("{H_TARGET} is longer than {MAX_TARGET} bytes")));
-    }
-    if value.contains('?') {
-        return Err(RcError::bad_request(
-            "parts of multipart uploads are not served over RDMA: upload them over HTTP",
-        ));
     }
     let decode = |s: &str| {
         urlencoding::decode(s)
             .map(|s| s.into_owned())
             .map_err(|_| RcError::bad_request(format!("{H_TARGET} is not UTF-8 once decoded")))
     };
-    match value.strip_prefix('/').and_then(|v| v.split_once('/')) {
+    let (path, query) = match value.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (value, None),
+    };
+    let part = query
+        .map(|query| {
+            let part = query
+                .strip_prefix("uploadId=")
+                .and_then(|q| q.split_once("&partNumber="))
+                .filter(|(id, _)| !id.is_empty())
+                .and_then(|(id, n)| Some((id, n.parse::<i32>().ok()?)))
+                .filter(|(_, n)| (1..=10_000).contains(n));
+            match part {
+                Some((id, number)) => Ok(Part { upload_id: decode(id)?, number }),
+                None => Err(RcError::bad_request(format!(
+                    "{H_TARGET}'s only query is uploadId=ID&partNumber=1..10000, not {query:?}"
+                ))),
+            }
+        })
+        .transpose()?;
+    match path.strip_prefix('/').and_then(|v| v.split_once('/')) {
         Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => {
-            Ok((decode(bucket)?, decode(key)?))
+            Ok((decode(bucket)?, decode(key)?, part))
         }
         _ => Err(RcError::bad_request(format!("{H_TARGET} must be /BUCKET/KEY, not {value:?}"))),
     }
@@ -243,7 +258,7 @@ impl Shared {
                 )
             }
         };
-        let (bucket, key) = parse_target(required(req, H_TARGET)?)?;
+        let (bucket, key, part) = parse_target(required(req, H_TARGET)?)?;
         let size = token::parse_decimal(H_SIZE, required(req, H_SIZE)?)?;
         let offset = header(req, H_OFFSET)?
             .map(|v| token::parse_decimal(H_OFFSET, v))
@@ -258,42 +273,44 @@ impl Shared {
         if op == Op::Put && offset != 0 {
             return Err(RcError::bad_request(format!("a PUT has no {H_OFFSET}")).into());
         }
-        let client_psn = Psn::new(client_psn).map_err(|e| RcError::bad_request(e.to_string()))?;
-        // Authorized as the S3 operation before the session exists (a GET by reading its
-        // range, after the limits are checked, so that a refused session reads nothing).
-        if op == Op::Put {
-            self.store.check_put(&bucket, &key, size).await?;
+        if op == Op::Get && part.is_some() {
+            return Err(RcError::bad_request(format!(
+                "{H_TARGET}: a part is PUT over RDMA, not GET"
+            ))
+            .into());
         }
-        let target = Target { op, bucket: bucket.clone(), key: key.clone(), size, etag: None };
-        let id = self.sessions.reserve(principal, cookie, target)?;
-        let set_up = async {
-            let (staged, etag) = match op {
-                Op::Get => {
-                    let (bytes, etag) = self.stage(req, &bucket, &key, offset, size).await?;
-                    (Some(bytes), etag)
-                }
-                Op::Put => (None, None),
-            };
-            let spec = Spec { op, size: size as usize, cookie, client_gid, client_psn, staged };
-            let timeout = self.sessions.limits().prepare_timeout;
-            let started =
-                tokio::task::spawn_blocking(move || data_path::start(device, spec, timeout)).await;
-            match started {
-                Ok(Ok((prepared, handle))) => Ok((prepared, handle, etag)),
-                Ok(Err(e)) => {
-                    Err(RcError::failed(format!("cannot set up the session: {e}")).into())
-                }
-                Err(e) => Err(RcError::failed(format!("the session's setup panicked: {e}")).into()),
+        let client_psn = Psn::new(client_psn).map_err(|e| RcError::bad_request(e.to_string()))?;
+        // Authorized as the S3 operation before the session exists; a GET's object is opened
+        // (its range read at READY).
+        let (source, etag) = match (op, &part) {
+            (Op::Get, _) => {
+                let (source, etag) = self.open(&bucket, &key, offset, size).await?;
+                (Some(source), Some(etag))
+            }
+            (Op::Put, None) => {
+                self.store.check_put(&bucket, &key, size).await?;
+                (None, None)
+            }
+            (Op::Put, Some(part)) => {
+                self.store.check_part(&bucket, &key, &part.upload_id, size).await?;
+                (None, None)
             }
         };
-        let (prepared, handle, etag) = match set_up.await {
-            Ok(set_up) => set_up,
+        let spec = Spec { op, size: size as usize, cookie, client_gid, client_psn, source };
+        let target = Target { op, bucket, key, size, held: spec.held() as u64, part, etag };
+        let id = self.sessions.reserve(principal, cookie, target)?;
+        let timeout = self.sessions.limits().prepare_timeout;
+        let started = tokio::task::spawn_blocking(move || data_path::start(device, spec, timeout))
+            .await
+            .unwrap_or_else(|e| Err(format!("it panicked: {e}")));
+        let (prepared, handle) = match started {
+            Ok(started) => started,
             Err(e) => {
                 self.sessions.remove(id);
-                return Err(e);
+                return Err(RcError::failed(format!("cannot set up the session: {e}")).into());
             }
         };
-        if !self.sessions.publish(id, handle, etag) {
+        if !self.sessions.publish(id, handle) {
             return Err(RcError::failed(
                 "the session passed its prepare deadline while being set up",
             )
@@ -317,39 +334,26 @@ impl Shared {
         Ok(headers)
     }
 
-    /// Reads `size` bytes of `bucket`/`key` from `offset` through GetObject (checked against
-    /// the stored checksums); the object's ETag.
-    async fn stage(
+    /// Opens `bucket`/`key` for a GET of `size` bytes from `offset` (GetObject's errors);
+    /// the range's source and the object's ETag.
+    async fn open(
         &self,
-        req: &S3Request<Body>,
         bucket: &str,
         key: &str,
         offset: u64,
         size: u64,
-    ) -> Result<(Vec<u8>, Option<String>), s3s::S3Error> {
-        let input = GetObjectInput::builder()
-            .bucket(bucket.to_owned())
-            .key(key.to_owned())
-            .range(Some(Range::Int { first: offset, last: Some(offset + size - 1) }))
-            .build()
-            .map_err(|e| RcError::bad_request(e.to_string()))?;
-        let output = self.store.get_object(internal(req, input)).await?.output;
-        let mut staged = Vec::with_capacity(size as usize);
-        if let Some(mut body) = output.body {
-            while let Some(chunk) = body.next().await {
-                let chunk =
-                    chunk.map_err(|e| RcError::failed(format!("reading {bucket}/{key}: {e}")))?;
-                staged.extend_from_slice(&chunk);
-            }
-        }
-        if staged.len() as u64 != size {
+    ) -> Result<(Source, String), s3s::S3Error> {
+        let object = self.store.open_object(bucket, key).await?;
+        if offset + size > object.meta.size {
             return Err(RcError::bad_request(format!(
-                "{bucket}/{key} has {} bytes from offset {offset}, not {size}",
-                staged.len()
+                "{bucket}/{key} has {} bytes, not {size} from offset {offset}",
+                object.meta.size
             ))
             .into());
         }
-        Ok((staged, output.e_tag.map(|e| e.value().to_owned())))
+        let etag = object.meta.etag.clone();
+        let name = format!("{bucket}/{key}");
+        Ok((Source { object, range: offset..offset + size, name }, etag))
     }
 
     async fn ready(
@@ -394,19 +398,14 @@ impl Shared {
         let etag = match outcome {
             Ok(Outcome::Sent) => {
                 self.sessions.remove(id);
-                target.etag.map(|etag| (etag, None))
+                target.etag.clone().map(|etag| (etag, None))
             }
-            Ok(Outcome::Received(bytes)) => {
+            Ok(Outcome::Received(blocks)) => {
+                // Counted against the limits until committed: the session's thread holds its
+                // staging region while the commit takes the bytes.
+                let committed = self.commit(req, &target, blocks).await;
                 self.sessions.remove(id);
-                let input = PutObjectInput::builder()
-                    .bucket(target.bucket.clone())
-                    .key(target.key.clone())
-                    .content_length(Some(bytes.len() as i64))
-                    .body(Some(StreamingBlob::from(Body::from(bytes))))
-                    .build()
-                    .map_err(|e| RcError::bad_request(e.to_string()))?;
-                let output = self.store.put_object(internal(req, input)).await?.output;
-                output.e_tag.map(|e| (e.value().to_owned(), output.checksum_crc64nvme))
+                committed?
             }
             Err(Failure::Busy(e)) => {
                 self.sessions.unclaim(id);
@@ -418,6 +417,7 @@ impl Shared {
             }
         };
         let mut headers = HeaderMap::new();
+        headers.insert(H_CAPABILITIES, HeaderValue::from_static(CAPABILITIES));
         headers.insert(H_COOKIE, HeaderValue::from_str(&format!("{cookie:08x}")).expect("hex"));
         headers.insert(H_BYTES, HeaderValue::from(target.size));
         if let Some((etag, checksum)) = etag {
@@ -433,9 +433,81 @@ impl Shared {
         Ok(headers)
     }
 
+    /// Commits a PUT's `blocks` as PutObject, or UploadPart for a part (its checks and
+    /// checksums); the ETag and, of an object, its CRC64NVME.
+    async fn commit(
+        &self,
+        req: &S3Request<Body>,
+        target: &Target,
+        blocks: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    ) -> Result<Option<(String, Option<String>)>, s3s::S3Error> {
+        let body = futures::stream::unfold(blocks, |mut blocks| async move {
+            blocks.recv().await.map(|block| (block, blocks))
+        });
+        let body = Some(StreamingBlob::wrap(body));
+        let (bucket, key, length) = (target.bucket.clone(), target.key.clone(), target.size as i64);
+        let bad = |e: s3s::dto::builders::BuildError| RcError::bad_request(e.to_string());
+        Ok(match &target.part {
+            None => {
+                let input = PutObjectInput::builder()
+                    .bucket(bucket)
+                    .key(key)
+                    .content_length(Some(length))
+                    .body(body)
+                    .build()
+                    .map_err(bad)?;
+                let output = self.store.put_object(internal(req, input)).await?.output;
+                output.e_tag.map(|e| (e.value().to_owned(), output.checksum_crc64nvme))
+            }
+            Some(part) => {
+                let input = UploadPartInput::builder()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(part.upload_id.clone())
+                    .part_number(part.number)
+                    .content_length(Some(length))
+                    .body(body)
+                    .build()
+                    .map_err(bad)?;
+                let output = self.store.upload_part(internal(req, input)).await?.output;
+                output.e_tag.map(|e| (e.value().to_owned(), None))
+            }
+        })
+    }
+
     fn cancel(&self, req: &S3Request<Body>, principal: &str) -> Result<HeaderMap, s3s::S3Error> {
         let id = token::parse_session(H_SESSION, required(req, H_SESSION)?)?;
         self.sessions.cancel(id, principal);
         Ok(HeaderMap::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_takes_exactly_a_parts_query() {
+        let (bucket, key, part) = parse_target("/b/dir/a%20b").unwrap();
+        assert_eq!((bucket.as_str(), key.as_str(), part), ("b", "dir/a b", None));
+        let (_, key, part) = parse_target("/b/k?uploadId=a%2Bb&partNumber=10000").unwrap();
+        assert_eq!(key, "k");
+        assert_eq!(part, Some(Part { upload_id: "a+b".into(), number: 10_000 }));
+        for refused in [
+            "/b/k?uploadId=&partNumber=1",
+            "/b/k?uploadId=x&partNumber=0",
+            "/b/k?uploadId=x&partNumber=10001",
+            "/b/k?partNumber=1&uploadId=x",
+            "/b/k?uploadId=x&partNumber=1&versionId=v",
+            "/b/k?uploadId=x",
+            "/b/k?acl",
+            "/b/k?",
+        ] {
+            let e = parse_target(refused).unwrap_err();
+            assert!(
+                format!("{e:?}").contains("uploadId=ID&partNumber=1..10000"),
+                "{refused}: {e:?}"
+            );
+        }
     }
 }

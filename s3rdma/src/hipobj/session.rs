@@ -20,8 +20,8 @@ pub struct SessionLimits {
     pub max_sessions: usize,
     /// Sessions at once of one principal.
     pub max_per_principal: usize,
-    /// Bytes all open sessions may move at once: each holds a staging region of its size
-    /// (up to 2^31 − 1 bytes) in memory until it ends.
+    /// Bytes all open sessions may hold registered at once: a PUT its staging region of
+    /// its size (up to 2^31 − 1 bytes), a GET its ring of a few MiB, until it ends.
     pub max_staged_bytes: u64,
     /// How long a prepared session waits for READY.
     pub prepare_timeout: Duration,
@@ -61,8 +61,22 @@ pub struct Target {
     pub key: String,
     /// The bytes moved.
     pub size: u64,
+    /// The bytes of memory the session holds registered (counted against
+    /// [`SessionLimits::max_staged_bytes`]).
+    pub held: u64,
+    /// A PUT of a part of a multipart upload.
+    pub part: Option<Part>,
     /// A GET's object's ETag.
     pub etag: Option<String>,
+}
+
+/// A part of a multipart upload, as a target's query names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// `uploadId`.
+    pub upload_id: String,
+    /// `partNumber`, 1 to 10000.
+    pub number: i32,
 }
 
 struct Session {
@@ -124,11 +138,11 @@ impl Sessions {
         if own >= self.limits.max_per_principal {
             return Err(RcError::limit(format!("this access key has {own} sessions open")));
         }
-        let staged: u64 = open.values().map(|s| s.target.size).sum();
-        if staged.saturating_add(target.size) > self.limits.max_staged_bytes {
+        let staged: u64 = open.values().map(|s| s.target.held).sum();
+        if staged.saturating_add(target.held) > self.limits.max_staged_bytes {
             return Err(RcError::limit(format!(
                 "open sessions stage {staged} bytes, and {} more would pass the server's {}",
-                target.size, self.limits.max_staged_bytes
+                target.held, self.limits.max_staged_bytes
             )));
         }
         let id = loop {
@@ -149,14 +163,13 @@ impl Sessions {
         Ok(id)
     }
 
-    /// The reserved session `id` is set up: `Prepared`, READY goes to `handle`; a GET's
-    /// object has `etag`. False when it expired meanwhile (and `handle` is dropped).
-    pub fn publish(&self, id: u128, handle: Handle, etag: Option<String>) -> bool {
+    /// The reserved session `id` is set up: `Prepared`, READY goes to `handle`. False when
+    /// it expired meanwhile (and `handle` is dropped).
+    pub fn publish(&self, id: u128, handle: Handle) -> bool {
         let mut open = self.lock();
         let Some(s) = open.get_mut(&id) else { return false };
         s.state = State::Prepared;
         s.handle = Some(handle);
-        s.target.etag = etag;
         true
     }
 
@@ -204,8 +217,9 @@ impl Sessions {
 mod tests {
     use super::*;
 
-    fn target(size: u64) -> Target {
-        Target { op: Op::Put, bucket: "b".into(), key: "k".into(), size, etag: None }
+    fn target(held: u64) -> Target {
+        let (bucket, key) = ("b".into(), "k".into());
+        Target { op: Op::Get, bucket, key, size: 1 << 30, held, part: None, etag: None }
     }
 
     #[test]
