@@ -107,6 +107,7 @@
 
 mod backend;
 mod body;
+mod client_error;
 mod credentials;
 pub mod cuobj;
 pub mod hipobj;
@@ -120,6 +121,7 @@ mod tls;
 mod write;
 
 pub use backend::{SizeLimits, Store};
+pub use client_error::ClientError;
 pub use credentials::{Credentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 pub use server::{serve, serve_tls, BodyTimeout, Limits};
 pub use tls::tls_server_config;

@@ -102,7 +102,7 @@ fn a_byte_flipped_on_disk_fails_the_get_over_rdma() {
     drop(stored);
     let error = client.get(&device, BUCKET, "flipped", 0, len).unwrap_err();
     match &error {
-        ClientError::Refused { route: "READY", status: 502, body } => {
+        ClientError::Refused { what: "READY", status: 502, body } => {
             assert!(body.contains("fail their checksum"), "{body}")
         }
         other => panic!("the GET of a corrupt object: {other}"),

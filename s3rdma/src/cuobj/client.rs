@@ -17,6 +17,7 @@ use s3s::crypto::{Checksum as _, Crc64Nvme};
 use super::port::Port;
 use super::token::Descriptor;
 use super::{H_BYTES, H_REPLY, H_TOKEN};
+pub use crate::ClientError;
 use crate::Credentials;
 
 /// How long a signed request stays valid.
@@ -25,33 +26,6 @@ const SIGNATURE_VALIDITY: Duration = Duration::from_secs(300);
 const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 /// The smallest window registered.
 const MIN_WINDOW: usize = 64 << 10;
-
-/// What went wrong, and what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The server refused the request (not a decline).
-    #[error("{what} answered {status}: {body}")]
-    Refused {
-        /// The request.
-        what: &'static str,
-        /// The HTTP status.
-        status: u16,
-        /// The S3 error (XML) it sent.
-        body: String,
-    },
-    /// An answer that does not follow the protocol.
-    #[error("{0}")]
-    Protocol(String),
-    /// A verb failed.
-    #[error(transparent)]
-    Rdma(#[from] rdma_verbs::Error),
-    /// The HTTP request failed.
-    #[error("HTTP: {0}")]
-    Http(#[from] ureq::Error),
-    /// The endpoint or bucket is not usable.
-    #[error("{0}")]
-    Endpoint(String),
-}
 
 /// The client's DC side: its device, PD, CQ, SRQ and DCT, which live as long as the process
 /// (every window the client registers is reached through this DCT).

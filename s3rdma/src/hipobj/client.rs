@@ -16,6 +16,7 @@ use rusty_s3::S3Action;
 use super::device::{nonzero_psn, wait_one, Device};
 use super::token::{self, Token};
 use super::*;
+pub use crate::ClientError;
 use crate::Credentials;
 
 /// How long a signed request stays valid, in seconds.
@@ -27,37 +28,6 @@ const MAX_PARTS: usize = 10_000;
 /// How long the client waits for its own completion once READY has been answered (GET) or
 /// while READY is outstanding (PUT: the server's exec deadline bounds it too).
 const COMPLETION_WAIT: Duration = Duration::from_secs(60);
-
-/// What went wrong, and what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The server does not serve `hipobj-rc-v2` (`501`, `X-Amz-Rdma-Protocol-Status:
-    /// unsupported`): use plain S3.
-    #[error("the server does not serve {PROTOCOL} over RDMA ({0}); use plain S3 (without --rdma)")]
-    Declined(String),
-    /// The server refused a request.
-    #[error("{route} answered {status}: {body}")]
-    Refused {
-        /// The route.
-        route: &'static str,
-        /// The HTTP status.
-        status: u16,
-        /// The S3 error (XML) it sent.
-        body: String,
-    },
-    /// A reply that does not follow the protocol, or a transfer that did not complete.
-    #[error("{0}")]
-    Protocol(String),
-    /// A verb failed.
-    #[error(transparent)]
-    Rdma(#[from] rdma_verbs::Error),
-    /// The HTTP request failed.
-    #[error("HTTP: {0}")]
-    Http(#[from] ureq::Error),
-    /// The endpoint is not an http(s) URL.
-    #[error("the endpoint must be an http:// or https:// URL: {0}")]
-    Endpoint(String),
-}
 
 /// A reply of the server.
 #[derive(Debug)]
@@ -82,7 +52,7 @@ impl Reply {
             return Err(ClientError::Declined(self.body));
         }
         if !(200..300).contains(&self.status) {
-            return Err(ClientError::Refused { route, status: self.status, body: self.body });
+            return Err(ClientError::Refused { what: route, status: self.status, body: self.body });
         }
         if self.header(H_PROTOCOL) != Some(PROTOCOL) {
             return Err(ClientError::Protocol(format!(
@@ -134,7 +104,7 @@ impl Client {
         let base = url::Url::parse(endpoint)
             .map_err(|e| ClientError::Endpoint(format!("{endpoint}: {e}")))?;
         if !matches!(base.scheme(), "http" | "https") {
-            return Err(ClientError::Endpoint(endpoint.into()));
+            return Err(ClientError::Endpoint(format!("{endpoint} is not an http(s) URL")));
         }
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -376,7 +346,7 @@ impl Client {
         let status = response.status().as_u16();
         let body = response.body_mut().read_to_string()?;
         if !(200..300).contains(&status) {
-            return Err(ClientError::Refused { route, status, body });
+            return Err(ClientError::Refused { what: route, status, body });
         }
         Ok(body)
     }
