@@ -102,8 +102,19 @@
 //! too), the header buffer, the time to send the headers, and the time a request body may
 //! send nothing (a stalled upload fails with `RequestTimeout`, its connection is closed, and
 //! other connections are not held up). A Content-Length that is not a number gets `400` from
-//! hyper before the request reaches the server. Objects are streamed: a request holds at most about one block (1 MiB) of an
-//! object's bytes in memory.
+//! hyper before the request reaches the server. Objects are streamed: a plain request holds
+//! at most about one block (1 MiB) of an object's bytes in memory. RDMA transfers have limits
+//! of their own ([`hipobj`], [`cuobj`]).
+//!
+//! # What is verified where
+//!
+//! | what | where |
+//! |---|---|
+//! | the S3 API, SigV4, stored and verified checksums, limits, multipart, TLS, the client commands | host tests (`tests/server.rs`, `tests/cli.rs`) and the AWS CLI and boto3 (`tests/aws_cli.sh`), in CI |
+//! | `hipobj-rc-v2`: 4 KiB to 192 MiB both ways, ranges, parts, sessions bound to their key, another session's memory out of reach, a byte flipped on disk, clients at once, a client killed mid-transfer, flooding, huge lengths, stalled uploads | Soft-RoCE (rxe) in the device tier (`device-tests/tests/device/s3rdma*.rs`), in CI |
+//! | `x-amz-rdma-token` over DC: the token, the whole flow against the mock libmlx5 (whose DC initiators carry out RDMA WRITE and READ on a DCT's memory), the decline on rxe | the mock provider (`tests/cuobj.rs`) and rxe, in CI |
+//! | the gateway of the glibc 2.28 release artifact on rdma-core 33.2, 44.0, 56.1 and 65.0 | the release matrix in the Soft-RoCE guest, in CI |
+//! | DC on a ConnectX; interop with NVIDIA's libcuobjclient and with other `hipobj-rc-v2` clients | not verified: a hardware test is written and `#[ignore]`d (`device::s3rdma::hardware`) |
 
 mod backend;
 mod body;
