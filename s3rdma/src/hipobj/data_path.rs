@@ -3,9 +3,10 @@
 //! them): it is set up at PREPARE, waits for READY until the prepare deadline, then runs the
 //! data phase within the exec deadline and answers with its outcome.
 //!
-//! A GET's region is a ring of a few blocks: at READY the range is read a block at a time,
-//! each block verified against its stored CRC64NVME, copied into a free slot and RDMA
-//! WRITTEN to the client's region at its offset, while the earlier writes are in flight. A
+//! A GET's region is a ring of a few blocks: at READY the range is read a block at a time on
+//! a thread of its own, each block verified against its stored CRC64NVME, while the session's
+//! thread copies the verified blocks into free slots and RDMA WRITEs each to the client's
+//! region at its offset, the earlier writes in flight. A
 //! PUT's region is the staging region of `size` bytes the client writes the object into; it
 //! is handed to the commit a block at a time.
 
@@ -357,56 +358,72 @@ fn send(
     let total = source.range.end - source.range.start;
     let failed = |what: &str, e: &dyn std::fmt::Display| Stop::Failed(format!("{what}: {e}"));
     let (mut sent, mut in_flight, mut slot) = (0u64, 0usize, 0usize);
-    let mut result = (|| {
+    // The blocks are read and verified on a thread of their own, a ring's worth ahead, so
+    // that file I/O and checksums overlap the posts even where a post does the transfer's
+    // work in the caller's thread (rxe sends in the poster's context).
+    let (ahead, read) = mpsc::sync_channel(slots);
+    let reader = move || {
         for chunk in source.object.chunks(source.range.clone(), &source.name) {
-            let chunk = chunk.map_err(|e| match e {
-                crate::read::ReadError::Corrupt(why) => {
-                    eprintln!("s3rdma: a hipobj-rc-v2 GET stopped: {why}");
-                    Stop::Failed(format!(
-                        "the stored bytes of {} fail their checksum; the object is not served",
-                        source.name
-                    ))
-                }
-                e => failed(&format!("reading {}", source.name), &e),
-            })?;
-            // Sends complete in order: once one has, the oldest slot is free.
-            if in_flight == slots {
-                in_flight -= 1;
-                written(cq, deadline)?;
+            let last = chunk.is_err();
+            // A closed channel: the sender stopped.
+            if ahead.send(chunk).is_err() || last {
+                return;
             }
-            let at = slot * slot_len;
-            ring.write(at, &chunk).map_err(|e| failed("filling the ring", &e))?;
-            let sges = [ring.sge(at..at + chunk.len()).map_err(|e| failed("the ring", &e))?];
-            let remote = RemoteAddr { addr: to.addr + sent, rkey: to.rkey };
-            sent += chunk.len() as u64;
-            let wr = if sent == total {
-                SendWr::rdma_write_with_imm(sent, &sges, remote, cookie)
-            } else {
-                SendWr::rdma_write(sent, &sges, remote)
-            };
-            // SAFETY: the ring outlives `qp` (the session's thread drops the QP first), and
-            // this slot is not written again before this WRITE's completion is polled.
-            unsafe { qp.post_send_wr(&mut wr.flags(SendFlags::SIGNALED)) }
-                .map_err(|e| failed("posting an RDMA WRITE", &e))?;
-            in_flight += 1;
-            slot = (slot + 1) % slots;
         }
-        if sent != total {
-            return Err(Stop::Failed(format!("{} ended before the range did", source.name)));
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(reader);
+        let mut result = (|| {
+            for chunk in read {
+                let chunk = chunk.map_err(|e| match e {
+                    crate::read::ReadError::Corrupt(why) => {
+                        eprintln!("s3rdma: a hipobj-rc-v2 GET stopped: {why}");
+                        Stop::Failed(format!(
+                            "the stored bytes of {} fail their checksum; the object is not served",
+                            source.name
+                        ))
+                    }
+                    e => failed(&format!("reading {}", source.name), &e),
+                })?;
+                // Sends complete in order: once one has, the oldest slot is free.
+                if in_flight == slots {
+                    in_flight -= 1;
+                    written(cq, deadline)?;
+                }
+                let at = slot * slot_len;
+                ring.write(at, &chunk).map_err(|e| failed("filling the ring", &e))?;
+                let sges = [ring.sge(at..at + chunk.len()).map_err(|e| failed("the ring", &e))?];
+                let remote = RemoteAddr { addr: to.addr + sent, rkey: to.rkey };
+                sent += chunk.len() as u64;
+                let wr = if sent == total {
+                    SendWr::rdma_write_with_imm(sent, &sges, remote, cookie)
+                } else {
+                    SendWr::rdma_write(sent, &sges, remote)
+                };
+                // SAFETY: the ring outlives `qp` (the session's thread drops the QP first), and
+                // this slot is not written again before this WRITE's completion is polled.
+                unsafe { qp.post_send_wr(&mut wr.flags(SendFlags::SIGNALED)) }
+                    .map_err(|e| failed("posting an RDMA WRITE", &e))?;
+                in_flight += 1;
+                slot = (slot + 1) % slots;
+            }
+            if sent != total {
+                return Err(Stop::Failed(format!("{} ended before the range did", source.name)));
+            }
+            Ok(())
+        })();
+        // Every write posted completes (flushed, when the QP is in error) before the ring is
+        // filled again or the QP reset for a retry.
+        while in_flight > 0 {
+            in_flight -= 1;
+            match written(cq, deadline) {
+                Ok(()) => {}
+                Err(Stop::Failed(e)) => return Err(result.err().unwrap_or(Stop::Failed(e))),
+                Err(stop) => result = result.and(Err(stop)),
+            }
         }
-        Ok(())
-    })();
-    // Every write posted completes (flushed, when the QP is in error) before the ring is
-    // filled again or the QP reset for a retry.
-    while in_flight > 0 {
-        in_flight -= 1;
-        match written(cq, deadline) {
-            Ok(()) => {}
-            Err(Stop::Failed(e)) => return Err(result.err().unwrap_or(Stop::Failed(e))),
-            Err(stop) => result = result.and(Err(stop)),
-        }
-    }
-    result
+        result
+    })
 }
 
 #[cfg(test)]
