@@ -51,15 +51,11 @@
 //! The one residual case: a completion kept *unconsumed* while its chunk is posted again
 //! 2^27 times could match the chunk's current flight (the generation has 27 bits).
 
-mod credits;
-mod lenders;
 mod pool;
 mod post;
 mod recv_list;
 
-pub(crate) use credits::Credits;
-pub(crate) use lenders::Lenders;
 pub use pool::{Buffer, BufferPool};
 pub(crate) use post::{post_receive, ReceiveQueue};
-pub use post::{ListOp, PostError, SendBufferList, SendOp, UdSend};
+pub use post::{ListOp, PostError, SendBufferList, UdSend};
 pub use recv_list::RecvBufferList;

@@ -2,81 +2,15 @@
 
 use std::mem::ManuallyDrop;
 
-use rdma_verbs_sys as sys;
-
-use super::credits::Credits;
 use super::pool::{Buffer, UNCHAINED};
 use crate::ah::UdDestination;
+use crate::cq::Credits;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::grh_room::GrhRoom;
-use crate::mr::LKey;
 use crate::pd::ProtectionDomain;
-use crate::qp::{Connected, QpType, QueuePair, ReceiveReady, Rts, Ud};
+use crate::qp::{Connected, QpState, QpType, QueuePair, ReceiveReady, Rts, Ud};
 use crate::try_twin::try_twin;
-use crate::wr::{RecvWr, RemoteAddr, SendFlags, SendWrList, Sge};
-
-/// What a posted [`Buffer`] does on the send queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendOp {
-    /// SEND its bytes; the peer consumes a receive.
-    Send,
-    /// SEND with 32 bits of immediate data.
-    SendWithImm(u32),
-    /// RDMA WRITE its bytes to the peer's memory.
-    RdmaWrite(RemoteAddr),
-    /// RDMA WRITE, then consume a receive at the peer carrying the immediate data.
-    RdmaWriteWithImm(RemoteAddr, u32),
-    /// RDMA READ `len` bytes of the peer's memory into it.
-    RdmaRead(RemoteAddr),
-    /// Atomic compare-and-swap on the peer's 8 bytes; the old value lands in the buffer,
-    /// whose length must be 8. RC only.
-    CompareSwap {
-        /// The peer's 8-byte-aligned word.
-        remote: RemoteAddr,
-        /// The value expected there.
-        compare: u64,
-        /// The value written when it matches.
-        swap: u64,
-    },
-    /// Atomic fetch-and-add on the peer's 8 bytes; the old value lands in the buffer, whose
-    /// length must be 8. RC only.
-    FetchAdd {
-        /// The peer's 8-byte-aligned word.
-        remote: RemoteAddr,
-        /// What is added.
-        add: u64,
-    },
-}
-
-impl SendOp {
-    /// Its `ibv_wr_opcode`.
-    #[inline(always)]
-    pub(crate) fn opcode(self) -> sys::ibv_wr_opcode {
-        match self {
-            SendOp::Send => sys::IBV_WR_SEND,
-            SendOp::SendWithImm(_) => sys::IBV_WR_SEND_WITH_IMM,
-            SendOp::RdmaWrite(_) => sys::IBV_WR_RDMA_WRITE,
-            SendOp::RdmaWriteWithImm(..) => sys::IBV_WR_RDMA_WRITE_WITH_IMM,
-            SendOp::RdmaRead(_) => sys::IBV_WR_RDMA_READ,
-            SendOp::CompareSwap { .. } => sys::IBV_WR_ATOMIC_CMP_AND_SWP,
-            SendOp::FetchAdd { .. } => sys::IBV_WR_ATOMIC_FETCH_AND_ADD,
-        }
-    }
-
-    /// Whether the NIC writes the buffer (RDMA READ and atomics do): it then needs
-    /// `LOCAL_WRITE`, and never goes inline.
-    #[inline]
-    fn writes_buffer(self) -> bool {
-        matches!(self, SendOp::RdmaRead(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
-    }
-
-    /// Whether `len` bytes go inline on a QP allowing `max_inline`: they fit, and the NIC
-    /// does not write the buffer.
-    #[inline]
-    fn goes_inline(self, len: u32, max_inline: u32) -> bool {
-        len <= max_inline && !self.writes_buffer()
-    }
-}
+use crate::wr::{LKey, RecvWr, SendFlags, SendOp, SendWrList, Sge};
 
 /// A UD datagram in a [`SendBufferList`]: where it goes, and its immediate data if any.
 #[derive(Clone, Copy, Debug)]
@@ -133,6 +67,26 @@ impl<'p> ListOp<'p> for UdSend<'p> {
              the UD QP it is posted on: create the AH with the QP's PD"
                 .into(),
         ))
+    }
+}
+
+impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
+    /// What the buffer tier posts receives to: its receive queue, whose receives take its
+    /// receive CQ's credits.
+    #[inline(always)]
+    pub(crate) fn receive_queue(&self) -> ReceiveQueue<'_> {
+        ReceiveQueue {
+            pd: self.pd(),
+            max_sge: self.caps().max_recv_sge,
+            room: GrhRoom::of::<T>(),
+            credits: self.recv_credits(),
+        }
+    }
+
+    /// Notes that the QP is given chunks of `buffer`'s pool (before it posts them).
+    #[inline]
+    pub(crate) fn lent(&self, buffer: &Buffer<'_>) {
+        self.lenders().note(buffer.pool_queues());
     }
 }
 

@@ -4,6 +4,7 @@
 mod acks;
 mod attr;
 mod completion;
+mod credits;
 mod errors;
 mod extended;
 mod kept;
@@ -17,10 +18,10 @@ pub(crate) use acks::EventAcks;
 use acks::HeapAcks;
 pub use attr::CqAttr;
 pub use completion::Completion;
+pub(crate) use credits::{Count, Credits};
 pub(crate) use errors::CqErrors;
 use kept::{Handing, Kept};
 
-use crate::buffer::Credits;
 use crate::channel::CompletionChannel;
 use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};

@@ -6,16 +6,14 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+use crate::ah::{AddressVector, GlobalRoute};
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Lid, Psn, Qpn};
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{
-    AddressVector, GlobalRoute, Init, QpCapabilities, QpInitAttr, QpState, Reset, Rtr, Rts,
-    ToRtsAttr,
-};
+use crate::qp::{Init, QpCapabilities, QpInitAttr, QpState, Reset, Rtr, Rts, ToRtsAttr};
 use crate::try_twin::try_twin;
 use crate::wr::SendFlags;
 

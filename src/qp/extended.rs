@@ -9,10 +9,10 @@ use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
 use crate::ah::UdDestination;
-use crate::buffer::SendOp;
 use crate::context::Context;
 use crate::error::{check_errno, errno_error, Error, PostListError, Result};
 use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
+use crate::wr::SendOp;
 use crate::wr::{Build, Builds, SendFlags, SendWr, Sge, INLINE_BUFS};
 
 /// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
@@ -775,7 +775,7 @@ mod tests {
     use std::cell::RefCell;
 
     use super::*;
-    use crate::mr::{LKey, RKey};
+    use crate::wr::{LKey, RKey};
     use crate::wr::{RemoteAddr, SendWrList, Sge};
 
     thread_local! {

@@ -5,13 +5,13 @@ use rdma_verbs_sys as sys;
 use super::extended::ExQp;
 use super::{QpCapabilities, QpType, QueuePair, ReceiveReady, Rts, SendLimits};
 use crate::ah::UdDestination;
-use crate::buffer::SendOp;
 use crate::error::{
     check_errno, errno_error, list_error, Error, InvalidInputKind, PostListError, Result,
 };
 use crate::fit::{self, Slack};
 use crate::grh_room::GrhRoom;
 use crate::pd::ProtectionDomain;
+use crate::wr::SendOp;
 use crate::wr::{shape_of_parts, RecvWr, RecvWrList, SendFlags, SendWr, SendWrList, Sge};
 
 impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {

@@ -3,8 +3,8 @@
 
 use rdma_verbs_sys as sys;
 
+use super::SendOp;
 use super::{Builds, RecvWr, SendFlags, SendWr};
-use crate::buffer::SendOp;
 use crate::error::{list_error, Error, InvalidInputKind, PostListError, Result};
 use crate::fit::{Demand, Slack};
 
@@ -602,8 +602,8 @@ impl std::fmt::Debug for RecvWrList<'_> {
 mod tests {
     use super::*;
     use crate::fit;
-    use crate::mr::{LKey, RKey};
     use crate::wr::{Build, RemoteAddr, Sge};
+    use crate::wr::{LKey, RKey};
 
     #[test]
     fn a_list_links_its_wrs_in_place_and_unites_what_they_ask() {

@@ -14,75 +14,21 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::ah::UdDestination;
-use crate::buffer::SendOp;
 use crate::fit::{self, Demand};
-use crate::mr::{LKey, RKey};
 
 pub(crate) mod id;
 mod list;
+mod op;
+mod sge;
 
 pub use list::{RecvWrList, SendWrList};
+pub use op::SendOp;
+pub use sge::{LKey, RKey, RemoteAddr, Sge};
 
 /// The most buffers an inline WR built in an extended batch may have
 /// (`ibv_wr_set_inline_data_list` takes them from an array on the stack); one with more goes
 /// through `ibv_post_send`.
 pub(crate) const INLINE_BUFS: usize = 32;
-
-/// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of the region named by
-/// `lkey`. Build one with [`MemoryRegion::sge`](crate::MemoryRegion::sge), which checks the
-/// bounds.
-///
-/// Zero lengths: `MemoryRegion::sge` refuses an empty range, and a region holds at least one
-/// byte. An empty message is a work request with *no* SGE (`SendWr::send(id, &[])`, or an
-/// empty [`Buffer`](crate::Buffer) in the buffer tier); it arrives as a receive of
-/// `byte_len` 0. An SGE of length 0 built with [`Sge::new`] carries no bytes: rxe and mlx5
-/// skip it (the device tests check rxe), so it is harmless but pointless.
-#[derive(Clone, Copy)]
-#[repr(transparent)]
-pub struct Sge(sys::ibv_sge);
-
-impl Sge {
-    /// An SGE of `length` bytes at `addr`, in the region whose local key is `lkey`.
-    #[must_use]
-    pub fn new(addr: u64, length: u32, lkey: LKey) -> Sge {
-        Sge(sys::ibv_sge { addr, length, lkey: lkey.get() })
-    }
-
-    /// The address.
-    pub fn addr(&self) -> u64 {
-        self.0.addr
-    }
-
-    /// The length in bytes.
-    pub fn length(&self) -> u32 {
-        self.0.length
-    }
-
-    /// The local key.
-    pub fn lkey(&self) -> LKey {
-        LKey::new(self.0.lkey)
-    }
-}
-
-impl std::fmt::Debug for Sge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sge")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("length", &self.length())
-            .field("lkey", &self.lkey())
-            .finish()
-    }
-}
-
-/// A peer's memory, as the target of RDMA WRITE or the source of RDMA READ: a virtual
-/// address and the remote key of the region that holds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RemoteAddr {
-    /// The address in the peer's registration.
-    pub addr: u64,
-    /// The peer region's remote key.
-    pub rkey: RKey,
-}
 
 bitflags! {
     /// Flags of a send work request (`enum ibv_send_flags`), `ibv_post_send(3)`.
@@ -537,10 +483,10 @@ impl<'a> SendWr<'a> {
 /// `fit`'s one-bit fields), whether only the exact checks may pass it, and its build when it
 /// carries one SGE and no inline data.
 #[derive(Clone, Copy)]
-struct Kind {
-    class: fit::Field,
-    slow: bool,
-    build: Build,
+pub(super) struct Kind {
+    pub(super) class: fit::Field,
+    pub(super) slow: bool,
+    pub(super) build: Build,
 }
 
 /// The [`Kind`] of a WR of `opcode`: `inline` and, asked of an atomic only,
@@ -566,25 +512,6 @@ fn kind_of_opcode(
         sys::IBV_WR_SEND_WITH_INV => kind(fit::INV, false, Build::Other),
         // Binds (whose window `note_posted` updates) and anything else.
         _ => kind(fit::SLOW, true, Build::Other),
-    }
-}
-
-impl SendOp {
-    /// [`kind_of_opcode`] of its opcode, told by the variant: one dispatch where the opcode's
-    /// cost a post of the buffer tier two (see the test `a_send_op_is_of_its_opcodes_kind`).
-    #[inline(always)]
-    fn kind(self, inline: bool, one_aligned_word: impl FnOnce(u64) -> bool) -> Kind {
-        let kind = |class, slow, build| Kind { class, slow, build };
-        match self {
-            SendOp::Send => kind(fit::SEND, false, Build::Send),
-            SendOp::SendWithImm(_) => kind(fit::SEND, false, Build::SendWithImm),
-            SendOp::RdmaWrite(_) => kind(fit::WRITE, false, Build::RdmaWrite),
-            SendOp::RdmaWriteWithImm(..) => kind(fit::WRITE, false, Build::RdmaWriteWithImm),
-            SendOp::RdmaRead(_) => kind(fit::READ, inline, Build::RdmaRead),
-            SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => {
-                kind(fit::ATOMIC, inline || !one_aligned_word(remote.addr), Build::Other)
-            }
-        }
     }
 }
 
