@@ -5,8 +5,9 @@ use rdma_verbs_sys as sys;
 use super::{Build, Kind, RemoteAddr};
 use crate::fit;
 
-/// The operation of a send work request: what a posted [`Buffer`](crate::Buffer) or a
-/// [`SendWr`](super::SendWr) does on the send queue.
+/// What a posted [`Buffer`](crate::Buffer) does on the send queue: the operations of a send
+/// work request that carry data ([`SendWr`](super::SendWr) builds these and the memory
+/// window operations).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendOp {
     /// SEND its bytes; the peer consumes a receive.
