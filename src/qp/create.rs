@@ -199,13 +199,14 @@ impl<'res> ProtectionDomain<'res> {
                 return Err(error);
             }
         }
+        let slack = super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref());
         Ok(QueuePair {
             raw,
             ex,
             pd: self,
             caps,
             limits: SendLimits::default(),
-            slack: super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref()),
+            slack,
             lenders: Lenders::default(),
             credits,
             _res: PhantomData,

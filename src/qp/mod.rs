@@ -193,7 +193,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
 
     /// The raw extended QP (`ibv_qp_to_qp_ex(3)`), when sends go through the extended verbs.
     pub fn as_raw_ex(&self) -> Option<*mut sys::ibv_qp_ex> {
-        self.ex.map(|ex| ex.raw.as_ptr())
+        self.ex.as_ref().map(|ex| ex.raw.as_ptr())
     }
 
     /// Which verbs sends are posted with: [`VerbsPath::Extended`] (`ibv_wr_start`, the
@@ -283,21 +283,18 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// transitions).
     pub(crate) fn retype<N: QpState>(self) -> QueuePair<'res, N, T> {
         let mut this = ManuallyDrop::new(self);
+        // What `into_rts` learnt holds only until the next transition (it sets it again).
+        let limits = SendLimits { rd_atomic: None, ..this.limits };
+        let ex = this.ex.take();
         QueuePair {
             lenders: std::mem::take(&mut this.lenders),
             credits: this.credits,
             raw: this.raw,
-            ex: this.ex,
+            slack: post::send_slack::<T>(this.pd, &this.caps, limits, ex.as_ref()),
+            ex,
             pd: this.pd,
             caps: this.caps,
-            // What `into_rts` learnt holds only until the next transition (it sets it again).
-            limits: SendLimits { rd_atomic: None, ..this.limits },
-            slack: post::send_slack::<T>(
-                this.pd,
-                &this.caps,
-                SendLimits { rd_atomic: None, ..this.limits },
-                this.ex.as_ref(),
-            ),
+            limits,
             _res: PhantomData,
             _state: PhantomData,
         }

@@ -259,9 +259,9 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         // SAFETY: the caller's guarantees; the list's builds are its WRs'.
         unsafe {
             if T::RAW == sys::IBV_QPT_UD {
-                ex.post_fast::<true>(list, list.builds())
+                ExQp::post_fast::<true>(ex, list, list.builds())
             } else {
-                ex.post_fast::<false>(list, list.builds())
+                ExQp::post_fast::<false>(ex, list, list.builds())
             }
         }
     }
