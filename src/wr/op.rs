@@ -2,7 +2,8 @@
 
 use rdma_verbs_sys as sys;
 
-use super::{Build, Kind, RemoteAddr};
+use super::shape::{Build, Kind};
+use super::RemoteAddr;
 use crate::fit;
 
 /// What a posted [`Buffer`](crate::Buffer) does on the send queue: the operations of a send
