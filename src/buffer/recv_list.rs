@@ -5,7 +5,7 @@ use std::mem::ManuallyDrop;
 use rdma_verbs_sys as sys;
 
 use super::pool::{Buffer, UNCHAINED};
-use super::post::ReceiveQueue;
+use super::receive::ReceiveQueue;
 use crate::error::Result;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
 use crate::wr::LKey;
