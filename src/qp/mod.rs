@@ -41,6 +41,7 @@ mod fit_tests;
 mod kind;
 mod modify;
 mod post;
+mod post_recv;
 mod query;
 mod retry;
 mod state;
