@@ -172,29 +172,26 @@ impl PollOps {
     /// The members of `cq` that polling calls (the timestamp's too, when `timestamps`), or
     /// the name of the first one the provider left NULL.
     fn of(cq: &sys::ibv_cq_ex, timestamps: bool) -> Result<PollOps, &'static str> {
-        fn set<F>(member: Option<F>, name: &'static str) -> Result<F, &'static str> {
-            member.ok_or(name)
+        // A member every poll needs, or the error naming it: "verb (struct.member)".
+        macro_rules! member {
+            ($field:ident, $verb:literal) => {
+                cq.$field.ok_or(concat!($verb, " (ibv_cq_ex.", stringify!($field), ")"))?
+            };
         }
         Ok(PollOps {
-            start_poll: set(cq.start_poll, "ibv_start_poll (ibv_cq_ex.start_poll)")?,
+            start_poll: member!(start_poll, "ibv_start_poll"),
             next_poll: cq.next_poll,
-            end_poll: set(cq.end_poll, "ibv_end_poll (ibv_cq_ex.end_poll)")?,
-            read_opcode: set(cq.read_opcode, "ibv_wc_read_opcode (ibv_cq_ex.read_opcode)")?,
-            read_vendor_err: set(
-                cq.read_vendor_err,
-                "ibv_wc_read_vendor_err (ibv_cq_ex.read_vendor_err)",
-            )?,
-            read_byte_len: set(cq.read_byte_len, "ibv_wc_read_byte_len (ibv_cq_ex.read_byte_len)")?,
-            read_imm_data: set(cq.read_imm_data, "ibv_wc_read_imm_data (ibv_cq_ex.read_imm_data)")?,
-            read_qp_num: set(cq.read_qp_num, "ibv_wc_read_qp_num (ibv_cq_ex.read_qp_num)")?,
-            read_src_qp: set(cq.read_src_qp, "ibv_wc_read_src_qp (ibv_cq_ex.read_src_qp)")?,
-            read_wc_flags: set(cq.read_wc_flags, "ibv_wc_read_wc_flags (ibv_cq_ex.read_wc_flags)")?,
-            read_slid: set(cq.read_slid, "ibv_wc_read_slid (ibv_cq_ex.read_slid)")?,
-            read_sl: set(cq.read_sl, "ibv_wc_read_sl (ibv_cq_ex.read_sl)")?,
-            read_dlid_path_bits: set(
-                cq.read_dlid_path_bits,
-                "ibv_wc_read_dlid_path_bits (ibv_cq_ex.read_dlid_path_bits)",
-            )?,
+            end_poll: member!(end_poll, "ibv_end_poll"),
+            read_opcode: member!(read_opcode, "ibv_wc_read_opcode"),
+            read_vendor_err: member!(read_vendor_err, "ibv_wc_read_vendor_err"),
+            read_byte_len: member!(read_byte_len, "ibv_wc_read_byte_len"),
+            read_imm_data: member!(read_imm_data, "ibv_wc_read_imm_data"),
+            read_qp_num: member!(read_qp_num, "ibv_wc_read_qp_num"),
+            read_src_qp: member!(read_src_qp, "ibv_wc_read_src_qp"),
+            read_wc_flags: member!(read_wc_flags, "ibv_wc_read_wc_flags"),
+            read_slid: member!(read_slid, "ibv_wc_read_slid"),
+            read_sl: member!(read_sl, "ibv_wc_read_sl"),
+            read_dlid_path_bits: member!(read_dlid_path_bits, "ibv_wc_read_dlid_path_bits"),
             read_completion_ts: match (timestamps, cq.read_completion_ts) {
                 (false, _) => None,
                 (true, Some(member)) => Some(member),

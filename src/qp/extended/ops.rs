@@ -44,22 +44,19 @@ impl QpOps {
     /// The members of `q` (a QP of type `qp_type`), or the name of the first required one
     /// the provider left NULL.
     pub(super) fn of(q: &sys::ibv_qp_ex, qp_type: sys::ibv_qp_type) -> Result<QpOps, &'static str> {
-        fn set<F>(member: Option<F>, name: &'static str) -> Result<F, &'static str> {
-            member.ok_or(name)
+        // A member every batch needs, or the error naming it: "verb (struct.member)".
+        macro_rules! member {
+            ($field:ident, $verb:literal) => {
+                q.$field.ok_or(concat!($verb, " (ibv_qp_ex.", stringify!($field), ")"))?
+            };
         }
         Ok(QpOps {
-            start: set(q.wr_start, "ibv_wr_start (ibv_qp_ex.wr_start)")?,
-            complete: set(q.wr_complete, "ibv_wr_complete (ibv_qp_ex.wr_complete)")?,
-            abort: set(q.wr_abort, "ibv_wr_abort (ibv_qp_ex.wr_abort)")?,
-            set_sge: set(q.wr_set_sge, "ibv_wr_set_sge (ibv_qp_ex.wr_set_sge)")?,
-            set_sge_list: set(
-                q.wr_set_sge_list,
-                "ibv_wr_set_sge_list (ibv_qp_ex.wr_set_sge_list)",
-            )?,
-            set_inline_data: set(
-                q.wr_set_inline_data,
-                "ibv_wr_set_inline_data (ibv_qp_ex.wr_set_inline_data)",
-            )?,
+            start: member!(wr_start, "ibv_wr_start"),
+            complete: member!(wr_complete, "ibv_wr_complete"),
+            abort: member!(wr_abort, "ibv_wr_abort"),
+            set_sge: member!(wr_set_sge, "ibv_wr_set_sge"),
+            set_sge_list: member!(wr_set_sge_list, "ibv_wr_set_sge_list"),
+            set_inline_data: member!(wr_set_inline_data, "ibv_wr_set_inline_data"),
             set_ud_addr: match (qp_type, q.wr_set_ud_addr) {
                 (sys::IBV_QPT_UD, None) => {
                     return Err("ibv_wr_set_ud_addr (ibv_qp_ex.wr_set_ud_addr)")
