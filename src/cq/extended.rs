@@ -222,11 +222,14 @@ impl ExCq {
         // The loop for each: whether the timestamp is read, and how sessions go, are settled
         // here once rather than at each completion.
         let ts = S::TIMESTAMPS && self.ops.read_completion_ts.is_some();
+        // Batches only where the reader is `Session`, which `create` chose only with
+        // `ibv_next_poll` (a `PollCq` CQ reaches here only when completions kept by another
+        // thread's poll ran out meanwhile: a session each is right for any extended CQ).
         match (ts, self.reader) {
-            (true, Reader::SessionPerCompletion) => self.drain_as::<S, true, false>(out),
-            (true, _) => self.drain_as::<S, true, true>(out),
-            (false, Reader::SessionPerCompletion) => self.drain_as::<S, false, false>(out),
-            (false, _) => self.drain_as::<S, false, true>(out),
+            (true, Reader::Session) => self.drain_as::<S, true, true>(out),
+            (true, _) => self.drain_as::<S, true, false>(out),
+            (false, Reader::Session) => self.drain_as::<S, false, true>(out),
+            (false, _) => self.drain_as::<S, false, false>(out),
         }
     }
 
