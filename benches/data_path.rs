@@ -33,7 +33,7 @@ use rdma_verbs::{
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Mock, Optional};
 use rdma_verbs_sys as sys;
 
-use stub_data_path::{context, each_wr, stub_extended, with_rts_qp, DataPath, ExtendedStubs};
+use stub_data_path::{context, each_wr, stubbed_context, with_rts_qp, DataPath, ExtendedStubs};
 
 const LIST: usize = 16;
 
@@ -275,17 +275,12 @@ fn data_path(mode: &mut impl Mode) {
     let ops = DataPath { post_send, post_recv, poll_cq };
     let legacy = context(&mock, ops, ContextConfig::default());
     let config = ContextConfig { completion_timestamps: true, ..ContextConfig::extended_verbs() };
-    let extended = context(&mock, DataPath { post_send, post_recv, poll_cq }, config);
+    let ops = DataPath { post_send, post_recv, poll_cq };
+    let extended = stubbed_context(&mock, ops, config, &EXTENDED);
     for (path, ctx) in [("legacy", &legacy), ("extended", &extended)] {
         with_rts_qp(ctx, |qp, cq, sge, pool| {
             let stamped = ctx.create_cq_with(16, &CqAttr { timestamps: true, ..CqAttr::default() });
             let stamped = stamped.ok().filter(|cq| cq.verbs_path() == VerbsPath::Extended);
-            if let (Some(cq), Some(qp)) =
-                (stamped.as_ref().and_then(|cq| cq.as_raw_ex()), qp.as_raw_ex())
-            {
-                // SAFETY: live extended objects that nothing else uses.
-                unsafe { stub_extended(cq, qp, &EXTENDED) };
-            }
             assert_eq!(qp.verbs_path() == VerbsPath::Extended, path == "extended");
             let (qp_raw, cq_raw) = (qp.as_raw(), cq.as_raw());
 

@@ -12,10 +12,10 @@ use rdma_verbs_sys as sys;
 
 use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
-use crate::mr::{bounds, RKey};
+use crate::mr::{bounds, DmabufRegion, MemoryRegion, RemoteWritableRegion};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QueuePair, Rts};
-use crate::wr::{RemoteAddr, SendFlags, SendWr};
+use crate::wr::{RKey, RemoteAddr, SendFlags, SendWr};
 
 /// The region types a [`MemoryWindow`] can be bound to:
 /// [`MemoryRegion`](crate::MemoryRegion), [`RemoteWritableRegion`](crate::RemoteWritableRegion)
@@ -35,6 +35,25 @@ pub struct BindParts<'a> {
     pub(crate) access: AccessFlags,
     pub(crate) pd: &'a ProtectionDomain<'a>,
 }
+
+/// Implements [`BindableRegion`] for region types, from their accessors.
+macro_rules! bindable {
+    ($($ty:ident),*) => {$(
+        impl<'a> BindableRegion<'a> for $ty<'a> {
+            fn bind_parts(&self) -> BindParts<'a> {
+                BindParts {
+                    mr: self.raw(),
+                    iova: self.iova(),
+                    len: self.len(),
+                    access: self.access(),
+                    pd: self.pd(),
+                }
+            }
+        }
+    )*};
+}
+
+bindable!(MemoryRegion, RemoteWritableRegion, DmabufRegion);
 
 mod sealed {
     use crate::mr::{DmabufRegion, MemoryRegion, RemoteWritableRegion};

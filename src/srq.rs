@@ -6,11 +6,11 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::{
-    post_receive, Buffer, Credits, Lenders, PostError, ReceiveQueue, RecvBufferList,
-};
+use crate::buffer::{post_receive, Buffer, PostError, ReceiveQueue, RecvBufferList};
+use crate::cq::Credits;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
 use crate::grh_room::{GrhRoom, SrqGrhRoom};
+use crate::lenders::Lenders;
 use crate::pd::ProtectionDomain;
 use crate::try_twin::try_twin;
 use crate::wr::{RecvWr, RecvWrList};

@@ -25,7 +25,7 @@ use rdma_verbs_mock::{ContextConfig, Mock};
 use rdma_verbs_sys as sys;
 
 use stub_data_path::{
-    context, each_wr, rts_qp, stub_extended, with_rts_qp, DataPath, ExtendedStubs,
+    context, each_wr, rts_qp, stubbed_context, with_rts_qp, DataPath, ExtendedStubs,
 };
 
 thread_local! {
@@ -314,12 +314,10 @@ fn the_raw_tier_posts_and_polls_without_allocating() {
 #[test]
 fn the_extended_verbs_post_and_poll_without_allocating() {
     let mock = Mock::new();
-    let ctx = context(&mock, STUB, ContextConfig::extended_verbs());
+    let ctx = stubbed_context(&mock, STUB, ContextConfig::extended_verbs(), &EXTENDED);
     with_rts_qp(&ctx, |qp, cq, sge, _pool| {
-        let (cq_ex, qp_ex) =
-            (cq.as_raw_ex().expect("an extended CQ"), qp.as_raw_ex().expect("an extended QP"));
-        // SAFETY: both are live and used by nothing else now.
-        unsafe { stub_extended(cq_ex, qp_ex, &EXTENDED) };
+        cq.as_raw_ex().expect("an extended CQ");
+        qp.as_raw_ex().expect("an extended QP");
         let sges = [sge];
         let (mut one, mut list) = signaled_sends(&sges);
         let mut wcs = [WorkCompletion::EMPTY; LIST];

@@ -51,15 +51,16 @@
 //! The one residual case: a completion kept *unconsumed* while its chunk is posted again
 //! 2^27 times could match the chunk's current flight (the generation has 27 bits).
 
-mod credits;
-mod lenders;
+mod list_op;
 mod pool;
 mod post;
+mod receive;
 mod recv_list;
+mod send_list;
 
-pub(crate) use credits::Credits;
-pub(crate) use lenders::Lenders;
+pub use list_op::{ListOp, UdSend};
 pub use pool::{Buffer, BufferPool};
-pub(crate) use post::{post_receive, ReceiveQueue};
-pub use post::{ListOp, PostError, SendBufferList, SendOp, UdSend};
+pub use post::PostError;
+pub(crate) use receive::{post_receive, ReceiveQueue};
 pub use recv_list::RecvBufferList;
+pub use send_list::SendBufferList;

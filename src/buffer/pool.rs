@@ -3,13 +3,14 @@
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use super::credits::{Count, Credits};
+use crate::cq::{Count, Credits};
 
 use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
-use crate::mr::{LKey, MemoryRegion};
+use crate::mr::MemoryRegion;
 use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::id::{BUFFER_BIT, GEN_BITS, INDEX_BITS, POOL_BITS};
+use crate::wr::LKey;
 use crate::wr::Sge;
 
 const FREE: u8 = 0;
@@ -64,7 +65,7 @@ pub struct BufferPool<'a> {
     /// Where `take` starts looking.
     hint: AtomicUsize,
     /// The queues (QPs, SRQs) given chunks of this pool and not destroyed yet
-    /// ([`Lenders`](super::lenders::Lenders)).
+    /// ([`Lenders`](crate::lenders::Lenders)).
     queues: AtomicUsize,
 }
 
@@ -414,7 +415,7 @@ impl<'p> Buffer<'p> {
     }
 
     /// Its pool's count of the queues holding its chunks, which a queue given this buffer
-    /// notes itself in ([`Lenders::note`](super::lenders::Lenders::note)).
+    /// notes itself in ([`Lenders::note`](crate::lenders::Lenders::note)).
     #[inline]
     pub(crate) fn pool_queues(&self) -> &'p AtomicUsize {
         &self.pool.queues

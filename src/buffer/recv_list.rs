@@ -5,10 +5,10 @@ use std::mem::ManuallyDrop;
 use rdma_verbs_sys as sys;
 
 use super::pool::{Buffer, UNCHAINED};
-use super::post::ReceiveQueue;
+use super::receive::ReceiveQueue;
 use crate::error::Result;
-use crate::mr::LKey;
 use crate::qp::{QpType, QueuePair, ReceiveReady};
+use crate::wr::LKey;
 use crate::wr::{RecvWrList, Sge};
 
 /// Buffers to post as receives with one call: [`QueuePair::post_recv_buffers`] or

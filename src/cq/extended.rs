@@ -1,6 +1,7 @@
 //! The extended CQ (`ibv_create_cq_ex(3)`): creation, and polling sessions under the rules
 //! of its man page.
 
+use std::ffi::{c_int, c_uint};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
@@ -21,12 +22,40 @@ const TIMESTAMP: u64 = sys::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as u64;
 /// The extended side of a [`CompletionQueue`](super::CompletionQueue).
 pub(super) struct ExCq {
     pub(super) raw: NonNull<sys::ibv_cq_ex>,
-    /// The `IBV_WC_EX_WITH_*` flags it was created with: the fields that may be read.
-    wc_flags: u64,
     /// `hca_core_clock` (kHz), when timestamps were asked for.
     pub(super) clock_khz: Option<u64>,
     /// How it is polled.
     reader: Reader,
+    /// The members polling calls, read at creation (the timestamp's only when it was created
+    /// with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the fields read are those it was created
+    /// with). On the heap, so that a poll loads each member as it calls it, as C code does,
+    /// rather than all of them at its start.
+    ops: Box<PollOps>,
+}
+
+/// A member of `ibv_cq_ex` that reads a field of the current completion.
+type ReadFn<T> = unsafe extern "C" fn(*mut sys::ibv_cq_ex) -> T;
+
+/// The members of an `ibv_cq_ex` that a polling session calls, read once when the CQ is
+/// created: providers set them then and never change them, so a CQ whose provider left one
+/// NULL is never polled in sessions (it is refused, or created on the legacy path).
+struct PollOps {
+    start_poll: unsafe extern "C" fn(*mut sys::ibv_cq_ex, *mut sys::ibv_poll_cq_attr) -> c_int,
+    /// `ibv_next_poll`, where sessions batch completions ([`Reader::Session`]).
+    next_poll: Option<ReadFn<c_int>>,
+    end_poll: unsafe extern "C" fn(*mut sys::ibv_cq_ex),
+    read_opcode: ReadFn<sys::ibv_wc_opcode>,
+    read_vendor_err: ReadFn<u32>,
+    read_byte_len: ReadFn<u32>,
+    read_imm_data: ReadFn<u32>,
+    read_qp_num: ReadFn<u32>,
+    read_src_qp: ReadFn<u32>,
+    read_wc_flags: ReadFn<c_uint>,
+    read_slid: ReadFn<u32>,
+    read_sl: ReadFn<u8>,
+    read_dlid_path_bits: ReadFn<u8>,
+    /// When timestamps were asked for.
+    read_completion_ts: Option<ReadFn<u64>>,
 }
 
 /// How an extended CQ is polled, chosen once at creation ([`reader`]).
@@ -101,24 +130,27 @@ pub(super) fn create(
         return Err(Error::verb("ibv_create_cq_ex", errno));
     };
     // SAFETY: a live extended CQ; its members are plain reads.
-    if let Some(member) = missing_member(unsafe { raw.as_ref() }, timestamps) {
-        let cq = inl::ibv_cq_ex_to_cq(raw.as_ptr());
-        // SAFETY: the CQ was just created and nothing else knows it.
-        let ret = unsafe { (ctx.library().fns.ibv_destroy_cq)(cq) };
-        if let Err(e) = check_errno(ret, "ibv_destroy_cq") {
-            log::warn!("leaking an extended CQ of {}: {e}", ctx.name());
+    let ops = PollOps::of(unsafe { raw.as_ref() }, timestamps);
+    let ops = match ops {
+        Ok(ops) => ops,
+        Err(member) => {
+            let cq = inl::ibv_cq_ex_to_cq(raw.as_ptr());
+            // SAFETY: the CQ was just created and nothing else knows it.
+            let ret = unsafe { (ctx.library().fns.ibv_destroy_cq)(cq) };
+            if let Err(e) = check_errno(ret, "ibv_destroy_cq") {
+                log::warn!("leaking an extended CQ of {}: {e}", ctx.name());
+            }
+            return Err(Error::Unsupported { what: member });
         }
-        return Err(Error::Unsupported { what: member });
-    }
+    };
     // A provider without `ibv_next_poll` gets a session per completion.
-    // SAFETY: a live extended CQ; a plain read of a member.
-    let reader = if reader == Reader::Session && unsafe { raw.as_ref() }.next_poll.is_none() {
+    let reader = if reader == Reader::Session && ops.next_poll.is_none() {
         Reader::SessionPerCompletion
     } else {
         reader
     };
     let cq = NonNull::new(inl::ibv_cq_ex_to_cq(raw.as_ptr())).expect("a cast of a non-NULL CQ");
-    Ok((cq, ExCq { raw, wc_flags, clock_khz, reader }))
+    Ok((cq, ExCq { raw, clock_khz, reader, ops: Box::new(ops) }))
 }
 
 /// The device's completion clock in kHz, or `Unsupported` when it has no timestamps.
@@ -136,31 +168,39 @@ fn timestamp_clock(ctx: &Context) -> Result<u64> {
     Ok(attr.hca_core_clock)
 }
 
-/// The first member that polling calls and the provider left NULL, named for the error.
-fn missing_member(cq: &sys::ibv_cq_ex, timestamps: bool) -> Option<&'static str> {
-    [
-        ("ibv_start_poll (ibv_cq_ex.start_poll)", cq.start_poll.is_none()),
-        ("ibv_end_poll (ibv_cq_ex.end_poll)", cq.end_poll.is_none()),
-        ("ibv_wc_read_opcode (ibv_cq_ex.read_opcode)", cq.read_opcode.is_none()),
-        ("ibv_wc_read_vendor_err (ibv_cq_ex.read_vendor_err)", cq.read_vendor_err.is_none()),
-        ("ibv_wc_read_byte_len (ibv_cq_ex.read_byte_len)", cq.read_byte_len.is_none()),
-        ("ibv_wc_read_imm_data (ibv_cq_ex.read_imm_data)", cq.read_imm_data.is_none()),
-        ("ibv_wc_read_qp_num (ibv_cq_ex.read_qp_num)", cq.read_qp_num.is_none()),
-        ("ibv_wc_read_src_qp (ibv_cq_ex.read_src_qp)", cq.read_src_qp.is_none()),
-        ("ibv_wc_read_wc_flags (ibv_cq_ex.read_wc_flags)", cq.read_wc_flags.is_none()),
-        ("ibv_wc_read_slid (ibv_cq_ex.read_slid)", cq.read_slid.is_none()),
-        ("ibv_wc_read_sl (ibv_cq_ex.read_sl)", cq.read_sl.is_none()),
-        (
-            "ibv_wc_read_dlid_path_bits (ibv_cq_ex.read_dlid_path_bits)",
-            cq.read_dlid_path_bits.is_none(),
-        ),
-        (
-            "ibv_wc_read_completion_ts (ibv_cq_ex.read_completion_ts)",
-            timestamps && cq.read_completion_ts.is_none(),
-        ),
-    ]
-    .into_iter()
-    .find_map(|(name, missing)| missing.then_some(name))
+impl PollOps {
+    /// The members of `cq` that polling calls (the timestamp's too, when `timestamps`), or
+    /// the name of the first one the provider left NULL.
+    fn of(cq: &sys::ibv_cq_ex, timestamps: bool) -> Result<PollOps, &'static str> {
+        // A member every poll needs, or the error naming it: "verb (struct.member)".
+        macro_rules! member {
+            ($field:ident, $verb:literal) => {
+                cq.$field.ok_or(concat!($verb, " (ibv_cq_ex.", stringify!($field), ")"))?
+            };
+        }
+        Ok(PollOps {
+            start_poll: member!(start_poll, "ibv_start_poll"),
+            next_poll: cq.next_poll,
+            end_poll: member!(end_poll, "ibv_end_poll"),
+            read_opcode: member!(read_opcode, "ibv_wc_read_opcode"),
+            read_vendor_err: member!(read_vendor_err, "ibv_wc_read_vendor_err"),
+            read_byte_len: member!(read_byte_len, "ibv_wc_read_byte_len"),
+            read_imm_data: member!(read_imm_data, "ibv_wc_read_imm_data"),
+            read_qp_num: member!(read_qp_num, "ibv_wc_read_qp_num"),
+            read_src_qp: member!(read_src_qp, "ibv_wc_read_src_qp"),
+            read_wc_flags: member!(read_wc_flags, "ibv_wc_read_wc_flags"),
+            read_slid: member!(read_slid, "ibv_wc_read_slid"),
+            read_sl: member!(read_sl, "ibv_wc_read_sl"),
+            read_dlid_path_bits: member!(read_dlid_path_bits, "ibv_wc_read_dlid_path_bits"),
+            read_completion_ts: match (timestamps, cq.read_completion_ts) {
+                (false, _) => None,
+                (true, Some(member)) => Some(member),
+                (true, None) => {
+                    return Err("ibv_wc_read_completion_ts (ibv_cq_ex.read_completion_ts)")
+                }
+            },
+        })
+    }
 }
 
 impl ExCq {
@@ -181,30 +221,34 @@ impl ExCq {
     pub(super) fn drain<S: Slot>(&self, out: &mut [S]) -> Result<usize> {
         // The loop for each: whether the timestamp is read, and how sessions go, are settled
         // here once rather than at each completion.
-        match (S::TIMESTAMPS && self.wc_flags & TIMESTAMP != 0, self.reader) {
-            (true, Reader::SessionPerCompletion) => self.drain_as::<S, true, false>(out),
-            (true, _) => self.drain_as::<S, true, true>(out),
-            (false, Reader::SessionPerCompletion) => self.drain_as::<S, false, false>(out),
-            (false, _) => self.drain_as::<S, false, true>(out),
+        let ts = S::TIMESTAMPS && self.ops.read_completion_ts.is_some();
+        // Batches only where the reader is `Session`, which `create` chose only with
+        // `ibv_next_poll` (a `PollCq` CQ reaches here only when completions kept by another
+        // thread's poll ran out meanwhile: a session each is right for any extended CQ).
+        match (ts, self.reader) {
+            (true, Reader::Session) => self.drain_as::<S, true, true>(out),
+            (true, _) => self.drain_as::<S, true, false>(out),
+            (false, Reader::Session) => self.drain_as::<S, false, true>(out),
+            (false, _) => self.drain_as::<S, false, false>(out),
         }
     }
 
-    /// [`ExCq::drain`], reading timestamps when `TS`, batching with `ibv_next_poll` when
-    /// `BATCH` (else a session per completion).
+    /// [`ExCq::drain`], reading timestamps when `TS` (the CQ has them), batching with
+    /// `ibv_next_poll` when `BATCH` (its reader is [`Reader::Session`], so it has that
+    /// member), else a session per completion.
     #[inline(always)]
     fn drain_as<S: Slot, const TS: bool, const BATCH: bool>(&self, out: &mut [S]) -> Result<usize> {
-        let cq = self.raw.as_ptr();
+        let (cq, ops) = (self.raw.as_ptr(), &self.ops);
         let mut attr = sys::ibv_poll_cq_attr::default();
         let mut slots = out.iter_mut();
         let mut n = 0;
-        // SAFETY: a live extended CQ whose members called here were found set at creation
-        // (`missing_member`; `next_poll` with `Reader::Session` only, see `create`), as the C
-        // inline verbs call them: providers set them when they create the CQ and never
-        // change them. Each session is opened and closed within the loop, on this thread; the
-        // reads are inside it, on its current completion.
+        // SAFETY: a live extended CQ and its members read at creation, called as the C
+        // inline verbs call them (`next_poll` only with `BATCH`). Each session is opened and
+        // closed within the loop, on this thread; the reads are inside it, on its current
+        // completion.
         unsafe {
             while let Some(first) = slots.next() {
-                match (*cq).start_poll.unwrap_unchecked()(cq, &mut attr) {
+                match (ops.start_poll)(cq, &mut attr) {
                     0 => {}
                     // Empty: there is no session, so no `ibv_end_poll`.
                     libc::ENOENT => break,
@@ -222,14 +266,14 @@ impl ExCq {
                     let Some(next) = slots.next() else { break };
                     // ENOENT (none left) or a failure, which the next poll reports again,
                     // ends the batch; the session stays open either way.
-                    if (*cq).next_poll.unwrap_unchecked()(cq) != 0 {
+                    if set(ops.next_poll)(cq) != 0 {
                         more = false;
                         break;
                     }
                     slot = next;
                 }
                 // Closes the session, consuming its completions.
-                (*cq).end_poll.unwrap_unchecked()(cq);
+                (ops.end_poll)(cq);
                 if !more {
                     break;
                 }
@@ -243,35 +287,51 @@ impl ExCq {
     ///
     /// # Safety
     ///
-    /// Inside a polling session of this CQ, on a current completion.
+    /// Inside a polling session of this CQ, on a current completion; `TS` only when the CQ
+    /// has timestamps.
     #[inline(always)]
     unsafe fn read<S: Slot, const TS: bool>(&self, cq: *mut sys::ibv_cq_ex, slot: &mut S) {
-        // SAFETY: the caller's session; every member called was found set at creation and is
-        // covered by `wc_flags`; no reference to `*cq` is held across the calls.
+        let ops = &self.ops;
+        // SAFETY: the caller's session; the members were read at creation, and the fields
+        // they read are those the CQ was created with; no reference to `*cq` is held across
+        // the calls.
         unsafe {
-            let wc_flags = (*cq).read_wc_flags.unwrap_unchecked()(cq);
+            let wc_flags = (ops.read_wc_flags)(cq);
             let mut raw = sys::ibv_wc {
                 wr_id: (*cq).wr_id,
                 status: (*cq).status,
-                opcode: (*cq).read_opcode.unwrap_unchecked()(cq),
-                vendor_err: (*cq).read_vendor_err.unwrap_unchecked()(cq),
-                byte_len: (*cq).read_byte_len.unwrap_unchecked()(cq),
-                qp_num: (*cq).read_qp_num.unwrap_unchecked()(cq),
-                src_qp: (*cq).read_src_qp.unwrap_unchecked()(cq),
+                opcode: (ops.read_opcode)(cq),
+                vendor_err: (ops.read_vendor_err)(cq),
+                byte_len: (ops.read_byte_len)(cq),
+                qp_num: (ops.read_qp_num)(cq),
+                src_qp: (ops.read_src_qp)(cq),
                 wc_flags,
-                slid: (*cq).read_slid.unwrap_unchecked()(cq) as u16,
-                sl: (*cq).read_sl.unwrap_unchecked()(cq),
-                dlid_path_bits: (*cq).read_dlid_path_bits.unwrap_unchecked()(cq),
+                slid: (ops.read_slid)(cq) as u16,
+                sl: (ops.read_sl)(cq),
+                dlid_path_bits: (ops.read_dlid_path_bits)(cq),
                 ..Default::default()
             };
             // The field holds imm_data or the invalidated rkey, as the flags say.
             if wc_flags & (sys::IBV_WC_WITH_IMM | sys::IBV_WC_WITH_INV) != 0 {
-                raw.__bindgen_anon_1.imm_data = (*cq).read_imm_data.unwrap_unchecked()(cq);
+                raw.__bindgen_anon_1.imm_data = (ops.read_imm_data)(cq);
             }
-            let timestamp = TS.then(|| (*cq).read_completion_ts.unwrap_unchecked()(cq));
+            let timestamp = TS.then(|| set(ops.read_completion_ts)(cq));
             slot.put(WorkCompletion::from_raw(raw), timestamp);
         }
     }
+}
+
+/// An optional member the caller's loop was chosen for: `ibv_next_poll` where sessions
+/// batch ([`Reader::Session`] only with it, see [`create`]), the timestamp's reader where the
+/// CQ has timestamps ([`PollOps::of`] reads it then). Members never change.
+///
+/// # Safety
+///
+/// `member` is set.
+#[inline(always)]
+unsafe fn set<F>(member: Option<F>) -> F {
+    // SAFETY: the caller's.
+    unsafe { member.unwrap_unchecked() }
 }
 
 /// Where [`ExCq::drain`] puts a completion: poll storage ([`WorkCompletion`], which has no

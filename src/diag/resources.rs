@@ -10,12 +10,13 @@ use super::link::Port;
 use super::process::{self, Memlock};
 use super::{bytes, named, Gate, Out, Targets};
 use crate::access::AccessFlags;
-use crate::buffer::{BufferPool, SendOp};
+use crate::buffer::BufferPool;
 use crate::endpoint::{Endpoint, Psn};
 use crate::error::Error;
 use crate::gid::GidEntry;
 use crate::qp::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr};
 use crate::wc::{WcOpcode, WorkCompletion};
+use crate::wr::SendOp;
 
 /// What the smoke test registers: a small real run's buffer, so that a locked-memory limit
 /// too small for real work shows here rather than in the application.

@@ -4,15 +4,14 @@ use std::marker::PhantomData;
 
 use rdma_verbs_sys as sys;
 
+use crate::ah::AddressVector;
 use crate::cq::CompletionQueue;
 use crate::endpoint::{Lid, Qpn};
 use crate::error::{Result, TransitionError};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
-use crate::qp::{
-    AddressVector, Init, QpCapabilities, QpInitAttr, QpState, Reset, RnrTimer, Rtr, ToInitAttr,
-};
+use crate::qp::{Init, QpCapabilities, QpInitAttr, QpState, Reset, RnrTimer, Rtr, ToInitAttr};
 use crate::srq::SharedReceiveQueue;
 use crate::try_twin::try_twin;
 

@@ -4,7 +4,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-use crate::buffer::Credits;
+use crate::cq::Credits;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, InvalidInputKind, Result, TransitionError};
 use crate::pd::ProtectionDomain;

@@ -15,6 +15,7 @@ mod memory;
 mod registration;
 
 use std::ops::{Bound, RangeBounds};
+use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
@@ -23,23 +24,8 @@ use registration::Registration;
 
 use crate::access::AccessFlags;
 use crate::error::{Error, InvalidInputKind, Result};
-use crate::mw::{BindParts, BindableRegion};
-use crate::number::number;
 use crate::pd::ProtectionDomain;
-use crate::wr::{RemoteAddr, Sge};
-
-number! {
-    /// A local key: names a registered region in *local* SGEs (`ibv_mr.lkey`). Distinct from
-    /// [`RKey`], so one cannot be passed where the other is expected. Shown as
-    /// ibv_rc_pingpong and perftest print keys (`0x%08x`).
-    pub struct LKey(u32), shown: "{:#010x}"
-}
-
-number! {
-    /// A remote key: what a peer needs to RDMA READ / WRITE a region (`ibv_mr.rkey`). Shown
-    /// as ibv_rc_pingpong and perftest print keys (`0x%08x`).
-    pub struct RKey(u32), shown: "{:#010x}"
-}
+use crate::wr::{LKey, RKey, RemoteAddr, Sge};
 
 /// `start..end` of `range`, checked to be a non-empty part of a `len`-byte region.
 pub(crate) fn bounds(len: usize, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
@@ -65,19 +51,6 @@ pub(crate) fn bounds(len: usize, range: impl RangeBounds<usize>) -> Result<(usiz
 /// Methods both region types share, delegating to their registration.
 macro_rules! region_common {
     ($ty:ident) => {
-        impl<'a> BindableRegion<'a> for $ty<'a> {
-            fn bind_parts(&self) -> BindParts<'a> {
-                let reg = &self.reg;
-                BindParts {
-                    mr: reg.raw,
-                    iova: reg.iova,
-                    len: reg.memory.len,
-                    access: reg.access,
-                    pd: reg.pd,
-                }
-            }
-        }
-
         impl<'a> $ty<'a> {
             /// The local key, for SGEs.
             pub fn lkey(&self) -> LKey {
@@ -146,6 +119,11 @@ macro_rules! region_common {
             /// The raw MR pointer.
             pub fn as_raw(&self) -> *mut sys::ibv_mr {
                 self.reg.raw.as_ptr()
+            }
+
+            /// The live `ibv_mr`, for binding memory windows to it.
+            pub(crate) fn raw(&self) -> NonNull<sys::ibv_mr> {
+                self.reg.raw
             }
 
             /// `ibv_dereg_mr(3)`—Deregisters the region, reporting failure (dropping logs

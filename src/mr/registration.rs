@@ -130,12 +130,12 @@ impl<'a> Registration<'a> {
 
     pub(super) fn lkey(&self) -> LKey {
         // SAFETY: a live MR; a plain field read.
-        LKey(unsafe { (*self.raw.as_ptr()).lkey })
+        LKey::new(unsafe { (*self.raw.as_ptr()).lkey })
     }
 
     pub(super) fn rkey(&self) -> RKey {
         // SAFETY: a live MR; a plain field read.
-        RKey(unsafe { (*self.raw.as_ptr()).rkey })
+        RKey::new(unsafe { (*self.raw.as_ptr()).rkey })
     }
 
     /// `start..end` of `range`, checked to be a non-empty part of the memory.

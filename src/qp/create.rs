@@ -9,8 +9,8 @@ use super::extended::{self, ExQp};
 use super::{
     destroy_qp, QpCapabilities, QpCredits, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits,
 };
-use crate::buffer::Lenders;
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
+use crate::lenders::Lenders;
 use crate::pd::ProtectionDomain;
 use crate::quirks::Quirks;
 use crate::verbs_path::VerbsPath;
@@ -175,7 +175,7 @@ impl<'res> ProtectionDomain<'res> {
 
     /// A created QP in RESET, owning `raw`, created with `attr`; with an SRQ, its receive CQ
     /// keeps entries for the SRQ's receives (see
-    /// [`Credits::hold_for_srq`](crate::buffer::Credits::hold_for_srq)), which
+    /// [`Credits::hold_for_srq`](crate::cq::Credits::hold_for_srq)), which
     /// [`QueuePair::destroy`] gives back.
     ///
     /// # Errors
@@ -199,13 +199,14 @@ impl<'res> ProtectionDomain<'res> {
                 return Err(error);
             }
         }
+        let slack = super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref());
         Ok(QueuePair {
             raw,
             ex,
             pd: self,
             caps,
             limits: SendLimits::default(),
-            slack: super::post::send_slack::<T>(self, &caps, SendLimits::default(), ex.as_ref()),
+            slack,
             lenders: Lenders::default(),
             credits,
             _res: PhantomData,

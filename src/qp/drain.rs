@@ -180,7 +180,7 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     /// flushes polled meanwhile make. The marker takes one of the CQ's credits until its
     /// completion is seen.
     ///
-    /// [`Credits`]: crate::buffer::Credits
+    /// [`Credits`]: crate::cq::Credits
     fn post_marker(&self, send: bool) -> Result<bool> {
         let credits = if send { self.credits.send } else { self.credits.recv };
         if credits.take(1).is_err() {

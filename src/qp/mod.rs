@@ -41,6 +41,7 @@ mod fit_tests;
 mod kind;
 mod modify;
 mod post;
+mod post_recv;
 mod query;
 mod retry;
 mod state;
@@ -51,10 +52,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
-pub use attr::{
-    AddressVector, GlobalRoute, QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr,
-    UdToInitAttr,
-};
+pub use attr::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr};
 pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
@@ -62,11 +60,11 @@ pub use query::QpAttributes;
 pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
-use crate::buffer::{Credits, Lenders};
-use crate::cq::CompletionQueue;
+use crate::cq::{CompletionQueue, Credits};
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, Error, Result, TransitionError};
 use crate::fit::Slack;
+use crate::lenders::Lenders;
 use crate::pd::ProtectionDomain;
 use crate::try_twin::try_twin;
 use crate::verbs_path::VerbsPath;
@@ -127,9 +125,10 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     /// again whenever one of them changes ([`post::send_slack`]): a post compares a WR's
     /// [`Demand`](crate::fit::Demand) with it.
     slack: Slack,
-    /// The buffer pools whose chunks it was given, told when it is destroyed.
+    /// The owners of memory its work requests name (the buffer tier's pools), told when it is
+    /// destroyed.
     lenders: Lenders,
-    /// The credits its buffer-tier posts take: its CQs'.
+    /// The credits its buffer-tier posts and its drains take: its CQs'.
     credits: QpCredits<'res>,
     /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
     /// it, and a covariant `'res` could be shortened at each call.
@@ -195,7 +194,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
 
     /// The raw extended QP (`ibv_qp_to_qp_ex(3)`), when sends go through the extended verbs.
     pub fn as_raw_ex(&self) -> Option<*mut sys::ibv_qp_ex> {
-        self.ex.map(|ex| ex.raw.as_ptr())
+        self.ex.as_ref().map(|ex| ex.raw.as_ptr())
     }
 
     /// Which verbs sends are posted with: [`VerbsPath::Extended`] (`ibv_wr_start`, the
@@ -242,22 +241,17 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         self.credits.send
     }
 
-    /// What the buffer tier posts receives to: its receive queue, whose receives take its
-    /// receive CQ's credits.
+    /// The credits of its receive CQ, which its receives through the buffer tier take.
     #[inline(always)]
-    pub(crate) fn receive_queue(&self) -> crate::buffer::ReceiveQueue<'_> {
-        crate::buffer::ReceiveQueue {
-            pd: self.pd,
-            max_sge: self.caps.max_recv_sge,
-            room: crate::grh_room::GrhRoom::of::<T>(),
-            credits: self.credits.recv,
-        }
+    pub(crate) fn recv_credits(&self) -> &'res Credits {
+        self.credits.recv
     }
 
-    /// Notes that the QP is given chunks of `buffer`'s pool (before it posts them).
-    #[inline]
-    pub(crate) fn lent(&self, buffer: &crate::buffer::Buffer<'_>) {
-        self.lenders.note(buffer.pool_queues());
+    /// The owners of memory its work requests name (see [`Lenders`]), for the safe tiers to
+    /// note before they post: told when the QP is destroyed.
+    #[inline(always)]
+    pub(crate) fn lenders(&self) -> &Lenders {
+        &self.lenders
     }
 
     /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
@@ -290,21 +284,18 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
     /// transitions).
     pub(crate) fn retype<N: QpState>(self) -> QueuePair<'res, N, T> {
         let mut this = ManuallyDrop::new(self);
+        // What `into_rts` learnt holds only until the next transition (it sets it again).
+        let limits = SendLimits { rd_atomic: None, ..this.limits };
+        let ex = this.ex.take();
         QueuePair {
             lenders: std::mem::take(&mut this.lenders),
             credits: this.credits,
             raw: this.raw,
-            ex: this.ex,
+            slack: post::send_slack::<T>(this.pd, &this.caps, limits, ex.as_ref()),
+            ex,
             pd: this.pd,
             caps: this.caps,
-            // What `into_rts` learnt holds only until the next transition (it sets it again).
-            limits: SendLimits { rd_atomic: None, ..this.limits },
-            slack: post::send_slack::<T>(
-                this.pd,
-                &this.caps,
-                SendLimits { rd_atomic: None, ..this.limits },
-                this.ex.as_ref(),
-            ),
+            limits,
             _res: PhantomData,
             _state: PhantomData,
         }

@@ -14,75 +14,26 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::ah::UdDestination;
-use crate::buffer::SendOp;
-use crate::fit::{self, Demand};
-use crate::mr::{LKey, RKey};
+use crate::fit::Demand;
 
 pub(crate) mod id;
 mod list;
+mod op;
+mod recv;
+mod sge;
+mod shape;
 
 pub use list::{RecvWrList, SendWrList};
+pub use op::SendOp;
+pub use recv::RecvWr;
+pub use sge::{LKey, RKey, RemoteAddr, Sge};
+use shape::{kind_of_opcode, shape};
+pub(crate) use shape::{shape_of_parts, Build, Builds};
 
 /// The most buffers an inline WR built in an extended batch may have
 /// (`ibv_wr_set_inline_data_list` takes them from an array on the stack); one with more goes
 /// through `ibv_post_send`.
 pub(crate) const INLINE_BUFS: usize = 32;
-
-/// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of the region named by
-/// `lkey`. Build one with [`MemoryRegion::sge`](crate::MemoryRegion::sge), which checks the
-/// bounds.
-///
-/// Zero lengths: `MemoryRegion::sge` refuses an empty range, and a region holds at least one
-/// byte. An empty message is a work request with *no* SGE (`SendWr::send(id, &[])`, or an
-/// empty [`Buffer`](crate::Buffer) in the buffer tier); it arrives as a receive of
-/// `byte_len` 0. An SGE of length 0 built with [`Sge::new`] carries no bytes: rxe and mlx5
-/// skip it (the device tests check rxe), so it is harmless but pointless.
-#[derive(Clone, Copy)]
-#[repr(transparent)]
-pub struct Sge(sys::ibv_sge);
-
-impl Sge {
-    /// An SGE of `length` bytes at `addr`, in the region whose local key is `lkey`.
-    #[must_use]
-    pub fn new(addr: u64, length: u32, lkey: LKey) -> Sge {
-        Sge(sys::ibv_sge { addr, length, lkey: lkey.get() })
-    }
-
-    /// The address.
-    pub fn addr(&self) -> u64 {
-        self.0.addr
-    }
-
-    /// The length in bytes.
-    pub fn length(&self) -> u32 {
-        self.0.length
-    }
-
-    /// The local key.
-    pub fn lkey(&self) -> LKey {
-        LKey::new(self.0.lkey)
-    }
-}
-
-impl std::fmt::Debug for Sge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sge")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("length", &self.length())
-            .field("lkey", &self.lkey())
-            .finish()
-    }
-}
-
-/// A peer's memory, as the target of RDMA WRITE or the source of RDMA READ: a virtual
-/// address and the remote key of the region that holds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RemoteAddr {
-    /// The address in the peer's registration.
-    pub addr: u64,
-    /// The peer region's remote key.
-    pub rkey: RKey,
-}
 
 bitflags! {
     /// Flags of a send work request (`enum ibv_send_flags`), `ibv_post_send(3)`.
@@ -120,52 +71,6 @@ pub struct SendWr<'a> {
     /// How the extended path's fast batch builds it, worked out with `demand`.
     build: Build,
     _sges: PhantomData<&'a [Sge]>,
-}
-
-/// How the extended path's fast batch builds a WR: the common ones, of one SGE and not
-/// inline, and local invalidates, by their kind alone; any other by its opcode, then by its
-/// data. One bit each, so that the builds of a list's WRs are collected by OR ([`Builds`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Build {
-    Send = 1,
-    SendWithImm = 1 << 1,
-    RdmaWrite = 1 << 2,
-    RdmaWriteWithImm = 1 << 3,
-    RdmaRead = 1 << 4,
-    /// Local invalidate: its builder alone (it carries no data).
-    LocalInv = 1 << 5,
-    Other = 1 << 6,
-}
-
-/// The builds of a list's WRs, one bit each: one OR per WR keeps them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Builds(u8);
-
-impl Builds {
-    /// Those of no WR.
-    pub(crate) const NONE: Builds = Builds(0);
-
-    #[must_use]
-    #[inline(always)]
-    pub(crate) fn with(self, build: Build) -> Builds {
-        Builds(self.0 | build as u8)
-    }
-
-    /// The build every WR has, when they share one: `None` where they differ, or for none.
-    #[inline(always)]
-    pub(crate) fn common(self) -> Option<Build> {
-        // (Build's discriminants; a unit test checks each way round.)
-        Some(match self.0 {
-            1 => Build::Send,
-            0b10 => Build::SendWithImm,
-            0b100 => Build::RdmaWrite,
-            0b1000 => Build::RdmaWriteWithImm,
-            0b1_0000 => Build::RdmaRead,
-            0b10_0000 => Build::LocalInv,
-            0b100_0000 => Build::Other,
-            _ => return None,
-        })
-    }
 }
 
 // SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data);
@@ -533,105 +438,6 @@ impl<'a> SendWr<'a> {
     }
 }
 
-/// What sort of operation a WR is, as its [`Demand`] and [`Build`] need it: its class (one of
-/// `fit`'s one-bit fields), whether only the exact checks may pass it, and its build when it
-/// carries one SGE and no inline data.
-#[derive(Clone, Copy)]
-struct Kind {
-    class: fit::Field,
-    slow: bool,
-    build: Build,
-}
-
-/// The [`Kind`] of a WR of `opcode`: `inline` and, asked of an atomic only,
-/// `one_aligned_word` (one 8-byte SGE and a remote address, both 8-byte aligned).
-#[inline(always)]
-fn kind_of_opcode(
-    opcode: sys::ibv_wr_opcode,
-    inline: bool,
-    one_aligned_word: impl FnOnce() -> bool,
-) -> Kind {
-    let kind = |class, slow, build| Kind { class, slow, build };
-    match opcode {
-        sys::IBV_WR_SEND => kind(fit::SEND, false, Build::Send),
-        sys::IBV_WR_SEND_WITH_IMM => kind(fit::SEND, false, Build::SendWithImm),
-        sys::IBV_WR_RDMA_WRITE => kind(fit::WRITE, false, Build::RdmaWrite),
-        sys::IBV_WR_RDMA_WRITE_WITH_IMM => kind(fit::WRITE, false, Build::RdmaWriteWithImm),
-        // INLINE on a READ or an atomic, which `check_send_fully` refuses, is slow.
-        sys::IBV_WR_RDMA_READ => kind(fit::READ, inline, Build::RdmaRead),
-        sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-            kind(fit::ATOMIC, inline || !one_aligned_word(), Build::Other)
-        }
-        sys::IBV_WR_LOCAL_INV => kind(fit::INV, false, Build::LocalInv),
-        sys::IBV_WR_SEND_WITH_INV => kind(fit::INV, false, Build::Other),
-        // Binds (whose window `note_posted` updates) and anything else.
-        _ => kind(fit::SLOW, true, Build::Other),
-    }
-}
-
-impl SendOp {
-    /// [`kind_of_opcode`] of its opcode, told by the variant: one dispatch where the opcode's
-    /// cost a post of the buffer tier two (see the test `a_send_op_is_of_its_opcodes_kind`).
-    #[inline(always)]
-    fn kind(self, inline: bool, one_aligned_word: impl FnOnce(u64) -> bool) -> Kind {
-        let kind = |class, slow, build| Kind { class, slow, build };
-        match self {
-            SendOp::Send => kind(fit::SEND, false, Build::Send),
-            SendOp::SendWithImm(_) => kind(fit::SEND, false, Build::SendWithImm),
-            SendOp::RdmaWrite(_) => kind(fit::WRITE, false, Build::RdmaWrite),
-            SendOp::RdmaWriteWithImm(..) => kind(fit::WRITE, false, Build::RdmaWriteWithImm),
-            SendOp::RdmaRead(_) => kind(fit::READ, inline, Build::RdmaRead),
-            SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => {
-                kind(fit::ATOMIC, inline || !one_aligned_word(remote.addr), Build::Other)
-            }
-        }
-    }
-}
-
-/// What a WR of `kind` asks of the QP that posts it ([`Demand`]), and how the extended
-/// path's fast batch builds it, from its parts: `n` SGEs of `len` bytes in all, `inline`,
-/// `addressed` (a SEND to a UD destination). The one place a demand is worked out:
-/// `SendWr::refresh` reads the parts from the request, `SendWr::rewrite` has them at hand.
-#[inline(always)]
-fn shape(kind: Kind, n: u64, len: u64, inline: bool, addressed: bool) -> (Demand, Build) {
-    let demand = Demand::of([
-        (fit::SGES, n),
-        (fit::LEN, len),
-        (fit::INLINE, if inline { len } else { 0 }),
-        (fit::INLINE_LIST, u64::from(inline && n > 1)),
-        (fit::INLINE_MANY, u64::from(inline && n > INLINE_BUFS as u64)),
-        (fit::UNADDRESSED, u64::from(!addressed)),
-        (kind.class, 1),
-        (fit::SLOW, u64::from(kind.slow)),
-    ]);
-    let build = match kind.build {
-        Build::LocalInv => Build::LocalInv,
-        _ if n != 1 || inline => Build::Other,
-        build => build,
-    };
-    (demand, build)
-}
-
-/// The demand and build of the request [`SendWr::rewrite`] writes from these parts, worked
-/// out from the parts (as `refresh` does from the request): for the buffer tier, whose
-/// extended path builds from them without writing the request.
-#[inline(always)]
-pub(crate) fn shape_of_parts(
-    sges: &[Sge],
-    len: u64,
-    op: SendOp,
-    flags: SendFlags,
-    dest: Option<&UdDestination<'_>>,
-) -> (Demand, Build) {
-    let addressed = dest.is_some() && matches!(op, SendOp::Send | SendOp::SendWithImm(_));
-    let inline = flags.contains(SendFlags::INLINE);
-    let aligned = |a: u64| a.is_multiple_of(8);
-    let kind = op.kind(inline, |remote| {
-        matches!(sges, [s] if s.length() == 8 && aligned(s.addr())) && aligned(remote)
-    });
-    shape(kind, sges.len() as u64, len, inline, addressed)
-}
-
 /// Sets the remote address and rkey of an RDMA WR, field by field: assigned whole, the
 /// member's 4 bytes of padding would be left uninitialised, inside the other members' fields.
 fn set_remote(raw: &mut sys::ibv_send_wr, remote: RemoteAddr) {
@@ -685,78 +491,10 @@ impl std::fmt::Debug for SendWr<'_> {
     }
 }
 
-/// A receive work request (`struct ibv_recv_wr`) over a borrowed SGE list.
-#[repr(transparent)]
-pub struct RecvWr<'a> {
-    raw: sys::ibv_recv_wr,
-    _sges: PhantomData<&'a [Sge]>,
-}
-
-// SAFETY: the request's pointers are `sg_list`, into the borrowed `&'a [Sge]` (plain data),
-// and `next`, which is NULL except inside a `RecvWrList`, which links its own elements and
-// never lets one out without clearing it.
-unsafe impl Send for RecvWr<'_> {}
-// SAFETY: as above.
-unsafe impl Sync for RecvWr<'_> {}
-
-impl<'a> RecvWr<'a> {
-    /// A receive into `sges`, reported with `wr_id`.
-    #[must_use]
-    pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
-        let mut wr = RecvWr { raw: sys::ibv_recv_wr::default(), _sges: PhantomData };
-        wr.refill(wr_id, sges);
-        wr
-    }
-
-    /// The `wr_id`.
-    pub fn wr_id(&self) -> u64 {
-        self.raw.wr_id
-    }
-
-    /// Sets the `wr_id`.
-    pub fn set_wr_id(&mut self, wr_id: u64) {
-        self.raw.wr_id = wr_id;
-    }
-
-    /// The number of SGEs.
-    pub fn num_sge(&self) -> usize {
-        self.raw.num_sge as usize
-    }
-
-    /// The SGEs' total length in bytes: the most it receives.
-    #[inline]
-    pub(crate) fn total_len(&self) -> u64 {
-        // SAFETY: sg_list/num_sge were built from a `&'a [Sge]` (`refill`, which `new` calls).
-        let sges: &[Sge] =
-            unsafe { std::slice::from_raw_parts(self.raw.sg_list.cast(), self.num_sge()) };
-        sges.iter().map(|s| u64::from(s.length())).sum()
-    }
-
-    /// Makes this a receive into `sges` reported with `wr_id`, where it lies (its link, when
-    /// it is in a [`RecvWrList`], is kept).
-    #[inline(always)]
-    pub(crate) fn refill(&mut self, wr_id: u64, sges: &'a [Sge]) {
-        self.raw.wr_id = wr_id;
-        self.raw.sg_list = sges.as_ptr().cast_mut().cast();
-        self.raw.num_sge = i32::try_from(sges.len()).unwrap_or(i32::MAX);
-    }
-
-    /// The raw request, whose `next` is NULL (only a [`RecvWrList`] links WRs, and it lets
-    /// none out linked).
-    pub(crate) fn as_raw_mut(&mut self) -> *mut sys::ibv_recv_wr {
-        &mut self.raw
-    }
-}
-
-impl std::fmt::Debug for RecvWr<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecvWr").field("wr_id", &self.wr_id()).finish_non_exhaustive()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fit;
 
     #[test]
     fn builders_fill_the_raw_request() {
@@ -807,51 +545,6 @@ mod tests {
         };
         let bind = SendWr::bind_mw_raw(1, std::ptr::null_mut(), RKey::new(1), info);
         assert_eq!(bind.demand(), demand(0, 0).with(fit::SLOW, 1));
-    }
-
-    #[test]
-    fn a_send_op_is_of_its_opcodes_kind() {
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(1) };
-        let ops = [
-            SendOp::Send,
-            SendOp::SendWithImm(1),
-            SendOp::RdmaWrite(remote),
-            SendOp::RdmaWriteWithImm(remote, 1),
-            SendOp::RdmaRead(remote),
-            SendOp::CompareSwap { remote, compare: 1, swap: 2 },
-            SendOp::FetchAdd { remote, add: 1 },
-        ];
-        for op in ops {
-            for (inline, aligned, n) in [(false, true, 1), (true, true, 1), (false, false, 0)] {
-                let by_op = op.kind(inline, |_| aligned);
-                let by_opcode = kind_of_opcode(op.opcode(), inline, || aligned);
-                assert_eq!(
-                    shape(by_op, n, 8, inline, false),
-                    shape(by_opcode, n, 8, inline, false),
-                    "{op:?}, inline {inline}, aligned {aligned}, {n} SGEs"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn builds_name_the_build_their_wrs_share_and_none_where_they_differ() {
-        let all = [
-            Build::Send,
-            Build::SendWithImm,
-            Build::RdmaWrite,
-            Build::RdmaWriteWithImm,
-            Build::RdmaRead,
-            Build::LocalInv,
-            Build::Other,
-        ];
-        assert_eq!(Builds::NONE.common(), None);
-        for a in all {
-            assert_eq!(Builds::NONE.with(a).with(a).common(), Some(a));
-            for b in all.into_iter().filter(|&b| b != a) {
-                assert_eq!(Builds::NONE.with(a).with(b).common(), None, "{a:?} and {b:?}");
-            }
-        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use std::ffi::c_int;
 use std::hint::black_box;
 use std::net::Ipv6Addr;
+use std::sync::Mutex;
 
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, Endpoint, Gid, Lid, Mtu, ProtectionDomain,
@@ -37,7 +38,31 @@ pub struct DataPath {
 /// A context of `mock` (which must outlive it), shaped by `config`, with `ops` as its legacy
 /// data path.
 pub fn context(mock: &Mock, ops: DataPath, config: ContextConfig) -> Context {
+    context_with(mock, ops, config, None)
+}
+
+/// [`context`], whose extended CQs and QPs get `stubs` ([`stub_cq`], [`stub_qp`]) as they
+/// are created: the crate reads their members once, at creation.
+pub fn stubbed_context(
+    mock: &Mock,
+    ops: DataPath,
+    config: ContextConfig,
+    stubs: &'static ExtendedStubs,
+) -> Context {
+    context_with(mock, ops, config, Some(stubs))
+}
+
+fn context_with(
+    mock: &Mock,
+    ops: DataPath,
+    config: ContextConfig,
+    stubs: Option<&'static ExtendedStubs>,
+) -> Context {
     let raw = mock.context(config);
+    if let Some(stubs) = stubs {
+        // SAFETY: a fresh extended context of the mock that nothing else uses yet.
+        unsafe { wrap_creation(raw.as_ptr(), stubs) };
+    }
     // SAFETY: a fresh context that nothing else uses yet: filling its op table is what a
     // provider does when it opens one.
     unsafe {
@@ -125,8 +150,8 @@ pub fn with_rts_qp<R>(
     f(&qp, &cq, sge, &pool)
 }
 
-/// The members of an extended CQ and QP that a caller's stub provides; [`stub_extended`]
-/// fills the others with stubs that do nothing but read their arguments.
+/// The members of an extended CQ and QP that a caller's stub provides; [`stub_cq`] and
+/// [`stub_qp`] fill the others with stubs that do nothing but read their arguments.
 pub struct ExtendedStubs {
     pub start_poll: unsafe extern "C" fn(*mut sys::ibv_cq_ex, *mut sys::ibv_poll_cq_attr) -> c_int,
     /// `None` keeps the mock's (a CQ polled one completion per session never calls it).
@@ -138,47 +163,134 @@ pub struct ExtendedStubs {
     pub wr_rdma_write: unsafe extern "C" fn(*mut sys::ibv_qp_ex, u32, u64),
 }
 
-/// Replaces the mock's members of an extended CQ and QP (which record calls, allocating)
-/// with `stubs` and, for the rest, stubs that record nothing: zero for every field a
-/// completion has besides its opcode and length, 1000 for its timestamp.
+type CreateCqEx = unsafe extern "C" fn(
+    *mut sys::ibv_context,
+    *mut sys::ibv_cq_init_attr_ex,
+) -> *mut sys::ibv_cq_ex;
+type CreateQpEx =
+    unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_qp_init_attr_ex) -> *mut sys::ibv_qp;
+
+/// A context whose creation ops [`wrap_creation`] wrapped: the mock's, and the stubs.
+struct Wrapped {
+    ctx: usize,
+    create_cq_ex: CreateCqEx,
+    create_qp_ex: CreateQpEx,
+    stubs: &'static ExtendedStubs,
+}
+
+static WRAPPED: Mutex<Vec<Wrapped>> = Mutex::new(Vec::new());
+
+/// The mock's creation ops of `ctx` and its stubs.
+fn wrapped(ctx: *mut sys::ibv_context) -> (CreateCqEx, CreateQpEx, &'static ExtendedStubs) {
+    let all = WRAPPED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let w = all.iter().rev().find(|w| w.ctx == ctx as usize).expect("a wrapped context");
+    (w.create_cq_ex, w.create_qp_ex, w.stubs)
+}
+
+/// Replaces the `create_cq_ex` and `create_qp_ex` ops of `ctx` with ones that call the
+/// mock's and stub what they create.
 ///
 /// # Safety
 ///
-/// `cq` and `qp` must be live extended objects that nothing uses during the call.
-pub unsafe fn stub_extended(
-    cq: *mut sys::ibv_cq_ex,
-    qp: *mut sys::ibv_qp_ex,
-    stubs: &ExtendedStubs,
-) {
-    // SAFETY: the caller's live, unused objects; filling members is what a provider does.
+/// `ctx` must be a live extended context of the mock that nothing uses during the call.
+unsafe fn wrap_creation(ctx: *mut sys::ibv_context, stubs: &'static ExtendedStubs) {
+    // SAFETY: an extended context is the last field of its `verbs_context`; the caller's
+    // unused context, whose ops a provider fills when it opens one.
     unsafe {
-        let c = &mut *cq;
-        c.start_poll = Some(stubs.start_poll);
-        if let Some(next_poll) = stubs.next_poll {
-            c.next_poll = Some(next_poll);
-        }
-        c.end_poll = Some(end_poll);
-        c.read_opcode = Some(stubs.read_opcode);
-        c.read_byte_len = Some(stubs.read_byte_len);
-        c.read_vendor_err = Some(read_zero);
-        c.read_imm_data = Some(read_zero);
-        c.read_qp_num = Some(read_zero);
-        c.read_src_qp = Some(read_zero);
-        c.read_wc_flags = Some(read_zero);
-        c.read_slid = Some(read_zero);
-        c.read_sl = Some(read_zero_u8);
-        c.read_dlid_path_bits = Some(read_zero_u8);
-        c.read_completion_ts = Some(read_ts);
-        let q = &mut *qp;
-        q.wr_start = Some(wr_nothing);
-        q.wr_abort = Some(wr_nothing);
-        q.wr_complete = Some(wr_complete);
-        if let Some(wr_send) = stubs.wr_send {
-            q.wr_send = Some(wr_send);
-        }
-        q.wr_rdma_write = Some(stubs.wr_rdma_write);
-        q.wr_set_sge = Some(wr_set_sge);
+        let v = &mut *ctx
+            .byte_sub(std::mem::offset_of!(sys::verbs_context, context))
+            .cast::<sys::verbs_context>();
+        let wrapped = Wrapped {
+            ctx: ctx as usize,
+            create_cq_ex: v.create_cq_ex.expect("the mock's create_cq_ex"),
+            create_qp_ex: v.create_qp_ex.expect("the mock's create_qp_ex"),
+            stubs,
+        };
+        WRAPPED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(wrapped);
+        v.create_cq_ex = Some(create_cq_ex);
+        v.create_qp_ex = Some(create_qp_ex);
     }
+}
+
+unsafe extern "C" fn create_cq_ex(
+    ctx: *mut sys::ibv_context,
+    attr: *mut sys::ibv_cq_init_attr_ex,
+) -> *mut sys::ibv_cq_ex {
+    let (create, _, stubs) = wrapped(ctx);
+    // SAFETY: the mock's op, with the caller's arguments; a CQ it created is live and unused.
+    unsafe {
+        let cq = create(ctx, attr);
+        if !cq.is_null() {
+            stub_cq(cq, stubs);
+        }
+        cq
+    }
+}
+
+unsafe extern "C" fn create_qp_ex(
+    ctx: *mut sys::ibv_context,
+    attr: *mut sys::ibv_qp_init_attr_ex,
+) -> *mut sys::ibv_qp {
+    let (_, create, stubs) = wrapped(ctx);
+    let to_ex = mock::fns(Optional::ALL).ibv_qp_to_qp_ex.expect("the mock's ibv_qp_to_qp_ex");
+    // SAFETY: the mock's op, with the caller's arguments; a QP it created is live and unused.
+    unsafe {
+        let qp = create(ctx, attr);
+        if !qp.is_null() {
+            let ex = to_ex(qp);
+            if !ex.is_null() {
+                stub_qp(ex, stubs);
+            }
+        }
+        qp
+    }
+}
+
+/// Replaces the mock's members of an extended CQ (which record calls, allocating) with
+/// `stubs` and, for the rest, stubs that record nothing: zero for every field a completion
+/// has besides its opcode and length, 1000 for its timestamp.
+///
+/// # Safety
+///
+/// `cq` must be a live extended CQ that nothing uses during the call.
+unsafe fn stub_cq(cq: *mut sys::ibv_cq_ex, stubs: &ExtendedStubs) {
+    // SAFETY: the caller's live, unused CQ; filling members is what a provider does.
+    let c = unsafe { &mut *cq };
+    c.start_poll = Some(stubs.start_poll);
+    if let Some(next_poll) = stubs.next_poll {
+        c.next_poll = Some(next_poll);
+    }
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(stubs.read_opcode);
+    c.read_byte_len = Some(stubs.read_byte_len);
+    c.read_vendor_err = Some(read_zero);
+    c.read_imm_data = Some(read_zero);
+    c.read_qp_num = Some(read_zero);
+    c.read_src_qp = Some(read_zero);
+    c.read_wc_flags = Some(read_zero);
+    c.read_slid = Some(read_zero);
+    c.read_sl = Some(read_zero_u8);
+    c.read_dlid_path_bits = Some(read_zero_u8);
+    c.read_completion_ts = Some(read_ts);
+}
+
+/// Replaces the mock's members of an extended QP with `stubs` and, for the rest, stubs that
+/// record nothing.
+///
+/// # Safety
+///
+/// `qp` must be a live extended QP that nothing uses during the call.
+unsafe fn stub_qp(qp: *mut sys::ibv_qp_ex, stubs: &ExtendedStubs) {
+    // SAFETY: the caller's live, unused QP; filling members is what a provider does.
+    let q = unsafe { &mut *qp };
+    q.wr_start = Some(wr_nothing);
+    q.wr_abort = Some(wr_nothing);
+    q.wr_complete = Some(wr_complete);
+    if let Some(wr_send) = stubs.wr_send {
+        q.wr_send = Some(wr_send);
+    }
+    q.wr_rdma_write = Some(stubs.wr_rdma_write);
+    q.wr_set_sge = Some(wr_set_sge);
 }
 
 extern "C" fn end_poll(cq: *mut sys::ibv_cq_ex) {

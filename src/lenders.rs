@@ -1,11 +1,15 @@
-//! Which pools a queue holds chunks of, so that a pool outlived by a leaked queue leaks too.
+//! Which owners of memory a queue's work requests name (the buffer tier's pools), so that an
+//! owner outlived by a leaked queue leaks its memory too. A queue (QP, SRQ) keeps its
+//! [`Lenders`] and releases them when it is destroyed; the tier lending the memory notes its
+//! owners' counts there before it posts.
 //!
-//! The lifetimes make a pool outlive every queue (QP, SRQ) it lends chunks to, but
+//! The lifetimes make a pool outlive every queue it lends chunks to, but
 //! `std::mem::forget` ends a queue's borrows without destroying it: the provider keeps its
 //! work requests, and the NIC would still write a receive into the chunk of a pool dropped
 //! since (a freed region whose lkey the next registration may be given again). So each pool
 //! counts the queues that took its chunks and are not destroyed yet, and a pool whose count
 //! is not zero when it drops leaks its region instead of freeing it.
+#![allow(unsafe_code)]
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};

@@ -1,4 +1,5 @@
-//! The buffer tier's count of completions a queue may still produce, so that no CQ overruns.
+//! A CQ's (or an SRQ's) count of completions its queues may still produce, so that no CQ
+//! overruns. The buffer tier takes them for its posts; a drain takes one for its marker.
 //!
 //! A provider frees a work-queue slot when it is done with the WR, which need not be when
 //! its completion is polled: rxe frees a send slot as soon as the kernel has completed the
@@ -6,7 +7,7 @@
 //! small for them, which then drops them (and, with them, the buffers they hand back).
 //! So the buffer tier counts for itself. Each CQ, and each SRQ, keeps [`Credits`]: a post
 //! takes one per WR — signaled or not, since a flushed WR completes either way — and
-//! refuses when none is left; [`BufferPool::complete`](super::BufferPool::complete) gives
+//! refuses when none is left; [`BufferPool::complete`](crate::BufferPool::complete) gives
 //! them back when it hands back the chunks, the signaled one's and those batched before it.
 //! The chunk's slot names the credits it took, so that the completion finds them.
 //!

@@ -14,13 +14,22 @@
 //! Messages follow the convention of the Rust error handling project group: an error's
 //! `Display` says its own part and `source()` returns its cause, never both, so a reporter
 //! walking the chain (anyhow's `{:#}`, eyre) prints each cause once.
-#![allow(unsafe_code)] // getrlimit, and errno in a test
+#![allow(unsafe_code)] // errno in a test
 
 use std::fmt;
 use std::io;
-use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
+
+mod errno;
+mod hint;
+mod partial;
+
+pub(crate) use errno::{check_errno, check_ptr, errno_error, errno_of, last_errno, list_error};
+use errno::{errno_label, is_queue_full};
+pub(crate) use hint::descriptors_exhausted;
+use hint::{descriptors_hint, hint};
+pub use partial::{PostListError, TransitionError};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -470,264 +479,9 @@ impl Error {
     }
 }
 
-/// Whether `errno` from `verb` means the work queue is full.
-fn is_queue_full(verb: &str, errno: i32) -> bool {
-    match verb {
-        "ibv_post_send" | "ibv_post_recv" | "ibv_post_srq_recv" => errno == libc::ENOMEM,
-        "ibv_wr_complete" => errno == libc::ENOMEM || errno == libc::ENOSPC,
-        _ => false,
-    }
-}
-
-/// Maps a verb's `int` return: 0 is success; a positive value is the errno (the rdma-core
-/// convention); -1 means "see errno" (older providers); other negatives are a negated errno.
-#[inline]
-pub(crate) fn check_errno(ret: i32, verb: &'static str) -> Result<()> {
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(errno_error(ret, verb))
-    }
-}
-
-/// The error of a verb's non-zero `int` return (see [`check_errno`]); out of line, so that a
-/// post's success path stays short.
-#[cold]
-#[inline(never)]
-pub(crate) fn errno_error(ret: i32, verb: &'static str) -> Error {
-    Error::verb(verb, errno_of(ret))
-}
-
-/// A failed list post's error: `ret` from `verb`, which took `posted` WRs of the list (the
-/// list's `taken_before` its `bad_wr`).
-#[cold]
-#[inline(never)]
-pub(crate) fn list_error(ret: i32, posted: usize, verb: &'static str) -> PostListError {
-    PostListError { posted, error: errno_error(ret, verb) }
-}
-
-/// The errno of a verb's non-zero `int` return (see [`check_errno`]), for a caller that
-/// expects some errno values and builds no [`Error`] for them.
-#[inline]
-pub(crate) fn errno_of(ret: i32) -> i32 {
-    match ret {
-        -1 => last_errno(),
-        r => r.abs(),
-    }
-}
-
-/// Maps a verb's pointer return: NULL means failure with `errno` set.
-pub(crate) fn check_ptr<T>(ptr: *mut T, verb: &'static str) -> Result<NonNull<T>> {
-    NonNull::new(ptr).ok_or_else(|| Error::verb(verb, last_errno()))
-}
-
-pub(crate) fn last_errno() -> i32 {
-    // A provider that forgot errno leaves 0: report EIO rather than "success".
-    io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::EIO)
-}
-
-/// The errno's name (`ENOMEM`), or `errno N` for one without; the system's text for it is
-/// the error's source.
-fn errno_label(e: &io::Error) -> String {
-    match e.raw_os_error() {
-        Some(code) => errno_name(code).map_or_else(|| format!("errno {code}"), str::to_owned),
-        None => format!("{:?}", e.kind()),
-    }
-}
-
-/// The symbolic name of the errnos verbs return.
-pub(crate) fn errno_name(errno: i32) -> Option<&'static str> {
-    Some(match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EIO => "EIO",
-        libc::ENXIO => "ENXIO",
-        libc::EAGAIN => "EAGAIN",
-        libc::ENOMEM => "ENOMEM",
-        libc::EACCES => "EACCES",
-        libc::EFAULT => "EFAULT",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::ENODEV => "ENODEV",
-        libc::EINVAL => "EINVAL",
-        libc::ENOSPC => "ENOSPC",
-        libc::ERANGE => "ERANGE",
-        libc::ENOSYS => "ENOSYS",
-        libc::ENODATA => "ENODATA",
-        libc::EMFILE => "EMFILE",
-        libc::ENFILE => "ENFILE",
-        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
-        libc::ENETUNREACH => "ENETUNREACH",
-        libc::ECONNREFUSED => "ECONNREFUSED",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        _ => return None,
-    })
-}
-
-/// What to do about `errno` from `verb`, where that is known.
-fn hint(verb: &str, errno: i32) -> Option<String> {
-    let memlock = || match memlock_limit() {
-        Some(limit) => format!(
-            "memory registration pins pages and RLIMIT_MEMLOCK is {limit}; raise it \
-             (ulimit -l unlimited; LimitMEMLOCK=infinity for a systemd service; \
-             --ulimit memlock=-1 for a container)"
-        ),
-        None => "memory registration pins pages: check RLIMIT_MEMLOCK (ulimit -l)".into(),
-    };
-    Some(match (verb, errno) {
-        (v, libc::ENOMEM | libc::EPERM | libc::EAGAIN) if v.starts_with("ibv_reg_mr") => memlock(),
-        ("ibv_open_device", libc::EACCES | libc::EPERM) => {
-            "no permission on /dev/infiniband/uverbs*: add the user to the group owning it \
-             or fix the udev rule"
-                .into()
-        }
-        (v, libc::EINVAL) if v.ends_with("→RTR)") => {
-            "on RoCE the RTR transition needs a global route: check the source GID index \
-             (GlobalRoute::sgid_index) exists on this port and the remote GID, MTU and QPN \
-             are right"
-                .into()
-        }
-        (v, libc::EINVAL) if v.ends_with("→RTS)") => {
-            "iWARP devices (siw, irdma in iWARP mode) connect only through rdma_cm".into()
-        }
-        ("ibv_post_send" | "ibv_wr_complete" | "ibv_post_recv", libc::EINVAL) => {
-            "the QP is not in a state that allows this post, or a WR exceeds the QP's \
-             max_sge / max_inline_data"
-                .into()
-        }
-        ("ibv_get_device_list", libc::ENOSYS) => {
-            "/sys/class/infiniband_verbs exists but libibverbs could not read it: its \
-             abi_version may be one this rdma-core does not support (see the kernel log)"
-                .into()
-        }
-        (_, libc::EMFILE) => descriptors_hint(),
-        (_, libc::ENFILE) => {
-            "the system's table of open files is full (sysctl fs.file-max): close files or \
-             raise it"
-                .into()
-        }
-        _ => return None,
-    })
-}
-
-/// What to do when the process has every file descriptor it may.
-fn descriptors_hint() -> String {
-    let limit = nofile_limit().map_or_else(|| "its limit".to_owned(), |n| n.to_string());
-    format!(
-        "the process has as many file descriptors open as RLIMIT_NOFILE allows ({limit}): \
-         close some, or raise the limit (ulimit -n; LimitNOFILE= for a systemd service; \
-         --ulimit nofile= for a container; setrlimit(RLIMIT_NOFILE))"
-    )
-}
-
-/// RLIMIT_NOFILE's soft limit, `None` when unlimited or unknown.
-fn nofile_limit() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes only the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return None;
-    }
-    (lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
-}
-
-/// Descriptors a library may need at once to look at sysfs or open a device node (a netlink
-/// socket, a directory, a file in it).
-const DESCRIPTOR_HEADROOM: u64 = 4;
-
-/// Whether this process has (nearly) every descriptor RLIMIT_NOFILE allows open, so that a
-/// library could not open a directory or node it then reported as absent: the descriptors
-/// in `/proc/self/fd` against the limit (listing them fails with `EMFILE` itself when none
-/// is left).
-pub(crate) fn descriptors_exhausted() -> bool {
-    let Some(limit) = nofile_limit() else { return false };
-    match std::fs::read_dir("/proc/self/fd") {
-        Err(e) => e.raw_os_error() == Some(libc::EMFILE),
-        // The listing's own descriptor is among them.
-        Ok(dir) => (dir.count() as u64).saturating_sub(1) + DESCRIPTOR_HEADROOM > limit,
-    }
-}
-
-/// RLIMIT_MEMLOCK's soft limit, for error messages.
-fn memlock_limit() -> Option<String> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes only the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
-        return None;
-    }
-    Some(match lim.rlim_cur {
-        libc::RLIM_INFINITY => "unlimited".into(),
-        n => format!("{} KiB", n / 1024),
-    })
-}
-
-/// A list post the provider refused part-way
-/// ([`QueuePair::post_send_wrs`](crate::QueuePair::post_send_wrs),
-/// [`QueuePair::post_recv_wrs`](crate::QueuePair::post_recv_wrs),
-/// [`SharedReceiveQueue::post_recv_wrs`](crate::SharedReceiveQueue::post_recv_wrs)): how
-/// many of its work requests were posted, and, as its source, why the rest were not.
-#[derive(Debug, thiserror::Error)]
-#[error("a list post stopped after {posted} work requests")]
-pub struct PostListError {
-    /// How many work requests, from the list's start, were posted (and will complete).
-    pub posted: usize,
-    /// Why the rest were not.
-    #[source]
-    pub error: Error,
-}
-
-impl From<PostListError> for Error {
-    /// The error alone: how many were posted is lost.
-    fn from(e: PostListError) -> Self {
-        e.error
-    }
-}
-
-/// A failed QP state change that hands the queue pair back, to retry or reuse: the error of
-/// the `try_` calls ([`QueuePair::try_into_rtr`](crate::QueuePair::try_into_rtr), …; see
-/// [`Error`] for why their plain twins return an [`Error`] instead).
-///
-/// It converts into an [`Error`] with `?` in a function returning [`Result`] (the QP is then
-/// dropped, and so destroyed); its message says only that the QP is handed back, its
-/// [`source`](std::error::Error::source) is the [`Error`].
-pub struct TransitionError<Q> {
-    /// The queue pair, in the state it was in (after [`QueuePair::try_drain`]'s failures
-    /// past its checks, in ERROR).
-    ///
-    /// [`QueuePair::try_drain`]: crate::QueuePair::try_drain
-    pub qp: Q,
-    /// Why the state change failed.
-    pub error: Error,
-}
-
-impl<Q> fmt::Debug for TransitionError<Q> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransitionError").field("error", &self.error).finish_non_exhaustive()
-    }
-}
-
-impl<Q> fmt::Display for TransitionError<Q> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the queue pair's state change failed; the queue pair is handed back")
-    }
-}
-
-impl<Q> std::error::Error for TransitionError<Q> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl<Q> From<TransitionError<Q>> for Error {
-    /// The error alone: the queue pair is dropped (destroyed).
-    fn from(e: TransitionError<Q>) -> Self {
-        e.error
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::hint::nofile_limit;
     use super::*;
 
     #[test]

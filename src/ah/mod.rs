@@ -5,11 +5,14 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+mod vector;
+
+pub use vector::{AddressVector, GlobalRoute};
+
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, Result};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
-use crate::qp::AddressVector;
 
 /// An address handle (`struct ibv_ah`, `ibv_create_ah(3)`): the route to one peer port, for
 /// UD sends. On RoCE its [`AddressVector`] needs a GRH.

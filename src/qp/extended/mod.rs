@@ -9,17 +9,24 @@ use rdma_verbs_sys as sys;
 use sys::inline as inl;
 
 use crate::ah::UdDestination;
-use crate::buffer::SendOp;
 use crate::context::Context;
 use crate::error::{check_errno, errno_error, Error, PostListError, Result};
 use crate::quirks::{MELLANOX_VENDOR_ID, RXE_VENDOR_ID};
+use crate::wr::SendOp;
 use crate::wr::{Build, Builds, SendFlags, SendWr, Sge, INLINE_BUFS};
 
-/// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex` and the send
-/// operations it was created with.
-#[derive(Clone, Copy)]
+mod fast;
+mod ops;
+
+use fast::{build_as, build_each};
+use ops::{fitting, QpOps};
+
+/// The extended side of a [`QueuePair`](super::QueuePair): its `ibv_qp_ex`, the members
+/// posting calls and the send operations it was created with.
 pub(super) struct ExQp {
     pub(super) raw: NonNull<sys::ibv_qp_ex>,
+    /// Its members that posting calls.
+    ops: QpOps,
     /// `IBV_QP_EX_WITH_*`: only these builders may be used (a provider may fill members it
     /// was not asked for, and must not be relied on for them).
     send_ops: u32,
@@ -151,32 +158,12 @@ impl ExQp {
         let raw = unsafe { inl::ibv_qp_to_qp_ex(&ctx.library().fns, qp) };
         let raw = NonNull::new(raw).ok_or("ibv_qp_to_qp_ex (it returned NULL)")?;
         // SAFETY: a live extended QP; its members are plain reads.
-        let q = unsafe { raw.as_ref() };
-        let missing = [
-            ("ibv_wr_start (ibv_qp_ex.wr_start)", q.wr_start.is_none()),
-            ("ibv_wr_complete (ibv_qp_ex.wr_complete)", q.wr_complete.is_none()),
-            ("ibv_wr_abort (ibv_qp_ex.wr_abort)", q.wr_abort.is_none()),
-            ("ibv_wr_set_sge (ibv_qp_ex.wr_set_sge)", q.wr_set_sge.is_none()),
-            ("ibv_wr_set_sge_list (ibv_qp_ex.wr_set_sge_list)", q.wr_set_sge_list.is_none()),
-            (
-                "ibv_wr_set_inline_data (ibv_qp_ex.wr_set_inline_data)",
-                q.wr_set_inline_data.is_none(),
-            ),
-            (
-                "ibv_wr_set_ud_addr (ibv_qp_ex.wr_set_ud_addr)",
-                qp_type == sys::IBV_QPT_UD && q.wr_set_ud_addr.is_none(),
-            ),
-        ];
-        match missing.into_iter().find_map(|(name, missing)| missing.then_some(name)) {
-            Some(name) => Err(name),
-            None => {
-                // The attributes are cached at creation (`send_ops`); a failed query only
-                // makes the rule the conservative one.
-                let vendor_id = ctx.cached_attr().map_or(0, |attr| attr.vendor_id());
-                let failed_batch = FailedBatch::of(vendor_id);
-                Ok(ExQp { raw, send_ops, lists_right, failed_batch })
-            }
-        }
+        let ops = QpOps::of(unsafe { raw.as_ref() }, qp_type)?;
+        // The attributes are cached at creation (`send_ops`); a failed query only makes the
+        // rule the conservative one.
+        let vendor_id = ctx.cached_attr().map_or(0, |attr| attr.vendor_id());
+        let failed_batch = FailedBatch::of(vendor_id);
+        Ok(ExQp { raw, ops, send_ops, lists_right, failed_batch })
     }
 
     /// Posts `wrs` with as few doorbells as the provider allows: one batch (`ibv_wr_start`,
@@ -233,17 +220,17 @@ impl ExQp {
     /// As [`ExQp::post`].
     unsafe fn post_batch(&self, wrs: &[SendWr<'_>], ud: bool) -> Result<(), PostListError> {
         let qp = self.raw.as_ptr();
-        // SAFETY: a live extended QP whose batch members were checked at creation; the
-        // batch is opened and closed within this call, on this thread.
+        // SAFETY: a live extended QP and its members read at creation; the batch is opened
+        // and closed within this call, on this thread.
         unsafe {
-            inl::ibv_wr_start(qp);
+            (self.ops.start)(qp);
             for wr in wrs {
                 if let Err(error) = self.build(qp, wr.as_raw(), ud) {
-                    inl::ibv_wr_abort(qp);
+                    (self.ops.abort)(qp);
                     return Err(PostListError { posted: 0, error });
                 }
             }
-            match inl::ibv_wr_complete(qp) {
+            match (self.ops.complete)(qp) {
                 0 => Ok(()),
                 ret => Err(self.failed(ret, wrs.len())),
             }
@@ -261,19 +248,22 @@ impl ExQp {
 
     /// Posts `wrs`, every one of which fits the QP's slack, as one batch: `ibv_wr_start`,
     /// each WR's id, flags, builder, UD address (when `UD`) and data, `ibv_wr_complete`, each
-    /// member called as the C inline verbs call them, without the NULL tests of
-    /// [`ExQp::post`]: the members every batch calls were found set at creation
-    /// ([`ExQp::of`]), and a WR fits the slack only when the builders of its class and its
-    /// data setter were ([`ExQp::builds`], [`send_slack`](super::post::send_slack)).
-    /// Providers fill these members when they create the QP and never change them. No WR of
-    /// the batch is a bind (those never fit), so no bookkeeping follows. Returns what
+    /// member called as the C inline verbs call them, through the members read at creation
+    /// ([`QpOps`]) and without the error tests of [`ExQp::post`]: a WR fits the slack only
+    /// when the builders of its class and its data setter were set ([`ExQp::builds`],
+    /// [`send_slack`](super::post::send_slack)). No WR of the batch is a bind (those never
+    /// fit), so no bookkeeping follows. Returns what
     /// `ibv_wr_complete` returned ([`ExQp::failed`] makes the error of a non-zero one).
     ///
     /// `builds` are those of the WRs (a [`SendWrList`](crate::SendWrList) keeps them): when
     /// they share one, it is dispatched on once, and the loop that builds each WR is the one C
     /// code would write for that kind; else each WR's build is dispatched on.
     ///
-    /// Out of line, so that the legacy path's few instructions inline into the caller.
+    /// Out of line, so that the legacy path's few instructions inline into the caller. The
+    /// QP comes by pointer, and the builders below take the members by pointer: through a
+    /// reference the compiler may load every member the loop calls before it and keep them
+    /// across the calls (more registers saved per list), where C code loads each as it calls
+    /// it.
     ///
     /// # Safety
     ///
@@ -281,29 +271,30 @@ impl ExQp {
     /// [`QueuePair`](super::QueuePair); `builds` holds the build of each.
     #[inline(never)]
     pub(super) unsafe fn post_fast<const UD: bool>(
-        &self,
+        this: *const ExQp,
         wrs: &[SendWr<'_>],
         builds: Builds,
     ) -> i32 {
-        let qp = self.raw.as_ptr();
-        // SAFETY: a live extended QP, whose members called here are set (see above); the
-        // batch is opened and closed within this call, on this thread; each WR as the caller
+        // SAFETY: the caller's live extended QP.
+        let (qp, ops) = unsafe { ((*this).raw.as_ptr(), &raw const (*this).ops) };
+        // SAFETY: a live extended QP and its members read at creation; the batch is opened
+        // and closed within this call, on this thread; each WR as the caller
         // guarantees, of the build given (its own, or the one they share).
         unsafe {
-            (*qp).wr_start.unwrap_unchecked()(qp);
+            ((*ops).start)(qp);
             // One call per arm, so that each loop, its kind a constant, is specialised by
             // LLVM for that kind.
             match builds.common() {
-                b @ Some(Build::Send) => build_each::<UD>(qp, wrs, b),
-                b @ Some(Build::SendWithImm) => build_each::<UD>(qp, wrs, b),
-                b @ Some(Build::RdmaWrite) => build_each::<UD>(qp, wrs, b),
-                b @ Some(Build::RdmaWriteWithImm) => build_each::<UD>(qp, wrs, b),
-                b @ Some(Build::RdmaRead) => build_each::<UD>(qp, wrs, b),
-                b @ Some(Build::LocalInv) => build_each::<UD>(qp, wrs, b),
-                b @ Some(Build::Other) => build_each::<UD>(qp, wrs, b),
-                None => build_each::<UD>(qp, wrs, None),
+                b @ Some(Build::Send) => build_each::<UD>(qp, ops, wrs, b),
+                b @ Some(Build::SendWithImm) => build_each::<UD>(qp, ops, wrs, b),
+                b @ Some(Build::RdmaWrite) => build_each::<UD>(qp, ops, wrs, b),
+                b @ Some(Build::RdmaWriteWithImm) => build_each::<UD>(qp, ops, wrs, b),
+                b @ Some(Build::RdmaRead) => build_each::<UD>(qp, ops, wrs, b),
+                b @ Some(Build::LocalInv) => build_each::<UD>(qp, ops, wrs, b),
+                b @ Some(Build::Other) => build_each::<UD>(qp, ops, wrs, b),
+                None => build_each::<UD>(qp, ops, wrs, None),
             }
-            (*qp).wr_complete.unwrap_unchecked()(qp)
+            ((*ops).complete)(qp)
         }
     }
 
@@ -315,12 +306,12 @@ impl ExQp {
     /// As [`ExQp::post_fast`].
     #[inline(always)]
     pub(super) unsafe fn post_one_fast<const UD: bool>(&self, wr: &SendWr<'_>) -> i32 {
-        let qp = self.raw.as_ptr();
+        let (qp, ops) = (self.raw.as_ptr(), &raw const self.ops);
         // SAFETY: as in `post_fast`.
         unsafe {
-            (*qp).wr_start.unwrap_unchecked()(qp);
-            build_as(qp, wr.as_raw(), wr.build(), UD);
-            (*qp).wr_complete.unwrap_unchecked()(qp)
+            ((*ops).start)(qp);
+            build_as(qp, ops, wr.as_raw(), wr.build(), UD);
+            ((*ops).complete)(qp)
         }
     }
 
@@ -342,100 +333,56 @@ impl ExQp {
         flags: SendFlags,
         dest: Option<&UdDestination<'_>>,
     ) -> i32 {
-        let qp = self.raw.as_ptr();
+        let (qp, ops) = (self.raw.as_ptr(), &self.ops);
         // SAFETY: as in `post_fast`; the builder of `op` and the data setters are set (the
         // demand fits); no reference to `*qp` is held across the calls, which may write it.
         unsafe {
-            (*qp).wr_start.unwrap_unchecked()(qp);
+            (ops.start)(qp);
             (*qp).wr_id = wr_id;
             (*qp).wr_flags = flags.bits();
             match op {
-                SendOp::Send => (*qp).wr_send.unwrap_unchecked()(qp),
-                SendOp::SendWithImm(imm) => (*qp).wr_send_imm.unwrap_unchecked()(qp, imm.to_be()),
-                SendOp::RdmaWrite(r) => {
-                    (*qp).wr_rdma_write.unwrap_unchecked()(qp, r.rkey.get(), r.addr)
-                }
+                SendOp::Send => fitting(ops.send)(qp),
+                SendOp::SendWithImm(imm) => fitting(ops.send_imm)(qp, imm.to_be()),
+                SendOp::RdmaWrite(r) => fitting(ops.rdma_write)(qp, r.rkey.get(), r.addr),
                 SendOp::RdmaWriteWithImm(r, imm) => {
-                    (*qp).wr_rdma_write_imm.unwrap_unchecked()(
-                        qp,
-                        r.rkey.get(),
-                        r.addr,
-                        imm.to_be(),
-                    );
+                    fitting(ops.rdma_write_imm)(qp, r.rkey.get(), r.addr, imm.to_be());
                 }
-                SendOp::RdmaRead(r) => {
-                    (*qp).wr_rdma_read.unwrap_unchecked()(qp, r.rkey.get(), r.addr)
-                }
+                SendOp::RdmaRead(r) => fitting(ops.rdma_read)(qp, r.rkey.get(), r.addr),
                 SendOp::CompareSwap { remote, compare, swap } => {
-                    (*qp).wr_atomic_cmp_swp.unwrap_unchecked()(
-                        qp,
-                        remote.rkey.get(),
-                        remote.addr,
-                        compare,
-                        swap,
-                    )
+                    fitting(ops.atomic_cmp_swp)(qp, remote.rkey.get(), remote.addr, compare, swap)
                 }
                 SendOp::FetchAdd { remote, add } => {
-                    (*qp).wr_atomic_fetch_add.unwrap_unchecked()(
-                        qp,
-                        remote.rkey.get(),
-                        remote.addr,
-                        add,
-                    );
+                    fitting(ops.atomic_fetch_add)(qp, remote.rkey.get(), remote.addr, add);
                 }
             }
             if let (true, Some(d)) = (UD, dest) {
-                (*qp).wr_set_ud_addr.unwrap_unchecked()(qp, d.ah.as_raw(), d.qpn.get(), d.qkey);
+                fitting(ops.set_ud_addr)(qp, d.ah.as_raw(), d.qpn.get(), d.qkey);
             }
             // `data_fast`'s cases for one SGE or none, matched here on the `Option`: through
             // its count and pointer instead, rc_pingpong's message cost 5 instructions more.
             match (flags.contains(SendFlags::INLINE), sge) {
-                (false, Some(s)) => {
-                    (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey().get(), s.addr(), s.length())
+                (false, Some(s)) => (ops.set_sge)(qp, s.lkey().get(), s.addr(), s.length()),
+                (true, Some(s)) => {
+                    (ops.set_inline_data)(qp, s.addr() as *mut c_void, s.length() as usize)
                 }
-                (true, Some(s)) => (*qp).wr_set_inline_data.unwrap_unchecked()(
-                    qp,
-                    s.addr() as *mut c_void,
-                    s.length() as usize,
-                ),
                 // No data: an empty list, or no inline bytes, as `data_fast` sets it.
-                (false, None) => (*qp).wr_set_sge_list.unwrap_unchecked()(
-                    qp,
-                    0,
-                    NonNull::<sys::ibv_sge>::dangling().as_ptr(),
-                ),
-                (true, None) => {
-                    (*qp).wr_set_inline_data.unwrap_unchecked()(qp, std::ptr::null_mut(), 0)
+                (false, None) => {
+                    (ops.set_sge_list)(qp, 0, NonNull::<sys::ibv_sge>::dangling().as_ptr())
                 }
+                (true, None) => (ops.set_inline_data)(qp, std::ptr::null_mut(), 0),
             }
-            (*qp).wr_complete.unwrap_unchecked()(qp)
+            (ops.complete)(qp)
         }
     }
 
     /// Whether the QP was created for `opcode` and the provider set its builder.
     pub(super) fn builds(&self, opcode: sys::ibv_wr_opcode) -> bool {
-        // SAFETY: a live extended QP; its members are plain reads.
-        let q = unsafe { self.raw.as_ref() };
-        let set = match opcode {
-            sys::IBV_WR_SEND => q.wr_send.is_some(),
-            sys::IBV_WR_SEND_WITH_IMM => q.wr_send_imm.is_some(),
-            sys::IBV_WR_SEND_WITH_INV => q.wr_send_inv.is_some(),
-            sys::IBV_WR_RDMA_WRITE => q.wr_rdma_write.is_some(),
-            sys::IBV_WR_RDMA_WRITE_WITH_IMM => q.wr_rdma_write_imm.is_some(),
-            sys::IBV_WR_RDMA_READ => q.wr_rdma_read.is_some(),
-            sys::IBV_WR_ATOMIC_CMP_AND_SWP => q.wr_atomic_cmp_swp.is_some(),
-            sys::IBV_WR_ATOMIC_FETCH_AND_ADD => q.wr_atomic_fetch_add.is_some(),
-            sys::IBV_WR_LOCAL_INV => q.wr_local_inv.is_some(),
-            sys::IBV_WR_BIND_MW => q.wr_bind_mw.is_some(),
-            _ => false,
-        };
-        set && self.send_ops & op_of(opcode).0 != 0
+        self.ops.builds(opcode) && self.send_ops & op_of(opcode).0 != 0
     }
 
     /// Whether the provider set `ibv_wr_set_inline_data_list`.
     pub(super) fn has_inline_list(&self) -> bool {
-        // SAFETY: a live extended QP; its members are plain reads.
-        unsafe { self.raw.as_ref() }.wr_set_inline_data_list.is_some()
+        self.ops.set_inline_data_list.is_some()
     }
 
     /// Whether the list setters count right (see the field).
@@ -533,179 +480,6 @@ impl ExQp {
     }
 }
 
-/// Every WR of `wrs` in an open batch ([`build_as`]), each of build `common` or, for `None`,
-/// of its own.
-///
-/// # Safety
-///
-/// As [`build_as`] for each WR, `common` its build when given.
-#[inline(always)]
-unsafe fn build_each<const UD: bool>(
-    qp: *mut sys::ibv_qp_ex,
-    wrs: &[SendWr<'_>],
-    common: Option<Build>,
-) {
-    for wr in wrs {
-        let build = match common {
-            Some(build) => build,
-            None => wr.build(),
-        };
-        // SAFETY: the caller's.
-        unsafe { build_as(qp, wr.as_raw(), build, UD) };
-    }
-}
-
-/// One WR of an open batch, built without tests: its id and flags, its builder, its UD
-/// address, its data. `build` is the WR's [`Build`]: a WR of one plain SGE (the common one) is
-/// built by its kind alone, a local invalidate with its builder alone (it has no data, as in
-/// [`ExQp::build`]); any other by its opcode, then by its data.
-///
-/// # Safety
-///
-/// Inside a batch of `qp` opened on this thread; `wr` valid as for [`ExQp::post`], the
-/// request of a [`SendWr`] whose build is `build` and whose demand fits the slack of `qp`'s
-/// QP: its opcode is one that [`builder`] knows (binds and other opcodes never fit), its
-/// builder and data setter are set, and a UD WR is addressed.
-#[inline(always)]
-unsafe fn build_as(qp: *mut sys::ibv_qp_ex, raw: &sys::ibv_send_wr, build: Build, ud: bool) {
-    // SAFETY: inside the caller's batch, for a WR that fits (the caller's guarantees); no
-    // reference to `*qp` is held across the calls, which may write it.
-    unsafe {
-        (*qp).wr_id = raw.wr_id;
-        (*qp).wr_flags = raw.send_flags;
-        let one = |opcode| {
-            builder(qp, raw, opcode);
-            set_ud_addr(qp, raw, ud);
-            let s = *raw.sg_list;
-            (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey, s.addr, s.length);
-        };
-        match build {
-            Build::Send => one(sys::IBV_WR_SEND),
-            Build::SendWithImm => one(sys::IBV_WR_SEND_WITH_IMM),
-            Build::RdmaWrite => one(sys::IBV_WR_RDMA_WRITE),
-            Build::RdmaWriteWithImm => one(sys::IBV_WR_RDMA_WRITE_WITH_IMM),
-            Build::RdmaRead => one(sys::IBV_WR_RDMA_READ),
-            // It carries no data (no setter follows it), and never fits a UD QP.
-            Build::LocalInv => builder(qp, raw, sys::IBV_WR_LOCAL_INV),
-            Build::Other => {
-                builder(qp, raw, raw.opcode);
-                set_ud_addr(qp, raw, ud);
-                data_fast(qp, raw);
-            }
-        }
-    }
-}
-
-/// The builder of `opcode` (the WR's), called with the WR's fields.
-///
-/// # Safety
-///
-/// As [`build_as`]: inside the batch, `opcode` one of those below and its builder set.
-#[inline(always)]
-unsafe fn builder(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, opcode: sys::ibv_wr_opcode) {
-    // SAFETY: the caller's; the union members read are those the WR's opcode set (the
-    // constructors of `SendWr` zero the rest).
-    unsafe {
-        let rdma = wr.wr.rdma;
-        match opcode {
-            sys::IBV_WR_SEND => (*qp).wr_send.unwrap_unchecked()(qp),
-            sys::IBV_WR_SEND_WITH_IMM => {
-                (*qp).wr_send_imm.unwrap_unchecked()(qp, wr.__bindgen_anon_1.imm_data);
-            }
-            sys::IBV_WR_RDMA_WRITE => {
-                (*qp).wr_rdma_write.unwrap_unchecked()(qp, rdma.rkey, rdma.remote_addr);
-            }
-            sys::IBV_WR_RDMA_WRITE_WITH_IMM => (*qp).wr_rdma_write_imm.unwrap_unchecked()(
-                qp,
-                rdma.rkey,
-                rdma.remote_addr,
-                wr.__bindgen_anon_1.imm_data,
-            ),
-            sys::IBV_WR_RDMA_READ => {
-                (*qp).wr_rdma_read.unwrap_unchecked()(qp, rdma.rkey, rdma.remote_addr);
-            }
-            sys::IBV_WR_ATOMIC_CMP_AND_SWP => {
-                let atomic = wr.wr.atomic;
-                (*qp).wr_atomic_cmp_swp.unwrap_unchecked()(
-                    qp,
-                    atomic.rkey,
-                    atomic.remote_addr,
-                    atomic.compare_add,
-                    atomic.swap,
-                );
-            }
-            sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                let atomic = wr.wr.atomic;
-                (*qp).wr_atomic_fetch_add.unwrap_unchecked()(
-                    qp,
-                    atomic.rkey,
-                    atomic.remote_addr,
-                    atomic.compare_add,
-                );
-            }
-            sys::IBV_WR_LOCAL_INV => {
-                (*qp).wr_local_inv.unwrap_unchecked()(qp, wr.__bindgen_anon_1.invalidate_rkey);
-            }
-            sys::IBV_WR_SEND_WITH_INV => {
-                (*qp).wr_send_inv.unwrap_unchecked()(qp, wr.__bindgen_anon_1.invalidate_rkey);
-            }
-            // Every other opcode is `fit::SLOW` (`SendWr::refresh`): it never fits.
-            _ => std::hint::unreachable_unchecked(),
-        }
-    }
-}
-
-/// A UD WR's destination, on a UD QP (`ud`).
-///
-/// # Safety
-///
-/// As [`build_as`]: after the builder; a WR that fits a UD QP is addressed.
-#[inline(always)]
-unsafe fn set_ud_addr(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr, ud: bool) {
-    if ud {
-        // SAFETY: the caller's; `wr.ud` was set by `SendWr::to`, `wr_set_ud_addr` checked at
-        // creation (`ExQp::of`).
-        unsafe {
-            let ud = wr.wr.ud;
-            (*qp).wr_set_ud_addr.unwrap_unchecked()(qp, ud.ah, ud.remote_qpn, ud.remote_qkey);
-        }
-    }
-}
-
-/// The data of a WR that fits, through its setter: as [`set_data`], without the tests.
-///
-/// # Safety
-///
-/// As [`build_as`]: after the builder (and UD address).
-#[inline(always)]
-unsafe fn data_fast(qp: *mut sys::ibv_qp_ex, wr: &sys::ibv_send_wr) {
-    let n = wr.num_sge as usize;
-    // SAFETY: the caller's; `sg_list` holds `num_sge` SGEs (a `SendWr`'s own); the setters a
-    // fitting WR needs are set (`send_slack`); inline bytes are copied during the call.
-    unsafe {
-        if wr.send_flags & sys::IBV_SEND_INLINE == 0 {
-            if n == 1 {
-                let s = *wr.sg_list;
-                (*qp).wr_set_sge.unwrap_unchecked()(qp, s.lkey, s.addr, s.length);
-            } else {
-                // No data is an empty list (an SGE of length 0 can mean 2 GiB to some hardware).
-                (*qp).wr_set_sge_list.unwrap_unchecked()(qp, n, wr.sg_list);
-            }
-        } else if n <= 1 {
-            let (addr, len) = if n == 1 {
-                let s = *wr.sg_list;
-                (s.addr as *mut c_void, s.length as usize)
-            } else {
-                (std::ptr::null_mut(), 0)
-            };
-            (*qp).wr_set_inline_data.unwrap_unchecked()(qp, addr, len);
-        } else {
-            // At most INLINE_BUFS buffers (more never fit), and the list setter set.
-            set_inline_list(qp, std::slice::from_raw_parts(wr.sg_list, n));
-        }
-    }
-}
-
 /// The WR's data: inline (copied now) or by SGE, through the setter for one buffer where it
 /// has one, else the list setter ([`ExQp::post`] posts the WRs these cannot build alone).
 ///
@@ -767,107 +541,5 @@ fn check_op(ret: i32, name: &'static str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Unsupported { what: name })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::cell::RefCell;
-
-    use super::*;
-    use crate::mr::{LKey, RKey};
-    use crate::wr::{RemoteAddr, SendWrList, Sge};
-
-    thread_local! {
-        /// The members the fake provider below was called through, in order.
-        static CALLS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
-    }
-
-    fn record(member: &'static str) {
-        CALLS.with(|calls| calls.borrow_mut().push(member));
-    }
-
-    extern "C" fn wr_start(_: *mut sys::ibv_qp_ex) {
-        record("wr_start");
-    }
-
-    extern "C" fn wr_complete(_: *mut sys::ibv_qp_ex) -> i32 {
-        record("wr_complete");
-        0
-    }
-
-    extern "C" fn wr_rdma_write(_: *mut sys::ibv_qp_ex, _: u32, _: u64) {
-        record("wr_rdma_write");
-    }
-
-    extern "C" fn wr_local_inv(_: *mut sys::ibv_qp_ex, _: u32) {
-        record("wr_local_inv");
-    }
-
-    extern "C" fn wr_send_inv(_: *mut sys::ibv_qp_ex, _: u32) {
-        record("wr_send_inv");
-    }
-
-    extern "C" fn wr_set_sge(_: *mut sys::ibv_qp_ex, _: u32, _: u64, _: u32) {
-        record("wr_set_sge");
-    }
-
-    extern "C" fn wr_set_sge_list(_: *mut sys::ibv_qp_ex, _: usize, _: *const sys::ibv_sge) {
-        record("wr_set_sge_list");
-    }
-
-    #[test]
-    fn the_fast_batch_calls_a_builder_and_a_setter_per_wr_and_none_after_a_local_invalidate() {
-        // SAFETY: an all-zero ibv_qp_ex is valid: NULL pointers and NULL (None) members.
-        let mut q: sys::ibv_qp_ex = unsafe { std::mem::zeroed() };
-        q.wr_start = Some(wr_start);
-        q.wr_complete = Some(wr_complete);
-        q.wr_rdma_write = Some(wr_rdma_write);
-        q.wr_local_inv = Some(wr_local_inv);
-        q.wr_send_inv = Some(wr_send_inv);
-        q.wr_set_sge = Some(wr_set_sge);
-        q.wr_set_sge_list = Some(wr_set_sge_list);
-        let send_ops = sys::IBV_QP_EX_WITH_RDMA_WRITE
-            | sys::IBV_QP_EX_WITH_LOCAL_INV
-            | sys::IBV_QP_EX_WITH_SEND_WITH_INV;
-        let ex = ExQp {
-            raw: NonNull::from(&mut q),
-            send_ops,
-            lists_right: true,
-            failed_batch: FailedBatch::AllMayBePosted,
-        };
-        assert!([sys::IBV_WR_RDMA_WRITE, sys::IBV_WR_LOCAL_INV].iter().all(|&op| ex.builds(op)));
-        let sges = [Sge::new(0x1000, 8, LKey::new(1)), Sge::new(0x2000, 8, LKey::new(1))];
-        let remote = RemoteAddr { addr: 0x8000, rkey: RKey::new(2) };
-        let list: SendWrList<'_> = [
-            SendWr::rdma_write(1, &sges[..1], remote),
-            SendWr::local_inv(2, RKey::new(3)),
-            SendWr::send_with_inv(3, &sges, RKey::new(4)),
-        ]
-        .into_iter()
-        .collect();
-        // SAFETY: the fake members touch nothing; the WRs are the kinds the batch builds.
-        let post = |list: &SendWrList<'_>| unsafe { ex.post_fast::<false>(list, list.builds()) };
-        assert_eq!(post(&list), 0);
-        let calls = CALLS.with(|calls| calls.take());
-        assert_eq!(
-            calls,
-            [
-                "wr_start",
-                "wr_rdma_write",
-                "wr_set_sge",
-                "wr_local_inv",
-                "wr_send_inv",
-                "wr_set_sge_list",
-                "wr_complete"
-            ]
-        );
-        // WRs of one build, built by it (one dispatch for the list).
-        let writes: SendWrList<'_> =
-            (0..2).map(|i| SendWr::rdma_write(i, &sges[..1], remote)).collect();
-        assert_eq!(post(&writes), 0);
-        let calls = CALLS.with(|calls| calls.take());
-        let each = ["wr_rdma_write", "wr_set_sge"];
-        assert_eq!(calls, [&["wr_start"][..], &each, &each, &["wr_complete"]].concat());
     }
 }
