@@ -13,7 +13,7 @@ use rdma_verbs_mock::mlx5 as mock_mlx5;
 use rdma_verbs_mock::{ContextConfig, Mock};
 use rusty_s3::actions::CreateMultipartUpload;
 use rusty_s3::{Bucket, S3Action, UrlStyle};
-use s3rdma::cuobj::client::{Client, ClientError, Target};
+use s3rdma::cuobj::client::{Client, ClientError, Direction, Target};
 use s3rdma::cuobj::{DcConfig, Initiators, DEFAULT_DC_KEY};
 use s3rdma::hipobj::{RcRoute, SessionLimits};
 use s3rdma::{Credentials, Limits, SizeLimits, Store};
@@ -79,7 +79,7 @@ impl Harness {
 
     /// Zeroes the client's window of `len` bytes, so that only a transfer can fill it.
     fn clear_window(&mut self, len: usize) {
-        self.client.reserve(len).unwrap().write(0, &vec![0; len]).unwrap();
+        self.client.reserve_get(len).unwrap().write(0, &vec![0; len]).unwrap();
     }
 }
 
@@ -133,7 +133,8 @@ fn with_dc(server_dc: bool, config: DcConfig, test: impl FnOnce(&mut Harness) + 
     let target = Target::new(gate(true).unwrap(), Some(SGID_INDEX), DEFAULT_DC_KEY).unwrap();
     let mut client = Client::new(&endpoint, keys[0].clone(), target).unwrap();
     // Registered here: the mock's verbs work on this thread only.
-    client.reserve(8 << 20).unwrap();
+    client.reserve_get(8 << 20).unwrap();
+    client.reserve_put(8 << 20).unwrap();
     let mut harness = Harness {
         endpoint,
         client,
@@ -188,7 +189,7 @@ fn a_put_then_a_get_and_a_ranged_get_move_the_bytes_over_rdma() {
 
         // A range lands at the window's base, as 206 with Content-Range and an empty body.
         h.clear_window(object.len());
-        let token = h.client.token(1 << 20).unwrap().to_string();
+        let token = h.client.token(Direction::Get, 1 << 20).unwrap().to_string();
         let bucket = h.bucket();
         let url = h.signed(
             bucket.get_object(Some(&h.credentials), "a/object"),
@@ -267,8 +268,9 @@ fn a_response_larger_than_the_window_and_a_malformed_token_are_refused_without_a
 fn a_put_is_checked_against_its_checksum_sizes_and_either_payload_hash() {
     with_dc(true, chunked(), |h| {
         let object = data(200_000);
-        h.client.reserve(object.len()).unwrap().write(0, &object).unwrap();
-        let token = h.client.token(object.len()).unwrap();
+        h.client.reserve_put(object.len()).unwrap().as_mut_slice()[..object.len()]
+            .copy_from_slice(&object);
+        let token = h.client.token(Direction::Put, object.len()).unwrap();
         let bucket = h.bucket();
         let put = |h: &Harness, key: &'static str, headers: &[(&'static str, String)]| {
             let url = h.signed(bucket.put_object(Some(&h.credentials), key), headers);
@@ -327,7 +329,7 @@ fn without_a_dc_device_a_get_is_served_in_the_body_and_a_put_declined_with_nothi
         let url = h.signed(bucket.put_object(Some(&h.credentials), "plain"), &[]);
         assert_eq!(h.send("PUT", &url, &[], &object).0, 200);
 
-        let token = h.client.token(object.len()).unwrap().to_string();
+        let token = h.client.token(Direction::Get, object.len()).unwrap().to_string();
         let headers = [("x-amz-rdma-token", token)];
         let url = h.signed(bucket.get_object(Some(&h.credentials), "plain"), &headers);
         let (status, reply, body) = h.send("GET", &url, &headers, b"");
@@ -356,7 +358,7 @@ fn a_transfer_the_window_refuses_is_a_500_and_the_next_one_goes_through() {
     with_dc(true, chunked(), |h| {
         let object = data(150_000);
         h.client.put(BUCKET, "o", &object).unwrap();
-        let token = h.client.token(object.len()).unwrap();
+        let token = h.client.token(Direction::Get, object.len()).unwrap();
         // An rkey the client's window does not have: the DCI's operation fails.
         let wrong = s3rdma::cuobj::Descriptor { rkey: token.rkey ^ 0x100, ..token };
         let headers = [("x-amz-rdma-token", wrong.to_string())];
@@ -370,6 +372,13 @@ fn a_transfer_the_window_refuses_is_a_500_and_the_next_one_goes_through() {
         assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
         assert!(!reply.contains_key("x-amz-rdma-reply"));
         assert!(!h.stored("p"));
+        // A PUT's window is registered for remote reads only: a GET through its token, the
+        // server writing into it, fails as well.
+        let put_token = h.client.token(Direction::Put, object.len()).unwrap().to_string();
+        let headers = [("x-amz-rdma-token", put_token)];
+        let url = h.signed(bucket.get_object(Some(&h.credentials), "o"), &headers);
+        let (status, _, body) = h.send("GET", &url, &headers, b"");
+        assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
         // The initiator was reset, and serves the next transfer.
         h.clear_window(object.len());
         let got = h.client.get(BUCKET, "o", None, object.len()).unwrap();

@@ -558,7 +558,7 @@ mod hardware {
             assert!(stored.over_rdma, "the server declined: is it on a DC device?");
             let root = server.dir.join("root").join(BUCKET);
             assert!(std::fs::read(root.join("dc")).unwrap() == bytes, "the stored file differs");
-            client.reserve(len).unwrap().write(0, &vec![0; len]).unwrap();
+            client.reserve_get(len).unwrap().write(0, &vec![0; len]).unwrap();
             let got = client.get(BUCKET, "dc", None, len).unwrap();
             assert!(got.over_rdma && got.data == bytes, "the GET differs");
             let (start, end) = (len / 3, len / 2);

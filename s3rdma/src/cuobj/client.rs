@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rdma_verbs::mlx5::{DcKey, DcRoute, Dct, DctInitAttr, DctToRtrAttr, Mlx5Context};
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Context, GidEntry, Lid, ProtectionDomain, RemoteWritableRegion,
-    Rtr, SharedReceiveQueue, ToInitAttr,
+    AccessFlags, CompletionQueue, Context, GidEntry, Lid, MemoryRegion, ProtectionDomain, RKey,
+    RemoteWritableRegion, Rtr, SharedReceiveQueue, ToInitAttr,
 };
 use rusty_s3::actions::{GetObject, PutObject, UploadPart};
 use rusty_s3::{Bucket, S3Action, UrlStyle};
@@ -90,13 +90,13 @@ impl Target {
         Ok(Target { pd, dct, gid, lid })
     }
 
-    /// The descriptor of `size` bytes at the start of `window`.
-    fn descriptor(&self, window: &RemoteWritableRegion<'_>, size: usize) -> Descriptor {
+    /// The descriptor of `size` bytes at `addr` of the window of key `rkey`.
+    fn descriptor(&self, (addr, rkey): (u64, RKey), size: usize) -> Descriptor {
         let gid = self.gid.gid;
         Descriptor {
-            addr: window.iova(),
+            addr,
             size: size as u64,
-            rkey: window.rkey().get(),
+            rkey: rkey.get(),
             lid: self.lid.get(),
             dctn: self.dct.dctn().get(),
             gid: (!gid.is_zero()).then(|| gid.get()),
@@ -124,17 +124,39 @@ pub struct Stored {
     pub over_rdma: bool,
 }
 
+/// Which way a window's bytes go, and so the access it is registered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// A GET's: the server RDMA WRITEs into it.
+    Get,
+    /// A PUT's or an UploadPart's: the server RDMA READs it.
+    Put,
+}
+
+/// A descriptor's size is 32 bits.
+fn fits_descriptor(len: usize) -> Result<(), ClientError> {
+    if u32::try_from(len).is_err() {
+        return Err(ClientError::Protocol(format!(
+            "{len} bytes do not fit one descriptor (at most {} bytes): use plain S3 or a Range",
+            u32::MAX
+        )));
+    }
+    Ok(())
+}
+
 /// A client of one server, signing with one key, moving payloads through one [`Target`].
 ///
-/// Its window (registered LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, as cuObject's clients
-/// register theirs, since one window serves GETs and PUTs) is kept across requests and
-/// replaced only by a larger one.
+/// It keeps two windows across requests, each replaced only by a larger one, registered with
+/// only the access the server needs: a GET's REMOTE_WRITE (the server writes into it), a
+/// PUT's REMOTE_READ (the server reads it). cuObject's own clients register one window with
+/// both; with two, a token for a PUT cannot be used to write into the client's memory.
 pub struct Client {
     base: url::Url,
     key: rusty_s3::Credentials,
     agent: ureq::Agent,
     target: Target,
-    window: Option<RemoteWritableRegion<'static>>,
+    get_window: Option<RemoteWritableRegion<'static>>,
+    put_window: Option<MemoryRegion<'static>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -157,52 +179,70 @@ impl Client {
             .ok_or_else(|| ClientError::Endpoint(format!("{endpoint} is not an http(s) URL")))?;
         let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
         let key = rusty_s3::Credentials::new(key.access_key_id, key.secret_access_key);
-        Ok(Client { base, key, agent, target, window: None })
+        Ok(Client { base, key, agent, target, get_window: None, put_window: None })
     }
 
-    /// Registers a window of at least `len` bytes now (for later requests up to that size),
-    /// unless the one held is that large.
+    /// Registers a GET's window (REMOTE_WRITE) of at least `len` bytes now, for later GETs up
+    /// to that size, unless the one held is that large.
     ///
     /// # Errors
     ///
     /// [`ClientError::Protocol`] above 4 GiB − 1 (the descriptor's size is 32 bits); the
     /// errors of `ibv_reg_mr`.
-    pub fn reserve(
+    pub fn reserve_get(
         &mut self,
         len: usize,
     ) -> Result<&mut RemoteWritableRegion<'static>, ClientError> {
-        if u32::try_from(len).is_err() {
-            return Err(ClientError::Protocol(format!(
-                "{len} bytes do not fit one descriptor (at most {} bytes): use plain S3 or a Range",
-                u32::MAX
-            )));
+        fits_descriptor(len)?;
+        if self.get_window.as_ref().is_none_or(|w| w.len() < len) {
+            self.get_window = None; // deregistered before the larger one is made
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            let window = self.target.pd.register_remote_writable(len.max(MIN_WINDOW), access)?;
+            self.get_window = Some(window);
         }
-        if self.window.as_ref().is_none_or(|w| w.len() < len) {
-            self.window = None; // deregistered before the larger one is made
-            let access =
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-            self.window =
-                Some(self.target.pd.register_remote_writable(len.max(MIN_WINDOW), access)?);
-        }
-        Ok(self.window.as_mut().expect("registered above"))
+        Ok(self.get_window.as_mut().expect("registered above"))
     }
 
-    /// The descriptor of the first `len` bytes of the window (reserved first), for requests
-    /// made by hand.
+    /// Registers a PUT's window (REMOTE_READ) of at least `len` bytes now, as
+    /// [`Client::reserve_get`].
     ///
     /// # Errors
     ///
-    /// As [`Client::reserve`].
-    pub fn token(&mut self, len: usize) -> Result<Descriptor, ClientError> {
-        self.reserve(len)?;
-        let window = self.window.as_ref().expect("reserved");
+    /// As [`Client::reserve_get`].
+    pub fn reserve_put(&mut self, len: usize) -> Result<&mut MemoryRegion<'static>, ClientError> {
+        fits_descriptor(len)?;
+        if self.put_window.as_ref().is_none_or(|w| w.len() < len) {
+            self.put_window = None;
+            let window = self.target.pd.register(len.max(MIN_WINDOW), AccessFlags::REMOTE_READ)?;
+            self.put_window = Some(window);
+        }
+        Ok(self.put_window.as_mut().expect("registered above"))
+    }
+
+    /// The descriptor of the first `len` bytes of the window of `direction` (reserved
+    /// first), for requests made by hand.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::reserve_get`].
+    pub fn token(&mut self, direction: Direction, len: usize) -> Result<Descriptor, ClientError> {
+        let window = match direction {
+            Direction::Get => {
+                let w = self.reserve_get(len)?;
+                (w.iova(), w.rkey())
+            }
+            Direction::Put => {
+                let w = self.reserve_put(len)?;
+                (w.iova(), w.rkey())
+            }
+        };
         Ok(self.target.descriptor(window, len))
     }
 
-    /// The window's first `len` bytes (at most its length).
+    /// The first `len` bytes of the GET's window (at most its length).
     pub fn window(&self, len: usize) -> Option<Vec<u8>> {
         let mut bytes = vec![0; len];
-        self.window.as_ref()?.read(0, &mut bytes).ok()?;
+        self.get_window.as_ref()?.read(0, &mut bytes).ok()?;
         Some(bytes)
     }
 
@@ -217,7 +257,7 @@ impl Client {
     /// # Errors
     ///
     /// [`ClientError::Refused`] for an S3 error, [`ClientError::Protocol`] for an answer
-    /// without the success headers; the errors of [`Client::reserve`] and of HTTP.
+    /// without the success headers; the errors of [`Client::reserve_get`] and of HTTP.
     pub fn get(
         &mut self,
         bucket: &str,
@@ -225,7 +265,7 @@ impl Client {
         range: Option<std::ops::Range<u64>>,
         len: usize,
     ) -> Result<Got, ClientError> {
-        let token = self.token(len)?.to_string();
+        let token = self.token(Direction::Get, len)?.to_string();
         let bucket = self.bucket(bucket)?;
         let url =
             signed(GetObject::new(&bucket, Some(&self.key), key), &[(H_TOKEN, token.clone())]);
@@ -304,10 +344,10 @@ impl Client {
         if data.is_empty() {
             return Err(ClientError::Protocol("an empty object is PUT over plain S3".into()));
         }
-        self.reserve(data.len())?.write(0, data)?;
+        self.reserve_put(data.len())?.as_mut_slice()[..data.len()].copy_from_slice(data);
         let checksum = base64_simd::STANDARD.encode_to_string(Crc64Nvme::checksum(data));
         let headers = [
-            (H_TOKEN, self.token(data.len())?.to_string()),
+            (H_TOKEN, self.token(Direction::Put, data.len())?.to_string()),
             ("x-amz-checksum-crc64nvme", checksum),
         ];
         let url = sign(&headers);

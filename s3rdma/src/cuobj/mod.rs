@@ -55,9 +55,10 @@
 //! server never goes past `base + size`. The request that carries the token is
 //! authenticated like any other (SigV4, the token among the signed headers, so it cannot be
 //! swapped in transit). A client should register only the window it moves and, where it
-//! can, with the access the operation needs (remote write for a GET, remote read for a PUT);
-//! this crate's [`client::Client`] registers one window for both, as cuObject's clients do,
-//! and reuses it across requests. The DC key is no secret worth the name (cuObject's
+//! can, with the access the operation needs. This crate's [`client::Client`] does: it keeps
+//! a GET's window (remote write) and a PUT's (remote read), each reused across requests,
+//! where cuObject's clients register one window with both, so that a PUT's token cannot be
+//! used to write into its memory. The DC key is no secret worth the name (cuObject's
 //! default is public): what keeps others out of a window is that its rkey and address are
 //! known only to the client and the server it sent them to, over a network that must be
 //! trusted for that.
