@@ -1,10 +1,10 @@
 //! The server's side of the DC data path: a bounded pool of DC initiators, each on a thread
-//! of its own with its CQ and a registered staging area of one chunk, that RDMA WRITE a
+//! of its own with its CQ and a registered staging ring of a few chunks, that RDMA WRITE a
 //! GET's bytes into a client's window or RDMA READ a PUT's out of it.
 //!
-//! A transfer holds one initiator from its first chunk to its last; the chunks of one
-//! transfer go one at a time (each waits for its completion before the staging area is
-//! reused), while the request's file I/O runs beside it.
+//! A transfer holds one initiator from its first chunk to its last, with up to
+//! [`IN_FLIGHT`] chunks on the wire at once (a slot of the ring is used again once its
+//! operation has completed), while the request's file I/O and checksums run beside it.
 
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,9 @@ use super::token::Descriptor;
 
 /// Empty polls of a CQ before its waiter sleeps between polls.
 const SPIN_POLLS: u32 = 1000;
+/// The chunks of one transfer on the wire at once: each initiator's staging ring has as many
+/// slots.
+pub const IN_FLIGHT: usize = 4;
 
 /// How the initiators are set up.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +38,8 @@ pub struct DcConfig {
     pub key: u64,
     /// Initiators (and so transfers at once); a transfer beyond waits for a free one.
     pub initiators: usize,
-    /// The bytes of one RDMA operation, and of each initiator's staging area.
+    /// The bytes of one RDMA operation, and of each slot of an initiator's staging ring
+    /// ([`IN_FLIGHT`] slots).
     pub chunk: usize,
     /// The largest transfer; a larger request is declined (`x-amz-rdma-reply: 501`).
     pub max_transfer: u64,
@@ -294,7 +298,8 @@ fn worker(
 ) {
     let ctx = shared.mlx5.context();
     let made = ctx.create_cq(64).and_then(|cq| {
-        let staging = shared.pd.register(shared.config.chunk, AccessFlags::LOCAL_WRITE)?;
+        let ring = shared.config.chunk * IN_FLIGHT;
+        let staging = shared.pd.register(ring, AccessFlags::LOCAL_WRITE)?;
         Ok((cq, staging))
     });
     let (cq, mut staging) = match made {
@@ -331,7 +336,10 @@ fn worker(
             // The DCI may be in ERROR, or hold a WR that did not complete in time and might
             // still touch the staging area: reset (or recreate) it before the next job.
             match to_rts(shared, &attr, Some(rts)) {
-                Ok(dci) => Some(dci),
+                Ok(dci) => {
+                    discard_completions(&cq);
+                    Some(dci)
+                }
                 Err(e) => {
                     eprintln!("s3rdma: a DC initiator could not be renewed ({e}); it stops");
                     None
@@ -341,6 +349,14 @@ fn worker(
         // Only now: a WR that never completed may name the target's AH until the reset.
         drop(target);
     }
+}
+
+/// Polls away what `cq` holds of a failed job: the operations that were in flight when it
+/// stopped completed (flushed) or were discarded by the reset, so none is left to be taken
+/// for the next job's.
+fn discard_completions(cq: &CompletionQueue<'_>) {
+    let mut wcs = [WorkCompletion::EMPTY; IN_FLIGHT];
+    while matches!(cq.poll(&mut wcs), Ok(done) if !done.is_empty()) {}
 }
 
 /// A DCI at RTS: new, or `old` reset. ACK timeout exponent 16 and retry count 7 are
@@ -418,18 +434,24 @@ impl<'a> Run<'a, '_> {
         target: &DcPeer<'_>,
         data: &mut chunks::Receiver<Bytes>,
     ) -> Result<u64, TransferError> {
-        let mut offset = 0u64;
+        let (mut offset, mut posted, mut done) = (0u64, 0usize, 0usize);
         while let Some(bytes) = data.blocking_recv() {
             for piece in bytes.chunks(self.shared.config.chunk) {
-                self.staging.as_mut_slice()[..piece.len()].copy_from_slice(piece);
+                // Operations complete in order: once the oldest has, its slot is free.
+                if posted - done == IN_FLIGHT {
+                    self.completion()?;
+                    done += 1;
+                }
+                let slot = self.slot(posted, piece.len());
+                self.staging.as_mut_slice()[slot.clone()].copy_from_slice(piece);
                 let remote = self.remote(peer, offset, piece.len())?;
-                self.post(
-                    target,
-                    |sges, dest| DcWr::rdma_write(1, sges, remote, dest),
-                    piece.len(),
-                )?;
+                self.post(target, |sges, dest| DcWr::rdma_write(1, sges, remote, dest), slot)?;
+                posted += 1;
                 offset += piece.len() as u64;
             }
+        }
+        for _ in done..posted {
+            self.completion()?;
         }
         Ok(offset)
     }
@@ -441,21 +463,38 @@ impl<'a> Run<'a, '_> {
         len: u64,
         data: &chunks::Sender<Result<Bytes, TransferError>>,
     ) -> Result<(), TransferError> {
-        let mut offset = 0u64;
-        while offset < len {
-            if data.is_closed() {
-                return Ok(()); // the request is gone (or gave up waiting for an initiator)
+        let chunk = self.shared.config.chunk as u64;
+        let (mut asked, mut posted, mut done) = (0u64, 0usize, 0usize);
+        while done * (chunk as usize) < len as usize {
+            // Up to IN_FLIGHT reads ahead, then the oldest handed on once it completed.
+            while posted - done < IN_FLIGHT && asked < len {
+                let n = (len - asked).min(chunk) as usize;
+                let remote = self.remote(peer, asked, n)?;
+                let slot = self.slot(posted, n);
+                self.post(target, |sges, dest| DcWr::rdma_read(2, sges, remote, dest), slot)?;
+                posted += 1;
+                asked += n as u64;
             }
-            let n = (len - offset).min(self.shared.config.chunk as u64) as usize;
-            let remote = self.remote(peer, offset, n)?;
-            self.post(target, |sges, dest| DcWr::rdma_read(2, sges, remote, dest), n)?;
-            let bytes = Bytes::copy_from_slice(&self.staging.as_slice()[..n]);
+            self.completion()?;
+            let n = (len - done as u64 * chunk).min(chunk) as usize;
+            let bytes = Bytes::copy_from_slice(&self.staging.as_slice()[self.slot(done, n)]);
+            done += 1;
             if data.blocking_send(Ok(bytes)).is_err() {
-                return Ok(()); // the request is gone; the DCI is idle and fit
+                // The request is gone: the reads still in flight are waited for, so that
+                // the DCI is idle and fit for the next job.
+                for _ in done..posted {
+                    self.completion()?;
+                }
+                return Ok(());
             }
-            offset += n as u64;
         }
         Ok(())
+    }
+
+    /// The bytes of the ring's slot for the `n`th operation of a transfer, `len` of them.
+    fn slot(&self, n: usize, len: usize) -> std::ops::Range<usize> {
+        let at = (n % IN_FLIGHT) * self.shared.config.chunk;
+        at..at + len
     }
 
     /// The address handle and destination of `peer`: from its GID when it has one (RoCE),
@@ -486,8 +525,7 @@ impl<'a> Run<'a, '_> {
         Ok(RemoteAddr { addr, rkey: RKey::new(peer.rkey) })
     }
 
-    /// Posts the signaled WR `make` builds over the first `len` bytes of the staging area,
-    /// and waits for its completion until the deadline.
+    /// Posts the signaled WR `make` builds over the bytes `slot` of the staging ring.
     fn post(
         &mut self,
         target: &DcPeer<'_>,
@@ -495,23 +533,28 @@ impl<'a> Run<'a, '_> {
             &'w [rdma_verbs::Sge],
             rdma_verbs::mlx5::DcDestination<'w>,
         ) -> DcWr<'w>,
-        len: usize,
+        slot: std::ops::Range<usize>,
     ) -> Result<(), TransferError> {
         let failed = |what: &str, e: &dyn std::fmt::Display| TransferError(format!("{what}: {e}"));
-        let sges = [self.staging.sge(..len).map_err(|e| failed("the staging area", &e))?];
+        let sges = [self.staging.sge(slot).map_err(|e| failed("the staging ring", &e))?];
         let wr = make(&sges, target.destination()).flags(SendFlags::SIGNALED);
-        // SAFETY: the staging area outlives the DCI's use of it: it is neither written nor
-        // read until this WR's completion is polled below, and when it is not (an error or
-        // the deadline) the DCI is reset before the next job; `target`'s AH is dropped only
-        // after that (`worker`). wr_ids are small.
+        // SAFETY: the staging ring outlives the DCI's use of it: a slot is neither written
+        // nor read until its WR's completion is polled ([`Run::completion`], in posting
+        // order), and when one is not (an error or the deadline) the DCI is reset before the
+        // next job; `target`'s AH is dropped only after that (`worker`). wr_ids are small.
         unsafe { self.dci.post_send_wrs(std::slice::from_ref(&wr)) }
-            .map_err(|e| failed("posting", &e))?;
+            .map_err(|e| failed("posting", &e))
+    }
+
+    /// Waits until the deadline for the next completion (the oldest operation in flight),
+    /// which must be a success.
+    fn completion(&mut self) -> Result<(), TransferError> {
         let mut wcs = [WorkCompletion::EMPTY];
         for empty in 0u32.. {
             match self.cq.poll(&mut wcs) {
                 Ok(done) if done.len() == 1 => break,
                 Ok(_) => {}
-                Err(e) => return Err(failed("polling the CQ", &e)),
+                Err(e) => return Err(TransferError(format!("polling the CQ: {e}"))),
             }
             if Instant::now() >= self.deadline {
                 return Err(TransferError("the transfer passed its deadline".into()));

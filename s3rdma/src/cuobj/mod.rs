@@ -14,7 +14,7 @@
 //! - **GetObject** (and a ranged one): the server reads the object (each 1 MiB block checked
 //!   against its stored CRC64NVME, as a plain GET does) and RDMA WRITEs it into the window,
 //!   byte 0 of the response at the window's base whatever the range, in chunks from a
-//!   registered staging area. Only once every write has completed does it answer: `200` (a
+//!   registered staging ring, several on the wire at once. Only once every write has completed does it answer: `200` (a
 //!   range: `206` with `Content-Range`), empty body, `Content-Length: 0`,
 //!   `x-amz-rdma-reply: 200` (`206`), `x-amz-rdma-bytes-transferred`, and the usual ETag,
 //!   Last-Modified, Content-Type and user metadata.
@@ -67,7 +67,8 @@
 //!
 //! # Limits
 //!
-//! [`DcConfig`]: the DCIs (each one transfer at a time, with one staging chunk), the chunk
+//! [`DcConfig`]: the DCIs (each one transfer at a time, with a staging ring of
+//! [`IN_FLIGHT`] chunks, as many operations on the wire), the chunk
 //! size, the largest transfer (1 GiB by default, vgwrdma's and cuObject's largest call) and
 //! the deadline of a whole transfer. A window is at most 4 GiB − 1 (field 2 is 32 bits).
 //!
@@ -80,7 +81,8 @@
 //! exponent 16, retry count 7, hop limit 4, traffic class 96, SL 0; the address handle
 //! comes from the descriptor's GID when field 6 is 1, else from its LID. A DCI whose
 //! operation failed or passed the deadline is reset (or made again) before its next
-//! transfer, so a late completion never reaches a reused staging area.
+//! transfer, and what its CQ still holds is polled away, so a late completion never reaches
+//! a reused staging ring or another transfer.
 //!
 //! # What is verified where
 //!
@@ -101,7 +103,7 @@ mod request;
 mod token;
 mod transfer;
 
-pub use initiator::{DcConfig, Initiators, TransferError, Worker};
+pub use initiator::{DcConfig, Initiators, TransferError, Worker, IN_FLIGHT};
 pub use token::{Descriptor, TokenError};
 pub(crate) use transfer::{get_path, send, upload_body, GetPath};
 
