@@ -63,6 +63,8 @@ pub enum Verb {
     PollCq,
     /// The `ibv_context.ops.req_notify_cq` op.
     ReqNotifyCq,
+    /// The `verbs_context.modify_cq` op.
+    ModifyCq,
     /// A function of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Verb),
@@ -256,6 +258,15 @@ pub enum Call {
     ReqNotifyCq {
         /// Whether only solicited completions were asked for.
         solicited_only: c_int,
+    },
+    /// The `modify_cq` op.
+    ModifyCq {
+        /// `attr_mask`.
+        attr_mask: u32,
+        /// `moderate.cq_count`.
+        cq_count: u16,
+        /// `moderate.cq_period` (µs).
+        cq_period: u16,
     },
     /// A call of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]

@@ -236,6 +236,9 @@ pub struct ContextConfig {
     pub extended: bool,
     /// Whether the `verbs_context.query_port` op is set.
     pub query_port: bool,
+    /// Whether the `verbs_context.modify_cq` op (CQ moderation) is set, as mlx5's is; rxe and
+    /// siw have none.
+    pub cq_moderation: bool,
     /// Whether `ibv_context.ops.post_send` is set.
     pub post_send: bool,
     /// Whether `ibv_context.ops.post_recv` is set.
@@ -283,6 +286,7 @@ impl Default for ContextConfig {
             sz: size_of::<verbs_context>(),
             extended: true,
             query_port: true,
+            cq_moderation: true,
             post_send: true,
             post_recv: true,
             poll_cq: true,

@@ -18,6 +18,7 @@ use super::ContextConfig;
 pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_context> {
     let mut vctx = verbs_context {
         query_port: config.query_port.then_some(query_port),
+        modify_cq: config.cq_moderation.then_some(modify_cq),
         create_cq_ex: config.create_cq_ex.then_some(extended::create_cq_ex),
         create_qp_ex: config.create_qp_ex.then_some(extended::create_qp_ex),
         query_device_ex: config.completion_timestamps.then_some(extended::query_device_ex),
@@ -86,6 +87,28 @@ extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     let result = serve(|s| {
         s.begin(Call::ReqNotifyCq { solicited_only }, Verb::ReqNotifyCq)?;
         s.expect(cq, Kind::Cq)
+    });
+    result.err().unwrap_or(0)
+}
+
+/// `verbs_context.modify_cq`: records the moderation asked for; `EINVAL` for a mask with
+/// bits past `IBV_CQ_ATTR_MODERATE`, as mlx5 answers.
+///
+/// # Safety
+///
+/// `attr` must be readable.
+unsafe extern "C" fn modify_cq(cq: *mut ibv_cq, attr: *mut ibv_modify_cq_attr) -> c_int {
+    // SAFETY: the caller made `attr` readable.
+    let ibv_modify_cq_attr { attr_mask, moderate } = unsafe { attr.read() };
+    let call =
+        Call::ModifyCq { attr_mask, cq_count: moderate.cq_count, cq_period: moderate.cq_period };
+    let result = serve(|s| {
+        s.begin(call, Verb::ModifyCq)?;
+        s.expect(cq, Kind::Cq)?;
+        if attr_mask >= IBV_CQ_ATTR_RESERVED {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
     });
     result.err().unwrap_or(0)
 }

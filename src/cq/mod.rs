@@ -9,6 +9,7 @@ mod credits;
 mod errors;
 mod extended;
 mod kept;
+mod moderation;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;

@@ -5,7 +5,8 @@
 //! siw0 (`$RDMA_VM_SIW_IPV4`, `scripts/rdma-vm --siw`), which has neither: each run asserts
 //! and prints the path its CQs and QPs took. Immediate data runs only over InfiniBand
 //! transports (iWARP has none), atomics only where the device's `atomic_cap` allows them.
-//! Neither device has completion timestamps: asking for them is `Unsupported`.
+//! Neither device has completion timestamps nor CQ moderation: asking for them is
+//! `Unsupported`.
 //! Ports 19040–19049.
 
 use std::net::SocketAddr;
@@ -312,4 +313,26 @@ fn completion_timestamps_are_unsupported(target: Option<Target>) {
 test_cases! { completion_timestamps_are_unsupported:
     completion_timestamps_are_unsupported_on_rxe(rxe());
     completion_timestamps_are_unsupported_on_siw(siw());
+}
+
+/// Neither rxe nor siw has CQ moderation (their providers set no `modify_cq` op): asking
+/// for it is a clean `Unsupported`, and the CQ goes on as before.
+fn cq_moderation_is_unsupported(target: Option<Target>) {
+    let Some(t) = target else { return };
+    let ctx = Context::open(t.device).unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let err = cq.set_moderation(16, 10).expect_err("no CQ moderation");
+    assert!(matches!(err, Error::Unsupported { what: "ibv_modify_cq" }), "{err:?}");
+    println!("{}: CQ moderation: {err}", t.device);
+    assert!(cq.poll(&mut [WorkCompletion::EMPTY]).unwrap().is_empty());
+}
+
+#[test]
+fn cq_moderation_on_rxe_is_unsupported() {
+    cq_moderation_is_unsupported(rxe());
+}
+
+#[test]
+fn cq_moderation_on_siw_is_unsupported() {
+    cq_moderation_is_unsupported(siw());
 }

@@ -183,6 +183,26 @@ pub unsafe fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int
     }
 }
 
+/// `ibv_modify_cq(3)`: the `verbs_context.modify_cq` op (CQ moderation); `EOPNOTSUPP` where
+/// the context or the provider has none.
+///
+/// Returns 0 or an errno value.
+///
+/// # Safety
+///
+/// `cq` must be a live CQ; `attr` readable.
+pub unsafe fn ibv_modify_cq(cq: *mut ibv_cq, attr: *mut ibv_modify_cq_attr) -> c_int {
+    // SAFETY: the caller guarantees a live CQ, whose context is live.
+    let op = unsafe {
+        verbs_ctx_op((*cq).context, offset_of!(verbs_context, modify_cq), |v| &v.modify_cq)
+    };
+    match op {
+        // SAFETY: the provider's op, called with a live CQ and a readable attribute struct.
+        Some(op) => unsafe { op(cq, attr) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
 /// `ibv_query_port(3)`: the extended `query_port` op with this build's struct size, else the
 /// `IBVERBS_1.1` compat symbol into a zeroed struct (it fills the 48-byte prefix).
 ///

@@ -1,4 +1,5 @@
-//! Completion channels: creation, events read through the library, and their errors.
+//! Completion channels: creation, events read through the library, and their errors; CQ
+//! moderation of their events.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -298,4 +299,38 @@ fn poll_blocking_returns_what_one_poll_brings_and_re_arms_after_each_event_until
         assert_eq!(calls[..3], [poll.clone(), arm, poll], "{calls:?}");
         drop(cq);
     });
+}
+
+#[test]
+fn cq_moderation_reaches_the_provider_and_is_unsupported_without_its_op() {
+    let f = Fixture::new();
+    let cq = f.ctx.create_cq(16).unwrap();
+    f.mock.take_calls();
+    cq.set_moderation(32, 100).unwrap();
+    let moderate = rdma_verbs_sys::IBV_CQ_ATTR_MODERATE;
+    assert_eq!(
+        f.mock.take_calls(),
+        [Call::ModifyCq { attr_mask: moderate, cq_count: 32, cq_period: 100 }]
+    );
+    // The provider's refusal (a value past the device's limits).
+    f.mock.fail(Verb::ModifyCq, libc::EINVAL);
+    assert_verb_error(
+        &cq.set_moderation(u16::MAX, 1).unwrap_err(),
+        "ibv_modify_cq",
+        libc::EINVAL,
+        &[],
+    );
+    drop(cq);
+    drop(f); // one mock per thread
+
+    // rxe and siw have no op; nor has a context that is not extended.
+    for config in [
+        ContextConfig { cq_moderation: false, ..ContextConfig::default() },
+        ContextConfig { extended: false, ..ContextConfig::default() },
+    ] {
+        let f = Fixture::with(Optional::ALL, config);
+        let cq = f.ctx.create_cq(16).unwrap();
+        let err = cq.set_moderation(32, 100).unwrap_err();
+        assert!(matches!(err, rdma_verbs::Error::Unsupported { what: "ibv_modify_cq" }), "{err:?}");
+    }
 }
