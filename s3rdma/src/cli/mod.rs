@@ -74,7 +74,8 @@ impl S3 {
             tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&roots));
         }
         let signing = rusty_s3::Credentials::new(&key.access_key_id, &key.secret_access_key);
-        let client = Client::with_tls(&connection.endpoint, key, tls.build())?;
+        let client = Client::with_tls(&connection.endpoint, key, tls.build())?
+            .with_region(&connection.region);
         let base = connection.endpoint.parse()?;
         Ok(S3 { client, base, region: connection.region.clone(), key: signing })
     }

@@ -115,6 +115,12 @@ impl Client {
         Ok(Client { base, key, region: "us-east-1".into(), agent, buffer })
     }
 
+    /// The client, signing for `region` (the server's; s3rdma's answers any) instead of
+    /// `us-east-1`.
+    pub fn with_region(self, region: &str) -> Client {
+        Client { region: region.to_owned(), ..self }
+    }
+
     /// The buffer kept registered for transfers (none before the first): its address and
     /// rkey (a new registration has a new rkey), and its length in bytes.
     pub fn buffer(&self) -> Option<(RemoteAddr, usize)> {
