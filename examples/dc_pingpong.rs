@@ -32,6 +32,27 @@ const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 
+/// The options that make the route of both DC objects.
+#[derive(clap::Args, Debug)]
+struct RouteArgs {
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
+    gid_index: Option<u8>,
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
+    #[arg(short = 'm', long = "mtu", default_value = "1024", value_parser = parse_mtu)]
+    mtu: Mtu,
+    /// GRH traffic class of DCT and DCI packets (on RoCE v2: DSCP << 2 | ECN); set the
+    /// DSCP of the fabric's lossless class there
+    #[arg(long = "tclass", default_value_t = 0, value_parser = c_number::parse::<u8>)]
+    tclass: u8,
+    /// Service level of DCT and DCI packets
+    #[arg(long = "sl", default_value_t = 0, value_parser = c_number::parse::<u8>)]
+    sl: u8,
+}
+
 /// Ping-pong over mlx5 DC (DCT + DCI on each side; tokens exchanged over TCP).
 #[derive(Parser, Debug)]
 #[command(version)]
@@ -43,32 +64,25 @@ struct Args {
     /// RDMA device to use (default: the first one found)
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
-    /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
-    ib_port: u8,
-    /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
-    gid_idx: Option<u8>,
+    #[command(flatten)]
+    route: RouteArgs,
     /// Size of each message and of each RDMA WRITE, in bytes
     #[arg(short = 's', long = "size", default_value_t = 4096,
           value_parser = c_number::parse::<u32>)]
     size: u32,
-    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096)
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = c_number::parse::<u32>)]
-    mtu: u32,
     /// Number of exchanges
     #[arg(short = 'n', long = "iters", default_value_t = 100,
           value_parser = c_number::parse::<u64>)]
     iters: u64,
-    /// GRH traffic class of DCT and DCI packets (on RoCE v2: DSCP << 2 | ECN); set the
-    /// DSCP of the fabric's lossless class there
-    #[arg(long = "tclass", default_value_t = 0, value_parser = c_number::parse::<u8>)]
-    tclass: u8,
-    /// Service level of DCT and DCI packets
-    #[arg(long = "sl", default_value_t = 0, value_parser = c_number::parse::<u8>)]
-    sl: u8,
     /// Server to connect to (none: act as the server)
     servername: Option<String>,
+}
+
+/// `-m`: a path MTU in bytes.
+fn parse_mtu(s: &str) -> Result<Mtu, String> {
+    let bytes = c_number::parse::<u32>(s)?;
+    Mtu::from_bytes(bytes)
+        .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))
 }
 
 fn main() -> ExitCode {
@@ -88,25 +102,19 @@ struct Peer {
 }
 
 fn run(args: &Args) -> Result<(), Error> {
-    let mtu = Mtu::from_bytes(args.mtu)
-        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", args.mtu))?;
     if args.size == 0 || args.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
     let ctx = Context::open_or_first(args.ib_dev.as_deref())?;
     // The gate first: on a non-mlx5 device nothing else is created.
     let mlx5 = Mlx5Context::open(&ctx)?;
-    let ib_port = args.ib_port;
+    let RouteArgs { ib_port, gid_index, mtu, tclass, sl } = args.route;
     let port = ctx.query_port(ib_port)?;
     // `-g`, else on RoCE the routable GID; on InfiniBand none (LID routing).
-    let gid = ctx.source_gid(ib_port, args.gid_idx)?;
+    let gid = ctx.source_gid(ib_port, gid_index)?;
     let sgid_index = gid.map(|g| g.index);
     // Hop limit 255 (DcRoute::new): routed RoCE crosses routers.
-    let route = DcRoute {
-        traffic_class: args.tclass,
-        sl: args.sl,
-        ..DcRoute::new(ib_port, sgid_index, mtu)
-    };
+    let route = DcRoute { traffic_class: tclass, sl, ..DcRoute::new(ib_port, sgid_index, mtu) };
 
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;

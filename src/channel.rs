@@ -30,6 +30,7 @@ use crate::context::Context;
 use crate::cq::EventAcks;
 use crate::error::{check_errno, check_ptr, errno_of, Error, Result};
 use crate::fd;
+use crate::leak::drop_by;
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed [`CompletionQueue`](crate::CompletionQueue) created on it gets a completion.
@@ -291,13 +292,12 @@ impl AsFd for CompletionChannel<'_> {
     }
 }
 
-impl Drop for CompletionChannel<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking a completion channel of {}: {e}", self.ctx.name());
-        }
-    }
-}
+drop_by!(
+    CompletionChannel<'_>,
+    destroy_raw,
+    |channel| "a completion channel of {}",
+    channel.ctx.name()
+);
 
 impl std::fmt::Debug for CompletionChannel<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -14,6 +14,7 @@ use rdma_verbs_sys as sys;
 use crate::device::DeviceList;
 use crate::error::{check_errno, Error, Result};
 use crate::port::PortAttr;
+use crate::summary::summary_debug;
 use crate::Lid;
 
 /// An open device (`struct ibv_context`): the parent of every other verbs object.
@@ -314,14 +315,4 @@ impl DeviceAttr {
     }
 }
 
-impl std::fmt::Debug for DeviceAttr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceAttr")
-            .field("fw_ver", &self.fw_ver())
-            .field("max_qp", &self.max_qp())
-            .field("max_qp_wr", &self.max_qp_wr())
-            .field("max_cqe", &self.max_cqe())
-            .field("phys_port_cnt", &self.phys_port_cnt())
-            .finish_non_exhaustive()
-    }
-}
+summary_debug!(DeviceAttr: fw_ver, max_qp, max_qp_wr, max_cqe, phys_port_cnt);

@@ -12,6 +12,7 @@ use rdma_verbs_sys as sys;
 
 use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
+use crate::leak::drop_by;
 use crate::mr::{bounds, DmabufRegion, MemoryRegion, RemoteWritableRegion};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QueuePair, Rts};
@@ -360,13 +361,7 @@ impl<'a> MemoryWindow<'a> {
     }
 }
 
-impl Drop for MemoryWindow<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.dealloc() {
-            log::warn!("leaking a memory window: {e}");
-        }
-    }
-}
+drop_by!(MemoryWindow<'_>, dealloc, |_| "a memory window");
 
 impl std::fmt::Debug for MemoryWindow<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

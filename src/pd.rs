@@ -7,6 +7,7 @@ use rdma_verbs_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Result};
+use crate::leak::drop_by;
 
 /// A protection domain (`struct ibv_pd`): groups the memory regions and queue pairs that may
 /// be used together. It borrows its [`Context`], so it cannot outlive it.
@@ -74,13 +75,7 @@ impl<'ctx> ProtectionDomain<'ctx> {
     }
 }
 
-impl Drop for ProtectionDomain<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.dealloc() {
-            log::warn!("leaking a protection domain of {}: {e}", self.ctx.name());
-        }
-    }
-}
+drop_by!(ProtectionDomain<'_>, dealloc, |pd| "a protection domain of {}", pd.ctx.name());
 
 impl std::fmt::Debug for ProtectionDomain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

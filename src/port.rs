@@ -4,6 +4,7 @@ use rdma_verbs_sys as sys;
 
 use crate::c_enum::c_enum;
 use crate::endpoint::Lid;
+use crate::summary::summary_debug;
 
 c_enum! {
     /// The logical state of a port (`enum ibv_port_state`).
@@ -146,17 +147,7 @@ impl PortAttr {
     }
 }
 
-impl std::fmt::Debug for PortAttr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PortAttr")
-            .field("state", &self.state())
-            .field("active_mtu", &self.active_mtu())
-            .field("lid", &self.lid())
-            .field("link_layer", &self.link_layer())
-            .field("gid_tbl_len", &self.gid_tbl_len())
-            .finish_non_exhaustive()
-    }
-}
+summary_debug!(PortAttr: state, active_mtu, lid, link_layer, gid_tbl_len);
 
 #[cfg(test)]
 mod tests {

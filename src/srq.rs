@@ -10,6 +10,7 @@ use crate::buffer::{post_receive, Buffer, PostError, ReceiveQueue, RecvBufferLis
 use crate::cq::Credits;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, PostListError, Result};
 use crate::grh_room::{GrhRoom, SrqGrhRoom};
+use crate::leak::drop_by;
 use crate::lenders::Lenders;
 use crate::pd::ProtectionDomain;
 use crate::try_twin::try_twin;
@@ -263,13 +264,7 @@ impl<'a> SharedReceiveQueue<'a> {
     }
 }
 
-impl Drop for SharedReceiveQueue<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking a shared receive queue: {e}");
-        }
-    }
-}
+drop_by!(SharedReceiveQueue<'_>, destroy_raw, |_| "a shared receive queue");
 
 impl std::fmt::Debug for SharedReceiveQueue<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

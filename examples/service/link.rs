@@ -15,23 +15,34 @@ pub(crate) struct Link {
     mtu: Mtu,
 }
 
+/// The options that choose our side of every connection.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LinkArgs {
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
+    ib_port: u8,
+    /// Local port GID index (default on Ethernet ports: the routable GID)
+    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
+    gid_index: Option<u8>,
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
+    #[arg(short = 'm', long = "mtu", value_parser = c_number::parse::<u32>)]
+    mtu: Option<u32>,
+}
+
 impl Link {
-    /// Port `port_num` of `ctx`, sending from GID `gid_index` (default: the routable GID on
-    /// RoCE, none on InfiniBand), with path MTU `mtu` bytes (default: the port's active MTU).
-    pub(crate) fn new(
-        ctx: &Context,
-        port_num: u8,
-        gid_index: Option<u8>,
-        mtu: Option<u32>,
-    ) -> Result<Link, Error> {
-        let lid = ctx.source_lid(port_num)?;
-        let mtu = match mtu {
+    /// Port `args.ib_port` of `ctx`, sending from GID `args.gid_index` (default: the routable GID
+    /// on RoCE, none on InfiniBand), with path MTU `args.mtu` bytes (default: the port's active
+    /// MTU).
+    pub(crate) fn new(ctx: &Context, args: &LinkArgs) -> Result<Link, Error> {
+        let port = args.ib_port;
+        let lid = ctx.source_lid(port)?;
+        let mtu = match args.mtu {
             Some(bytes) => Mtu::from_bytes(bytes)
                 .ok_or_else(|| format!("invalid MTU {bytes}: use 256, 512, 1024, 2048 or 4096"))?,
-            None => ctx.query_port(port_num)?.active_mtu(),
+            None => ctx.query_port(port)?.active_mtu(),
         };
-        let gid = ctx.source_gid(port_num, gid_index)?.map(|e| (e.gid, e.index));
-        Ok(Link { port: port_num, lid, gid, mtu })
+        let gid = ctx.source_gid(port, args.gid_index)?.map(|e| (e.gid, e.index));
+        Ok(Link { port, lid, gid, mtu })
     }
 
     /// What the peer needs to connect to `qp`, whose first send PSN is `psn`.

@@ -47,7 +47,7 @@ use clap::Parser;
 use rdma_verbs::endpoint::PINGPONG_MESSAGE_LEN;
 use rdma_verbs::*;
 
-use link::Link;
+use link::{Link, LinkArgs};
 
 /// How long to wait for a peer over TCP, and for a completion once running.
 const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -69,15 +69,8 @@ struct Args {
     /// RDMA device to use (default: the first one found)
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
-    /// Port of the RDMA device
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = c_number::parse::<u8>)]
-    ib_port: u8,
-    /// Local port GID index (default on Ethernet ports: the routable GID)
-    #[arg(short = 'g', long = "gid-idx", value_parser = c_number::parse::<u8>)]
-    gid_idx: Option<u8>,
-    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
-    #[arg(short = 'm', long = "mtu", value_parser = c_number::parse::<u32>)]
-    mtu: Option<u32>,
+    #[command(flatten)]
+    link: LinkArgs,
     /// Largest request in bytes: the server's buffer size; the client's requests vary
     /// from 1 byte to this
     #[arg(short = 's', long = "size", default_value_t = 4096,
@@ -183,7 +176,7 @@ fn request(seed: u32, i: u32, max: u32) -> Vec<u8> {
 
 /// Our side of every connection, from `-i`, `-g` and `-m`.
 fn link(ctx: &Context, args: &Args) -> Result<Link, Error> {
-    Link::new(ctx, args.ib_port, args.gid_idx, args.mtu)
+    Link::new(ctx, &args.link)
 }
 
 /// A new RC QP on `cq` and device port `port`, in INIT, with room for one receive and

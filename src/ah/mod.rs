@@ -12,6 +12,7 @@ pub use vector::{AddressVector, GlobalRoute};
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, Result};
 use crate::gid::Gid;
+use crate::leak::drop_by;
 use crate::pd::ProtectionDomain;
 
 /// An address handle (`struct ibv_ah`, `ibv_create_ah(3)`): the route to one peer port, for
@@ -91,13 +92,7 @@ impl AddressHandle<'_> {
     }
 }
 
-impl Drop for AddressHandle<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking an address handle: {e}");
-        }
-    }
-}
+drop_by!(AddressHandle<'_>, destroy_raw, |_| "an address handle");
 
 impl std::fmt::Debug for AddressHandle<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -53,6 +53,43 @@ impl From<PostError<'_>> for Error {
     }
 }
 
+/// A QP type's list posts, whose buffers go with `$op` (a connected QP's [`SendOp`], UD's
+/// [`UdSend`] with its destination): the list at once ([`QueuePair::post_list`]), and one
+/// buffer as the next WR of a list's chain ([`QueuePair::post_chained`], and its `try_` twin).
+macro_rules! list_posts {
+    (
+        $(#[$list_attr:meta])*
+        list: $list:ident;
+        $(#[$chained_attr:meta])*
+        chained: $chained:ident / $try_chained:ident($op_name:ident: $op:ty)
+        try: $(#[$try_attr:meta])*
+    ) => {
+        $(#[$list_attr])*
+        pub fn $list<'p>(&self, list: &mut SendBufferList<'p, $op>, signal_last: bool) -> Result<()>
+        where
+            'p: 'res,
+        {
+            self.post_list(list, signal_last)
+        }
+
+        try_twin! {
+            $(#[$chained_attr])*
+            pub fn $chained / $try_chained<'p>(
+                &self,
+                list: &mut SendBufferList<'p, $op>,
+                buffer: Buffer<'p>,
+                $op_name: $op,
+                signaled: bool,
+            ) -> Result<(), PostError<'p>>
+            where 'p: 'res
+            try: $(#[$try_attr])*
+            {
+                self.post_chained(list, buffer, $op_name, signaled)
+            }
+        }
+    };
+}
+
 impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     try_twin! {
         /// `ibv_post_send(3)`—Posts `buffer`'s [`len`](Buffer::len) bytes with `op`, signaled;
@@ -95,39 +132,29 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
         }
     }
 
-    /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
-    /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
-    /// back with the next signaled WR of this list on this QP. No allocation. Every WR passes
-    /// the checks of [`QueuePair::post_send_wr`] before any is posted.
-    ///
-    /// ```compile_fail,E0599
-    /// # use rdma_verbs::*;
-    /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, list: &mut SendBufferList<'a>) {
-    /// qp.post_send_buffers(list, true); // error: UD lists carry destinations (post_send_buffers_to)
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP,
-    /// holds buffers of two pools (or of another pool than those in flight), when a buffer's
-    /// pool is in another PD or lacks `LOCAL_WRITE` for a READ or atomic, or when a WR fails
-    /// [`QueuePair::post_send_wr`]'s checks: then nothing is posted and the list is as it was.
-    /// Otherwise the [`Error`] of the provider: buffers from the first refused WR on are back
-    /// in `list`; those it accepted join the open chain, released by a later signaled post.
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffers<'p>(
-        &self,
-        list: &mut SendBufferList<'p>,
-        signal_last: bool,
-    ) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.post_list(list, signal_last)
-    }
-
-    try_twin! {
+    list_posts! {
+        /// `ibv_post_send(3)`—Posts every buffer of `list` with one call and empties the list.
+        /// All WRs are unsignaled except the last when `signal_last`; the unsignaled ones come
+        /// back with the next signaled WR of this list on this QP. No allocation. Every WR passes
+        /// the checks of [`QueuePair::post_send_wr`] before any is posted.
+        ///
+        /// ```compile_fail,E0599
+        /// # use rdma_verbs::*;
+        /// # fn f<'a>(qp: &QueuePair<'a, Rts, Ud>, list: &mut SendBufferList<'a>) {
+        /// qp.post_send_buffers(list, true); // error: UD lists carry destinations (post_send_buffers_to)
+        /// # }
+        /// ```
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidInput`] when the list has unsignaled buffers in flight on another QP,
+        /// holds buffers of two pools (or of another pool than those in flight), when a buffer's
+        /// pool is in another PD or lacks `LOCAL_WRITE` for a READ or atomic, or when a WR fails
+        /// [`QueuePair::post_send_wr`]'s checks: then nothing is posted and the list is as it was.
+        /// Otherwise the [`Error`] of the provider: buffers from the first refused WR on are back
+        /// in `list`; those it accepted join the open chain, released by a later signaled post.
+        #[doc(alias = "ibv_post_send")]
+        list: post_send_buffers;
         /// `ibv_post_send(3)`—Posts `buffer` with `op` as the next WR of `list`'s chain,
         /// signaled or not: what [`QueuePair::post_send_buffers`] does for a list of this one
         /// buffer, without storing it in `list` first (perftest's `-l 1`: a post per WR, with
@@ -145,14 +172,7 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
         /// posted. [`try_post_send_buffer_chained`](Self::try_post_send_buffer_chained) hands it
         /// back.
         #[doc(alias = "ibv_post_send")]
-        pub fn post_send_buffer_chained / try_post_send_buffer_chained<'p>(
-            &self,
-            list: &mut SendBufferList<'p>,
-            buffer: Buffer<'p>,
-            op: SendOp,
-            signaled: bool,
-        ) -> Result<(), PostError<'p>>
-        where 'p: 'res
+        chained: post_send_buffer_chained / try_post_send_buffer_chained(op: SendOp)
         try:
         /// [`post_send_buffer_chained`](Self::post_send_buffer_chained), handing the buffer back
         /// on failure.
@@ -162,9 +182,6 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
         /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
         /// error of [`post_send_buffer_chained`](Self::post_send_buffer_chained).
         #[doc(alias = "ibv_post_send")]
-        {
-            self.post_chained(list, buffer, op, signaled)
-        }
     }
 }
 
@@ -201,27 +218,17 @@ impl<'res> QueuePair<'res, Rts, Ud> {
         }
     }
 
-    /// `ibv_post_send(3)`—Posts every datagram of `list`, each to its own
-    /// [`UdSend::dest`], with one call, as [`QueuePair::post_send_buffers`] does on a
-    /// connected QP. The address handles outlive the QP (`'p: 'res`).
-    ///
-    /// # Errors
-    ///
-    /// As [`QueuePair::post_send_buffers`], and the UD checks of [`QueuePair::post_send_wr`]
-    /// (a datagram above the path MTU).
-    #[doc(alias = "ibv_post_send")]
-    pub fn post_send_buffers_to<'p>(
-        &self,
-        list: &mut SendBufferList<'p, UdSend<'p>>,
-        signal_last: bool,
-    ) -> Result<()>
-    where
-        'p: 'res,
-    {
-        self.post_list(list, signal_last)
-    }
-
-    try_twin! {
+    list_posts! {
+        /// `ibv_post_send(3)`—Posts every datagram of `list`, each to its own
+        /// [`UdSend::dest`], with one call, as [`QueuePair::post_send_buffers`] does on a
+        /// connected QP. The address handles outlive the QP (`'p: 'res`).
+        ///
+        /// # Errors
+        ///
+        /// As [`QueuePair::post_send_buffers`], and the UD checks of [`QueuePair::post_send_wr`]
+        /// (a datagram above the path MTU).
+        #[doc(alias = "ibv_post_send")]
+        list: post_send_buffers_to;
         /// `ibv_post_send(3)`—Sends `buffer` as one datagram to `send`'s destination, as the next
         /// WR of `list`'s chain, signaled or not: [`QueuePair::post_send_buffer_chained`] on a
         /// UD QP. The address handle outlives the QP (`'p: 'res`).
@@ -233,15 +240,7 @@ impl<'res> QueuePair<'res, Rts, Ud> {
         /// [`try_post_send_buffer_chained_to`](Self::try_post_send_buffer_chained_to) hands the
         /// buffer back.
         #[doc(alias = "ibv_post_send")]
-        pub fn post_send_buffer_chained_to / try_post_send_buffer_chained_to<'p>(
-            &self,
-            list: &mut SendBufferList<'p,
-            UdSend<'p>>,
-            buffer: Buffer<'p>,
-            send: UdSend<'p>,
-            signaled: bool,
-        ) -> Result<(), PostError<'p>>
-        where 'p: 'res
+        chained: post_send_buffer_chained_to / try_post_send_buffer_chained_to(send: UdSend<'p>)
         try:
         /// [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to), handing the buffer
         /// back on failure.
@@ -251,9 +250,6 @@ impl<'res> QueuePair<'res, Rts, Ud> {
         /// [`PostError`] with the buffer (`None` when the provider may have taken the WR) and the
         /// error of [`post_send_buffer_chained_to`](Self::post_send_buffer_chained_to).
         #[doc(alias = "ibv_post_send")]
-        {
-            self.post_chained(list, buffer, send, signaled)
-        }
     }
 }
 

@@ -106,8 +106,32 @@ pub struct Established<'res> {
 /// A `try_` connect's or accept's result: the error is boxed (it is large, and rare).
 type Connected<'res> = std::result::Result<Established<'res>, Box<ConnectError<'res>>>;
 
+/// `rdma_connect` and `rdma_accept` as [`try_twin!`] methods of [`CmId`]: the two differ only
+/// in the verb [`CmId::establish`] calls (and their docs).
+macro_rules! establish_twin {
+    (
+        $(#[$attr:meta])*
+        $plain:ident / $try_:ident calls $verb:ident
+        try: $(#[$try_attr:meta])*
+    ) => {
+        try_twin! {
+            $(#[$attr])*
+            pub fn $plain / $try_<'res, S: BeforeConnect>(
+                &self,
+                qp: QueuePair<'res, S, Rc>,
+                param: &ConnParam<'_>,
+                timeout: Duration,
+            ) -> Result<Established<'res>, Box<ConnectError<'res>>>
+            try: $(#[$try_attr])*
+            {
+                self.establish(qp, param, timeout, stringify!($verb), self.lib().fns.$verb)
+            }
+        }
+    };
+}
+
 impl CmId<'_> {
-    try_twin! {
+    establish_twin! {
         /// `rdma_connect(3)`—Connects `qp` (created from [`CmId::context`], after
         /// [`CmId::resolve_route`]) to the listener, sending `param`'s private data; waits at most
         /// `timeout` for `ESTABLISHED`. The CM moves the QP to RTS (see the module docs); the
@@ -122,26 +146,18 @@ impl CmId<'_> {
         /// [`try_connect`](Self::try_connect) hands it back, with the server's
         /// [`Rejection`] and its private data.
         #[doc(alias = "rdma_connect")]
-        pub fn connect / try_connect<'res, S: BeforeConnect>(
-            &self,
-            qp: QueuePair<'res, S, Rc>,
-            param: &ConnParam<'_>,
-            timeout: Duration,
-        ) -> Result<Established<'res>, Box<ConnectError<'res>>>
+        connect / try_connect calls rdma_connect
         try:
+        #[doc(alias = "rdma_connect")]
         /// [`connect`](Self::connect), handing the QP back on failure.
         ///
         /// # Errors
         ///
         /// A boxed [`ConnectError`] with the QP, the error of [`connect`](Self::connect) and,
         /// when the server rejected, its [`Rejection`].
-        #[doc(alias = "rdma_connect")]
-        {
-            self.establish(qp, param, timeout, "rdma_connect", self.lib().fns.rdma_connect)
-        }
     }
 
-    try_twin! {
+    establish_twin! {
         /// `rdma_accept(3)`—Accepts the connect request this id came with (see
         /// [`CmId::get_request`]) on `qp` (created from this id's [`CmId::context`]), sending
         /// `param`'s private data; waits at most `timeout` for `ESTABLISHED`. The CM moves the
@@ -152,22 +168,14 @@ impl CmId<'_> {
         /// As [`CmId::connect`], with [`Error::Verb`] from `rdma_accept`; the QP is dropped.
         /// [`try_accept`](Self::try_accept) hands it back.
         #[doc(alias = "rdma_accept")]
-        pub fn accept / try_accept<'res, S: BeforeConnect>(
-            &self,
-            qp: QueuePair<'res, S, Rc>,
-            param: &ConnParam<'_>,
-            timeout: Duration,
-        ) -> Result<Established<'res>, Box<ConnectError<'res>>>
+        accept / try_accept calls rdma_accept
         try:
+        #[doc(alias = "rdma_accept")]
         /// [`accept`](Self::accept), handing the QP back on failure.
         ///
         /// # Errors
         ///
         /// As [`CmId::try_connect`], with [`Error::Verb`] from `rdma_accept`.
-        #[doc(alias = "rdma_accept")]
-        {
-            self.establish(qp, param, timeout, "rdma_accept", self.lib().fns.rdma_accept)
-        }
     }
 
     fn establish<'res, S: BeforeConnect>(

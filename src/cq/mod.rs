@@ -26,6 +26,7 @@ use kept::{Handing, Kept};
 
 use crate::context::Context;
 use crate::error::{check_errno, Error, InvalidInputKind, Result};
+use crate::leak::drop_by;
 use crate::verbs_path::VerbsPath;
 use crate::wc::WorkCompletion;
 
@@ -389,13 +390,7 @@ impl<'ctx> CompletionQueue<'ctx> {
     }
 }
 
-impl Drop for CompletionQueue<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking a completion queue of {}: {e}", self.ctx.name());
-        }
-    }
-}
+drop_by!(CompletionQueue<'_>, destroy_raw, |cq| "a completion queue of {}", cq.ctx.name());
 
 impl std::fmt::Debug for CompletionQueue<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

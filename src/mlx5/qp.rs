@@ -7,6 +7,7 @@ use rdma_verbs_sys as sys;
 use crate::cq::Credits;
 use crate::endpoint::Qpn;
 use crate::error::{check_errno, check_ptr, InvalidInputKind, Result, TransitionError};
+use crate::leak::drop_by;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpInitAttr, QpState};
 
@@ -151,13 +152,7 @@ impl<'res> DcQp<'res> {
     }
 }
 
-impl Drop for DcQp<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_raw() {
-            log::warn!("leaking DC QP {:#x}: {e}", self.qp_num().get());
-        }
-    }
-}
+drop_by!(DcQp<'_>, destroy_raw, |qp| "DC QP {:#x}", qp.qp_num().get());
 
 /// The DV attributes of a DC QP of `dc_type`: the DC mask bit and the type.
 pub(super) fn dv_attr(dc_type: sys::mlx5dv_dc_type) -> sys::mlx5dv_qp_init_attr {

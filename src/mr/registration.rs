@@ -21,6 +21,7 @@ use super::memory::{Memory, RegionMemory};
 use super::{bounds, DmabufRegion, LKey, MemoryRegion, RKey, RemoteWritableRegion};
 use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
+use crate::leak::drop_by;
 use crate::pd::ProtectionDomain;
 use crate::wr::{RemoteAddr, Sge};
 
@@ -192,13 +193,7 @@ impl<'a> Registration<'a> {
     }
 }
 
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.dereg() {
-            log::warn!("leaking a {}-byte memory region: {e}", self.memory.len);
-        }
-    }
-}
+drop_by!(Registration<'_>, dereg, |reg| "a {}-byte memory region", reg.memory.len);
 
 impl std::fmt::Debug for Registration<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

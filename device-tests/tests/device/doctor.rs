@@ -37,12 +37,17 @@ fn wrapped(out: &Output, what: &str) -> Option<String> {
     None
 }
 
+/// The output of a doctor run with `args` that exits 0 (no check failed).
+fn passing(args: &[&str]) -> String {
+    let out = doctor(&[], args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
     let Some(t) = rxe() else { return };
-    let out = doctor(&[], &["--json"]);
-    let json = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let json = passing(&["--json"]);
     assert!(json.starts_with("{\"ok\":true,") && !json.contains("\"status\":\"FAIL\""), "{json}");
     let (uverbs, _) = uverbs_of(RXE);
     assert_finding(&json, "kernel RDMA", "PASS", &["ib_uverbs ABI"]);
@@ -67,18 +72,14 @@ fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
         &["1 MiB MR, CQ, two RC QPs to RTS on port 1", "one SEND received intact"],
     );
 
-    let out = doctor(&[], &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = passing(&[]);
     assert!(stdout.contains("\nResources\n") && stdout.contains(" WARN, 0 FAIL, "), "{stdout}");
 }
 
 #[test]
 fn siw_is_diagnosed_and_its_smoke_test_skips_for_want_of_rdma_cm() {
     let Some(t) = siw() else { return };
-    let out = doctor(&[], &["--json"]);
-    let json = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let json = passing(&["--json"]);
     assert_finding(&json, "verbs siw0", "PASS", &["transport iWARP"]);
     assert_finding(&json, "provider siw", "PASS", &["loads: ", "libsiw-rdmav"]);
     assert_finding(&json, "port siw0/1", "PASS", &["ACTIVE, LinkUp, Ethernet"]);

@@ -1,6 +1,42 @@
 //! Work-request lists linked once: the lists `ibv_post_send(3)` and `ibv_post_recv(3)` walk,
 //! built so that posting one again and again costs no linking.
 
+/// What a WR list shares with a `Vec` of its WRs, for `$list` of `$wr`s: back into a vector,
+/// built from an iterator, read as a slice, and shown as one.
+macro_rules! list_views {
+    ($list:ident, $wr:ident) => {
+        impl<'a> From<$list<'a>> for Vec<$wr<'a>> {
+            /// The WRs, unlinked, each to be posted alone or listed again.
+            fn from(list: $list<'a>) -> Self {
+                list.wrs.into_vec()
+            }
+        }
+
+        impl<'a> FromIterator<$wr<'a>> for $list<'a> {
+            /// The WRs, linked in order; the list's capacity is their number.
+            fn from_iter<I: IntoIterator<Item = $wr<'a>>>(wrs: I) -> Self {
+                Self::from(wrs.into_iter().collect::<Vec<_>>())
+            }
+        }
+
+        impl<'a> std::ops::Deref for $list<'a> {
+            type Target = [$wr<'a>];
+
+            /// The WRs, in posting order, to read (`len`, `get`, `iter`, …): changed only
+            /// through the list's own methods, which keep the links.
+            fn deref(&self) -> &[$wr<'a>] {
+                self.wrs.as_slice()
+            }
+        }
+
+        impl std::fmt::Debug for $list<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_list().entries(self.iter()).finish()
+            }
+        }
+    };
+}
+
 mod recv;
 mod send;
 

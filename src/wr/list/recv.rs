@@ -131,32 +131,4 @@ impl<'a> From<Vec<RecvWr<'a>>> for RecvWrList<'a> {
     }
 }
 
-impl<'a> From<RecvWrList<'a>> for Vec<RecvWr<'a>> {
-    /// The WRs, unlinked, each to be posted alone or listed again.
-    fn from(list: RecvWrList<'a>) -> Self {
-        list.wrs.into_vec()
-    }
-}
-
-impl<'a> FromIterator<RecvWr<'a>> for RecvWrList<'a> {
-    /// The WRs, linked in order; the list's capacity is their number.
-    fn from_iter<I: IntoIterator<Item = RecvWr<'a>>>(wrs: I) -> Self {
-        Self::from(wrs.into_iter().collect::<Vec<_>>())
-    }
-}
-
-impl<'a> std::ops::Deref for RecvWrList<'a> {
-    type Target = [RecvWr<'a>];
-
-    /// The WRs, in posting order, to read (`len`, `get`, `iter`, …): changed only through
-    /// the list's own methods, which keep the links.
-    fn deref(&self) -> &[RecvWr<'a>] {
-        self.wrs.as_slice()
-    }
-}
-
-impl std::fmt::Debug for RecvWrList<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
+list_views!(RecvWrList, RecvWr);

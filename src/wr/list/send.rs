@@ -211,32 +211,4 @@ impl<'a> From<Vec<SendWr<'a>>> for SendWrList<'a> {
     }
 }
 
-impl<'a> From<SendWrList<'a>> for Vec<SendWr<'a>> {
-    /// The WRs, unlinked, each to be posted alone or listed again.
-    fn from(list: SendWrList<'a>) -> Self {
-        list.wrs.into_vec()
-    }
-}
-
-impl<'a> FromIterator<SendWr<'a>> for SendWrList<'a> {
-    /// The WRs, linked in order; the list's capacity is their number.
-    fn from_iter<I: IntoIterator<Item = SendWr<'a>>>(wrs: I) -> Self {
-        Self::from(wrs.into_iter().collect::<Vec<_>>())
-    }
-}
-
-impl<'a> std::ops::Deref for SendWrList<'a> {
-    type Target = [SendWr<'a>];
-
-    /// The WRs, in posting order, to read (`len`, `get`, `iter`, …): changed only through
-    /// the list's own methods, which keep the links.
-    fn deref(&self) -> &[SendWr<'a>] {
-        self.wrs.as_slice()
-    }
-}
-
-impl std::fmt::Debug for SendWrList<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
+list_views!(SendWrList, SendWr);

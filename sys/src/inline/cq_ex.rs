@@ -21,11 +21,10 @@
 
 use std::ffi::c_int;
 use std::mem::offset_of;
-use std::ptr;
 
 use crate::bindings::*;
 
-use super::verbs_ctx_op;
+use super::{create_or_unsupported, verbs_ctx_op};
 
 /// `ibv_create_cq_ex(3)`: the `create_cq_ex` op of `verbs_context`.
 ///
@@ -43,15 +42,8 @@ pub unsafe fn ibv_create_cq_ex(
     // SAFETY: the caller guarantees a live context.
     let op =
         unsafe { verbs_ctx_op(ctx, offset_of!(verbs_context, create_cq_ex), |v| &v.create_cq_ex) };
-    match op {
-        // SAFETY: the provider's op, called under the caller's guarantees.
-        Some(op) => unsafe { op(ctx, attr) },
-        None => {
-            // SAFETY: `__errno_location` returns this thread's errno, always writable.
-            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-            ptr::null_mut()
-        }
-    }
+    // SAFETY: the provider's op (if any), called under the caller's guarantees.
+    unsafe { create_or_unsupported(op, ctx, attr) }
 }
 
 /// `ibv_cq_ex_to_cq(3)`: the plain CQ an extended one starts with (for `ibv_destroy_cq`,

@@ -123,6 +123,29 @@ pub unsafe fn ibv_post_srq_recv(
     unsafe { post_or_unsupported(op, srq, wr, bad_wr) }
 }
 
+/// A provider's create op `op` called with `object` and `arg`; without one (the provider
+/// lacks it), NULL with `errno` `EOPNOTSUPP`, as the C inline verbs answer.
+///
+/// # Safety
+///
+/// As the verb `op` implements: `object` live, `arg` valid for it.
+#[inline]
+unsafe fn create_or_unsupported<O, A, R>(
+    op: Option<unsafe extern "C" fn(*mut O, A) -> *mut R>,
+    object: *mut O,
+    arg: A,
+) -> *mut R {
+    match op {
+        // SAFETY: the provider's op, called under the caller's guarantees.
+        Some(op) => unsafe { op(object, arg) },
+        None => {
+            // SAFETY: `__errno_location` returns this thread's errno, always writable.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            ptr::null_mut()
+        }
+    }
+}
+
 /// A provider's post op `op` called with the caller's arguments; without one (the provider
 /// lacks it), `*bad_wr = wr` and `EOPNOTSUPP`, as the C inline verbs answer.
 ///
@@ -296,15 +319,9 @@ pub unsafe fn ibv_query_gid_ex(
 /// `pd` must be a live PD.
 pub unsafe fn ibv_alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *mut ibv_mw {
     // SAFETY: the caller guarantees a live PD, whose context is live.
-    match unsafe { (*(*pd).context).ops.alloc_mw } {
-        // SAFETY: the provider's op, called with a live PD.
-        Some(op) => unsafe { op(pd, type_) },
-        None => {
-            // SAFETY: `__errno_location` returns this thread's errno, always writable.
-            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-            ptr::null_mut()
-        }
-    }
+    let op = unsafe { (*(*pd).context).ops.alloc_mw };
+    // SAFETY: the provider's op (if any) with a live PD.
+    unsafe { create_or_unsupported(op, pd, type_) }
 }
 
 /// `ibv_dealloc_mw(3)`: frees a memory window through `ibv_context.ops.dealloc_mw`.

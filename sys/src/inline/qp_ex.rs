@@ -18,7 +18,7 @@ use std::ptr;
 use crate::bindings::*;
 use crate::loader::IbverbsFns;
 
-use super::verbs_ctx_op;
+use super::{create_or_unsupported, verbs_ctx_op};
 
 /// `ibv_create_qp_ex(3)`: the C inline's shortcut (a mask of only `IBV_QP_INIT_ATTR_PD` goes to
 /// `ibv_create_qp`, whose attribute struct is a prefix of the extended one), else the
@@ -45,15 +45,8 @@ pub unsafe fn ibv_create_qp_ex(
     // SAFETY: the caller guarantees a live context.
     let op =
         unsafe { verbs_ctx_op(ctx, offset_of!(verbs_context, create_qp_ex), |v| &v.create_qp_ex) };
-    match op {
-        // SAFETY: the provider's op, called under the caller's guarantees.
-        Some(op) => unsafe { op(ctx, attr) },
-        None => {
-            // SAFETY: `__errno_location` returns this thread's errno, always writable.
-            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-            ptr::null_mut()
-        }
-    }
+    // SAFETY: the provider's op (if any), called under the caller's guarantees.
+    unsafe { create_or_unsupported(op, ctx, attr) }
 }
 
 /// `ibv_qp_to_qp_ex(3)`: the extended view of `qp`, or NULL when the QP was not created with

@@ -106,21 +106,25 @@ fn ud_up<'a>(
 }
 
 /// Asserts that a buffer of `pool` posted as a receive on `qp` and on `srq`, alone and in a
-/// list, is refused with `kind` before the provider, the list keeping it.
-fn assert_receives_refused<'a, S: ReceiveReady>(
-    qp: &QueuePair<'a, S, Rc>,
+/// list, is refused (as `refused` checks) before the provider, the list keeping it.
+fn assert_receives_refused<'a, S: ReceiveReady, T: QpType>(
+    qp: &QueuePair<'a, S, T>,
     srq: &SharedReceiveQueue<'a>,
     pool: &'a BufferPool<'a>,
-    kind: InvalidInputKind,
+    refused: impl Fn(&Error),
 ) {
-    let refused = |error: &rdma_verbs::Error| assert_eq!(error.invalid_input_kind(), Some(kind));
     refused(&qp.post_recv_buffer(pool.take().unwrap()).unwrap_err());
     refused(&srq.post_recv_buffer(pool.take().unwrap()).unwrap_err());
     let mut receives = RecvBufferList::with_capacity(1);
     receives.push(pool.take().unwrap()).unwrap();
     refused(&qp.post_recv_buffers(&mut receives).unwrap_err());
     refused(&srq.post_recv_buffers(&mut receives).unwrap_err());
-    assert_eq!(receives.len(), 1, "nothing posted");
+    assert_eq!(receives.len(), 1, "the list keeps its buffer");
+}
+
+/// A check that an error is the invalid input `kind`.
+fn of_kind(kind: InvalidInputKind) -> impl Fn(&Error) {
+    move |error| assert_eq!(error.invalid_input_kind(), Some(kind), "{error}")
 }
 
 /// Runs `test` on a fresh mock context, PD and CQ for each verbs path.
@@ -361,7 +365,7 @@ fn a_pool_without_local_write_refuses_what_the_nic_would_write() {
         let access = |error: &rdma_verbs::Error| {
             assert_eq!(error.invalid_input_kind(), Some(InvalidInputKind::Access), "{path:?}")
         };
-        assert_receives_refused(&qp, &srq, &pool, InvalidInputKind::Access);
+        assert_receives_refused(&qp, &srq, &pool, of_kind(InvalidInputKind::Access));
         let remote = RemoteAddr { addr: 0, rkey: rdma_verbs::RKey::new(0) };
         let writers = [
             SendOp::RdmaRead(remote),
@@ -398,7 +402,7 @@ fn a_queue_that_takes_no_receive_sge_refuses_buffer_receives() {
         let qp = pd.create_qp::<Rc>(&init).unwrap();
         let qp = qp.into_init(&ToInitAttr { port: PORT, ..Default::default() }).unwrap();
         let srq = pd.create_srq(16, 0).unwrap();
-        assert_receives_refused(&qp, &srq, &pool, InvalidInputKind::TooManySges);
+        assert_receives_refused(&qp, &srq, &pool, of_kind(InvalidInputKind::TooManySges));
         assert!(mock.take_violations().is_empty(), "{path:?}");
     });
 }
@@ -630,13 +634,7 @@ fn ud_receives_shorter_than_the_grh_area_are_refused_on_every_path() {
             assert_eq!(e.posted, 0);
             refused(&e.error);
         }
-        refused(&qp.post_recv_buffer(short.take().unwrap()).unwrap_err());
-        refused(&srq.post_recv_buffer(short.take().unwrap()).unwrap_err());
-        let mut list = RecvBufferList::with_capacity(1);
-        list.push(short.take().unwrap()).unwrap();
-        refused(&qp.post_recv_buffers(&mut list).unwrap_err());
-        refused(&srq.post_recv_buffers(&mut list).unwrap_err());
-        assert_eq!(list.len(), 1, "the list keeps its buffer");
+        assert_receives_refused(&qp, &srq, &short, refused);
         assert_eq!(mock.take_calls(), [], "{path:?}: nothing reached the provider");
         // The GRH area alone fits (a message of 0 bytes).
         // SAFETY: `mr` outlives the QPs and is not touched while the receives are posted.
