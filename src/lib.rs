@@ -110,6 +110,12 @@
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
+//! # What is verified where
+//!
+//! | feature | mock provider | rxe (Soft-RoCE) | siw | hardware |
+//! |---|---|---|---|---|
+//! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest) | — | unverified |
+//!
 //! # Requirements
 //!
 //! At run time, rdma-core's `libibverbs.so.1` with a provider for the device (Debian/Ubuntu:
