@@ -331,8 +331,9 @@ fn map(len: usize, fd: Option<&OwnedFd>) -> std::ptr::NonNull<u8> {
 
 /// A peer's RDMA WRITE lands byte for byte in memory the program mapped itself and in a memfd
 /// (seen too through a second mapping of its fd, as another process would map it), and in
-/// huge pages when the guest has some reserved (else their `ENOMEM` names the knob); the
-/// program's mapping comes back, unmapped, once the region is destroyed.
+/// huge pages when the guest has some reserved (else their `ENOMEM` names the knob), and
+/// through a window bound to the caller-owned region; the program's mapping comes back,
+/// unmapped, once the region is destroyed.
 #[test]
 fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
     let Some(ctx) = require_device(RXE) else { return };
@@ -344,7 +345,8 @@ fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
     let unmapped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mapped = Mapped { addr: map(2 * LEN, None), len: 2 * LEN, unmapped: unmapped.clone() };
     let owner_view = mapped.addr;
-    let caller_owned = lo.pd.register_remote_writable(mapped, access).unwrap();
+    let caller_owned =
+        lo.pd.register_remote_writable(mapped, access | AccessFlags::MW_BIND).unwrap();
     let memory = SharedMemory::new(c"device-test", LEN).unwrap();
     let fd = memory.fd().try_clone_to_owned().unwrap();
     let memfd = lo.pd.register_remote_writable(memory, access).unwrap();
@@ -357,7 +359,7 @@ fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
             None
         }
     };
-    let (a, _b) = lo.rc_pair(4, QP_REMOTE);
+    let (a, b) = lo.rc_pair(4, QP_REMOTE);
     for (target, what) in [(&caller_owned, "caller-owned"), (&memfd, "memfd")]
         .into_iter()
         .chain(huge.as_ref().map(|huge| (huge, "huge-page")))
@@ -376,6 +378,18 @@ fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
     assert!(shared == &data[..], "a second mapping of the memfd");
     // SAFETY: mapped above, unmapped once; `shared` is not used again.
     unsafe { libc::munmap(other.as_ptr().cast(), LEN) };
+
+    // A window bound to the caller-owned region gives a peer part of it.
+    let mut mw = lo.pd.alloc_mw(MwType::Type1).unwrap();
+    let bind = MwBind::new(&caller_owned, 5000..6000, AccessFlags::REMOTE_WRITE).unwrap();
+    b.bind_mw(&mut mw, &bind, 11, SendFlags::SIGNALED).unwrap();
+    assert_eq!(wait_for(&lo.cq, 1)[0].status(), WcStatus::SUCCESS);
+    let through = pattern(900, 0x21);
+    src.as_mut_slice()[..900].copy_from_slice(&through);
+    let status = write_status(&a, &lo.cq, src.sge(..900).unwrap(), mw.remote(&bind));
+    assert_eq!(status, WcStatus::SUCCESS);
+    assert_holds(&caller_owned, 5000, &through, "the WRITE through the window did not land");
+    mw.destroy().unwrap();
     caller_owned.destroy().unwrap();
     assert!(unmapped.load(std::sync::atomic::Ordering::SeqCst), "handed back after dereg");
 }
