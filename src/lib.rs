@@ -114,7 +114,7 @@
 //!
 //! | feature | mock provider | rxe (Soft-RoCE) | siw | hardware |
 //! |---|---|---|---|---|
-//! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest) | — | unverified |
+//! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | — | unverified |
 //!
 //! # Requirements
 //!
