@@ -110,6 +110,12 @@
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
+//! # What is verified where
+//!
+//! | feature | mock provider | rxe (Soft-RoCE) | siw | hardware |
+//! |---|---|---|---|---|
+//! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | — | unverified |
+//!
 //! # Requirements
 //!
 //! At run time, rdma-core's `libibverbs.so.1` with a provider for the device (Debian/Ubuntu:
@@ -226,9 +232,13 @@ pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
 pub use mr::DmabufRegion;
+pub use mr::HugePageSize;
+pub use mr::HugePages;
 pub use mr::MemoryRegion;
+pub use mr::PinnedMemory;
 pub use mr::RegionMemory;
 pub use mr::RemoteWritableRegion;
+pub use mr::SharedMemory;
 pub use mw::BindableRegion;
 pub use mw::MemoryWindow;
 pub use mw::MwBind;

@@ -89,7 +89,8 @@ impl<'a> BufferPool<'a> {
     /// Cuts `mr` into `mr.len() / chunk_size` buffers (a tail shorter than a chunk is unused).
     /// Receives, RDMA READs and atomics need `mr` registered with `LOCAL_WRITE` (the NIC
     /// writes the buffer): without it the posts refuse them. The region must own its memory
-    /// (registered with a length, [`ProtectionDomain::register`](crate::ProtectionDomain::register)):
+    /// (registered with a length or a [`PinnedMemory`](crate::PinnedMemory) value,
+    /// [`ProtectionDomain::register`](crate::ProtectionDomain::register)):
     /// a pool and a QP can be leaked (`std::mem::forget`), which ends a borrow without
     /// deregistering, and the NIC could then still write a receive into a borrowed slice
     /// that has been freed; leaked owned memory is never reused.
@@ -105,7 +106,8 @@ impl<'a> BufferPool<'a> {
             return Err(Error::invalid(
                 InvalidInputKind::BorrowedMemory,
                 "a buffer pool needs a region over memory it owns: register a length \
-                 (pd.register(len, access)), not a borrowed slice, which the NIC could go on \
+                 (pd.register(len, access)) or a PinnedMemory value (e.g. HugePages), not a \
+                 borrowed slice, which the NIC could go on \
                  writing after its borrow ends if the pool and a QP were leaked"
                     .into(),
             ));

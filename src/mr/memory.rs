@@ -1,23 +1,29 @@
 //! The memory under a registration ([`RegionMemory`]): a zeroed buffer of whole pages the
-//! region allocates and owns, or a `&mut [u8]` it borrows.
+//! region allocates and owns, a [`PinnedMemory`] value it takes, or a `&mut [u8]` it borrows.
 #![allow(unsafe_code)]
 //! # Safety
 //!
 //! An owned buffer is allocated here with its layout and freed only through
-//! [`Memory::free`], whose caller promises the registration is gone; a borrowed one is never
-//! freed, and its borrow lasts as long as the [`Memory`].
+//! [`Memory::free`], whose caller promises the registration is gone; so is a
+//! [`PinnedMemory`] owner dropped only there, and leaked (`ManuallyDrop`) otherwise, its
+//! bytes valid until it drops by its contract; a borrowed one is never freed, and its borrow
+//! lasts as long as the [`Memory`].
 
 use std::alloc::{self, Layout};
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
+use super::pinned::PinnedMemory;
 use crate::error::{Error, InvalidInputKind, Result};
 
 /// Memory a region can be registered over: a length (a zeroed buffer of whole pages the
-/// region allocates and owns; the region is that long, the rest of its last page unused) or
-/// a `&mut [u8]` (borrowed for the region's life, for local access only; with fork
-/// protection on, a child must not touch the rest of the pages it shares, see
-/// [`fork`](crate::fork)).
+/// region allocates and owns; the region is that long, the rest of its last page unused), a
+/// [`PinnedMemory`] value (owned by the region, dropped after it deregisters: huge pages
+/// ([`HugePages`](crate::HugePages)), a memfd ([`SharedMemory`](crate::SharedMemory)), or
+/// the caller's own mapping), or a `&mut [u8]` (borrowed for the region's life, for local
+/// access only; with fork protection on, a child must not touch the rest of the pages it
+/// shares, see [`fork`](crate::fork)).
 pub trait RegionMemory<'a>: sealed::Sealed {
     #[doc(hidden)]
     fn into_memory(self) -> Result<Memory<'a>>;
@@ -27,6 +33,7 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for usize {}
     impl Sealed for &mut [u8] {}
+    impl<T: super::PinnedMemory> Sealed for T {}
 }
 
 impl<'a> RegionMemory<'a> for usize {
@@ -56,7 +63,23 @@ impl<'a> RegionMemory<'a> for usize {
                 format!("out of memory allocating a {self}-byte buffer"),
             )
         })?;
-        Ok(Memory { ptr, len: self, owned: Some(layout), _borrow: PhantomData })
+        Ok(Memory { ptr, len: self, owner: Owner::Heap(layout), _borrow: PhantomData })
+    }
+}
+
+impl<'a, T: PinnedMemory> RegionMemory<'a> for T {
+    fn into_memory(mut self) -> Result<Memory<'a>> {
+        let bytes = self.bytes();
+        if bytes.is_empty() {
+            return Err(Error::invalid(
+                InvalidInputKind::Size,
+                "a memory region needs at least 1 byte".into(),
+            ));
+        }
+        let shared = self.is_shared();
+        // Moving `self` into the box does not move its bytes (the trait's contract).
+        let owner = Owner::Pinned { owner: ManuallyDrop::new(Box::new(self)), shared };
+        Ok(Memory { ptr: bytes.cast(), len: bytes.len(), owner, _borrow: PhantomData })
     }
 }
 
@@ -70,42 +93,76 @@ impl<'a> RegionMemory<'a> for &'a mut [u8] {
         }
         let len = self.len();
         let ptr = NonNull::from(self).cast();
-        Ok(Memory { ptr, len, owned: None, _borrow: PhantomData })
+        Ok(Memory { ptr, len, owner: Owner::Borrowed, _borrow: PhantomData })
     }
 }
 
 /// The bytes under a registration. Frees them only when told (after deregistration).
 #[doc(hidden)]
-#[derive(Debug)]
 pub struct Memory<'a> {
     pub(super) ptr: NonNull<u8>,
     pub(super) len: usize,
-    /// `Some` when allocated here (and freed by `free`), `None` when borrowed.
-    pub(super) owned: Option<Layout>,
+    owner: Owner,
     _borrow: PhantomData<&'a mut [u8]>,
+}
+
+/// Who frees a registration's bytes.
+enum Owner {
+    /// Allocated here with this layout, freed by `free`.
+    Heap(Layout),
+    /// Given by value: dropped by `free`, leaked if never freed. `shared` when another
+    /// process may write the bytes ([`PinnedMemory::is_shared`]).
+    Pinned { owner: ManuallyDrop<Box<dyn PinnedMemory>>, shared: bool },
+    /// Borrowed, or not the CPU's (a dma-buf's): nothing to free.
+    Borrowed,
 }
 
 impl Memory<'_> {
     /// `len` bytes the CPU cannot reach (a dma-buf's): never dereferenced, nothing to free.
     pub(super) fn unmapped(len: usize) -> Self {
-        Memory { ptr: NonNull::dangling(), len, owned: None, _borrow: PhantomData }
+        Memory { ptr: NonNull::dangling(), len, owner: Owner::Borrowed, _borrow: PhantomData }
     }
 
-    /// Frees owned memory.
+    /// Whether the region owns the memory (allocated, or given by value), so that leaking the
+    /// region leaks the memory rather than ending a borrow of it.
+    pub(super) fn is_owned(&self) -> bool {
+        !matches!(self.owner, Owner::Borrowed)
+    }
+
+    /// Whether another process may write the bytes (a memfd's): no plain slices of them.
+    pub(super) fn is_shared(&self) -> bool {
+        matches!(self.owner, Owner::Pinned { shared: true, .. })
+    }
+
+    /// Frees owned memory: deallocates it, or drops the [`PinnedMemory`] that owns it.
     ///
     /// # Safety
     ///
     /// Called at most once, after the registration is gone, and the memory is not used again.
     pub(super) unsafe fn free(&mut self) {
-        if let Some(layout) = self.owned.take() {
+        match std::mem::replace(&mut self.owner, Owner::Borrowed) {
             // SAFETY: allocated with this layout in `into_memory`; the caller guarantees
             // nothing uses it any more.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+            Owner::Heap(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) },
+            Owner::Pinned { owner, .. } => drop(ManuallyDrop::into_inner(owner)),
+            Owner::Borrowed => {}
         }
     }
 }
 
-fn page_size() -> usize {
+impl std::fmt::Debug for Memory<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let owner = match self.owner {
+            Owner::Heap(_) => "heap",
+            Owner::Pinned { shared: false, .. } => "pinned",
+            Owner::Pinned { shared: true, .. } => "shared",
+            Owner::Borrowed => "borrowed",
+        };
+        f.debug_struct("Memory").field("len", &self.len).field("owner", &owner).finish()
+    }
+}
+
+pub(super) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n.is_power_of_two()).unwrap_or(4096)
@@ -120,7 +177,7 @@ mod tests {
         let page = page_size();
         for (len, pages) in [(1, 1), (64, 1), (page, 1), (page + 1, 2), (3 * page - 1, 3)] {
             let mut memory = len.into_memory().unwrap();
-            let layout = memory.owned.expect("allocated here");
+            let Owner::Heap(layout) = memory.owner else { panic!("allocated here") };
             assert_eq!((memory.len, layout.size(), layout.align()), (len, pages * page, page));
             assert_eq!(memory.ptr.as_ptr() as usize % page, 0, "page-aligned");
             // SAFETY: never registered, not used again.

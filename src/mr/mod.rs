@@ -1,17 +1,25 @@
 //! Memory regions: registered memory, owned or exclusively borrowed ([`MemoryRegion`],
 //! [`RemoteWritableRegion`], [`DmabufRegion`]) and their keys ([`LKey`], [`RKey`]). The
-//! registration verbs and the `ibv_mr` the regions share are in `registration`, the memory
-//! under them in `memory`.
+//! registration verbs (`ibv_reg_mr(3)`) and the `ibv_mr` the regions share are in
+//! `registration`, the memory under them in `memory`: memory the caller owns and hands over
+//! by value under the [`PinnedMemory`] contract in `pinned`, and the huge pages
+//! ([`HugePages`], `mmap(2)`) and memfds ([`SharedMemory`], `memfd_create(2)`) the crate maps
+//! for it in `mapped`.
 #![allow(unsafe_code)]
 //! # Safety
 //!
 //! A registration covers bytes that never move and outlive it: a heap buffer of whole pages the
-//! region owns, or a `&'a mut [u8]` it holds for `'a`. The region deregisters before it frees
-//! or releases them. Memory a *peer* may write ([`RemoteWritableRegion`]) is never exposed as
-//! a plain slice, only copied in and out; what the local NIC does with `LOCAL_WRITE` memory is
-//! governed by the posting contracts (the raw tier) or by buffer ownership (the buffer tier).
+//! region owns, a [`PinnedMemory`] value it owns (whose bytes stay valid until the value
+//! drops), or a `&'a mut [u8]` it holds for `'a`. The region deregisters before it frees or
+//! releases them, and leaks what it owns when deregistration fails. Memory a *peer* may
+//! write ([`RemoteWritableRegion`]), or another process (a shared [`PinnedMemory`]), is never
+//! exposed as a plain slice, only copied in and out; what the local NIC does with
+//! `LOCAL_WRITE` memory is governed by the posting contracts (the raw tier) or by buffer
+//! ownership (the buffer tier).
 
+mod mapped;
 mod memory;
+mod pinned;
 mod registration;
 
 use std::ops::{Bound, RangeBounds};
@@ -19,7 +27,9 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+pub use mapped::{HugePageSize, HugePages, SharedMemory};
 pub use memory::RegionMemory;
+pub use pinned::PinnedMemory;
 use registration::Registration;
 
 use crate::access::AccessFlags;
@@ -185,10 +195,10 @@ pub struct MemoryRegion<'a> {
 region_common!(MemoryRegion);
 
 impl MemoryRegion<'_> {
-    /// Whether the region allocated its memory (registered with a length), rather than
-    /// borrowing a `&mut [u8]`.
+    /// Whether the region owns its memory (registered with a length or a [`PinnedMemory`]),
+    /// rather than borrowing a `&mut [u8]`.
     pub(crate) fn owns_memory(&self) -> bool {
-        self.reg.memory.owned.is_some()
+        self.reg.memory.is_owned()
     }
 
     /// The bytes. With the raw tier, reading them while a receive or RDMA READ into them is
@@ -268,7 +278,8 @@ impl RemoteWritableRegion<'_> {
     ///
     /// While the slice lives, no peer may write the region (for example: the protocol
     /// guarantees the peer finished its RDMA WRITEs, by a SEND or immediate that followed
-    /// them, and starts no new one until told).
+    /// them, and starts no new one until told), nor, for shared memory
+    /// ([`SharedMemory`]), another process or a `write(2)` through its fd.
     pub unsafe fn as_slice(&self) -> &[u8] {
         let m = &self.reg.memory;
         // SAFETY: initialised bytes owned or borrowed by the region; the caller guarantees no

@@ -4,9 +4,10 @@
 #![allow(unsafe_code)]
 //! # Safety
 //!
-//! A registration covers [`Memory`] that stays valid until it deregisters: owned, or
-//! borrowed for the region's lifetime. It deregisters before freeing owned memory, and leaks
-//! the memory when deregistration fails. A borrow, though, ends with the region whether or
+//! A registration covers [`Memory`] that stays valid until it deregisters: owned (allocated
+//! here, or a `PinnedMemory` value), or borrowed for the region's lifetime. It deregisters
+//! before freeing owned memory (dropping a `PinnedMemory` owner), and leaks the memory when
+//! deregistration fails. A borrow, though, ends with the region whether or
 //! not deregistration succeeded, so borrowed memory is registered for local access only:
 //! after a failed deregistration only this process's own work requests could name it, never
 //! a peer (a local-only region has no rkey a peer may use, and no window binds to it).
@@ -48,9 +49,10 @@ pub(super) struct Registration<'a> {
 }
 
 // SAFETY: the memory is owned or exclusively borrowed, reachable only through the region
-// types' own methods; MR verbs are thread-safe.
+// types' own methods (a `PinnedMemory` owner is `Send`); MR verbs are thread-safe.
 unsafe impl Send for Registration<'_> {}
-// SAFETY: shared methods only read (or copy out of) the memory.
+// SAFETY: shared methods only read (or copy out of) the memory, and never reach a
+// `PinnedMemory` owner (only `free` does, through `&mut`).
 unsafe impl Sync for Registration<'_> {}
 
 impl<'a> Registration<'a> {
@@ -71,13 +73,27 @@ impl<'a> Registration<'a> {
             (_, reg) => reg,
         };
         let mut memory = memory.into_memory()?;
-        if memory.owned.is_none() && access.intersects(REMOTE_ACCESS) {
+        // Only a remote-writable region (the one kind with remote-write rights) never hands
+        // out slices, which bytes another process writes must not be under.
+        if memory.is_shared() && !access.intersects(AccessFlags::REMOTE_WRITES) {
+            // SAFETY: never registered.
+            unsafe { memory.free() };
+            return Err(Error::invalid(
+                InvalidInputKind::Access,
+                "memory another process may write (SharedMemory, a memfd) is never read as a \
+                 plain slice: register it with register_remote_writable (AccessFlags::\
+                 LOCAL_WRITE | AccessFlags::REMOTE_WRITE), whose region copies in and out"
+                    .into(),
+            ));
+        }
+        if !memory.is_owned() && access.intersects(REMOTE_ACCESS) {
             return Err(Error::invalid(
                 InvalidInputKind::Access,
                 format!(
                     "borrowed memory is registered for local access only, not {:?}: a peer could \
                      keep reaching it through the rkey after the borrow ends if \
-                     deregistration failed; register owned memory (a length) for remote access",
+                     deregistration failed; register owned memory (a length, or a PinnedMemory \
+                     value) for remote access",
                     access & REMOTE_ACCESS
                 ),
             ));
@@ -204,15 +220,18 @@ impl std::fmt::Debug for Registration<'_> {
             .field("lkey", &self.lkey())
             .field("rkey", &self.rkey())
             .field("access", &self.access)
-            .field("owned", &self.memory.owned.is_some())
+            .field("memory", &self.memory)
             .finish()
     }
 }
 
 impl<'a> ProtectionDomain<'a> {
     /// `ibv_reg_mr(3)`—Registers `memory` — a length (a zeroed buffer of whole pages the
-    /// region allocates and owns) or a `&mut [u8]` (borrowed while registered) — with
-    /// `access`.
+    /// region allocates and owns), a [`PinnedMemory`](crate::PinnedMemory) value (owned by
+    /// the region and dropped after it deregisters: [`HugePages`](crate::HugePages), or the
+    /// caller's own memory) or a `&mut [u8]` (borrowed while registered) — with `access`.
+    /// On any error the memory is freed (a `PinnedMemory` value dropped): it was never
+    /// registered.
     ///
     /// With fork protection on ([`fork`](crate::fork)), libibverbs keeps children from
     /// inheriting every page the memory touches: a child that touches anything else on the
@@ -227,7 +246,9 @@ impl<'a> ProtectionDomain<'a> {
     ///   [`ProtectionDomain::register_remote_writable`]), or a borrowed slice with
     ///   `REMOTE_READ` or `MW_BIND`: its borrow ends with the region even when
     ///   deregistration fails, while a peer could still reach it, so only owned memory is
-    ///   registered for peers.
+    ///   registered for peers; or memory another process may write
+    ///   ([`SharedMemory`](crate::SharedMemory)), which only
+    ///   [`ProtectionDomain::register_remote_writable`] registers.
     /// - [`Error::Verb`] from `ibv_reg_mr`: `ENOMEM`/`EPERM`/`EAGAIN` usually mean the
     ///   locked-memory limit (the message gives `RLIMIT_MEMLOCK` and how to raise it);
     ///   `EINVAL` rights the device refuses.

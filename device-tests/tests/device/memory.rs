@@ -288,3 +288,108 @@ fn a_window_bound_with_rights_the_region_lacks_is_refused_before_the_verb() {
     let err = SendWr::bind_mw(1, &mut mw, &bind).unwrap_err();
     assert!(err.to_string().contains("QueuePair::bind_mw"), "{err}");
 }
+
+/// `len` bytes of an anonymous mapping the test makes, handed to a region by value and
+/// unmapped when the region gives it back; `unmapped` says when.
+struct Mapped {
+    addr: std::ptr::NonNull<u8>,
+    len: usize,
+    unmapped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+// SAFETY: the mapping is reached only through the value.
+unsafe impl Send for Mapped {}
+
+// SAFETY: read-write and zero-filled from `mmap` until `Drop`, the same range every call, its
+// address given to nothing else.
+unsafe impl PinnedMemory for Mapped {
+    fn bytes(&mut self) -> std::ptr::NonNull<[u8]> {
+        std::ptr::NonNull::slice_from_raw_parts(self.addr, self.len)
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: mapped by `map`, unmapped once.
+        unsafe { libc::munmap(self.addr.as_ptr().cast(), self.len) };
+        self.unmapped.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `mmap(2)` of `len` bytes: anonymous and private without `fd`, else `MAP_SHARED` of it.
+fn map(len: usize, fd: Option<&OwnedFd>) -> std::ptr::NonNull<u8> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let (flags, fd) = match fd {
+        None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
+        Some(fd) => (libc::MAP_SHARED, fd.as_raw_fd()),
+    };
+    // SAFETY: a fresh mapping where the kernel chooses.
+    let addr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+    assert_ne!(addr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    std::ptr::NonNull::new(addr.cast()).unwrap()
+}
+
+/// A peer's RDMA WRITE lands byte for byte in memory the program mapped itself and in a memfd
+/// (seen too through a second mapping of its fd, as another process would map it), and in
+/// huge pages when the guest has some reserved (else their `ENOMEM` names the knob), and
+/// through a window bound to the caller-owned region; the program's mapping comes back,
+/// unmapped, once the region is destroyed.
+#[test]
+fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let lo = Loopback::new(&ctx, 8);
+    let mut src = lo.region(LEN);
+    let data = pattern(3000, 0x5a);
+    src.as_mut_slice()[..3000].copy_from_slice(&data);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let unmapped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mapped = Mapped { addr: map(2 * LEN, None), len: 2 * LEN, unmapped: unmapped.clone() };
+    let owner_view = mapped.addr;
+    let caller_owned =
+        lo.pd.register_remote_writable(mapped, access | AccessFlags::MW_BIND).unwrap();
+    let memory = SharedMemory::new(c"device-test", LEN).unwrap();
+    let fd = memory.fd().try_clone_to_owned().unwrap();
+    let memfd = lo.pd.register_remote_writable(memory, access).unwrap();
+    let huge = match HugePages::new(1, HugePageSize::Size2MiB) {
+        Ok(pages) => Some(lo.pd.register_remote_writable(pages, access).unwrap()),
+        Err(err) => {
+            assert_eq!(err.errno(), Some(libc::ENOMEM), "{err}");
+            assert!(err.to_string().contains("/proc/sys/vm/nr_hugepages"), "{err}");
+            eprintln!("no 2 MiB huge pages reserved in this guest: {err}");
+            None
+        }
+    };
+    let (a, b) = lo.rc_pair(4, QP_REMOTE);
+    for (target, what) in [(&caller_owned, "caller-owned"), (&memfd, "memfd")]
+        .into_iter()
+        .chain(huge.as_ref().map(|huge| (huge, "huge-page")))
+    {
+        let status =
+            write_status(&a, &lo.cq, src.sge(..3000).unwrap(), target.remote(100..).unwrap());
+        assert_eq!(status, WcStatus::SUCCESS, "{what}");
+        assert_holds(target, 100, &data, &format!("the WRITE did not land in {what} memory"));
+    }
+    // SAFETY: the mapping is live (the region owns it) and quiet: the WRITE completed.
+    let owned = unsafe { std::slice::from_raw_parts(owner_view.as_ptr().add(100), 3000) };
+    assert!(owned == &data[..], "the program's own view of its mapping");
+    let other = map(LEN, Some(&fd));
+    // SAFETY: mapped above for LEN bytes; quiet, as above.
+    let shared = unsafe { std::slice::from_raw_parts(other.as_ptr().add(100), 3000) };
+    assert!(shared == &data[..], "a second mapping of the memfd");
+    // SAFETY: mapped above, unmapped once; `shared` is not used again.
+    unsafe { libc::munmap(other.as_ptr().cast(), LEN) };
+
+    // A window bound to the caller-owned region gives a peer part of it.
+    let mut mw = lo.pd.alloc_mw(MwType::Type1).unwrap();
+    let bind = MwBind::new(&caller_owned, 5000..6000, AccessFlags::REMOTE_WRITE).unwrap();
+    b.bind_mw(&mut mw, &bind, 11, SendFlags::SIGNALED).unwrap();
+    assert_eq!(wait_for(&lo.cq, 1)[0].status(), WcStatus::SUCCESS);
+    let through = pattern(900, 0x21);
+    src.as_mut_slice()[..900].copy_from_slice(&through);
+    let status = write_status(&a, &lo.cq, src.sge(..900).unwrap(), mw.remote(&bind));
+    assert_eq!(status, WcStatus::SUCCESS);
+    assert_holds(&caller_owned, 5000, &through, "the WRITE through the window did not land");
+    mw.destroy().unwrap();
+    caller_owned.destroy().unwrap();
+    assert!(unmapped.load(std::sync::atomic::Ordering::SeqCst), "handed back after dereg");
+}

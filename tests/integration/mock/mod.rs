@@ -11,6 +11,7 @@ mod destroy;
 mod events;
 mod memory;
 mod messages;
+mod pinned;
 mod qp;
 #[cfg(feature = "tokio")]
 mod reactor;
@@ -19,7 +20,10 @@ mod resources;
 mod soundness;
 mod verbs_path;
 
-use rdma_verbs::{Context, Error};
+use rdma_verbs::{
+    AccessFlags, CompletionQueue, Context, Endpoint, Error, Mtu, ProtectionDomain, Psn,
+    QpCapabilities, QpInitAttr, Qpn, QueuePair, Reset, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr,
+};
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 
 /// A context of this thread's mock provider. Fields drop in order: the context closes before
@@ -160,4 +164,27 @@ pub fn assert_unsupported(err: &Error, what: &str) {
         err.to_string(),
         format!("{what} is not supported by this provider or rdma-core version")
     );
+}
+
+/// RC QPs `a` and `b` of `pd`, in RTS and connected to each other (the mock executes what
+/// one sends to the other), with `a`'s capacities `cap` and `a_cq`, `b` on `b_cq`.
+pub fn loopback_pair<'a>(
+    f: &'a Fixture,
+    pd: &'a ProtectionDomain<'a>,
+    (a_cq, b_cq): (&'a CompletionQueue<'a>, &'a CompletionQueue<'a>),
+    cap: QpCapabilities,
+) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
+    let a = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(a_cq) }).unwrap();
+    let b = pd.create_rc_qp(&QpInitAttr::new(b_cq)).unwrap();
+    let gid = f.ctx.routable_gid(1).unwrap();
+    let lid = f.ctx.query_port(1).unwrap().lid();
+    let up = |qp: QueuePair<'a, Reset>, peer: Qpn| {
+        let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0).unwrap(), gid: gid.gid };
+        let rtr = ToRtrAttr::to_endpoint(&endpoint, 1, Some(gid.index), Mtu::MTU_1024);
+        let access = AccessFlags::REMOTE_WRITE;
+        let init = qp.into_init(&ToInitAttr { access, ..Default::default() }).unwrap();
+        init.into_rtr(&rtr).unwrap().into_rts(&ToRtsAttr::new(Psn::new(0).unwrap())).unwrap()
+    };
+    let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
+    (up(a, b_qpn), up(b, a_qpn))
 }

@@ -14,7 +14,9 @@ use rdma_verbs::{
 use rdma_verbs_mock::{Call, ContextConfig, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
 
-use super::{assert_queue_full, assert_unsupported, assert_verb_error, open, Fixture};
+use super::{
+    assert_queue_full, assert_unsupported, assert_verb_error, loopback_pair, open, Fixture,
+};
 
 /// The peer: a RoCE endpoint with an IPv4-mapped GID.
 fn remote() -> Endpoint {
@@ -727,29 +729,6 @@ fn waiting_forever_reaches_the_verb_only_when_named() {
     let q = qp.query().unwrap();
     assert_eq!((q.timeout, q.rnr_retry), (AckTimeout::INFINITE, RnrRetry::INFINITE));
     assert_eq!((q.timeout.duration(), q.rnr_retry.count()), (None, None));
-}
-
-/// RC QPs `a` and `b` of `pd`, in RTS and connected to each other (the mock executes what
-/// one sends to the other), with `a`'s capacities `cap` and `a_cq`, `b` on `b_cq`.
-fn loopback_pair<'a>(
-    f: &'a Fixture,
-    pd: &'a ProtectionDomain<'a>,
-    (a_cq, b_cq): (&'a CompletionQueue<'a>, &'a CompletionQueue<'a>),
-    cap: QpCapabilities,
-) -> (QueuePair<'a, Rts>, QueuePair<'a, Rts>) {
-    let a = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(a_cq) }).unwrap();
-    let b = rc_qp(pd, b_cq);
-    let gid = f.ctx.routable_gid(1).unwrap();
-    let lid = f.ctx.query_port(1).unwrap().lid();
-    let up = |qp: QueuePair<'a, Reset>, peer: Qpn| {
-        let endpoint = Endpoint { lid, qpn: peer, psn: Psn::new(0).unwrap(), gid: gid.gid };
-        let rtr = ToRtrAttr::to_endpoint(&endpoint, 1, Some(gid.index), Mtu::MTU_1024);
-        let access = AccessFlags::REMOTE_WRITE;
-        let init = qp.into_init(&ToInitAttr { access, ..Default::default() }).unwrap();
-        init.into_rtr(&rtr).unwrap().into_rts(&ToRtsAttr::new(Psn::new(0).unwrap())).unwrap()
-    };
-    let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
-    (up(a, b_qpn), up(b, a_qpn))
 }
 
 /// A provider may free a send-queue slot as soon as it has executed the WR (rxe, and the
