@@ -173,6 +173,7 @@ mod quirks;
 pub mod reactor;
 mod srq;
 mod stack;
+pub mod topology;
 mod try_twin;
 mod verbs_path;
 mod wc;
