@@ -1,11 +1,11 @@
-//! `rdma_verbs::topology` over the recorded sysfs trees of `tests/fixtures/topology`
-//! (rebuilt by its `build.sh`): parsing, and the ranking of the nearest device.
+//! `rdma_verbs::topology` over recorded sysfs trees, which `tests/fixtures/topology/build.sh`
+//! builds in a scratch directory: parsing, and the ranking of the nearest device.
 
 use rdma_verbs::topology::{Distance, Nearest, PciAddress, Topology, TopologyError};
+use rdma_verbs_test_support::fixtures::topology_root;
 
 fn fixture(host: &str) -> Topology {
-    let root = format!("{}/tests/fixtures/topology/{host}", env!("CARGO_MANIFEST_DIR"));
-    Topology::read_from(&root).unwrap_or_else(|e| panic!("{host}: {e}"))
+    Topology::read_from(topology_root(host)).unwrap_or_else(|e| panic!("{host}: {e}"))
 }
 
 fn bdf(text: &str) -> PciAddress {
