@@ -103,10 +103,15 @@ impl Netdev {
     }
 }
 
-/// `ens1np0 up`, `ens1f0np0 up (active port of bond0: 802.3ad 4, ports ens1f0np0 ens1f1np1)`.
+/// `ens1np0 up`, `rdma0 state unknown`, `ens1f0np0 up (active port of bond0: 802.3ad 4, ports ens1f0np0 ens1f1np1)`.
 impl fmt::Display for Netdev {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.name, self.operstate.as_deref().unwrap_or("state unknown"))?;
+        // `unknown` is what drivers that do not track it report (dummy, some virtual NICs).
+        let state = match self.operstate.as_deref() {
+            None | Some("unknown") => "state unknown",
+            Some(state) => state,
+        };
+        write!(f, "{} {state}", self.name)?;
         let Some(bond) = &self.bond else { return Ok(()) };
         let mode = bond.mode.as_deref().unwrap_or("mode unknown");
         match &bond.port_state {

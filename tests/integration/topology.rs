@@ -149,7 +149,7 @@ fn a_vms_soft_devices_have_no_pci_place() {
     let rxe = t.device("rxe0").unwrap();
     assert_eq!((&rxe.pci, &rxe.link, rxe.numa_node), (&None, &None, None));
     let netdevs: Vec<String> = rxe.netdevs.iter().map(ToString::to_string).collect();
-    assert_eq!(netdevs, ["rdma0 up"]);
+    assert_eq!(netdevs, ["rdma0 state unknown"]);
     assert_eq!(rxe.ports[0].gids.len(), 2);
     let siw = t.device("siw0").unwrap();
     assert!(siw.pci.is_none() && siw.netdevs.is_empty(), "{siw:?}");
