@@ -91,6 +91,15 @@
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
 //! mutably only through `&mut`.
 //!
+//! # What is verified where
+//!
+//! Everything is tested on the mock provider (the host tier). What needs hardware the soft
+//! devices lack is verified there and in their refusal only:
+//!
+//! | feature | mock | rxe / siw (device tier) | ConnectX |
+//! |---|---|---|---|
+//! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
+//!
 //! # Crate features
 //!
 //! - `rdmacm`: rdma_cm connection management (module `cm`); librdmacm is loaded at run time on
