@@ -91,6 +91,16 @@
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
 //! mutably only through `&mut`.
 //!
+//! # What is verified where
+//!
+//! Everything is tested on the mock provider (the host tier). What needs hardware the soft
+//! devices lack is verified there and in their refusal only:
+//!
+//! | feature | mock | rxe / siw (device tier) | ConnectX |
+//! |---|---|---|---|
+//! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
+//! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
+//!
 //! # Crate features
 //!
 //! - `rdmacm`: rdma_cm connection management (module `cm`); librdmacm is loaded at run time on
@@ -109,12 +119,6 @@
 //!   it; the stack's kind and rdma-core version are in the core ([`Stack`]).
 //!
 //! [`AsFd`]: std::os::fd::AsFd
-//!
-//! # What is verified where
-//!
-//! | feature | mock provider | rxe (Soft-RoCE) | siw | hardware |
-//! |---|---|---|---|---|
-//! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | — | unverified |
 //!
 //! # Requirements
 //!
@@ -181,6 +185,7 @@ pub mod reactor;
 mod srq;
 mod stack;
 mod summary;
+pub mod topology;
 mod try_twin;
 mod verbs_path;
 mod wc;

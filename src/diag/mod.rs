@@ -7,7 +7,7 @@
 //! | layer | what it looks at |
 //! |---|---|
 //! | [`Layer::Library`] | where libibverbs was loaded from, its rdma-core version, MLNX_OFED / DOCA-OFED or inbox, librdmacm and libmlx5, the providers in the driver config and whether each loads |
-//! | [`Layer::Kernel`] | the devices in `/sys/class/infiniband` and their driver, their `/dev/infiniband/uverbsN` nodes (present, and openable by this user), the `rdma_cm` node, whether libibverbs lists and opens each device |
+//! | [`Layer::Kernel`] | the devices in `/sys/class/infiniband` and their driver, their `/dev/infiniband/uverbsN` nodes (present, and openable by this user), the `rdma_cm` node, whether libibverbs lists and opens each device, where each device sits ([`crate::topology`]: NUMA node, PCIe path and link, netdevs and bonds, GID types) |
 //! | [`Layer::Link`] | per port: state, physical state, link layer, rate, active MTU; LID and SM LID on InfiniBand |
 //! | [`Layer::Addressing`] | the GID table (type, netdev), the routable RoCE v2 GID, the netdev's IP addresses |
 //! | [`Layer::Resources`] | `RLIMIT_MEMLOCK`, fork protection (on? needed: does the kernel copy pinned pages at `fork()`?), and a loopback smoke test per device (PD, 1 MiB MR, CQ, two RC QPs to RTS, one SEND) |
@@ -15,7 +15,7 @@
 //!
 //! Check names, for [`Report::find`]: `libibverbs`, `stack`, `librdmacm`, `libmlx5`,
 //! `driver config`, `provider <name>`; `kernel RDMA`, `device <dev>`, `node <uverbsN>`,
-//! `rdma_cm node`, `verbs <dev>`; `port <dev>/<port>`; `GID table <dev>/<port>`,
+//! `rdma_cm node`, `verbs <dev>`, `topology <dev>`; `port <dev>/<port>`; `GID table <dev>/<port>`,
 //! `routable GID <dev>/<port>`, `IP <dev>/<port>`; `memlock`, `fork`, `smoke test <dev>`; `mlx5dv`,
 //! `dmabuf`, `nvidia_peermem`, `container`, `container: <item>`. A check skipped for a whole
 //! layer has no object (`port`), one skipped for a device names only the device (`port rxe0`).
@@ -58,6 +58,7 @@ mod process;
 mod providers;
 mod resources;
 mod sysfs;
+mod topology;
 
 use std::fmt;
 
@@ -235,6 +236,7 @@ pub fn run(probe: ProviderProbe) -> Report {
     let devices = sysfs::devices();
     let library = library::check(&mut report.layer(Layer::Library), &devices, probe);
     let opened = kernel::check(&mut report.layer(Layer::Kernel), &devices, &library.verbs);
+    topology::check(&mut report.layer(Layer::Kernel));
     let ports = link::check(&mut report.layer(Layer::Link), &opened);
     let routes = addressing::check(&mut report.layer(Layer::Addressing), &devices, &ports);
     resources::check(&mut report.layer(Layer::Resources), &library.verbs, &routes);

@@ -2,6 +2,9 @@
 
 use std::path::Path;
 
+use crate::topology::sysfs::{device_netdevs, link_name};
+pub(super) use crate::topology::sysfs::{names, read};
+
 /// The kernel's RDMA devices (`ib_device`).
 pub(super) const CLASS_INFINIBAND: &str = "/sys/class/infiniband";
 /// Their user-space verbs interfaces (`ib_uverbs`): one `uverbsN` per device.
@@ -49,26 +52,6 @@ impl Uverbs {
     }
 }
 
-/// A sysfs attribute, trimmed; `None` when absent or unreadable.
-pub(super) fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
-}
-
-/// The entry names of a directory, sorted; empty when it cannot be read.
-pub(super) fn names(dir: impl AsRef<Path>) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The last component of a symlink's target (`.../drivers/mlx5_core` → `mlx5_core`).
-fn link_name(path: impl AsRef<Path>) -> Option<String> {
-    let target = std::fs::read_link(path).ok()?;
-    Some(target.file_name()?.to_str()?.to_owned())
-}
-
 /// The devices of [`CLASS_INFINIBAND`], with their `uverbsN` from [`CLASS_VERBS`].
 pub(super) fn devices() -> Vec<SysDevice> {
     let verbs = uverbs();
@@ -76,13 +59,11 @@ pub(super) fn devices() -> Vec<SysDevice> {
         .into_iter()
         .map(|name| {
             let dir = Path::new(CLASS_INFINIBAND).join(&name);
-            let mut netdevs: Vec<String> = read(dir.join("parent")).into_iter().collect();
-            netdevs.extend(names(dir.join("device/net")));
             SysDevice {
                 driver: link_name(dir.join("device/driver")),
                 bus_id: link_name(dir.join("device")),
                 node_desc: read(dir.join("node_desc")).unwrap_or_default(),
-                netdevs,
+                netdevs: device_netdevs(&dir),
                 uverbs: verbs.iter().find(|(ibdev, _)| *ibdev == name).map(|(_, u)| u.clone()),
                 name,
             }

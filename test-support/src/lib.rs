@@ -1,9 +1,11 @@
 //! Test scaffolding shared by rdma-verbs' host tier (the root crate's tests, the perftest
 //! tools' tests) and its device tier (crate `rdma-verbs-device-tests`): where a test runs,
 //! running programs with a time limit ([`process`]), locating the built programs
-//! ([`programs`]) and reading the doctor's findings ([`doctor`]). Not published.
+//! ([`programs`]), reading the doctor's findings ([`doctor`]) and building recorded sysfs
+//! trees ([`fixtures`]). Not published.
 
 pub mod doctor;
+pub mod fixtures;
 pub mod process;
 pub mod programs;
 

@@ -2,6 +2,7 @@
 //!
 //! - `host`: need only the host (and libibverbs where installed); run everywhere.
 //! - `diag` (feature `diag`): the doctor on any host.
+//! - `topology`: the topology view over recorded sysfs trees (`tests/fixtures/topology`).
 //! - `mock`: the safe crate against the mock provider, crate `rdma-verbs-mock` (errors, masks,
 //!   fallbacks, failed destroys); run everywhere, no libibverbs needed.
 //!
@@ -12,3 +13,4 @@
 mod diag;
 mod host;
 mod mock;
+mod topology;

@@ -59,6 +59,12 @@ fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
     );
     assert_finding(&json, &format!("node {uverbs}"), "PASS", &["opens read-write"]);
     assert_finding(&json, "verbs rxe0", "PASS", &["listed and opened: transport InfiniBand"]);
+    assert_finding(
+        &json,
+        "topology rxe0",
+        "PASS",
+        &["virtual device, no PCI place; netdev ", "; port 1: Ethernet, ", " RoCE v2"],
+    );
     assert_finding(&json, "provider rxe", "PASS", &["loads: ", "librxe-rdmav"]);
     assert_finding(&json, "port rxe0/1", "PASS", &["ACTIVE, LinkUp, Ethernet", "active MTU"]);
     let index = format!("index {} (", gid_index());
@@ -81,6 +87,7 @@ fn siw_is_diagnosed_and_its_smoke_test_skips_for_want_of_rdma_cm() {
     let Some(t) = siw() else { return };
     let json = passing(&["--json"]);
     assert_finding(&json, "verbs siw0", "PASS", &["transport iWARP"]);
+    assert_finding(&json, "topology siw0", "PASS", &["virtual device, no PCI place", "port 1: "]);
     assert_finding(&json, "provider siw", "PASS", &["loads: ", "libsiw-rdmav"]);
     assert_finding(&json, "port siw0/1", "PASS", &["ACTIVE, LinkUp, Ethernet"]);
     assert_finding(&json, "routable GID siw0/1", "SKIP", &["iWARP addresses peers by IP"]);

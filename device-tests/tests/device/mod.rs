@@ -33,6 +33,7 @@ mod service;
 #[cfg(feature = "rdmacm")]
 mod service_cm;
 mod soundness;
+mod topology;
 mod transfers;
 mod transports;
 mod uc;
