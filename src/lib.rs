@@ -147,6 +147,7 @@ compile_error!(
 );
 mod cq;
 mod device;
+mod dm;
 #[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod mlx5;
@@ -221,6 +222,7 @@ pub use device::Device;
 pub use device::DeviceList;
 pub use device::NodeType;
 pub use device::TransportType;
+pub use dm::DeviceMemory;
 pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
@@ -236,6 +238,7 @@ pub use event::SrqId;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
+pub use mr::DeviceMemoryRegion;
 pub use mr::DmabufRegion;
 pub use mr::HugePageSize;
 pub use mr::HugePages;

@@ -73,6 +73,8 @@ pub(super) enum Kind {
     Ah,
     /// A boxed `ibv_mw`.
     Mw,
+    /// A boxed [`MockDm`](super::dm::MockDm).
+    Dm,
 }
 
 impl Kind {
@@ -80,6 +82,16 @@ impl Kind {
     fn is(self, kind: Kind) -> bool {
         self == kind || matches!((self, kind), (Kind::CqEx, Kind::Cq) | (Kind::QpEx, Kind::Qp))
     }
+}
+
+/// What a context's `query_device_ex` reports beyond `ibv_query_device`, by its
+/// [`ContextConfig`](super::ContextConfig).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ExtendedAttrs {
+    /// Completion timestamps (a mask and a clock).
+    pub completion_timestamps: bool,
+    /// Device memory: `max_dm_size` is [`MAX_DM_SIZE`](super::MAX_DM_SIZE).
+    pub device_memory: bool,
 }
 
 /// A completion queued on a CQ, with the outstanding work requests its poll retires.
@@ -127,6 +139,8 @@ pub(super) struct State {
     missing_members: HashMap<*mut ibv_context, &'static str>,
     /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
     vendor_ids: HashMap<*mut ibv_context, u32>,
+    /// Each context's `query_device_ex` answers ([`ExtendedAttrs`]).
+    extended_attrs: HashMap<*mut ibv_context, ExtendedAttrs>,
     next_id: u32,
 }
 
@@ -149,6 +163,7 @@ impl State {
             blocked_destroys: Vec::new(),
             missing_members: HashMap::new(),
             vendor_ids: HashMap::new(),
+            extended_attrs: HashMap::new(),
             next_id: 0,
         }
     }
@@ -241,6 +256,15 @@ impl State {
     /// The `vendor_id` `ctx`'s device reports.
     pub(super) fn vendor_id(&self, ctx: *mut ibv_context) -> u32 {
         self.vendor_ids.get(&ctx).copied().unwrap_or_default()
+    }
+
+    pub(super) fn set_extended_attrs(&mut self, ctx: *mut ibv_context, attrs: ExtendedAttrs) {
+        self.extended_attrs.insert(ctx, attrs);
+    }
+
+    /// What `ctx`'s `query_device_ex` reports beyond `ibv_query_device`.
+    pub(super) fn extended_attrs(&self, ctx: *mut ibv_context) -> ExtendedAttrs {
+        self.extended_attrs.get(&ctx).copied().unwrap_or_default()
     }
 
     /// The member `ctx`'s extended objects leave NULL, if any.
@@ -492,6 +516,7 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::Srq => drop(Box::from_raw(object.cast::<ibv_srq>())),
             Kind::Ah => drop(Box::from_raw(object.cast::<ibv_ah>())),
             Kind::Mw => drop(Box::from_raw(object.cast::<ibv_mw>())),
+            Kind::Dm => drop(Box::from_raw(object.cast::<super::dm::MockDm>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
                 libc::close(channel.fd);

@@ -19,8 +19,10 @@ use crate::bindings::*;
 use crate::loader::IbverbsFns;
 
 mod cq_ex;
+mod dm;
 mod qp_ex;
 pub use cq_ex::*;
+pub use dm::*;
 pub use qp_ex::*;
 #[cfg(rdma_verbs_mlx5dv)]
 mod mlx5dv;

@@ -8,6 +8,7 @@ mod context;
 #[cfg(feature = "mlx5")]
 mod dc;
 mod destroy;
+mod device_memory;
 mod events;
 mod memory;
 mod messages;
