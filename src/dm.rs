@@ -65,13 +65,7 @@ impl Context {
     /// [`Error::Verb`] from `ibv_query_device_ex` (or the `ibv_query_device` fallback).
     #[doc(alias = "ibv_query_device_ex")]
     pub fn max_dm_size(&self) -> Result<u64> {
-        let mut attr = sys::ibv_device_attr_ex::default();
-        // SAFETY: a live context of this library and a writable struct of this build's layout.
-        let ret = unsafe {
-            sys::inline::ibv_query_device_ex(&self.library().fns, self.as_raw(), &mut attr)
-        };
-        check_errno(ret, "ibv_query_device_ex")?;
-        Ok(attr.max_dm_size)
+        Ok(self.query_device_ex()?.max_dm_size)
     }
 
     /// `ibv_alloc_dm(3)`—Allocates `len` bytes of the device's own memory, its start aligned

@@ -89,7 +89,8 @@
 //! [`SharedReceiveQueue`], [`AddressHandle`], [`BufferPool`] and [`Buffer`] are
 //! `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their queues), and every
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
-//! mutably only through `&mut`.
+//! mutably only through `&mut`. So are [`DeviceMemory`] and its regions: its bytes are the
+//! device's, reached only by copies.
 //!
 //! # What is verified where
 //!
@@ -100,6 +101,7 @@
 //! |---|---|---|---|
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
+//! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
 //!
 //! # Crate features
 //!

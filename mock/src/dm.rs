@@ -71,13 +71,12 @@ pub(super) unsafe extern "C" fn alloc_dm(
             return Err(libc::EINVAL);
         }
         let bytes = Box::into_raw(vec![0u8; length].into_boxed_slice());
-        let handle = s.next_id();
+        // (The `handle` member, rdma-core v35's, is left out: older headers lack it.)
         let dm = ibv_dm {
             context,
             memcpy_to_dm: Some(memcpy_to_dm),
             memcpy_from_dm: Some(memcpy_from_dm),
-            comp_mask: IBV_DM_MASK_HANDLE,
-            handle,
+            ..Default::default()
         };
         Ok(s.adopt(MockDm { dm, bytes }, Kind::Dm).cast::<ibv_dm>())
     }))

@@ -74,7 +74,9 @@ macro_rules! region_common {
             }
 
             /// The memory's virtual address: where the CPU sees the first byte (a
-            /// [`DmabufRegion`], which the CPU does not map, gives its IOVA).
+            /// [`DmabufRegion`](crate::DmabufRegion) or
+            /// [`DeviceMemoryRegion`](crate::DeviceMemoryRegion), which the CPU does not
+            /// map, gives its IOVA).
             pub fn addr(&self) -> u64 {
                 self.reg.addr()
             }
