@@ -89,8 +89,9 @@
 //! [`SharedReceiveQueue`], [`AddressHandle`], [`BufferPool`] and [`Buffer`] are
 //! `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their queues), and every
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
-//! mutably only through `&mut`. So are [`DeviceMemory`] and its regions: its bytes are the
-//! device's, reached only by copies.
+//! mutably only through `&mut`. [`DeviceMemory`] and [`DeviceMemoryRegion`] are
+//! `Send + Sync` too: the bytes are the device's, reached only by copies. A [`ThreadDomain`] is `Send` but not `Sync`, and a
+//! [`ParentDomain`] neither: what is bound to a thread domain is unlocked in the provider.
 //!
 //! # What is verified where
 //!
@@ -102,6 +103,7 @@
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
+//! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
 //!
 //! # Crate features
 //!
@@ -188,6 +190,7 @@ pub mod reactor;
 mod srq;
 mod stack;
 mod summary;
+mod td;
 pub mod topology;
 mod try_twin;
 mod verbs_path;
@@ -292,6 +295,8 @@ pub use qp::DRAIN_SEND_WR_ID;
 pub use srq::SharedReceiveQueue;
 pub use stack::Stack;
 pub use stack::StackKind;
+pub use td::ParentDomain;
+pub use td::ThreadDomain;
 pub use verbs_path::VerbsPath;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;

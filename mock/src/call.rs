@@ -77,6 +77,12 @@ pub enum Verb {
     MemcpyFromDm,
     /// `ibv_dm_export_dmabuf_fd`
     DmExportDmabufFd,
+    /// The `verbs_context.alloc_td` op.
+    AllocTd,
+    /// The `verbs_context.dealloc_td` op.
+    DeallocTd,
+    /// The `verbs_context.alloc_parent_domain` op.
+    AllocParentDomain,
     /// A function of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Verb),
@@ -314,6 +320,17 @@ pub enum Call {
     },
     /// `ibv_dm_export_dmabuf_fd`
     DmExportDmabufFd,
+    /// The `alloc_td` op.
+    AllocTd,
+    /// The `dealloc_td` op.
+    DeallocTd,
+    /// The `alloc_parent_domain` op.
+    AllocParentDomain {
+        /// Whether `attr.td` names a thread domain.
+        td: bool,
+        /// `attr.comp_mask`.
+        comp_mask: u32,
+    },
     /// A call of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Call),

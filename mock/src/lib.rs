@@ -92,6 +92,7 @@ mod rule;
 mod srq;
 mod state;
 mod strict;
+mod td;
 mod verbs;
 
 use std::ffi::c_int;
@@ -267,6 +268,9 @@ pub struct ContextConfig {
     /// set, as mlx5's are, with `query_device_ex` reporting a `max_dm_size` of
     /// [`MAX_DM_SIZE`]. rxe and siw have none (libibverbs' stubs answer `EOPNOTSUPP`).
     pub device_memory: bool,
+    /// Whether the `verbs_context` thread-domain ops (`alloc_td`, `dealloc_td`,
+    /// `alloc_parent_domain`) are set, as mlx5's are; rxe and siw have none.
+    pub thread_domains: bool,
     /// Whether the `ibv_context.ops` memory-window ops (`alloc_mw`, `dealloc_mw`,
     /// `bind_mw`) are set, as rxe's are.
     pub memory_windows: bool,
@@ -314,6 +318,7 @@ impl Default for ContextConfig {
             create_qp_ex: false,
             completion_timestamps: false,
             device_memory: false,
+            thread_domains: false,
             memory_windows: true,
             missing_member: None,
             vendor_id: 0,

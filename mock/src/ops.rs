@@ -13,6 +13,7 @@ use super::extended;
 use super::mw;
 use super::post::{post_recv, post_send, post_srq_recv};
 use super::state::{serve, ExtendedAttrs, Kind, State};
+use super::td;
 use super::ContextConfig;
 
 /// A new live context, embedded last in a boxed `verbs_context` as libibverbs does.
@@ -27,6 +28,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
         alloc_dm: config.device_memory.then_some(dm::alloc_dm),
         free_dm: config.device_memory.then_some(dm::free_dm),
         reg_dm_mr: config.device_memory.then_some(dm::reg_dm_mr),
+        alloc_td: config.thread_domains.then_some(td::alloc_td),
+        dealloc_td: config.thread_domains.then_some(td::dealloc_td),
+        alloc_parent_domain: config.thread_domains.then_some(td::alloc_parent_domain),
         sz: config.sz,
         ..Default::default()
     };

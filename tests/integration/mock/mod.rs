@@ -19,6 +19,7 @@ mod reactor;
 mod refusals;
 mod resources;
 mod soundness;
+mod thread_domain;
 mod verbs_path;
 
 use rdma_verbs::{
