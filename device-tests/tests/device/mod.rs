@@ -34,7 +34,6 @@ mod service;
 #[cfg(feature = "rdmacm")]
 mod service_cm;
 mod soundness;
-mod thread_domain;
 mod topology;
 mod transfers;
 mod transports;
