@@ -6,7 +6,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, Error, InvalidInputKind, QpCapabilities, RecvWr, SendFlags, SendWr, WorkCompletion,
+    AccessFlags, Error, InvalidInputKind, MwBind, QpCapabilities, RecvWr, SendFlags, SendWr,
+    WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -295,4 +296,19 @@ fn the_dmabuf_export_is_an_owned_fd_and_unsupported_before_v62() {
     let err = dm.export_dmabuf_fd().unwrap_err();
     assert_unsupported(&err, "ibv_dm_export_dmabuf_fd (rdma-core v62+)");
     assert!(err.to_string().contains("v62"), "{err}");
+}
+
+/// A window binds to a DM region as to any: at the region's zero-based offsets, within its
+/// rights.
+#[test]
+fn a_window_binds_to_a_region_of_device_memory_at_its_offsets() {
+    let f = fixture();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let dm = f.ctx.alloc_dm(256, 0).unwrap();
+    let writable = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
+    let region = pd.register_dm(&dm, 128.., writable).unwrap();
+    let bind = MwBind::new(&region, 8.., AccessFlags::REMOTE_WRITE).unwrap();
+    assert_eq!((bind.addr(), bind.len()), (8, 120));
+    let err = MwBind::new(&region, .., AccessFlags::REMOTE_READ).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err}");
 }
