@@ -89,7 +89,9 @@
 //! [`SharedReceiveQueue`], [`AddressHandle`], [`BufferPool`] and [`Buffer`] are
 //! `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their queues), and every
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
-//! mutably only through `&mut`.
+//! mutably only through `&mut`. [`DeviceMemory`] and [`DeviceMemoryRegion`] are
+//! `Send + Sync` too: the bytes are the device's, reached only by copies. A [`ThreadDomain`] is `Send` but not `Sync`, and a
+//! [`ParentDomain`] neither: what is bound to a thread domain is unlocked in the provider.
 //!
 //! # What is verified where
 //!
@@ -100,6 +102,8 @@
 //! |---|---|---|---|
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
+//! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
+//! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
 //!
 //! # Crate features
 //!
@@ -147,6 +151,7 @@ compile_error!(
 );
 mod cq;
 mod device;
+mod dm;
 #[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod mlx5;
@@ -185,6 +190,7 @@ pub mod reactor;
 mod srq;
 mod stack;
 mod summary;
+mod td;
 pub mod topology;
 mod try_twin;
 mod verbs_path;
@@ -221,6 +227,7 @@ pub use device::Device;
 pub use device::DeviceList;
 pub use device::NodeType;
 pub use device::TransportType;
+pub use dm::DeviceMemory;
 pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
@@ -236,6 +243,7 @@ pub use event::SrqId;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
+pub use mr::DeviceMemoryRegion;
 pub use mr::DmabufRegion;
 pub use mr::HugePageSize;
 pub use mr::HugePages;
@@ -287,6 +295,8 @@ pub use qp::DRAIN_SEND_WR_ID;
 pub use srq::SharedReceiveQueue;
 pub use stack::Stack;
 pub use stack::StackKind;
+pub use td::ParentDomain;
+pub use td::ThreadDomain;
 pub use verbs_path::VerbsPath;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;

@@ -11,6 +11,7 @@ use rdma_verbs_sys::bindings::*;
 use super::call::{Call, Verb};
 use super::registry::Registry;
 use super::rule::{Queue, Rule, Violation};
+use super::td::MockParentDomain;
 use super::{device, ops};
 
 thread_local! {
@@ -73,13 +74,33 @@ pub(super) enum Kind {
     Ah,
     /// A boxed `ibv_mw`.
     Mw,
+    /// A boxed [`MockDm`](super::dm::MockDm).
+    Dm,
+    /// A boxed `ibv_td`.
+    Td,
+    /// A boxed [`MockParentDomain`](super::td::MockParentDomain); also a PD.
+    ParentDomain,
 }
 
 impl Kind {
     /// Whether an object of this kind serves as one of `kind`.
     fn is(self, kind: Kind) -> bool {
-        self == kind || matches!((self, kind), (Kind::CqEx, Kind::Cq) | (Kind::QpEx, Kind::Qp))
+        self == kind
+            || matches!(
+                (self, kind),
+                (Kind::CqEx, Kind::Cq) | (Kind::QpEx, Kind::Qp) | (Kind::ParentDomain, Kind::Pd)
+            )
     }
+}
+
+/// What a context's `query_device_ex` reports beyond `ibv_query_device`, by its
+/// [`ContextConfig`](super::ContextConfig).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ExtendedAttrs {
+    /// Completion timestamps (a mask and a clock).
+    pub completion_timestamps: bool,
+    /// Device memory: `max_dm_size` is [`MAX_DM_SIZE`](super::MAX_DM_SIZE).
+    pub device_memory: bool,
 }
 
 /// A completion queued on a CQ, with the outstanding work requests its poll retires.
@@ -127,6 +148,8 @@ pub(super) struct State {
     missing_members: HashMap<*mut ibv_context, &'static str>,
     /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
     vendor_ids: HashMap<*mut ibv_context, u32>,
+    /// Each context's `query_device_ex` answers ([`ExtendedAttrs`]).
+    extended_attrs: HashMap<*mut ibv_context, ExtendedAttrs>,
     next_id: u32,
 }
 
@@ -149,6 +172,7 @@ impl State {
             blocked_destroys: Vec::new(),
             missing_members: HashMap::new(),
             vendor_ids: HashMap::new(),
+            extended_attrs: HashMap::new(),
             next_id: 0,
         }
     }
@@ -243,6 +267,15 @@ impl State {
         self.vendor_ids.get(&ctx).copied().unwrap_or_default()
     }
 
+    pub(super) fn set_extended_attrs(&mut self, ctx: *mut ibv_context, attrs: ExtendedAttrs) {
+        self.extended_attrs.insert(ctx, attrs);
+    }
+
+    /// What `ctx`'s `query_device_ex` reports beyond `ibv_query_device`.
+    pub(super) fn extended_attrs(&self, ctx: *mut ibv_context) -> ExtendedAttrs {
+        self.extended_attrs.get(&ctx).copied().unwrap_or_default()
+    }
+
     /// The member `ctx`'s extended objects leave NULL, if any.
     pub(super) fn missing_member(&self, ctx: *mut ibv_context) -> Option<&'static str> {
         self.missing_members.get(&ctx).copied()
@@ -265,7 +298,17 @@ impl State {
             Kind::Ah => pd == unsafe { (*object.cast::<ibv_ah>()).pd },
             // SAFETY: a live window, allocated as one.
             Kind::Mw => pd == unsafe { (*object.cast::<ibv_mw>()).pd },
+            // SAFETY: a live parent domain, allocated as one.
+            Kind::ParentDomain => pd == unsafe { (*object.cast::<MockParentDomain>()).protection },
             _ => false,
+        })
+    }
+
+    /// Whether a live parent domain is bound to `td` (a provider refuses to free it then).
+    pub(super) fn td_in_use(&self, td: *mut ibv_td) -> bool {
+        self.objects.iter().any(|(&object, &kind)| {
+            // SAFETY: a live parent domain, allocated as one.
+            kind == Kind::ParentDomain && td == unsafe { (*object.cast::<MockParentDomain>()).td }
         })
     }
 
@@ -492,6 +535,9 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::Srq => drop(Box::from_raw(object.cast::<ibv_srq>())),
             Kind::Ah => drop(Box::from_raw(object.cast::<ibv_ah>())),
             Kind::Mw => drop(Box::from_raw(object.cast::<ibv_mw>())),
+            Kind::Dm => drop(Box::from_raw(object.cast::<super::dm::MockDm>())),
+            Kind::Td => drop(Box::from_raw(object.cast::<ibv_td>())),
+            Kind::ParentDomain => drop(Box::from_raw(object.cast::<MockParentDomain>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
                 libc::close(channel.fd);

@@ -9,6 +9,7 @@ mod cm;
 mod cm_addr;
 #[cfg(feature = "mlx5")]
 mod dc;
+mod device_memory;
 #[cfg(feature = "diag")]
 mod doctor;
 mod drift;

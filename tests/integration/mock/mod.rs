@@ -8,6 +8,7 @@ mod context;
 #[cfg(feature = "mlx5")]
 mod dc;
 mod destroy;
+mod device_memory;
 mod events;
 mod memory;
 mod messages;
@@ -18,6 +19,7 @@ mod reactor;
 mod refusals;
 mod resources;
 mod soundness;
+mod thread_domain;
 mod verbs_path;
 
 use rdma_verbs::{
