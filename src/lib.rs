@@ -100,6 +100,14 @@
 //!
 //! | feature | mock | rxe / siw (device tier) | ConnectX |
 //! |---|---|---|---|
+//! | RC, UC and UD queue pairs, SRQs, atomics; the raw and the buffer tier | every verb's errors, masks and fallbacks; the strict mock's property suite; Miri and memcheck | rxe: traffic of every kind, faults, limits, `ibv_rc_pingpong` both ways; siw: RC through rdma_cm | hardware-unverified |
+//! | extended and legacy verbs ([`VerbsPath`]) | both, and the fallback | rxe: both; siw: legacy, the extended ones `Unsupported` | hardware-unverified |
+//! | memory windows, IOVA, on-demand paging, dma-buf ([`DmabufRegion`]) | each, and each refusal | rxe: windows of both types, IOVA; ODP refused with `EINVAL` and dma-buf `Unsupported` | hardware-unverified |
+//! | CQ moderation, port speed (rdma-core v62) | each, and `Unsupported` | `Unsupported` (port speed: named missing before v62, refused by the guest's kernel on 65.0) | hardware-unverified |
+//! | completion channels, async events, `tokio` streams | each | rxe: armed CQs, CQ overrun, SRQ limit, port down and up | hardware-unverified |
+//! | `rdmacm` | — | rxe and siw: resolve, connect, accept, reject, timeouts; the examples and tools over it | hardware-unverified |
+//! | `mlx5` (DC) | the mock libmlx5: DCTs, DCIs and streams executing WRITE, READ and SEND | rxe: the gate's `Unsupported` | tests written and `#[ignore]`d |
+//! | `diag` (the doctor) | each layer's checks as unit tests | rxe and siw in the guest, on rdma-core 33.2 to 65.0 | hardware-unverified |
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
