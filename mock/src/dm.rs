@@ -108,18 +108,18 @@ impl MockDm {
 pub(super) extern "C" fn reg_dm_mr(
     pd: *mut ibv_pd,
     dm: *mut ibv_dm,
-    dm_offset: u64,
+    offset: u64,
     length: usize,
     access: c_uint,
 ) -> *mut ibv_mr {
-    let call = Call::RegDmMr { offset: dm_offset, length, access };
+    let call = Call::RegDmMr { offset, length, access };
     or_null(serve(|s| {
         s.begin(call, Verb::RegDmMr)?;
         s.expect(pd, Kind::Pd)?;
         let mock = live(s, dm)?;
         // SAFETY: `pd` is a live mock PD (checked above).
         let context = unsafe { (*pd).context };
-        let end = usize::try_from(dm_offset).ok().and_then(|o| o.checked_add(length));
+        let end = usize::try_from(offset).ok().and_then(|o| o.checked_add(length));
         let remote = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
         if access & IBV_ACCESS_ZERO_BASED == 0
             || length == 0
@@ -129,7 +129,7 @@ pub(super) extern "C" fn reg_dm_mr(
         {
             return Err(libc::EINVAL);
         }
-        let addr = mock.start().wrapping_add(dm_offset as usize);
+        let addr = mock.start().wrapping_add(offset as usize);
         let id = s.next_id();
         let (lkey, rkey) = (0x1000 + id, 0x2000 + id);
         // As the kernel's DM regions: zero-based, no CPU address.
@@ -160,14 +160,14 @@ fn range(s: &State, dm: *mut ibv_dm, offset: u64, length: usize) -> Result<*mut 
 /// `host_addr` must be readable for `length` bytes.
 unsafe extern "C" fn memcpy_to_dm(
     dm: *mut ibv_dm,
-    dm_offset: u64,
+    offset: u64,
     host_addr: *const c_void,
     length: usize,
 ) -> c_int {
-    let call = Call::MemcpyToDm { offset: dm_offset, length };
+    let call = Call::MemcpyToDm { offset, length };
     let result = serve(|s| {
         s.begin(call, Verb::MemcpyToDm)?;
-        let to = range(s, dm, dm_offset, length)?;
+        let to = range(s, dm, offset, length)?;
         // SAFETY: `to` holds `length` bytes of the DM (checked by `range`); the caller made
         // `host_addr` readable; host memory never lies in a DM's buffer.
         unsafe { ptr::copy_nonoverlapping(host_addr.cast::<u8>(), to, length) };
@@ -184,13 +184,13 @@ unsafe extern "C" fn memcpy_to_dm(
 unsafe extern "C" fn memcpy_from_dm(
     host_addr: *mut c_void,
     dm: *mut ibv_dm,
-    dm_offset: u64,
+    offset: u64,
     length: usize,
 ) -> c_int {
-    let call = Call::MemcpyFromDm { offset: dm_offset, length };
+    let call = Call::MemcpyFromDm { offset, length };
     let result = serve(|s| {
         s.begin(call, Verb::MemcpyFromDm)?;
-        let from = range(s, dm, dm_offset, length)?;
+        let from = range(s, dm, offset, length)?;
         // SAFETY: as in `memcpy_to_dm`, with `host_addr` writable.
         unsafe { ptr::copy_nonoverlapping(from, host_addr.cast::<u8>(), length) };
         Ok(())
