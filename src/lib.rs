@@ -99,6 +99,7 @@
 //! | feature | mock | rxe / siw (device tier) | ConnectX |
 //! |---|---|---|---|
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
+//! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | — | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //!
 //! # Crate features
@@ -117,6 +118,9 @@
 //! - `diag`: the doctor, a layered diagnosis of the RDMA stack (module `diag`, used by
 //!   `examples/doctor`). Off by default, so a program that only does verbs compiles none of
 //!   it; the stack's kind and rdma-core version are in the core ([`Stack`]).
+//!
+//! - `rails`: one RDMA WRITE or READ spread over the RC QPs of several devices, which
+//!   carries on over the others when one fails (module `rails`).
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
@@ -179,6 +183,9 @@ mod pd;
 mod port;
 mod qp;
 mod quirks;
+#[cfg(feature = "rails")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rails")))]
+pub mod rails;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;
