@@ -99,7 +99,7 @@
 //! | feature | mock | rxe / siw (device tier) | ConnectX |
 //! |---|---|---|---|
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
-//! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | — | hardware-unverified |
+//! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | rxe: a 192 MiB RDMA WRITE over rxe0 and rxe1 (`scripts/rdma-vm --two-rxe`) whose rdma1 link goes down mid-way (rxe fails the rail's WR with `LOC_QP_OP_ERR`), finished byte for byte on the other rail | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //!
 //! # Crate features

@@ -271,7 +271,11 @@ impl Rails<'_> {
                 }
             };
             for wc in wcs.iter() {
-                let Some(rail) = self.rails.iter().position(|r| r.qp.qp_num() == wc.qp_num())
+                // By CQ and QP number: two devices number their QPs alike.
+                let Some(rail) = self
+                    .rails
+                    .iter()
+                    .position(|r| r.cq.as_raw() == cq.as_raw() && r.qp.qp_num() == wc.qp_num())
                 else {
                     continue;
                 };
