@@ -233,7 +233,10 @@ impl Rails<'_> {
                     }
                     lane.in_flight.push(slice);
                 }
-                Err(Error::WorkQueueFull { .. } | Error::CompletionsDue { .. }) => {
+                // Full until completions make room; with none to come, it stays full.
+                Err(Error::WorkQueueFull { .. } | Error::CompletionsDue { .. })
+                    if !lane.in_flight.is_empty() =>
+                {
                     lane.queue.push_front(slice);
                     return;
                 }

@@ -4,12 +4,13 @@
 //! refusals.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use rdma_verbs::rails::{self, RailDown, RailMemory, RailState, Rails, Transfer};
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Error, InvalidInputKind, ProtectionDomain, RemoteAddr, WcStatus,
 };
-use rdma_verbs_mock::{ContextConfig, Optional};
+use rdma_verbs_mock::{ContextConfig, Optional, Verb};
 
 use super::pinned::Mapped;
 use super::{open, Fixture};
@@ -249,5 +250,53 @@ fn rail_memory_is_one_allocation_per_pd_set_and_returned_after_its_last_registra
         assert!(!dropped.load(Ordering::SeqCst));
         drop(rails);
         assert!(dropped.load(Ordering::SeqCst), "handed back after both deregistrations");
+    });
+}
+
+#[test]
+fn a_rail_whose_peer_is_gone_stalls_goes_down_and_its_flushed_slices_move() {
+    with_devices(|pds, cqs, _| {
+        let (local, target) = memories(pds);
+        let mut rails = Rails::new(local, DEPTH).unwrap();
+        two_rails!(rails, peers, pds, cqs);
+        // Rail 1's peer QP goes: its WRITEs wait unexecuted, as behind a silent link.
+        drop(peers.pop());
+        let remote = remotes(&target);
+        let timeout = Duration::from_millis(50);
+        let write = Transfer { slice_size: SLICE, timeout, ..Transfer::write(0..LEN, &remote) };
+        let report = rails.transfer(&write).unwrap();
+        assert_eq!(contents(&target), pattern(LEN));
+        assert_eq!((report.rails[1].slices, &report.rails[1].down), (0, &Some(RailDown::Stalled)));
+        assert_eq!((report.rails[0].slices, report.reissued), (LEN / 4096, LEN / 8192));
+        // Its QP was moved to ERROR and every WR flushed: nothing is left stuck.
+        assert_eq!(rails.rail_state(1), Some(RailState::Down(RailDown::Stalled)));
+        drop((rails, peers));
+    });
+}
+
+#[test]
+fn a_rail_whose_work_is_never_flushed_is_stuck_and_keeps_its_qp() {
+    with_devices(|pds, cqs, f| {
+        let (local, target) = memories(pds);
+        let mut rails = Rails::new(local, DEPTH).unwrap();
+        two_rails!(rails, peers, pds, cqs);
+        drop(peers.pop());
+        // The move to ERROR is refused: the NIC never flushes rail 1's WRs.
+        f.mock.fail(Verb::ModifyQp, libc::EIO);
+        let remote = remotes(&target);
+        let timeout = Duration::from_millis(50);
+        let write = Transfer { slice_size: SLICE, timeout, ..Transfer::write(0..LEN, &remote) };
+        let report = rails.transfer(&write).unwrap();
+        assert_eq!(contents(&target), pattern(LEN));
+        assert_eq!(report.rails[0].slices, LEN / 4096);
+        let stuck = RailState::Stuck(RailDown::Stalled, DEPTH as usize);
+        assert_eq!(rails.rail_state(1), Some(stuck));
+        let (qp, peer) = rails::loopback_pair(pds[1], cqs[1], DEPTH).unwrap();
+        let err = rails.replace(1, qp, cqs[1]).unwrap_err();
+        assert!(matches!(err, Error::WrongState { .. }), "{err}");
+        assert!(err.to_string().contains("neither completed nor flushed"), "{err}");
+        // The rails' drop destroys the stuck QP before deregistering the memory its WRs name.
+        drop((rails, peers, peer));
+        assert!(f.mock.dangling_work().is_empty());
     });
 }
