@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rdma_verbs::rails::{self, RailDown, RailMemory, RailState, Rails, Transfer};
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Error, InvalidInputKind, ProtectionDomain, RemoteAddr, WcStatus,
+    AccessFlags, CompletionQueue, Error, InvalidInputKind, ProtectionDomain, QueuePair, RemoteAddr,
+    Rts, WcStatus,
 };
 use rdma_verbs_mock::{ContextConfig, Optional, Verb};
 
@@ -57,24 +58,37 @@ fn with_devices(
     assert!(f.mock.dangling_work().is_empty());
 }
 
-/// One loopback rail per device; the peers (targets) are returned to be kept alive.
-macro_rules! two_rails {
-    ($rails:ident, $peers:ident, $pds:expr, $cqs:expr) => {
-        let mut $peers = Vec::new();
-        for device in 0..2 {
-            let (qp, peer) = rails::loopback_pair($pds[device], $cqs[device], DEPTH).unwrap();
-            assert_eq!($rails.add(qp, $cqs[device]).unwrap(), device);
-            $peers.push(peer);
-        }
-    };
+/// Rails over `local` with one loopback rail per device, and the rails' peers (the targets
+/// of their WRITEs and READs), to keep alive while the rails are used.
+fn rails_over<'a>(
+    local: RailMemory<'a>,
+    pds: &[&'a ProtectionDomain<'a>; 2],
+    cqs: &[&'a CompletionQueue<'a>; 2],
+) -> (Rails<'a>, Vec<QueuePair<'a, Rts>>) {
+    let mut rails = Rails::new(local, DEPTH).unwrap();
+    let mut peers = Vec::new();
+    for device in 0..2 {
+        let (qp, peer) = rails::loopback_pair(pds[device], cqs[device], DEPTH).unwrap();
+        assert_eq!(rails.add(qp, cqs[device]).unwrap(), device);
+        peers.push(peer);
+    }
+    (rails, peers)
+}
+
+/// Rails writing from the pattern into a zeroed target: the rails, their peers, the target.
+fn writing<'a>(
+    pds: &[&'a ProtectionDomain<'a>; 2],
+    cqs: &[&'a CompletionQueue<'a>; 2],
+) -> (Rails<'a>, Vec<QueuePair<'a, Rts>>, RailMemory<'a>) {
+    let (local, target) = memories(pds);
+    let (rails, peers) = rails_over(local, pds, cqs);
+    (rails, peers, target)
 }
 
 #[test]
 fn a_write_is_dealt_round_robin_over_two_devices_and_lands_byte_for_byte() {
     with_devices(|pds, cqs, _| {
-        let (local, target) = memories(pds);
-        let mut rails = Rails::new(local, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, peers, target) = writing(pds, cqs);
         let remote = remotes(&target);
         let report =
             rails.transfer(&Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) });
@@ -93,8 +107,7 @@ fn a_write_is_dealt_round_robin_over_two_devices_and_lands_byte_for_byte() {
 fn a_read_of_an_uneven_range_fills_exactly_that_range() {
     with_devices(|pds, cqs, _| {
         let (source, sink) = memories(pds);
-        let mut rails = Rails::new(sink, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, peers) = rails_over(sink, pds, cqs);
         // The source's bytes from 1000 on, into the sink at 100: a last, shorter slice.
         let remote: Vec<_> = source.regions().iter().map(|r| r.remote(1000..).unwrap()).collect();
         let range = 100..100 + 10 * 4096 + 123;
@@ -112,9 +125,7 @@ fn a_read_of_an_uneven_range_fills_exactly_that_range() {
 #[test]
 fn a_failed_rail_s_slices_finish_on_the_other_and_it_stays_down_until_replaced() {
     with_devices(|pds, cqs, f| {
-        let (local, target) = memories(pds);
-        let mut rails = Rails::new(local, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, peers, target) = writing(pds, cqs);
         let remote = remotes(&target);
         let write = Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) };
         // Rail 1's QP: its first slice completes with an error, the rest are flushed.
@@ -147,9 +158,7 @@ fn a_failed_rail_s_slices_finish_on_the_other_and_it_stays_down_until_replaced()
 #[test]
 fn a_rail_thrown_down_by_its_switch_carries_nothing_and_says_so() {
     with_devices(|pds, cqs, _| {
-        let (local, target) = memories(pds);
-        let mut rails = Rails::new(local, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, peers, target) = writing(pds, cqs);
         let switch = rails.switch(0).unwrap();
         std::thread::spawn(move || switch.take_down()).join().unwrap();
         let remote = remotes(&target);
@@ -170,9 +179,7 @@ fn a_rail_thrown_down_by_its_switch_carries_nothing_and_says_so() {
 #[test]
 fn every_rail_down_fails_the_transfer_and_bad_input_is_refused() {
     with_devices(|pds, cqs, _| {
-        let (local, target) = memories(pds);
-        let mut rails = Rails::new(local, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, peers, target) = writing(pds, cqs);
         let remote = remotes(&target);
         let bad = [
             Transfer { slice_size: 0, ..Transfer::write(0..LEN, &remote) },
@@ -256,9 +263,7 @@ fn rail_memory_is_one_allocation_per_pd_set_and_returned_after_its_last_registra
 #[test]
 fn a_rail_whose_peer_is_gone_stalls_goes_down_and_its_flushed_slices_move() {
     with_devices(|pds, cqs, _| {
-        let (local, target) = memories(pds);
-        let mut rails = Rails::new(local, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, mut peers, target) = writing(pds, cqs);
         // Rail 1's peer QP goes: its WRITEs wait unexecuted, as behind a silent link.
         drop(peers.pop());
         let remote = remotes(&target);
@@ -277,9 +282,7 @@ fn a_rail_whose_peer_is_gone_stalls_goes_down_and_its_flushed_slices_move() {
 #[test]
 fn a_rail_whose_work_is_never_flushed_is_stuck_and_keeps_its_qp() {
     with_devices(|pds, cqs, f| {
-        let (local, target) = memories(pds);
-        let mut rails = Rails::new(local, DEPTH).unwrap();
-        two_rails!(rails, peers, pds, cqs);
+        let (mut rails, mut peers, target) = writing(pds, cqs);
         drop(peers.pop());
         // The move to ERROR is refused: the NIC never flushes rail 1's WRs.
         f.mock.fail(Verb::ModifyQp, libc::EIO);
