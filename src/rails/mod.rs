@@ -19,15 +19,16 @@
 //!
 //! # Striping as NCCL and UCX do it
 //!
-//! NCCL's multi-NIC transports and UCX's multi-rail (`UCX_MAX_RNDV_RAILS`) split one large
-//! message into chunks over the QPs of several devices, each device with its own
-//! registration of the buffer, and complete the message when every chunk has. Here a
-//! chunk is a slice (`slice_size`), a device's registration is one of [`RailMemory`]'s
-//! regions, and the remote side's per-device address and rkey are the transfer's
-//! `remote` per rail. Neither NCCL nor UCX re-issues a failed rail's chunks (their
-//! operation fails and the communicator is rebuilt); this layer does, which is what lets
-//! one transfer outlive a link. Ordering the rails by how close each device is to the
-//! memory ([`topology`](crate::topology)) is the caller's, by the order of [`Rails::add`].
+//! NCCL spreads a collective's data over channels, each bound to one NIC, and within a NIC
+//! over several QPs (`NCCL_IB_QPS_PER_CONNECTION`, `NCCL_IB_SPLIT_DATA_ON_QPS`); UCX cuts a
+//! large rendezvous transfer over up to `UCX_MAX_RNDV_RAILS` devices. Both register the
+//! buffer once per device and complete the message when every piece has. Here a piece is a
+//! slice (`slice_size`), a device's registration is one of [`RailMemory`]'s regions, the
+//! QPs per device are rails of the same PD, and the remote side's per-device address and
+//! rkey are the transfer's `remote` per rail. What this layer adds is the failover: a down
+//! rail's slices are carried by the others, so one transfer outlives a link. Ordering the
+//! rails by how close each device is to the memory ([`topology`](crate::topology)) is the
+//! caller's, by the order of [`Rails::add`].
 //!
 #![allow(unsafe_code)]
 //! # Safety
