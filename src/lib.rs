@@ -109,6 +109,7 @@
 //! | `mlx5` (DC) | the mock libmlx5: DCTs, DCIs and streams executing WRITE, READ and SEND | rxe: the gate's `Unsupported` | tests written and `#[ignore]`d |
 //! | `diag` (the doctor) | each layer's checks as unit tests | rxe and siw in the guest, on rdma-core 33.2 to 65.0 | hardware-unverified |
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
+//! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | rxe: a 192 MiB RDMA WRITE over rxe0 and rxe1 (`scripts/rdma-vm --two-rxe`) whose rdma1 link goes down mid-way (rxe fails the rail's WR with `LOC_QP_OP_ERR`), finished byte for byte on the other rail | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
 //! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
@@ -129,6 +130,9 @@
 //! - `diag`: the doctor, a layered diagnosis of the RDMA stack (module `diag`, used by
 //!   `examples/doctor`). Off by default, so a program that only does verbs compiles none of
 //!   it; the stack's kind and rdma-core version are in the core ([`Stack`]).
+//!
+//! - `rails`: one RDMA WRITE or READ spread over the RC QPs of several devices, which
+//!   carries on over the others when one fails (module `rails`).
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
@@ -192,6 +196,9 @@ mod pd;
 mod port;
 mod qp;
 mod quirks;
+#[cfg(feature = "rails")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rails")))]
+pub mod rails;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;

@@ -26,6 +26,8 @@ mod loopback;
 mod memory;
 mod mtu;
 mod pair;
+#[cfg(feature = "rails")]
+mod rails;
 mod rc_pingpong;
 mod s3rdma;
 mod s3rdma_large;

@@ -14,6 +14,8 @@ mod memory;
 mod messages;
 mod pinned;
 mod qp;
+#[cfg(feature = "rails")]
+mod rails;
 #[cfg(feature = "tokio")]
 mod reactor;
 mod refusals;
