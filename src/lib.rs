@@ -240,6 +240,7 @@ pub use mr::DmabufRegion;
 pub use mr::HugePageSize;
 pub use mr::HugePages;
 pub use mr::MemoryRegion;
+pub use mr::PeerMemoryRegion;
 pub use mr::PinnedMemory;
 pub use mr::RegionMemory;
 pub use mr::RemoteWritableRegion;

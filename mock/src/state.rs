@@ -9,6 +9,7 @@ use std::ptr;
 use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
+use super::peer::PeerMemory;
 use super::registry::Registry;
 use super::rule::{Queue, Rule, Violation};
 use super::{device, ops};
@@ -127,6 +128,8 @@ pub(super) struct State {
     missing_members: HashMap<*mut ibv_context, &'static str>,
     /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
     vendor_ids: HashMap<*mut ibv_context, u32>,
+    /// Device memory and the peer-memory client ([`Mock::device_memory`](super::Mock)).
+    pub(super) peer: PeerMemory,
     next_id: u32,
 }
 
@@ -149,6 +152,7 @@ impl State {
             blocked_destroys: Vec::new(),
             missing_members: HashMap::new(),
             vendor_ids: HashMap::new(),
+            peer: PeerMemory::default(),
             next_id: 0,
         }
     }

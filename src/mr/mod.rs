@@ -1,5 +1,6 @@
 //! Memory regions: registered memory, owned or exclusively borrowed ([`MemoryRegion`],
-//! [`RemoteWritableRegion`], [`DmabufRegion`]) and their keys ([`LKey`], [`RKey`]). The
+//! [`RemoteWritableRegion`]), or a device's, which the CPU does not reach ([`DmabufRegion`],
+//! [`PeerMemoryRegion`]), and their keys ([`LKey`], [`RKey`]). The
 //! registration verbs (`ibv_reg_mr(3)`) and the `ibv_mr` the regions share are in
 //! `registration`, the memory under them in `memory`: memory the caller owns and hands over
 //! by value under the [`PinnedMemory`] contract in `pinned`, and the huge pages
@@ -19,6 +20,7 @@
 
 mod mapped;
 mod memory;
+mod peer;
 mod pinned;
 mod registration;
 
@@ -73,7 +75,8 @@ macro_rules! region_common {
             }
 
             /// The memory's virtual address: where the CPU sees the first byte (a
-            /// [`DmabufRegion`], which the CPU does not map, gives its IOVA).
+            /// [`DmabufRegion`], which the CPU does not map, gives its IOVA; a
+            /// [`PeerMemoryRegion`] the device address it was registered at).
             pub fn addr(&self) -> u64 {
                 self.reg.addr()
             }
@@ -329,5 +332,22 @@ region_common!(DmabufRegion);
 impl std::fmt::Debug for DmabufRegion<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("DmabufRegion").field(&self.reg).finish()
+    }
+}
+
+/// A registered device allocation (`ibv_reg_mr(3)` of a GPU address, resolved by a
+/// peer-memory client such as `nvidia_peermem`): memory the CPU must not touch, so the region
+/// has no slices and no copies. SGEs and peers address it by the device address it was
+/// registered at ([`PeerMemoryRegion::iova`], which [`PeerMemoryRegion::addr`] also
+/// returns). Made by the `unsafe` [`ProtectionDomain::register_peer_memory`].
+pub struct PeerMemoryRegion<'a> {
+    reg: Registration<'a>,
+}
+
+region_common!(PeerMemoryRegion);
+
+impl std::fmt::Debug for PeerMemoryRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PeerMemoryRegion").field(&self.reg).finish()
     }
 }

@@ -11,6 +11,7 @@ mod destroy;
 mod events;
 mod memory;
 mod messages;
+mod peer_memory;
 mod pinned;
 mod qp;
 #[cfg(feature = "tokio")]
