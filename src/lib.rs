@@ -99,6 +99,7 @@
 //! | feature | mock | rxe / siw (device tier) | ConnectX |
 //! |---|---|---|---|
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
+//! | GPU memory: peer memory ([`ProtectionDomain::register_peer_memory`]), the doctor's GPU routes | a simulated GPU whose address faults on any CPU access: `EFAULT` and the hint without a peer-memory client, then registration and a peer's RDMA WRITE into it; the doctor's findings on recorded NVIDIA, AMD and GPU-less hosts | rxe: a device address without a peer-memory client fails with `EFAULT` and the hint; rxe, siw: the doctor's "no GPU" findings and its probe of the provider (both refuse dma-buf) | hardware-unverified: no GPU in CI (the manual check is in the guide's "GPU memory") |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //!
 //! # Crate features

@@ -26,8 +26,10 @@ impl<'a> ProtectionDomain<'a> {
     /// The CPU never touches the memory through the region (it has no slices and no
     /// copies), so any rights may be asked for (remote writes still need `LOCAL_WRITE`).
     /// Where the kernel offers it (Linux 5.12+, rdma-core v34+), dma-buf
-    /// ([`ProtectionDomain::register_dmabuf`] with the fd `cuMemGetHandleForAddressRange`
-    /// gives) reaches the same memory with no peer-memory client and no `unsafe`.
+    /// (`ibv_reg_dmabuf_mr(3)`: [`ProtectionDomain::register_dmabuf`] with the fd
+    /// `cuMemGetHandleForAddressRange` gives) reaches the same memory with no peer-memory
+    /// client and no `unsafe`. The guide's
+    /// [GPU memory](crate::guide::deployment#gpu-memory) compares the two routes.
     ///
     /// # Safety
     ///
