@@ -12,7 +12,10 @@
 //! A registration covers bytes that never move and outlive it: a heap buffer of whole pages the
 //! region owns, a [`PinnedMemory`] value it owns (whose bytes stay valid until the value
 //! drops), or a `&'a mut [u8]` it holds for `'a`. The region deregisters before it frees or
-//! releases them, and leaks what it owns when deregistration fails. Memory a *peer* may
+//! releases them, and leaks what it owns when deregistration fails. Device memory (a
+//! [`DmabufRegion`]'s, which the kernel holds a reference to; a [`PeerMemoryRegion`]'s,
+//! which the caller of the `unsafe` registration keeps allocated) is never touched by the
+//! CPU: those regions have no slices and no copies. Memory a *peer* may
 //! write ([`RemoteWritableRegion`]), or another process (a shared [`PinnedMemory`]), is never
 //! exposed as a plain slice, only copied in and out; what the local NIC does with
 //! `LOCAL_WRITE` memory is governed by the posting contracts (the raw tier) or by buffer

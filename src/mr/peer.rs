@@ -3,9 +3,9 @@
 #![allow(unsafe_code)]
 //! # Safety
 //!
-//! The address is never dereferenced: the region is [`Memory::unmapped`](super::memory),
-//! and the caller of [`ProtectionDomain::register_peer_memory`] promises the allocation
-//! outlives the registration.
+//! The address is never dereferenced: the region's memory is unmapped (no slices, no
+//! copies, nothing to free), and the caller of [`ProtectionDomain::register_peer_memory`]
+//! promises the allocation outlives the registration.
 
 use super::registration::{check_unmapped, Registration};
 use super::PeerMemoryRegion;
@@ -77,6 +77,8 @@ impl<'a> ProtectionDomain<'a> {
         // neither libibverbs nor the provider dereferences it.
         let raw = unsafe { sys::inline::ibv_reg_mr(fns, self.as_raw(), ptr, len, access.bits()) };
         let raw = check_ptr(raw, "ibv_reg_mr").map_err(no_client_hint)?;
+        // `ibv_reg_mr`, unlike `ibv_reg_dmabuf_mr`, makes fork protection too late to turn on.
+        crate::fork::note_registration();
         Ok(PeerMemoryRegion { reg: Registration::unmapped(self, raw, len, addr, access) })
     }
 }

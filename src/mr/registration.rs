@@ -378,7 +378,6 @@ impl<'a> Registration<'a> {
         iova: u64,
         access: AccessFlags,
     ) -> Self {
-        crate::fork::note_registration();
         Registration { raw, memory: Memory::unmapped(len), local: iova, iova, access, pd }
     }
 }
