@@ -267,7 +267,12 @@ fn peer_memory(out: &mut Out<'_>, host: &Host) {
     let vendor =
         if host.nvidia() { "nvidia_peermem" } else { "amdgpu (ROCm's, as a peer-memory client)" };
     let detail = format!("no peer-memory client ({vendor}) is loaded; {api}");
-    let remedy = match (host.nvidia(), host.peer_api) {
+    out.warn("peer memory", detail, remedy(host));
+}
+
+/// How a host with a GPU and no peer-memory client gets GPU memory registered.
+fn remedy(host: &Host) -> String {
+    match (host.nvidia(), host.peer_api) {
         (true, Some(false)) => format!(
             "use {NVIDIA_DMABUF}; nvidia_peermem needs MLNX_OFED/DOCA-OFED's kernel modules"
         ),
@@ -275,8 +280,7 @@ fn peer_memory(out: &mut Out<'_>, host: &Host) {
         (false, _) => "use ProtectionDomain::register_dmabuf with the GPU memory's dma-buf fd \
                        (ROCm exports one: hsa_amd_portable_export_dmabuf)"
             .into(),
-    };
-    out.warn("peer memory", detail, remedy);
+    }
 }
 
 fn routes(out: &mut Out<'_>, host: &Host, device: &DeviceRoutes) {
@@ -290,10 +294,7 @@ fn routes(out: &mut Out<'_>, host: &Host, device: &DeviceRoutes) {
         Dmabuf::No(why) => format!("dma-buf no: {why}"),
         Dmabuf::Unknown(what) => format!("dma-buf unknown: {what}"),
     };
-    let peer = match (device.software, host.peer_client()) {
-        (true, _) => None,
-        (false, client) => client,
-    };
+    let peer = if device.software { None } else { host.peer_client() };
     let peer_text = match (device.software, peer) {
         (true, _) => "peer memory no: a software device, whose data the CPU moves, and the CPU \
                       must not touch GPU memory"
@@ -312,7 +313,7 @@ fn routes(out: &mut Out<'_>, host: &Host, device: &DeviceRoutes) {
         "register GPU memory on a hardware RDMA device (ConnectX: mlx5): rxe and siw take none"
             .to_owned()
     } else {
-        format!("modprobe nvidia_peermem (see `peer memory`), or use {NVIDIA_DMABUF}")
+        remedy(host)
     };
     out.warn(&check, format!("{seen}: GPU memory cannot be registered on it"), remedy);
 }
