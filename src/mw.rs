@@ -13,14 +13,17 @@ use rdma_verbs_sys as sys;
 use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::leak::drop_by;
-use crate::mr::{bounds, DeviceMemoryRegion, DmabufRegion, MemoryRegion, RemoteWritableRegion};
+use crate::mr::{
+    bounds, DeviceMemoryRegion, DmabufRegion, MemoryRegion, PeerMemoryRegion, RemoteWritableRegion,
+};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QueuePair, Rts};
 use crate::wr::{RKey, RemoteAddr, SendFlags, SendWr};
 
 /// The region types a [`MemoryWindow`] can be bound to:
 /// [`MemoryRegion`](crate::MemoryRegion), [`RemoteWritableRegion`](crate::RemoteWritableRegion),
-/// [`DmabufRegion`](crate::DmabufRegion) and [`DeviceMemoryRegion`](crate::DeviceMemoryRegion).
+/// [`DmabufRegion`](crate::DmabufRegion), [`DeviceMemoryRegion`](crate::DeviceMemoryRegion) and
+/// [`PeerMemoryRegion`](crate::PeerMemoryRegion).
 pub trait BindableRegion<'a>: sealed::Region {
     #[doc(hidden)]
     fn bind_parts(&self) -> BindParts<'a>;
@@ -54,16 +57,19 @@ macro_rules! bindable {
     )*};
 }
 
-bindable!(MemoryRegion, RemoteWritableRegion, DmabufRegion, DeviceMemoryRegion);
+bindable!(MemoryRegion, RemoteWritableRegion, DmabufRegion, DeviceMemoryRegion, PeerMemoryRegion);
 
 mod sealed {
-    use crate::mr::{DeviceMemoryRegion, DmabufRegion, MemoryRegion, RemoteWritableRegion};
+    use crate::mr::{
+        DeviceMemoryRegion, DmabufRegion, MemoryRegion, PeerMemoryRegion, RemoteWritableRegion,
+    };
 
     pub trait Region {}
     impl Region for DeviceMemoryRegion<'_> {}
     impl Region for MemoryRegion<'_> {}
     impl Region for RemoteWritableRegion<'_> {}
     impl Region for DmabufRegion<'_> {}
+    impl Region for PeerMemoryRegion<'_> {}
 }
 
 /// The type of a memory window (`enum ibv_mw_type`), chosen at allocation.

@@ -31,6 +31,10 @@
 //! (`EOPNOTSUPP` for other types), on the legacy and the extended verbs, with or without an
 //! SRQ; so do address handles.
 //!
+//! Device memory of a simulated GPU ([`Mock::device_memory`]) sits at an address the CPU
+//! cannot touch (any access faults); `ibv_reg_mr` registers it once a peer-memory client is
+//! loaded ([`Mock::load_peer_memory_client`]) and answers `EFAULT` before, as the kernel does.
+//!
 //! # Strictness
 //!
 //! The mock is strict by default: a paranoid NIC, the oracle of the safe crate's soundness
@@ -85,6 +89,7 @@ mod extended;
 pub mod mlx5;
 mod mw;
 mod ops;
+mod peer;
 mod post;
 mod qp;
 mod registry;
@@ -109,6 +114,7 @@ pub use call::{Call, QpAttr, Verb};
 pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID, PORT_SPEED};
 pub use exec::GRH_LEN;
 pub use extended::CORE_CLOCK_KHZ;
+pub use peer::DeviceMemory;
 pub use rule::{Queue, Rule, Violation};
 
 /// What a mock library reports as its path ([`Ibverbs::path`]).
@@ -471,6 +477,25 @@ impl Mock {
     /// of them: a CQ overrun (the test's problem, not a violation; the completions are kept).
     pub fn cq_overruns(&self, cq: *mut ibv_cq) -> usize {
         state::with(|s| s.cq_overruns(cq))
+    }
+
+    /// `len` bytes of a simulated GPU's memory: an address the CPU must never touch (any
+    /// access faults), which `ibv_reg_mr` registers only once a peer-memory client is loaded
+    /// ([`Mock::load_peer_memory_client`]), failing with `EFAULT` before, as the kernel does
+    /// for an address no CPU page backs. Work requests reach it through the NIC's view; the
+    /// test copies in and out with [`DeviceMemory::read`] and [`DeviceMemory::write`].
+    ///
+    /// # Panics
+    ///
+    /// When `len` is 0, or the mappings fail.
+    pub fn device_memory(&self, len: usize) -> DeviceMemory {
+        state::with(|s| peer::new(s, len))
+    }
+
+    /// Loads a peer-memory client (as `modprobe nvidia_peermem` does): from now on
+    /// `ibv_reg_mr` registers [`DeviceMemory`] lying in one allocation.
+    pub fn load_peer_memory_client(&self) {
+        state::with(|s| s.peer.client = true);
     }
 
     /// Whether `object` is a live object of this mock: created and not (successfully)

@@ -9,6 +9,7 @@ use std::ptr;
 use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
+use super::peer::PeerMemory;
 use super::registry::Registry;
 use super::rule::{Queue, Rule, Violation};
 use super::td::MockParentDomain;
@@ -150,6 +151,8 @@ pub(super) struct State {
     vendor_ids: HashMap<*mut ibv_context, u32>,
     /// Each context's `query_device_ex` answers ([`ExtendedAttrs`]).
     extended_attrs: HashMap<*mut ibv_context, ExtendedAttrs>,
+    /// Device memory and the peer-memory client ([`Mock::device_memory`](super::Mock)).
+    pub(super) peer: PeerMemory,
     next_id: u32,
 }
 
@@ -173,6 +176,7 @@ impl State {
             missing_members: HashMap::new(),
             vendor_ids: HashMap::new(),
             extended_attrs: HashMap::new(),
+            peer: PeerMemory::default(),
             next_id: 0,
         }
     }

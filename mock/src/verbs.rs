@@ -308,7 +308,8 @@ pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 
 /// Registers `addr..addr + length` on `pd` (shared by both registration symbols): `EINVAL`
 /// for an empty range, or remote write / atomic access without local write (as the kernel's
-/// `ib_check_mr_access`).
+/// `ib_check_mr_access`); `EFAULT` for device memory without a peer-memory client
+/// ([`PeerMemory::resolve`](crate::peer::PeerMemory::resolve)).
 fn register(
     s: &mut State,
     pd: *mut ibv_pd,
@@ -325,12 +326,14 @@ fn register(
     {
         return Err(libc::EINVAL);
     }
+    // Device memory is reached through the NIC's view of it, never its device address.
+    let nic = s.peer.resolve(addr as usize, length)?;
     // SAFETY: `pd` is a live mock PD (checked above).
     let context = unsafe { (*pd).context };
     let id = s.next_id();
     let (lkey, rkey) = (0x1000 + id, 0x2000 + id);
     let mr = ibv_mr { context, pd, addr, length, handle: id, lkey, rkey };
-    let info = MrInfo { pd, rkey, iova, addr: addr as usize, len: length, access };
+    let info = MrInfo { pd, rkey, iova, addr: nic, len: length, access };
     s.reg.mrs.insert(lkey, info);
     Ok(s.adopt(mr, Kind::Mr))
 }

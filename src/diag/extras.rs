@@ -1,5 +1,5 @@
-//! Extras layer: mlx5dv, GPU memory registration (dma-buf, nvidia_peermem), and whether this
-//! runs in a container — then the container checklist (device nodes, /sys; the memlock limit
+//! Extras layer: mlx5dv, GPU memory routes (the `gpu` module: dma-buf, peer memory), and
+//! whether this runs in a container — then the container checklist (device nodes, /sys; the memlock limit
 //! is the resources layer's `memlock` check).
 
 use std::path::Path;
@@ -12,44 +12,7 @@ use super::Out;
 pub(super) fn check(out: &mut Out<'_>, devices: &[SysDevice], library: &Library) {
     mlx5dv(out, devices, library);
 
-    let gpu = Path::new("/sys/module/nvidia").exists();
-    match &library.verbs {
-        Err(reason) => out.skip("dmabuf", reason.clone()),
-        Ok(verbs) if verbs.has_symbol("ibv_reg_dmabuf_mr") => out.pass(
-            "dmabuf",
-            "libibverbs exports ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core v34+): GPU memory can \
-             be registered through dma-buf where the kernel (5.12+) and GPU driver export it",
-        ),
-        Ok(_) if gpu => out.warn(
-            "dmabuf",
-            "libibverbs lacks ibv_reg_dmabuf_mr (rdma-core before v34), and an NVIDIA GPU driver \
-             is loaded: GPU memory can be registered only through nvidia_peermem",
-            "upgrade rdma-core to v34 or later",
-        ),
-        Ok(_) => out.pass(
-            "dmabuf",
-            "libibverbs lacks ibv_reg_dmabuf_mr (rdma-core before v34); only GPU memory needs it, \
-             and no NVIDIA GPU driver is loaded",
-        ),
-    }
-
-    let peermem = ["nvidia_peermem", "nv_peer_mem"]
-        .into_iter()
-        .find(|m| Path::new("/sys/module").join(m).exists());
-    match (peermem, gpu) {
-        (Some(module), _) => out.pass(
-            "nvidia_peermem",
-            format!("{module} is loaded: GPUDirect RDMA can register GPU memory"),
-        ),
-        (None, true) => out.warn(
-            "nvidia_peermem",
-            "not loaded, while an NVIDIA GPU driver is: GPUDirect RDMA clients need it, or dma-buf",
-            "modprobe nvidia_peermem, or register GPU memory through dma-buf (ibv_reg_dmabuf_mr)",
-        ),
-        (None, false) => {
-            out.pass("nvidia_peermem", "not loaded; no NVIDIA GPU driver is loaded to need it")
-        }
-    }
+    super::gpu::check(out, devices, library);
 
     container(out, devices);
 }

@@ -11,13 +11,13 @@
 //! | [`Layer::Link`] | per port: state, physical state, link layer, rate, active MTU; LID and SM LID on InfiniBand |
 //! | [`Layer::Addressing`] | the GID table (type, netdev), the routable RoCE v2 GID, the netdev's IP addresses |
 //! | [`Layer::Resources`] | `RLIMIT_MEMLOCK`, fork protection (on? needed: does the kernel copy pinned pages at `fork()`?), and a loopback smoke test per device (PD, 1 MiB MR, CQ, two RC QPs to RTS, one SEND) |
-//! | [`Layer::Extras`] | mlx5dv, the dma-buf registration symbol, `nvidia_peermem`, and a container checklist |
+//! | [`Layer::Extras`] | mlx5dv; GPU memory routes: the GPUs (and the RDMA device nearest each), dma-buf registration (rdma-core v34+, Linux 5.12+), peer memory (`nvidia_peermem`, ROCm's `amdgpu`, the peer-memory API), and per device whether its provider takes dma-bufs; a container checklist |
 //!
 //! Check names, for [`Report::find`]: `libibverbs`, `stack`, `librdmacm`, `libmlx5`,
 //! `driver config`, `provider <name>`; `kernel RDMA`, `device <dev>`, `node <uverbsN>`,
 //! `rdma_cm node`, `verbs <dev>`, `topology <dev>`; `port <dev>/<port>`; `GID table <dev>/<port>`,
 //! `routable GID <dev>/<port>`, `IP <dev>/<port>`; `memlock`, `fork`, `smoke test <dev>`; `mlx5dv`,
-//! `dmabuf`, `nvidia_peermem`, `container`, `container: <item>`. A check skipped for a whole
+//! `GPU`, `dmabuf`, `peer memory`, `gpu routes <dev>`, `container`, `container: <item>`. A check skipped for a whole
 //! layer has no object (`port`), one skipped for a device names only the device (`port rxe0`).
 //!
 //! A check that needs what a failed earlier check would have provided SKIPs and names it (no
@@ -49,6 +49,7 @@
 mod addressing;
 mod extras;
 mod fork;
+mod gpu;
 mod kernel;
 mod library;
 mod link;

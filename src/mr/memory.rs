@@ -113,12 +113,13 @@ enum Owner {
     /// Given by value: dropped by `free`, leaked if never freed. `shared` when another
     /// process may write the bytes ([`PinnedMemory::is_shared`]).
     Pinned { owner: ManuallyDrop<Box<dyn PinnedMemory>>, shared: bool },
-    /// Borrowed, or not the CPU's (a dma-buf's): nothing to free.
+    /// Borrowed, or not the CPU's (a dma-buf's, a device allocation's): nothing to free.
     Borrowed,
 }
 
 impl Memory<'_> {
-    /// `len` bytes the CPU cannot reach (a dma-buf's): never dereferenced, nothing to free.
+    /// `len` bytes the CPU cannot reach (a dma-buf's, a device allocation's): never
+    /// dereferenced, nothing to free.
     pub(super) fn unmapped(len: usize) -> Self {
         Memory { ptr: NonNull::dangling(), len, owner: Owner::Borrowed, _borrow: PhantomData }
     }

@@ -1,17 +1,21 @@
 //! Memory regions: registered memory, owned or exclusively borrowed ([`MemoryRegion`],
-//! [`RemoteWritableRegion`], [`DmabufRegion`], [`DeviceMemoryRegion`]) and their keys
-//! ([`LKey`], [`RKey`]). The registration verbs (`ibv_reg_mr(3)`) and the `ibv_mr` the
-//! regions share are in `registration`, the memory under them in `memory`: memory the caller
-//! owns and hands over by value under the [`PinnedMemory`] contract in `pinned`, and the huge
-//! pages ([`HugePages`], `mmap(2)`) and memfds ([`SharedMemory`], `memfd_create(2)`) the crate
-//! maps for it in `mapped`; device memory's regions are in `device_memory`.
+//! [`RemoteWritableRegion`]), or a device's, which the CPU does not reach ([`DmabufRegion`],
+//! [`PeerMemoryRegion`], [`DeviceMemoryRegion`]), and their keys ([`LKey`], [`RKey`]). The
+//! registration verbs (`ibv_reg_mr(3)`) and the `ibv_mr` the regions share are in
+//! `registration`, the memory under them in `memory`: memory the caller owns and hands over
+//! by value under the [`PinnedMemory`] contract in `pinned`, and the huge pages
+//! ([`HugePages`], `mmap(2)`) and memfds ([`SharedMemory`], `memfd_create(2)`) the crate maps
+//! for it in `mapped`; device memory's regions are in `device_memory`.
 #![allow(unsafe_code)]
 //! # Safety
 //!
 //! A registration covers bytes that never move and outlive it: a heap buffer of whole pages the
 //! region owns, a [`PinnedMemory`] value it owns (whose bytes stay valid until the value
 //! drops), or a `&'a mut [u8]` it holds for `'a`. The region deregisters before it frees or
-//! releases them, and leaks what it owns when deregistration fails. Memory a *peer* may
+//! releases them, and leaks what it owns when deregistration fails. Device memory (a
+//! [`DmabufRegion`]'s, which the kernel holds a reference to; a [`PeerMemoryRegion`]'s,
+//! which the caller of the `unsafe` registration keeps allocated) is never touched by the
+//! CPU: those regions have no slices and no copies. Memory a *peer* may
 //! write ([`RemoteWritableRegion`]), or another process (a shared [`PinnedMemory`]), is never
 //! exposed as a plain slice, only copied in and out; what the local NIC does with
 //! `LOCAL_WRITE` memory is governed by the posting contracts (the raw tier) or by buffer
@@ -19,6 +23,7 @@
 
 mod mapped;
 mod memory;
+mod peer;
 mod pinned;
 mod registration;
 
@@ -75,8 +80,9 @@ macro_rules! region_common {
 
             /// The memory's virtual address: where the CPU sees the first byte (a
             /// [`DmabufRegion`](crate::DmabufRegion) or
-            /// [`DeviceMemoryRegion`](crate::DeviceMemoryRegion), which the CPU does not
-            /// map, gives its IOVA).
+            /// [`DeviceMemoryRegion`](crate::DeviceMemoryRegion), which the CPU does not map,
+            /// gives its IOVA; a [`PeerMemoryRegion`](crate::PeerMemoryRegion) the device
+            /// address it was registered at).
             pub fn addr(&self) -> u64 {
                 self.reg.addr()
             }
@@ -335,5 +341,22 @@ region_common!(DmabufRegion);
 impl std::fmt::Debug for DmabufRegion<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("DmabufRegion").field(&self.reg).finish()
+    }
+}
+
+/// A registered device allocation (`ibv_reg_mr(3)` of a GPU address, resolved by a
+/// peer-memory client such as `nvidia_peermem`): memory the CPU must not touch, so the region
+/// has no slices and no copies. SGEs and peers address it by the device address it was
+/// registered at ([`PeerMemoryRegion::iova`], which [`PeerMemoryRegion::addr`] also
+/// returns). Made by the `unsafe` [`ProtectionDomain::register_peer_memory`].
+pub struct PeerMemoryRegion<'a> {
+    reg: Registration<'a>,
+}
+
+region_common!(PeerMemoryRegion);
+
+impl std::fmt::Debug for PeerMemoryRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PeerMemoryRegion").field(&self.reg).finish()
     }
 }

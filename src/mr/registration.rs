@@ -352,16 +352,7 @@ impl<'a> ProtectionDomain<'a> {
         iova: u64,
         access: AccessFlags,
     ) -> Result<DmabufRegion<'a>> {
-        if len == 0 {
-            return Err(Error::invalid(
-                InvalidInputKind::Size,
-                "a memory region needs at least 1 byte".into(),
-            ));
-        }
-        access.check_named()?;
-        if access.intersects(AccessFlags::REMOTE_WRITES) {
-            check_remote_writable(access)?;
-        }
+        check_unmapped(len, access)?;
         let reg = self
             .context()
             .library()
@@ -373,9 +364,39 @@ impl<'a> ProtectionDomain<'a> {
         // reference to the dma-buf; no CPU memory is involved.
         let raw = unsafe { reg(self.as_raw(), offset, len, iova, fd.as_raw_fd(), access_bits) };
         let raw = check_ptr(raw, "ibv_reg_dmabuf_mr")?;
-        let memory = Memory::unmapped(len);
-        Ok(DmabufRegion { reg: Registration { raw, memory, local: iova, iova, access, pd: self } })
+        Ok(DmabufRegion { reg: Registration::unmapped(self, raw, len, iova, access) })
     }
+}
+
+impl<'a> Registration<'a> {
+    /// An `ibv_mr` over `len` bytes the CPU does not reach (a dma-buf's, a device
+    /// allocation's), addressed by the NIC at `iova` and reported at it as its address too.
+    pub(super) fn unmapped(
+        pd: &'a ProtectionDomain<'a>,
+        raw: NonNull<sys::ibv_mr>,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Self {
+        Registration { raw, memory: Memory::unmapped(len), local: iova, iova, access, pd }
+    }
+}
+
+/// The arguments of a registration the CPU never touches (no slices, no copies), so any
+/// rights may be asked for: at least 1 byte, named access bits, and the `LOCAL_WRITE` remote
+/// writes need.
+pub(super) fn check_unmapped(len: usize, access: AccessFlags) -> Result<()> {
+    if len == 0 {
+        return Err(Error::invalid(
+            InvalidInputKind::Size,
+            "a memory region needs at least 1 byte".into(),
+        ));
+    }
+    access.check_named()?;
+    if access.intersects(AccessFlags::REMOTE_WRITES) {
+        check_remote_writable(access)?;
+    }
+    Ok(())
 }
 
 /// Explains `EINVAL` for an on-demand registration: kernels before 6.x report a device

@@ -17,6 +17,7 @@
 //! | bonds ([`Bond`]) | `/sys/class/net/<if>/master` with `bonding_slave/state`; the bond's `bonding/mode`, `bonding/slaves` |
 //! | ports ([`Port`]) | `ports/<N>/link_layer`, `rate`, `gid_attrs/types/<I>`, `gid_attrs/ndevs/<I>` |
 //! | NUMA nodes' CPUs | `/sys/devices/system/node/node<N>/cpulist` |
+//! | GPUs ([`Gpu`]) | `/sys/bus/pci/devices/*` of display `class` (`0x03xxxx`) and NVIDIA or AMD `vendor` |
 //!
 //! Software devices have no PCI place: rxe and siw sit under `/sys/devices/virtual`. rxe
 //! names its netdev in `parent`; siw names it nowhere in sysfs (`rdma link` shows it, over
@@ -48,6 +49,7 @@
 //! sysfs, or a recorded tree in tests.
 
 mod device;
+mod gpu;
 mod nearest;
 mod pci;
 pub(crate) mod sysfs;
@@ -55,6 +57,7 @@ pub(crate) mod sysfs;
 use std::path::{Path, PathBuf};
 
 pub use device::{Bond, GidAttrs, Netdev, Port, RdmaDevice};
+pub use gpu::{Gpu, GpuVendor};
 pub use nearest::{Distance, Nearest};
 pub use pci::{PciAddress, PciLink, PciPath};
 
@@ -101,6 +104,7 @@ pub struct Topology {
     root: PathBuf,
     devices: Vec<RdmaDevice>,
     numa_nodes: Vec<NumaNode>,
+    gpus: Vec<Gpu>,
 }
 
 /// A NUMA node and its CPUs (`/sys/devices/system/node/node<N>`).
@@ -150,7 +154,8 @@ impl Topology {
             })
             .collect();
         numa_nodes.sort_by_key(|n| n.id);
-        Ok(Topology { root, devices, numa_nodes })
+        let gpus = gpu::read_gpus(&root);
+        Ok(Topology { root, devices, numa_nodes, gpus })
     }
 
     /// The RDMA devices, by name.
@@ -166,6 +171,12 @@ impl Topology {
     /// The NUMA nodes, by number; empty on a kernel without NUMA support.
     pub fn numa_nodes(&self) -> &[NumaNode] {
         &self.numa_nodes
+    }
+
+    /// The NVIDIA and AMD GPUs on the PCI bus, by address (rank the RDMA devices by their
+    /// distance to one with [`Topology::nearest_to_pci`]).
+    pub fn gpus(&self) -> &[Gpu] {
+        &self.gpus
     }
 
     /// The devices ranked by their distance to the PCI function at `address` (a GPU):

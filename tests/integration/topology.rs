@@ -1,7 +1,7 @@
 //! `rdma_verbs::topology` over recorded sysfs trees, which `tests/fixtures/topology/build.sh`
 //! builds in a scratch directory: parsing, and the ranking of the nearest device.
 
-use rdma_verbs::topology::{Distance, Nearest, PciAddress, Topology, TopologyError};
+use rdma_verbs::topology::{Distance, GpuVendor, Nearest, PciAddress, Topology, TopologyError};
 use rdma_verbs_test_support::fixtures::topology_root;
 
 fn fixture(host: &str) -> Topology {
@@ -85,6 +85,31 @@ fn a_gpu_behind_a_nics_pcie_switch_ranks_that_nic_first() {
     // A NIC's own function: every bridge and the function itself in common.
     let own = t.nearest_to_pci(&bdf("0000:af:00.0")).unwrap();
     assert_eq!(ranking(&own)[0], entry("mlx5_1", Distance::PciSwitch, 2));
+}
+
+/// GPUs are NVIDIA and AMD functions of display class: not the NVMe drive, nor the BMC's
+/// VGA function (ASPEED); each ranks the devices as any PCI function does.
+#[test]
+fn gpus_are_nvidia_and_amd_display_functions_and_rank_the_devices() {
+    let t = fixture("two-socket");
+    let gpus: Vec<(String, GpuVendor, Option<u32>)> =
+        t.gpus().iter().map(|g| (g.address.to_string(), g.vendor, g.numa_node)).collect();
+    assert_eq!(
+        gpus,
+        [
+            ("0000:1b:00.0".to_owned(), GpuVendor::Nvidia, Some(0)),
+            ("0000:d8:00.0".to_owned(), GpuVendor::Nvidia, Some(1)),
+        ]
+    );
+    let nearest = t.nearest_to_pci(&t.gpus()[1].address).unwrap();
+    assert_eq!(nearest[0].device.name, "mlx5_1");
+    let amd = fixture("roce-lag");
+    assert_eq!(amd.gpus().len(), 1);
+    assert_eq!(
+        (amd.gpus()[0].vendor.to_string(), amd.gpus()[0].address),
+        ("AMD".into(), bdf("c1:00.0"))
+    );
+    assert!(fixture("vm").gpus().is_empty());
 }
 
 #[test]

@@ -77,6 +77,18 @@ fn in_the_guest_nothing_fails_and_the_smoke_test_passes_on_rxe() {
         "PASS",
         &["1 MiB MR, CQ, two RC QPs to RTS on port 1", "one SEND received intact"],
     );
+    // The guest has no GPU; rxe refuses dma-bufs and, moving data with the CPU, takes no
+    // peer memory either: the provider's answer is probed, not assumed.
+    assert_finding(&json, "GPU", "PASS", &["none: no NVIDIA or AMD function"]);
+    assert_finding(
+        &json,
+        "gpu routes rxe0",
+        "PASS",
+        &[
+            "no GPU on this host; dma-buf no: the provider or kernel driver refuses",
+            "peer memory no: a software device",
+        ],
+    );
 
     let stdout = passing(&[]);
     assert!(stdout.contains("\nResources\n") && stdout.contains(" WARN, 0 FAIL, "), "{stdout}");
@@ -89,6 +101,7 @@ fn siw_is_diagnosed_and_its_smoke_test_skips_for_want_of_rdma_cm() {
     assert_finding(&json, "verbs siw0", "PASS", &["transport iWARP"]);
     assert_finding(&json, "topology siw0", "PASS", &["virtual device, no PCI place", "port 1: "]);
     assert_finding(&json, "provider siw", "PASS", &["loads: ", "libsiw-rdmav"]);
+    assert_finding(&json, "gpu routes siw0", "PASS", &["dma-buf no: ", "a software device"]);
     assert_finding(&json, "port siw0/1", "PASS", &["ACTIVE, LinkUp, Ethernet"]);
     assert_finding(&json, "routable GID siw0/1", "SKIP", &["iWARP addresses peers by IP"]);
     assert_finding(&json, "IP siw0/1", "PASS", &[&format!("{}/", t.ip)]);

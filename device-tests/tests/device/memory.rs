@@ -1,5 +1,5 @@
-//! Memory on rxe0 beyond plain registration: a chosen IOVA, on-demand paging, dma-buf and
-//! memory windows of both types, each with the outcome Soft-RoCE (Linux 6.1) gives.
+//! Memory on rxe0 beyond plain registration: a chosen IOVA, on-demand paging, dma-buf, peer
+//! memory and memory windows of both types, each with the outcome Soft-RoCE (Linux 6.1) gives.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
@@ -132,6 +132,27 @@ fn dmabuf_registration_is_unsupported_on_rxe() {
     assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), LEN as i64) }, 0);
     let err = pd.register_dmabuf(fd.as_fd(), 0, LEN, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
     assert!(matches!(err, Error::Unsupported { what: "ibv_reg_dmabuf_mr" }), "{err:?}");
+}
+
+/// With no peer-memory client (and rxe takes none), a device address is pinned as CPU
+/// memory: an address no readable page backs (a `PROT_NONE` reservation, as a GPU's
+/// allocation looks to the CPU) fails with `EFAULT`, and the error names both ways out.
+#[test]
+fn peer_memory_without_a_client_is_refused_with_what_to_do() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: a fresh anonymous reservation; no existing memory is touched.
+    let addr = unsafe { libc::mmap(std::ptr::null_mut(), LEN, libc::PROT_NONE, flags, -1, 0) };
+    assert_ne!(addr, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    // SAFETY: the reservation stays mapped past the call, and the registration fails.
+    let err = unsafe { pd.register_peer_memory(addr as u64, LEN, access) }.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("ibv_reg_mr failed: EFAULT"), "{msg}");
+    assert!(msg.contains("modprobe nvidia_peermem") && msg.contains("register_dmabuf"), "{msg}");
+    // SAFETY: the reservation made above, unmapped once; nothing registered it.
+    assert_eq!(unsafe { libc::munmap(addr, LEN) }, 0);
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod device_memory;
 mod events;
 mod memory;
 mod messages;
+mod peer_memory;
 mod pinned;
 mod qp;
 #[cfg(feature = "rails")]
