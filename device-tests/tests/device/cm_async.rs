@@ -164,7 +164,7 @@ fn cancelled_connect(target: Option<Target>, port: u16) {
             let id = CmId::new(&channel, PortSpace::TCP).expect("id");
             cm.resolve_addr(&id, None, silent, CM_TIMEOUT).await.expect("resolve_addr");
             cm.resolve_route(&id, CM_TIMEOUT).await.expect("resolve_route");
-            let lo = Loopback::new(id.context().unwrap(), 16);
+            let lo = Loopback::new(id.context().unwrap(), 64);
             let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
             let param = ConnParam::default();
             let connect = cm.connect(&id, qp, &param);
