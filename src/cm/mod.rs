@@ -28,7 +28,7 @@
 //!
 //! With feature `tokio`, an [`AsyncEventChannel`] awaits the same steps on tokio's reactor
 //! (resolution, connect requests, connect and accept as futures, the channel's events as a
-//! stream), cancel-safe: see its module's docs for how ids share the channel and what a
+//! stream), cancel-safe: see its docs for how ids share the channel and what a
 //! dropped future leaves.
 //!
 //! # The QP and its transitions

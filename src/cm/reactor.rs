@@ -1,48 +1,4 @@
-//! rdma_cm on tokio's reactor (features `rdmacm` and `tokio`): address and route resolution,
-//! connect, accept and connect requests as futures, and the channel's events as a stream.
-//!
-//! An [`AsyncEventChannel`] registers an [`EventChannel`]'s descriptor (non-blocking, so
-//! `rdma_get_cm_event(3)` answers `EAGAIN` when nothing is pending) with tokio's
-//! [`AsyncFd`](::tokio::io::unix::AsyncFd). Its methods start a step as the blocking API does
-//! (`rdma_resolve_addr(3)`, `rdma_resolve_route(3)`, `rdma_connect(3)`, `rdma_accept(3)`)
-//! and await the id's event instead of polling for it.
-//!
-//! # One waiter per channel
-//!
-//! Events of every id on a channel arrive on its one descriptor, so each method takes the
-//! async channel by `&mut self`: one future at a time reads the descriptor, and nobody else
-//! can drain it between that future's last read and its wait for readiness (which would
-//! leave it asleep with its event in the backlog). Events of other ids that it reads
-//! meanwhile join the channel's backlog, in order, for their own steps or for
-//! [`AsyncEventChannel::next`]. For connections that progress concurrently, give each its
-//! own [`EventChannel`] and async channel; while an async channel exists, wait for its
-//! channel's events through it only (a blocking wait on another thread may take an event this
-//! side then waits for until the next one arrives).
-//!
-//! # Cancel-safety
-//!
-//! Every event is acknowledged (`rdma_ack_cm_event(3)`) by the call that reads it, and an
-//! event is taken only by the poll that returns it: no await point holds one. Dropping a
-//! future therefore loses no event and leaves none unacknowledged, so dropping the id
-//! (`rdma_destroy_id(3)`, which waits for its events' acknowledgements) never hangs.
-//!
-//! A cancelled [`get_request`](AsyncEventChannel::get_request) or
-//! [`next`](AsyncEventChannel::next) has taken nothing: the next call gets the event. A
-//! cancelled resolve, connect or accept has started its step: the id's event still comes,
-//! and joins the backlog (or is what [`next`](AsyncEventChannel::next) returns). A cancelled
-//! connect or accept clears `id->qp` first and then destroys the QP it owned, so librdmacm
-//! never sees a destroyed QP. Drop such an id — its late events are forgotten with it, and
-//! the CM tears down its half-open connection — and start again with a new one; the channel
-//! itself keeps working.
-//!
-//! # Timeouts
-//!
-//! The resolutions take the CM's timeout (milliseconds), after which the CM ends them with
-//! `ADDR_ERROR`/`ROUTE_ERROR`. A connect or accept ends when the CM reports the outcome,
-//! which it does after its own retries at the latest (`UNREACHABLE`, `REJECTED`,
-//! `CONNECT_ERROR`). [`get_request`](AsyncEventChannel::get_request) and
-//! [`next`](AsyncEventChannel::next) wait, like a listener's accept, until an event comes.
-//! For a tighter bound, wrap any of them in `tokio::time::timeout`: they are cancel-safe.
+//! rdma_cm on tokio's reactor (features `rdmacm` and `tokio`): [`AsyncEventChannel`].
 //!
 //! # Safety
 //!
@@ -64,14 +20,57 @@ use crate::error::{Error, InvalidInputKind, Result};
 use crate::qp::{QueuePair, Rc};
 use crate::reactor::{read_when_readable, register, Watched};
 
-/// An [`EventChannel`] whose events are awaited on tokio's reactor, and the rdma_cm steps
-/// of its ids as futures (see the [module docs](self) for why each takes `&mut self`, and
-/// what a cancelled step leaves).
+/// An [`EventChannel`] on tokio's reactor (features `rdmacm` and `tokio`): address and route
+/// resolution, connect requests, connect and accept as futures, and the channel's events as a
+/// stream.
+///
+/// It registers an [`EventChannel`]'s descriptor (non-blocking, so
+/// `rdma_get_cm_event(3)` answers `EAGAIN` when nothing is pending) with tokio's
+/// [`AsyncFd`](::tokio::io::unix::AsyncFd). Its methods start a step as the blocking API does
+/// (`rdma_resolve_addr(3)`, `rdma_resolve_route(3)`, `rdma_connect(3)`, `rdma_accept(3)`)
+/// and await the id's event instead of polling for it.
+///
+/// # One waiter per channel
+///
+/// Events of every id on a channel arrive on its one descriptor, so each method takes the
+/// async channel by `&mut self`: one future at a time reads the descriptor, and nobody else
+/// can drain it between that future's last read and its wait for readiness (which would
+/// leave it asleep with its event in the backlog). Events of other ids that it reads
+/// meanwhile join the channel's backlog, in order, for their own steps or for
+/// [`AsyncEventChannel::next`]. For connections that progress concurrently, give each its
+/// own [`EventChannel`] and async channel; while an async channel exists, wait for its
+/// channel's events through it only (a blocking wait on another thread may take an event this
+/// side then waits for until the next one arrives).
+///
+/// # Cancel-safety
+///
+/// Every event is acknowledged (`rdma_ack_cm_event(3)`) by the call that reads it, and an
+/// event is taken only by the poll that returns it: no await point holds one. Dropping a
+/// future therefore loses no event and leaves none unacknowledged, so dropping the id
+/// (`rdma_destroy_id(3)`, which waits for its events' acknowledgements) never hangs.
+///
+/// A cancelled [`get_request`](AsyncEventChannel::get_request) or
+/// [`next`](AsyncEventChannel::next) has taken nothing: the next call gets the event. A
+/// cancelled resolve, connect or accept has started its step: the id's event still comes,
+/// and joins the backlog (or is what [`next`](AsyncEventChannel::next) returns). A cancelled
+/// connect or accept clears `id->qp` first and then destroys the QP it owned, so librdmacm
+/// never sees a destroyed QP. Drop such an id — its late events are forgotten with it, and
+/// the CM tears down its half-open connection — and start again with a new one; the channel
+/// itself keeps working.
+///
+/// # Timeouts
+///
+/// The resolutions take the CM's timeout (milliseconds), after which the CM ends them with
+/// `ADDR_ERROR`/`ROUTE_ERROR`. A connect or accept ends when the CM reports the outcome,
+/// which it does after its own retries at the latest (`UNREACHABLE`, `REJECTED`,
+/// `CONNECT_ERROR`). [`get_request`](AsyncEventChannel::get_request) and
+/// [`next`](AsyncEventChannel::next) wait, like a listener's accept, until an event comes.
+/// For a tighter bound, wrap any of them in `tokio::time::timeout`: they are cancel-safe.
 ///
 /// ```no_run
 /// use std::net::SocketAddr;
 /// use rdma_verbs::cm::{AsyncEventChannel, CmId, ConnParam, EventChannel, PortSpace};
-/// use rdma_verbs::{CompletionQueue, QpInitAttr};
+/// use rdma_verbs::QpInitAttr;
 ///
 /// # async fn f() -> rdma_verbs::Result<()> {
 /// let server: SocketAddr = "192.0.2.1:7471".parse().unwrap();
@@ -181,8 +180,8 @@ impl<'ch> AsyncEventChannel<'ch> {
     }
 
     /// `rdma_connect(3)`, awaited until the CM reports the outcome: as
-    /// [`CmId::try_connect`] without its timeout. Dropping the future destroys `qp` (see the
-    /// module docs); `?` turns the error into an [`Error`].
+    /// [`CmId::try_connect`] without its timeout. Dropping the future destroys `qp` (see
+    /// [cancel-safety](Self#cancel-safety)); `?` turns the error into an [`Error`].
     ///
     /// # Errors
     ///
@@ -199,7 +198,7 @@ impl<'ch> AsyncEventChannel<'ch> {
 
     /// `rdma_accept(3)`, awaited until the CM reports the outcome: as [`CmId::try_accept`]
     /// without its timeout, on a [`ConnectRequest`]'s id. Dropping the future destroys `qp`
-    /// (see the module docs); `?` turns the error into an [`Error`].
+    /// (see [cancel-safety](Self#cancel-safety)); `?` turns the error into an [`Error`].
     ///
     /// # Errors
     ///
