@@ -1,18 +1,18 @@
 //! rdma_cm on tokio (features `rdmacm` and `tokio`) in the Soft-RoCE guest: an async server
 //! and an async client in one current-thread runtime, on rxe0 and siw0 (see cm.rs for the
-//! addresses); a connect cancelled by a timeout, after which the same channel connects again.
-//! Ports 19120–19129.
+//! addresses), their completions awaited too; a connect cancelled by a timeout, after which
+//! the same channel connects again. Ports 19120–19129.
 
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdma_verbs::cm::{AsyncEventChannel, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
+use rdma_verbs::reactor::CompletionStream;
 use rdma_verbs::{
-    CompletionQueue, Error, Init, InvalidInputKind, QpInitAttr, QueuePair, RecvWr, SendFlags,
-    SendWr, ToInitAttr, WorkCompletion,
+    Error, Init, InvalidInputKind, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr,
 };
 
 use super::cm::listen_on;
@@ -55,19 +55,12 @@ async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     (ra.unwrap(), rb.unwrap())
 }
 
-/// One successful completion of `cq` within [`STEP`], yielding to the other tasks while
-/// there is none (the peer runs on this thread). Its `wr_id`.
-async fn one_completion(cq: &CompletionQueue<'_>, what: &str) -> u64 {
-    let mut wcs = [WorkCompletion::EMPTY; 1];
-    let start = Instant::now();
-    loop {
-        if let [wc] = cq.poll(&mut wcs).expect("poll") {
-            assert!(wc.is_success(), "{what}: {}", wc.status());
-            return wc.wr_id();
-        }
-        assert!(start.elapsed() < STEP, "{what}: no completion within {STEP:?}");
-        tokio::task::yield_now().await;
-    }
+/// The next completion of `completions`, awaited on the reactor within [`STEP`]; it must
+/// succeed. Its `wr_id`.
+async fn one_completion(completions: &mut CompletionStream<'_>, what: &str) -> u64 {
+    let wc = tokio::time::timeout(STEP, completions.next()).await.expect(what).expect(what);
+    assert!(wc.is_success(), "{what}: {}", wc.status());
+    wc.wr_id()
 }
 
 /// The next event on `cm`, which must be `kind` for `id`.
@@ -83,7 +76,9 @@ async fn serve<'ch>(t: &Target, cm: &mut AsyncEventChannel<'ch>, listener: &CmId
     let id = &request.id;
     let ctx = id.context().expect("the request's context");
     assert_eq!(ctx.name(), t.device);
-    let lo = Loopback::new(ctx, 64);
+    let comp = ctx.create_comp_channel().expect("completion channel");
+    let lo = Loopback::with_cq(ctx, ctx.create_cq_with_channel(64, &comp, 0).expect("cq"));
+    let mut completions = CompletionStream::new(&lo.cq, &comp).expect("completion stream");
     let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
     let qp: QueuePair<'_, Init> =
         qp.into_init(&ToInitAttr { port: id.port_num(), ..ToInitAttr::default() }).expect("INIT");
@@ -93,7 +88,7 @@ async fn serve<'ch>(t: &Target, cm: &mut AsyncEventChannel<'ch>, listener: &CmId
     unsafe { qp.post_recv_wr(&mut RecvWr::new(7, &sge)).expect("post_recv") };
     let param = ConnParam::with_private_data(SERVER_HELLO);
     let up = cm.accept(id, qp, &param).await.unwrap_or_else(|e| panic!("accept: {}", e.error));
-    assert_eq!(one_completion(&lo.cq, "receive").await, 7);
+    assert_eq!(one_completion(&mut completions, "receive").await, 7);
     assert_eq!(&mr.as_mut_slice()[..MESSAGE.len()], MESSAGE);
     expect_event(cm, id, CmEventKind::DISCONNECTED).await;
     drop(up);
@@ -106,7 +101,9 @@ async fn client(t: &Target, cm: &mut AsyncEventChannel<'_>, at: SocketAddr) {
     cm.resolve_route(&id, CM_TIMEOUT).await.expect("resolve_route");
     let ctx = id.context().expect("the id's context");
     assert_eq!(ctx.name(), t.device);
-    let lo = Loopback::new(ctx, 64);
+    let comp = ctx.create_comp_channel().expect("completion channel");
+    let lo = Loopback::with_cq(ctx, ctx.create_cq_with_channel(64, &comp, 0).expect("cq"));
+    let mut completions = CompletionStream::new(&lo.cq, &comp).expect("completion stream");
     let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
     let param = ConnParam::with_private_data(CLIENT_HELLO);
     let up = cm.connect(&id, qp, &param).await.unwrap_or_else(|e| panic!("connect: {}", e.error));
@@ -117,7 +114,7 @@ async fn client(t: &Target, cm: &mut AsyncEventChannel<'_>, at: SocketAddr) {
     let mut wr = SendWr::send(9, &sge).flags(SendFlags::SIGNALED);
     // SAFETY: `mr` stays registered and unwritten until the completion is polled below.
     unsafe { up.qp.post_send_wr(&mut wr).expect("post_send") };
-    assert_eq!(one_completion(&lo.cq, "send").await, 9);
+    assert_eq!(one_completion(&mut completions, "send").await, 9);
     id.disconnect().expect("disconnect");
     expect_event(cm, &id, CmEventKind::DISCONNECTED).await;
     drop(up);
