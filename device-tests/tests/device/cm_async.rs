@@ -11,11 +11,9 @@ use std::time::Duration;
 
 use rdma_verbs::cm::{AsyncEventChannel, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::reactor::CompletionStream;
-use rdma_verbs::{
-    Error, Init, InvalidInputKind, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr,
-};
+use rdma_verbs::{Error, InvalidInputKind, QpInitAttr, SendFlags, SendWr};
 
-use super::cm::listen_on;
+use super::cm::{listen_on, receiving};
 use super::pair::Loopback;
 use super::test_cases;
 use rdma_verbs_device_tests::{rxe, siw, Target};
@@ -79,13 +77,8 @@ async fn serve<'ch>(t: &Target, cm: &mut AsyncEventChannel<'ch>, listener: &CmId
     let comp = ctx.create_comp_channel().expect("completion channel");
     let lo = Loopback::with_cq(ctx, ctx.create_cq_with_channel(64, &comp, 0).expect("cq"));
     let mut completions = CompletionStream::new(&lo.cq, &comp).expect("completion stream");
-    let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
-    let qp: QueuePair<'_, Init> =
-        qp.into_init(&ToInitAttr { port: id.port_num(), ..ToInitAttr::default() }).expect("INIT");
-    let mut mr = lo.region(4096);
-    let sge = [mr.sge(..MESSAGE.len()).unwrap()];
-    // SAFETY: `mr` stays registered and untouched until the completion is polled below.
-    unsafe { qp.post_recv_wr(&mut RecvWr::new(7, &sge)).expect("post_recv") };
+    // SAFETY: `mr` stays alive and untouched until the completion is awaited below.
+    let (qp, mut mr) = unsafe { receiving(&lo, id, MESSAGE.len()) };
     let param = ConnParam::with_private_data(SERVER_HELLO);
     let up = cm.accept(id, qp, &param).await.unwrap_or_else(|e| panic!("accept: {}", e.error));
     assert_eq!(one_completion(&mut completions, "receive").await, 7);
