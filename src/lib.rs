@@ -105,7 +105,7 @@
 //! | memory windows, IOVA, on-demand paging, dma-buf ([`DmabufRegion`]) | each, and each refusal | rxe: windows of both types, IOVA; ODP refused with `EINVAL` and dma-buf `Unsupported` | hardware-unverified |
 //! | CQ moderation, port speed (rdma-core v62) | each, and `Unsupported` | `Unsupported` (port speed: named missing before v62, refused by the guest's kernel on 65.0) | hardware-unverified |
 //! | completion channels, async events, `tokio` streams | each | rxe: armed CQs, CQ overrun, SRQ limit, port down and up | hardware-unverified |
-//! | `rdmacm` | — | rxe and siw: resolve, connect, accept, reject, timeouts; the examples and tools over it | hardware-unverified |
+//! | `rdmacm` | — | rxe and siw: resolve, connect, accept, reject, timeouts; with `tokio`, each step as a future, a cancelled connect; the examples and tools over it | hardware-unverified |
 //! | `mlx5` (DC) | the mock libmlx5: DCTs, DCIs and streams executing WRITE, READ and SEND | rxe: the gate's `Unsupported` | tests written and `#[ignore]`d |
 //! | `diag` (the doctor) | each layer's checks as unit tests | rxe and siw in the guest, on rdma-core 33.2 to 65.0 | hardware-unverified |
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
@@ -121,7 +121,7 @@
 //!   first use. Needs `rdma/rdma_cma.h` at build time (librdmacm-dev / rdma-core-devel).
 //!
 //! - `tokio`: completion and async-event streams awaited on tokio's reactor (module
-//!   `reactor`). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
+//!   `reactor`), and with `rdmacm` rdma_cm's steps as futures (`cm::AsyncEventChannel`). Without it the crate is runtime-agnostic: every event file is [`AsFd`] for any
 //!   reactor.
 //!
 //! - `mlx5`: the Dynamically Connected transport of NVIDIA ConnectX devices (module `mlx5`);

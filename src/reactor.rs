@@ -48,7 +48,7 @@ use crate::event::{AsyncEvent, AsyncEvents};
 use crate::wc::WorkCompletion;
 
 /// A descriptor owned elsewhere, as [`AsyncFd`] wants it (it never closes it).
-struct Watched(RawFd);
+pub(crate) struct Watched(RawFd);
 
 impl AsRawFd for Watched {
     fn as_raw_fd(&self) -> RawFd {
@@ -61,7 +61,7 @@ impl AsRawFd for Watched {
 /// # Safety
 ///
 /// `fd` must stay open, the same file description, until the returned `AsyncFd` is dropped.
-unsafe fn register(fd: RawFd, what: &'static str) -> Result<AsyncFd<Watched>> {
+pub(crate) unsafe fn register(fd: RawFd, what: &'static str) -> Result<AsyncFd<Watched>> {
     // Checked first: tokio's own registration panics outside a runtime.
     if ::tokio::runtime::Handle::try_current().is_err() {
         return Err(Error::NoRuntime { what });
@@ -80,7 +80,7 @@ unsafe fn register(fd: RawFd, what: &'static str) -> Result<AsyncFd<Watched>> {
 
 /// Awaits readiness of `fd`, then runs `read`, which returns what it read, or `None` when it
 /// met `EAGAIN` first; repeats until it reads something (another reader may have been first).
-async fn read_when_readable<T>(
+pub(crate) async fn read_when_readable<T>(
     fd: &AsyncFd<Watched>,
     mut read: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {

@@ -71,7 +71,7 @@ impl EventChannel {
     /// Sets `O_NONBLOCK` on the descriptor, which its reads need to return when no event is
     /// pending: at creation, and again at each wait, since a program may have cleared it
     /// through a duplicate of [`fd`](Self::fd) (the flag is the open file's).
-    fn non_blocking(&self) -> Result<()> {
+    pub(crate) fn non_blocking(&self) -> Result<()> {
         // SAFETY: the channel's own descriptor, open as long as the channel.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
         crate::fd::set_nonblocking(fd, "the rdma_cm event channel")
@@ -121,17 +121,8 @@ impl EventChannel {
         let deadline = Instant::now().checked_add(timeout);
         self.non_blocking()?;
         loop {
-            {
-                let mut backlog = self.lock();
-                if let Some(i) = backlog.iter().position(&wanted) {
-                    return Ok(backlog.remove(i).expect("position is in range"));
-                }
-            }
-            while let Some(event) = self.read()? {
-                if wanted(&event) {
-                    return Ok(event);
-                }
-                self.lock().push_back(event);
+            if let Some(event) = self.take(&wanted)? {
+                return Ok(event);
             }
             let left = deadline
                 .map_or(POLL_SLICE, |deadline| deadline.saturating_duration_since(Instant::now()));
@@ -144,6 +135,27 @@ impl EventChannel {
             }
             self.poll(left.min(POLL_SLICE))?;
         }
+    }
+
+    /// The first event that `wanted` accepts from the backlog, or else from the events
+    /// pending on the descriptor, without waiting; others read meanwhile join the backlog.
+    /// `None` when the backlog has none and the descriptor is drained. An event is taken from
+    /// the backlog or read only by the call that returns it, so no await point ever holds
+    /// one.
+    pub(crate) fn take(&self, wanted: impl Fn(&RawEvent) -> bool) -> Result<Option<RawEvent>> {
+        {
+            let mut backlog = self.lock();
+            if let Some(i) = backlog.iter().position(&wanted) {
+                return Ok(backlog.remove(i));
+            }
+        }
+        while let Some(event) = self.read()? {
+            if wanted(&event) {
+                return Ok(Some(event));
+            }
+            self.lock().push_back(event);
+        }
+        Ok(None)
     }
 
     /// Reads and acknowledges one event, `None` when none is pending.

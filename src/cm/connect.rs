@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdma_verbs_sys as sys;
 
 use super::check;
-use super::event::CmEventKind;
+use super::event::{CmEventKind, RawEvent};
 use super::id::{event_error, CmId};
 use super::param::ConnParam;
 use crate::error::{Error, InvalidInputKind, Result};
@@ -104,7 +104,7 @@ pub struct Established<'res> {
 }
 
 /// A `try_` connect's or accept's result: the error is boxed (it is large, and rare).
-type Connected<'res> = std::result::Result<Established<'res>, Box<ConnectError<'res>>>;
+pub(crate) type Connected<'res> = std::result::Result<Established<'res>, Box<ConnectError<'res>>>;
 
 /// `rdma_connect` and `rdma_accept` as [`try_twin!`] methods of [`CmId`]: the two differ only
 /// in the verb [`CmId::establish`] calls (and their docs).
@@ -184,14 +184,39 @@ impl CmId<'_> {
         param: &ConnParam<'_>,
         timeout: Duration,
         verb: &'static str,
-        call: unsafe extern "C" fn(*mut sys::rdma_cm_id, *mut sys::rdma_conn_param) -> i32,
+        call: EstablishFn,
     ) -> Connected<'res> {
-        let fail = |qp: QueuePair<'res, S, Rc>, error, rejection| {
-            Err(Box::new(ConnectError { qp: qp.retype(), error, rejection }))
-        };
+        let lending = self.start_establish(qp, param, verb, call)?;
+        let event = self.next_event(timeout, verb);
+        conclude(lending, event, verb)
+    }
+}
+
+/// `rdma_connect` or `rdma_accept`.
+pub(crate) type EstablishFn =
+    unsafe extern "C" fn(*mut sys::rdma_cm_id, *mut sys::rdma_conn_param) -> i32;
+
+/// A QP lent to its id while a connect or accept waits for its event. The guard is the first
+/// field, so it is dropped first: `id->qp` is cleared before the QP can be destroyed, however
+/// the wait ends (a cancelled future drops this).
+pub(crate) struct Lending<'a, 'ch, 'res, S: QpState> {
+    lent: LentQp<'a, 'ch>,
+    qp: QueuePair<'res, S, Rc>,
+}
+
+impl<'ch> CmId<'ch> {
+    /// The first half of a connect or accept: checks `qp` and `param`, lends the QP to the id
+    /// and calls `verb`. Its event is still to come; hand it to [`conclude`].
+    pub(crate) fn start_establish<'a, 'res, S: BeforeConnect>(
+        &'a self,
+        qp: QueuePair<'res, S, Rc>,
+        param: &ConnParam<'_>,
+        verb: &'static str,
+        call: EstablishFn,
+    ) -> Result<Lending<'a, 'ch, 'res, S>, Box<ConnectError<'res>>> {
         let mut raw = match param.to_raw() {
             Ok(raw) => raw,
-            Err(error) => return fail(qp, error, None),
+            Err(error) => return Err(failed(qp, error, None)),
         };
         let own_context = self.context().map(|c| c.as_raw()).ok();
         if own_context != Some(qp.pd().context().as_raw()) {
@@ -199,45 +224,66 @@ impl CmId<'_> {
                 InvalidInputKind::OtherContext,
                 "the QP must be created from the rdma_cm id's own context (CmId::context)".into(),
             );
-            return fail(qp, error, None);
+            return Err(failed(qp, error, None));
         }
-        let event = {
-            let _lent = LentQp::new(self, qp.as_raw());
-            // SAFETY: a live id with its QP lent; `raw` and its private data are valid for
-            // the call (librdmacm copies them).
-            if let Err(error) = check(unsafe { call(self.as_raw(), &mut raw) }, verb) {
-                return fail(qp, error, None);
-            }
-            match self.next_event(timeout, verb) {
-                Ok(event) => event,
-                Err(error) => return fail(qp, error, None),
-            }
-        };
-        match event.kind {
-            // The CM reports ESTABLISHED only after the QP reached RTS: librdmacm moved it
-            // (IB/RoCE; a failed move becomes CONNECT_ERROR), or the kernel did (iWARP).
-            CmEventKind::ESTABLISHED => {
-                let qp = qp.retype::<Rts>().learn_rd_atomic();
-                Ok(Established { qp, private_data: event.private_data })
-            }
-            CmEventKind::REJECTED => {
-                let rejection =
-                    Rejection { reason: event.status, private_data: event.private_data };
-                let error = Error::Verb {
-                    verb,
-                    source: std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
-                    hint: Some(format!(
-                        "the server rejected the connection (reason {}); try_connect hands \
-                         back its private data (ConnectError::rejection)",
-                        rejection.reason
-                    )),
-                };
-                fail(qp, error, Some(rejection))
-            }
-            _ => fail(qp, event_error(&event, verb), None),
+        let lent = LentQp::new(self, qp.as_raw());
+        // SAFETY: a live id with its QP lent; `raw` and its private data are valid for the
+        // call (librdmacm copies them).
+        if let Err(error) = check(unsafe { call(self.as_raw(), &mut raw) }, verb) {
+            drop(lent);
+            return Err(failed(qp, error, None));
         }
+        Ok(Lending { lent, qp })
     }
+}
 
+/// A failed connect or accept, handing `qp` back.
+pub(crate) fn failed<'res, S: QpState>(
+    qp: QueuePair<'res, S, Rc>,
+    error: Error,
+    rejection: Option<Rejection>,
+) -> Box<ConnectError<'res>> {
+    Box::new(ConnectError { qp: qp.retype(), error, rejection })
+}
+
+/// The second half of a connect or accept: takes the QP back from the id and reads the
+/// outcome from `event`, the id's event after `verb` (or the failure to get it).
+pub(crate) fn conclude<'res, S: QpState>(
+    lending: Lending<'_, '_, 'res, S>,
+    event: Result<RawEvent>,
+    verb: &'static str,
+) -> Connected<'res> {
+    let Lending { lent, qp } = lending;
+    drop(lent);
+    let event = match event {
+        Ok(event) => event,
+        Err(error) => return Err(failed(qp, error, None)),
+    };
+    match event.kind {
+        // The CM reports ESTABLISHED only after the QP reached RTS: librdmacm moved it
+        // (IB/RoCE; a failed move becomes CONNECT_ERROR), or the kernel did (iWARP).
+        CmEventKind::ESTABLISHED => {
+            let qp = qp.retype::<Rts>().learn_rd_atomic();
+            Ok(Established { qp, private_data: event.private_data })
+        }
+        CmEventKind::REJECTED => {
+            let rejection = Rejection { reason: event.status, private_data: event.private_data };
+            let error = Error::Verb {
+                verb,
+                source: std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
+                hint: Some(format!(
+                    "the server rejected the connection (reason {}); try_connect hands back \
+                     its private data (ConnectError::rejection)",
+                    rejection.reason
+                )),
+            };
+            Err(failed(qp, error, Some(rejection)))
+        }
+        _ => Err(failed(qp, event_error(&event, verb), None)),
+    }
+}
+
+impl CmId<'_> {
     /// `rdma_disconnect(3)`—Disconnects; the peer gets `DISCONNECTED`. This side's own
     /// `DISCONNECTED` follows (see [`CmId::wait_disconnected`]). The QP is not touched:
     /// drop or reset it afterwards.

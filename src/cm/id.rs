@@ -176,9 +176,19 @@ impl<'ch> CmId<'ch> {
     /// [`Error::UnexpectedEvent`] when the listener got another event (e.g.
     /// `DEVICE_REMOVAL`).
     pub fn get_request(&self, timeout: Duration) -> Result<ConnectRequest<'ch>> {
+        let raw = self.channel.wait(timeout, REQUEST_VERB, self.listener_event())?;
+        self.request(raw)
+    }
+
+    /// Which events [`CmId::get_request`] takes: the listener's own and its requests'.
+    pub(crate) fn listener_event(&self) -> impl Fn(&RawEvent) -> bool {
         let me = IdPtr(self.raw);
-        const VERB: &str = "rdma_get_cm_event (CONNECT_REQUEST)";
-        let raw = self.channel.wait(timeout, VERB, |e| e.listen_id == Some(me) || e.id == me)?;
+        move |e| e.listen_id == Some(me) || e.id == me
+    }
+
+    /// The listener's event `raw` as a connect request; another event is an error.
+    pub(crate) fn request(&self, raw: RawEvent) -> Result<ConnectRequest<'ch>> {
+        const VERB: &str = REQUEST_VERB;
         let (kind, status) = (raw.kind, raw.status);
         let private_data = raw.private_data.clone();
         let (responder_resources, initiator_depth) = (raw.responder_resources, raw.initiator_depth);
@@ -209,7 +219,19 @@ impl<'ch> CmId<'ch> {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
-        const VERB: &str = "rdma_resolve_addr";
+        self.start_resolve_addr(src, dst, timeout)?;
+        self.expect(CmEventKind::ADDR_RESOLVED, timeout.saturating_add(WAIT_SLACK), RESOLVE_ADDR)
+            .map(drop)
+    }
+
+    /// `rdma_resolve_addr` alone: its `ADDR_RESOLVED` (or `ADDR_ERROR`) is still to come.
+    pub(crate) fn start_resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
+        const VERB: &str = RESOLVE_ADDR;
         if let Some(src) = &src {
             check_scope(VERB, "source", src)?;
         }
@@ -226,8 +248,7 @@ impl<'ch> CmId<'ch> {
                 millis(timeout),
             )
         };
-        check(ret, VERB)?;
-        self.expect(CmEventKind::ADDR_RESOLVED, timeout.saturating_add(WAIT_SLACK), VERB).map(drop)
+        check(ret, VERB)
     }
 
     /// `rdma_resolve_route(3)`—Resolves the route to the resolved address; waits for
@@ -238,17 +259,27 @@ impl<'ch> CmId<'ch> {
     /// [`Error::Verb`] from `rdma_resolve_route`, or with the errno of `ROUTE_ERROR`.
     #[doc(alias = "rdma_resolve_route")]
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
-        const VERB: &str = "rdma_resolve_route";
+        self.start_resolve_route(timeout)?;
+        let slack = timeout.saturating_add(WAIT_SLACK);
+        self.expect(CmEventKind::ROUTE_RESOLVED, slack, RESOLVE_ROUTE).map(drop)
+    }
+
+    /// `rdma_resolve_route` alone: its `ROUTE_RESOLVED` (or `ROUTE_ERROR`) is still to come.
+    pub(crate) fn start_resolve_route(&self, timeout: Duration) -> Result<()> {
         // SAFETY: a live id.
         let ret = unsafe { (self.lib().fns.rdma_resolve_route)(self.as_raw(), millis(timeout)) };
-        check(ret, VERB)?;
-        self.expect(CmEventKind::ROUTE_RESOLVED, timeout.saturating_add(WAIT_SLACK), VERB).map(drop)
+        check(ret, RESOLVE_ROUTE)
+    }
+
+    /// Which events are this id's own.
+    pub(crate) fn own_event(&self) -> impl Fn(&RawEvent) -> bool {
+        let me = IdPtr(self.raw);
+        move |e| e.id == me
     }
 
     /// The next event of this id, waiting at most `timeout`.
     pub(crate) fn next_event(&self, timeout: Duration, verb: &'static str) -> Result<RawEvent> {
-        let me = IdPtr(self.raw);
-        self.channel.wait(timeout, verb, |e| e.id == me)
+        self.channel.wait(timeout, verb, self.own_event())
     }
 
     /// The next event of this id, which must be `kind`; an error event becomes its errno.
@@ -258,12 +289,21 @@ impl<'ch> CmId<'ch> {
         timeout: Duration,
         verb: &'static str,
     ) -> Result<RawEvent> {
-        let event = self.next_event(timeout, verb)?;
-        if event.kind == kind {
-            return Ok(event);
-        }
-        Err(event_error(&event, verb))
+        expected(self.next_event(timeout, verb)?, kind, verb)
     }
+}
+
+/// The verbs whose events the waits name in their errors.
+pub(crate) const RESOLVE_ADDR: &str = "rdma_resolve_addr";
+pub(crate) const RESOLVE_ROUTE: &str = "rdma_resolve_route";
+pub(crate) const REQUEST_VERB: &str = "rdma_get_cm_event (CONNECT_REQUEST)";
+
+/// `event`, which must be `kind`; an error event becomes its errno.
+pub(crate) fn expected(event: RawEvent, kind: CmEventKind, verb: &'static str) -> Result<RawEvent> {
+    if event.kind == kind {
+        return Ok(event);
+    }
+    Err(event_error(&event, verb))
 }
 
 /// The error an unexpected event stands for: its errno when it carries one.

@@ -24,6 +24,13 @@
 //! `rdma_destroy_id(3)` — which waits for the acknowledgement of every event of its id — never
 //! hangs on us.
 //!
+//! # On tokio
+//!
+//! With feature `tokio`, an [`AsyncEventChannel`] awaits the same steps on tokio's reactor
+//! (resolution, connect requests, connect and accept as futures, the channel's events as a
+//! stream), cancel-safe: see its docs for how ids share the channel and what a
+//! dropped future leaves.
+//!
 //! # The QP and its transitions
 //!
 //! rdma_cm moves a connected QP through INIT, RTR and RTS itself (over InfiniBand/RoCE,
@@ -67,12 +74,17 @@ mod connect;
 mod event;
 mod id;
 mod param;
+#[cfg(feature = "tokio")]
+mod reactor;
 
 pub use channel::EventChannel;
 pub use connect::{BeforeConnect, ConnectError, Established, Rejection};
 pub use event::{CmEvent, CmEventKind};
 pub use id::{CmId, ConnectRequest, PortSpace};
 pub use param::ConnParam;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use reactor::AsyncEventChannel;
 
 use rdma_verbs_sys as sys;
 

@@ -22,6 +22,7 @@ pub mod concepts {}
 
 #[doc = include_str!("connecting.md")]
 #[cfg_attr(feature = "rdmacm", doc = include_str!("connecting_cm.md"))]
+#[cfg_attr(all(feature = "rdmacm", feature = "tokio"), doc = include_str!("connecting_cm_tokio.md"))]
 pub mod connecting {}
 
 #[doc = include_str!("safety.md")]

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
 use rdma_verbs::{
-    Init, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr, WorkCompletion,
+    Init, MemoryRegion, QpInitAttr, QueuePair, RecvWr, SendFlags, SendWr, ToInitAttr,
+    WorkCompletion,
 };
 
 use super::pair::Loopback;
@@ -70,13 +71,8 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     let ctx = id.context().expect("the request's context");
     assert_eq!(ctx.name(), t.device, "rdma_cm picked the device by address");
     let lo = Loopback::new(ctx, 64);
-    let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
-    let qp: QueuePair<'_, Init> =
-        qp.into_init(&ToInitAttr { port: id.port_num(), ..ToInitAttr::default() }).expect("INIT");
-    let mut mr = lo.region(4096);
-    let sge = [mr.sge(..MESSAGE.len()).unwrap()];
-    // SAFETY: `mr` stays registered and untouched until the completion is polled below.
-    unsafe { qp.post_recv_wr(&mut RecvWr::new(7, &sge)).expect("post_recv") };
+    // SAFETY: `mr` stays alive and untouched until the completion is polled below.
+    let (qp, mut mr) = unsafe { receiving(&lo, id, MESSAGE.len()) };
     let up = id
         .accept(qp, &ConnParam::with_private_data(SERVER_HELLO), STEP)
         .unwrap_or_else(|e| panic!("accept: {e}"));
@@ -85,6 +81,27 @@ fn serve(t: &Target, port: u16, ready: mpsc::Sender<()>) {
     assert_eq!(&mr.as_mut_slice()[..MESSAGE.len()], MESSAGE);
     id.wait_disconnected(STEP).expect("the client's disconnect");
     drop(up);
+}
+
+/// A QP on `lo` for `id`'s connection, in INIT, with a receive (`wr_id` 7) of `len` bytes
+/// posted into the region returned with it.
+///
+/// # Safety
+///
+/// The caller keeps the region alive and leaves it untouched until the receive completes.
+pub(super) unsafe fn receiving<'l>(
+    lo: &'l Loopback<'_>,
+    id: &CmId<'_>,
+    len: usize,
+) -> (QueuePair<'l, Init>, MemoryRegion<'l>) {
+    let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).expect("qp");
+    let qp: QueuePair<'_, Init> =
+        qp.into_init(&ToInitAttr { port: id.port_num(), ..ToInitAttr::default() }).expect("INIT");
+    let mr = lo.region(4096);
+    let sge = [mr.sge(..len).unwrap()];
+    // SAFETY: the caller keeps `mr` registered and untouched until the receive completes.
+    unsafe { qp.post_recv_wr(&mut RecvWr::new(7, &sge)).expect("post_recv") };
+    (qp, mr)
 }
 
 /// Client: resolve, connect with private data, check the server's, send one message,

@@ -7,6 +7,8 @@ mod buffers;
 mod cm;
 #[cfg(feature = "rdmacm")]
 mod cm_addr;
+#[cfg(all(feature = "rdmacm", feature = "tokio"))]
+mod cm_async;
 #[cfg(feature = "mlx5")]
 mod dc;
 mod device_memory;
