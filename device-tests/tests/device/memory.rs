@@ -26,9 +26,13 @@ fn write_status(
     sge: Sge,
     remote: RemoteAddr,
 ) -> WcStatus {
-    let sges = [sge];
-    let mut wr = SendWr::rdma_write(7, &sges, remote).flags(SendFlags::SIGNALED);
-    // SAFETY: the source region outlives the completion polled below and is not written
+    op_status(qp, cq, SendWr::rdma_write(7, &[sge], remote))
+}
+
+/// Posts `wr` (id 7) signaled and returns its completion's status.
+fn op_status(qp: &QueuePair<'_, Rts>, cq: &CompletionQueue<'_>, wr: SendWr<'_>) -> WcStatus {
+    let mut wr = wr.flags(SendFlags::SIGNALED);
+    // SAFETY: the local region outlives the completion polled below and is not touched
     // meanwhile.
     unsafe { qp.post_send_wr(&mut wr).unwrap() };
     let wc = &wait_for(cq, 1)[0];
@@ -350,19 +354,20 @@ fn map(len: usize, fd: Option<&OwnedFd>) -> std::ptr::NonNull<u8> {
     std::ptr::NonNull::new(addr.cast()).unwrap()
 }
 
-/// A peer's RDMA WRITE lands byte for byte in memory the program mapped itself and in a memfd
-/// (seen too through a second mapping of its fd, as another process would map it), and in
-/// huge pages when the guest has some reserved (else their `ENOMEM` names the knob), and
-/// through a window bound to the caller-owned region; the program's mapping comes back,
-/// unmapped, once the region is destroyed.
+/// A peer's RDMA WRITE lands byte for byte, and its RDMA READ reads the bytes back, in memory
+/// the program mapped itself and in a memfd (seen too through a second mapping of its fd, as
+/// another process would map it), and in huge pages when the guest has some reserved (else
+/// their `ENOMEM` names the knob), and through a window bound to the caller-owned region; the
+/// program's mapping comes back, unmapped, once the region is destroyed.
 #[test]
-fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
+fn a_peer_s_rdma_write_and_read_reach_caller_owned_memfd_and_huge_page_memory() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 8);
     let mut src = lo.region(LEN);
     let data = pattern(3000, 0x5a);
     src.as_mut_slice()[..3000].copy_from_slice(&data);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mut dst = lo.region(LEN);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let unmapped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mapped = Mapped { addr: map(2 * LEN, None), len: 2 * LEN, unmapped: unmapped.clone() };
     let owner_view = mapped.addr;
@@ -389,6 +394,11 @@ fn a_peer_s_rdma_write_lands_in_caller_owned_memfd_and_huge_page_memory() {
             write_status(&a, &lo.cq, src.sge(..3000).unwrap(), target.remote(100..).unwrap());
         assert_eq!(status, WcStatus::SUCCESS, "{what}");
         assert_holds(target, 100, &data, &format!("the WRITE did not land in {what} memory"));
+        dst.as_mut_slice()[..3000].fill(0);
+        let read = target.remote(100..3100).unwrap();
+        let status = op_status(&a, &lo.cq, SendWr::rdma_read(7, &[dst.sge(..3000).unwrap()], read));
+        assert_eq!(status, WcStatus::SUCCESS, "{what}");
+        assert!(dst.as_slice()[..3000] == data[..], "the READ from {what} memory");
     }
     // SAFETY: the mapping is live (the region owns it) and quiet: the WRITE completed.
     let owned = unsafe { std::slice::from_raw_parts(owner_view.as_ptr().add(100), 3000) };
