@@ -17,7 +17,74 @@ use sideway::ibverbs::queue_pair::{
 };
 use sideway::ibverbs::AccessFlags;
 
-type Error = Box<dyn std::error::Error>;
+struct Sideway {
+    qps: [ExtendedQueuePair; 2],
+    cqs: [Arc<ExtendedCompletionQueue>; 2],
+    /// Each side's buffer (what it sends, then what it receives) and its region.
+    bufs: [Vec<u8>; 2],
+    mrs: [Arc<MemoryRegion>; 2],
+}
+
+impl WriteStream for Sideway {
+    fn post_write(&mut self, i: u64, signaled: bool) -> Result<(), Error> {
+        let flags = if signaled { WorkRequestFlags::Signaled } else { WorkRequestFlags::none() };
+        let (target, mr) = (&self.mrs[1], &self.mrs[0]);
+        let mut guard = self.qps[0].start_post_send();
+        let wr = guard.construct_wr(i, flags).setup_write(target.rkey(), target.get_ptr() as u64);
+        // SAFETY: the buffer outlives the QP and its first half is never written.
+        unsafe { wr.setup_sge(mr.lkey(), self.bufs[0].as_ptr() as u64, SIZE as u32) };
+        Ok(guard.post()?)
+    }
+
+    fn poll_writes(&mut self) -> Result<u64, Error> {
+        let poller = match self.cqs[0].start_poll() {
+            Ok(poller) => poller,
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let mut found = 0;
+        for wc in poller.take((DEPTH as u64 / SIGNAL_EVERY) as usize) {
+            if wc.status() != WorkCompletionStatus::Success as u32 {
+                return Err(format!("WRITE completed with status {}", wc.status()).into());
+            }
+            found += 1;
+        }
+        Ok(found)
+    }
+}
+
+impl PingPong for Sideway {
+    fn post_send(&mut self, side: usize, i: u64) -> Result<(), Error> {
+        let mut guard = self.qps[side].start_post_send();
+        let wr = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_send();
+        // SAFETY: the buffer outlives the QP and its first half is never written.
+        unsafe {
+            wr.setup_sge(self.mrs[side].lkey(), self.bufs[side].as_ptr() as u64, SIZE as u32)
+        };
+        Ok(guard.post()?)
+    }
+
+    fn post_recv(&mut self, side: usize) -> Result<(), Error> {
+        let mut guard = self.qps[side].start_post_recv();
+        let addr = self.bufs[side][SIZE..].as_ptr() as u64;
+        // SAFETY: the buffer outlives the QP; only the NIC touches its second half.
+        unsafe { guard.construct_wr(0).setup_sge(self.mrs[side].lkey(), addr, SIZE as u32) };
+        Ok(guard.post()?)
+    }
+
+    fn poll_one(&mut self, side: usize) -> Result<Option<bool>, Error> {
+        let mut poller = match self.cqs[side].start_poll() {
+            Ok(poller) => poller,
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let wc = poller.next().ok_or("ibv_start_poll found a completion that next() did not")?;
+        if wc.status() != WorkCompletionStatus::Success as u32 {
+            return Err(format!("completion status {}", wc.status()).into());
+        }
+        Ok(Some(wc.opcode() == WorkCompletionOperationType::Receive as u32))
+    }
+}
 
 fn main() -> Result<(), Error> {
     let (workload, n, gid_index) = args()?;
@@ -25,13 +92,13 @@ fn main() -> Result<(), Error> {
     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
     let pd = ctx.alloc_pd()?;
     let new_cq = || ctx.create_cq_builder().setup_cqe(2 * DEPTH).build_ex();
-    let (cq_a, cq_b) = (new_cq()?, new_cq()?);
-    // Each side's buffer: what it sends, then what it receives.
-    let (a_buf, b_buf) = (vec![0u8; 2 * SIZE], vec![0u8; 2 * SIZE]);
+    let cqs = [new_cq()?, new_cq()?];
+    let bufs = [vec![0u8; 2 * SIZE], vec![0u8; 2 * SIZE]];
     let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
     // SAFETY: both buffers outlive their regions and are never moved or resized.
-    let a_mr = unsafe { pd.reg_mr(a_buf.as_ptr() as usize, a_buf.len(), access)? };
-    let b_mr = unsafe { pd.reg_mr(b_buf.as_ptr() as usize, b_buf.len(), access)? };
+    let mrs =
+        [0, 1].map(|i| unsafe { pd.reg_mr(bufs[i].as_ptr() as usize, bufs[i].len(), access) });
+    let [a_mr, b_mr] = mrs;
     let new_qp = |cq: &Arc<ExtendedCompletionQueue>| {
         pd.create_qp_builder()
             .setup_max_send_wr(DEPTH)
@@ -40,11 +107,11 @@ fn main() -> Result<(), Error> {
             .setup_recv_cq(GenericCompletionQueue::from(Arc::clone(cq)))
             .build_ex()
     };
-    let (mut a, mut b) = (new_qp(&cq_a)?, new_qp(&cq_b)?);
+    let mut qps = [new_qp(&cqs[0])?, new_qp(&cqs[1])?];
     let gid = ctx.query_gid(1, gid_index.into())?;
     let mtu = ctx.query_port(1)?.active_mtu();
-    let (a_qpn, b_qpn) = (a.qp_number(), b.qp_number());
-    for (qp, peer) in [(&mut a, b_qpn), (&mut b, a_qpn)] {
+    let qpns = [qps[0].qp_number(), qps[1].qp_number()];
+    for (qp, peer) in qps.iter_mut().zip(qpns.into_iter().rev()) {
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Init).setup_pkey_index(0).setup_port(1);
         qp.modify(attr.setup_access_flags(access))?;
@@ -59,85 +126,11 @@ fn main() -> Result<(), Error> {
         attr.setup_state(QueuePairState::ReadyToSend).setup_sq_psn(0).setup_timeout(14);
         qp.modify(attr.setup_retry_cnt(7).setup_rnr_retry(7).setup_max_read_atomic(1))?;
     }
-    let mut empty_polls = 0u64;
-
-    if workload == Workload::Write {
-        let (mut posted, mut completed) = (0u64, 0u64);
-        while completed < n {
-            while posted < n && posted - completed < u64::from(DEPTH) {
-                let signaled = (posted + 1).is_multiple_of(SIGNAL_EVERY);
-                let flags =
-                    if signaled { WorkRequestFlags::Signaled } else { WorkRequestFlags::none() };
-                let mut guard = a.start_post_send();
-                let wr = guard
-                    .construct_wr(posted, flags)
-                    .setup_write(b_mr.rkey(), b_mr.get_ptr() as u64);
-                // SAFETY: a_buf outlives the QP's use of it and is not written.
-                unsafe { wr.setup_sge(a_mr.lkey(), a_buf.as_ptr() as u64, SIZE as u32) };
-                guard.post()?;
-                posted += 1;
-            }
-            match cq_a.start_poll() {
-                Ok(poller) => {
-                    for wc in poller {
-                        if wc.status() != WorkCompletionStatus::Success as u32 {
-                            return Err(
-                                format!("WRITE completed with status {}", wc.status()).into()
-                            );
-                        }
-                        completed += SIGNAL_EVERY;
-                    }
-                }
-                Err(PollCompletionQueueError::CompletionQueueEmpty) => empty_polls += 1,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    } else {
-        let post_recv = |qp: &mut ExtendedQueuePair, mr: &MemoryRegion, buf: &[u8]| {
-            let mut guard = qp.start_post_recv();
-            // SAFETY: the buffer outlives the QP; only the NIC writes its second half.
-            unsafe {
-                guard.construct_wr(0).setup_sge(mr.lkey(), buf[SIZE..].as_ptr() as u64, SIZE as u32)
-            };
-            guard.post()
-        };
-        let post_send = |qp: &mut ExtendedQueuePair, mr: &MemoryRegion, buf: &[u8], i| {
-            let mut guard = qp.start_post_send();
-            let wr = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_send();
-            // SAFETY: the buffer outlives the QP and is never written.
-            unsafe { wr.setup_sge(mr.lkey(), buf.as_ptr() as u64, SIZE as u32) };
-            guard.post()
-        };
-        // Polls `cq` until a receive completes, dropping the sends' completions.
-        let mut wait_for_recv = |cq: &ExtendedCompletionQueue| -> Result<(), Error> {
-            loop {
-                match cq.start_poll() {
-                    Ok(poller) => {
-                        for wc in poller {
-                            if wc.status() != WorkCompletionStatus::Success as u32 {
-                                return Err(format!("status {}", wc.status()).into());
-                            }
-                            if wc.opcode() == WorkCompletionOperationType::Receive as u32 {
-                                return Ok(());
-                            }
-                        }
-                    }
-                    Err(PollCompletionQueueError::CompletionQueueEmpty) => empty_polls += 1,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        };
-        post_recv(&mut a, &a_mr, &a_buf)?;
-        post_recv(&mut b, &b_mr, &b_buf)?;
-        for i in 0..n {
-            post_send(&mut a, &a_mr, &a_buf, i)?;
-            wait_for_recv(&cq_b)?;
-            post_recv(&mut b, &b_mr, &b_buf)?;
-            post_send(&mut b, &b_mr, &b_buf, i)?;
-            wait_for_recv(&cq_a)?;
-            post_recv(&mut a, &a_mr, &a_buf)?;
-        }
-    }
+    let mut sideway = Sideway { qps, cqs, bufs, mrs: [a_mr?, b_mr?] };
+    let empty_polls = match workload {
+        Workload::Write => write_stream(n, &mut sideway)?,
+        Workload::PingPong => ping_pong(n, &mut sideway)?,
+    };
     println!("empty polls: {empty_polls}");
     Ok(())
 }
