@@ -42,6 +42,9 @@ impl WriteStream for Sideway {
             Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(0),
             Err(e) => return Err(e.into()),
         };
+        // At most the completions that are due, so that `ibv_next_poll` never finds nothing
+        // before the session ends: rxe before rdma-core PR 1617 then moves its consumer index
+        // past the producer's and later polls read old completions again.
         let mut found = 0;
         for wc in poller.take((DEPTH as u64 / SIGNAL_EVERY) as usize) {
             if wc.status() != WorkCompletionStatus::Success as u32 {
