@@ -176,7 +176,7 @@ readers! {
 }
 
 /// `verbs_context.query_device_ex` of a context with completion timestamps:
-/// [`device_attr`], a 48-bit timestamp mask and a clock of [`CORE_CLOCK_KHZ`].
+/// the context's device attributes (as `ibv_query_device`), a 48-bit timestamp mask and a clock of [`CORE_CLOCK_KHZ`].
 ///
 /// # Safety
 ///
@@ -189,13 +189,15 @@ pub(super) unsafe extern "C" fn query_device_ex(
 ) -> c_int {
     let result = serve(|s| {
         s.begin(Call::QueryDeviceEx { attr_size }, Verb::QueryDeviceEx)?;
-        s.expect(context, Kind::Context)
+        s.expect(context, Kind::Context)?;
+        Ok(s.device_attr(context))
     });
-    if let Err(errno) = result {
-        return errno;
-    }
+    let device = match result {
+        Ok(device) => device,
+        Err(errno) => return errno,
+    };
     let full = ibv_device_attr_ex {
-        orig_attr: device_attr(),
+        orig_attr: device,
         completion_timestamp_mask: (1 << 48) - 1,
         hca_core_clock: CORE_CLOCK_KHZ,
         ..Default::default()

@@ -104,7 +104,9 @@ use rdma_verbs_sys::bindings::*;
 use rdma_verbs_sys::loader::{Ibverbs, IbverbsFns};
 
 pub use call::{Call, QpAttr, Verb};
-pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID, PORT_SPEED};
+pub use device::{
+    device_attr, gid_table, port_attr, DeviceLimits, DEVICE_NAME, NODE_GUID, PORT_SPEED,
+};
 pub use exec::GRH_LEN;
 pub use extended::CORE_CLOCK_KHZ;
 pub use rule::{Queue, Rule, Violation};
@@ -265,6 +267,8 @@ pub struct ContextConfig {
     /// [`RXE_VENDOR_ID`] to look like Soft-RoCE (whose data-path quirks rdma-verbs applies
     /// by this id and the library's release: see [`library_with_release`]).
     pub vendor_id: u32,
+    /// The limits `ibv_query_device` reports for this context (and `ibv_create_qp` enforces).
+    pub limits: DeviceLimits,
 }
 
 /// The `vendor_id` of Soft-RoCE (rxe).
@@ -297,6 +301,7 @@ impl Default for ContextConfig {
             memory_windows: true,
             missing_member: None,
             vendor_id: 0,
+            limits: DeviceLimits::default(),
         }
     }
 }

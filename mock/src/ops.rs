@@ -50,7 +50,7 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     if let Some(member) = config.missing_member {
         s.set_missing_member(ctx, member);
     }
-    s.set_vendor_id(ctx, config.vendor_id);
+    s.set_device_attr(ctx, config.limits.device_attr(config.vendor_id));
     NonNull::new(ctx).expect("a field of a live allocation is not NULL")
 }
 

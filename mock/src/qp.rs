@@ -6,7 +6,6 @@ use std::ffi::c_int;
 use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, QpAttr, Verb};
-use super::device::device_attr;
 use super::exec;
 use super::ops::check_port;
 use super::registry::QpInfo;
@@ -14,7 +13,7 @@ use super::state::{serve, Kind, State};
 use super::verbs::{destroy, gid_entry, or_null, status};
 
 /// `ibv_create_qp`: RC, UC or UD (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
-/// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
+/// capabilities above the context's [`DeviceLimits`](super::DeviceLimits); updates `cap` with the work queue sizes rounded up
 /// to powers of two, as providers do.
 ///
 /// # Safety
@@ -61,7 +60,8 @@ pub(super) fn new_qp(
         s.expect(init.srq, Kind::Srq)?;
     }
     let cap = &mut init.cap;
-    let limits = device_attr();
+    // SAFETY: `pd` is a live mock PD (checked above).
+    let limits = s.device_attr(unsafe { (*pd).context });
     let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
     if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
         || cap.max_send_sge.max(cap.max_recv_sge) > max_sge

@@ -125,8 +125,9 @@ pub(super) struct State {
     /// The member each context's extended CQs and QPs leave NULL
     /// ([`ContextConfig::missing_member`](super::ContextConfig::missing_member)).
     missing_members: HashMap<*mut ibv_context, &'static str>,
-    /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
-    vendor_ids: HashMap<*mut ibv_context, u32>,
+    /// What each context's device reports ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id),
+    /// [`ContextConfig::limits`](super::ContextConfig::limits)).
+    device_attrs: HashMap<*mut ibv_context, ibv_device_attr>,
     next_id: u32,
 }
 
@@ -148,7 +149,7 @@ impl State {
             cq_events: HashMap::new(),
             blocked_destroys: Vec::new(),
             missing_members: HashMap::new(),
-            vendor_ids: HashMap::new(),
+            device_attrs: HashMap::new(),
             next_id: 0,
         }
     }
@@ -234,13 +235,13 @@ impl State {
         self.missing_members.insert(ctx, member);
     }
 
-    pub(super) fn set_vendor_id(&mut self, ctx: *mut ibv_context, vendor_id: u32) {
-        self.vendor_ids.insert(ctx, vendor_id);
+    pub(super) fn set_device_attr(&mut self, ctx: *mut ibv_context, attr: ibv_device_attr) {
+        self.device_attrs.insert(ctx, attr);
     }
 
-    /// The `vendor_id` `ctx`'s device reports.
-    pub(super) fn vendor_id(&self, ctx: *mut ibv_context) -> u32 {
-        self.vendor_ids.get(&ctx).copied().unwrap_or_default()
+    /// What `ctx`'s device reports (`ibv_query_device`).
+    pub(super) fn device_attr(&self, ctx: *mut ibv_context) -> ibv_device_attr {
+        self.device_attrs.get(&ctx).copied().unwrap_or_else(super::device::device_attr)
     }
 
     /// The member `ctx`'s extended objects leave NULL, if any.

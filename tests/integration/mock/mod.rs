@@ -9,6 +9,7 @@ mod context;
 mod dc;
 mod destroy;
 mod events;
+mod limits;
 mod memory;
 mod messages;
 mod pinned;
