@@ -99,6 +99,7 @@
 //! | feature | mock | rxe / siw (device tier) | ConnectX |
 //! |---|---|---|---|
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
+//! | QP limits from the device ([`InvalidInputKind::DeviceLimit`]: `max_qp_wr`, `max_sge`, `max_qp_rd_atom`, `max_qp_init_rd_atom`, the context-wide `max_res_rd_atom`) | each limit refused before the verb on configured device limits, two QPs over a `max_res_rd_atom` of 16, the share given back on reset, raw RESET, destroy and a failed RTR | rxe: `max_qp_wr`, `max_sge` and `max_qp_rd_atom` one past the device's, refused naming them | hardware-unverified (ionic's device-wide 16 from its rdma-core v61 provider, on the mock only) |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //!
 //! # Crate features
