@@ -260,6 +260,7 @@ pub use port::PortState;
 pub use qp::AckTimeout;
 pub use qp::Connected;
 pub use qp::Init;
+pub use qp::PacketPacingCaps;
 pub use qp::QpAttrMask;
 pub use qp::QpAttributes;
 pub use qp::QpCapabilities;

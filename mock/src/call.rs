@@ -426,6 +426,8 @@ pub struct QpAttr {
     pub sq_psn: u32,
     /// `max_rd_atomic`
     pub max_rd_atomic: u8,
+    /// `rate_limit` (kbps)
+    pub rate_limit: u32,
 }
 
 impl QpAttr {
@@ -457,6 +459,7 @@ impl QpAttr {
             rnr_retry: a.rnr_retry,
             sq_psn: a.sq_psn,
             max_rd_atomic: a.max_rd_atomic,
+            rate_limit: a.rate_limit,
         }
     }
 }

@@ -29,6 +29,14 @@ pub struct DeviceLimits {
     pub max_qp_init_rd_atom: i32,
     /// `max_res_rd_atom`: the device's responder resources over all its QPs.
     pub max_res_rd_atom: i32,
+    /// `packet_pacing_caps.qp_rate_limit_min` of `ibv_query_device_ex`, in kbps.
+    pub qp_rate_limit_min: u32,
+    /// `packet_pacing_caps.qp_rate_limit_max`, in kbps: 0, the default, reports no packet
+    /// pacing. A context with a maximum has the `query_device_ex` op.
+    pub qp_rate_limit_max: u32,
+    /// `packet_pacing_caps.supported_qpts`: the QP types that take a rate limit, as bits
+    /// `1 << IBV_QPT_*`.
+    pub rate_limit_qp_types: u32,
 }
 
 impl Default for DeviceLimits {
@@ -41,11 +49,28 @@ impl Default for DeviceLimits {
             max_qp_rd_atom: a.max_qp_rd_atom,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             max_res_rd_atom: a.max_res_rd_atom,
+            qp_rate_limit_min: 0,
+            qp_rate_limit_max: 0,
+            rate_limit_qp_types: 0,
         }
     }
 }
 
 impl DeviceLimits {
+    /// What `ibv_query_device_ex` reports with these limits: [`DeviceLimits::device_attr`]
+    /// and the packet pacing range.
+    pub(crate) fn device_attr_ex(self, vendor_id: u32) -> ibv_device_attr_ex {
+        ibv_device_attr_ex {
+            orig_attr: self.device_attr(vendor_id),
+            packet_pacing_caps: ibv_packet_pacing_caps {
+                qp_rate_limit_min: self.qp_rate_limit_min,
+                qp_rate_limit_max: self.qp_rate_limit_max,
+                supported_qpts: self.rate_limit_qp_types,
+            },
+            ..Default::default()
+        }
+    }
+
     /// [`device_attr`] with these limits and `vendor_id`.
     pub(crate) fn device_attr(self, vendor_id: u32) -> ibv_device_attr {
         ibv_device_attr {

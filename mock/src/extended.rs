@@ -175,8 +175,9 @@ readers! {
     read_completion_ts -> u64 = |c| c.polled * 1000;
 }
 
-/// `verbs_context.query_device_ex` of a context with completion timestamps:
-/// the context's device attributes (as `ibv_query_device`), a 48-bit timestamp mask and a clock of [`CORE_CLOCK_KHZ`].
+/// `verbs_context.query_device_ex` of a context with completion timestamps or packet pacing:
+/// its device attributes as `ibv_query_device` reports them, and, as configured, a 48-bit
+/// timestamp mask with a clock of [`CORE_CLOCK_KHZ`] and the packet pacing range.
 ///
 /// # Safety
 ///
@@ -190,17 +191,11 @@ pub(super) unsafe extern "C" fn query_device_ex(
     let result = serve(|s| {
         s.begin(Call::QueryDeviceEx { attr_size }, Verb::QueryDeviceEx)?;
         s.expect(context, Kind::Context)?;
-        Ok(s.device_attr(context))
+        Ok(s.device_attr_ex(context))
     });
-    let device = match result {
+    let full = match result {
         Ok(device) => device,
         Err(errno) => return errno,
-    };
-    let full = ibv_device_attr_ex {
-        orig_attr: device,
-        completion_timestamp_mask: (1 << 48) - 1,
-        hca_core_clock: CORE_CLOCK_KHZ,
-        ..Default::default()
     };
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller made `attr_size` bytes writable; `n` bytes fit both.

@@ -256,6 +256,7 @@ pub struct ContextConfig {
     pub create_qp_ex: bool,
     /// Whether the `verbs_context.query_device_ex` op is set, reporting completion
     /// timestamps (a non-zero `completion_timestamp_mask`, a clock of [`CORE_CLOCK_KHZ`]).
+    /// A packet pacing range in [`ContextConfig::limits`] sets the op too.
     pub completion_timestamps: bool,
     /// Whether the `ibv_context.ops` memory-window ops (`alloc_mw`, `dealloc_mw`,
     /// `bind_mw`) are set, as rxe's are.

@@ -21,7 +21,8 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
         modify_cq: config.cq_moderation.then_some(modify_cq),
         create_cq_ex: config.create_cq_ex.then_some(extended::create_cq_ex),
         create_qp_ex: config.create_qp_ex.then_some(extended::create_qp_ex),
-        query_device_ex: config.completion_timestamps.then_some(extended::query_device_ex),
+        query_device_ex: (config.completion_timestamps || config.limits.qp_rate_limit_max != 0)
+            .then_some(extended::query_device_ex),
         sz: config.sz,
         ..Default::default()
     };
@@ -50,7 +51,12 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     if let Some(member) = config.missing_member {
         s.set_missing_member(ctx, member);
     }
-    s.set_device_attr(ctx, config.limits.device_attr(config.vendor_id));
+    let mut device = config.limits.device_attr_ex(config.vendor_id);
+    if config.completion_timestamps {
+        device.completion_timestamp_mask = (1 << 48) - 1;
+        device.hca_core_clock = extended::CORE_CLOCK_KHZ;
+    }
+    s.set_device_attr(ctx, device);
     NonNull::new(ctx).expect("a field of a live allocation is not NULL")
 }
 

@@ -127,7 +127,7 @@ pub(super) struct State {
     missing_members: HashMap<*mut ibv_context, &'static str>,
     /// What each context's device reports ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id),
     /// [`ContextConfig::limits`](super::ContextConfig::limits)).
-    device_attrs: HashMap<*mut ibv_context, ibv_device_attr>,
+    device_attrs: HashMap<*mut ibv_context, ibv_device_attr_ex>,
     next_id: u32,
 }
 
@@ -235,13 +235,21 @@ impl State {
         self.missing_members.insert(ctx, member);
     }
 
-    pub(super) fn set_device_attr(&mut self, ctx: *mut ibv_context, attr: ibv_device_attr) {
+    pub(super) fn set_device_attr(&mut self, ctx: *mut ibv_context, attr: ibv_device_attr_ex) {
         self.device_attrs.insert(ctx, attr);
+    }
+
+    /// What `ctx`'s device reports (`ibv_query_device_ex`, before completion timestamps).
+    pub(super) fn device_attr_ex(&self, ctx: *mut ibv_context) -> ibv_device_attr_ex {
+        self.device_attrs.get(&ctx).copied().unwrap_or_else(|| ibv_device_attr_ex {
+            orig_attr: super::device::device_attr(),
+            ..Default::default()
+        })
     }
 
     /// What `ctx`'s device reports (`ibv_query_device`).
     pub(super) fn device_attr(&self, ctx: *mut ibv_context) -> ibv_device_attr {
-        self.device_attrs.get(&ctx).copied().unwrap_or_else(super::device::device_attr)
+        self.device_attr_ex(ctx).orig_attr
     }
 
     /// The member `ctx`'s extended objects leave NULL, if any.

@@ -43,6 +43,7 @@ mod modify;
 mod post;
 mod post_recv;
 mod query;
+mod rate_limit;
 mod rd_atom;
 mod retry;
 mod state;
@@ -58,6 +59,7 @@ pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
+pub use rate_limit::PacketPacingCaps;
 pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use rdma_verbs::*;
 
+use super::pair::Loopback;
 use rdma_verbs_device_tests::{require_device, RXE};
 use rdma_verbs_test_support::process::{assert_fails_saying, output_within, text};
 use rdma_verbs_test_support::programs::example;
@@ -133,4 +134,19 @@ fn an_rdma_read_depth_beyond_the_devices_is_refused_before_rtr() {
     // The QP is untouched: at the device's depth, rxe takes it.
     let rtr = ToRtrAttr { max_dest_rd_atomic: max as u8, ..rtr };
     drop(refused.qp.into_rtr(&rtr).unwrap());
+}
+
+#[test]
+fn a_rate_limit_is_unsupported_where_the_device_reports_no_packet_pacing() {
+    let Some(ctx) = require_device(RXE) else { return };
+    // rxe reports no packet pacing (qp_rate_limit_max 0 in ibv_query_device_ex).
+    assert_eq!(ctx.packet_pacing_caps().unwrap(), None);
+    let lo = Loopback::new(&ctx, 16);
+    let (a, _b) = lo.rc_pair(4, AccessFlags::empty());
+    let err = a.set_rate_limit(10_000).unwrap_err();
+    assert!(
+        matches!(err, Error::Unsupported { what } if what.contains("packet_pacing_caps")),
+        "{err:?}"
+    );
+    assert_eq!(a.query_state().unwrap(), QueuePairState::RTS, "refused before the verb");
 }

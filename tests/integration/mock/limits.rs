@@ -1,17 +1,19 @@
 //! The device's limits, refused before the verb with the limit and the device's value named:
-//! work queue sizes and SGEs at creation, RDMA READ / atomic depths at RTR and RTS, and the
-//! responder resources a context's QPs share.
+//! work queue sizes and SGEs at creation, RDMA READ / atomic depths at RTR and RTS, the
+//! responder resources a context's QPs share, and a QP's rate limit against the device's
+//! packet pacing range.
 
 use std::net::Ipv6Addr;
 
 use rdma_verbs::{
     CompletionQueue, Endpoint, Error, Gid, Init, InvalidInputKind, Lid, Mtu, ProtectionDomain, Psn,
-    QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair, Rtr, ToInitAttr, ToRtrAttr, ToRtsAttr,
+    QpAttrMask, QpCapabilities, QpInitAttr, Qpn, QueuePair, QueuePairState, Rc, Rtr, Rts,
+    ToInitAttr, ToRtrAttr, ToRtsAttr, Ud,
 };
-use rdma_verbs_mock::{Call, ContextConfig, DeviceLimits, Optional, Verb};
+use rdma_verbs_mock::{Call, ContextConfig, DeviceLimits, Optional, QpAttr, Verb};
 use rdma_verbs_sys as sys;
 
-use super::Fixture;
+use super::{open, Fixture};
 
 /// A context whose device reports `limits`.
 fn fixture(limits: DeviceLimits) -> Fixture {
@@ -38,6 +40,10 @@ fn rtr(depth: u8) -> ToRtrAttr {
         max_dest_rd_atomic: depth,
         ..ToRtrAttr::to_endpoint(&peer, 1, Some(3), Mtu::MTU_1024)
     }
+}
+
+fn assert_unsupported(err: &Error, naming: &str) {
+    assert!(matches!(err, Error::Unsupported { what } if what.contains(naming)), "{err:?}");
 }
 
 fn modifies(calls: Vec<Call>) -> usize {
@@ -148,4 +154,82 @@ fn two_qps_share_the_devices_responder_resources() {
     let first = first.modify_raw(&reset, QpAttrMask::STATE).unwrap();
     let third = init_qp(&pd, &cq).into_rtr(&rtr(16)).unwrap();
     drop((first, third));
+}
+
+/// A QP of `f`'s context in RTS, connected to [`rtr`]'s peer.
+fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> QueuePair<'a, Rts> {
+    let qp = init_qp(pd, cq).into_rtr(&rtr(1)).unwrap();
+    qp.into_rts(&ToRtsAttr::new(Psn::new(1).unwrap())).unwrap()
+}
+
+#[test]
+fn a_rate_limit_is_unsupported_where_the_device_reports_no_packet_pacing() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    assert_eq!(f.ctx.packet_pacing_caps().unwrap(), None);
+    f.mock.take_calls();
+    assert_unsupported(&qp.set_rate_limit(10_000).unwrap_err(), "packet_pacing_caps");
+    assert_eq!(modifies(f.mock.take_calls()), 0, "refused before ibv_modify_qp");
+
+    // A device that paces only UD QPs: an RC QP is refused.
+    let limits = DeviceLimits {
+        qp_rate_limit_min: 1,
+        qp_rate_limit_max: 1000,
+        rate_limit_qp_types: 1 << sys::IBV_QPT_UD,
+        ..DeviceLimits::default()
+    };
+    let ud_only =
+        open(&f.mock, Optional::ALL, ContextConfig { limits, ..ContextConfig::default() });
+    let pd = ud_only.alloc_pd().unwrap();
+    let cq = ud_only.create_cq(64).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    assert_unsupported(&qp.set_rate_limit(500).unwrap_err(), "for this QP type");
+}
+
+#[test]
+fn a_rate_limit_is_held_to_the_devices_packet_pacing_range() {
+    let f = fixture(DeviceLimits {
+        qp_rate_limit_min: 1000,
+        qp_rate_limit_max: 100_000,
+        rate_limit_qp_types: 1 << sys::IBV_QPT_RC,
+        ..DeviceLimits::default()
+    });
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(64).unwrap();
+    let qp = rts_qp(&pd, &cq);
+    let caps = f.ctx.packet_pacing_caps().unwrap().unwrap();
+    assert_eq!((caps.qp_rate_limit_min, caps.qp_rate_limit_max), (1000, 100_000));
+    assert!(caps.supports::<Rc>() && !caps.supports::<Ud>());
+    f.mock.take_calls();
+    for kbps in [999, 100_001] {
+        assert_device_limit(
+            &qp.set_rate_limit(kbps).unwrap_err(),
+            &format!(
+                "rate_limit {kbps} kbps is outside the device's packet pacing range \
+                 1000..=100000 kbps (packet_pacing_caps, ibv_query_device_ex): ask for a rate \
+                 within it, or 0 for no limit"
+            ),
+        );
+    }
+    assert_eq!(modifies(f.mock.take_calls()), 0, "refused before ibv_modify_qp");
+    for kbps in [1000, 100_000, 0] {
+        qp.set_rate_limit(kbps).unwrap();
+        let calls: Vec<_> = f
+            .mock
+            .take_calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::ModifyQp { .. }))
+            .collect();
+        let mask = sys::IBV_QP_RATE_LIMIT as i32;
+        assert!(
+            matches!(calls[..], [Call::ModifyQp { mask: m, attr: QpAttr { rate_limit, .. } }] if m == mask && rate_limit == kbps),
+            "{calls:?}"
+        );
+    }
+    // The provider's refusal of the attribute is Unsupported too.
+    f.mock.fail(Verb::ModifyQp, libc::EOPNOTSUPP);
+    assert_unsupported(&qp.set_rate_limit(5000).unwrap_err(), "ibv_modify_qp (rate_limit)");
+    assert_eq!(qp.query_state().unwrap(), QueuePairState::RTS);
 }
