@@ -259,6 +259,7 @@ pub use port::PortAttr;
 pub use port::PortState;
 pub use qp::AckTimeout;
 pub use qp::Connected;
+pub use qp::Ece;
 pub use qp::Init;
 pub use qp::PacketPacingCaps;
 pub use qp::QpAttrMask;

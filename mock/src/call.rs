@@ -25,6 +25,10 @@ pub enum Verb {
     QueryGidEx,
     /// `ibv_query_port_speed`
     QueryPortSpeed,
+    /// `ibv_query_ece`
+    QueryEce,
+    /// `ibv_set_ece`
+    SetEce,
     /// `ibv_alloc_pd`
     AllocPd,
     /// `ibv_dealloc_pd`
@@ -152,6 +156,17 @@ pub enum Call {
     QueryPortSpeed {
         /// The port.
         port: u32,
+    },
+    /// `ibv_query_ece`
+    QueryEce,
+    /// `ibv_set_ece`
+    SetEce {
+        /// `ece.vendor_id`
+        vendor_id: u32,
+        /// `ece.options`
+        options: u32,
+        /// `ece.comp_mask`
+        comp_mask: u32,
     },
     /// `ibv_alloc_pd`
     AllocPd,

@@ -128,6 +128,8 @@ pub struct Optional {
     pub qp_to_qp_ex: bool,
     /// `ibv_query_port_speed` (rdma-core v62+).
     pub query_port_speed: bool,
+    /// `ibv_query_ece` and `ibv_set_ece` (rdma-core v31+).
+    pub ece: bool,
 }
 
 impl Optional {
@@ -138,6 +140,7 @@ impl Optional {
         reg_dmabuf_mr: true,
         qp_to_qp_ex: true,
         query_port_speed: true,
+        ece: true,
     };
     /// None: an rdma-core older than v24.
     pub const NONE: Optional = Optional {
@@ -146,6 +149,7 @@ impl Optional {
         reg_dmabuf_mr: false,
         qp_to_qp_ex: false,
         query_port_speed: false,
+        ece: false,
     };
 }
 
@@ -187,6 +191,8 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
         ibv_qp_to_qp_ex: optional.qp_to_qp_ex.then_some(extended::ibv_qp_to_qp_ex),
         ibv_query_port_speed: optional.query_port_speed.then_some(verbs::ibv_query_port_speed),
+        ibv_query_ece: optional.ece.then_some(qp::ibv_query_ece),
+        ibv_set_ece: optional.ece.then_some(qp::ibv_set_ece),
     }
 }
 
@@ -194,12 +200,13 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 32] = [const { OnceLock::new() }; 32];
+    static LIBRARIES: [OnceLock<Ibverbs>; 64] = [const { OnceLock::new() }; 64];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
         | usize::from(optional.reg_dmabuf_mr) << 2
         | usize::from(optional.qp_to_qp_ex) << 3
-        | usize::from(optional.query_port_speed) << 4;
+        | usize::from(optional.query_port_speed) << 4
+        | usize::from(optional.ece) << 5;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.

@@ -247,3 +247,54 @@ pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         Ok(())
     })
 }
+
+/// `ibv_query_ece`: the options `ibv_set_ece` set (all zero before); 0 or the errno, as its
+/// man page says.
+///
+/// # Safety
+///
+/// `ece` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryEce, Verb::QueryEce)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above).
+        let qpn = unsafe { (*qp).qp_num };
+        Ok(s.reg.qps.get(&qpn).map(|info| info.ece).unwrap_or_default())
+    });
+    match result {
+        Ok(options) => {
+            // SAFETY: the caller made `ece` writable.
+            unsafe { ece.write(options) };
+            0
+        }
+        Err(errno) => errno,
+    }
+}
+
+/// `ibv_set_ece`: accepts every option (`ece` is left as given, all accepted) and keeps them
+/// for `ibv_query_ece`; 0 or the errno.
+///
+/// # Safety
+///
+/// `ece` must be valid for reads and writes.
+pub(super) unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    // SAFETY: the caller passes a valid struct.
+    let asked = unsafe { ece.read() };
+    let call = Call::SetEce {
+        vendor_id: asked.vendor_id,
+        options: asked.options,
+        comp_mask: asked.comp_mask,
+    };
+    let result = serve(|s| {
+        s.begin(call, Verb::SetEce)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above).
+        let qpn = unsafe { (*qp).qp_num };
+        if let Some(info) = s.reg.qps.get_mut(&qpn) {
+            info.ece = asked;
+        }
+        Ok(())
+    });
+    status(result)
+}

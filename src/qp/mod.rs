@@ -35,6 +35,7 @@ mod attr;
 mod connect;
 mod create;
 mod drain;
+mod ece;
 mod extended;
 #[cfg(test)]
 mod fit_tests;
@@ -56,6 +57,7 @@ use rdma_verbs_sys as sys;
 
 pub use attr::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr};
 pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
+pub use ece::Ece;
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;

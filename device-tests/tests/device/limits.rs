@@ -150,3 +150,17 @@ fn a_rate_limit_is_unsupported_where_the_device_reports_no_packet_pacing() {
     );
     assert_eq!(a.query_state().unwrap(), QueuePairState::RTS, "refused before the verb");
 }
+
+#[test]
+fn ece_is_unsupported_on_rxe() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let lo = Loopback::new(&ctx, 16);
+    let qp = lo.pd.create_rc_qp(&QpInitAttr::new(&lo.cq)).unwrap();
+    // rxe has no ECE ops: libibverbs answers EOPNOTSUPP (or lacks the verbs, before v31).
+    let unsupported = |err: Error, verb: &str| {
+        assert!(matches!(err, Error::Unsupported { what } if what.starts_with(verb)), "{err:?}");
+    };
+    unsupported(qp.query_ece().unwrap_err(), "ibv_query_ece");
+    let offer = Ece { vendor_id: 0x02c9, options: 1, comp_mask: 0 };
+    unsupported(qp.set_ece(&offer).unwrap_err(), "ibv_set_ece");
+}

@@ -8,6 +8,7 @@ mod context;
 #[cfg(feature = "mlx5")]
 mod dc;
 mod destroy;
+mod ece;
 mod events;
 mod limits;
 mod memory;
