@@ -288,20 +288,8 @@ fn data_path(mode: &mut impl Mode) {
             // code fills the structs, each list linked once.
             let sges = [sge];
             let remote = RemoteAddr { addr: 0x1000, rkey: RKey::new(7) };
-            let mut raw_sge =
-                sys::ibv_sge { addr: sges[0].addr(), length: 64, lkey: sges[0].lkey().get() };
-            let mut raw_send = sys::ibv_send_wr {
-                wr_id: 1,
-                sg_list: &mut raw_sge,
-                num_sge: 1,
-                opcode: sys::IBV_WR_RDMA_WRITE,
-                send_flags: sys::IBV_SEND_SIGNALED,
-                ..Default::default()
-            };
-            raw_send.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                remote_addr: remote.addr,
-                rkey: remote.rkey.get(),
-            };
+            let mut raw_sge = raw_sge_of(sges[0]);
+            let mut raw_send = raw_rdma_write(&mut raw_sge, remote);
             let mut raw_list = [raw_send; LIST];
             link(&mut raw_list, |wr| &mut wr.next);
             let mut raw_recv = sys::ibv_recv_wr {
@@ -322,8 +310,23 @@ fn data_path(mode: &mut impl Mode) {
             let mut raw_storage = [sys::ibv_wc::default(); LIST];
             let (mut stamps, mut raw_stamps) = ([0u64; LIST], [0u64; LIST]);
 
+            // A WR built for every post, as users write it (the C side fills its structs
+            // each time too): ours from the SGEs and the remote address, signaled.
+            let ours_built = || {
+                let wr = SendWr::rdma_write(1, black_box(&sges), black_box(remote));
+                // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
+                unsafe { black_box(qp).post_send_wr(&mut wr.flags(SendFlags::SIGNALED)) }.is_ok()
+            };
+            let built = |sge: &mut sys::ibv_sge| {
+                *sge = raw_sge_of(black_box(&sges)[0]);
+                raw_rdma_write(sge, black_box(remote))
+            };
             match qp.as_raw_ex() {
                 None => {
+                    mode.case(&format!("{path}/post_send_built"), ours_built, || {
+                        let mut sge = sys::ibv_sge::default();
+                        direct_post_send(black_box(qp_raw), &mut built(&mut sge)) == 0
+                    });
                     mode.case(
                         &format!("{path}/post_send"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
@@ -338,6 +341,10 @@ fn data_path(mode: &mut impl Mode) {
                     );
                 }
                 Some(qpx) => {
+                    mode.case(&format!("{path}/post_send_built"), ours_built, || {
+                        let mut sge = sys::ibv_sge::default();
+                        direct_wr_post(black_box(qpx), &[built(&mut sge)]) == 0
+                    });
                     mode.case(
                         &format!("{path}/post_send"),
                         // SAFETY: the stub provider only reads the WRs; nothing touches the memory.
@@ -524,6 +531,28 @@ fn link<T>(wrs: &mut [T], next_of: fn(&mut T) -> &mut *mut T) {
 
 // The C inline verbs: the provider's op, read through the object's context at each call, with
 // no check (the stub context sets every data-path op).
+
+/// `sge` as C code fills an `ibv_sge`.
+fn raw_sge_of(sge: rdma_verbs::Sge) -> sys::ibv_sge {
+    sys::ibv_sge { addr: sge.addr(), length: sge.length(), lkey: sge.lkey().get() }
+}
+
+/// A signaled RDMA WRITE of `sge` to `remote`, as C code fills an `ibv_send_wr`.
+fn raw_rdma_write(sge: &mut sys::ibv_sge, remote: RemoteAddr) -> sys::ibv_send_wr {
+    let mut wr = sys::ibv_send_wr {
+        wr_id: 1,
+        sg_list: sge,
+        num_sge: 1,
+        opcode: sys::IBV_WR_RDMA_WRITE,
+        send_flags: sys::IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+        remote_addr: remote.addr,
+        rkey: remote.rkey.get(),
+    };
+    wr
+}
 
 fn direct_post_send(qp: *mut sys::ibv_qp, wr: &mut sys::ibv_send_wr) -> c_int {
     let mut bad = std::ptr::null_mut();

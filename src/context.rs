@@ -150,6 +150,17 @@ impl Context {
         Ok(DeviceAttr(attr))
     }
 
+    /// `ibv_query_device_ex(3)`: the extended attributes, or those of `ibv_query_device` with
+    /// the rest zeroed when the provider lacks the extended verb (as the C inline falls back).
+    pub(crate) fn query_device_ex(&self) -> Result<sys::ibv_device_attr_ex> {
+        let mut attr = sys::ibv_device_attr_ex::default();
+        // SAFETY: a live context of this library and a writable struct of this build's layout.
+        let ret =
+            unsafe { sys::inline::ibv_query_device_ex(&self.lib.fns, self.as_raw(), &mut attr) };
+        check_errno(ret, "ibv_query_device_ex")?;
+        Ok(attr)
+    }
+
     /// The device attributes, queried on first use and kept (they do not change).
     pub(crate) fn cached_attr(&self) -> Result<&DeviceAttr> {
         if let Some(attr) = self.attr.get() {

@@ -89,7 +89,9 @@
 //! [`SharedReceiveQueue`], [`AddressHandle`], [`BufferPool`] and [`Buffer`] are
 //! `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their queues), and every
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
-//! mutably only through `&mut`.
+//! mutably only through `&mut`. [`DeviceMemory`] and [`DeviceMemoryRegion`] are
+//! `Send + Sync` too: the bytes are the device's, reached only by copies. A [`ThreadDomain`] is `Send` but not `Sync`, and a
+//! [`ParentDomain`] neither: what is bound to a thread domain is unlocked in the provider.
 //!
 //! # What is verified where
 //!
@@ -98,11 +100,22 @@
 //!
 //! | feature | mock | rxe / siw (device tier) | ConnectX |
 //! |---|---|---|---|
+//! | RC, UC and UD queue pairs, SRQs, atomics; the raw and the buffer tier | every verb's errors, masks and fallbacks; the strict mock's property suite; Miri and memcheck | rxe: traffic of every kind, faults, limits, `ibv_rc_pingpong` both ways; siw: RC through rdma_cm | hardware-unverified |
+//! | extended and legacy verbs ([`VerbsPath`]) | both, and the fallback | rxe: both; siw: legacy, the extended ones `Unsupported` | hardware-unverified |
+//! | memory windows, IOVA, on-demand paging, dma-buf ([`DmabufRegion`]) | each, and each refusal | rxe: windows of both types, IOVA; ODP refused with `EINVAL` and dma-buf `Unsupported` | hardware-unverified |
+//! | CQ moderation, port speed (rdma-core v62) | each, and `Unsupported` | `Unsupported` (port speed: named missing before v62, refused by the guest's kernel on 65.0) | hardware-unverified |
+//! | completion channels, async events, `tokio` streams | each | rxe: armed CQs, CQ overrun, SRQ limit, port down and up | hardware-unverified |
+//! | `rdmacm` | — | rxe and siw: resolve, connect, accept, reject, timeouts; the examples and tools over it | hardware-unverified |
+//! | `mlx5` (DC) | the mock libmlx5: DCTs, DCIs and streams executing WRITE, READ and SEND | rxe: the gate's `Unsupported` | tests written and `#[ignore]`d |
+//! | `diag` (the doctor) | each layer's checks as unit tests | rxe and siw in the guest, on rdma-core 33.2 to 65.0 | hardware-unverified |
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
+//! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | rxe: a 192 MiB RDMA WRITE over rxe0 and rxe1 (`scripts/rdma-vm --two-rxe`) whose rdma1 link goes down mid-way (rxe fails the rail's WR with `LOC_QP_OP_ERR`), finished byte for byte on the other rail | hardware-unverified |
 //! | QP limits from the device ([`InvalidInputKind::DeviceLimit`]: `max_qp_wr`, `max_sge`, `max_qp_rd_atom`, `max_qp_init_rd_atom`, the context-wide `max_res_rd_atom`) | each limit refused before the verb on configured device limits, two QPs over a `max_res_rd_atom` of 16, the share given back on reset, raw RESET, destroy and a failed RTR | rxe: `max_qp_wr`, `max_sge` and `max_qp_rd_atom` one past the device's, refused naming them | hardware-unverified (ionic's device-wide 16 from its rdma-core v61 provider, on the mock only) |
 //! | QP rate limit ([`QueuePair::set_rate_limit`], [`PacketPacingCaps`]) | in range, at both ends and 0; refused outside the range naming it; `Unsupported` without packet pacing, for a QP type the device does not pace, and on the provider's `EOPNOTSUPP` | rxe: `Unsupported` (it reports no packet pacing) | hardware-unverified |
 //! | ECE ([`QueuePair::query_ece`], [`QueuePair::set_ece`], [`Ece`]) | set and queried back; `Unsupported` before rdma-core v31 and on the provider's `EOPNOTSUPP`; a refused set | rxe: `Unsupported` | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
+//! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
+//! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
 //!
 //! # Crate features
 //!
@@ -120,6 +133,9 @@
 //! - `diag`: the doctor, a layered diagnosis of the RDMA stack (module `diag`, used by
 //!   `examples/doctor`). Off by default, so a program that only does verbs compiles none of
 //!   it; the stack's kind and rdma-core version are in the core ([`Stack`]).
+//!
+//! - `rails`: one RDMA WRITE or READ spread over the RC QPs of several devices, which
+//!   carries on over the others when one fails (module `rails`).
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
@@ -150,6 +166,7 @@ compile_error!(
 );
 mod cq;
 mod device;
+mod dm;
 #[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod mlx5;
@@ -182,12 +199,16 @@ mod pd;
 mod port;
 mod qp;
 mod quirks;
+#[cfg(feature = "rails")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rails")))]
+pub mod rails;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod reactor;
 mod srq;
 mod stack;
 mod summary;
+mod td;
 pub mod topology;
 mod try_twin;
 mod verbs_path;
@@ -224,6 +245,7 @@ pub use device::Device;
 pub use device::DeviceList;
 pub use device::NodeType;
 pub use device::TransportType;
+pub use dm::DeviceMemory;
 pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
@@ -239,6 +261,7 @@ pub use event::SrqId;
 pub use gid::Gid;
 pub use gid::GidEntry;
 pub use gid::GidType;
+pub use mr::DeviceMemoryRegion;
 pub use mr::DmabufRegion;
 pub use mr::HugePageSize;
 pub use mr::HugePages;
@@ -292,6 +315,8 @@ pub use qp::DRAIN_SEND_WR_ID;
 pub use srq::SharedReceiveQueue;
 pub use stack::Stack;
 pub use stack::StackKind;
+pub use td::ParentDomain;
+pub use td::ThreadDomain;
 pub use verbs_path::VerbsPath;
 pub use wc::WcOpcode;
 pub use wc::WcStatus;

@@ -13,14 +13,14 @@ use rdma_verbs_sys as sys;
 use crate::access::AccessFlags;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::leak::drop_by;
-use crate::mr::{bounds, DmabufRegion, MemoryRegion, RemoteWritableRegion};
+use crate::mr::{bounds, DeviceMemoryRegion, DmabufRegion, MemoryRegion, RemoteWritableRegion};
 use crate::pd::ProtectionDomain;
 use crate::qp::{Connected, QueuePair, Rts};
 use crate::wr::{RKey, RemoteAddr, SendFlags, SendWr};
 
 /// The region types a [`MemoryWindow`] can be bound to:
-/// [`MemoryRegion`](crate::MemoryRegion), [`RemoteWritableRegion`](crate::RemoteWritableRegion)
-/// and [`DmabufRegion`](crate::DmabufRegion).
+/// [`MemoryRegion`](crate::MemoryRegion), [`RemoteWritableRegion`](crate::RemoteWritableRegion),
+/// [`DmabufRegion`](crate::DmabufRegion) and [`DeviceMemoryRegion`](crate::DeviceMemoryRegion).
 pub trait BindableRegion<'a>: sealed::Region {
     #[doc(hidden)]
     fn bind_parts(&self) -> BindParts<'a>;
@@ -54,12 +54,13 @@ macro_rules! bindable {
     )*};
 }
 
-bindable!(MemoryRegion, RemoteWritableRegion, DmabufRegion);
+bindable!(MemoryRegion, RemoteWritableRegion, DmabufRegion, DeviceMemoryRegion);
 
 mod sealed {
-    use crate::mr::{DmabufRegion, MemoryRegion, RemoteWritableRegion};
+    use crate::mr::{DeviceMemoryRegion, DmabufRegion, MemoryRegion, RemoteWritableRegion};
 
     pub trait Region {}
+    impl Region for DeviceMemoryRegion<'_> {}
     impl Region for MemoryRegion<'_> {}
     impl Region for RemoteWritableRegion<'_> {}
     impl Region for DmabufRegion<'_> {}

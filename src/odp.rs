@@ -1,15 +1,10 @@
 //! On-demand paging (ODP): a device's capabilities ([`OdpCaps`], [`Context::odp_caps`]).
-#![allow(unsafe_code)]
-//! # Safety
-//!
-//! The query passes a live context of its own library and a writable attribute struct of this
-//! build's layout; the capabilities are copied out of it.
 
 use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::context::Context;
-use crate::error::{check_errno, Result};
+use crate::error::Result;
 
 bitflags! {
     /// What on-demand paging a device offers (`ibv_odp_caps.general_caps`,
@@ -73,13 +68,7 @@ impl Context {
     /// [`Error::Verb`](crate::Error::Verb) from `ibv_query_device_ex` (or the `ibv_query_device` fallback).
     #[doc(alias = "ibv_query_device_ex")]
     pub fn odp_caps(&self) -> Result<OdpCaps> {
-        let mut attr = sys::ibv_device_attr_ex::default();
-        // SAFETY: a live context of this library and a writable struct of this build's layout.
-        let ret = unsafe {
-            sys::inline::ibv_query_device_ex(&self.library().fns, self.as_raw(), &mut attr)
-        };
-        check_errno(ret, "ibv_query_device_ex")?;
-        let odp = attr.odp_caps;
+        let odp = self.query_device_ex()?.odp_caps;
         let transport = OdpTransportCaps::from_bits_retain;
         Ok(OdpCaps {
             general: OdpGeneralCaps::from_bits_retain(odp.general_caps),

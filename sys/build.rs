@@ -125,7 +125,7 @@ fn builder(include_dirs: &[PathBuf], found: &Arc<Mutex<Vec<String>>>) -> bindgen
 /// Prototypes of optional functions that older headers lack, declared by this crate (as the
 /// newer headers declare them) so that the loader's table has the same fields whatever the
 /// headers: the running library decides at run time whether the symbol is there.
-const OWN_PROTOTYPES: [(&str, &str, &str); 3] = [
+const OWN_PROTOTYPES: [(&str, &str, &str); 4] = [
     (
         "ibv_reg_dmabuf_mr",
         "rdma-core v34",
@@ -143,6 +143,11 @@ const OWN_PROTOTYPES: [(&str, &str, &str); 3] = [
         "rdma-core v62",
         "pub fn ibv_query_port_speed(context: *mut ibv_context, port_num: u32, \
          port_speed: *mut u64) -> ::std::ffi::c_int;",
+    ),
+    (
+        "ibv_dm_export_dmabuf_fd",
+        "rdma-core v62",
+        "pub fn ibv_dm_export_dmabuf_fd(dm: *mut ibv_dm) -> ::std::ffi::c_int;",
     ),
 ];
 

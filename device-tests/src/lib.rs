@@ -31,6 +31,9 @@ pub const RXE: &str = "rxe0";
 /// The soft-iWARP device of `scripts/rdma-vm --siw`.
 pub const SIW: &str = "siw0";
 
+/// The second Soft-RoCE device of `scripts/rdma-vm --two-rxe` (on netdev rdma1).
+pub const RXE1: &str = "rxe1";
+
 /// Opens `name`, or — when there is no such device — fails under
 /// `RDMA_VERBS_REQUIRE_DEVICE=1` and otherwise prints that the test skipped and returns `None`.
 pub fn require_device(name: &str) -> Option<Context> {
@@ -42,7 +45,11 @@ pub fn require_device(name: &str) -> Option<Context> {
             | Error::DeviceNotFound { .. }
             | Error::Load(_)),
         ) => {
-            let guest = if name == SIW { "scripts/rdma-vm --siw" } else { "scripts/rdma-vm" };
+            let guest = match name {
+                SIW => "scripts/rdma-vm --siw",
+                RXE1 => "scripts/rdma-vm --two-rxe",
+                _ => "scripts/rdma-vm",
+            };
             assert!(
                 !device_required(),
                 "RDMA_VERBS_REQUIRE_DEVICE=1 but device {name} is unusable: {e}; \

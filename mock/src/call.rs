@@ -69,6 +69,24 @@ pub enum Verb {
     ReqNotifyCq,
     /// The `verbs_context.modify_cq` op.
     ModifyCq,
+    /// The `verbs_context.alloc_dm` op.
+    AllocDm,
+    /// The `verbs_context.free_dm` op.
+    FreeDm,
+    /// The `verbs_context.reg_dm_mr` op.
+    RegDmMr,
+    /// A DM's `memcpy_to_dm` member.
+    MemcpyToDm,
+    /// A DM's `memcpy_from_dm` member.
+    MemcpyFromDm,
+    /// `ibv_dm_export_dmabuf_fd`
+    DmExportDmabufFd,
+    /// The `verbs_context.alloc_td` op.
+    AllocTd,
+    /// The `verbs_context.dealloc_td` op.
+    DeallocTd,
+    /// The `verbs_context.alloc_parent_domain` op.
+    AllocParentDomain,
     /// A function of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Verb),
@@ -282,6 +300,51 @@ pub enum Call {
         cq_count: u16,
         /// `moderate.cq_period` (µs).
         cq_period: u16,
+    },
+    /// The `alloc_dm` op.
+    AllocDm {
+        /// `attr.length`.
+        length: usize,
+        /// `attr.log_align_req`.
+        log_align_req: u32,
+    },
+    /// The `free_dm` op.
+    FreeDm,
+    /// The `reg_dm_mr` op.
+    RegDmMr {
+        /// `dm_offset`.
+        offset: u64,
+        /// `length`.
+        length: usize,
+        /// `access`.
+        access: c_uint,
+    },
+    /// A DM's `memcpy_to_dm` member.
+    MemcpyToDm {
+        /// `dm_offset`.
+        offset: u64,
+        /// `length`.
+        length: usize,
+    },
+    /// A DM's `memcpy_from_dm` member.
+    MemcpyFromDm {
+        /// `dm_offset`.
+        offset: u64,
+        /// `length`.
+        length: usize,
+    },
+    /// `ibv_dm_export_dmabuf_fd`
+    DmExportDmabufFd,
+    /// The `alloc_td` op.
+    AllocTd,
+    /// The `dealloc_td` op.
+    DeallocTd,
+    /// The `alloc_parent_domain` op.
+    AllocParentDomain {
+        /// Whether `attr.td` names a thread domain.
+        td: bool,
+        /// `attr.comp_mask`.
+        comp_mask: u32,
     },
     /// A call of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]

@@ -175,9 +175,10 @@ readers! {
     read_completion_ts -> u64 = |c| c.polled * 1000;
 }
 
-/// `verbs_context.query_device_ex` of a context with completion timestamps or packet pacing:
-/// its device attributes as `ibv_query_device` reports them, and, as configured, a 48-bit
-/// timestamp mask with a clock of [`CORE_CLOCK_KHZ`] and the packet pacing range.
+/// `verbs_context.query_device_ex` of a context with completion timestamps, device memory or
+/// packet pacing: its device attributes as `ibv_query_device` reports them, and, as
+/// configured, a 48-bit timestamp mask with a clock of [`CORE_CLOCK_KHZ`], a `max_dm_size` of
+/// [`MAX_DM_SIZE`](crate::MAX_DM_SIZE) and the packet pacing range.
 ///
 /// # Safety
 ///

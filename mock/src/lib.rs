@@ -77,6 +77,7 @@
 mod ah;
 mod call;
 mod device;
+mod dm;
 mod exec;
 mod extended;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
@@ -91,6 +92,7 @@ mod rule;
 mod srq;
 mod state;
 mod strict;
+mod td;
 mod verbs;
 
 use std::ffi::c_int;
@@ -128,6 +130,9 @@ pub struct Optional {
     pub qp_to_qp_ex: bool,
     /// `ibv_query_port_speed` (rdma-core v62+).
     pub query_port_speed: bool,
+    /// `ibv_dm_export_dmabuf_fd` (rdma-core v62+). The mock has no dma-buf to export: it
+    /// hands out a memfd in its place.
+    pub dm_export_dmabuf_fd: bool,
     /// `ibv_query_ece` and `ibv_set_ece` (rdma-core v31+).
     pub ece: bool,
 }
@@ -140,6 +145,7 @@ impl Optional {
         reg_dmabuf_mr: true,
         qp_to_qp_ex: true,
         query_port_speed: true,
+        dm_export_dmabuf_fd: true,
         ece: true,
     };
     /// None: an rdma-core older than v24.
@@ -149,6 +155,7 @@ impl Optional {
         reg_dmabuf_mr: false,
         qp_to_qp_ex: false,
         query_port_speed: false,
+        dm_export_dmabuf_fd: false,
         ece: false,
     };
 }
@@ -191,6 +198,7 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_reg_dmabuf_mr: optional.reg_dmabuf_mr.then_some(verbs::ibv_reg_dmabuf_mr),
         ibv_qp_to_qp_ex: optional.qp_to_qp_ex.then_some(extended::ibv_qp_to_qp_ex),
         ibv_query_port_speed: optional.query_port_speed.then_some(verbs::ibv_query_port_speed),
+        ibv_dm_export_dmabuf_fd: optional.dm_export_dmabuf_fd.then_some(dm::export_dmabuf_fd),
         ibv_query_ece: optional.ece.then_some(qp::ibv_query_ece),
         ibv_set_ece: optional.ece.then_some(qp::ibv_set_ece),
     }
@@ -200,13 +208,14 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 64] = [const { OnceLock::new() }; 64];
+    static LIBRARIES: [OnceLock<Ibverbs>; 128] = [const { OnceLock::new() }; 128];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
         | usize::from(optional.reg_dmabuf_mr) << 2
         | usize::from(optional.qp_to_qp_ex) << 3
         | usize::from(optional.query_port_speed) << 4
-        | usize::from(optional.ece) << 5;
+        | usize::from(optional.dm_export_dmabuf_fd) << 5
+        | usize::from(optional.ece) << 6;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.
@@ -265,6 +274,13 @@ pub struct ContextConfig {
     /// timestamps (a non-zero `completion_timestamp_mask`, a clock of [`CORE_CLOCK_KHZ`]).
     /// A packet pacing range in [`ContextConfig::limits`] sets the op too.
     pub completion_timestamps: bool,
+    /// Whether the `verbs_context` device-memory ops (`alloc_dm`, `free_dm`, `reg_dm_mr`) are
+    /// set, as mlx5's are, with `query_device_ex` reporting a `max_dm_size` of
+    /// [`MAX_DM_SIZE`]. rxe and siw have none (libibverbs' stubs answer `EOPNOTSUPP`).
+    pub device_memory: bool,
+    /// Whether the `verbs_context` thread-domain ops (`alloc_td`, `dealloc_td`,
+    /// `alloc_parent_domain`) are set, as mlx5's are; rxe and siw have none.
+    pub thread_domains: bool,
     /// Whether the `ibv_context.ops` memory-window ops (`alloc_mw`, `dealloc_mw`,
     /// `bind_mw`) are set, as rxe's are.
     pub memory_windows: bool,
@@ -281,6 +297,13 @@ pub struct ContextConfig {
 
 /// The `vendor_id` of Soft-RoCE (rxe).
 pub const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
+
+/// The `vendor_id` of Mellanox/NVIDIA devices (mlx5).
+pub const MELLANOX_VENDOR_ID: u32 = 0x02c9;
+
+/// The `max_dm_size` of a context with [`ContextConfig::device_memory`], in bytes (a
+/// ConnectX-5's MEMIC is 128 KiB).
+pub const MAX_DM_SIZE: u64 = 128 * 1024;
 
 impl ContextConfig {
     /// The default with the extended CQ and QP ops set: a provider like rxe.
@@ -306,6 +329,8 @@ impl Default for ContextConfig {
             create_cq_ex: false,
             create_qp_ex: false,
             completion_timestamps: false,
+            device_memory: false,
+            thread_domains: false,
             memory_windows: true,
             missing_member: None,
             vendor_id: 0,

@@ -8,10 +8,12 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::port_attr;
+use super::dm;
 use super::extended;
 use super::mw;
 use super::post::{post_recv, post_send, post_srq_recv};
 use super::state::{serve, Kind, State};
+use super::td;
 use super::ContextConfig;
 
 /// A new live context, embedded last in a boxed `verbs_context` as libibverbs does.
@@ -21,8 +23,16 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
         modify_cq: config.cq_moderation.then_some(modify_cq),
         create_cq_ex: config.create_cq_ex.then_some(extended::create_cq_ex),
         create_qp_ex: config.create_qp_ex.then_some(extended::create_qp_ex),
-        query_device_ex: (config.completion_timestamps || config.limits.qp_rate_limit_max != 0)
+        query_device_ex: (config.completion_timestamps
+            || config.device_memory
+            || config.limits.qp_rate_limit_max != 0)
             .then_some(extended::query_device_ex),
+        alloc_dm: config.device_memory.then_some(dm::alloc_dm),
+        free_dm: config.device_memory.then_some(dm::free_dm),
+        reg_dm_mr: config.device_memory.then_some(dm::reg_dm_mr),
+        alloc_td: config.thread_domains.then_some(td::alloc_td),
+        dealloc_td: config.thread_domains.then_some(td::dealloc_td),
+        alloc_parent_domain: config.thread_domains.then_some(td::alloc_parent_domain),
         sz: config.sz,
         ..Default::default()
     };
@@ -55,6 +65,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     if config.completion_timestamps {
         device.completion_timestamp_mask = (1 << 48) - 1;
         device.hca_core_clock = extended::CORE_CLOCK_KHZ;
+    }
+    if config.device_memory {
+        device.max_dm_size = crate::MAX_DM_SIZE;
     }
     s.set_device_attr(ctx, device);
     NonNull::new(ctx).expect("a field of a live allocation is not NULL")

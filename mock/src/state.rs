@@ -11,6 +11,7 @@ use rdma_verbs_sys::bindings::*;
 use super::call::{Call, Verb};
 use super::registry::Registry;
 use super::rule::{Queue, Rule, Violation};
+use super::td::MockParentDomain;
 use super::{device, ops};
 
 thread_local! {
@@ -73,12 +74,22 @@ pub(super) enum Kind {
     Ah,
     /// A boxed `ibv_mw`.
     Mw,
+    /// A boxed [`MockDm`](super::dm::MockDm).
+    Dm,
+    /// A boxed `ibv_td`.
+    Td,
+    /// A boxed [`MockParentDomain`](super::td::MockParentDomain); also a PD.
+    ParentDomain,
 }
 
 impl Kind {
     /// Whether an object of this kind serves as one of `kind`.
     fn is(self, kind: Kind) -> bool {
-        self == kind || matches!((self, kind), (Kind::CqEx, Kind::Cq) | (Kind::QpEx, Kind::Qp))
+        self == kind
+            || matches!(
+                (self, kind),
+                (Kind::CqEx, Kind::Cq) | (Kind::QpEx, Kind::Qp) | (Kind::ParentDomain, Kind::Pd)
+            )
     }
 }
 
@@ -274,7 +285,17 @@ impl State {
             Kind::Ah => pd == unsafe { (*object.cast::<ibv_ah>()).pd },
             // SAFETY: a live window, allocated as one.
             Kind::Mw => pd == unsafe { (*object.cast::<ibv_mw>()).pd },
+            // SAFETY: a live parent domain, allocated as one.
+            Kind::ParentDomain => pd == unsafe { (*object.cast::<MockParentDomain>()).protection },
             _ => false,
+        })
+    }
+
+    /// Whether a live parent domain is bound to `td` (a provider refuses to free it then).
+    pub(super) fn td_in_use(&self, td: *mut ibv_td) -> bool {
+        self.objects.iter().any(|(&object, &kind)| {
+            // SAFETY: a live parent domain, allocated as one.
+            kind == Kind::ParentDomain && td == unsafe { (*object.cast::<MockParentDomain>()).td }
         })
     }
 
@@ -501,6 +522,9 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::Srq => drop(Box::from_raw(object.cast::<ibv_srq>())),
             Kind::Ah => drop(Box::from_raw(object.cast::<ibv_ah>())),
             Kind::Mw => drop(Box::from_raw(object.cast::<ibv_mw>())),
+            Kind::Dm => drop(Box::from_raw(object.cast::<super::dm::MockDm>())),
+            Kind::Td => drop(Box::from_raw(object.cast::<ibv_td>())),
+            Kind::ParentDomain => drop(Box::from_raw(object.cast::<MockParentDomain>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());
                 libc::close(channel.fd);

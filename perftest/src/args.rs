@@ -136,6 +136,11 @@ pub struct Args {
     /// buffer tier
     #[arg(long = "raw")]
     pub raw: bool,
+    /// Put the buffers in the device's own memory (ibv_alloc_dm, registered zero-based with
+    /// ibv_reg_dm_mr), as perftest's --use_dm: the bandwidth tools with --raw, on devices that
+    /// have device memory (ConnectX; Soft-RoCE and soft-iWARP have none)
+    #[arg(long = "use_dm")]
+    pub use_dm: bool,
     /// Post sends with ibv_post_send, not the extended ibv_wr_* calls the provider may have
     /// (perftest's header says which it uses: "ibv_wr* API")
     #[arg(long = "use_old_post_send")]
@@ -475,6 +480,11 @@ impl Args {
                 self.post_list, self.tx_depth
             ));
         }
+        if self.use_dm && (!self.raw || self.test == Test::Latency || self.is_dc()) {
+            return Err("--use_dm needs --raw and a bandwidth tool over RC: the buffer tier's \
+                        buffers and write_lat's polled byte are host memory"
+                .into());
+        }
         if self.is_dc() && self.rdma_cm {
             return Err("-c DC does not work with -R: DC QPs are not connected by rdma_cm".into());
         }
@@ -675,6 +685,20 @@ mod tests {
         ] {
             let e = check(args).unwrap_err();
             assert!(e.starts_with(says), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn use_dm_is_taken_by_the_raw_bandwidth_tools_over_rc_only() {
+        let check = |test, args: &[&str]| parsed(test, Mode::Write, args).check(Mode::Write);
+        assert_eq!(check(Test::Bandwidth, &["--raw", "--use_dm"]), Ok(()));
+        for (test, args) in [
+            (Test::Bandwidth, &["--use_dm"][..]),
+            (Test::Latency, &["--raw", "--use_dm"]),
+            (Test::Bandwidth, &["--raw", "--use_dm", "-c", "DC"]),
+        ] {
+            let e = check(test, args).unwrap_err();
+            assert!(e.starts_with("--use_dm needs --raw"), "{args:?}: {e}");
         }
     }
 

@@ -73,7 +73,7 @@ mod with_mlx5 {
         let cqe = args.qps * args.tx_depth + rx_depth.max(1);
         let cq = events::create_cq(&ctx, cqe, channel.as_ref(), args)?;
         let srq = pd.create_srq(rx_depth.max(1), 1)?;
-        let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
+        let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed(), None)?;
         let send_regions: Vec<MemoryRegion<'_>> = (0..qps)
             .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed()))
             .collect::<Result<_>>()?;

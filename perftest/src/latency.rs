@@ -49,7 +49,7 @@ pub fn run(side: Side<'_, impl Connect>) -> Result<(), Error> {
     let send_cq = events::create_cq(ctx, 1, send_channel.as_ref(), args)?;
     let recv_cq = events::create_cq(ctx, rx.max(1), recv_channel.as_ref(), args)?;
     let send = Cq { cq: &send_cq, channel: send_channel.as_ref() };
-    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
+    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed(), None)?;
     // The safe tier's pool: one buffer to send from (or READ into) and send_lat's receives;
     // the raw tier's regions: one to send from, one that every receive names.
     let chunks = if args.raw { 1 } else { 1 + rx as usize };

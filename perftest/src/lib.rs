@@ -315,6 +315,24 @@ pub fn check_limits(ctx: &Context, mode: Mode, args: &Args) -> Result<(), Error>
             .into());
         }
     }
+    if args.use_dm {
+        // The peer's memory and each QP's two raw regions, as `bandwidth` lays them out.
+        let needed = (2 * u64::from(args.qps) + 1) * u64::from(max);
+        let have = ctx.max_dm_size()?;
+        if have == 0 {
+            return Err(
+                format!("--use_dm: {} has no device memory (max_dm_size 0)", ctx.name()).into()
+            );
+        }
+        if needed > have {
+            return Err(format!(
+                "--use_dm needs {needed} bytes of device memory ((2 × -q + 1) × -s), more than \
+                 {}'s max_dm_size {have}",
+                ctx.name()
+            )
+            .into());
+        }
+    }
     Ok(())
 }
 
@@ -416,7 +434,13 @@ fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
     let cq =
         events::create_cq(ctx, qps * (args.tx_depth + rx_depth.max(1)), channel.as_ref(), args)?;
     let waits = events::Cq { cq: &cq, channel: channel.as_ref() };
-    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed())?;
+    // --use_dm: one device memory holds the peer's memory and each raw region, `max` bytes
+    // each (check_limits saw that it fits).
+    let dm = match args.use_dm {
+        true => Some(ctx.alloc_dm((2 * qps as usize + 1) * max as usize, 0)?),
+        false => None,
+    };
+    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed(), dm.as_ref())?;
     let mine = peer_memory.remote;
     // Our side's memory: the safe tier's pool, or the raw tier's one region per QP.
     let pool_len = if args.raw {
@@ -428,9 +452,15 @@ fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
         pd.register(pool_len, AccessFlags::LOCAL_WRITE | args.relaxed())?,
         max as usize,
     )?;
-    let raw_regions: Vec<MemoryRegion<'_>> = if args.raw {
-        (0..2 * qps)
-            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed()))
+    let raw_regions: Vec<RawRegion<'_>> = if args.raw {
+        let access = AccessFlags::LOCAL_WRITE | args.relaxed();
+        (1..=2 * qps as usize)
+            .map(|i| match &dm {
+                Some(dm) => pd
+                    .register_dm(dm, i * max as usize..(i + 1) * max as usize, access)
+                    .map(RawRegion::Device),
+                None => pd.register(max as usize, access).map(RawRegion::Host),
+            })
             .collect::<Result<_>>()?
     } else {
         Vec::new()
@@ -575,24 +605,57 @@ pub fn each_size<T: Table>(
     Ok(())
 }
 
+/// The raw tier's region of a QP: host memory, or the device's with --use_dm.
+enum RawRegion<'a> {
+    Host(MemoryRegion<'a>),
+    Device(DeviceMemoryRegion<'a>),
+}
+
+impl RawRegion<'_> {
+    fn sge(&self, range: impl std::ops::RangeBounds<usize>) -> Result<Sge> {
+        match self {
+            RawRegion::Host(r) => r.sge(range),
+            RawRegion::Device(r) => r.sge(range),
+        }
+    }
+}
+
 /// What the peer reaches: a target for its writes, a source for its reads (none for SEND).
 pub struct PeerMemory<'a> {
     /// write_bw's and write_lat's target (write_lat polls its last byte).
     pub write_target: Option<RemoteWritableRegion<'a>>,
     _read_source: Option<MemoryRegion<'a>>,
+    /// Both of them in device memory, with --use_dm.
+    _device: Option<DeviceMemoryRegion<'a>>,
     /// Its address and rkey, for the peer (zero for SEND).
     pub remote: RemoteAddr,
 }
 
 impl<'a> PeerMemory<'a> {
-    /// `max` bytes on `pd` for `mode`, with `extra` access (relaxed ordering).
+    /// `max` bytes on `pd` for `mode`, with `extra` access (relaxed ordering): host memory,
+    /// or the first `max` bytes of `dm`.
     pub fn new(
         pd: &'a ProtectionDomain<'a>,
         mode: Mode,
         max: u32,
         extra: AccessFlags,
+        dm: Option<&'a DeviceMemory<'a>>,
     ) -> Result<Self, Error> {
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | extra;
+        if let (Some(dm), Mode::Write | Mode::Read) = (dm, mode) {
+            let access = match mode {
+                Mode::Read => AccessFlags::REMOTE_READ | extra,
+                _ => access,
+            };
+            let region = pd.register_dm(dm, ..max as usize, access)?;
+            let remote = region.remote(..)?;
+            return Ok(PeerMemory {
+                write_target: None,
+                _read_source: None,
+                _device: Some(region),
+                remote,
+            });
+        }
         let write_target = match mode {
             Mode::Write => Some(pd.register_remote_writable(max as usize, access)?),
             _ => None,
@@ -606,7 +669,7 @@ impl<'a> PeerMemory<'a> {
             (_, Some(s)) => s.remote(..)?,
             _ => RemoteAddr { addr: 0, rkey: RKey::new(0) },
         };
-        Ok(PeerMemory { write_target, _read_source: read_source, remote })
+        Ok(PeerMemory { write_target, _read_source: read_source, _device: None, remote })
     }
 }
 

@@ -28,29 +28,46 @@ ulimit -l unlimited          # RLIMIT_MEMLOCK (default 8 MiB): ibv_reg_mr pins m
 ulimit -n 65536
 
 RDMA_VM_GID_INDEX=
+rxes=0
 for d in $RDMA_VM_DEVICES; do
   case $d in
-    rxe) rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed" ;;
+    rxe) if [ $rxes = 0 ]; then
+           rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed"
+         else
+           # The second rxe's netdev, rdma1 (init.sh makes rdma0 only; siw, which has rdma1
+           # otherwise, is not asked for beside two rxe), at rdma0's MTU.
+           read -r mtu < /sys/class/net/rdma0/mtu
+           { ip link add rdma1 type dummy && ip link set rdma1 mtu "$mtu" up &&
+             ip addr add "$RDMA_VM_SIW_IPV4/24" dev rdma1; } || fail "cannot set up netdev rdma1"
+           rdma link add rxe1 type rxe netdev rdma1 || fail "rdma link add rxe1 failed"
+         fi
+         rxes=$((rxes + 1)) ;;
     siw) rdma link add siw0 type siw netdev rdma1 || fail "rdma link add siw0 failed" ;;
   esac
 done
 
-# rxe0 gets the RoCE v2 GID of the IPv4 address (::ffff:a.b.c.d) asynchronously after the
-# link is created: wait for it (up to 10 s) and export its index, which RoCE peers need.
-if [[ " $RDMA_VM_DEVICES " == *" rxe "* ]]; then
-  IFS=. read -r a b c d <<< "$RDMA_VM_IPV4"
+# An rxe device gets the RoCE v2 GID of its netdev's IPv4 address (::ffff:a.b.c.d)
+# asynchronously after the link is created: wait for it (up to 10 s); its index goes in GID.
+exec {sleepfd}<> <(:)    # a pipe that never has data: "read -t" on it sleeps without an exec
+roce_v2_gid() {  # roce_v2_gid DEVICE IPV4
+  local a b c d want g v t P=/sys/class/infiniband/$1/ports/1
+  IFS=. read -r a b c d <<< "$2"
   printf -v want '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$d"
-  P=/sys/class/infiniband/rxe0/ports/1
-  exec {sleepfd}<> <(:)    # a pipe that never has data: "read -t" on it sleeps without an exec
+  GID=
   for _ in {1..200}; do
     for g in "$P"/gids/*; do
       read -r v < "$g" && [ "$v" = "$want" ] || continue
-      read -r t < "$P/gid_attrs/types/${g##*/}" && [ "$t" = "RoCE v2" ] && { RDMA_VM_GID_INDEX=${g##*/}; break 2; }
+      read -r t < "$P/gid_attrs/types/${g##*/}" && [ "$t" = "RoCE v2" ] && { GID=${g##*/}; return; }
     done
     read -r -t 0.05 -u "$sleepfd" || true
   done 2>/dev/null
-  [ -n "$RDMA_VM_GID_INDEX" ] || fail "rxe0 has no RoCE v2 GID for $RDMA_VM_IPV4 after 10 s"
+  fail "$1 has no RoCE v2 GID for $2 after 10 s"
+}
+if [ $rxes -ge 1 ]; then
+  roce_v2_gid rxe0 "$RDMA_VM_IPV4"
+  RDMA_VM_GID_INDEX=$GID
 fi
+[ $rxes -lt 2 ] || roce_v2_gid rxe1 "$RDMA_VM_SIW_IPV4"
 export RDMA_VM_DEVICES RDMA_VM_IPV4 RDMA_VM_SIW_IPV4 RDMA_VM_GID_INDEX
 # The project's device tests must fail, not skip, when they find no device in here.
 export RDMA_VERBS_REQUIRE_DEVICE=1

@@ -155,10 +155,7 @@ pub(super) fn create(
 
 /// The device's completion clock in kHz, or `Unsupported` when it has no timestamps.
 fn timestamp_clock(ctx: &Context) -> Result<u64> {
-    let mut attr = sys::ibv_device_attr_ex::default();
-    // SAFETY: a live context of this library and a writable attribute struct.
-    let ret = unsafe { inl::ibv_query_device_ex(&ctx.library().fns, ctx.as_raw(), &mut attr) };
-    check_errno(ret, "ibv_query_device_ex")?;
+    let attr = ctx.query_device_ex()?;
     if attr.completion_timestamp_mask == 0 {
         return Err(Error::Unsupported {
             what: "completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; the device's \

@@ -381,6 +381,9 @@ pub enum InvalidInputKind {
     /// A size or count outside what is allowed (0 bytes, CQ entries, chunk sizes, private
     /// data, …).
     Size,
+    /// An offset or length that is not the multiple the device needs (copies to and from
+    /// [`DeviceMemory`](crate::DeviceMemory): of 4).
+    Alignment,
     /// A CQ smaller than the work requests a QP may have outstanding on it.
     CqTooSmall,
     /// More than a limit the device reports (`ibv_query_device(3)`: `max_qp_wr`, `max_sge`,

@@ -1,10 +1,10 @@
 //! Memory regions: registered memory, owned or exclusively borrowed ([`MemoryRegion`],
-//! [`RemoteWritableRegion`], [`DmabufRegion`]) and their keys ([`LKey`], [`RKey`]). The
-//! registration verbs (`ibv_reg_mr(3)`) and the `ibv_mr` the regions share are in
-//! `registration`, the memory under them in `memory`: memory the caller owns and hands over
-//! by value under the [`PinnedMemory`] contract in `pinned`, and the huge pages
-//! ([`HugePages`], `mmap(2)`) and memfds ([`SharedMemory`], `memfd_create(2)`) the crate maps
-//! for it in `mapped`.
+//! [`RemoteWritableRegion`], [`DmabufRegion`], [`DeviceMemoryRegion`]) and their keys
+//! ([`LKey`], [`RKey`]). The registration verbs (`ibv_reg_mr(3)`) and the `ibv_mr` the
+//! regions share are in `registration`, the memory under them in `memory`: memory the caller
+//! owns and hands over by value under the [`PinnedMemory`] contract in `pinned`, and the huge
+//! pages ([`HugePages`], `mmap(2)`) and memfds ([`SharedMemory`], `memfd_create(2)`) the crate
+//! maps for it in `mapped`; device memory's regions are in `device_memory`.
 #![allow(unsafe_code)]
 //! # Safety
 //!
@@ -27,6 +27,7 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+pub use device_memory::DeviceMemoryRegion;
 pub use mapped::{HugePageSize, HugePages, SharedMemory};
 pub use memory::RegionMemory;
 pub use pinned::PinnedMemory;
@@ -73,7 +74,9 @@ macro_rules! region_common {
             }
 
             /// The memory's virtual address: where the CPU sees the first byte (a
-            /// [`DmabufRegion`], which the CPU does not map, gives its IOVA).
+            /// [`DmabufRegion`](crate::DmabufRegion) or
+            /// [`DeviceMemoryRegion`](crate::DeviceMemoryRegion), which the CPU does not
+            /// map, gives its IOVA).
             pub fn addr(&self) -> u64 {
                 self.reg.addr()
             }
@@ -152,6 +155,9 @@ macro_rules! region_common {
         }
     };
 }
+
+// After the macro, which it uses.
+mod device_memory;
 
 /// A registered memory region the program reads and writes directly (`struct ibv_mr`,
 /// `ibv_reg_mr(3)`): local access, and at most `REMOTE_READ` for peers.

@@ -42,7 +42,7 @@ const REMOTE_ACCESS: AccessFlags = AccessFlags::REMOTE_READ
 pub(super) struct Registration<'a> {
     pub(super) raw: NonNull<sys::ibv_mr>,
     pub(super) memory: Memory<'a>,
-    local: u64,
+    pub(super) local: u64,
     pub(super) iova: u64,
     pub(super) access: AccessFlags,
     pub(super) pd: &'a ProtectionDomain<'a>,
@@ -406,7 +406,7 @@ fn check_local_only(access: AccessFlags) -> Result<()> {
 }
 
 /// Remote-write rights, and the `LOCAL_WRITE` they need.
-fn check_remote_writable(access: AccessFlags) -> Result<()> {
+pub(super) fn check_remote_writable(access: AccessFlags) -> Result<()> {
     if !access.intersects(AccessFlags::REMOTE_WRITES) {
         return Err(Error::invalid(
             InvalidInputKind::Access,

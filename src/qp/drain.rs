@@ -162,7 +162,7 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     }
 
     /// `ibv_modify_qp` to ERROR, leaving the type as it is (the NIC may do the same).
-    fn to_error(&self) -> Result<()> {
+    pub(crate) fn to_error(&self) -> Result<()> {
         let mut attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
         // SAFETY: a live QP and a valid attribute struct whose one masked field is set.
         let ret = unsafe {

@@ -231,6 +231,7 @@ impl<'a> SendWr<'a> {
 
     /// `IBV_WR_SEND`: the peer consumes a receive.
     #[must_use]
+    #[inline]
     pub fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
         Self::of(wr_id, sges, SendOp::Send, SendFlags::empty(), None)
     }
@@ -238,12 +239,14 @@ impl<'a> SendWr<'a> {
     /// `IBV_WR_SEND_WITH_IMM`: a SEND carrying 32 bits of immediate data (host order here;
     /// sent big-endian).
     #[must_use]
+    #[inline]
     pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
         Self::of(wr_id, sges, SendOp::SendWithImm(imm), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_RDMA_WRITE`: write the SGEs' bytes to `remote`; the peer sees no completion.
     #[must_use]
+    #[inline]
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
         Self::of(wr_id, sges, SendOp::RdmaWrite(remote), SendFlags::empty(), None)
     }
@@ -251,18 +254,21 @@ impl<'a> SendWr<'a> {
     /// `IBV_WR_RDMA_WRITE_WITH_IMM`: an RDMA WRITE that also consumes a receive at the peer,
     /// which completes with `imm`.
     #[must_use]
+    #[inline]
     pub fn rdma_write_with_imm(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, imm: u32) -> Self {
         Self::of(wr_id, sges, SendOp::RdmaWriteWithImm(remote, imm), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_RDMA_READ`: read from `remote` into the SGEs (which need `LOCAL_WRITE`).
     #[must_use]
+    #[inline]
     pub fn rdma_read(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr) -> Self {
         Self::of(wr_id, sges, SendOp::RdmaRead(remote), SendFlags::empty(), None)
     }
 
     /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 8 bytes at `remote` equal `compare`, write
     /// `swap`; the old value lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
+    #[inline]
     pub fn compare_swap(
         wr_id: u64,
         sges: &'a [Sge],
@@ -277,6 +283,7 @@ impl<'a> SendWr<'a> {
     /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `add` to the 8 bytes at `remote`; the old value
     /// lands in the (one, 8-byte, 8-byte-aligned) SGE. RC only.
     #[must_use]
+    #[inline]
     pub fn fetch_add(wr_id: u64, sges: &'a [Sge], remote: RemoteAddr, add: u64) -> Self {
         Self::of(wr_id, sges, SendOp::FetchAdd { remote, add }, SendFlags::empty(), None)
     }
@@ -286,6 +293,7 @@ impl<'a> SendWr<'a> {
     /// peers using it fail with a remote access error, and the window may be bound again.
     #[doc(alias = "IBV_WR_LOCAL_INV")]
     #[must_use]
+    #[inline]
     pub fn local_inv(wr_id: u64, rkey: RKey) -> Self {
         Self::with(wr_id, &[], sys::IBV_WR_LOCAL_INV, |raw| {
             raw.__bindgen_anon_1.invalidate_rkey = rkey.get();
@@ -297,6 +305,7 @@ impl<'a> SendWr<'a> {
     /// (its completion has `IBV_WC_WITH_INV` in `wc_flags`). RC only.
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
     #[must_use]
+    #[inline]
     pub fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: RKey) -> Self {
         Self::with(wr_id, sges, sys::IBV_WR_SEND_WITH_INV, |raw| {
             raw.__bindgen_anon_1.invalidate_rkey = rkey.get();
@@ -320,6 +329,7 @@ impl<'a> SendWr<'a> {
 
     /// Addresses a SEND on a UD QP to `dest`.
     #[must_use]
+    #[inline]
     pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
         set_destination(&mut self.raw, dest);
         self.refresh();
@@ -360,6 +370,7 @@ impl<'a> SendWr<'a> {
 
     /// Sets the send flags (replacing earlier ones).
     #[must_use]
+    #[inline]
     pub fn flags(mut self, flags: SendFlags) -> Self {
         self.set_flags(flags);
         self
@@ -367,6 +378,7 @@ impl<'a> SendWr<'a> {
 
     /// Sets the send flags of a prebuilt WR (replacing earlier ones), e.g. to signal one in
     /// `cq_mod` of a reused list.
+    #[inline]
     pub fn set_flags(&mut self, flags: SendFlags) {
         let inline_changed = (self.send_flags() ^ flags).contains(SendFlags::INLINE);
         self.raw.send_flags = flags.bits();
@@ -378,17 +390,20 @@ impl<'a> SendWr<'a> {
     }
 
     /// Sets the `wr_id` of a prebuilt WR.
+    #[inline]
     pub fn set_wr_id(&mut self, wr_id: u64) {
         self.raw.wr_id = wr_id;
     }
 
     /// The `wr_id`, returned in the completion.
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.raw.wr_id
     }
 
     /// The send flags.
     #[must_use]
+    #[inline]
     pub fn send_flags(&self) -> SendFlags {
         SendFlags::from_bits_retain(self.raw.send_flags)
     }
@@ -400,6 +415,7 @@ impl<'a> SendWr<'a> {
     }
 
     /// The number of SGEs.
+    #[inline]
     pub fn num_sge(&self) -> usize {
         self.raw.num_sge as usize
     }

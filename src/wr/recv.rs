@@ -23,6 +23,7 @@ unsafe impl Sync for RecvWr<'_> {}
 impl<'a> RecvWr<'a> {
     /// A receive into `sges`, reported with `wr_id`.
     #[must_use]
+    #[inline]
     pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
         let mut wr = RecvWr { raw: sys::ibv_recv_wr::default(), _sges: PhantomData };
         wr.refill(wr_id, sges);
@@ -30,16 +31,19 @@ impl<'a> RecvWr<'a> {
     }
 
     /// The `wr_id`.
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.raw.wr_id
     }
 
     /// Sets the `wr_id`.
+    #[inline]
     pub fn set_wr_id(&mut self, wr_id: u64) {
         self.raw.wr_id = wr_id;
     }
 
     /// The number of SGEs.
+    #[inline]
     pub fn num_sge(&self) -> usize {
         self.raw.num_sge as usize
     }

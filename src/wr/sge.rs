@@ -34,21 +34,25 @@ pub struct Sge(sys::ibv_sge);
 impl Sge {
     /// An SGE of `length` bytes at `addr`, in the region whose local key is `lkey`.
     #[must_use]
+    #[inline]
     pub fn new(addr: u64, length: u32, lkey: LKey) -> Sge {
         Sge(sys::ibv_sge { addr, length, lkey: lkey.get() })
     }
 
     /// The address.
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.0.addr
     }
 
     /// The length in bytes.
+    #[inline]
     pub fn length(&self) -> u32 {
         self.0.length
     }
 
     /// The local key.
+    #[inline]
     pub fn lkey(&self) -> LKey {
         LKey::new(self.0.lkey)
     }

@@ -233,6 +233,8 @@ fn_table! {
         ibv_reg_dmabuf_mr: fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
         /// `ibv_query_port_speed@@IBVERBS_1.16` (rdma-core v62).
         ibv_query_port_speed: fn(*mut ibv_context, u32, *mut u64) -> c_int;
+        /// `ibv_dm_export_dmabuf_fd@@IBVERBS_1.16` (rdma-core v62).
+        ibv_dm_export_dmabuf_fd: fn(*mut ibv_dm) -> c_int;
         /// `ibv_query_ece(3)` (rdma-core v31).
         ibv_query_ece: fn(*mut ibv_qp, *mut ibv_ece) -> c_int;
         /// `ibv_set_ece(3)` (rdma-core v31).

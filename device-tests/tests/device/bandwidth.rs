@@ -270,3 +270,10 @@ pub(super) const PEER_GONE: [&str; 2] =
 fn a_server_that_dies_mid_run_fails_the_client_in_bounded_time() {
     a_server_that_dies_mid_run("write_bw", 18912, &["-s", "65536", "-D", "60"], &PEER_GONE);
 }
+
+#[test]
+fn use_dm_on_a_device_without_device_memory_is_refused_before_any_resource() {
+    let Some(_) = require_device(RXE) else { return };
+    let out = output_within(tool("write_bw", 18929, &["--raw", "--use_dm"]), LIMIT);
+    assert_fails_saying(&out, "--use_dm: rxe0 has no device memory (max_dm_size 0)");
+}

@@ -160,3 +160,21 @@ fn into_checked_learns_the_send_limits_from_the_device() {
     assert!(wc.is_success() && wc.wr_id() == 2, "{wc:?}");
     drop(b);
 }
+
+/// `ibv_query_port_speed` arrived in rdma-core v62: a library before it is named in the
+/// refusal; from it on, rxe answers with its link's rate, or the kernel refuses the method.
+#[test]
+fn port_speed_is_the_links_rate_or_unsupported_naming_the_release() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let release = Stack::loaded().unwrap().and_then(|s| s.rdma_core());
+    match ctx.query_port_speed(PORT) {
+        Ok(mbps) => {
+            assert!(release.is_none_or(|r| r >= (62, 0)), "{release:?} has no such verb");
+            assert!(mbps >= 1000, "{mbps} Mb/s");
+        }
+        Err(e @ Error::Unsupported { .. }) if release.is_some_and(|r| r < (62, 0)) => {
+            assert!(e.to_string().contains("v62"), "{e}")
+        }
+        Err(e) => assert!(matches!(e, Error::Unsupported { .. }), "{release:?}: {e:?}"),
+    }
+}

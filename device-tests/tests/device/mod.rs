@@ -9,6 +9,7 @@ mod cm;
 mod cm_addr;
 #[cfg(feature = "mlx5")]
 mod dc;
+mod device_memory;
 #[cfg(feature = "diag")]
 mod doctor;
 mod drift;
@@ -25,6 +26,8 @@ mod loopback;
 mod memory;
 mod mtu;
 mod pair;
+#[cfg(feature = "rails")]
+mod rails;
 mod rc_pingpong;
 mod s3rdma;
 mod s3rdma_large;

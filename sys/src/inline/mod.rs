@@ -19,9 +19,13 @@ use crate::bindings::*;
 use crate::loader::IbverbsFns;
 
 mod cq_ex;
+mod dm;
 mod qp_ex;
+mod td;
 pub use cq_ex::*;
+pub use dm::*;
 pub use qp_ex::*;
+pub use td::*;
 #[cfg(rdma_verbs_mlx5dv)]
 mod mlx5dv;
 #[cfg(rdma_verbs_mlx5dv)]

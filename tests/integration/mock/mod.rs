@@ -8,6 +8,7 @@ mod context;
 #[cfg(feature = "mlx5")]
 mod dc;
 mod destroy;
+mod device_memory;
 mod ece;
 mod events;
 mod limits;
@@ -15,11 +16,14 @@ mod memory;
 mod messages;
 mod pinned;
 mod qp;
+#[cfg(feature = "rails")]
+mod rails;
 #[cfg(feature = "tokio")]
 mod reactor;
 mod refusals;
 mod resources;
 mod soundness;
+mod thread_domain;
 mod verbs_path;
 
 use rdma_verbs::{

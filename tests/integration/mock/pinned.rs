@@ -18,7 +18,7 @@ use super::{assert_verb_error, loopback_pair, Fixture};
 
 /// `len` bytes of an anonymous mapping the test made, noting when it is dropped (and
 /// unmapped).
-struct Mapped {
+pub(super) struct Mapped {
     addr: NonNull<u8>,
     len: usize,
     dropped: Arc<AtomicBool>,
@@ -28,7 +28,7 @@ struct Mapped {
 unsafe impl Send for Mapped {}
 
 impl Mapped {
-    fn new(len: usize) -> (Mapped, Arc<AtomicBool>) {
+    pub(super) fn new(len: usize) -> (Mapped, Arc<AtomicBool>) {
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         // SAFETY: a fresh mapping where the kernel chooses.
