@@ -8,11 +8,12 @@
 //! borrows the context.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdma_verbs_sys as sys;
 
 use crate::device::DeviceList;
-use crate::error::{check_errno, Error, Result};
+use crate::error::{check_errno, Error, InvalidInputKind, Result};
 use crate::port::PortAttr;
 use crate::summary::summary_debug;
 use crate::Lid;
@@ -27,6 +28,10 @@ pub struct Context {
     attr: std::sync::OnceLock<DeviceAttr>,
     /// Its CQs reported in error by async events read and not yet told to their polls.
     cq_errors: crate::cq::CqErrors,
+    /// The RDMA READ / atomic responder resources its QPs hold: the sum of their
+    /// `max_dest_rd_atomic` from RTR until RESET or destruction, held to the device's
+    /// `max_res_rd_atom`.
+    responder_resources: AtomicU64,
 }
 
 // SAFETY: libibverbs verbs are thread-safe (rdma-core's documented guarantee); the context
@@ -97,7 +102,14 @@ impl Context {
         raw: NonNull<sys::ibv_context>,
         name: String,
     ) -> Context {
-        Context { raw, lib, name, attr: Default::default(), cq_errors: Default::default() }
+        Context {
+            raw,
+            lib,
+            name,
+            attr: Default::default(),
+            cq_errors: Default::default(),
+            responder_resources: AtomicU64::new(0),
+        }
     }
 
     /// The device's name.
@@ -156,6 +168,42 @@ impl Context {
         }
         let attr = self.query_device()?;
         Ok(self.attr.get_or_init(|| attr))
+    }
+
+    /// Takes `n` RDMA READ / atomic responder resources for a QP entering RTR with
+    /// `max_dest_rd_atomic` `n` (or raising it), refused when this context's QPs would then
+    /// hold more than the device's `max_res_rd_atom` (`ibv_query_device(3)`; 0 means the
+    /// device reports no such bound). Other contexts and processes on the device draw on the
+    /// same resources, which this count cannot see: the provider may still refuse.
+    pub(crate) fn take_responder_resources(&self, n: u8) -> Result<()> {
+        let limit = u64::try_from(self.cached_attr()?.max_res_rd_atom()).unwrap_or(0);
+        let n = u64::from(n);
+        let taken =
+            self.responder_resources.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (limit == 0 || held + n <= limit).then_some(held + n)
+            });
+        match taken {
+            Ok(_) => Ok(()),
+            Err(held) => Err(Error::invalid(
+                InvalidInputKind::DeviceLimit,
+                format!(
+                    "max_dest_rd_atomic {n} would bring the RDMA READ / atomic responder \
+                     resources of this device context's QPs to {} (they hold {held} in RTR and \
+                     RTS), above the device's max_res_rd_atom {limit}: lower max_dest_rd_atomic, \
+                     or reset or destroy a QP first",
+                    held + n
+                ),
+            )),
+        }
+    }
+
+    /// Gives back `n` responder resources taken by [`Context::take_responder_resources`].
+    pub(crate) fn give_responder_resources(&self, n: u8) {
+        let n = u64::from(n);
+        // Saturating: a give never exceeds what was taken, and a slip must not wrap.
+        let _ = self
+            .responder_resources
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| Some(h.saturating_sub(n)));
     }
 
     /// `ibv_query_port(3)`—The attributes of `port` (from 1).
@@ -313,6 +361,14 @@ impl DeviceAttr {
     /// [`ToRtsAttr::max_rd_atomic`](crate::ToRtsAttr::max_rd_atomic) (`ibv_query_device(3)`).
     pub fn max_qp_init_rd_atom(&self) -> i32 {
         self.0.max_qp_init_rd_atom
+    }
+
+    /// The most outstanding RDMA READ / atomic operations the device can be the target of,
+    /// over all its QPs (`ibv_query_device(3)`): the bound of the sum of their
+    /// [`ToRtrAttr::max_dest_rd_atomic`](crate::ToRtrAttr::max_dest_rd_atomic); 0 when the
+    /// device reports none.
+    pub fn max_res_rd_atom(&self) -> i32 {
+        self.0.max_res_rd_atom
     }
 
     /// The number of physical ports.

@@ -111,6 +111,9 @@
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
 //! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | rxe: a 192 MiB RDMA WRITE over rxe0 and rxe1 (`scripts/rdma-vm --two-rxe`) whose rdma1 link goes down mid-way (rxe fails the rail's WR with `LOC_QP_OP_ERR`), finished byte for byte on the other rail | hardware-unverified |
 //! | GPU memory: peer memory ([`ProtectionDomain::register_peer_memory`]), the doctor's GPU routes | a simulated GPU whose address faults on any CPU access: `EFAULT` and the hint without a peer-memory client, then registration and a peer's RDMA WRITE into it; the doctor's findings on recorded NVIDIA, AMD and GPU-less hosts | rxe: a device address without a peer-memory client fails with `EFAULT` and the hint; rxe, siw: the doctor's "no GPU" findings and its probe of the provider (both refuse dma-buf) | hardware-unverified: no GPU in CI (the manual check is in the guide's "GPU memory") |
+//! | QP limits from the device ([`InvalidInputKind::DeviceLimit`]: `max_qp_wr`, `max_sge`, `max_qp_rd_atom`, `max_qp_init_rd_atom`, the context-wide `max_res_rd_atom`) | each limit refused before the verb on configured device limits, two QPs over a `max_res_rd_atom` of 16, the share given back on reset, raw RESET, destroy and a failed RTR | rxe: `max_qp_wr`, `max_sge` and `max_qp_rd_atom` one past the device's, refused naming them | hardware-unverified (ionic's device-wide 16 from its rdma-core v61 provider, on the mock only) |
+//! | QP rate limit ([`QueuePair::set_rate_limit`], [`PacketPacingCaps`]) | in range, at both ends and 0; refused outside the range naming it; `Unsupported` without packet pacing, for a QP type the device does not pace, and on the provider's `EOPNOTSUPP` | rxe: `Unsupported` (it reports no packet pacing) | hardware-unverified |
+//! | ECE ([`QueuePair::query_ece`], [`QueuePair::set_ece`], [`Ece`]) | set and queried back; `Unsupported` before rdma-core v31 and on the provider's `EOPNOTSUPP`; a refused set | rxe: `Unsupported` | hardware-unverified |
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
 //! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
@@ -283,7 +286,9 @@ pub use port::PortAttr;
 pub use port::PortState;
 pub use qp::AckTimeout;
 pub use qp::Connected;
+pub use qp::Ece;
 pub use qp::Init;
+pub use qp::PacketPacingCaps;
 pub use qp::QpAttrMask;
 pub use qp::QpAttributes;
 pub use qp::QpCapabilities;

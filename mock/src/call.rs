@@ -25,6 +25,10 @@ pub enum Verb {
     QueryGidEx,
     /// `ibv_query_port_speed`
     QueryPortSpeed,
+    /// `ibv_query_ece`
+    QueryEce,
+    /// `ibv_set_ece`
+    SetEce,
     /// `ibv_alloc_pd`
     AllocPd,
     /// `ibv_dealloc_pd`
@@ -170,6 +174,17 @@ pub enum Call {
     QueryPortSpeed {
         /// The port.
         port: u32,
+    },
+    /// `ibv_query_ece`
+    QueryEce,
+    /// `ibv_set_ece`
+    SetEce {
+        /// `ece.vendor_id`
+        vendor_id: u32,
+        /// `ece.options`
+        options: u32,
+        /// `ece.comp_mask`
+        comp_mask: u32,
     },
     /// `ibv_alloc_pd`
     AllocPd,
@@ -489,6 +504,8 @@ pub struct QpAttr {
     pub sq_psn: u32,
     /// `max_rd_atomic`
     pub max_rd_atomic: u8,
+    /// `rate_limit` (kbps)
+    pub rate_limit: u32,
 }
 
 impl QpAttr {
@@ -520,6 +537,7 @@ impl QpAttr {
             rnr_retry: a.rnr_retry,
             sq_psn: a.sq_psn,
             max_rd_atomic: a.max_rd_atomic,
+            rate_limit: a.rate_limit,
         }
     }
 }

@@ -15,8 +15,78 @@ pub const NODE_GUID: u64 = 0x0200_00ff_fe00_0001;
 /// struct, so a test can tell a full query from a compat one.
 const PORT_CAP_FLAGS2: u16 = 0x0a5a;
 
-/// What `ibv_query_device` reports: one port, and the limits the mock enforces
-/// (`max_qp_wr`, `max_sge`, `max_cqe`).
+/// The limits a mock context's device reports ([`ContextConfig::limits`](crate::ContextConfig::limits));
+/// the mock enforces `max_qp_wr` and `max_sge` at QP creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// `max_qp_wr`: work requests per queue.
+    pub max_qp_wr: i32,
+    /// `max_sge`: SGEs per work request.
+    pub max_sge: i32,
+    /// `max_qp_rd_atom`: a QP's `max_dest_rd_atomic`.
+    pub max_qp_rd_atom: i32,
+    /// `max_qp_init_rd_atom`: a QP's `max_rd_atomic`.
+    pub max_qp_init_rd_atom: i32,
+    /// `max_res_rd_atom`: the device's responder resources over all its QPs.
+    pub max_res_rd_atom: i32,
+    /// `packet_pacing_caps.qp_rate_limit_min` of `ibv_query_device_ex`, in kbps.
+    pub qp_rate_limit_min: u32,
+    /// `packet_pacing_caps.qp_rate_limit_max`, in kbps: 0, the default, reports no packet
+    /// pacing. A context with a maximum has the `query_device_ex` op.
+    pub qp_rate_limit_max: u32,
+    /// `packet_pacing_caps.supported_qpts`: the QP types that take a rate limit, as bits
+    /// `1 << IBV_QPT_*`.
+    pub rate_limit_qp_types: u32,
+}
+
+impl Default for DeviceLimits {
+    /// [`device_attr`]'s.
+    fn default() -> Self {
+        let a = device_attr();
+        DeviceLimits {
+            max_qp_wr: a.max_qp_wr,
+            max_sge: a.max_sge,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
+            max_res_rd_atom: a.max_res_rd_atom,
+            qp_rate_limit_min: 0,
+            qp_rate_limit_max: 0,
+            rate_limit_qp_types: 0,
+        }
+    }
+}
+
+impl DeviceLimits {
+    /// What `ibv_query_device_ex` reports with these limits: [`DeviceLimits::device_attr`]
+    /// and the packet pacing range.
+    pub(crate) fn device_attr_ex(self, vendor_id: u32) -> ibv_device_attr_ex {
+        ibv_device_attr_ex {
+            orig_attr: self.device_attr(vendor_id),
+            packet_pacing_caps: ibv_packet_pacing_caps {
+                qp_rate_limit_min: self.qp_rate_limit_min,
+                qp_rate_limit_max: self.qp_rate_limit_max,
+                supported_qpts: self.rate_limit_qp_types,
+            },
+            ..Default::default()
+        }
+    }
+
+    /// [`device_attr`] with these limits and `vendor_id`.
+    pub(crate) fn device_attr(self, vendor_id: u32) -> ibv_device_attr {
+        ibv_device_attr {
+            vendor_id,
+            max_qp_wr: self.max_qp_wr,
+            max_sge: self.max_sge,
+            max_qp_rd_atom: self.max_qp_rd_atom,
+            max_qp_init_rd_atom: self.max_qp_init_rd_atom,
+            max_res_rd_atom: self.max_res_rd_atom,
+            ..device_attr()
+        }
+    }
+}
+
+/// What `ibv_query_device` reports for a context of [`DeviceLimits::default`]: one port, and
+/// the limits the mock enforces (`max_qp_wr`, `max_sge`, `max_cqe`).
 pub fn device_attr() -> ibv_device_attr {
     let mut attr = ibv_device_attr {
         node_guid: NODE_GUID.to_be(),
@@ -32,6 +102,7 @@ pub fn device_attr() -> ibv_device_attr {
         max_pd: 64,
         max_qp_rd_atom: 16,
         max_qp_init_rd_atom: 16,
+        max_res_rd_atom: 1024,
         max_pkeys: 1,
         phys_port_cnt: 1,
         ..Default::default()

@@ -175,10 +175,10 @@ readers! {
     read_completion_ts -> u64 = |c| c.polled * 1000;
 }
 
-/// `verbs_context.query_device_ex` of a context with completion timestamps or device memory:
-/// [`device_attr`], with completion timestamps a 48-bit timestamp mask and a clock of
-/// [`CORE_CLOCK_KHZ`], with device memory a `max_dm_size` of
-/// [`MAX_DM_SIZE`](crate::MAX_DM_SIZE).
+/// `verbs_context.query_device_ex` of a context with completion timestamps, device memory or
+/// packet pacing: its device attributes as `ibv_query_device` reports them, and, as
+/// configured, a 48-bit timestamp mask with a clock of [`CORE_CLOCK_KHZ`], a `max_dm_size` of
+/// [`MAX_DM_SIZE`](crate::MAX_DM_SIZE) and the packet pacing range.
 ///
 /// # Safety
 ///
@@ -192,19 +192,11 @@ pub(super) unsafe extern "C" fn query_device_ex(
     let result = serve(|s| {
         s.begin(Call::QueryDeviceEx { attr_size }, Verb::QueryDeviceEx)?;
         s.expect(context, Kind::Context)?;
-        Ok(s.extended_attrs(context))
+        Ok(s.device_attr_ex(context))
     });
-    let extended = match result {
-        Ok(extended) => extended,
+    let full = match result {
+        Ok(device) => device,
         Err(errno) => return errno,
-    };
-    let timestamps = extended.completion_timestamps;
-    let full = ibv_device_attr_ex {
-        orig_attr: device_attr(),
-        completion_timestamp_mask: if timestamps { (1 << 48) - 1 } else { 0 },
-        hca_core_clock: if timestamps { CORE_CLOCK_KHZ } else { 0 },
-        max_dm_size: if extended.device_memory { crate::MAX_DM_SIZE } else { 0 },
-        ..Default::default()
     };
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller made `attr_size` bytes writable; `n` bytes fit both.

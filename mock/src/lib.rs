@@ -111,7 +111,9 @@ use rdma_verbs_sys::bindings::*;
 use rdma_verbs_sys::loader::{Ibverbs, IbverbsFns};
 
 pub use call::{Call, QpAttr, Verb};
-pub use device::{device_attr, gid_table, port_attr, DEVICE_NAME, NODE_GUID, PORT_SPEED};
+pub use device::{
+    device_attr, gid_table, port_attr, DeviceLimits, DEVICE_NAME, NODE_GUID, PORT_SPEED,
+};
 pub use exec::GRH_LEN;
 pub use extended::CORE_CLOCK_KHZ;
 pub use peer::DeviceMemory;
@@ -137,6 +139,8 @@ pub struct Optional {
     /// `ibv_dm_export_dmabuf_fd` (rdma-core v62+). The mock has no dma-buf to export: it
     /// hands out a memfd in its place.
     pub dm_export_dmabuf_fd: bool,
+    /// `ibv_query_ece` and `ibv_set_ece` (rdma-core v31+).
+    pub ece: bool,
 }
 
 impl Optional {
@@ -148,6 +152,7 @@ impl Optional {
         qp_to_qp_ex: true,
         query_port_speed: true,
         dm_export_dmabuf_fd: true,
+        ece: true,
     };
     /// None: an rdma-core older than v24.
     pub const NONE: Optional = Optional {
@@ -157,6 +162,7 @@ impl Optional {
         qp_to_qp_ex: false,
         query_port_speed: false,
         dm_export_dmabuf_fd: false,
+        ece: false,
     };
 }
 
@@ -199,6 +205,8 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_qp_to_qp_ex: optional.qp_to_qp_ex.then_some(extended::ibv_qp_to_qp_ex),
         ibv_query_port_speed: optional.query_port_speed.then_some(verbs::ibv_query_port_speed),
         ibv_dm_export_dmabuf_fd: optional.dm_export_dmabuf_fd.then_some(dm::export_dmabuf_fd),
+        ibv_query_ece: optional.ece.then_some(qp::ibv_query_ece),
+        ibv_set_ece: optional.ece.then_some(qp::ibv_set_ece),
     }
 }
 
@@ -206,13 +214,14 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 64] = [const { OnceLock::new() }; 64];
+    static LIBRARIES: [OnceLock<Ibverbs>; 128] = [const { OnceLock::new() }; 128];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
         | usize::from(optional.reg_dmabuf_mr) << 2
         | usize::from(optional.qp_to_qp_ex) << 3
         | usize::from(optional.query_port_speed) << 4
-        | usize::from(optional.dm_export_dmabuf_fd) << 5;
+        | usize::from(optional.dm_export_dmabuf_fd) << 5
+        | usize::from(optional.ece) << 6;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.
@@ -269,6 +278,7 @@ pub struct ContextConfig {
     pub create_qp_ex: bool,
     /// Whether the `verbs_context.query_device_ex` op is set, reporting completion
     /// timestamps (a non-zero `completion_timestamp_mask`, a clock of [`CORE_CLOCK_KHZ`]).
+    /// A packet pacing range in [`ContextConfig::limits`] sets the op too.
     pub completion_timestamps: bool,
     /// Whether the `verbs_context` device-memory ops (`alloc_dm`, `free_dm`, `reg_dm_mr`) are
     /// set, as mlx5's are, with `query_device_ex` reporting a `max_dm_size` of
@@ -287,6 +297,8 @@ pub struct ContextConfig {
     /// [`RXE_VENDOR_ID`] to look like Soft-RoCE (whose data-path quirks rdma-verbs applies
     /// by this id and the library's release: see [`library_with_release`]).
     pub vendor_id: u32,
+    /// The limits `ibv_query_device` reports for this context (and `ibv_create_qp` enforces).
+    pub limits: DeviceLimits,
 }
 
 /// The `vendor_id` of Soft-RoCE (rxe).
@@ -328,6 +340,7 @@ impl Default for ContextConfig {
             memory_windows: true,
             missing_member: None,
             vendor_id: 0,
+            limits: DeviceLimits::default(),
         }
     }
 }

@@ -12,7 +12,7 @@ use super::dm;
 use super::extended;
 use super::mw;
 use super::post::{post_recv, post_send, post_srq_recv};
-use super::state::{serve, ExtendedAttrs, Kind, State};
+use super::state::{serve, Kind, State};
 use super::td;
 use super::ContextConfig;
 
@@ -23,7 +23,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
         modify_cq: config.cq_moderation.then_some(modify_cq),
         create_cq_ex: config.create_cq_ex.then_some(extended::create_cq_ex),
         create_qp_ex: config.create_qp_ex.then_some(extended::create_qp_ex),
-        query_device_ex: (config.completion_timestamps || config.device_memory)
+        query_device_ex: (config.completion_timestamps
+            || config.device_memory
+            || config.limits.qp_rate_limit_max != 0)
             .then_some(extended::query_device_ex),
         alloc_dm: config.device_memory.then_some(dm::alloc_dm),
         free_dm: config.device_memory.then_some(dm::free_dm),
@@ -59,12 +61,15 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     if let Some(member) = config.missing_member {
         s.set_missing_member(ctx, member);
     }
-    s.set_vendor_id(ctx, config.vendor_id);
-    let extended = ExtendedAttrs {
-        completion_timestamps: config.completion_timestamps,
-        device_memory: config.device_memory,
-    };
-    s.set_extended_attrs(ctx, extended);
+    let mut device = config.limits.device_attr_ex(config.vendor_id);
+    if config.completion_timestamps {
+        device.completion_timestamp_mask = (1 << 48) - 1;
+        device.hca_core_clock = extended::CORE_CLOCK_KHZ;
+    }
+    if config.device_memory {
+        device.max_dm_size = crate::MAX_DM_SIZE;
+    }
+    s.set_device_attr(ctx, device);
     NonNull::new(ctx).expect("a field of a live allocation is not NULL")
 }
 

@@ -6,7 +6,6 @@ use std::ffi::c_int;
 use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, QpAttr, Verb};
-use super::device::device_attr;
 use super::exec;
 use super::ops::check_port;
 use super::registry::QpInfo;
@@ -14,7 +13,7 @@ use super::state::{serve, Kind, State};
 use super::verbs::{destroy, gid_entry, or_null, status};
 
 /// `ibv_create_qp`: RC, UC or UD (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
-/// capabilities above [`device_attr`]'s; updates `cap` with the work queue sizes rounded up
+/// capabilities above the context's [`DeviceLimits`](super::DeviceLimits); updates `cap` with the work queue sizes rounded up
 /// to powers of two, as providers do.
 ///
 /// # Safety
@@ -61,7 +60,8 @@ pub(super) fn new_qp(
         s.expect(init.srq, Kind::Srq)?;
     }
     let cap = &mut init.cap;
-    let limits = device_attr();
+    // SAFETY: `pd` is a live mock PD (checked above).
+    let limits = s.device_attr(unsafe { (*pd).context });
     let (max_wr, max_sge) = (limits.max_qp_wr as u32, limits.max_sge as u32);
     if cap.max_send_wr.max(cap.max_recv_wr) > max_wr
         || cap.max_send_sge.max(cap.max_recv_sge) > max_sge
@@ -246,4 +246,55 @@ pub(super) extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         s.reg.qps.remove(&qpn);
         Ok(())
     })
+}
+
+/// `ibv_query_ece`: the options `ibv_set_ece` set (all zero before); 0 or the errno, as its
+/// man page says.
+///
+/// # Safety
+///
+/// `ece` must be writable.
+pub(super) unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    let result = serve(|s| {
+        s.begin(Call::QueryEce, Verb::QueryEce)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above).
+        let qpn = unsafe { (*qp).qp_num };
+        Ok(s.reg.qps.get(&qpn).map(|info| info.ece).unwrap_or_default())
+    });
+    match result {
+        Ok(options) => {
+            // SAFETY: the caller made `ece` writable.
+            unsafe { ece.write(options) };
+            0
+        }
+        Err(errno) => errno,
+    }
+}
+
+/// `ibv_set_ece`: accepts every option (`ece` is left as given, all accepted) and keeps them
+/// for `ibv_query_ece`; 0 or the errno.
+///
+/// # Safety
+///
+/// `ece` must be valid for reads and writes.
+pub(super) unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    // SAFETY: the caller passes a valid struct.
+    let asked = unsafe { ece.read() };
+    let call = Call::SetEce {
+        vendor_id: asked.vendor_id,
+        options: asked.options,
+        comp_mask: asked.comp_mask,
+    };
+    let result = serve(|s| {
+        s.begin(call, Verb::SetEce)?;
+        s.expect(qp, Kind::Qp)?;
+        // SAFETY: `qp` is a live mock QP (checked above).
+        let qpn = unsafe { (*qp).qp_num };
+        if let Some(info) = s.reg.qps.get_mut(&qpn) {
+            info.ece = asked;
+        }
+        Ok(())
+    });
+    status(result)
 }

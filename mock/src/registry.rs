@@ -124,6 +124,8 @@ pub(crate) struct QpInfo {
     /// The outstanding wr_ids of each queue.
     pub sq_inflight: Vec<u64>,
     pub rq_inflight: Vec<u64>,
+    /// The ECE options `ibv_set_ece` set (all accepted), which `ibv_query_ece` reports.
+    pub ece: ibv_ece,
 }
 
 impl QpInfo {
@@ -144,6 +146,7 @@ impl QpInfo {
             batch: None,
             sq_inflight: Vec::new(),
             rq_inflight: Vec::new(),
+            ece: ibv_ece::default(),
         }
     }
 

@@ -94,16 +94,6 @@ impl Kind {
     }
 }
 
-/// What a context's `query_device_ex` reports beyond `ibv_query_device`, by its
-/// [`ContextConfig`](super::ContextConfig).
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct ExtendedAttrs {
-    /// Completion timestamps (a mask and a clock).
-    pub completion_timestamps: bool,
-    /// Device memory: `max_dm_size` is [`MAX_DM_SIZE`](super::MAX_DM_SIZE).
-    pub device_memory: bool,
-}
-
 /// A completion queued on a CQ, with the outstanding work requests its poll retires.
 struct Entry {
     wc: ibv_wc,
@@ -147,10 +137,9 @@ pub(super) struct State {
     /// The member each context's extended CQs and QPs leave NULL
     /// ([`ContextConfig::missing_member`](super::ContextConfig::missing_member)).
     missing_members: HashMap<*mut ibv_context, &'static str>,
-    /// Each context's `vendor_id` ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id)).
-    vendor_ids: HashMap<*mut ibv_context, u32>,
-    /// Each context's `query_device_ex` answers ([`ExtendedAttrs`]).
-    extended_attrs: HashMap<*mut ibv_context, ExtendedAttrs>,
+    /// What each context's device reports ([`ContextConfig::vendor_id`](super::ContextConfig::vendor_id),
+    /// [`ContextConfig::limits`](super::ContextConfig::limits)).
+    device_attrs: HashMap<*mut ibv_context, ibv_device_attr_ex>,
     /// Device memory and the peer-memory client ([`Mock::device_memory`](super::Mock)).
     pub(super) peer: PeerMemory,
     next_id: u32,
@@ -174,8 +163,7 @@ impl State {
             cq_events: HashMap::new(),
             blocked_destroys: Vec::new(),
             missing_members: HashMap::new(),
-            vendor_ids: HashMap::new(),
-            extended_attrs: HashMap::new(),
+            device_attrs: HashMap::new(),
             peer: PeerMemory::default(),
             next_id: 0,
         }
@@ -262,22 +250,21 @@ impl State {
         self.missing_members.insert(ctx, member);
     }
 
-    pub(super) fn set_vendor_id(&mut self, ctx: *mut ibv_context, vendor_id: u32) {
-        self.vendor_ids.insert(ctx, vendor_id);
+    pub(super) fn set_device_attr(&mut self, ctx: *mut ibv_context, attr: ibv_device_attr_ex) {
+        self.device_attrs.insert(ctx, attr);
     }
 
-    /// The `vendor_id` `ctx`'s device reports.
-    pub(super) fn vendor_id(&self, ctx: *mut ibv_context) -> u32 {
-        self.vendor_ids.get(&ctx).copied().unwrap_or_default()
+    /// What `ctx`'s device reports (`ibv_query_device_ex`, before completion timestamps).
+    pub(super) fn device_attr_ex(&self, ctx: *mut ibv_context) -> ibv_device_attr_ex {
+        self.device_attrs.get(&ctx).copied().unwrap_or_else(|| ibv_device_attr_ex {
+            orig_attr: super::device::device_attr(),
+            ..Default::default()
+        })
     }
 
-    pub(super) fn set_extended_attrs(&mut self, ctx: *mut ibv_context, attrs: ExtendedAttrs) {
-        self.extended_attrs.insert(ctx, attrs);
-    }
-
-    /// What `ctx`'s `query_device_ex` reports beyond `ibv_query_device`.
-    pub(super) fn extended_attrs(&self, ctx: *mut ibv_context) -> ExtendedAttrs {
-        self.extended_attrs.get(&ctx).copied().unwrap_or_default()
+    /// What `ctx`'s device reports (`ibv_query_device`).
+    pub(super) fn device_attr(&self, ctx: *mut ibv_context) -> ibv_device_attr {
+        self.device_attr_ex(ctx).orig_attr
     }
 
     /// The member `ctx`'s extended objects leave NULL, if any.

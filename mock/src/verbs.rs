@@ -145,7 +145,7 @@ pub(super) extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     }))
 }
 
-/// `ibv_query_device`: [`device_attr`], with the context's configured `vendor_id`.
+/// `ibv_query_device`: [`device_attr`], with the context's configured `vendor_id` and limits.
 ///
 /// # Safety
 ///
@@ -157,11 +157,11 @@ pub(super) unsafe extern "C" fn ibv_query_device(
     let result = serve(|s| {
         s.begin(Call::QueryDevice, Verb::QueryDevice)?;
         s.expect(context, Kind::Context)?;
-        Ok(s.vendor_id(context))
+        Ok(s.device_attr(context))
     });
-    if let Ok(vendor_id) = result {
+    if let Ok(device) = result {
         // SAFETY: the caller made `attr` writable.
-        unsafe { attr.write(ibv_device_attr { vendor_id, ..device_attr() }) };
+        unsafe { attr.write(device) };
     }
     status(result.map(drop))
 }

@@ -386,6 +386,10 @@ pub enum InvalidInputKind {
     Alignment,
     /// A CQ smaller than the work requests a QP may have outstanding on it.
     CqTooSmall,
+    /// More than a limit the device reports (`ibv_query_device(3)`: `max_qp_wr`, `max_sge`,
+    /// `max_qp_rd_atom`, `max_qp_init_rd_atom`, `max_res_rd_atom`); the message names the
+    /// limit and the device's value.
+    DeviceLimit,
     /// Access flags that do not go together, or that a region or window lacks.
     Access,
     /// Access flags with bits the crate does not name, refused at registration: it cannot

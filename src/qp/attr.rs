@@ -198,7 +198,9 @@ pub struct ToRtrAttr {
     pub dest_qpn: Qpn,
     /// The first PSN expected from the peer (its send PSN).
     pub rq_psn: Psn,
-    /// RDMA READs / atomics the peer may have outstanding against us.
+    /// RDMA READs / atomics the peer may have outstanding against us: at most the device's
+    /// [`max_qp_rd_atom`](crate::DeviceAttr::max_qp_rd_atom), and with the context's other
+    /// QPs at most its [`max_res_rd_atom`](crate::DeviceAttr::max_res_rd_atom).
     pub max_dest_rd_atomic: u8,
     /// The RNR NAK timer the peer is told to wait before resending when we have no receive
     /// posted ([`RnrTimer`]; 31 = 491.52 ms, see the budget above).
@@ -262,7 +264,8 @@ pub struct ToRtsAttr {
     pub rnr_retry: RnrRetry,
     /// Our first send PSN (the one we told the peer).
     pub sq_psn: Psn,
-    /// RDMA READs / atomics we may have outstanding.
+    /// RDMA READs / atomics we may have outstanding: at most the device's
+    /// [`max_qp_init_rd_atom`](crate::DeviceAttr::max_qp_init_rd_atom).
     pub max_rd_atomic: u8,
 }
 

@@ -83,9 +83,16 @@ impl<'res, T: Connected> QueuePair<'res, Init, T> {
         /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in
         /// effect.
         ///
+        /// An RC QP's `max_dest_rd_atomic` is held to the device's `max_qp_rd_atom` and, with
+        /// those of the context's other QPs in RTR and RTS, to its `max_res_rd_atom`
+        /// (`ibv_query_device(3)`); the QP holds its share until it is reset or destroyed.
+        ///
         /// # Errors
         ///
-        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on RoCE usually
+        /// [`Error::InvalidInput`](crate::Error::InvalidInput)
+        /// ([`InvalidInputKind::DeviceLimit`](crate::InvalidInputKind::DeviceLimit)) naming the
+        /// limit and the device's value, before the verb is called; the
+        /// [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on RoCE usually
         /// means a missing or wrong GRH / source GID index), or the error of `ibv_query_port`
         /// ([`Error::PortNotFound`](crate::Error::PortNotFound) for a port the device lacks); the
         /// QP is dropped. [`try_into_rtr`](Self::try_into_rtr) hands it back.
@@ -152,9 +159,15 @@ impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
         /// RTR → RTS: enables the send side. RC sets `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY |
         /// SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
         ///
+        /// An RC QP's `max_rd_atomic` is held to the device's `max_qp_init_rd_atom`
+        /// (`ibv_query_device(3)`).
+        ///
         /// # Errors
         ///
-        /// The [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on iWARP devices,
+        /// [`Error::InvalidInput`](crate::Error::InvalidInput)
+        /// ([`InvalidInputKind::DeviceLimit`](crate::InvalidInputKind::DeviceLimit)) naming the
+        /// limit and the device's value, before the verb is called; the
+        /// [`Error::Verb`](crate::Error::Verb) of `ibv_modify_qp` (`EINVAL` on iWARP devices,
         /// which connect only through rdma_cm); the QP is dropped.
         /// [`try_into_rts`](Self::try_into_rts) hands it back.
         pub fn into_rts / try_into_rts(

@@ -9,6 +9,7 @@ use super::extended::{self, ExQp};
 use super::{
     destroy_qp, QpCapabilities, QpCredits, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits,
 };
+use crate::context::DeviceAttr;
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
 use crate::lenders::Lenders;
 use crate::pd::ProtectionDomain;
@@ -29,6 +30,12 @@ impl<'res> ProtectionDomain<'res> {
     /// (`EOPNOTSUPP`), the QP is created by `ibv_create_qp`; when it has no `ibv_qp_ex` for it
     /// (`ibv_qp_to_qp_ex` absent or NULL, a NULL batch member), it posts by `ibv_post_send`.
     ///
+    /// The capabilities must be within the device's limits (`ibv_query_device(3)`, queried
+    /// once per context): `max_send_wr` and `max_recv_wr` at most `max_qp_wr`,
+    /// `max_send_sge` and `max_recv_sge` at most `max_sge` (the receive side is not checked
+    /// with an SRQ, which makes it unused). The device reports no inline limit:
+    /// `max_inline_data` is the provider's to refuse.
+    ///
     /// The CQs must have room for every completion the QP can have outstanding, checked
     /// before the verb with the sizes *asked* for in `attr.cap`: `max_send_wr` on the send CQ,
     /// and on the receive CQ `max_recv_wr` — or, with an SRQ, the SRQ's
@@ -42,14 +49,17 @@ impl<'res> ProtectionDomain<'res> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] when a CQ or the SRQ belongs to another device context, the SRQ
+    /// [`Error::InvalidInput`] when a capability is above the device's limit
+    /// ([`InvalidInputKind::DeviceLimit`], naming the field, the limit and the device's
+    /// value), a CQ or the SRQ belongs to another device context, the SRQ
     /// to another PD ([`InvalidInputKind::OtherPd`]: providers check its receives against the
     /// QP's PD, and rxe fails them), a CQ is smaller than the WRs that can complete on it (the
     /// message names both numbers), or, for a UD QP, the SRQ had receives posted that are
     /// shorter than the GRH area ([`InvalidInputKind::BufferTooSmall`]; from then on the SRQ
     /// refuses those, see [`SharedReceiveQueue::post_recv_wr`](crate::SharedReceiveQueue::post_recv_wr));
-    /// [`Error::Verb`] from `ibv_create_qp` (`EINVAL`: capabilities above the device's
-    /// limits, named in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
+    /// [`Error::Verb`] from `ibv_query_device`, or from `ibv_create_qp` (`EINVAL`: a
+    /// capability the provider refuses, such as `max_inline_data`, with the capabilities
+    /// asked and the device's limits in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
     /// the provider lacks the transport (e.g. UC on iWARP), or, with
     /// [`VerbsPath::Extended`] forced, naming what it lacks of the extended QP
     /// (`ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, or an `ibv_qp_ex` member).
@@ -82,7 +92,8 @@ impl<'res> ProtectionDomain<'res> {
     }
 
     /// What every creation verb of a QP of `qp_type` on this PD (`ibv_create_qp`,
-    /// `ibv_create_qp_ex`, `mlx5dv_create_qp`) is refused before it is called: CQs or an SRQ
+    /// `ibv_create_qp_ex`, `mlx5dv_create_qp`) is refused before it is called: capabilities
+    /// above the device's limits, CQs or an SRQ
     /// of another device context, an SRQ of another PD, CQs too small for the QP, and for UD
     /// an SRQ that had receives too short for the GRH area (see
     /// [`ProtectionDomain::create_qp`]).
@@ -112,6 +123,7 @@ impl<'res> ProtectionDomain<'res> {
                     .into(),
             ));
         }
+        check_device_limits(&attr.cap, attr.srq.is_some(), self.context().cached_attr()?)?;
         check_cq_room(attr)?;
         match attr.srq {
             Some(srq) if qp_type == sys::IBV_QPT_UD => srq.grh_room().claim_for_ud(),
@@ -209,6 +221,7 @@ impl<'res> ProtectionDomain<'res> {
             slack,
             lenders: Lenders::default(),
             credits,
+            responder_resources: 0,
             _res: PhantomData,
             _state: PhantomData,
         })
@@ -250,6 +263,34 @@ impl<'res> ProtectionDomain<'res> {
             cap.max_recv_sge,
             cap.max_inline_data
         ))
+    }
+}
+
+/// Refuses capabilities above the device's limits (`ibv_query_device(3)`): `max_send_wr`
+/// and `max_recv_wr` (unless an SRQ feeds the receives: then unused) above `max_qp_wr`,
+/// `max_send_sge` and `max_recv_sge` above `max_sge`. Providers refuse them with a bare
+/// `EINVAL`; here the message names the field, the limit and the device's value. The device
+/// reports no inline limit, so `max_inline_data` is the provider's to judge.
+fn check_device_limits(cap: &QpCapabilities, srq: bool, device: &DeviceAttr) -> Result<()> {
+    let limit = |v: i32| u32::try_from(v).unwrap_or(0);
+    let (max_wr, max_sge) = (limit(device.max_qp_wr()), limit(device.max_sge()));
+    let mut asked = vec![
+        ("max_send_wr", cap.max_send_wr, "max_qp_wr", max_wr),
+        ("max_send_sge", cap.max_send_sge, "max_sge", max_sge),
+    ];
+    if !srq {
+        asked.push(("max_recv_wr", cap.max_recv_wr, "max_qp_wr", max_wr));
+        asked.push(("max_recv_sge", cap.max_recv_sge, "max_sge", max_sge));
+    }
+    match asked.into_iter().find(|&(_, value, _, max)| value > max) {
+        Some((field, value, name, max)) => Err(Error::invalid(
+            InvalidInputKind::DeviceLimit,
+            format!(
+                "{field} {value} is above the device's {name} {max} (ibv_query_device): \
+                 ask for at most {max}"
+            ),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -35,6 +35,7 @@ mod attr;
 mod connect;
 mod create;
 mod drain;
+mod ece;
 mod extended;
 #[cfg(test)]
 mod fit_tests;
@@ -43,6 +44,8 @@ mod modify;
 mod post;
 mod post_recv;
 mod query;
+mod rate_limit;
+mod rd_atom;
 mod retry;
 mod state;
 
@@ -54,9 +57,11 @@ use rdma_verbs_sys as sys;
 
 pub use attr::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr};
 pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
+pub use ece::Ece;
 pub use kind::{Connected, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
+pub use rate_limit::PacketPacingCaps;
 pub use retry::{AckTimeout, RetryCount, RnrRetry, RnrTimer};
 pub use state::{Init, QpState, ReceiveReady, Reset, Rtr, Rts, Unknown};
 
@@ -130,6 +135,9 @@ pub struct QueuePair<'res, S: QpState, T: QpType = Rc> {
     lenders: Lenders,
     /// The credits its buffer-tier posts and its drains take: its CQs'.
     credits: QpCredits<'res>,
+    /// The RDMA READ / atomic responder resources it holds of its context's
+    /// (`max_dest_rd_atomic` from RTR until RESET or destruction; see `rd_atom`).
+    responder_resources: u8,
     /// Invariant in `'res`: memory lent to the QP for `'res` (the buffer tier) must outlive
     /// it, and a covariant `'res` could be shortened at each call.
     _res: PhantomData<fn(&'res CompletionQueue<'res>) -> &'res CompletionQueue<'res>>,
@@ -225,7 +233,11 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         // SAFETY: a live QP; a plain field read (libibverbs set it at creation).
         let srq = unsafe { (*self.as_raw()).srq };
         // SAFETY: a live QP, destroyed once (by Drop or by `destroy`, which suppresses Drop).
-        unsafe { destroy_qp(&self.pd.context().library().fns, self.as_raw()) }?;
+        let destroyed = unsafe { destroy_qp(&self.pd.context().library().fns, self.as_raw()) };
+        // Destroyed, or leaked in RESET or ERROR: either way the handle is gone, and with it
+        // what the QP held of the context's responder resources.
+        self.pd.context().give_responder_resources(std::mem::take(&mut self.responder_resources));
+        destroyed?;
         // SAFETY: destroyed; the pools it was given chunks of outlive it ('p: 'res).
         unsafe { self.lenders.release() };
         if !srq.is_null() {
@@ -264,16 +276,23 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         state: sys::ibv_qp_state,
     ) -> Result<QueuePair<'res, N, T>, TransitionError<Self>> {
         attr.qp_state = state;
-        let mask = (mask | sys::IBV_QP_STATE) as i32;
+        let mask = mask | sys::IBV_QP_STATE;
+        let mut qp = self;
+        let claim = match qp.claim_rd_atom(&attr, mask) {
+            Ok(claim) => claim,
+            Err(error) => return Err(TransitionError { qp, error }),
+        };
         // SAFETY: a live QP and a valid attribute struct whose masked fields are all set.
         let ret = unsafe {
-            (self.pd.context().library().fns.ibv_modify_qp)(self.as_raw(), &mut attr, mask)
+            (qp.pd.context().library().fns.ibv_modify_qp)(qp.as_raw(), &mut attr, mask as i32)
         };
-        if let Err(error) = check_errno(ret, verb) {
-            return Err(TransitionError { qp: self, error });
+        let result = check_errno(ret, verb);
+        qp.settle_rd_atom(claim, result.is_ok());
+        if let Err(error) = result {
+            return Err(TransitionError { qp, error });
         }
-        let mut qp = self.retype::<N>();
-        if state == sys::IBV_QPS_RTS && mask & sys::IBV_QP_MAX_QP_RD_ATOMIC as i32 != 0 {
+        let mut qp = qp.retype::<N>();
+        if state == sys::IBV_QPS_RTS && mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 {
             qp.limits.rd_atomic = Some(attr.max_rd_atomic);
             qp.slack = post::send_slack::<T>(qp.pd, &qp.caps, qp.limits, qp.ex.as_ref());
         }
@@ -290,6 +309,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         QueuePair {
             lenders: std::mem::take(&mut this.lenders),
             credits: this.credits,
+            responder_resources: this.responder_resources,
             raw: this.raw,
             slack: post::send_slack::<T>(this.pd, &this.caps, limits, ex.as_ref()),
             ex,
@@ -347,7 +367,9 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         /// # Errors
         ///
         /// [`Error::InvalidInput`] naming the mask bits that are missing or not allowed for the
-        /// transition (or the transition itself), or the [`Error::Verb`] of `ibv_modify_qp` /
+        /// transition (or the transition itself), or a `max_dest_rd_atomic` / `max_rd_atomic`
+        /// above the device's limits (as [`QueuePair::into_rtr`] and [`QueuePair::into_rts`]
+        /// hold them), or the [`Error::Verb`] of `ibv_modify_qp` /
         /// `ibv_query_qp`; the QP is dropped. [`try_modify_raw`](Self::try_modify_raw) hands it
         /// back.
         #[doc(alias = "ibv_modify_qp")]
@@ -374,18 +396,25 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
                 return Err(TransitionError { qp: self, error });
             }
             let mut attr = *attr;
+            let mut qp = self;
+            let claim = match qp.claim_rd_atom(&attr, mask.bits()) {
+                Ok(claim) => claim,
+                Err(error) => return Err(TransitionError { qp, error }),
+            };
             // SAFETY: a live QP; the mask names the fields the caller set in `attr`.
             let ret = unsafe {
-                (self.pd.context().library().fns.ibv_modify_qp)(
-                    self.as_raw(),
+                (qp.pd.context().library().fns.ibv_modify_qp)(
+                    qp.as_raw(),
                     &mut attr,
                     mask.bits() as i32,
                 )
             };
-            if let Err(error) = check_errno(ret, "ibv_modify_qp") {
-                return Err(TransitionError { qp: self, error });
+            let result = check_errno(ret, "ibv_modify_qp");
+            qp.settle_rd_atom(claim, result.is_ok());
+            if let Err(error) = result {
+                return Err(TransitionError { qp, error });
             }
-            Ok(self.retype())
+            Ok(qp.retype())
         }
     }
 }

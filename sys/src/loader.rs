@@ -235,6 +235,10 @@ fn_table! {
         ibv_query_port_speed: fn(*mut ibv_context, u32, *mut u64) -> c_int;
         /// `ibv_dm_export_dmabuf_fd@@IBVERBS_1.16` (rdma-core v62).
         ibv_dm_export_dmabuf_fd: fn(*mut ibv_dm) -> c_int;
+        /// `ibv_query_ece(3)` (rdma-core v31).
+        ibv_query_ece: fn(*mut ibv_qp, *mut ibv_ece) -> c_int;
+        /// `ibv_set_ece(3)` (rdma-core v31).
+        ibv_set_ece: fn(*mut ibv_qp, *mut ibv_ece) -> c_int;
     }
 }
 

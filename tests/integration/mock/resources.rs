@@ -120,7 +120,8 @@ fn create_rc_qp_passes_the_attributes_and_keeps_the_provider_capabilities() {
         max_recv_sge: 1,
         max_inline_data: 64,
     };
-    assert_eq!(f.mock.take_calls(), [call]);
+    // The device's limits, queried once for the context, are checked first.
+    assert_eq!(f.mock.take_calls(), [Call::QueryDevice, call]);
     assert_eq!(qp.caps(), QpCapabilities { max_send_wr: 8, ..cap }, "what the provider allocated");
 }
 
@@ -133,14 +134,27 @@ fn create_rc_qp_errors_and_the_capability_hint() {
     let err = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap_err();
     assert_verb_error(&err, "ibv_create_qp", libc::ENOMEM, &[]);
 
-    // Above the device's max_qp_wr (1024): the provider refuses, the hint says what was asked
-    // and what the device allows.
+    // Above the device's max_qp_wr (1024): refused before the provider, naming the field, the
+    // limit and the device's value.
     let cap = QpCapabilities { max_send_wr: 2000, ..QpCapabilities::default() };
     let attr = QpInitAttr { cap, ..QpInitAttr::new(&cq) };
     f.mock.take_calls();
     let err = pd.create_rc_qp(&attr).unwrap_err();
+    assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::DeviceLimit), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "max_send_wr 2000 is above the device's max_qp_wr 1024 (ibv_query_device): ask for at \
+         most 1024"
+    );
+    assert_eq!(f.mock.take_calls(), [], "the limits were queried once, by the first creation");
+
+    // What the device does not report (an inline limit) is the provider's to refuse: the hint
+    // says what was asked and what the device allows.
+    f.mock.fail(Verb::CreateQp, libc::EINVAL);
+    let cap = QpCapabilities { max_inline_data: 1 << 20, ..QpCapabilities::default() };
+    let err = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap_err();
     let asked =
-        "max_send_wr 2000, max_recv_wr 16, max_send_sge 1, max_recv_sge 1, max_inline_data 0";
+        "max_send_wr 1, max_recv_wr 16, max_send_sge 1, max_recv_sge 1, max_inline_data 1048576";
     let limits = "device limits: max_qp_wr 1024, max_sge 4";
     assert_verb_error(&err, "ibv_create_qp", libc::EINVAL, &[asked, limits]);
     assert!(matches!(f.mock.take_calls()[..], [Call::CreateQp { .. }, Call::QueryDevice]));
@@ -192,7 +206,8 @@ fn create_qp_refuses_a_cq_too_small_for_its_work_requests_before_the_provider() 
     let cap = QpCapabilities { max_send_wr: 16, max_recv_wr: 17, ..cap };
     let err = pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap_err();
     assert!(err.to_string().starts_with("the receive CQ holds 16 completions"), "{err}");
-    assert_eq!(f.mock.take_calls(), [], "refused before the provider");
+    // Only the device's limits were queried (once): no QP was asked of the provider.
+    assert_eq!(f.mock.take_calls(), [Call::QueryDevice], "refused before the provider");
     // Exactly full is enough.
     let cap = QpCapabilities { max_send_wr: 16, max_recv_wr: 16, ..cap };
     drop(pd.create_rc_qp(&QpInitAttr { cap, ..split }).unwrap());
