@@ -3,7 +3,8 @@
 //! the wrong cookie, and READY and CANCEL of another access key, answered as for no session
 //! while the owner's session goes on; an empty object, which RDMA does not move; sessions
 //! limited per key and removed at the prepare deadline; a client's WRITE to another's staging
-//! region, which reaches nothing; `s3rdma bench` and a ranged `get --rdma`. Ports 19200–19209.
+//! region, which reaches nothing; `s3rdma bench` and a ranged `get --rdma`; the client's buffer
+//! on huge pages. Ports 19200–19209.
 //!
 //! cuObject's `x-amz-rdma-token` (DC): on rxe0, which has no DC, a token GET is served in the
 //! body with `x-amz-rdma-reply: 501` and a token PUT declined with nothing stored. The
@@ -168,6 +169,34 @@ fn puts_and_gets_of_4k_and_1m_over_rdma_are_byte_for_byte() {
             );
         }
     }
+}
+
+/// The client registers its buffer on 2 MiB huge pages when the host has enough reserved (the
+/// guest reserves 8; scripts/rdma-vm), and hands them back when it goes.
+#[test]
+fn the_clients_buffer_is_of_huge_pages_where_some_are_reserved() {
+    let Some(server) = Server::on_rxe(19205, &[]) else { return };
+    let before = huge_pages_available();
+    assert!(before >= 1, "the guest reserves huge pages, {before} available");
+    let (client, device) = (server.client(1), rxe_device());
+    let bytes = data(1 << 20, 5);
+    client.put(&device, BUCKET, "huge", &bytes).unwrap();
+    assert_eq!(client.buffer().unwrap().1, 2 << 20, "one whole huge page");
+    assert_eq!(huge_pages_available(), before - 1, "the buffer took one huge page");
+    let (got, _) = client.get(&device, BUCKET, "huge", 0, 1 << 20).unwrap();
+    assert!(got == bytes, "the GET through the huge page differs");
+    drop(client);
+    assert_eq!(huge_pages_available(), before, "the page came back with the client");
+}
+
+/// 2 MiB huge pages neither in use nor promised to a mapping (`/proc/meminfo`).
+fn huge_pages_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| {
+        let line = meminfo.lines().find(|l| l.starts_with(name)).unwrap();
+        line[name.len()..].trim().parse::<u64>().unwrap()
+    };
+    field("HugePages_Free:") - field("HugePages_Rsvd:")
 }
 
 #[test]

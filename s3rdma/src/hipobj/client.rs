@@ -505,7 +505,9 @@ pub fn target(bucket: &str, key: &str) -> String {
 }
 
 /// The buffer in `held` when it is of `device` and has `len` bytes, else a new one of `len`
-/// bytes in its place (the old one deregistered first).
+/// bytes in its place (the old one deregistered first): of 2 MiB huge pages where the host has
+/// enough reserved (`/proc/sys/vm/nr_hugepages`), whose one translation entry per 2 MiB the
+/// NIC caches better than 512 of 4 KiB pages, else of the heap.
 fn registered<'h>(
     held: &'h mut Option<RemoteWritableRegion<'static>>,
     device: &Device,
@@ -513,11 +515,13 @@ fn registered<'h>(
 ) -> Result<&'h mut RemoteWritableRegion<'static>, ClientError> {
     let fits =
         |r: &RemoteWritableRegion<'static>| std::ptr::eq(r.pd(), device.pd) && r.len() >= len;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let region = match held.take().filter(fits) {
         Some(region) => region,
-        None => device
-            .pd
-            .register_remote_writable(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?,
+        None => match HugePages::new(len, HugePageSize::Size2MiB) {
+            Ok(pages) => device.pd.register_remote_writable(pages, access)?,
+            Err(_) => device.pd.register_remote_writable(len, access)?,
+        },
     };
     Ok(held.insert(region))
 }
