@@ -60,7 +60,7 @@ use crate::pd::ProtectionDomain;
 use crate::qp::{
     QpCapabilities, QpInitAttr, QueuePair, Rc, Reset, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr,
 };
-use crate::wc::WcStatus;
+use crate::wc::{WcStatus, WorkCompletion};
 
 /// Why a rail went down.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +122,8 @@ pub struct Rails<'r> {
     depth: u32,
     /// Tells completions of one transfer from a previous one's late flushes.
     generation: u32,
+    /// Completions of other QPs polled from the rails' CQs ([`Rails::take_other_completions`]).
+    others: Vec<WorkCompletion>,
     // Deregistered after the QPs are destroyed (`Drop`), or leaked.
     memory: std::mem::ManuallyDrop<RailMemory<'r>>,
 }
@@ -143,6 +145,7 @@ impl<'r> Rails<'r> {
             rails: Vec::new(),
             depth,
             generation: 0,
+            others: Vec::new(),
             memory: std::mem::ManuallyDrop::new(memory),
         })
     }
@@ -226,9 +229,21 @@ impl<'r> Rails<'r> {
         &self.memory
     }
 
-    /// The local memory, to copy into.
-    pub fn memory_mut(&mut self) -> &mut RailMemory<'r> {
-        &mut self.memory
+    /// Copies `src` into the local memory at `offset` ([`RailMemory::write`]). (The memory
+    /// itself is never lent mutably: replacing it would free what a stuck rail's work
+    /// requests still name.)
+    ///
+    /// # Errors
+    ///
+    /// As [`RailMemory::write`].
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.memory.write(offset, src)
+    }
+
+    /// Completions of other queue pairs that a transfer polled from a rail's CQ (a CQ the
+    /// rails share with other QPs), oldest first; kept until taken, so none is lost.
+    pub fn take_other_completions(&mut self) -> Vec<WorkCompletion> {
+        std::mem::take(&mut self.others)
     }
 
     fn rail(&self, rail: usize) -> Result<&Rail<'r>> {

@@ -69,6 +69,12 @@ impl<'a> Transfer<'a> {
     }
 }
 
+/// The most slices one transfer is cut into: its bookkeeping grows with them (a few bytes
+/// each), and 4 GiB of 4 KiB slices stay within it.
+const MAX_SLICES: u64 = 1 << 20;
+/// The shortest timeout: with none, every rail would be taken down at its first poll.
+const MIN_TIMEOUT: Duration = Duration::from_millis(10);
+
 /// What one rail carried in a transfer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RailReport {
@@ -113,7 +119,8 @@ impl Rails<'_> {
     /// # Errors
     ///
     /// [`Error::InvalidInput`]: the local range is empty or outside the memory, the slice size
-    /// is 0 or above 2³¹, or `remote` has not one entry per rail. [`Error::WrongState`] when
+    /// is 0 or above 2³¹, the range more than 2²⁰ slices, the timeout under 10 ms, a remote
+    /// range past the end of the address space, or `remote` has not one entry per rail. [`Error::WrongState`] when
     /// no rail is up, at the start or once every rail has gone down with slices unfinished
     /// (the rails' states say why, [`Rails::rail_state`]); what the range holds is then
     /// partly transferred.
@@ -132,7 +139,27 @@ impl Rails<'_> {
             ));
         }
         let len = (end - start) as u64;
-        let count = len.div_ceil(slice) as usize;
+        if let Some(r) = transfer.remote.iter().find(|r| r.addr.checked_add(len).is_none()) {
+            return Err(Error::invalid(
+                crate::error::InvalidInputKind::Range,
+                format!(
+                    "a remote range of {len} bytes at {:#x} passes the end of the address space",
+                    r.addr
+                ),
+            ));
+        }
+        let count = len.div_ceil(slice);
+        if count > MAX_SLICES || transfer.timeout < MIN_TIMEOUT {
+            return Err(Error::invalid(
+                crate::error::InvalidInputKind::Size,
+                format!(
+                    "a transfer takes at most {MAX_SLICES} slices (got {count}: raise the slice \
+                     size) and a timeout of at least {MIN_TIMEOUT:?} (got {:?})",
+                    transfer.timeout
+                ),
+            ));
+        }
+        let count = count as usize;
         self.generation = (self.generation + 1) & 0x7fff_ffff;
         let mut lanes: Vec<Lane> = self.rails.iter().map(|_| Lane::default()).collect();
         // Slices no rail holds: all of them at first, then those a rail gave up.
@@ -214,6 +241,7 @@ impl Rails<'_> {
                 .and_then(|sge| {
                     let sges = [sge];
                     let remote = transfer.remote[rail];
+                    // (No overflow: `transfer` checked each remote range.)
                     let remote = RemoteAddr { addr: remote.addr + (from - start) as u64, ..remote };
                     let wr_id = u64::from(self.generation) << 32 | slice as u64;
                     let wr = match transfer.direction {
@@ -273,13 +301,14 @@ impl Rails<'_> {
                     continue;
                 }
             };
-            for wc in wcs.iter() {
+            for wc in wcs.iter_mut() {
                 // By CQ and QP number: two devices number their QPs alike.
                 let Some(rail) = self
                     .rails
                     .iter()
                     .position(|r| r.cq.as_raw() == cq.as_raw() && r.qp.qp_num() == wc.qp_num())
                 else {
+                    self.others.push(std::mem::replace(wc, WorkCompletion::EMPTY));
                     continue;
                 };
                 let slice = (wc.wr_id() & 0xffff_ffff) as usize;
@@ -299,7 +328,9 @@ impl Rails<'_> {
                     lane.report.bytes += slice_size.min(len - slice as u64 * slice_size);
                 } else if !done[slice] {
                     orphans.push_back(slice);
-                    if wc.status() != WcStatus::WR_FLUSH_ERR {
+                    // A flush on a rail still up: its QP went to ERROR behind the rails' back
+                    // (an earlier error, a fatal event), so it is down too.
+                    if wc.status() != WcStatus::WR_FLUSH_ERR || self.rails[rail].down.is_none() {
                         self.take_down(rail, lane, RailDown::Completion(wc.status()), orphans);
                     }
                 }

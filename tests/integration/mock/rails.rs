@@ -303,3 +303,100 @@ fn a_rail_whose_work_is_never_flushed_is_stuck_and_keeps_its_qp() {
         assert!(f.mock.dangling_work().is_empty());
     });
 }
+/// A remote range that passes the end of the address space is refused before any post.
+#[test]
+fn a_remote_range_past_the_end_of_the_address_space_is_refused() {
+    with_devices(|pds, cqs, _| {
+        let (mut rails, peers, target) = writing(pds, cqs);
+        let remote: Vec<_> =
+            remotes(&target).into_iter().map(|r| RemoteAddr { addr: u64::MAX - 10, ..r }).collect();
+        let write = Transfer {
+            slice_size: SLICE,
+            timeout: Duration::from_millis(50),
+            ..Transfer::write(0..4 * SLICE as usize, &remote)
+        };
+        let err = rails.transfer(&write).unwrap_err();
+        assert!(err.to_string().contains("passes the end of the address space"), "{err}");
+        drop((rails, peers));
+    });
+}
+
+/// `loopback_pair` puts the peer QP on the rail's CQ: a completion of that peer's own work,
+/// polled by a transfer, is kept for the caller.
+#[test]
+fn a_completion_of_another_qp_on_a_rail_s_cq_is_kept_by_a_transfer() {
+    with_devices(|pds, cqs, _| {
+        let (mut rails, peers, target) = writing(pds, cqs);
+        let remote = remotes(&target);
+        let src = pds[0].register(64, AccessFlags::LOCAL_WRITE).unwrap();
+        let dst = pds[0]
+            .register_remote_writable(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+        let sges = [src.sge(..).unwrap()];
+        let wr = rdma_verbs::SendWr::rdma_write(77, &sges, dst.remote(..).unwrap());
+        // SAFETY: `src` and `dst` outlive the QP's work: the completion is awaited below
+        // (or the QP dropped first).
+        unsafe { peers[0].post_send_wr(&mut wr.flags(rdma_verbs::SendFlags::SIGNALED)).unwrap() };
+        let write = Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) };
+        rails.transfer(&write).unwrap();
+        let others = rails.take_other_completions();
+        drop((rails, peers));
+        assert!(
+            others.iter().any(|wc| wc.wr_id() == 77 && wc.is_success()),
+            "the peer QP's completion (wr_id 77) is not among {others:?}"
+        );
+    });
+}
+
+/// A rail whose QP is already in ERROR when it is added (an earlier WR of the caller's
+/// failed; the QP is still typed `Rts`): its first flush takes it down, and the other rail
+/// finishes the transfer (a watchdog would end a transfer that spun, after 2 s).
+#[test]
+fn a_rail_whose_qp_is_in_error_is_taken_down_by_its_first_flush() {
+    with_devices(|pds, cqs, _| {
+        let (local, target) = memories(pds);
+        let mut rails = Rails::new(local, DEPTH).unwrap();
+        let mut peers = Vec::new();
+        let scratch = pds[0].register(64, AccessFlags::LOCAL_WRITE).unwrap();
+        for device in 0..2 {
+            let (qp, peer) = rails::loopback_pair(pds[device], cqs[device], DEPTH).unwrap();
+            if device == 0 {
+                // An RDMA WRITE the peer does not grant: REM_ACCESS_ERR, the QP to ERROR.
+                let sges = [scratch.sge(..).unwrap()];
+                let bad = RemoteAddr { addr: 0x10, rkey: scratch.rkey() };
+                let wr = rdma_verbs::SendWr::rdma_write(5, &sges, bad);
+                // SAFETY: `scratch` outlives the QP's work: its completion is polled below.
+                unsafe { qp.post_send_wr(&mut wr.flags(rdma_verbs::SendFlags::SIGNALED)).unwrap() };
+                let mut wcs = [rdma_verbs::WorkCompletion::EMPTY; 4];
+                let wcs = cqs[0].poll(&mut wcs).unwrap();
+                assert!(wcs.iter().any(|wc| wc.wr_id() == 5 && !wc.is_success()));
+            }
+            rails.add(qp, cqs[device]).unwrap();
+            peers.push(peer);
+        }
+        let remote = remotes(&target);
+        let switch = rails.switch(0).unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watchdog = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let began = std::time::Instant::now();
+                while !done.load(Ordering::Acquire) && began.elapsed() < Duration::from_secs(2) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                switch.take_down();
+            })
+        };
+        let began = std::time::Instant::now();
+        let write = Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) };
+        let report = rails.transfer(&write);
+        let elapsed = began.elapsed();
+        done.store(true, Ordering::Release);
+        watchdog.join().unwrap();
+        drop((rails, peers, scratch));
+        assert!(
+            elapsed < Duration::from_secs(1),
+            "the transfer spun for {elapsed:?}, ended only by the watchdog: {report:?}"
+        );
+    });
+}
