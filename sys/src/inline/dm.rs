@@ -7,7 +7,7 @@ use std::ptr;
 
 use crate::bindings::*;
 
-use super::verbs_ctx_op;
+use super::{create_or_unsupported, verbs_ctx_op};
 
 /// `ibv_alloc_dm(3)`: `length` bytes of the device's own memory, through the
 /// `verbs_context.alloc_dm` op.
@@ -21,15 +21,8 @@ use super::verbs_ctx_op;
 pub unsafe fn ibv_alloc_dm(ctx: *mut ibv_context, attr: *mut ibv_alloc_dm_attr) -> *mut ibv_dm {
     // SAFETY: the caller guarantees a live context.
     let op = unsafe { verbs_ctx_op(ctx, offset_of!(verbs_context, alloc_dm), |v| &v.alloc_dm) };
-    match op {
-        // SAFETY: the provider's op, called with a live context and a readable attribute.
-        Some(op) => unsafe { op(ctx, attr) },
-        None => {
-            // SAFETY: `__errno_location` returns this thread's errno, always writable.
-            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-            ptr::null_mut()
-        }
-    }
+    // SAFETY: the provider's op, if any, called with a live context and a readable attribute.
+    unsafe { create_or_unsupported(op, ctx, attr) }
 }
 
 /// `ibv_free_dm(3)`: frees device memory through the `verbs_context.free_dm` op.

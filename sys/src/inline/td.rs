@@ -4,11 +4,10 @@
 
 use std::ffi::c_int;
 use std::mem::offset_of;
-use std::ptr;
 
 use crate::bindings::*;
 
-use super::verbs_ctx_op;
+use super::{create_or_unsupported, verbs_ctx_op};
 
 /// `ibv_alloc_td(3)`: a thread domain, through the `verbs_context.alloc_td` op.
 ///
@@ -21,15 +20,8 @@ use super::verbs_ctx_op;
 pub unsafe fn ibv_alloc_td(ctx: *mut ibv_context, attr: *mut ibv_td_init_attr) -> *mut ibv_td {
     // SAFETY: the caller guarantees a live context.
     let op = unsafe { verbs_ctx_op(ctx, offset_of!(verbs_context, alloc_td), |v| &v.alloc_td) };
-    match op {
-        // SAFETY: the provider's op, called with a live context and a readable attribute.
-        Some(op) => unsafe { op(ctx, attr) },
-        None => {
-            // SAFETY: `__errno_location` returns this thread's errno, always writable.
-            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-            ptr::null_mut()
-        }
-    }
+    // SAFETY: the provider's op, if any, called with a live context and a readable attribute.
+    unsafe { create_or_unsupported(op, ctx, attr) }
 }
 
 /// `ibv_dealloc_td(3)`: frees a thread domain through the `verbs_context.dealloc_td` op.
@@ -70,13 +62,6 @@ pub unsafe fn ibv_alloc_parent_domain(
             &v.alloc_parent_domain
         })
     };
-    match op {
-        // SAFETY: the provider's op, called under the caller's guarantees.
-        Some(op) => unsafe { op(ctx, attr) },
-        None => {
-            // SAFETY: `__errno_location` returns this thread's errno, always writable.
-            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-            ptr::null_mut()
-        }
-    }
+    // SAFETY: the provider's op, if any, called under the caller's guarantees.
+    unsafe { create_or_unsupported(op, ctx, attr) }
 }
