@@ -135,3 +135,9 @@ fn target(device: &'static str, var: &str) -> Option<Target> {
 pub fn gid_index() -> String {
     std::env::var("RDMA_VM_GID_INDEX").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "1".into())
 }
+
+/// The packets `device`'s port 1 has sent (rxe's `hw_counters/sent_pkts`).
+pub fn sent_packets(device: &str) -> u64 {
+    let path = format!("/sys/class/infiniband/{device}/ports/1/hw_counters/sent_pkts");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().parse().unwrap()
+}

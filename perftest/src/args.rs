@@ -48,7 +48,9 @@ impl Test {
 #[derive(Parser, Debug, Clone)]
 #[command(version)]
 pub struct Args {
-    /// RDMA device (default: the first one found)
+    /// RDMA device (default: the first one found); for the bandwidth tools, a comma-separated
+    /// list runs the test on each device at once (-q QPs each, TCP ports -p, -p + 1, ...) and
+    /// reports them together
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
     /// Port of the RDMA device
@@ -485,6 +487,7 @@ impl Args {
                         buffers and write_lat's polled byte are host memory"
                 .into());
         }
+        self.check_devices()?;
         if self.is_dc() && self.rdma_cm {
             return Err("-c DC does not work with -R: DC QPs are not connected by rdma_cm".into());
         }
@@ -492,6 +495,48 @@ impl Args {
         self.check_events(mode)?;
         if self.size > MAX_SIZE || (self.all && self.max_size < 2) {
             return Err(format!("sizes run from 2 B (-a) or 1 B to {MAX_SIZE} B"));
+        }
+        Ok(())
+    }
+
+    /// The devices of a `-d` list of more than one, in its order; `None` for one device or
+    /// none (the first found).
+    pub fn devices(&self) -> Option<Vec<String>> {
+        let list = self.ib_dev.as_deref()?;
+        list.contains(',').then(|| list.split(',').map(str::to_owned).collect())
+    }
+
+    /// A `-d` list: names, each once, for a bandwidth test connected by hand, TCP ports that
+    /// exist.
+    fn check_devices(&self) -> Result<(), String> {
+        let Some(names) = self.devices() else { return Ok(()) };
+        if names.iter().any(String::is_empty) {
+            return Err(format!("-d {}: a device name is empty", names.join(",")));
+        }
+        if let Some(again) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+            return Err(format!("-d lists {} twice: give each device once", again.1));
+        }
+        let why = if self.test == Test::Latency {
+            Some("a latency test runs on one device")
+        } else if self.rdma_cm {
+            Some("with -R, rdma_cm picks the device by address: run one test per address")
+        } else if self.is_dc() {
+            Some("-c DC runs on one device")
+        } else if self.events {
+            Some("-e's watchdog watches the waits of one device")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-d lists several devices, but {why}"));
+        }
+        if usize::from(self.port) + names.len() > usize::from(u16::MAX) + 1 {
+            return Err(format!(
+                "-p {}: the {} devices take TCP ports -p to -p + {}, past 65535",
+                self.port,
+                names.len(),
+                names.len() - 1
+            ));
         }
         Ok(())
     }
@@ -685,6 +730,27 @@ mod tests {
         ] {
             let e = check(args).unwrap_err();
             assert!(e.starts_with(says), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_device_list_is_taken_by_the_bandwidth_tools_connected_by_hand() {
+        let check = |test, args: &[&str]| parsed(test, Mode::Send, args).check(Mode::Send);
+        let list = parsed(Test::Bandwidth, Mode::Send, &["-d", "mlx5_0,mlx5_1"]);
+        assert_eq!(list.devices(), Some(vec!["mlx5_0".to_owned(), "mlx5_1".to_owned()]));
+        assert_eq!(parsed(Test::Bandwidth, Mode::Send, &["-d", "mlx5_0"]).devices(), None);
+        assert_eq!(check(Test::Bandwidth, &["-d", "a,b,c", "-q", "4", "-p", "65533"]), Ok(()));
+        for (test, args, says) in [
+            (Test::Latency, &["-d", "a,b"][..], "a latency test runs on one device"),
+            (Test::Bandwidth, &["-d", "a,b", "-R"], "with -R, rdma_cm picks the device"),
+            (Test::Bandwidth, &["-d", "a,b", "-c", "DC"], "-c DC runs on one device"),
+            (Test::Bandwidth, &["-d", "a,b", "-e"], "-e's watchdog"),
+            (Test::Bandwidth, &["-d", "a,,b"], "-d a,,b: a device name is empty"),
+            (Test::Bandwidth, &["-d", "a,b,a"], "-d lists a twice"),
+            (Test::Bandwidth, &["-d", "a,b", "-p", "65535"], "-p 65535: the 2 devices take"),
+        ] {
+            let e = check(test, args).unwrap_err();
+            assert!(e.contains(says), "{args:?}: {e}");
         }
     }
 

@@ -17,7 +17,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     let channel = EventChannel::new()?;
     match &args.server {
         Some(host) => {
-            let mut control = super::open_control(mode, args)?;
+            let mut control = super::open_control(mode, args, None)?;
             let dst = (host.as_str(), cm_port)
                 .to_socket_addrs()
                 .map_err(|e| format!("couldn't resolve {host}: {e}"))?
@@ -42,6 +42,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
                 ctx,
                 control: &mut control,
                 connector: &mut client,
+                share: None,
             })
         }
         None => {
@@ -50,7 +51,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
             listener.bind_addr(any).map_err(|e| format!("couldn't listen on {any}: {e}"))?;
             listener.listen(args.qps as i32)?;
             // Listening before the TCP channel opens: the client connects right after it.
-            let mut control = super::open_control(mode, args)?;
+            let mut control = super::open_control(mode, args, None)?;
             // The device is the one the first request came in on.
             let first = listener.get_request(by_cm::TIMEOUT)?;
             let ctx = first.id.context()?;
@@ -69,6 +70,7 @@ pub fn run(mode: Mode, args: &Args) -> Result<(), Error> {
                 ctx,
                 control: &mut control,
                 connector: &mut server,
+                share: None,
             })
         }
     }

@@ -51,7 +51,7 @@ mod with_mlx5 {
         if args.outs.is_some() {
             eprintln!("note: --outs changes nothing with -c DC: a DCI READs as deep as the device's DC limit");
         }
-        let mut control = open_control(mode, args)?;
+        let mut control = open_control(mode, args, None)?;
         let mtu = agree_mtu(&mut control, mtu)?;
 
         let sizes = args.sizes();
@@ -141,6 +141,7 @@ mod with_mlx5 {
             verbs_path: VerbsPath::Extended,
             reads: None,
             events: events::header_name(&ctx, args),
+            devices: None,
         };
         let waits = events::Cq { cq: &cq, channel: channel.as_ref() };
         each_size(&sizes, &report, &mut control, |size, control| {

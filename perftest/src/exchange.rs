@@ -30,9 +30,18 @@ impl Control {
 
     /// As the server: waits for one client on `port` (IPv6 and IPv4 where possible).
     pub fn accept(port: u16) -> Result<Control, Error> {
-        let listener = TcpListener::bind(("::", port))
+        Control::accept_on(&Control::listen(port)?)
+    }
+
+    /// The server's socket on `port`, clients queued from now on.
+    pub fn listen(port: u16) -> Result<TcpListener, Error> {
+        Ok(TcpListener::bind(("::", port))
             .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-            .map_err(|e| format!("couldn't listen on port {port}: {e}"))?;
+            .map_err(|e| format!("couldn't listen on port {port}: {e}"))?)
+    }
+
+    /// As the server: waits for one client on `listener`.
+    pub fn accept_on(listener: &TcpListener) -> Result<Control, Error> {
         Control::new(listener.accept()?.0)
     }
 

@@ -36,7 +36,7 @@ const CONTROL_EVERY: Duration = Duration::from_millis(1);
 
 /// The latency test on `side`.
 pub fn run(side: Side<'_, impl Connect>) -> Result<(), Error> {
-    let Side { mode, args, ctx, control, connector } = side;
+    let Side { mode, args, ctx, control, connector, .. } = side;
     let sizes = args.sizes();
     let max = args.largest_size();
     let server = args.server.is_none();

@@ -24,10 +24,16 @@
 //!
 //! With `-c DC` (built with `--features mlx5`, on a ConnectX device), as perftest's `-c DC`,
 //! the initiator's QPs are DCIs and the target's are DCTs on one SRQ; see `dc.rs`.
+//!
+//! A bandwidth tool given a list of devices (`-d mlx5_0,mlx5_1`, beyond perftest, whose `-d`
+//! takes one) runs the test on each device at once, each on its own thread and TCP port (`-p`,
+//! `-p` + 1, ...), device `k` meeting the peer's device `k`, and prints one line per size for
+//! them together; see `devices.rs`.
 
 mod args;
 mod cm;
 mod dc;
+mod devices;
 mod events;
 mod exchange;
 mod latency;
@@ -40,6 +46,7 @@ use std::time::Duration;
 use rdma_verbs::*;
 
 use args::{Args, Test};
+use devices::Devices;
 use exchange::Control;
 use report::{Report, Table};
 use traffic::{Plan, Raw, Safe, Stats};
@@ -151,6 +158,14 @@ pub fn main(tool: &str) -> ExitCode {
 
 fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     args.check(mode)?;
+    match args.devices() {
+        Some(names) => devices::run(mode, args, names),
+        None => run_device(mode, args, None),
+    }
+}
+
+/// The test on one device: `-d`'s, or with a list of devices, the one of `share`.
+fn run_device(mode: Mode, args: &Args, share: Option<(&Devices, usize)>) -> Result<(), Error> {
     if args.rdma_cm {
         return cm::run(mode, args);
     }
@@ -162,12 +177,12 @@ fn run(mode: Mode, args: &Args) -> Result<(), Error> {
     // Refuse what the device cannot do before waiting for the peer.
     check_limits(&ctx, mode, args)?;
     let reads = read_depth(&ctx, mode, args)?;
-    let mut control = open_control(mode, args)?;
+    let mut control = open_control(mode, args, share)?;
     // Each side's responder accepts no more READs than its own figure: the smaller of the two.
     let reads = control.smaller_of("reads", reads)?;
     let mtu = agree_mtu(&mut control, mtu)?;
     let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
-    run_on(Side { mode, args, ctx: &ctx, control: &mut control, connector: &mut connect })
+    run_on(Side { mode, args, ctx: &ctx, control: &mut control, connector: &mut connect, share })
 }
 
 /// Our port, the GID we send from (`-x`, or the routable one on Ethernet) and the path MTU
@@ -336,12 +351,22 @@ pub fn check_limits(ctx: &Context, mode: Mode, args: &Args) -> Result<(), Error>
     Ok(())
 }
 
-/// The TCP channel to the peer, with the parameters both sides must share agreed.
-pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
+/// The TCP channel to the peer, with the parameters both sides must share agreed. With a list
+/// of devices (`share`), the first device's channel agrees on them first; the others open
+/// theirs only then (the server listens on all of them from the start, see [`devices::run`]).
+pub fn open_control(
+    mode: Mode,
+    args: &Args,
+    share: Option<(&Devices, usize)>,
+) -> Result<Control, Error> {
     let max = args.largest_size();
-    let mut control = match &args.server {
-        Some(host) => Control::connect(host, args.port)?,
-        None => Control::accept(args.port)?,
+    if let Some((devices, index @ 1..)) = share {
+        devices.first_agreed(index)?;
+    }
+    let mut control = match (&args.server, share) {
+        (Some(host), _) => Control::connect(host, args.port)?,
+        (None, Some((devices, index))) => Control::accept_on(devices.listener(index))?,
+        (None, None) => Control::accept(args.port)?,
     };
     control.agree(&[
         ("mode", mode.name().into()),
@@ -353,7 +378,11 @@ pub fn open_control(mode: Mode, args: &Args) -> Result<Control, Error> {
         ("tier", args.tier().into()),
         ("rdma_cm", args.rdma_cm.to_string()),
         ("connection", args.connection.clone()),
+        ("devices", share.map_or(1, |(devices, _)| devices.names().len()).to_string()),
     ])?;
+    if let Some((devices, 0)) = share {
+        devices.agreed();
+    }
     Ok(control)
 }
 
@@ -365,6 +394,8 @@ struct Side<'a, C> {
     ctx: &'a Context,
     control: &'a mut Control,
     connector: &'a mut C,
+    /// With a list of devices, what their threads share and this device's place.
+    share: Option<(&'a Devices, usize)>,
 }
 
 /// The test of `side`: bandwidth or latency.
@@ -401,7 +432,7 @@ impl Roles {
 
 /// A bandwidth test on `side`.
 fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
-    let Side { mode, args, ctx, control, connector } = side;
+    let Side { mode, args, ctx, control, connector, share } = side;
     let sizes = args.sizes();
     let max = args.largest_size();
     let receive = Roles::of(mode, args, args.server.is_none()).receive;
@@ -516,8 +547,16 @@ fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
         verbs_path,
         reads,
         events,
+        devices: share.map(|(devices, _)| devices.names().join(", ")),
     };
-    each_size(&sizes, &report, control, |size, control| {
+    let table: Box<dyn Table<Line = Stats>> = match share {
+        Some((devices, index)) => Box::new(devices::Share { devices, index, report }),
+        None => Box::new(report),
+    };
+    each_size(&sizes, &*table, control, |size, control| {
+        if let Some((devices, _)) = share {
+            devices.start_together()?;
+        }
         let plan = &plan(mode, args, size, depth);
         let stats = if args.raw {
             let send_sges: Vec<[Sge; 1]> = raw_regions
@@ -586,7 +625,7 @@ pub fn with_peer(mut stats: Stats, args: &Args, control: &mut Control) -> Result
 /// The per-size loop of perftest: a barrier, the run of one size (`run`, which gives the
 /// figures this side prints, if any), a barrier, and the table's line; its header and footer
 /// around it.
-pub fn each_size<T: Table>(
+pub fn each_size<T: Table + ?Sized>(
     sizes: &[u32],
     table: &T,
     control: &mut Control,

@@ -8,7 +8,7 @@ use super::traffic::Stats;
 use super::Mode;
 
 /// perftest's separator line.
-const RULE: &str =
+pub(crate) const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
 /// perftest's latency columns (`RESULT_FMT_LAT`, trailing space included).
@@ -65,6 +65,8 @@ pub struct Report {
     pub reads: Option<u8>,
     /// With -e, the device and vector of the events, for perftest's header line.
     pub events: Option<String>,
+    /// With a `-d` list, the devices, each with `qps` QPs.
+    pub devices: Option<String>,
 }
 
 impl Table for Report {
@@ -78,11 +80,12 @@ impl Table for Report {
         let unit = if self.gbits { "Gb/sec" } else { "MB/sec" };
         println!("{RULE}");
         println!(
-            " {} BW Test ({} tier, {} QP{})",
+            " {} BW Test ({} tier, {} QP{}{})",
             self.mode.title(),
             self.tier,
             self.qps,
-            if self.qps == 1 { "" } else { "s" }
+            if self.qps == 1 { "" } else { "s" },
+            self.devices.as_ref().map_or(String::new(), |d| format!(" on each of {d}"))
         );
         setup_lines(self.events.as_deref(), self.verbs_path, self.reads);
         println!(

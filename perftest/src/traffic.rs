@@ -41,7 +41,7 @@ pub struct Plan {
 }
 
 /// What happened, for the report and the "nothing lost" check.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
     pub posted: u64,
     pub completed: u64,

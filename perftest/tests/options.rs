@@ -49,6 +49,12 @@ fn perftest_options_are_checked_before_any_verb() {
         ),
         (
             "write_lat",
+            &["-d", "rxe0,rxe1"][..],
+            1,
+            "write_lat: -d lists several devices, but a latency test runs on one device",
+        ),
+        (
+            "write_lat",
             &["-c", "DC"][..],
             1,
             "write_lat: -c DC is implemented for the bw tools only: use -c RC",

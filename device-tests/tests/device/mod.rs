@@ -41,6 +41,7 @@ mod soundness;
 mod topology;
 mod transfers;
 mod transports;
+mod two_devices;
 mod uc;
 #[cfg(feature = "rdmacm")]
 mod verbs_path;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rdma_verbs::rails::{self, RailDown, RailMemory, RailState, Rails, Transfer};
 use rdma_verbs::*;
 
-use rdma_verbs_device_tests::{require_device, RXE, RXE1};
+use rdma_verbs_device_tests::{require_device, sent_packets, RXE, RXE1};
 use rdma_verbs_test_support::process::text;
 
 const NETDEV1: &str = "rdma1";
@@ -30,11 +30,6 @@ fn block(noise: &[u8], i: usize) -> Vec<u8> {
     b[..8].copy_from_slice(&(i as u64).to_le_bytes());
     b[MIB - 8..].copy_from_slice(&(i as u64).to_le_bytes());
     b
-}
-
-fn sent_packets(device: &str) -> u64 {
-    let path = format!("/sys/class/infiniband/{device}/ports/1/hw_counters/sent_pkts");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().parse().unwrap()
 }
 
 fn set_link(netdev: &str, state: &str) {
