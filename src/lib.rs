@@ -228,6 +228,7 @@ pub use ah::AddressHandle;
 pub use ah::AddressVector;
 pub use ah::GlobalRoute;
 pub use ah::Grh;
+pub use ah::StaticRate;
 pub use ah::UdDestination;
 pub use buffer::Buffer;
 pub use buffer::BufferPool;

@@ -480,6 +480,8 @@ pub struct QpAttr {
     pub sl: u8,
     /// `ah_attr.src_path_bits`
     pub src_path_bits: u8,
+    /// `ah_attr.static_rate` (`enum ibv_rate`)
+    pub static_rate: u8,
     /// `ah_attr.port_num`
     pub ah_port_num: u8,
     /// `ah_attr.is_global`
@@ -524,6 +526,7 @@ impl QpAttr {
             dlid: ah.dlid,
             sl: ah.sl,
             src_path_bits: ah.src_path_bits,
+            static_rate: ah.static_rate,
             ah_port_num: ah.port_num,
             is_global: ah.is_global,
             // SAFETY: every member of `union ibv_gid` is plain bytes; `raw` views all 16.

@@ -5,8 +5,10 @@ use std::ptr::NonNull;
 
 use rdma_verbs_sys as sys;
 
+mod rate;
 mod vector;
 
+pub use rate::StaticRate;
 pub use vector::{AddressVector, GlobalRoute};
 
 use crate::endpoint::Qpn;

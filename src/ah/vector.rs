@@ -3,6 +3,7 @@
 
 use rdma_verbs_sys as sys;
 
+use super::StaticRate;
 use crate::endpoint::{Endpoint, Lid};
 use crate::gid::Gid;
 
@@ -46,6 +47,8 @@ pub struct AddressVector {
     pub port: u8,
     /// The GRH, when the route needs one.
     pub grh: Option<GlobalRoute>,
+    /// The rate the port sends to this destination at ([`StaticRate::MAX`]: its own).
+    pub static_rate: StaticRate,
 }
 
 impl GlobalRoute {
@@ -70,7 +73,14 @@ impl AddressVector {
     /// subnet.
     #[must_use]
     pub fn new(port: u8, dlid: Lid) -> Self {
-        AddressVector { dlid, sl: 0, src_path_bits: 0, port, grh: None }
+        AddressVector {
+            dlid,
+            sl: 0,
+            src_path_bits: 0,
+            port,
+            grh: None,
+            static_rate: StaticRate::MAX,
+        }
     }
 
     /// The same route with the global route header `grh` (RoCE needs one).
@@ -97,6 +107,7 @@ impl AddressVector {
             sl: self.sl,
             src_path_bits: self.src_path_bits,
             port_num: self.port,
+            static_rate: self.static_rate.0 as u8,
             ..Default::default()
         };
         if let Some(g) = self.grh {

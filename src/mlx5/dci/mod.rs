@@ -120,7 +120,7 @@ impl DcRoute {
             flow_label: 0,
             traffic_class: self.traffic_class,
         });
-        AddressVector { dlid, sl: self.sl, src_path_bits: 0, port: self.port, grh }
+        AddressVector { sl: self.sl, grh, ..AddressVector::new(self.port, dlid) }
     }
 }
 

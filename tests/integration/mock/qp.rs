@@ -151,6 +151,22 @@ fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
 }
 
 #[test]
+fn the_route_s_static_rate_reaches_the_provider_at_rtr() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let cq = f.ctx.create_cq(32).unwrap();
+    let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
+    let mut rtr = rtr_attr();
+    rtr.av.static_rate = rdma_verbs::StaticRate::from_gbps(25.0).unwrap();
+    f.mock.take_calls();
+    let _qp = qp.into_rtr(&rtr).unwrap();
+    let [Call::ModifyQp { attr, .. }] = &modifies(f.mock.take_calls())[..] else {
+        panic!("one modify")
+    };
+    assert_eq!(u32::from(attr.static_rate), sys::IBV_RATE_25_GBPS);
+}
+
+#[test]
 fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
