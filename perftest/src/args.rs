@@ -162,6 +162,20 @@ pub struct Args {
     /// Completion vector of the CQs' events (with -e; default 0)
     #[arg(short = 'X', long = "vector", value_parser = c_number::<u32>)]
     pub comp_vector: Option<u32>,
+    /// Limit the send rate to this many --rate_units (see --rate_limit_type)
+    #[arg(long = "rate_limit")]
+    pub rate_limit: Option<f64>,
+    /// Units of --rate_limit: g (Gb/s, the default), M (MiB/s) or p (messages per second)
+    #[arg(long = "rate_units", value_parser = ["g", "M", "p"])]
+    pub rate_units: Option<String>,
+    /// How --rate_limit holds: HW (the route's static rate, the default), PP (the QP's packet
+    /// pacing, ibv_modify_qp's rate_limit) or SW (the bandwidth tools post in bursts at the
+    /// rate)
+    #[arg(long = "rate_limit_type", value_parser = ["HW", "PP", "SW"])]
+    pub rate_limit_type: Option<String>,
+    /// WRs per burst of the SW rate limiter (default: -t)
+    #[arg(long = "burst_size", value_parser = c_number::<u32>)]
+    pub burst_size: Option<u32>,
     /// Server to connect to (none: act as the server)
     pub server: Option<String>,
     /// The tool's family, set by [`parse`].
@@ -298,11 +312,12 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("run_infinitely", None, "runs are -n iterations or -D seconds"),
     ("limit_bw", Some('w'), "pass/fail limits are not checked"),
     ("limit_msgrate", Some('y'), "pass/fail limits are not checked"),
-    ("burst_size", None, "rate limiting is not supported"),
-    ("typical_pkt_size", None, "rate limiting is not supported"),
-    ("rate_limit", None, "rate limiting is not supported"),
-    ("rate_units", None, "rate limiting is not supported"),
-    ("rate_limit_type", None, "rate limiting is not supported"),
+    (
+        "typical_pkt_size",
+        None,
+        "perftest's packet-pacing burst control is for raw Ethernet QPs: PP here sets the \
+         RC QPs' rate only",
+    ),
     ("recv_post_list", None, "receives are posted one at a time"),
     ("inline_recv", None, "inline receive (scatter to CQE) is not supported"),
     ("use-srq", None, "receives go to each QP's own queue, not an SRQ"),
@@ -488,6 +503,7 @@ impl Args {
                 .into());
         }
         self.check_devices()?;
+        crate::rate::Limit::of(self, mode)?;
         if self.is_dc() && self.rdma_cm {
             return Err("-c DC does not work with -R: DC QPs are not connected by rdma_cm".into());
         }

@@ -37,6 +37,7 @@ mod devices;
 mod events;
 mod exchange;
 mod latency;
+mod rate;
 mod report;
 mod traffic;
 
@@ -48,6 +49,7 @@ use rdma_verbs::*;
 use args::{Args, Test};
 use devices::Devices;
 use exchange::Control;
+use rate::Limit;
 use report::{Report, Table};
 use traffic::{Plan, Raw, Safe, Stats};
 
@@ -181,7 +183,8 @@ fn run_device(mode: Mode, args: &Args, share: Option<(&Devices, usize)>) -> Resu
     // Each side's responder accepts no more READs than its own figure: the smaller of the two.
     let reads = control.smaller_of("reads", reads)?;
     let mtu = agree_mtu(&mut control, mtu)?;
-    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args };
+    let limit = Limit::of(args, mode)?;
+    let mut connect = ByHand { port: args.ib_port, lid: port.lid(), gid, mtu, reads, args, limit };
     run_on(Side { mode, args, ctx: &ctx, control: &mut control, connector: &mut connect, share })
 }
 
@@ -261,6 +264,8 @@ struct ByHand<'a> {
     reads: u8,
     /// -S, --tclass, -u and --retry_count ([`Args::set_path`]).
     args: &'a Args,
+    /// --rate_limit: the static rate (HW) or packet pacing (PP) each QP is given.
+    limit: Option<Limit>,
 }
 
 impl Connect for ByHand<'_> {
@@ -295,8 +300,14 @@ impl Connect for ByHand<'_> {
             ..ToRtsAttr::new(psn)
         };
         self.args.set_path(&mut rtr, &mut rts)?;
-        let qp = qp.into_rtr(&rtr)?;
-        Ok((qp.into_rts(&rts)?, remote))
+        if let Some(Limit::Static(rate)) = self.limit {
+            rtr.av.static_rate = rate;
+        }
+        let qp = qp.into_rtr(&rtr)?.into_rts(&rts)?;
+        if let Some(Limit::Paced { kbps }) = self.limit {
+            qp.set_rate_limit(kbps)?;
+        }
+        Ok((qp, remote))
     }
 }
 
@@ -326,6 +337,27 @@ pub fn check_limits(ctx: &Context, mode: Mode, args: &Args) -> Result<(), Error>
                 "{option} {depth} exceeds {}'s max_qp_wr {}",
                 ctx.name(),
                 dev.max_qp_wr()
+            )
+            .into());
+        }
+    }
+    if let Some(Limit::Paced { kbps }) = Limit::of(args, mode)? {
+        let caps = ctx.packet_pacing_caps()?.ok_or_else(|| {
+            format!(
+                "--rate_limit_type=PP: {} does not pace QPs (no packet_pacing_caps)",
+                ctx.name()
+            )
+        })?;
+        if !caps.supports::<Rc>() {
+            return Err(format!("--rate_limit_type=PP: {} paces no RC QPs", ctx.name()).into());
+        }
+        let range = caps.qp_rate_limit_min..=caps.qp_rate_limit_max;
+        if !range.contains(&kbps) {
+            return Err(format!(
+                "--rate_limit: {kbps} kbps is outside {}'s packet pacing range, {} to {} kbps",
+                ctx.name(),
+                range.start(),
+                range.end()
             )
             .into());
         }
@@ -597,6 +629,8 @@ pub fn plan(mode: Mode, args: &Args, size: u32, tx_depth: u32) -> Plan {
         initiate,
         receive,
         report_to_peer: Roles::of(mode, args, !server).passive(),
+        // (Args::check saw the limit through.)
+        pace: Limit::of(args, mode).ok().flatten().and_then(|limit| limit.pace(size)),
     }
 }
 

@@ -9,6 +9,7 @@ use rdma_verbs::*;
 
 use super::events::Cq;
 use super::exchange::Control;
+use super::rate::Pace;
 use super::{Error, Mode};
 
 /// No completion for this long means the peer is gone.
@@ -38,6 +39,8 @@ pub struct Plan {
     /// The peer is passive (the server of write_bw or read_bw): it prints this side's figures,
     /// which this side sends it at the end.
     pub report_to_peer: bool,
+    /// --rate_limit_type=SW: the bursts this side posts in.
+    pub pace: Option<Pace>,
 }
 
 /// What happened, for the report and the "nothing lost" check.
@@ -157,8 +160,12 @@ pub fn run(
         // (The clock only for -D: perftest's loop reads none.)
         let stop_posting = plan.duration.is_some_and(|d| start.elapsed() >= d);
         if plan.initiate {
+            // With SW pacing, what the bursts begun so far allow.
+            let mut allowed = plan.pace.map_or(u64::MAX, |pace| {
+                pace.allowed(start.elapsed()).saturating_sub(posted.iter().sum())
+            });
             for q in 0..n_qps {
-                post_some(
+                allowed = allowed.saturating_sub(post_some(
                     tier,
                     q,
                     plan,
@@ -166,7 +173,8 @@ pub fn run(
                     completed[q],
                     &mut marks[q],
                     stop_posting,
-                )?;
+                    allowed,
+                )?);
             }
         }
         let initiator_done = !plan.initiate
@@ -258,8 +266,10 @@ pub fn run(
     Ok(stats)
 }
 
-/// Posts on QP `q` while the tx depth allows: lists of -l WRs, the last of a list signaled
-/// when the count crosses a multiple of -Q, or when it is the run's last WR.
+/// Posts on QP `q` while the tx depth allows, at most `allowed` WRs: lists of -l WRs, the last
+/// of a list signaled when the count crosses a multiple of -Q, or when it is the run's last
+/// WR. Returns how many it posted.
+#[allow(clippy::too_many_arguments)] // one QP's counters, each its own slice element
 fn post_some(
     tier: &mut impl Tier,
     q: usize,
@@ -268,9 +278,11 @@ fn post_some(
     completed: u64,
     marks: &mut VecDeque<u64>,
     stop: bool,
-) -> Result<(), Error> {
+    allowed: u64,
+) -> Result<u64, Error> {
     let depth = u64::from(plan.tx_depth);
     let last_mark = marks.back().copied().unwrap_or(completed);
+    let first = *posted;
     // At the end of a -D run, one signaled WR closes the chain of unsignaled ones.
     if stop {
         if *posted > last_mark && *posted - completed < depth {
@@ -278,13 +290,13 @@ fn post_some(
             *posted += 1;
             marks.push_back(*posted);
         }
-        return Ok(());
+        return Ok(*posted - first);
     }
     loop {
         let left = plan.iters.map_or(u64::MAX, |n| n - *posted);
-        let n = u64::from(plan.post_list).min(left);
+        let n = u64::from(plan.post_list).min(left).min(allowed - (*posted - first));
         if n == 0 || *posted - completed + n > depth {
-            return Ok(());
+            return Ok(*posted - first);
         }
         let after = *posted + n;
         let signal = crosses_multiple(*posted, n, u64::from(plan.cq_mod)) || left == n;

@@ -90,11 +90,16 @@ const MBPS: [(StaticRate, u32); 23] = [
 ];
 
 impl StaticRate {
+    /// Every rate that limits (all but [`MAX`](Self::MAX)), slowest first.
+    pub fn limits() -> impl Iterator<Item = StaticRate> {
+        MBPS.iter().map(|&(rate, _)| rate)
+    }
+
     /// The limiting rate named `gbps` Gb/s (2.5, 5, 10, 14, … 1200), `None` for a rate
     /// `enum ibv_rate` has no value for.
     #[must_use]
     pub fn from_gbps(gbps: f64) -> Option<StaticRate> {
-        MBPS.iter().map(|&(rate, _)| rate).find(|rate| rate.gbps() == Some(gbps))
+        StaticRate::limits().find(|rate| rate.gbps() == Some(gbps))
     }
 
     /// The rate's name in Gb/s (25 for [`GBPS_25`](Self::GBPS_25)); `None` for
@@ -129,5 +134,7 @@ mod tests {
         assert_eq!(StaticRate::MAX.gbps(), None);
         assert_eq!(StaticRate::MAX.mbps(), None);
         assert_eq!(StaticRate(99).mbps(), None);
+        let mbps: Vec<u32> = StaticRate::limits().filter_map(StaticRate::mbps).collect();
+        assert!(mbps.len() == MBPS.len() && mbps.is_sorted(), "slowest first: {mbps:?}");
     }
 }

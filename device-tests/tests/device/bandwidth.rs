@@ -277,3 +277,27 @@ fn use_dm_on_a_device_without_device_memory_is_refused_before_any_resource() {
     let out = output_within(tool("write_bw", 18929, &["--raw", "--use_dm"]), LIMIT);
     assert_fails_saying(&out, "--use_dm: rxe0 has no device memory (max_dm_size 0)");
 }
+
+#[test]
+fn rate_limits_hold_in_software_set_a_static_rate_and_refuse_packet_pacing_rxe_lacks() {
+    let Some(_) = require_device(RXE) else { return };
+    // SW: 0.1 Gb/s of 64 KiB WRITEs in bursts of 4: at most 11.9 MiB/s, about 1.7 s for 320.
+    let sw = ["-n", "320", "--rate_limit", "0.1", "--rate_limit_type", "SW", "--burst_size", "4"];
+    let (server, client) = pair("write_bw", 18930, &sw, &[&sw[..], &["--json"]].concat());
+    assert_ran(&server, &client);
+    let [line] = &json_lines(&client)[..] else { panic!("one line: {}", text(&client)) };
+    let average: f64 = json_field(line, "bw_average");
+    let limit = 0.1e9 / 8.0 / f64::from(1 << 20);
+    assert!(average > limit / 4.0 && average <= limit * 1.02, "{average} MB/s against {limit}");
+    // HW: rxe takes the route's static rate (and does not pace by it).
+    let hw = ["-n", "100", "--rate_limit", "25"];
+    let (server, client) = pair("write_bw", 18931, &hw, &hw);
+    assert_ran(&server, &client);
+    // PP: refused before the peer is waited for.
+    let pp = ["--rate_limit", "1", "--rate_limit_type", "PP"];
+    let out = output_within(tool("write_bw", 18932, &pp), LIMIT);
+    assert_fails_saying(
+        &out,
+        "--rate_limit_type=PP: rxe0 does not pace QPs (no packet_pacing_caps)",
+    );
+}
