@@ -52,6 +52,11 @@ impl Fixture {
         let ctx = open(&mock, optional, config);
         Fixture { ctx, mock }
     }
+
+    /// A PD and a CQ of `cqe` entries of the context: what most tests start from.
+    pub fn pd_and_cq(&self, cqe: u32) -> (ProtectionDomain<'_>, CompletionQueue<'_>) {
+        (self.ctx.alloc_pd().unwrap(), self.ctx.create_cq(cqe).unwrap())
+    }
 }
 
 /// Another context of `mock`, which must outlive it.
