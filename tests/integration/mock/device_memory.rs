@@ -60,12 +60,9 @@ fn device_memory_is_allocated_copied_both_ways_and_freed() {
     dm.copy_from(4, &mut edges[..4]).unwrap();
     dm.copy_from(4092, &mut edges[4..]).unwrap();
     assert_eq!(edges, [0; 8]);
-    let copies: Vec<_> = f
+    let copies = f
         .mock
-        .take_calls()
-        .into_iter()
-        .filter(|c| matches!(c, Call::MemcpyToDm { .. } | Call::MemcpyFromDm { .. }))
-        .collect();
+        .take_calls_where(|c| matches!(c, Call::MemcpyToDm { .. } | Call::MemcpyFromDm { .. }));
     assert_eq!(
         copies[..2],
         [Call::MemcpyToDm { offset: 8, length: 16 }, Call::MemcpyFromDm { offset: 12, length: 12 }]

@@ -211,12 +211,7 @@ fn a_rate_limit_is_held_to_the_devices_packet_pacing_range() {
     assert_eq!(modifies(f.mock.take_calls()), 0, "refused before ibv_modify_qp");
     for kbps in [1000, 100_000, 0] {
         qp.set_rate_limit(kbps).unwrap();
-        let calls: Vec<_> = f
-            .mock
-            .take_calls()
-            .into_iter()
-            .filter(|c| matches!(c, Call::ModifyQp { .. }))
-            .collect();
+        let calls = f.mock.take_calls_where(|c| matches!(c, Call::ModifyQp { .. }));
         let mask = sys::IBV_QP_RATE_LIMIT as i32;
         assert!(
             matches!(calls[..], [Call::ModifyQp { mask: m, attr: QpAttr { rate_limit, .. } }] if m == mask && rate_limit == kbps),
