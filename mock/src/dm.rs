@@ -165,15 +165,11 @@ unsafe extern "C" fn memcpy_to_dm(
     length: usize,
 ) -> c_int {
     let call = Call::MemcpyToDm { offset, length };
-    let result = serve(|s| {
-        s.begin(call, Verb::MemcpyToDm)?;
-        let to = range(s, dm, offset, length)?;
+    serve_copy(call, Verb::MemcpyToDm, dm, offset, length, |to| {
         // SAFETY: `to` holds `length` bytes of the DM (checked by `range`); the caller made
         // `host_addr` readable; host memory never lies in a DM's buffer.
-        unsafe { ptr::copy_nonoverlapping(host_addr.cast::<u8>(), to, length) };
-        Ok(())
-    });
-    result.err().unwrap_or(0)
+        unsafe { ptr::copy_nonoverlapping(host_addr.cast::<u8>(), to, length) }
+    })
 }
 
 /// A DM's `memcpy_from_dm` member.
@@ -188,11 +184,26 @@ unsafe extern "C" fn memcpy_from_dm(
     length: usize,
 ) -> c_int {
     let call = Call::MemcpyFromDm { offset, length };
-    let result = serve(|s| {
-        s.begin(call, Verb::MemcpyFromDm)?;
-        let from = range(s, dm, offset, length)?;
+    serve_copy(call, Verb::MemcpyFromDm, dm, offset, length, |from| {
         // SAFETY: as in `memcpy_to_dm`, with `host_addr` writable.
-        unsafe { ptr::copy_nonoverlapping(from, host_addr.cast::<u8>(), length) };
+        unsafe { ptr::copy_nonoverlapping(from, host_addr.cast::<u8>(), length) }
+    })
+}
+
+/// Serves a copy between host memory and the bytes `offset..offset + length` of `dm`:
+/// records `call`, takes a failure injected for `verb`, checks the range ([`range`]), then
+/// has `copy` move the bytes at its start; 0 or the errno.
+fn serve_copy(
+    call: Call,
+    verb: Verb,
+    dm: *mut ibv_dm,
+    offset: u64,
+    length: usize,
+    copy: impl FnOnce(*mut u8),
+) -> c_int {
+    let result = serve(|s| {
+        s.begin(call, verb)?;
+        copy(range(s, dm, offset, length)?);
         Ok(())
     });
     result.err().unwrap_or(0)

@@ -384,6 +384,12 @@ impl Mock {
         state::with(|s| s.take_calls())
     }
 
+    /// The calls recorded since the last time that `keep` selects, oldest first; the others
+    /// are taken too, and dropped.
+    pub fn take_calls_where(&self, keep: impl FnMut(&Call) -> bool) -> Vec<Call> {
+        self.take_calls().into_iter().filter(keep).collect()
+    }
+
     /// Queues `wc` on `cq`, for the next `poll_cq` to return.
     ///
     /// # Panics

@@ -144,17 +144,29 @@ unsafe extern "C" fn query_port(
     attr: *mut ibv_port_attr,
     attr_len: usize,
 ) -> c_int {
-    let result = serve(|s| {
-        s.begin(Call::QueryPortOp { port: port_num, attr_len }, Verb::QueryPortOp)?;
-        s.expect(context, Kind::Context)?;
-        check_port(port_num)
-    });
+    let call = Call::QueryPortOp { port: port_num, attr_len };
+    let result = serve_port_query(call, Verb::QueryPortOp, context, port_num);
     if let Err(errno) = result {
         return errno;
     }
     // SAFETY: the caller made `attr_len` bytes writable.
     unsafe { write_prefix(attr.cast(), attr_len) };
     0
+}
+
+/// Serves a query of port `port` of `context`: records `call`, takes a failure injected
+/// for `verb`, checks `context` is a live context, then gives [`check_port`]'s answer.
+pub(super) fn serve_port_query(
+    call: Call,
+    verb: Verb,
+    context: *mut ibv_context,
+    port: impl Into<u32>,
+) -> Result<(), c_int> {
+    serve(|s| {
+        s.begin(call, verb)?;
+        s.expect(context, Kind::Context)?;
+        check_port(port)
+    })
 }
 
 /// `EINVAL` for any port but 1, the mock device's only one.

@@ -14,7 +14,7 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::{device_attr, gid_table, NODE_GUID};
-use super::ops::{check_port, new_context, write_prefix};
+use super::ops::{check_port, new_context, serve_port_query, write_prefix};
 use super::registry::MrInfo;
 use super::state::{serve, Kind, State};
 use super::ContextConfig;
@@ -181,11 +181,8 @@ pub(super) unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     port_attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
-    let result = serve(|s| {
-        s.begin(Call::QueryPortCompat { port: port_num }, Verb::QueryPortCompat)?;
-        s.expect(context, Kind::Context)?;
-        check_port(port_num)
-    });
+    let call = Call::QueryPortCompat { port: port_num };
+    let result = serve_port_query(call, Verb::QueryPortCompat, context, port_num);
     if result.is_ok() {
         // SAFETY: the caller made the 48-byte compat struct writable.
         unsafe { write_prefix(port_attr.cast(), COMPAT_PORT_ATTR_LEN) };
@@ -276,11 +273,8 @@ pub(super) unsafe extern "C" fn ibv_query_port_speed(
     port_num: u32,
     port_speed: *mut u64,
 ) -> c_int {
-    let result = serve(|s| {
-        s.begin(Call::QueryPortSpeed { port: port_num }, Verb::QueryPortSpeed)?;
-        s.expect(context, Kind::Context)?;
-        check_port(port_num)
-    });
+    let call = Call::QueryPortSpeed { port: port_num };
+    let result = serve_port_query(call, Verb::QueryPortSpeed, context, port_num);
     match result {
         Ok(()) => {
             // SAFETY: the caller made `port_speed` writable.

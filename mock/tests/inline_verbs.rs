@@ -3,7 +3,7 @@
 use std::ffi::c_int;
 use std::io;
 use std::mem::{offset_of, size_of};
-use std::ptr::{self, NonNull};
+use std::ptr;
 
 use rdma_verbs_mock::*;
 use rdma_verbs_sys::bindings::*;
@@ -21,8 +21,14 @@ fn poisoned_port_attr() -> ibv_port_attr {
     attr
 }
 
-/// A PD, a CQ (16 entries) and an RC QP of `ctx`, made through the mock's verbs.
-fn rc_qp(fns: &IbverbsFns, ctx: NonNull<ibv_context>) -> (*mut ibv_pd, *mut ibv_cq, *mut ibv_qp) {
+/// A PD, a CQ (16 entries) and an RC QP of a new context of `mock` shaped by `config`, made
+/// through the mock's verbs.
+fn rc_qp(
+    fns: &IbverbsFns,
+    mock: &Mock,
+    config: ContextConfig,
+) -> (*mut ibv_pd, *mut ibv_cq, *mut ibv_qp) {
+    let ctx = mock.context(config);
     // SAFETY: a live mock context.
     let pd = unsafe { (fns.ibv_alloc_pd)(ctx.as_ptr()) };
     let null = ptr::null_mut();
@@ -147,8 +153,7 @@ fn reg_mr_prefers_iova2_at_the_buffer_address_else_strips_optional_access_bits()
 fn a_null_post_op_gives_eopnotsupp_and_points_bad_wr_at_the_list() {
     let mock = Mock::new();
     let config = ContextConfig { post_send: false, post_recv: false, ..Default::default() };
-    let ctx = mock.context(config);
-    let (_, _, qp) = rc_qp(&fns(Optional::ALL), ctx);
+    let (_, _, qp) = rc_qp(&fns(Optional::ALL), &mock, config);
     mock.take_calls();
 
     let mut send = ibv_send_wr { wr_id: 1, ..Default::default() };
@@ -179,8 +184,7 @@ unsafe fn post_lone_recv(qp: *mut ibv_qp, wr_id: u64) -> (c_int, bool) {
 #[test]
 fn post_ops_receive_the_whole_list_and_their_errors_come_back() {
     let mock = Mock::new();
-    let ctx = mock.context(ContextConfig::default());
-    let (_, _, qp) = rc_qp(&fns(Optional::ALL), ctx);
+    let (_, _, qp) = rc_qp(&fns(Optional::ALL), &mock, ContextConfig::default());
     mock.take_calls();
 
     let mut second = ibv_send_wr { wr_id: 8, ..Default::default() };
@@ -200,8 +204,8 @@ fn post_ops_receive_the_whole_list_and_their_errors_come_back() {
 #[test]
 fn a_null_poll_cq_gives_minus_eopnotsupp() {
     let mock = Mock::new();
-    let ctx = mock.context(ContextConfig { poll_cq: false, ..Default::default() });
-    let (_, cq, _) = rc_qp(&fns(Optional::ALL), ctx);
+    let (_, cq, _) =
+        rc_qp(&fns(Optional::ALL), &mock, ContextConfig { poll_cq: false, ..Default::default() });
     mock.push_completion(cq, ibv_wc { wr_id: 1, ..Default::default() });
     mock.take_calls();
     let mut wc = [ibv_wc::default(); 2];
@@ -214,8 +218,7 @@ fn a_null_poll_cq_gives_minus_eopnotsupp() {
 #[test]
 fn poll_cq_returns_what_is_queued_at_most_num_entries_at_a_time() {
     let mock = Mock::new();
-    let ctx = mock.context(ContextConfig::default());
-    let (_, cq, _) = rc_qp(&fns(Optional::ALL), ctx);
+    let (_, cq, _) = rc_qp(&fns(Optional::ALL), &mock, ContextConfig::default());
     for wr_id in [1, 2, 3] {
         mock.push_completion(cq, ibv_wc { wr_id, ..Default::default() });
     }
@@ -240,8 +243,8 @@ fn req_notify_cq_calls_the_op_or_gives_eopnotsupp_when_null() {
     let mock = Mock::new();
     let fns = fns(Optional::ALL);
     for (present, expected) in [(true, 0), (false, libc::EOPNOTSUPP)] {
-        let ctx = mock.context(ContextConfig { req_notify_cq: present, ..Default::default() });
-        let (_, cq, _) = rc_qp(&fns, ctx);
+        let (_, cq, _) =
+            rc_qp(&fns, &mock, ContextConfig { req_notify_cq: present, ..Default::default() });
         mock.take_calls();
         // SAFETY: a live CQ.
         assert_eq!(unsafe { inline::ibv_req_notify_cq(cq, 1) }, expected);
@@ -340,9 +343,8 @@ fn an_injected_failure_hits_the_next_call_only_the_way_the_verb_reports_errors()
 #[test]
 fn parents_in_use_are_busy_and_unknown_objects_are_refused() {
     let mock = Mock::new();
-    let ctx = mock.context(ContextConfig::default());
     let fns = fns(Optional::ALL);
-    let (pd, cq, qp) = rc_qp(&fns, ctx);
+    let (pd, cq, qp) = rc_qp(&fns, &mock, ContextConfig::default());
     // SAFETY: live mock objects, or pointers the mock rejects without reading them.
     unsafe {
         assert_eq!((fns.ibv_dealloc_pd)(pd), libc::EBUSY);
@@ -364,9 +366,8 @@ fn modify(fns: &IbverbsFns, qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: u32) -
 #[test]
 fn modify_qp_enforces_the_rc_state_machine_and_roce_routes() {
     let mock = Mock::new();
-    let ctx = mock.context(ContextConfig::default());
     let fns = fns(Optional::ALL);
-    let (_, _, qp) = rc_qp(&fns, ctx);
+    let (_, _, qp) = rc_qp(&fns, &mock, ContextConfig::default());
     let init = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: 1, ..Default::default() };
     let init_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     let mut rtr = ibv_qp_attr { qp_state: IBV_QPS_RTR, ..Default::default() };

@@ -111,6 +111,20 @@ pub fn ping_pong(n: u64, verbs: &mut impl PingPong) -> Result<u64, Error> {
     Ok(empty)
 }
 
+/// Runs `workload` `n` times on `verbs` and prints its empty polls: each program's last step.
+pub fn run(
+    workload: Workload,
+    n: u64,
+    verbs: &mut (impl WriteStream + PingPong),
+) -> Result<(), Error> {
+    let empty_polls = match workload {
+        Workload::Write => write_stream(n, verbs)?,
+        Workload::PingPong => ping_pong(n, verbs)?,
+    };
+    println!("empty polls: {empty_polls}");
+    Ok(())
+}
+
 /// rdma-verbs: two RC queue pairs of `pd`, each completing on its own CQ, connected to each
 /// other; the second accepts RDMA WRITEs.
 pub fn connected_pair<'a>(

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::*;
 
-use super::pair::{assert_holds, drain_for, pattern, ud_in_rts, wait_for, Loopback, PORT};
+use super::pair::{
+    assert_holds, assert_quiet, pattern, ud_in_rts, wait_for, wait_for_success, Loopback, PORT,
+};
 use rdma_verbs_device_tests::{require_device, RXE};
 
 /// How many completions each `wr_id` got, and with which statuses.
@@ -52,7 +54,7 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
     );
     assert_eq!(a.query_state().unwrap(), QueuePairState::ERR, "the error moved the QP to ERROR");
     assert_eq!(b.query_state().unwrap(), QueuePairState::RTS, "the responder is untouched");
-    assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "one completion, once");
+    assert_quiet(&lo.cq, Duration::from_millis(200), "one completion, once");
 
     // The program goes on: the failed QP is destroyed cleanly, and the same PD, CQ and memory
     // serve a new pair.
@@ -64,8 +66,7 @@ fn a_send_without_a_receive_and_rnr_retry_0_fails_and_the_program_goes_on() {
         d.post_recv_wr(&mut RecvWr::new(2, &recv)).unwrap();
         c.post_send_wr(&mut SendWr::send(3, &send).flags(SendFlags::SIGNALED)).unwrap();
     }
-    let wcs = wait_for(&lo.cq, 2);
-    assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
+    wait_for_success(&lo.cq, 2);
     drop(b);
 }
 
@@ -91,7 +92,7 @@ fn an_rdma_write_with_a_wrong_rkey_is_a_remote_access_error_on_the_requester() {
         "{wc:?}"
     );
     assert_eq!(a.query_state().unwrap(), QueuePairState::ERR);
-    assert!(drain_for(&lo.cq, Duration::from_millis(200)).is_empty(), "one completion, once");
+    assert_quiet(&lo.cq, Duration::from_millis(200), "one completion, once");
     assert_holds(&target, 0, &[0xaa; 4096], "nothing was written");
     drop(b);
 }
@@ -122,7 +123,7 @@ fn after_error_every_outstanding_wr_completes_exactly_once_flushed() {
     unsafe { a.post_send_wrs(&mut wrs).unwrap() };
 
     let wcs = wait_for(&lo.cq, 16);
-    assert!(drain_for(&lo.cq, Duration::from_millis(300)).is_empty(), "nothing completes twice");
+    assert_quiet(&lo.cq, Duration::from_millis(300), "nothing completes twice");
     let mut expected = BTreeMap::new();
     expected.insert(1, vec![RXE_BAD_LKEY]);
     for id in (2..=8).chain(100..108) {
@@ -157,8 +158,7 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
     let wc = &wait_for(send_cq, 1)[0];
     assert_eq!((wc.wr_id(), wc.status(), wc.qp_num()), (1, RXE_BAD_LKEY, x.qp_num()), "{wc:?}");
     assert_eq!(x.query_state().unwrap(), QueuePairState::ERR);
-    let flushed = drain_for(&recv_cq, Duration::from_millis(300));
-    assert!(flushed.is_empty(), "the SRQ's receives are not x's to flush: {flushed:?}");
+    assert_quiet(&recv_cq, Duration::from_millis(300), "the SRQ's receives are not x's to flush");
 
     // y consumes all four afterwards.
     let sends: Vec<_> = (0..4).map(|i| [mr.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
@@ -169,8 +169,7 @@ fn a_qp_error_leaves_the_srq_receives_to_its_other_qps() {
         }
         .unwrap();
     }
-    let sent = wait_for(send_cq, 4);
-    assert!(sent.iter().all(WorkCompletion::is_success), "{sent:?}");
+    wait_for_success(send_cq, 4);
     let recvs = wait_for(&recv_cq, 4);
     let mut expected = BTreeMap::new();
     for id in 100..104 {
@@ -278,8 +277,7 @@ fn too_many_sges_inline_data_or_a_datagram_above_the_mtu_are_refused_before_post
         "a UD QP posts only SENDs addressed with SendWr::to(&UdDestination)"
     );
 
-    let posted = drain_for(&lo.cq, Duration::from_millis(200));
-    assert!(posted.is_empty(), "nothing reached the NIC: {posted:?}");
+    assert_quiet(&lo.cq, Duration::from_millis(200), "nothing reached the NIC");
     drop(b);
 }
 
@@ -321,8 +319,7 @@ fn zero_length_regions_are_refused_and_zero_length_messages_arrive_empty() {
             .unwrap();
         a.post_send_wr(&mut SendWr::send(3, &mixed).flags(SendFlags::SIGNALED)).unwrap();
     }
-    let wcs = wait_for(&lo.cq, 6);
-    assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
+    let wcs = wait_for_success(&lo.cq, 6);
     let mut recvs: Vec<_> = wcs
         .iter()
         .filter(|wc| wc.opcode() == WcOpcode::RECV)

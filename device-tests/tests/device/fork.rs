@@ -5,7 +5,7 @@
 use rdma_verbs::fork::{self, ForkStatus};
 use rdma_verbs::*;
 
-use super::pair::{wait_for, Loopback};
+use super::pair::{wait_for_success, Loopback};
 use rdma_verbs_device_tests::{crash_isolated, crash_isolated_with, require_device, RXE};
 
 /// The page size.
@@ -79,7 +79,7 @@ fn unneeded_means_the_parents_writes_after_a_fork_still_reach_the_nic() {
                 b.post_recv_wr(&mut RecvWr::new(1, &recv)).unwrap();
                 a.post_send_wr(&mut SendWr::send(2, &send).flags(SendFlags::SIGNALED)).unwrap();
             }
-            assert!(wait_for(&lo.cq, 2).iter().all(WorkCompletion::is_success));
+            wait_for_success(&lo.cq, 2);
             // SAFETY: closes the pipe's two ends, which this process owns.
             unsafe { (libc::close(pipe[0]), libc::close(pipe[1])) };
             assert_eq!(wait_child(child), 0, "the child exits 0");

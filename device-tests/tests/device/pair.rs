@@ -239,6 +239,22 @@ pub fn wait_for(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
     got
 }
 
+/// Waits for `n` completions ([`wait_for`]) and asserts each succeeded.
+#[track_caller]
+pub fn wait_for_success(cq: &CompletionQueue<'_>, n: usize) -> Vec<WorkCompletion> {
+    let wcs = wait_for(cq, n);
+    assert!(wcs.iter().all(WorkCompletion::is_success), "{wcs:?}");
+    wcs
+}
+
+/// Asserts nothing arrives on `cq` while it is polled for `quiet` ([`drain_for`]); `what`
+/// says what that shows.
+#[track_caller]
+pub fn assert_quiet(cq: &CompletionQueue<'_>, quiet: Duration, what: &str) {
+    let late = drain_for(cq, quiet);
+    assert!(late.is_empty(), "{what}: {late:?}");
+}
+
 /// Polls `cq` for `quiet` and returns whatever arrived (nothing, when nothing should).
 pub fn drain_for(cq: &CompletionQueue<'_>, quiet: Duration) -> Vec<WorkCompletion> {
     let start = Instant::now();

@@ -288,12 +288,9 @@ fn poll_blocking_returns_what_one_poll_brings_and_re_arms_after_each_event_until
         let (limit, start) = (Duration::from_millis(50), Instant::now());
         assert!(cq.poll_blocking(&channel, &mut wcs, limit).unwrap().is_empty());
         assert!(start.elapsed() >= limit, "{:?}", start.elapsed());
-        let calls: Vec<Call> = f
+        let calls = f
             .mock
-            .take_calls()
-            .into_iter()
-            .filter(|c| matches!(c, Call::PollCq { .. } | Call::ReqNotifyCq { .. }))
-            .collect();
+            .take_calls_where(|c| matches!(c, Call::PollCq { .. } | Call::ReqNotifyCq { .. }));
         let (poll, arm) =
             (Call::PollCq { num_entries: 4 }, Call::ReqNotifyCq { solicited_only: 0 });
         assert_eq!(calls[..3], [poll.clone(), arm, poll], "{calls:?}");

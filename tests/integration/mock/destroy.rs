@@ -35,8 +35,7 @@ fn each_object_that_fails_to_be_destroyed_is_logged_and_leaked() {
     let f = Fixture::new();
     // The PD and CQ rows use their own, so that no leaked child keeps them busy.
     let (lone_pd, lone_cq) = (f.ctx.alloc_pd().unwrap(), f.ctx.create_cq(16).unwrap());
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let qpn = qp.qp_num().get();
@@ -96,8 +95,7 @@ fn a_context_that_fails_to_close_is_logged_and_leaked() {
 fn a_leaked_qp_keeps_its_cq_and_pd_busy_and_every_drop_still_only_logs() {
     capture::start();
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     let qpn = qp.qp_num().get();
     f.mock.fail(Verb::DestroyQp, libc::EBUSY);
@@ -118,8 +116,7 @@ fn destroy_returns_the_error_or_frees_and_logs_nothing() {
     for fails in [true, false] {
         capture::start();
         let f = Fixture::new();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(32).unwrap();
+        let (pd, cq) = f.pd_and_cq(32);
         let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
         let raws =
@@ -161,8 +158,7 @@ fn a_pool_outlived_by_a_leaked_queue_holding_its_chunks_leaks_its_region() {
     for (leak, on_srq) in [(true, false), (true, true), (false, false), (false, true)] {
         capture::start();
         let f = Fixture::new();
-        let pd = f.ctx.alloc_pd().unwrap();
-        let cq = f.ctx.create_cq(32).unwrap();
+        let (pd, cq) = f.pd_and_cq(32);
         let region = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let pool = BufferPool::new(region, 256).unwrap();
         if on_srq {
@@ -197,8 +193,7 @@ fn a_pool_outlived_by_a_leaked_queue_holding_its_chunks_leaks_its_region() {
 fn a_region_under_a_bound_window_fails_to_deregister_saying_so() {
     capture::start();
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND | AccessFlags::REMOTE_READ;
     let region = pd.register(4096, access).unwrap();
     let mut window = pd.alloc_mw(MwType::Type1).unwrap();

@@ -6,8 +6,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, Error, InvalidInputKind, MwBind, QpCapabilities, RecvWr, SendFlags, SendWr,
-    WorkCompletion,
+    AccessFlags, DeviceMemory, Error, InvalidInputKind, MwBind, ProtectionDomain, QpCapabilities,
+    RecvWr, SendFlags, SendWr, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -26,6 +26,11 @@ fn mlx5_like() -> ContextConfig {
 
 fn fixture() -> Fixture {
     Fixture::with(Optional::ALL, mlx5_like())
+}
+
+/// A PD and `len` bytes of device memory of `f`'s context: what a region of it is made from.
+fn pd_and_dm(f: &Fixture, len: usize) -> (ProtectionDomain<'_>, DeviceMemory<'_>) {
+    (f.ctx.alloc_pd().unwrap(), f.ctx.alloc_dm(len, 0).unwrap())
 }
 
 #[track_caller]
@@ -60,12 +65,9 @@ fn device_memory_is_allocated_copied_both_ways_and_freed() {
     dm.copy_from(4, &mut edges[..4]).unwrap();
     dm.copy_from(4092, &mut edges[4..]).unwrap();
     assert_eq!(edges, [0; 8]);
-    let copies: Vec<_> = f
+    let copies = f
         .mock
-        .take_calls()
-        .into_iter()
-        .filter(|c| matches!(c, Call::MemcpyToDm { .. } | Call::MemcpyFromDm { .. }))
-        .collect();
+        .take_calls_where(|c| matches!(c, Call::MemcpyToDm { .. } | Call::MemcpyFromDm { .. }));
     assert_eq!(
         copies[..2],
         [Call::MemcpyToDm { offset: 8, length: 16 }, Call::MemcpyFromDm { offset: 12, length: 12 }]
@@ -184,8 +186,7 @@ fn a_failed_free_is_reported_by_destroy_and_the_memory_leaked() {
 #[test]
 fn a_zero_based_region_of_device_memory_is_written_and_sent_from_through_the_raw_tier() {
     let f = fixture();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let dm = f.ctx.alloc_dm(256, 0).unwrap();
+    let (pd, dm) = pd_and_dm(&f, 256);
     f.mock.take_calls();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let region = pd.register_dm(&dm, 64..192, access).unwrap();
@@ -233,8 +234,7 @@ fn a_zero_based_region_of_device_memory_is_written_and_sent_from_through_the_raw
 #[test]
 fn registration_checks_its_arguments_and_reports_the_provider() {
     let f = fixture();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let dm = f.ctx.alloc_dm(64, 0).unwrap();
+    let (pd, dm) = pd_and_dm(&f, 64);
     f.mock.take_calls();
     let local = AccessFlags::LOCAL_WRITE;
     assert_invalid(&pd.register_dm(&dm, 32..96, local).unwrap_err(), InvalidInputKind::Range, &[]);
@@ -266,8 +266,7 @@ fn registration_checks_its_arguments_and_reports_the_provider() {
 #[test]
 fn registration_refused_with_eopnotsupp_is_unsupported() {
     let f = fixture();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let dm = f.ctx.alloc_dm(64, 0).unwrap();
+    let (pd, dm) = pd_and_dm(&f, 64);
     f.mock.fail(Verb::RegDmMr, libc::EOPNOTSUPP);
     let err = pd.register_dm(&dm, .., AccessFlags::LOCAL_WRITE).unwrap_err();
     assert_unsupported(&err, "ibv_reg_dm_mr");
@@ -303,8 +302,7 @@ fn the_dmabuf_export_is_an_owned_fd_and_unsupported_before_v62() {
 #[test]
 fn a_window_binds_to_a_region_of_device_memory_at_its_offsets() {
     let f = fixture();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let dm = f.ctx.alloc_dm(256, 0).unwrap();
+    let (pd, dm) = pd_and_dm(&f, 256);
     let writable = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
     let region = pd.register_dm(&dm, 128.., writable).unwrap();
     let bind = MwBind::new(&region, 8.., AccessFlags::REMOTE_WRITE).unwrap();

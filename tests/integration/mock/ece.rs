@@ -11,8 +11,7 @@ const OFFER: Ece = Ece { vendor_id: 0x02c9, options: 0x1000_0005, comp_mask: 0 }
 #[test]
 fn ece_options_set_on_a_qp_are_queried_back() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     assert_eq!(qp.query_ece().unwrap(), Ece::default(), "none set yet");
     f.mock.take_calls();
@@ -26,8 +25,7 @@ fn ece_options_set_on_a_qp_are_queried_back() {
 #[test]
 fn ece_is_unsupported_before_rdma_core_v31_naming_the_release() {
     let f = Fixture::with(Optional { ece: false, ..Optional::ALL }, ContextConfig::default());
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     f.mock.take_calls();
     assert_unsupported(&qp.query_ece().unwrap_err(), "ibv_query_ece (rdma-core v31+)");
@@ -39,8 +37,7 @@ fn ece_is_unsupported_before_rdma_core_v31_naming_the_release() {
 fn ece_is_unsupported_where_the_provider_has_none_and_refused_options_are_errors() {
     // rxe and siw have the verbs' library but no ECE: EOPNOTSUPP.
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     f.mock.fail(Verb::QueryEce, libc::EOPNOTSUPP);
     assert_unsupported(&qp.query_ece().unwrap_err(), "ibv_query_ece");

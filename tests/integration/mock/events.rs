@@ -19,8 +19,7 @@ fn a_qp_fatal_event_arrives_typed_acknowledged_and_the_stream_goes_on() {
     let f = Fixture::new();
     let events = f.ctx.async_events().unwrap();
     assert_non_blocking(&events);
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap();
     assert_eq!(events.try_next().unwrap(), None, "nothing pending");
     f.mock.take_calls();

@@ -53,8 +53,7 @@ fn modifies(calls: Vec<Call>) -> usize {
 #[test]
 fn capabilities_above_the_devices_limits_are_refused_before_the_provider() {
     let f = fixture(DeviceLimits { max_qp_wr: 64, max_sge: 2, ..DeviceLimits::default() });
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(256).unwrap();
+    let (pd, cq) = f.pd_and_cq(256);
     let base = QpCapabilities::default();
     let cases = [
         (QpCapabilities { max_send_wr: 65, ..base }, "max_send_wr 65", "max_qp_wr 64"),
@@ -92,8 +91,7 @@ fn rd_atomic_depths_above_the_devices_are_refused_before_the_verb() {
         max_qp_init_rd_atom: 2,
         ..DeviceLimits::default()
     });
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let qp = init_qp(&pd, &cq);
     f.mock.take_calls();
     let refused = qp.try_into_rtr(&rtr(5)).unwrap_err();
@@ -124,8 +122,7 @@ fn two_qps_share_the_devices_responder_resources() {
         max_res_rd_atom: 16,
         ..DeviceLimits::default()
     });
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(256).unwrap();
+    let (pd, cq) = f.pd_and_cq(256);
     let first = init_qp(&pd, &cq).into_rtr(&rtr(16)).unwrap();
     let second = init_qp(&pd, &cq);
     f.mock.take_calls();
@@ -165,8 +162,7 @@ fn rts_qp<'a>(pd: &'a ProtectionDomain<'a>, cq: &'a CompletionQueue<'a>) -> Queu
 #[test]
 fn a_rate_limit_is_unsupported_where_the_device_reports_no_packet_pacing() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let qp = rts_qp(&pd, &cq);
     assert_eq!(f.ctx.packet_pacing_caps().unwrap(), None);
     f.mock.take_calls();
@@ -196,8 +192,7 @@ fn a_rate_limit_is_held_to_the_devices_packet_pacing_range() {
         rate_limit_qp_types: 1 << sys::IBV_QPT_RC,
         ..DeviceLimits::default()
     });
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let qp = rts_qp(&pd, &cq);
     let caps = f.ctx.packet_pacing_caps().unwrap().unwrap();
     assert_eq!((caps.qp_rate_limit_min, caps.qp_rate_limit_max), (1000, 100_000));
@@ -216,12 +211,7 @@ fn a_rate_limit_is_held_to_the_devices_packet_pacing_range() {
     assert_eq!(modifies(f.mock.take_calls()), 0, "refused before ibv_modify_qp");
     for kbps in [1000, 100_000, 0] {
         qp.set_rate_limit(kbps).unwrap();
-        let calls: Vec<_> = f
-            .mock
-            .take_calls()
-            .into_iter()
-            .filter(|c| matches!(c, Call::ModifyQp { .. }))
-            .collect();
+        let calls = f.mock.take_calls_where(|c| matches!(c, Call::ModifyQp { .. }));
         let mask = sys::IBV_QP_RATE_LIMIT as i32;
         assert!(
             matches!(calls[..], [Call::ModifyQp { mask: m, attr: QpAttr { rate_limit, .. } }] if m == mask && rate_limit == kbps),

@@ -81,8 +81,7 @@ fn a_connect_error_says_its_own_part_once() {
     use rdma_verbs::{QpAttrMask, Rc};
 
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = pd.create_qp::<Rc>(&QpInitAttr::new(&cq)).unwrap();
     let reset = rdma_verbs::sys::ibv_qp_attr::default();
     let qp = qp.modify_raw(&reset, QpAttrMask::STATE).unwrap();

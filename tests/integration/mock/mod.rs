@@ -28,8 +28,9 @@ mod thread_domain;
 mod verbs_path;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Context, Endpoint, Error, Mtu, ProtectionDomain, Psn,
-    QpCapabilities, QpInitAttr, Qpn, QueuePair, Reset, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr,
+    AccessFlags, BufferPool, CompletionQueue, Context, Endpoint, Error, Mtu, ProtectionDomain, Psn,
+    QpCapabilities, QpInitAttr, Qpn, QueuePair, RemoteAddr, Reset, Rts, SendOp, ToInitAttr,
+    ToRtrAttr, ToRtsAttr, WcStatus, WorkCompletion,
 };
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 
@@ -51,6 +52,11 @@ impl Fixture {
         let mock = Mock::new();
         let ctx = open(&mock, optional, config);
         Fixture { ctx, mock }
+    }
+
+    /// A PD and a CQ of `cqe` entries of the context: what most tests start from.
+    pub fn pd_and_cq(&self, cqe: u32) -> (ProtectionDomain<'_>, CompletionQueue<'_>) {
+        (self.ctx.alloc_pd().unwrap(), self.ctx.create_cq(cqe).unwrap())
     }
 }
 
@@ -194,4 +200,23 @@ pub fn loopback_pair<'a>(
     };
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
     (up(a, b_qpn), up(b, a_qpn))
+}
+
+/// RDMA WRITEs `pattern` from a buffer of `pool` through `qp` to `to`, and hands the buffer
+/// back to `pool` once its completion, the only one on `cq`, says the WRITE succeeded.
+pub fn write_through_pool<'a>(
+    qp: &QueuePair<'a, Rts>,
+    cq: &CompletionQueue<'_>,
+    pool: &'a BufferPool<'a>,
+    pattern: &[u8],
+    to: RemoteAddr,
+) {
+    let mut buffer = pool.take().unwrap();
+    buffer.fill(pattern).unwrap();
+    qp.post_send_buffer(buffer, SendOp::RdmaWrite(to)).unwrap();
+    let mut wcs = [WorkCompletion::EMPTY; 2];
+    let polled = cq.poll(&mut wcs).unwrap();
+    assert_eq!(polled.len(), 1);
+    assert_eq!(polled[0].status(), WcStatus::SUCCESS);
+    drop(pool.complete(&mut polled[0]).unwrap());
 }

@@ -2,11 +2,10 @@
 //! whose device address faults on any CPU access: refused with what to do until a
 //! peer-memory client is loaded, then registered and written by a peer through the rkey.
 
-use rdma_verbs::WorkCompletion;
-use rdma_verbs::{AccessFlags, BufferPool, InvalidInputKind, QpCapabilities, SendOp, WcStatus};
+use rdma_verbs::{AccessFlags, BufferPool, InvalidInputKind, QpCapabilities};
 use rdma_verbs_mock::{Call, Verb};
 
-use super::{assert_verb_error, loopback_pair, Fixture};
+use super::{assert_verb_error, loopback_pair, write_through_pool, Fixture};
 
 const WRITABLE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
@@ -42,13 +41,7 @@ fn device_memory_registers_once_a_client_is_loaded_and_a_peer_writes_into_it() {
     let pool = pool.unwrap();
     let (a, b) = loopback_pair(&f, &pd, (&cq, &peer_cq), QpCapabilities::default());
     let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 5 + 1) as u8).collect();
-    let mut buffer = pool.take().unwrap();
-    buffer.fill(&pattern).unwrap();
-    a.post_send_buffer(buffer, SendOp::RdmaWrite(region.remote(100..).unwrap())).unwrap();
-    let mut wcs = [WorkCompletion::EMPTY; 1];
-    let polled = cq.poll(&mut wcs).unwrap();
-    assert_eq!(polled[0].status(), WcStatus::SUCCESS);
-    drop(pool.complete(&mut polled[0]).unwrap());
+    write_through_pool(&a, &cq, &pool, &pattern, region.remote(100..).unwrap());
     let mut landed = vec![0u8; pattern.len()];
     gpu.read(100, &mut landed);
     assert_eq!(landed, pattern, "the bytes are in device memory");

@@ -14,7 +14,7 @@ use rdma_verbs::{
 };
 use rdma_verbs_mock::{Call, Verb};
 
-use super::{assert_verb_error, loopback_pair, Fixture};
+use super::{assert_verb_error, loopback_pair, write_through_pool, Fixture};
 
 /// `len` bytes of an anonymous mapping the test made, noting when it is dropped (and
 /// unmapped).
@@ -143,14 +143,7 @@ fn a_pool_over_caller_owned_memory_writes_into_caller_owned_memory() {
     let target = pd.register_remote_writable(target, WRITABLE).unwrap();
     let (a, b) = loopback_pair(&f, &pd, (&cq, &peer_cq), QpCapabilities::default());
     let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
-    let mut buffer = pool.take().unwrap();
-    buffer.fill(&pattern).unwrap();
-    a.post_send_buffer(buffer, SendOp::RdmaWrite(target.remote(100..).unwrap())).unwrap();
-    let mut wcs = [WorkCompletion::EMPTY; 2];
-    let polled = cq.poll(&mut wcs).unwrap();
-    assert_eq!(polled.len(), 1);
-    assert_eq!(polled[0].status(), WcStatus::SUCCESS);
-    drop(pool.complete(&mut polled[0]).unwrap());
+    write_through_pool(&a, &cq, &pool, &pattern, target.remote(100..).unwrap());
     let mut landed = vec![0u8; pattern.len()];
     target.read(100, &mut landed).unwrap();
     assert_eq!(landed, pattern);

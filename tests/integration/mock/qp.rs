@@ -54,8 +54,7 @@ fn modifies(calls: Vec<Call>) -> Vec<Call> {
 #[test]
 fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_and_query_shows_it() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let active = f.ctx.query_port(1).unwrap().active_mtu();
     assert_eq!(active, Mtu::MTU_1024, "the mock port's");
     for (asked, in_effect) in [
@@ -82,8 +81,7 @@ fn a_path_mtu_above_the_ports_active_mtu_is_lowered_to_it_and_query_shows_it() {
 #[test]
 fn transitions_send_exactly_the_required_masks_and_the_endpoints_route() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = rc_qp(&pd, &cq);
     f.mock.take_calls();
 
@@ -169,8 +167,7 @@ fn the_route_s_static_rate_reaches_the_provider_at_rtr() {
 #[test]
 fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let cap = QpCapabilities { max_send_wr: 3, max_recv_wr: 5, ..Default::default() };
     let qp = pd.create_rc_qp(&QpInitAttr { cap, ..QpInitAttr::new(&cq) }).unwrap();
     let q = qp.query().unwrap();
@@ -214,8 +211,7 @@ fn query_reports_the_caps_at_creation_and_what_each_transition_set() {
 #[test]
 fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let gid_hint = ["global route", "source GID index"];
     // No source GID index, then a peer that sent no GID: either way, no GRH.
@@ -238,8 +234,7 @@ fn rtr_without_a_global_route_fails_on_the_roce_port_with_the_gid_hint() {
 #[test]
 fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = rc_qp(&pd, &cq);
     let qpn = qp.qp_num();
     let raw = qp.as_raw();
@@ -297,8 +292,7 @@ fn a_failed_transition_returns_the_qp_in_its_old_state_usable_again() {
 #[test]
 fn einval_at_rts_gets_the_iwarp_hint() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let qp = qp.into_rtr(&rtr_attr()).unwrap();
     f.mock.fail(Verb::ModifyQp, libc::EINVAL);
@@ -365,8 +359,7 @@ fn post_send_checks_the_capabilities_before_the_provider() {
 #[test]
 fn reads_and_atomics_that_could_never_complete_are_refused_before_the_provider() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     let mr = pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let qp = rc_qp(&pd, &cq).into_init(&ToInitAttr::default()).unwrap();
     let no_reads = ToRtsAttr { max_rd_atomic: 0, ..ToRtsAttr::new(Psn::new(1).unwrap()) };
@@ -523,8 +516,7 @@ fn reset_and_modify_raw_reach_the_provider_only_with_a_valid_mask() {
 #[test]
 fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_dry() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let mut qp = rc_qp(&pd, &cq);
     for round in 0..100 {
@@ -565,8 +557,7 @@ fn drain_hands_every_outstanding_buffer_back_so_a_reconnecting_loop_never_runs_d
 #[test]
 fn a_drain_whose_callback_panicked_leaves_the_rest_for_the_next_poll() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let rts = rts_qp(&pd, &cq);
     for _ in 0..4 {
@@ -603,8 +594,7 @@ fn one_receive_post(calls: &[Call]) -> Vec<u64> {
 #[test]
 fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let region = pd.register(4 * 64, AccessFlags::LOCAL_WRITE).unwrap();
     let sges: Vec<[Sge; 1]> = (0..4).map(|i| [region.sge(i * 64..(i + 1) * 64).unwrap()]).collect();
     let mut list: RecvWrList<'_> =
@@ -645,8 +635,7 @@ fn a_raw_receive_list_posts_with_one_call_and_counts_what_the_provider_took() {
 #[test]
 fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let pool = BufferPool::new(pd.register(8 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let srq = pd.create_srq(16, 1).unwrap();
     let qp = rts_qp(&pd, &cq);
@@ -691,8 +680,7 @@ fn a_receive_list_posts_with_one_call_and_keeps_what_the_provider_refused() {
 #[test]
 fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in_error() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(64).unwrap();
+    let (pd, cq) = f.pd_and_cq(64);
     let qp =
         rc_qp(&pd, &cq).drain(&[&cq], Duration::ZERO, |_| panic!("nothing outstanding")).unwrap();
     f.mock.take_calls();
@@ -720,8 +708,7 @@ fn drain_of_a_qp_in_reset_returns_at_once_and_a_refused_marker_returns_the_qp_in
 #[test]
 fn waiting_forever_reaches_the_verb_only_when_named() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     for (what, err) in [
         ("timeout 0", AckTimeout::new(0).unwrap_err()),
         ("rnr_retry 7", RnrRetry::new(7).unwrap_err()),
@@ -793,8 +780,7 @@ fn a_cq_full_of_unpolled_completions_refuses_buffer_posts_instead_of_overrunning
 #[test]
 fn a_cq_fed_by_an_srq_keeps_its_receives_entries() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(8).unwrap();
+    let (pd, cq) = f.pd_and_cq(8);
     let pool =
         BufferPool::new(pd.register(16 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
     let srq = pd.create_srq(4, 1).unwrap();

@@ -75,21 +75,22 @@ fn rails_over<'a>(
     (rails, peers)
 }
 
-/// Rails writing from the pattern into a zeroed target: the rails, their peers, the target.
+/// Rails writing from the pattern into a zeroed target: the rails, their peers, the target
+/// and its address on each rail.
 fn writing<'a>(
     pds: &[&'a ProtectionDomain<'a>; 2],
     cqs: &[&'a CompletionQueue<'a>; 2],
-) -> (Rails<'a>, Vec<QueuePair<'a, Rts>>, RailMemory<'a>) {
+) -> (Rails<'a>, Vec<QueuePair<'a, Rts>>, RailMemory<'a>, Vec<RemoteAddr>) {
     let (local, target) = memories(pds);
     let (rails, peers) = rails_over(local, pds, cqs);
-    (rails, peers, target)
+    let remote = remotes(&target);
+    (rails, peers, target, remote)
 }
 
 #[test]
 fn a_write_is_dealt_round_robin_over_two_devices_and_lands_byte_for_byte() {
     with_devices(|pds, cqs, _| {
-        let (mut rails, peers, target) = writing(pds, cqs);
-        let remote = remotes(&target);
+        let (mut rails, peers, target, remote) = writing(pds, cqs);
         let report =
             rails.transfer(&Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) });
         let report = report.unwrap();
@@ -125,8 +126,7 @@ fn a_read_of_an_uneven_range_fills_exactly_that_range() {
 #[test]
 fn a_failed_rail_s_slices_finish_on_the_other_and_it_stays_down_until_replaced() {
     with_devices(|pds, cqs, f| {
-        let (mut rails, peers, target) = writing(pds, cqs);
-        let remote = remotes(&target);
+        let (mut rails, peers, target, remote) = writing(pds, cqs);
         let write = Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) };
         // Rail 1's QP: its first slice completes with an error, the rest are flushed.
         let (qp, peer) = rails::loopback_pair(pds[1], cqs[1], DEPTH).unwrap();
@@ -158,10 +158,9 @@ fn a_failed_rail_s_slices_finish_on_the_other_and_it_stays_down_until_replaced()
 #[test]
 fn a_rail_thrown_down_by_its_switch_carries_nothing_and_says_so() {
     with_devices(|pds, cqs, _| {
-        let (mut rails, peers, target) = writing(pds, cqs);
+        let (mut rails, peers, target, remote) = writing(pds, cqs);
         let switch = rails.switch(0).unwrap();
         std::thread::spawn(move || switch.take_down()).join().unwrap();
-        let remote = remotes(&target);
         let report =
             rails.transfer(&Transfer { slice_size: SLICE, ..Transfer::write(0..LEN, &remote) });
         let report = report.unwrap();
@@ -179,8 +178,7 @@ fn a_rail_thrown_down_by_its_switch_carries_nothing_and_says_so() {
 #[test]
 fn every_rail_down_fails_the_transfer_and_bad_input_is_refused() {
     with_devices(|pds, cqs, _| {
-        let (mut rails, peers, target) = writing(pds, cqs);
-        let remote = remotes(&target);
+        let (mut rails, peers, _target, remote) = writing(pds, cqs);
         let bad = [
             Transfer { slice_size: 0, ..Transfer::write(0..LEN, &remote) },
             Transfer::write(0..LEN, &remote[..1]),
@@ -263,10 +261,9 @@ fn rail_memory_is_one_allocation_per_pd_set_and_returned_after_its_last_registra
 #[test]
 fn a_rail_whose_peer_is_gone_stalls_goes_down_and_its_flushed_slices_move() {
     with_devices(|pds, cqs, _| {
-        let (mut rails, mut peers, target) = writing(pds, cqs);
+        let (mut rails, mut peers, target, remote) = writing(pds, cqs);
         // Rail 1's peer QP goes: its WRITEs wait unexecuted, as behind a silent link.
         drop(peers.pop());
-        let remote = remotes(&target);
         let timeout = Duration::from_millis(50);
         let write = Transfer { slice_size: SLICE, timeout, ..Transfer::write(0..LEN, &remote) };
         let report = rails.transfer(&write).unwrap();
@@ -282,11 +279,10 @@ fn a_rail_whose_peer_is_gone_stalls_goes_down_and_its_flushed_slices_move() {
 #[test]
 fn a_rail_whose_work_is_never_flushed_is_stuck_and_keeps_its_qp() {
     with_devices(|pds, cqs, f| {
-        let (mut rails, mut peers, target) = writing(pds, cqs);
+        let (mut rails, mut peers, target, remote) = writing(pds, cqs);
         drop(peers.pop());
         // The move to ERROR is refused: the NIC never flushes rail 1's WRs.
         f.mock.fail(Verb::ModifyQp, libc::EIO);
-        let remote = remotes(&target);
         let timeout = Duration::from_millis(50);
         let write = Transfer { slice_size: SLICE, timeout, ..Transfer::write(0..LEN, &remote) };
         let report = rails.transfer(&write).unwrap();
@@ -307,9 +303,9 @@ fn a_rail_whose_work_is_never_flushed_is_stuck_and_keeps_its_qp() {
 #[test]
 fn a_remote_range_past_the_end_of_the_address_space_is_refused() {
     with_devices(|pds, cqs, _| {
-        let (mut rails, peers, target) = writing(pds, cqs);
+        let (mut rails, peers, _target, remote) = writing(pds, cqs);
         let remote: Vec<_> =
-            remotes(&target).into_iter().map(|r| RemoteAddr { addr: u64::MAX - 10, ..r }).collect();
+            remote.into_iter().map(|r| RemoteAddr { addr: u64::MAX - 10, ..r }).collect();
         let write = Transfer {
             slice_size: SLICE,
             timeout: Duration::from_millis(50),
@@ -326,8 +322,7 @@ fn a_remote_range_past_the_end_of_the_address_space_is_refused() {
 #[test]
 fn a_completion_of_another_qp_on_a_rail_s_cq_is_kept_by_a_transfer() {
     with_devices(|pds, cqs, _| {
-        let (mut rails, peers, target) = writing(pds, cqs);
-        let remote = remotes(&target);
+        let (mut rails, peers, _target, remote) = writing(pds, cqs);
         let src = pds[0].register(64, AccessFlags::LOCAL_WRITE).unwrap();
         let dst = pds[0]
             .register_remote_writable(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)

@@ -99,8 +99,7 @@ fn create_cq_reports_the_provider_size_and_errors() {
 #[test]
 fn create_rc_qp_passes_the_attributes_and_keeps_the_provider_capabilities() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(32).unwrap();
+    let (pd, cq) = f.pd_and_cq(32);
     f.mock.take_calls();
     let cap = QpCapabilities {
         max_send_wr: 5,
@@ -128,8 +127,7 @@ fn create_rc_qp_passes_the_attributes_and_keeps_the_provider_capabilities() {
 #[test]
 fn create_rc_qp_errors_and_the_capability_hint() {
     let f = Fixture::new();
-    let pd = f.ctx.alloc_pd().unwrap();
-    let cq = f.ctx.create_cq(2048).unwrap();
+    let (pd, cq) = f.pd_and_cq(2048);
     f.mock.fail(Verb::CreateQp, libc::ENOMEM);
     let err = pd.create_rc_qp(&QpInitAttr::new(&cq)).unwrap_err();
     assert_verb_error(&err, "ibv_create_qp", libc::ENOMEM, &[]);

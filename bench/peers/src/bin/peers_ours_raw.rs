@@ -2,8 +2,7 @@
 //! for every post, posted with the `unsafe` `post_send_wr`.
 use rdma_verbs::*;
 use rdma_verbs_bench_peers::{
-    args, connected_pair, ping_pong, write_stream, Error, PingPong, Workload, WriteStream, DEPTH,
-    SIGNAL_EVERY, SIZE,
+    args, connected_pair, run, Error, PingPong, WriteStream, DEPTH, SIGNAL_EVERY, SIZE,
 };
 
 struct Raw<'a> {
@@ -75,10 +74,5 @@ fn main() -> Result<(), Error> {
         remote: target.remote(..)?,
         wcs: [WorkCompletion::EMPTY; (DEPTH as u64 / SIGNAL_EVERY) as usize],
     };
-    let empty_polls = match workload {
-        Workload::Write => write_stream(n, &mut raw)?,
-        Workload::PingPong => ping_pong(n, &mut raw)?,
-    };
-    println!("empty polls: {empty_polls}");
-    Ok(())
+    run(workload, n, &mut raw)
 }

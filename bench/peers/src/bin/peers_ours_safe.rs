@@ -4,8 +4,7 @@
 //! `SendBufferList` (`post_send_buffer_chained`), which the signaled one releases.
 use rdma_verbs::*;
 use rdma_verbs_bench_peers::{
-    args, connected_pair, ping_pong, write_stream, Error, PingPong, Workload, WriteStream, DEPTH,
-    SIGNAL_EVERY, SIZE,
+    args, connected_pair, run, Error, PingPong, WriteStream, DEPTH, SIGNAL_EVERY, SIZE,
 };
 
 struct Safe<'a> {
@@ -91,10 +90,5 @@ fn main() -> Result<(), Error> {
         write: SendOp::RdmaWrite(target.remote(..)?),
         wcs: [WorkCompletion::EMPTY; (DEPTH as u64 / SIGNAL_EVERY) as usize],
     };
-    let empty_polls = match workload {
-        Workload::Write => write_stream(n, &mut safe)?,
-        Workload::PingPong => ping_pong(n, &mut safe)?,
-    };
-    println!("empty polls: {empty_polls}");
-    Ok(())
+    run(workload, n, &mut safe)
 }

@@ -130,10 +130,5 @@ fn main() -> Result<(), Error> {
         qp.modify(attr.setup_retry_cnt(7).setup_rnr_retry(7).setup_max_read_atomic(1))?;
     }
     let mut sideway = Sideway { qps, cqs, bufs, mrs: [a_mr?, b_mr?] };
-    let empty_polls = match workload {
-        Workload::Write => write_stream(n, &mut sideway)?,
-        Workload::PingPong => ping_pong(n, &mut sideway)?,
-    };
-    println!("empty polls: {empty_polls}");
-    Ok(())
+    run(workload, n, &mut sideway)
 }
