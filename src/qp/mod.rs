@@ -266,11 +266,9 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         &self.lenders
     }
 
-    /// `ibv_modify_qp(3)` of the fields of `attr` that `mask` names (`attr` is the caller's
-    /// to fill: each of those fields set, the rest left at their defaults).
+    /// `ibv_modify_qp(3)` of the fields of `attr` that `mask` names, its error named `verb`.
     fn modify(&self, mut attr: sys::ibv_qp_attr, mask: u32, verb: &'static str) -> Result<()> {
-        // SAFETY: a live QP and a valid, fully initialized attribute struct, which the verb
-        // only reads.
+        // SAFETY: a live QP and a fully initialized attribute struct, this call's own copy.
         let ret = unsafe {
             (self.pd.context().library().fns.ibv_modify_qp)(self.as_raw(), &mut attr, mask as i32)
         };
