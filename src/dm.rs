@@ -16,6 +16,7 @@ use rdma_verbs_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check_errno, check_ptr, last_errno, Error, InvalidInputKind, Result};
+use crate::leak::drop_by;
 use crate::quirks::MELLANOX_VENDOR_ID;
 
 /// The unit mlx5 copies in: offsets and lengths of copies are multiples of it
@@ -263,13 +264,7 @@ impl<'ctx> DeviceMemory<'ctx> {
     }
 }
 
-impl Drop for DeviceMemory<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.free() {
-            log::warn!("leaking {} bytes of device memory of {}: {e}", self.len, self.ctx.name());
-        }
-    }
-}
+drop_by!(DeviceMemory<'_>, free, |dm| "{} bytes of device memory of {}", dm.len, dm.ctx.name());
 
 impl std::fmt::Debug for DeviceMemory<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

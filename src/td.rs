@@ -23,6 +23,7 @@ use rdma_verbs_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
+use crate::leak::drop_by;
 use crate::pd::ProtectionDomain;
 
 /// A thread domain (`struct ibv_td`, `ibv_alloc_td(3)`): what is bound to it (through a
@@ -110,13 +111,7 @@ impl<'ctx> ThreadDomain<'ctx> {
     }
 }
 
-impl Drop for ThreadDomain<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.dealloc() {
-            log::warn!("leaking a thread domain of {}: {e}", self.ctx.name());
-        }
-    }
-}
+drop_by!(ThreadDomain<'_>, dealloc, |td| "a thread domain of {}", td.ctx.name());
 
 impl std::fmt::Debug for ThreadDomain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,13 +219,7 @@ impl<'a> ParentDomain<'a> {
     }
 }
 
-impl Drop for ParentDomain<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.dealloc() {
-            log::warn!("leaking a parent domain of {}: {e}", self.pd.context().name());
-        }
-    }
-}
+drop_by!(ParentDomain<'_>, dealloc, |parent| "a parent domain of {}", parent.pd.context().name());
 
 impl std::fmt::Debug for ParentDomain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

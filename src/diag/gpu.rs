@@ -352,9 +352,8 @@ mod tests {
              NVIDIA driver 550.54.15",
             "the BMC's VGA function and the NVMe drive are no GPUs"
         );
-        assert_eq!(report.find("dmabuf").unwrap().status, Status::Pass);
-        let peer = report.find("peer memory").unwrap();
-        assert_eq!(peer.status, Status::Warn, "{peer}");
+        report.expect("dmabuf", Status::Pass);
+        let peer = report.expect("peer memory", Status::Warn);
         assert!(peer.detail.contains("the kernel has the peer-memory API"), "{peer}");
         let remedy = peer.remedy.as_deref().unwrap();
         assert!(
@@ -363,8 +362,7 @@ mod tests {
         assert!(remedy.contains("cuMemGetHandleForAddressRange"), "{remedy}");
         let nic0 = report.find("gpu routes mlx5_0").unwrap();
         assert_eq!(nic0.status, Status::Pass, "dma-buf is one route: {nic0}");
-        let nic1 = report.find("gpu routes mlx5_1").unwrap();
-        assert_eq!(nic1.status, Status::Warn, "{nic1}");
+        let nic1 = report.expect("gpu routes mlx5_1", Status::Warn);
         assert!(nic1.detail.starts_with("dma-buf no: the provider or kernel driver refuses"));
         assert!(nic1.remedy.as_deref().unwrap().starts_with("modprobe nvidia_peermem"));
     }
@@ -375,14 +373,11 @@ mod tests {
         host.nvidia_clients = vec!["nvidia_peermem"];
         let devices = [device("mlx5_1", false, refused()), device("rxe0", true, refused())];
         let report = findings(&host, Ok(true), &devices);
-        let peer = report.find("peer memory").unwrap();
-        assert_eq!(peer.status, Status::Pass, "{peer}");
+        let peer = report.expect("peer memory", Status::Pass);
         assert!(peer.detail.starts_with("nvidia_peermem is loaded"), "{peer}");
-        let nic = report.find("gpu routes mlx5_1").unwrap();
-        assert_eq!(nic.status, Status::Pass, "{nic}");
+        let nic = report.expect("gpu routes mlx5_1", Status::Pass);
         assert!(nic.detail.ends_with("peer memory yes (nvidia_peermem)"), "{nic}");
-        let rxe = report.find("gpu routes rxe0").unwrap();
-        assert_eq!(rxe.status, Status::Warn, "{rxe}");
+        let rxe = report.expect("gpu routes rxe0", Status::Warn);
         assert!(rxe.detail.contains("peer memory no: a software device"), "{rxe}");
         assert!(rxe.remedy.as_deref().unwrap().contains("hardware RDMA device"), "{rxe}");
     }
@@ -393,11 +388,9 @@ mod tests {
         let report = findings(&host, Ok(true), &[device("mlx5_bond_0", false, refused())]);
         let gpu = report.find("GPU").unwrap();
         assert!(gpu.detail.starts_with("AMD 0000:c1:00.0 (NUMA node 0; nearest"), "{gpu}");
-        let peer = report.find("peer memory").unwrap();
-        assert_eq!(peer.status, Status::Pass, "{peer}");
+        let peer = report.expect("peer memory", Status::Pass);
         assert!(peer.detail.starts_with("amdgpu is loaded"), "{peer}");
-        let routes = report.find("gpu routes mlx5_bond_0").unwrap();
-        assert_eq!(routes.status, Status::Pass, "{routes}");
+        report.expect("gpu routes mlx5_bond_0", Status::Pass);
     }
 
     #[test]
@@ -407,8 +400,7 @@ mod tests {
         let devices = [device("rxe0", true, refused()), device("siw0", true, refused())];
         let report = findings(&host, Ok(false), &devices);
         for check in ["GPU", "dmabuf", "peer memory", "gpu routes rxe0", "gpu routes siw0"] {
-            let f = report.find(check).unwrap();
-            assert_eq!(f.status, Status::Pass, "{f}");
+            report.expect(check, Status::Pass);
         }
         assert!(report.find("GPU").unwrap().detail.starts_with("none: "));
         let dmabuf = &report.find("dmabuf").unwrap().detail;
@@ -430,11 +422,10 @@ mod tests {
             .as_deref()
             .unwrap()
             .starts_with("use ProtectionDomain::register_dmabuf"));
-        let dmabuf = report.find("dmabuf").unwrap();
-        assert_eq!(dmabuf.status, Status::Warn, "{dmabuf}");
+        let dmabuf = report.expect("dmabuf", Status::Warn);
         assert!(dmabuf.detail.contains("predates dma-buf registration (Linux 5.12); Linux 5.4.0"));
         let report = findings(&host, Err("needs libibverbs".into()), &[]);
-        assert_eq!(report.find("dmabuf").unwrap().status, Status::Skip);
+        report.expect("dmabuf", Status::Skip);
     }
 
     #[test]

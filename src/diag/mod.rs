@@ -198,6 +198,14 @@ impl Report {
         self.findings.iter().find(|f| f.check == check)
     }
 
+    /// The finding of `check`, which a test expects to have `status`.
+    #[cfg(test)]
+    fn expect(&self, check: &str, status: Status) -> &Finding {
+        let finding = self.find(check).unwrap_or_else(|| panic!("no {check:?} in {self:?}"));
+        assert_eq!(finding.status, status, "{finding}");
+        finding
+    }
+
     /// How many findings have `status`.
     pub fn count(&self, status: Status) -> usize {
         self.findings.iter().filter(|f| f.status == status).count()

@@ -87,16 +87,14 @@ mod tests {
     #[test]
     fn each_device_shows_its_place_and_a_narrow_link_warns() {
         let report = findings("two-socket");
-        let nic0 = report.find("topology mlx5_0").unwrap();
-        assert_eq!(nic0.status, Status::Pass);
+        let nic0 = report.expect("topology mlx5_0", Status::Pass);
         assert_eq!(
             nic0.detail,
             "NUMA node 0, PCIe pci0000:17 > 0000:17:00.0 > 0000:18:00.0 > 0000:19:00.0 > \
              0000:1a:00.0, link x16 16.0 GT/s PCIe (max x16 16.0 GT/s PCIe); netdev ens1np0 up; \
              port 1: Ethernet, 100 Gb/sec (4X EDR), GIDs 2 IB/RoCE v1, 2 RoCE v2"
         );
-        let nic1 = report.find("topology mlx5_1").unwrap();
-        assert_eq!(nic1.status, Status::Warn);
+        let nic1 = report.expect("topology mlx5_1", Status::Warn);
         assert!(nic1.detail.contains("link x8 16.0 GT/s PCIe (max x16"), "{nic1}");
         assert!(nic1.remedy.as_deref().is_some_and(|r| r.contains("lanes")), "{nic1}");
     }

@@ -61,12 +61,6 @@ impl<'a> DeviceMemoryRegion<'a> {
     }
 }
 
-impl std::fmt::Debug for DeviceMemoryRegion<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("DeviceMemoryRegion").field(&self.reg).finish()
-    }
-}
-
 impl<'a> ProtectionDomain<'a> {
     /// `ibv_reg_dm_mr` (`ibv_alloc_dm(3)`)—Registers `range` of the device memory `dm` with
     /// `access`, zero-based (`IBV_ACCESS_ZERO_BASED` is added here, as the verb requires): the

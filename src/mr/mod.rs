@@ -64,7 +64,8 @@ pub(crate) fn bounds(len: usize, range: impl RangeBounds<usize>) -> Result<(usiz
     Ok((start, end))
 }
 
-/// Methods both region types share, delegating to their registration.
+/// Methods every region type shares, delegating to its registration, and its `Debug`
+/// (the registration's).
 macro_rules! region_common {
     ($ty:ident) => {
         impl<'a> $ty<'a> {
@@ -159,6 +160,12 @@ macro_rules! region_common {
                 self.reg.destroy()
             }
         }
+
+        impl std::fmt::Debug for $ty<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_tuple(stringify!($ty)).field(&self.reg).finish()
+            }
+        }
     };
 }
 
@@ -226,12 +233,6 @@ impl MemoryRegion<'_> {
         let m = &self.reg.memory;
         // SAFETY: `len` initialised bytes reachable only through this region; exclusive borrow.
         unsafe { std::slice::from_raw_parts_mut(m.ptr.as_ptr(), m.len) }
-    }
-}
-
-impl std::fmt::Debug for MemoryRegion<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("MemoryRegion").field(&self.reg).finish()
     }
 }
 
@@ -322,12 +323,6 @@ impl RemoteWritableRegion<'_> {
     }
 }
 
-impl std::fmt::Debug for RemoteWritableRegion<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("RemoteWritableRegion").field(&self.reg).finish()
-    }
-}
-
 /// A registered dma-buf (`ibv_reg_dmabuf_mr(3)`): device memory another driver exported,
 /// which the CPU does not reach through this region (no slices, no copies). SGEs and peers
 /// address it by the IOVA chosen at registration ([`DmabufRegion::iova`], which
@@ -337,12 +332,6 @@ pub struct DmabufRegion<'a> {
 }
 
 region_common!(DmabufRegion);
-
-impl std::fmt::Debug for DmabufRegion<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("DmabufRegion").field(&self.reg).finish()
-    }
-}
 
 /// A registered device allocation (`ibv_reg_mr(3)` of a GPU address, resolved by a
 /// peer-memory client such as `nvidia_peermem`): memory the CPU must not touch, so the region
@@ -354,9 +343,3 @@ pub struct PeerMemoryRegion<'a> {
 }
 
 region_common!(PeerMemoryRegion);
-
-impl std::fmt::Debug for PeerMemoryRegion<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("PeerMemoryRegion").field(&self.reg).finish()
-    }
-}

@@ -163,16 +163,8 @@ impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
 
     /// `ibv_modify_qp` to ERROR, leaving the type as it is (the NIC may do the same).
     pub(crate) fn to_error(&self) -> Result<()> {
-        let mut attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
-        // SAFETY: a live QP and a valid attribute struct whose one masked field is set.
-        let ret = unsafe {
-            (self.pd.context().library().fns.ibv_modify_qp)(
-                self.as_raw(),
-                &mut attr,
-                sys::IBV_QP_STATE as i32,
-            )
-        };
-        check_errno(ret, "ibv_modify_qp (→ERROR, drain)")
+        let attr = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
+        self.modify(attr, sys::IBV_QP_STATE, "ibv_modify_qp (→ERROR, drain)")
     }
 
     /// Posts the send (or receive) marker: `false` when the queue is full (`ENOMEM`), or its

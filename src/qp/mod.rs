@@ -266,6 +266,15 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
         &self.lenders
     }
 
+    /// `ibv_modify_qp(3)` of the fields of `attr` that `mask` names, its error named `verb`.
+    fn modify(&self, mut attr: sys::ibv_qp_attr, mask: u32, verb: &'static str) -> Result<()> {
+        // SAFETY: a live QP and a fully initialized attribute struct, this call's own copy.
+        let ret = unsafe {
+            (self.pd.context().library().fns.ibv_modify_qp)(self.as_raw(), &mut attr, mask as i32)
+        };
+        check_errno(ret, verb)
+    }
+
     /// `ibv_modify_qp(3)` to state `T` with `mask` (`IBV_QP_STATE` added); on failure the
     /// QP comes back unchanged with the error.
     fn transition<N: QpState>(
@@ -282,11 +291,7 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
             Ok(claim) => claim,
             Err(error) => return Err(TransitionError { qp, error }),
         };
-        // SAFETY: a live QP and a valid attribute struct whose masked fields are all set.
-        let ret = unsafe {
-            (qp.pd.context().library().fns.ibv_modify_qp)(qp.as_raw(), &mut attr, mask as i32)
-        };
-        let result = check_errno(ret, verb);
+        let result = qp.modify(attr, mask, verb);
         qp.settle_rd_atom(claim, result.is_ok());
         if let Err(error) = result {
             return Err(TransitionError { qp, error });
@@ -395,21 +400,12 @@ impl<'res, S: QpState, T: QpType> QueuePair<'res, S, T> {
             if let Err(error) = modify::check_mask(T::RAW, T::NAME, from, to, mask) {
                 return Err(TransitionError { qp: self, error });
             }
-            let mut attr = *attr;
             let mut qp = self;
-            let claim = match qp.claim_rd_atom(&attr, mask.bits()) {
+            let claim = match qp.claim_rd_atom(attr, mask.bits()) {
                 Ok(claim) => claim,
                 Err(error) => return Err(TransitionError { qp, error }),
             };
-            // SAFETY: a live QP; the mask names the fields the caller set in `attr`.
-            let ret = unsafe {
-                (qp.pd.context().library().fns.ibv_modify_qp)(
-                    qp.as_raw(),
-                    &mut attr,
-                    mask.bits() as i32,
-                )
-            };
-            let result = check_errno(ret, "ibv_modify_qp");
+            let result = qp.modify(*attr, mask.bits(), "ibv_modify_qp");
             qp.settle_rd_atom(claim, result.is_ok());
             if let Err(error) = result {
                 return Err(TransitionError { qp, error });

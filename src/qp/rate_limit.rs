@@ -89,16 +89,8 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 ),
             ));
         }
-        let mut attr = sys::ibv_qp_attr { rate_limit: kbps, ..Default::default() };
-        // SAFETY: a live QP and an attribute struct whose one masked field is set; without
-        // `IBV_QP_STATE` the QP stays in RTS.
-        let ret = unsafe {
-            (self.pd.context().library().fns.ibv_modify_qp)(
-                self.as_raw(),
-                &mut attr,
-                sys::IBV_QP_RATE_LIMIT as i32,
-            )
-        };
-        check_errno(ret, "ibv_modify_qp (rate_limit)")
+        let attr = sys::ibv_qp_attr { rate_limit: kbps, ..Default::default() };
+        // Without `IBV_QP_STATE` in the mask the QP stays in RTS, as its type says.
+        self.modify(attr, sys::IBV_QP_RATE_LIMIT, "ibv_modify_qp (rate_limit)")
     }
 }
