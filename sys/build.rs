@@ -31,7 +31,8 @@ fn main() {
     // DC (src/mlx5.rs, the safe crate's `mlx5` feature) needs DCI streams, new in v37's mlx5dv.h.
     let types = types.to_string();
     let dci_streams = types.contains("pub struct mlx5dv_dci_streams_caps");
-    std::fs::write(out.join("bindings.rs"), types.clone() + &missing_constants(&types))
+    let own = missing_types(&types) + &missing_constants(&types);
+    std::fs::write(out.join("bindings.rs"), types.clone() + &own)
         .unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
 
     // Declarations only, never called: they let the loader check its hand-written function
@@ -125,7 +126,7 @@ fn builder(include_dirs: &[PathBuf], found: &Arc<Mutex<Vec<String>>>) -> bindgen
 /// Prototypes of optional functions that older headers lack, declared by this crate (as the
 /// newer headers declare them) so that the loader's table has the same fields whatever the
 /// headers: the running library decides at run time whether the symbol is there.
-const OWN_PROTOTYPES: [(&str, &str, &str); 4] = [
+const OWN_PROTOTYPES: [(&str, &str, &str); 7] = [
     (
         "ibv_reg_dmabuf_mr",
         "rdma-core v34",
@@ -149,6 +150,115 @@ const OWN_PROTOTYPES: [(&str, &str, &str); 4] = [
         "rdma-core v62",
         "pub fn ibv_dm_export_dmabuf_fd(dm: *mut ibv_dm) -> ::std::ffi::c_int;",
     ),
+    (
+        "ibv_alloc_dmah",
+        "rdma-core v59",
+        "pub fn ibv_alloc_dmah(context: *mut ibv_context, attr: *mut ibv_dmah_init_attr) \
+         -> *mut ibv_dmah;",
+    ),
+    ("ibv_dealloc_dmah", "rdma-core v59", "pub fn ibv_dealloc_dmah(dmah: *mut ibv_dmah) -> ::std::ffi::c_int;"),
+    (
+        "ibv_reg_mr_ex",
+        "rdma-core v59",
+        "pub fn ibv_reg_mr_ex(pd: *mut ibv_pd, mr_init_attr: *mut ibv_mr_init_attr) -> *mut ibv_mr;",
+    ),
+];
+
+/// Types that older headers lack, declared by this crate as the newest headers (rdma-core
+/// 65.0) lay them out, each with its constants: the loader's prototypes name them whatever the
+/// headers. Each is keyed by the type whose absence means the whole declaration is missing.
+/// On 64-bit targets the sizes and offsets are checked against the C layout at compile time.
+const OWN_TYPES: [(&str, &str, &str); 2] = [
+    // DMA handles: `struct ibv_dmah`, `ibv_alloc_dmah(3)`'s `struct ibv_dmah_init_attr` and its
+    // enums.
+    (
+        "ibv_dmah",
+        "rdma-core v59",
+        "#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ibv_dmah {
+    pub context: *mut ibv_context,
+}
+pub type ibv_tph_mem_type = ::std::ffi::c_uint;
+pub const IBV_TPH_MEM_TYPE_VM: ibv_tph_mem_type = 0;
+pub const IBV_TPH_MEM_TYPE_PM: ibv_tph_mem_type = 1;
+pub type ibv_dmah_init_attr_mask = ::std::ffi::c_uint;
+pub const IBV_DMAH_INIT_ATTR_MASK_CPU_ID: ibv_dmah_init_attr_mask = 1;
+pub const IBV_DMAH_INIT_ATTR_MASK_PH: ibv_dmah_init_attr_mask = 2;
+pub const IBV_DMAH_INIT_ATTR_MASK_TPH_MEM_TYPE: ibv_dmah_init_attr_mask = 4;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct ibv_dmah_init_attr {
+    pub comp_mask: u32,
+    pub cpu_id: u32,
+    pub ph: u8,
+    pub tph_mem_type: u8,
+}
+#[cfg(target_pointer_width = \"64\")]
+const _: () = {
+    assert!(::std::mem::size_of::<ibv_dmah>() == 8);
+    assert!(::std::mem::size_of::<ibv_dmah_init_attr>() == 12);
+    assert!(::std::mem::offset_of!(ibv_dmah_init_attr, ph) == 8);
+    assert!(::std::mem::offset_of!(ibv_dmah_init_attr, tph_mem_type) == 9);
+};
+",
+    ),
+    // `ibv_reg_mr_ex(3)`'s `struct ibv_mr_init_attr` and its mask; `buf` (and the opaque
+    // `struct ibv_buf` it points to) arrived in v64, after the struct itself.
+    (
+        "ibv_mr_init_attr",
+        "rdma-core v59",
+        "pub type ibv_mr_init_attr_mask = ::std::ffi::c_uint;
+pub const IBV_REG_MR_MASK_IOVA: ibv_mr_init_attr_mask = 1;
+pub const IBV_REG_MR_MASK_ADDR: ibv_mr_init_attr_mask = 2;
+pub const IBV_REG_MR_MASK_FD: ibv_mr_init_attr_mask = 4;
+pub const IBV_REG_MR_MASK_FD_OFFSET: ibv_mr_init_attr_mask = 8;
+pub const IBV_REG_MR_MASK_DMAH: ibv_mr_init_attr_mask = 16;
+pub const IBV_REG_MR_MASK_BUF: ibv_mr_init_attr_mask = 32;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ibv_buf {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ibv_mr_init_attr {
+    pub length: usize,
+    pub access: ::std::ffi::c_int,
+    pub comp_mask: u64,
+    pub iova: u64,
+    pub addr: *mut ::std::ffi::c_void,
+    pub fd: ::std::ffi::c_int,
+    pub fd_offset: u64,
+    pub dmah: *mut ibv_dmah,
+    pub buf: *mut ibv_buf,
+}
+impl Default for ibv_mr_init_attr {
+    fn default() -> Self {
+        ibv_mr_init_attr {
+            length: 0,
+            access: 0,
+            comp_mask: 0,
+            iova: 0,
+            addr: ::std::ptr::null_mut(),
+            fd: 0,
+            fd_offset: 0,
+            dmah: ::std::ptr::null_mut(),
+            buf: ::std::ptr::null_mut(),
+        }
+    }
+}
+#[cfg(target_pointer_width = \"64\")]
+const _: () = {
+    assert!(::std::mem::size_of::<ibv_mr_init_attr>() == 72);
+    assert!(::std::mem::offset_of!(ibv_mr_init_attr, comp_mask) == 16);
+    assert!(::std::mem::offset_of!(ibv_mr_init_attr, fd) == 40);
+    assert!(::std::mem::offset_of!(ibv_mr_init_attr, fd_offset) == 48);
+    assert!(::std::mem::offset_of!(ibv_mr_init_attr, dmah) == 56);
+    assert!(::std::mem::offset_of!(ibv_mr_init_attr, buf) == 64);
+};
+",
+    ),
 ];
 
 /// Values of C enums that older headers lack, declared by this crate with the number the
@@ -166,6 +276,18 @@ fn missing_prototypes(decls: &str) -> String {
         if !decls.contains(&format!("pub fn {name}(")) {
             own += &own_note(since);
             own += &format!("unsafe extern \"C\" {{\n    {prototype}\n}}\n");
+        }
+    }
+    own
+}
+
+/// The declarations of [`OWN_TYPES`] that `types` (bindgen's output) lacks.
+fn missing_types(types: &str) -> String {
+    let mut own = String::new();
+    for (name, since, declaration) in OWN_TYPES {
+        if !types.contains(&format!("pub struct {name} {{")) {
+            own += &own_note(since);
+            own += declaration;
         }
     }
     own

@@ -81,6 +81,12 @@ pub enum Verb {
     MemcpyFromDm,
     /// `ibv_dm_export_dmabuf_fd`
     DmExportDmabufFd,
+    /// `ibv_alloc_dmah`
+    AllocDmah,
+    /// `ibv_dealloc_dmah`
+    DeallocDmah,
+    /// `ibv_reg_mr_ex`
+    RegMrEx,
     /// The `verbs_context.alloc_td` op.
     AllocTd,
     /// The `verbs_context.dealloc_td` op.
@@ -335,6 +341,34 @@ pub enum Call {
     },
     /// `ibv_dm_export_dmabuf_fd`
     DmExportDmabufFd,
+    /// `ibv_alloc_dmah`
+    AllocDmah {
+        /// `attr.comp_mask`.
+        comp_mask: u32,
+        /// `attr.cpu_id`.
+        cpu_id: u32,
+        /// `attr.ph`.
+        ph: u8,
+        /// `attr.tph_mem_type`.
+        tph_mem_type: u8,
+    },
+    /// `ibv_dealloc_dmah`
+    DeallocDmah,
+    /// `ibv_reg_mr_ex`
+    RegMrEx {
+        /// `attr.comp_mask`.
+        comp_mask: u64,
+        /// `attr.addr`.
+        addr: usize,
+        /// `attr.length`.
+        length: usize,
+        /// `attr.iova`.
+        iova: u64,
+        /// `attr.access`.
+        access: c_int,
+        /// Whether `attr.dmah` names a DMA handle.
+        dmah: bool,
+    },
     /// The `alloc_td` op.
     AllocTd,
     /// The `dealloc_td` op.

@@ -85,6 +85,7 @@ mod dm;
 mod exec;
 mod extended;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
+mod dmah;
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
 mod mw;
@@ -141,6 +142,8 @@ pub struct Optional {
     pub dm_export_dmabuf_fd: bool,
     /// `ibv_query_ece` and `ibv_set_ece` (rdma-core v31+).
     pub ece: bool,
+    /// `ibv_alloc_dmah`, `ibv_dealloc_dmah` and `ibv_reg_mr_ex` (rdma-core v59+).
+    pub dmah: bool,
 }
 
 impl Optional {
@@ -153,6 +156,7 @@ impl Optional {
         query_port_speed: true,
         dm_export_dmabuf_fd: true,
         ece: true,
+        dmah: true,
     };
     /// None: an rdma-core older than v24.
     pub const NONE: Optional = Optional {
@@ -163,6 +167,7 @@ impl Optional {
         query_port_speed: false,
         dm_export_dmabuf_fd: false,
         ece: false,
+        dmah: false,
     };
 }
 
@@ -207,6 +212,9 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_dm_export_dmabuf_fd: optional.dm_export_dmabuf_fd.then_some(dm::export_dmabuf_fd),
         ibv_query_ece: optional.ece.then_some(qp::ibv_query_ece),
         ibv_set_ece: optional.ece.then_some(qp::ibv_set_ece),
+        ibv_alloc_dmah: optional.dmah.then_some(dmah::ibv_alloc_dmah),
+        ibv_dealloc_dmah: optional.dmah.then_some(dmah::ibv_dealloc_dmah),
+        ibv_reg_mr_ex: optional.dmah.then_some(dmah::ibv_reg_mr_ex),
     }
 }
 
@@ -214,14 +222,15 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 128] = [const { OnceLock::new() }; 128];
+    static LIBRARIES: [OnceLock<Ibverbs>; 256] = [const { OnceLock::new() }; 256];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
         | usize::from(optional.reg_dmabuf_mr) << 2
         | usize::from(optional.qp_to_qp_ex) << 3
         | usize::from(optional.query_port_speed) << 4
         | usize::from(optional.dm_export_dmabuf_fd) << 5
-        | usize::from(optional.ece) << 6;
+        | usize::from(optional.ece) << 6
+        | usize::from(optional.dmah) << 7;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.

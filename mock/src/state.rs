@@ -79,6 +79,8 @@ pub(super) enum Kind {
     Dm,
     /// A boxed `ibv_td`.
     Td,
+    /// A boxed `ibv_dmah`.
+    Dmah,
     /// A boxed [`MockParentDomain`](super::td::MockParentDomain); also a PD.
     ParentDomain,
 }
@@ -142,6 +144,9 @@ pub(super) struct State {
     device_attrs: HashMap<*mut ibv_context, ibv_device_attr_ex>,
     /// Device memory and the peer-memory client ([`Mock::device_memory`](super::Mock)).
     pub(super) peer: PeerMemory,
+    /// The DMA handle of each MR registered with one, by the MR's lkey (an entry whose lkey
+    /// is no longer registered is stale).
+    pub(super) dmah_users: Vec<(u32, *mut ibv_dmah)>,
     next_id: u32,
 }
 
@@ -165,6 +170,7 @@ impl State {
             missing_members: HashMap::new(),
             device_attrs: HashMap::new(),
             peer: PeerMemory::default(),
+            dmah_users: Vec::new(),
             next_id: 0,
         }
     }
@@ -528,6 +534,7 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::Mw => drop(Box::from_raw(object.cast::<ibv_mw>())),
             Kind::Dm => drop(Box::from_raw(object.cast::<super::dm::MockDm>())),
             Kind::Td => drop(Box::from_raw(object.cast::<ibv_td>())),
+            Kind::Dmah => drop(Box::from_raw(object.cast::<ibv_dmah>())),
             Kind::ParentDomain => drop(Box::from_raw(object.cast::<MockParentDomain>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());

@@ -304,7 +304,7 @@ pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 /// for an empty range, or remote write / atomic access without local write (as the kernel's
 /// `ib_check_mr_access`); `EFAULT` for device memory without a peer-memory client
 /// ([`PeerMemory::resolve`](crate::peer::PeerMemory::resolve)).
-fn register(
+pub(super) fn register(
     s: &mut State,
     pd: *mut ibv_pd,
     addr: *mut c_void,

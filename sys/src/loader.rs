@@ -235,6 +235,12 @@ fn_table! {
         ibv_query_port_speed: fn(*mut ibv_context, u32, *mut u64) -> c_int;
         /// `ibv_dm_export_dmabuf_fd@@IBVERBS_1.16` (rdma-core v62).
         ibv_dm_export_dmabuf_fd: fn(*mut ibv_dm) -> c_int;
+        /// `ibv_alloc_dmah@@IBVERBS_1.15` (rdma-core v59): `ibv_alloc_dmah(3)`.
+        ibv_alloc_dmah: fn(*mut ibv_context, *mut ibv_dmah_init_attr) -> *mut ibv_dmah;
+        /// `ibv_dealloc_dmah@@IBVERBS_1.15` (rdma-core v59): `ibv_alloc_dmah(3)`.
+        ibv_dealloc_dmah: fn(*mut ibv_dmah) -> c_int;
+        /// `ibv_reg_mr_ex@@IBVERBS_1.15` (rdma-core v59): `ibv_reg_mr(3)`.
+        ibv_reg_mr_ex: fn(*mut ibv_pd, *mut ibv_mr_init_attr) -> *mut ibv_mr;
         /// `ibv_query_ece(3)` (rdma-core v31).
         ibv_query_ece: fn(*mut ibv_qp, *mut ibv_ece) -> c_int;
         /// `ibv_set_ece(3)` (rdma-core v31).
