@@ -168,6 +168,7 @@ compile_error!(
 mod cq;
 mod device;
 mod dm;
+mod dmah;
 #[cfg(all(feature = "mlx5", rdma_verbs_mlx5dv))]
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod mlx5;
@@ -248,6 +249,9 @@ pub use device::DeviceList;
 pub use device::NodeType;
 pub use device::TransportType;
 pub use dm::DeviceMemory;
+pub use dmah::DmaHandle;
+pub use dmah::DmaHandleAttr;
+pub use dmah::TphMemType;
 pub use endpoint::Endpoint;
 pub use endpoint::Lid;
 pub use endpoint::Psn;
@@ -271,6 +275,7 @@ pub use mr::MemoryRegion;
 pub use mr::PeerMemoryRegion;
 pub use mr::PinnedMemory;
 pub use mr::RegionMemory;
+pub use mr::RegisterOptions;
 pub use mr::RemoteWritableRegion;
 pub use mr::SharedMemory;
 pub use mw::BindableRegion;

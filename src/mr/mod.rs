@@ -23,6 +23,7 @@
 
 mod mapped;
 mod memory;
+mod options;
 mod peer;
 mod pinned;
 mod registration;
@@ -35,6 +36,7 @@ use rdma_verbs_sys as sys;
 pub use device_memory::DeviceMemoryRegion;
 pub use mapped::{HugePageSize, HugePages, SharedMemory};
 pub use memory::RegionMemory;
+pub use options::RegisterOptions;
 pub use pinned::PinnedMemory;
 use registration::Registration;
 

@@ -21,6 +21,7 @@ use rdma_verbs_sys as sys;
 use super::memory::{Memory, RegionMemory};
 use super::{bounds, DmabufRegion, LKey, MemoryRegion, RKey, RemoteWritableRegion};
 use crate::access::AccessFlags;
+use crate::dmah::DmaHandle;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
 use crate::leak::drop_by;
 use crate::pd::ProtectionDomain;
@@ -57,20 +58,25 @@ unsafe impl Sync for Registration<'_> {}
 
 impl<'a> Registration<'a> {
     /// Registers `memory` at its own address (`iova: None`) or at a chosen IOVA, which needs
-    /// `ibv_reg_mr_iova2`.
-    fn new(
+    /// `ibv_reg_mr_iova2`; with a DMA handle through `ibv_reg_mr_ex` instead.
+    pub(super) fn new(
         pd: &'a ProtectionDomain<'a>,
         memory: impl RegionMemory<'a>,
         access: AccessFlags,
         iova: Option<u64>,
+        dmah: Option<&DmaHandle<'_>>,
     ) -> Result<Self> {
         access.check_named()?;
         let fns = &pd.context().library().fns;
         let reg_iova2 = match (iova, fns.ibv_reg_mr_iova2) {
-            (Some(_), None) => {
+            (Some(_), None) if dmah.is_none() => {
                 return Err(Error::Unsupported { what: "ibv_reg_mr_iova2 (rdma-core v28+)" })
             }
             (_, reg) => reg,
+        };
+        let reg_ex = match dmah {
+            Some(dmah) => Some((reg_mr_ex_for(pd, dmah)?, dmah)),
+            None => None,
         };
         let mut memory = memory.into_memory()?;
         // Only a remote-writable region (the one kind with remote-write rights) never hands
@@ -112,10 +118,16 @@ impl<'a> Registration<'a> {
             ));
         }
         let addr = memory.ptr.as_ptr();
-        let raw = match (iova, reg_iova2) {
+        let raw = match (reg_ex, iova, reg_iova2) {
+            (Some((reg, dmah)), _, _) => {
+                let mut attr = mr_init_attr(addr.cast(), memory.len, access, iova, dmah.as_raw());
+                // SAFETY: a live PD and a live DMA handle of its context, which the region
+                // borrows; the memory stays valid until `dereg` (owned, or borrowed for 'a).
+                unsafe { reg(pd.as_raw(), &mut attr) }
+            }
             // SAFETY: a live PD; the memory stays valid until `dereg` (owned, or borrowed for
             // 'a).
-            (Some(iova), Some(reg)) => unsafe {
+            (None, Some(iova), Some(reg)) => unsafe {
                 reg(pd.as_raw(), addr.cast(), memory.len, iova, access.bits())
             },
             // SAFETY: as above.
@@ -123,7 +135,11 @@ impl<'a> Registration<'a> {
                 sys::inline::ibv_reg_mr(fns, pd.as_raw(), addr.cast(), memory.len, access.bits())
             },
         };
-        let verb = if iova.is_some() { "ibv_reg_mr_iova2" } else { "ibv_reg_mr" };
+        let verb = match (dmah, iova) {
+            (Some(_), _) => "ibv_reg_mr_ex",
+            (None, Some(_)) => "ibv_reg_mr_iova2",
+            (None, None) => "ibv_reg_mr",
+        };
         let explain =
             |e| crate::fork::huge_page_hint(odp_hint(e, access), addr as usize, memory.len);
         match check_ptr(raw, verb).map_err(explain) {
@@ -263,7 +279,7 @@ impl<'a> ProtectionDomain<'a> {
         access: AccessFlags,
     ) -> Result<MemoryRegion<'a>> {
         check_local_only(access)?;
-        Ok(MemoryRegion { reg: Registration::new(self, memory, access, None)? })
+        Ok(MemoryRegion { reg: Registration::new(self, memory, access, None, None)? })
     }
 
     /// `ibv_reg_mr_iova2(3)`—Registers `memory` as [`ProtectionDomain::register`] does, but
@@ -287,7 +303,7 @@ impl<'a> ProtectionDomain<'a> {
         access: AccessFlags,
     ) -> Result<MemoryRegion<'a>> {
         check_local_only(access)?;
-        Ok(MemoryRegion { reg: Registration::new(self, memory, access, Some(iova))? })
+        Ok(MemoryRegion { reg: Registration::new(self, memory, access, Some(iova), None)? })
     }
 
     /// `ibv_reg_mr(3)`—Registers `memory` (as [`ProtectionDomain::register`]) for peers to
@@ -306,7 +322,7 @@ impl<'a> ProtectionDomain<'a> {
         access: AccessFlags,
     ) -> Result<RemoteWritableRegion<'a>> {
         check_remote_writable(access)?;
-        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, None)? })
+        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, None, None)? })
     }
 
     /// `ibv_reg_mr_iova2(3)`—[`ProtectionDomain::register_remote_writable`] at `iova`, with
@@ -324,7 +340,7 @@ impl<'a> ProtectionDomain<'a> {
         access: AccessFlags,
     ) -> Result<RemoteWritableRegion<'a>> {
         check_remote_writable(access)?;
-        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, Some(iova))? })
+        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, Some(iova), None)? })
     }
 
     /// `ibv_reg_dmabuf_mr(3)`—Registers `len` bytes at `offset` of the dma-buf `fd` (memory
@@ -399,6 +415,53 @@ pub(super) fn check_unmapped(len: usize, access: AccessFlags) -> Result<()> {
     Ok(())
 }
 
+/// `ibv_reg_mr_ex` of `pd`'s library, after checking that `dmah` is one of `pd`'s context.
+fn reg_mr_ex_for(pd: &ProtectionDomain<'_>, dmah: &DmaHandle<'_>) -> Result<RegMrEx> {
+    if dmah.context().as_raw() != pd.context().as_raw() {
+        return Err(Error::invalid(
+            InvalidInputKind::OtherContext,
+            format!(
+                "a DMA handle of {} cannot be given to a registration on a protection domain \
+                 of {}: allocate it from the PD's context",
+                dmah.context().name(),
+                pd.context().name()
+            ),
+        ));
+    }
+    pd.context()
+        .library()
+        .fns
+        .ibv_reg_mr_ex
+        .ok_or(Error::Unsupported { what: "ibv_reg_mr_ex (rdma-core v59+)" })
+}
+
+/// The type of `ibv_reg_mr_ex`.
+type RegMrEx =
+    unsafe extern "C" fn(*mut sys::ibv_pd, *mut sys::ibv_mr_init_attr) -> *mut sys::ibv_mr;
+
+/// `ibv_reg_mr_ex`'s attributes for `len` bytes at `addr` with `dmah`, at `iova` if given.
+fn mr_init_attr(
+    addr: *mut std::ffi::c_void,
+    len: usize,
+    access: AccessFlags,
+    iova: Option<u64>,
+    dmah: *mut sys::ibv_dmah,
+) -> sys::ibv_mr_init_attr {
+    let mut comp_mask = sys::IBV_REG_MR_MASK_ADDR | sys::IBV_REG_MR_MASK_DMAH;
+    if iova.is_some() {
+        comp_mask |= sys::IBV_REG_MR_MASK_IOVA;
+    }
+    sys::ibv_mr_init_attr {
+        length: len,
+        access: access.bits() as std::ffi::c_int,
+        comp_mask: u64::from(comp_mask),
+        iova: iova.unwrap_or_default(),
+        addr,
+        dmah,
+        ..Default::default()
+    }
+}
+
 /// Explains `EINVAL` for an on-demand registration: kernels before 6.x report a device
 /// without ODP that way (rxe in Linux 6.1 does), newer ones with `EOPNOTSUPP`.
 fn odp_hint(e: Error, access: AccessFlags) -> Error {
@@ -414,7 +477,7 @@ fn odp_hint(e: Error, access: AccessFlags) -> Error {
 }
 
 /// Refuses remote-write rights for memory exposed as plain slices.
-fn check_local_only(access: AccessFlags) -> Result<()> {
+pub(super) fn check_local_only(access: AccessFlags) -> Result<()> {
     if access.intersects(AccessFlags::REMOTE_WRITES) {
         return Err(Error::invalid(
             InvalidInputKind::Access,
