@@ -9,6 +9,7 @@ mod context;
 mod dc;
 mod destroy;
 mod device_memory;
+mod dma_handle;
 mod ece;
 mod events;
 mod limits;
