@@ -58,6 +58,10 @@
 //! is not one of this mock's are accepted and never executed (tests may queue completions
 //! with [`Mock::push_completion`]).
 //!
+//! DMA handles (`ibv_alloc_dmah`, with mlx5's rules) and `ibv_reg_mr_ex` by address: a
+//! handle a registered MR uses cannot be deallocated (`EBUSY`), and a registration naming a
+//! handle that is not a live one of the PD's context is refused (`EINVAL`).
+//!
 //! Memory windows (`alloc_mw`, `dealloc_mw`, type-1 `bind_mw`, type-2 `IBV_WR_BIND_MW`):
 //! a bind is checked like a work request ([`Rule::BindOutsideMr`]) and, once executed, lets
 //! peers reach its range through the window's rkey with its rights; `LOCAL_INV` and

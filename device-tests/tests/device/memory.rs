@@ -1,5 +1,6 @@
-//! Memory on rxe0 beyond plain registration: a chosen IOVA, on-demand paging, dma-buf, peer
-//! memory and memory windows of both types, each with the outcome Soft-RoCE (Linux 6.1) gives.
+//! Memory on rxe0 beyond plain registration: a chosen IOVA, on-demand paging, dma-buf, DMA
+//! handles, peer memory and memory windows of both types, each with the outcome Soft-RoCE
+//! (Linux 6.1) gives.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
@@ -136,6 +137,29 @@ fn dmabuf_registration_is_unsupported_on_rxe() {
     assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), LEN as i64) }, 0);
     let err = pd.register_dmabuf(fd.as_fd(), 0, LEN, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
     assert!(matches!(err, Error::Unsupported { what: "ibv_reg_dmabuf_mr" }), "{err:?}");
+}
+
+/// DMA handles (TPH hints) arrived in rdma-core v59: a library before it is named in the
+/// refusal; from it on, rxe has no `alloc_dmah` op and libibverbs' stub answers `EOPNOTSUPP`.
+/// Registration with options but no handle takes the plain verbs, which rxe serves.
+#[test]
+fn dma_handles_are_unsupported_on_rxe_naming_the_release() {
+    let Some(ctx) = require_device(RXE) else { return };
+    let release = Stack::loaded().unwrap().and_then(|s| s.rdma_core());
+    let attr = DmaHandleAttr { ph: Some(0), ..Default::default() };
+    match ctx.alloc_dmah(&attr).unwrap_err() {
+        Error::Unsupported { what } if release.is_some_and(|r| r < (59, 0)) => {
+            assert_eq!(what, "ibv_alloc_dmah (rdma-core v59+)")
+        }
+        e => assert!(
+            matches!(e, Error::Unsupported { what: "ibv_alloc_dmah" }),
+            "{release:?}: {e:?}"
+        ),
+    }
+    let pd = ctx.alloc_pd().unwrap();
+    let options = RegisterOptions { iova: Some(0), ..Default::default() };
+    let mr = pd.register_with(LEN, AccessFlags::LOCAL_WRITE, options).unwrap();
+    assert_eq!((mr.iova(), mr.len()), (0, LEN));
 }
 
 /// With no peer-memory client (and rxe takes none), a device address is pinned as CPU
