@@ -358,6 +358,45 @@ fn parents_in_use_are_busy_and_unknown_objects_are_refused() {
     assert!(!mock.is_live(pd) && !mock.is_live(cq) && !mock.is_live(qp));
 }
 
+#[test]
+fn a_dma_handle_in_use_is_busy_and_a_deallocated_or_foreign_one_is_refused() {
+    let mock = Mock::new();
+    let (ctx, other) = (mock.context(ContextConfig::default()), mock.context(Default::default()));
+    let fns = fns(Optional::ALL);
+    let mut hint =
+        ibv_dmah_init_attr { comp_mask: IBV_DMAH_INIT_ATTR_MASK_PH, ..Default::default() };
+    let mut bytes = [0u8; 64];
+    // SAFETY: live mock objects, or pointers the mock rejects without reading them; `bytes`
+    // outlives its registration.
+    unsafe {
+        let pd = (fns.ibv_alloc_pd)(ctx.as_ptr());
+        let alloc = fns.ibv_alloc_dmah.unwrap();
+        let (dmah, foreign) = (alloc(ctx.as_ptr(), &mut hint), alloc(other.as_ptr(), &mut hint));
+        assert!(!dmah.is_null() && !foreign.is_null());
+        let (reg, dealloc) = (fns.ibv_reg_mr_ex.unwrap(), fns.ibv_dealloc_dmah.unwrap());
+        let mask = IBV_REG_MR_MASK_ADDR | IBV_REG_MR_MASK_DMAH;
+        let mut attr = |dmah| ibv_mr_init_attr {
+            length: bytes.len(),
+            comp_mask: u64::from(mask),
+            addr: bytes.as_mut_ptr().cast(),
+            dmah,
+            ..Default::default()
+        };
+        assert!(reg(pd, &mut attr(foreign)).is_null(), "a handle of another context");
+        assert_eq!(errno(), Some(libc::EINVAL));
+        let mr = reg(pd, &mut attr(dmah));
+        assert!(!mr.is_null());
+        assert_eq!(dealloc(dmah), libc::EBUSY, "a registered MR uses it");
+        assert_eq!((fns.ibv_dereg_mr)(mr), 0);
+        assert_eq!(dealloc(dmah), 0);
+        assert_eq!(dealloc(dmah), libc::EINVAL, "deallocated twice");
+        assert!(reg(pd, &mut attr(dmah)).is_null(), "a deallocated handle");
+        assert_eq!(errno(), Some(libc::EINVAL));
+        assert_eq!(dealloc(foreign), 0);
+        assert_eq!((fns.ibv_dealloc_pd)(pd), 0);
+    }
+}
+
 fn modify(fns: &IbverbsFns, qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: u32) -> c_int {
     // SAFETY: a live QP and a valid attribute struct.
     unsafe { (fns.ibv_modify_qp)(qp, &mut attr, mask as c_int) }
