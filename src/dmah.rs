@@ -4,7 +4,8 @@
 //! the device puts in its requests. A [`DmaHandle`] is allocated on a context and named when
 //! a region is registered
 //! ([`RegisterOptions::dma_handle`](crate::RegisterOptions::dma_handle), `ibv_reg_mr_ex`).
-//! NVIDIA ConnectX (mlx5) on Linux 6.17 or later offers them; rxe and siw do not.
+//! Among rdma-core's providers mlx5 implements them (`providers/mlx5/verbs.c`), on a kernel
+//! with the DMAH uverbs object; rxe and siw do not.
 #![allow(unsafe_code)]
 //! # Safety
 //!
@@ -144,8 +145,8 @@ impl Context {
     ///   answers `EOPNOTSUPP`; so does mlx5 for a `comp_mask` bit it does not know).
     /// - [`Error::Verb`] from `ibv_alloc_dmah`: mlx5 answers `EINVAL` without
     ///   [`ph`](DmaHandleAttr::ph) or with only one of [`cpu_id`](DmaHandleAttr::cpu_id) and
-    ///   [`mem_type`](DmaHandleAttr::mem_type); the kernel refuses a CPU the process may not
-    ///   run on, or a device without TPH.
+    ///   [`mem_type`](DmaHandleAttr::mem_type); the kernel's own refusals (a CPU or a device
+    ///   it cannot give a steering tag for) come with its errno.
     #[doc(alias = "ibv_alloc_dmah")]
     pub fn alloc_dmah(&self, attr: &DmaHandleAttr) -> Result<DmaHandle<'_>> {
         let alloc = self
