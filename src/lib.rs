@@ -90,7 +90,8 @@
 //! `Send + Sync`: rdma-core's verbs are thread-safe (providers lock their queues), and every
 //! shared operation takes `&self`. A `MemoryRegion`'s bytes are reachable
 //! mutably only through `&mut`. [`DeviceMemory`] and [`DeviceMemoryRegion`] are
-//! `Send + Sync` too: the bytes are the device's, reached only by copies. A [`ThreadDomain`] is `Send` but not `Sync`, and a
+//! `Send + Sync` too: the bytes are the device's, reached only by copies, and so is a
+//! [`DmaHandle`], which only carries hints. A [`ThreadDomain`] is `Send` but not `Sync`, and a
 //! [`ParentDomain`] neither: what is bound to a thread domain is unlocked in the provider.
 //!
 //! # What is verified where
