@@ -19,7 +19,9 @@ use std::ptr::NonNull;
 use rdma_verbs_sys as sys;
 
 use super::memory::{Memory, RegionMemory};
-use super::{bounds, DmabufRegion, LKey, MemoryRegion, RKey, RemoteWritableRegion};
+use super::{
+    bounds, DmabufRegion, LKey, MemoryRegion, RKey, RegisterOptions, RemoteWritableRegion,
+};
 use crate::access::AccessFlags;
 use crate::dmah::DmaHandle;
 use crate::error::{check_errno, check_ptr, Error, InvalidInputKind, Result};
@@ -278,32 +280,7 @@ impl<'a> ProtectionDomain<'a> {
         memory: impl RegionMemory<'a>,
         access: AccessFlags,
     ) -> Result<MemoryRegion<'a>> {
-        check_local_only(access)?;
-        Ok(MemoryRegion { reg: Registration::new(self, memory, access, None, None)? })
-    }
-
-    /// `ibv_reg_mr_iova2(3)`—Registers `memory` as [`ProtectionDomain::register`] does, but
-    /// at `iova`: the NIC addresses its first byte as `iova`, both in this process's SGEs
-    /// (with the lkey) and for peers (with the rkey) — "the virtual base address of the MR
-    /// when accessed through a lkey or rkey" (`ibv_reg_mr(3)`). [`MemoryRegion::sge`],
-    /// [`MemoryRegion::remote`] and [`MemoryRegion::iova`] use the IOVA; only
-    /// [`MemoryRegion::addr`] and the slices are the CPU's view. An IOVA lets addresses a
-    /// peer holds stay valid across re-registrations, or start at 0 (a zero-based region).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unsupported`] when the loaded rdma-core lacks `ibv_reg_mr_iova2` (before
-    /// v28); [`Error::InvalidInput`] when `iova` plus the length passes 2^64; otherwise as
-    /// [`ProtectionDomain::register`] (the verb named `ibv_reg_mr_iova2`).
-    #[doc(alias = "ibv_reg_mr_iova2")]
-    pub fn register_with_iova(
-        &'a self,
-        memory: impl RegionMemory<'a>,
-        iova: u64,
-        access: AccessFlags,
-    ) -> Result<MemoryRegion<'a>> {
-        check_local_only(access)?;
-        Ok(MemoryRegion { reg: Registration::new(self, memory, access, Some(iova), None)? })
+        self.register_with(memory, access, RegisterOptions::default())
     }
 
     /// `ibv_reg_mr(3)`—Registers `memory` (as [`ProtectionDomain::register`]) for peers to
@@ -321,26 +298,7 @@ impl<'a> ProtectionDomain<'a> {
         memory: impl RegionMemory<'a>,
         access: AccessFlags,
     ) -> Result<RemoteWritableRegion<'a>> {
-        check_remote_writable(access)?;
-        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, None, None)? })
-    }
-
-    /// `ibv_reg_mr_iova2(3)`—[`ProtectionDomain::register_remote_writable`] at `iova`, with
-    /// the addresses of [`ProtectionDomain::register_with_iova`].
-    ///
-    /// # Errors
-    ///
-    /// As [`ProtectionDomain::register_remote_writable`] and
-    /// [`ProtectionDomain::register_with_iova`].
-    #[doc(alias = "ibv_reg_mr_iova2")]
-    pub fn register_remote_writable_with_iova(
-        &'a self,
-        memory: impl RegionMemory<'a>,
-        iova: u64,
-        access: AccessFlags,
-    ) -> Result<RemoteWritableRegion<'a>> {
-        check_remote_writable(access)?;
-        Ok(RemoteWritableRegion { reg: Registration::new(self, memory, access, Some(iova), None)? })
+        self.register_remote_writable_with(memory, access, RegisterOptions::default())
     }
 
     /// `ibv_reg_dmabuf_mr(3)`—Registers `len` bytes at `offset` of the dma-buf `fd` (memory

@@ -32,7 +32,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     /// - each SGE's `addr..addr + length` must be memory of this process that is allocated,
     ///   initialised and not written by anyone else — a CPU address, which differs from the
     ///   [`MemoryRegion::sge`](crate::MemoryRegion::sge) address of a region registered at
-    ///   a chosen IOVA ([`register_with_iova`](crate::ProtectionDomain::register_with_iova)):
+    ///   a chosen IOVA ([`RegisterOptions::at_iova`](crate::RegisterOptions::at_iova)):
     ///   build inline SGEs from [`MemoryRegion::addr`](crate::MemoryRegion::addr) there.
     ///
     /// For every other WR, until its completion has been polled — for an unsignaled WR, until

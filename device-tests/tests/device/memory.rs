@@ -83,10 +83,16 @@ fn run(
 fn a_region_registered_at_an_iova_is_addressed_by_that_iova_locally_and_by_peers() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 8);
-    let mut src = lo.pd.register_with_iova(LEN, 0x7000_0000, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut src = lo
+        .pd
+        .register_with(LEN, AccessFlags::LOCAL_WRITE, RegisterOptions::at_iova(0x7000_0000))
+        .unwrap();
     assert_eq!(src.sge(8..).unwrap().addr(), 0x7000_0008);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let target = lo.pd.register_remote_writable_with_iova(LEN, 0x1_0000, access).unwrap();
+    let target = lo
+        .pd
+        .register_remote_writable_with(LEN, access, RegisterOptions::at_iova(0x1_0000))
+        .unwrap();
     assert_eq!(target.iova(), 0x1_0000);
     assert_eq!(target.remote(256..).unwrap().addr, 0x1_0100);
     let data = pattern(512, 0x3c);

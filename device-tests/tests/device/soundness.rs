@@ -154,7 +154,10 @@ fn a_wr_once_posted_in_a_list_posts_only_itself() {
 fn a_buffer_pool_over_an_iova_region_sends_receives_and_reads_by_that_iova() {
     let Some(ctx) = require_device(RXE) else { return };
     let lo = Loopback::new(&ctx, 32);
-    let region = lo.pd.register_with_iova(8 * 1024, 0x1000_0000, AccessFlags::LOCAL_WRITE).unwrap();
+    let region = lo
+        .pd
+        .register_with(8 * 1024, AccessFlags::LOCAL_WRITE, RegisterOptions::at_iova(0x1000_0000))
+        .unwrap();
     assert_ne!(region.iova(), region.addr(), "the test needs an IOVA apart from the CPU address");
     let pool = BufferPool::new(region, 1024).unwrap();
     let mut source = lo.pd.register(1024, AccessFlags::REMOTE_READ).unwrap();

@@ -3,20 +3,20 @@
 
 use std::os::fd::AsFd;
 
-use rdma_verbs::{AccessFlags, InvalidInputKind, MwBind, MwType};
+use rdma_verbs::{AccessFlags, InvalidInputKind, MwBind, MwType, RegisterOptions};
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 
 use super::{assert_unsupported, assert_verb_error, Fixture};
 
 #[test]
-fn register_with_iova_sends_the_iova_and_sges_and_peers_use_it() {
+fn registration_at_an_iova_sends_the_iova_and_sges_and_peers_use_it() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
     let mut bytes = vec![0u8; 4096];
     let addr = bytes.as_ptr() as usize;
     f.mock.take_calls();
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = pd.register_with_iova(&mut bytes[..], 0x10_0000, access).unwrap();
+    let mr = pd.register_with(&mut bytes[..], access, RegisterOptions::at_iova(0x10_0000)).unwrap();
     let call = Call::RegMrIova2 { addr, length: 4096, iova: 0x10_0000, access: access.bits() };
     assert_eq!(f.mock.take_calls(), [call]);
     assert_eq!((mr.addr(), mr.iova()), (addr as u64, 0x10_0000));
@@ -48,12 +48,16 @@ fn borrowed_memory_is_local_only_and_an_iova_range_stays_below_2_64() {
     let err = pd.register_remote_writable(&mut bytes[..], writable).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err}");
     for (len, iova) in [(8192, u64::MAX - 4095), (1, u64::MAX)] {
-        let err = pd.register_with_iova(len, iova, AccessFlags::LOCAL_WRITE).unwrap_err();
+        let err = pd
+            .register_with(len, AccessFlags::LOCAL_WRITE, RegisterOptions::at_iova(iova))
+            .unwrap_err();
         assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Range), "{err}");
     }
     assert_eq!(f.mock.take_calls(), [], "nothing reached the library");
     assert!(pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).is_ok());
-    assert!(pd.register_with_iova(4096, u64::MAX - 4096, AccessFlags::LOCAL_WRITE).is_ok());
+    assert!(pd
+        .register_with(4096, AccessFlags::LOCAL_WRITE, RegisterOptions::at_iova(u64::MAX - 4096))
+        .is_ok());
 }
 
 /// `take` on a pool whose chunks are all held (or in flight) finds none, and leaves each as it
@@ -93,26 +97,31 @@ fn a_buffer_pool_refuses_a_region_over_borrowed_memory() {
 }
 
 #[test]
-fn register_with_iova_needs_reg_mr_iova2() {
+fn registration_at_an_iova_needs_reg_mr_iova2() {
     let f = Fixture::with(Optional::NONE, ContextConfig::default());
     let pd = f.ctx.alloc_pd().unwrap();
     f.mock.take_calls();
-    let err = pd.register_with_iova(4096, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
+    let err =
+        pd.register_with(4096, AccessFlags::LOCAL_WRITE, RegisterOptions::at_iova(0)).unwrap_err();
     assert_unsupported(&err, "ibv_reg_mr_iova2 (rdma-core v28+)");
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let err = pd.register_remote_writable_with_iova(4096, 0, access).unwrap_err();
+    let err =
+        pd.register_remote_writable_with(4096, access, RegisterOptions::at_iova(0)).unwrap_err();
     assert_unsupported(&err, "ibv_reg_mr_iova2 (rdma-core v28+)");
     assert_eq!(f.mock.take_calls(), [], "nothing reached the library");
 }
 
 #[test]
-fn register_with_iova_keeps_the_remote_write_rules() {
+fn registration_at_an_iova_keeps_the_remote_write_rules() {
     let f = Fixture::new();
     let pd = f.ctx.alloc_pd().unwrap();
-    let err = pd.register_with_iova(64, 0, AccessFlags::REMOTE_WRITE).unwrap_err();
+    let err =
+        pd.register_with(64, AccessFlags::REMOTE_WRITE, RegisterOptions::at_iova(0)).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access));
     assert!(err.to_string().contains("register_remote_writable"), "{err}");
-    let err = pd.register_remote_writable_with_iova(64, 0, AccessFlags::REMOTE_WRITE).unwrap_err();
+    let err = pd
+        .register_remote_writable_with(64, AccessFlags::REMOTE_WRITE, RegisterOptions::at_iova(0))
+        .unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::Access), "{err}");
     assert!(err.to_string().contains("lacks LOCAL_WRITE"), "{err}");
 }
@@ -179,7 +188,8 @@ fn a_window_binding_is_refused_for_rights_the_region_lacks() {
     assert_eq!((bind.addr(), bind.len()), (bindable.iova() + 100, 100));
 
     let writable = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
-    let target = pd.register_remote_writable_with_iova(4096, 0, writable).unwrap();
+    let target =
+        pd.register_remote_writable_with(4096, writable, RegisterOptions::at_iova(0)).unwrap();
     let bind = MwBind::new(&target, 8.., AccessFlags::REMOTE_WRITE).unwrap();
     assert_eq!((bind.addr(), bind.len()), (8, 4088), "window addresses are IOVAs");
 }
@@ -226,9 +236,9 @@ fn access_flags_with_bits_the_crate_does_not_name_are_refused_before_the_provide
         let remote = local | AccessFlags::REMOTE_WRITE;
         let errors = [
             pd.register(64, local).map(drop),
-            pd.register_with_iova(64, 0, local).map(drop),
+            pd.register_with(64, local, RegisterOptions::at_iova(0)).map(drop),
             pd.register_remote_writable(64, remote).map(drop),
-            pd.register_remote_writable_with_iova(64, 0, remote).map(drop),
+            pd.register_remote_writable_with(64, remote, RegisterOptions::at_iova(0)).map(drop),
             pd.register_dmabuf(file.as_fd(), 0, 64, 0, local).map(drop),
         ];
         for err in errors.map(Result::unwrap_err) {

@@ -22,9 +22,10 @@ use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
     Endpoint, GlobalRoute, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr,
-    QpType, Qpn, QueuePair, RKey, Rc, RecvBufferList, RemoteAddr, RemoteWritableRegion, Reset, Rts,
-    SendBufferList, SendFlags, SendOp, SendWr, SendWrList, SharedReceiveQueue, ToInitAttr,
-    ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
+    QpType, Qpn, QueuePair, RKey, Rc, RecvBufferList, RegisterOptions, RemoteAddr,
+    RemoteWritableRegion, Reset, Rts, SendBufferList, SendFlags, SendOp, SendWr, SendWrList,
+    SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend,
+    UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -341,7 +342,12 @@ fn run_with(steps: &[Step], extended: bool, iova: bool, cqs: Cqs) -> Result<usiz
     let path = if extended { VerbsPath::Extended } else { VerbsPath::Legacy };
     let (pd, other_pd) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
     let region = if iova {
-        pd.register_with_iova(16 * CHUNK, 0x4000_0000, AccessFlags::LOCAL_WRITE).unwrap()
+        pd.register_with(
+            16 * CHUNK,
+            AccessFlags::LOCAL_WRITE,
+            RegisterOptions::at_iova(0x4000_0000),
+        )
+        .unwrap()
     } else {
         pd.register(16 * CHUNK, AccessFlags::LOCAL_WRITE).unwrap()
     };
