@@ -162,6 +162,10 @@ pub struct Args {
     /// Completion vector of the CQs' events (with -e; default 0)
     #[arg(short = 'X', long = "vector", value_parser = c_number::<u32>)]
     pub comp_vector: Option<u32>,
+    /// Put the buffers on 2 MiB huge pages (MAP_HUGETLB), as perftest's: the pages must be
+    /// reserved (/proc/sys/vm/nr_hugepages)
+    #[arg(long = "use_hugepages")]
+    pub use_hugepages: bool,
     /// Limit the send rate to this many --rate_units (see --rate_limit_type)
     #[arg(long = "rate_limit")]
     pub rate_limit: Option<f64>,
@@ -295,7 +299,6 @@ const REFUSED: &[(&str, Option<char>, &str)] = &[
     ("use_hl", None, "Habana device memory is not supported: buffers are host memory"),
     ("mmap", None, "buffers from an mmap'ed file are not supported"),
     ("mmap-offset", None, "buffers from an mmap'ed file are not supported"),
-    ("use_hugepages", None, "huge-page buffers are not supported"),
     ("odp", None, "on-demand paging is not supported by this tool (the crate has it: odp)"),
     ("mr_per_qp", None, "the buffer tier gives each QP its own region already (--raw: one)"),
     (

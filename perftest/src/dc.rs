@@ -36,8 +36,8 @@ mod with_mlx5 {
     use super::super::report::Report;
     use super::super::traffic::{self, Tier};
     use super::super::{
-        agree_mtu, check_limits, each_size, local_route, nothing_lost, open_control, plan,
-        with_peer, PeerMemory, Roles,
+        agree_mtu, check_limits, each_size, local_region, local_route, nothing_lost, open_control,
+        plan, with_peer, PeerMemory, Roles,
     };
     use super::{Args, Error, Mode};
 
@@ -73,11 +73,10 @@ mod with_mlx5 {
         let cqe = args.qps * args.tx_depth + rx_depth.max(1);
         let cq = events::create_cq(&ctx, cqe, channel.as_ref(), args)?;
         let srq = pd.create_srq(rx_depth.max(1), 1)?;
-        let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed(), None)?;
-        let send_regions: Vec<MemoryRegion<'_>> = (0..qps)
-            .map(|_| pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed()))
-            .collect::<Result<_>>()?;
-        let recv_region = pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?;
+        let peer_memory = PeerMemory::new(&pd, mode, max, args, None)?;
+        let send_regions: Vec<MemoryRegion<'_>> =
+            (0..qps).map(|_| local_region(&pd, max as usize, args)).collect::<Result<_>>()?;
+        let recv_region = local_region(&pd, max as usize, args)?;
         let recv_sge = [recv_region.sge(..)?];
 
         let mut dcts = Vec::new();

@@ -25,7 +25,7 @@ use super::events::{self, Cq};
 use super::exchange::Control;
 use super::report::{Latency, LatencyTable};
 use super::traffic::{self, check_wc, STALL_LIMIT};
-use super::{each_size, post_first_receive, Connect, Error, Mode, PeerMemory, Side};
+use super::{each_size, local_region, post_first_receive, Connect, Error, Mode, PeerMemory, Side};
 
 /// send_lat's receives: at most one message is in flight towards a side, whose receive is
 /// posted again before it answers; one more to spare.
@@ -49,20 +49,17 @@ pub fn run(side: Side<'_, impl Connect>) -> Result<(), Error> {
     let send_cq = events::create_cq(ctx, 1, send_channel.as_ref(), args)?;
     let recv_cq = events::create_cq(ctx, rx.max(1), recv_channel.as_ref(), args)?;
     let send = Cq { cq: &send_cq, channel: send_channel.as_ref() };
-    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed(), None)?;
+    let peer_memory = PeerMemory::new(&pd, mode, max, args, None)?;
     // The safe tier's pool: one buffer to send from (or READ into) and send_lat's receives;
     // the raw tier's regions: one to send from, one that every receive names.
     let chunks = if args.raw { 1 } else { 1 + rx as usize };
-    let pool = BufferPool::new(
-        pd.register(chunks * max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?,
-        max as usize,
-    )?;
+    let pool = BufferPool::new(local_region(&pd, chunks * max as usize, args)?, max as usize)?;
     let mut raw_send = match args.raw {
-        true => Some(pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?),
+        true => Some(local_region(&pd, max as usize, args)?),
         false => None,
     };
     let raw_recv = match args.raw && rx > 0 {
-        true => Some(pd.register(max as usize, AccessFlags::LOCAL_WRITE | args.relaxed())?),
+        true => Some(local_region(&pd, max as usize, args)?),
         false => None,
     };
     let recv_sge = raw_recv.as_ref().map(|r| Ok::<_, Error>([r.sge(..)?])).transpose()?;

@@ -503,7 +503,7 @@ fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
         true => Some(ctx.alloc_dm((2 * qps as usize + 1) * max as usize, 0)?),
         false => None,
     };
-    let peer_memory = PeerMemory::new(&pd, mode, max, args.relaxed(), dm.as_ref())?;
+    let peer_memory = PeerMemory::new(&pd, mode, max, args, dm.as_ref())?;
     let mine = peer_memory.remote;
     // Our side's memory: the safe tier's pool, or the raw tier's one region per QP.
     let pool_len = if args.raw {
@@ -511,10 +511,7 @@ fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
     } else {
         (u64::from(qps) * u64::from(depth + rx_depth)) as usize * max as usize
     };
-    let pool = BufferPool::new(
-        pd.register(pool_len, AccessFlags::LOCAL_WRITE | args.relaxed())?,
-        max as usize,
-    )?;
+    let pool = BufferPool::new(local_region(&pd, pool_len, args)?, max as usize)?;
     let raw_regions: Vec<RawRegion<'_>> = if args.raw {
         let access = AccessFlags::LOCAL_WRITE | args.relaxed();
         (1..=2 * qps as usize)
@@ -522,7 +519,7 @@ fn run_bw(side: Side<'_, impl Connect>) -> Result<(), Error> {
                 Some(dm) => pd
                     .register_dm(dm, i * max as usize..(i + 1) * max as usize, access)
                     .map(RawRegion::Device),
-                None => pd.register(max as usize, access).map(RawRegion::Host),
+                None => local_region(&pd, max as usize, args).map(RawRegion::Host),
             })
             .collect::<Result<_>>()?
     } else {
@@ -705,15 +702,16 @@ pub struct PeerMemory<'a> {
 }
 
 impl<'a> PeerMemory<'a> {
-    /// `max` bytes on `pd` for `mode`, with `extra` access (relaxed ordering): host memory,
-    /// or the first `max` bytes of `dm`.
+    /// `max` bytes on `pd` for `mode`, with relaxed ordering unless `args` turn it off: host
+    /// memory (on huge pages with --use_hugepages), or the first `max` bytes of `dm`.
     pub fn new(
         pd: &'a ProtectionDomain<'a>,
         mode: Mode,
         max: u32,
-        extra: AccessFlags,
+        args: &Args,
         dm: Option<&'a DeviceMemory<'a>>,
     ) -> Result<Self, Error> {
+        let extra = args.relaxed();
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | extra;
         if let (Some(dm), Mode::Write | Mode::Read) = (dm, mode) {
             let access = match mode {
@@ -729,12 +727,17 @@ impl<'a> PeerMemory<'a> {
                 remote,
             });
         }
-        let write_target = match mode {
-            Mode::Write => Some(pd.register_remote_writable(max as usize, access)?),
+        let write_target = match (mode, args.use_hugepages) {
+            (Mode::Write, true) => {
+                Some(pd.register_remote_writable(huge_pages(max as usize)?, access)?)
+            }
+            (Mode::Write, false) => Some(pd.register_remote_writable(max as usize, access)?),
             _ => None,
         };
         let read_source = match mode {
-            Mode::Read => Some(pd.register(max as usize, AccessFlags::REMOTE_READ | extra)?),
+            Mode::Read => {
+                Some(host_region(pd, max as usize, AccessFlags::REMOTE_READ | extra, args)?)
+            }
             _ => None,
         };
         let remote = match (&write_target, &read_source) {
@@ -744,6 +747,35 @@ impl<'a> PeerMemory<'a> {
         };
         Ok(PeerMemory { write_target, _read_source: read_source, _device: None, remote })
     }
+}
+
+/// `len` bytes of host memory on `pd` with `access`: pages the crate allocates, or with
+/// --use_hugepages, as perftest's, 2 MiB huge pages (whole pages: the region may be longer).
+pub fn host_region<'a>(
+    pd: &'a ProtectionDomain<'a>,
+    len: usize,
+    access: AccessFlags,
+    args: &Args,
+) -> Result<MemoryRegion<'a>> {
+    match args.use_hugepages {
+        true => pd.register(huge_pages(len)?, access),
+        false => pd.register(len, access),
+    }
+}
+
+/// [`host_region`] for this side's own buffers: local writes, relaxed ordering unless
+/// --disable_pcie_relaxed.
+pub fn local_region<'a>(
+    pd: &'a ProtectionDomain<'a>,
+    len: usize,
+    args: &Args,
+) -> Result<MemoryRegion<'a>> {
+    host_region(pd, len, AccessFlags::LOCAL_WRITE | args.relaxed(), args)
+}
+
+/// At least `len` bytes of 2 MiB huge pages.
+fn huge_pages(len: usize) -> Result<HugePages> {
+    HugePages::new(len, HugePageSize::Size2MiB)
 }
 
 /// Posts one of the receives a QP starts with: a pool buffer, or the QP's raw region.

@@ -301,3 +301,16 @@ fn rate_limits_hold_in_software_set_a_static_rate_and_refuse_packet_pacing_rxe_l
         "--rate_limit_type=PP: rxe0 does not pace QPs (no packet_pacing_caps)",
     );
 }
+
+#[test]
+fn use_hugepages_puts_the_buffers_on_the_guest_s_reserved_pages_and_says_when_too_few() {
+    let Some(_) = require_device(RXE) else { return };
+    // Two 2 MiB pages a side (the peer's memory and the pool) of the guest's eight.
+    let fits = ["--use_hugepages", "-s", "4096", "-t", "16", "-n", "200"];
+    let (server, client) = pair("write_bw", 18933, &fits, &fits);
+    assert_ran(&server, &client);
+    // The raw tier's 8 regions of 8 MiB, and the peer's: 36 pages, more than are reserved.
+    let more = ["--use_hugepages", "--raw", "-s", "8388608", "-q", "4", "-n", "5"];
+    let (server, _) = pair("write_bw", 18934, &more, &more);
+    assert_fails_saying(&server, "free 2 MiB huge pages");
+}
