@@ -8,6 +8,7 @@
 
 use std::net::TcpListener;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::args::Args;
 use super::exchange::Control;
@@ -15,13 +16,18 @@ use super::report::{Report, Table};
 use super::traffic::Stats;
 use super::{Error, Mode};
 
+/// How long a server waits for the peer's channels of the devices after the first, once the
+/// first agreed: the peer opens them at once, unless its test failed on that device.
+const OTHERS_CONNECT_WITHIN: Duration = Duration::from_secs(10);
+
 /// Why a device's test stopped when another's failed.
 const ANOTHER_FAILED: &str = "stopped: another device's test failed";
 
 /// The devices of one side and what their threads share.
 pub struct Devices {
     names: Vec<String>,
-    /// The server's TCP sockets, one per device, bound before any client may come.
+    /// The server's TCP sockets, one per device, bound before any client may come;
+    /// non-blocking, so that a wait for a client that will not come ends.
     listeners: Vec<TcpListener>,
     state: Mutex<State>,
     /// Wakes the threads waiting in [`Devices::start_together`] or
@@ -50,7 +56,12 @@ impl Devices {
         let lines = names.iter().map(|_| None).collect();
         let listeners = match server {
             true => (0..names.len())
-                .map(|i| Control::listen(port + i as u16))
+                .map(|i| {
+                    let listener = Control::listen(port + i as u16)?;
+                    // (Accepted by polling, see `Devices::accept`.)
+                    listener.set_nonblocking(true)?;
+                    Ok::<_, Error>(listener)
+                })
                 .collect::<Result<_, _>>()?,
             false => Vec::new(),
         };
@@ -67,9 +78,26 @@ impl Devices {
         &self.names
     }
 
-    /// The server's socket for device `index`.
-    pub fn listener(&self, index: usize) -> &TcpListener {
-        &self.listeners[index]
+    /// As the server: the TCP channel of device `index`, once its client comes. The first
+    /// device's client is the peer, waited for as long as a server of one device waits; the
+    /// others' come right after the first agreed ([`Devices::first_agreed`]), so a peer whose
+    /// test failed on one of them first is not waited for past [`OTHERS_CONNECT_WITHIN`]. An
+    /// error too when another device's test failed meanwhile.
+    pub fn accept(&self, index: usize) -> Result<Control, Error> {
+        let since = Instant::now();
+        let late = || index > 0 && since.elapsed() > OTHERS_CONNECT_WITHIN;
+        let stop = || self.lock().failed || late();
+        match Control::accept_unless(&self.listeners[index], stop)? {
+            Some(control) => Ok(control),
+            None if late() => Err(format!(
+                "the peer's {} never connected within {} s of the first device: its test failed \
+                 there (its output says why)",
+                self.names[index],
+                OTHERS_CONNECT_WITHIN.as_secs()
+            )
+            .into()),
+            None => Err(ANOTHER_FAILED.into()),
+        }
     }
 
     /// Waits for `cond` of the state to hold, or a thread to fail.
@@ -226,8 +254,6 @@ pub fn run(mode: Mode, args: &Args, names: Vec<String>) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn stats(completed: u64, millis: u64, peak: f64) -> Stats {
@@ -264,6 +290,19 @@ mod tests {
             for waited in [start.join().unwrap(), open.join().unwrap()] {
                 assert_eq!(waited.unwrap_err(), ANOTHER_FAILED);
             }
+        });
+    }
+
+    #[test]
+    fn a_server_stops_waiting_for_a_client_once_another_device_failed() {
+        // One device, on a port the system picks.
+        let devices = Devices::new(vec!["a".into()], true, 0).unwrap();
+        std::thread::scope(|scope| {
+            let accept = scope.spawn(|| devices.accept(0).map(drop).map_err(|e| e.to_string()));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!accept.is_finished(), "it waits for its client");
+            devices.fail();
+            assert_eq!(accept.join().unwrap().unwrap_err(), ANOTHER_FAILED);
         });
     }
 

@@ -30,7 +30,7 @@ impl Control {
 
     /// As the server: waits for one client on `port` (IPv6 and IPv4 where possible).
     pub fn accept(port: u16) -> Result<Control, Error> {
-        Control::accept_on(&Control::listen(port)?)
+        Control::new(Control::listen(port)?.accept()?.0)
     }
 
     /// The server's socket on `port`, clients queued from now on.
@@ -40,9 +40,27 @@ impl Control {
             .map_err(|e| format!("couldn't listen on port {port}: {e}"))?)
     }
 
-    /// As the server: waits for one client on `listener`.
-    pub fn accept_on(listener: &TcpListener) -> Result<Control, Error> {
-        Control::new(listener.accept()?.0)
+    /// As the server: waits for one client on `listener`, a non-blocking one, until `stop`
+    /// (asked every 20 ms) says to give up; then `None`.
+    pub fn accept_unless(
+        listener: &TcpListener,
+        stop: impl Fn() -> bool,
+    ) -> Result<Option<Control>, Error> {
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false)?;
+                    return Control::new(stream).map(Some);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if stop() {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     fn new(stream: TcpStream) -> Result<Control, Error> {

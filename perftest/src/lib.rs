@@ -397,7 +397,7 @@ pub fn open_control(
     }
     let mut control = match (&args.server, share) {
         (Some(host), _) => Control::connect(host, args.port)?,
-        (None, Some((devices, index))) => Control::accept_on(devices.listener(index))?,
+        (None, Some((devices, index))) => devices.accept(index)?,
         (None, None) => Control::accept(args.port)?,
     };
     control.agree(&[
