@@ -46,6 +46,9 @@ impl Context {
     /// it (`SCM_RIGHTS`; [`BorrowedFd::try_clone_to_owned`] within a process). It stays this
     /// context's, closed with it. `None` for a context without one (libibverbs always opens
     /// one; a test provider may not).
+    ///
+    /// Whoever holds a duplicate acts on this context's objects by handle: hand it only to
+    /// processes trusted with them.
     pub fn cmd_fd(&self) -> Option<BorrowedFd<'_>> {
         // SAFETY: the context is live while `self` is; a plain field read.
         let fd = unsafe { (*self.as_raw()).cmd_fd };
