@@ -80,7 +80,8 @@ impl<'ctx> ProtectionDomain<'ctx> {
     /// # Errors
     ///
     /// [`Error::Verb`](crate::Error::Verb): `EBUSY` while objects created by other means
-    /// (raw pointers) still use it; the PD is then leaked.
+    /// (raw pointers), or by a process that imported it, still use it; the PD is then
+    /// leaked.
     #[doc(alias = "ibv_dealloc_pd")]
     pub fn destroy(self) -> Result<()> {
         let this = std::mem::ManuallyDrop::new(self);

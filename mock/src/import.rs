@@ -9,7 +9,9 @@
 //! file. An imported PD or MR is the exporting context's object, which the importer releases
 //! with `ibv_unimport_*` only: destroying it (`ibv_dealloc_pd`, `ibv_dereg_mr`) is refused
 //! with `EINVAL` and fatal at the mock's drop, since the kernel would destroy the exporter's
-//! object. Unimporting what was not imported, or a PD still used here, is fatal too.
+//! object. Unimporting what was not imported, or a PD still used here, is fatal too. As in
+//! the kernel, the exporter's PD is busy (`EBUSY`) while objects an importer made on it
+//! live.
 //!
 //! Failures leave the descriptor given to `ibv_import_device` open, as libibverbs' own
 //! checks do (`libibverbs/device.c`); on success the imported context owns it.
@@ -158,6 +160,19 @@ pub(super) extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
 /// `ibv_unimport_mr`.
 pub(super) extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
     unimport(mr, Kind::Mr, Call::UnimportMr, "ibv_unimport_mr", |_, _| false);
+}
+
+/// Whether a PD imported from `pd` is used by objects made on it: the kernel counts the users
+/// of the one PD object whichever context made them, so `pd` is busy then.
+pub(super) fn twins_in_use(s: &State, pd: *mut ibv_pd) -> bool {
+    // SAFETY: a live mock PD (the caller checked), and live imported ones.
+    let (file, handle) = unsafe { (file_of_context((*pd).context), (*pd).handle) };
+    s.imported.iter().map(|&object| object.cast::<ibv_pd>()).any(|twin| {
+        s.expect(twin, Kind::Pd).is_ok()
+            // SAFETY: as above.
+            && unsafe { (*twin).handle == handle && file_of_context((*twin).context) == file }
+            && s.pd_in_use(twin)
+    })
 }
 
 /// `EINVAL`, fatal at the mock's drop, when `verb` would destroy an imported `object`.

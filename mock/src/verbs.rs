@@ -14,7 +14,7 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::{device_attr, gid_table, NODE_GUID};
-use super::import::refuse_imported;
+use super::import::{refuse_imported, twins_in_use};
 use super::ops::{check_port, new_context, serve_port_query, write_prefix};
 use super::registry::MrInfo;
 use super::state::{serve, Kind, State};
@@ -296,11 +296,12 @@ pub(super) extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     }))
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD; `EINVAL` for an imported one.
+/// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD (here or in a context that
+/// imported it); `EINVAL` for an imported one.
 pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     destroy(pd, Kind::Pd, Call::DeallocPd, Verb::DeallocPd, |s| {
         refuse_imported(s, pd, "ibv_dealloc_pd")?;
-        busy_if(s.pd_in_use(pd))
+        busy_if(s.pd_in_use(pd) || twins_in_use(s, pd))
     })
 }
 

@@ -168,3 +168,18 @@ fn unknown_handles_and_foreign_descriptors_are_refused() {
     let err = Context::import_in(f.ctx.library(), stranger).unwrap_err();
     assert_verb_error(&err, "ibv_import_device", libc::ENODEV, &[]);
 }
+
+#[test]
+fn the_exporter_cannot_deallocate_a_pd_an_importers_region_uses() {
+    let f = Fixture::new();
+    let pd = f.ctx.alloc_pd().unwrap();
+    let imported = import(&f.ctx);
+    let twin = imported.import_pd(pd.handle()).unwrap();
+    let own = twin.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    // Refused, and the PD left allocated (leaked here), so the importer's region stays valid.
+    let err = pd.destroy().unwrap_err();
+    assert_eq!(err.errno(), Some(libc::EBUSY), "{err}");
+    assert_eq!(own.pd().handle(), twin.handle());
+    drop(own);
+    drop(twin);
+}
