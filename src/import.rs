@@ -8,8 +8,8 @@
 //! domains ([`Context::import_pd`]) and memory regions ([`ProtectionDomain::import_mr`]). The
 //! objects stay the exporting process's: an importer releases its view of them
 //! (`ibv_unimport_pd`, `ibv_unimport_mr`) and never destroys them, and the owner keeps them
-//! alive while importers use them (`ibv_import_pd(3)`: "Once destroy is done no other process
-//! can touch the object except for unimport").
+//! alive while importers use them: once destroyed, an importer may only unimport them
+//! (`ibv_import_pd(3)`).
 //!
 //! Among rdma-core's providers only mlx5 implements the imports (`providers/mlx5/mlx5.c`);
 //! others, rxe and siw among them, answer `EOPNOTSUPP`, which is [`Error::Unsupported`].
