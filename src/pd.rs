@@ -12,6 +12,10 @@ use crate::leak::drop_by;
 /// A protection domain (`struct ibv_pd`): groups the memory regions and queue pairs that may
 /// be used together. It borrows its [`Context`], so it cannot outlive it.
 ///
+/// Allocated here ([`Context::alloc_pd`]) it is deallocated when dropped; imported from
+/// another process ([`Context::import_pd`]) it is the other process's, and dropping it
+/// only unimports it (`ibv_unimport_pd`), leaving the domain to its owner.
+///
 /// ```compile_fail,E0597
 /// # fn f() -> rdma_verbs::Result<()> {
 /// let pd = {
@@ -24,6 +28,8 @@ use crate::leak::drop_by;
 pub struct ProtectionDomain<'ctx> {
     raw: NonNull<sys::ibv_pd>,
     ctx: &'ctx Context,
+    /// Made by `ibv_import_pd`: released with `ibv_unimport_pd`, never deallocated.
+    imported: bool,
 }
 
 // SAFETY: verbs on a PD are thread-safe; the handle is only read after creation.
@@ -41,11 +47,22 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<ProtectionDomain<'_>> {
         // SAFETY: a live context.
         let raw = unsafe { (self.library().fns.ibv_alloc_pd)(self.as_raw()) };
-        Ok(ProtectionDomain { raw: check_ptr(raw, "ibv_alloc_pd")?, ctx: self })
+        Ok(ProtectionDomain { raw: check_ptr(raw, "ibv_alloc_pd")?, ctx: self, imported: false })
     }
 }
 
 impl<'ctx> ProtectionDomain<'ctx> {
+    /// Wraps a PD `ibv_import_pd` returned on `ctx`.
+    pub(crate) fn imported(raw: NonNull<sys::ibv_pd>, ctx: &'ctx Context) -> Self {
+        ProtectionDomain { raw, ctx, imported: true }
+    }
+
+    /// Whether it was imported ([`Context::import_pd`]): dropping it then unimports it
+    /// instead of deallocating it.
+    pub fn is_imported(&self) -> bool {
+        self.imported
+    }
+
     /// The context this PD belongs to.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
@@ -57,11 +74,14 @@ impl<'ctx> ProtectionDomain<'ctx> {
     }
 
     /// `ibv_dealloc_pd(3)`—Deallocates the PD, reporting failure (dropping leaks it instead).
+    /// An imported PD is unimported instead (`ibv_unimport_pd`, `ibv_import_pd(3)`), which
+    /// does not fail: its owner deallocates it.
     ///
     /// # Errors
     ///
     /// [`Error::Verb`](crate::Error::Verb): `EBUSY` while objects created by other means
-    /// (raw pointers) still use it; the PD is then leaked.
+    /// (raw pointers), or by a process that imported it, still use it; the PD is then
+    /// leaked.
     #[doc(alias = "ibv_dealloc_pd")]
     pub fn destroy(self) -> Result<()> {
         let this = std::mem::ManuallyDrop::new(self);
@@ -69,6 +89,9 @@ impl<'ctx> ProtectionDomain<'ctx> {
     }
 
     fn dealloc(&self) -> Result<()> {
+        if self.imported {
+            return crate::import::unimport_pd(self);
+        }
         // SAFETY: every child borrows the PD, so none is alive; deallocated once.
         let ret = unsafe { (self.ctx.library().fns.ibv_dealloc_pd)(self.as_raw()) };
         check_errno(ret, "ibv_dealloc_pd")

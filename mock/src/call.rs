@@ -87,6 +87,12 @@ pub enum Verb {
     DeallocDmah,
     /// `ibv_reg_mr_ex`
     RegMrEx,
+    /// `ibv_import_device`
+    ImportDevice,
+    /// `ibv_import_pd`
+    ImportPd,
+    /// `ibv_import_mr`
+    ImportMr,
     /// The `verbs_context.alloc_td` op.
     AllocTd,
     /// The `verbs_context.dealloc_td` op.
@@ -369,6 +375,22 @@ pub enum Call {
         /// Whether `attr.dmah` names a DMA handle.
         dmah: bool,
     },
+    /// `ibv_import_device`
+    ImportDevice,
+    /// `ibv_import_pd`
+    ImportPd {
+        /// The PD handle.
+        handle: u32,
+    },
+    /// `ibv_unimport_pd`
+    UnimportPd,
+    /// `ibv_import_mr`
+    ImportMr {
+        /// The MR handle.
+        handle: u32,
+    },
+    /// `ibv_unimport_mr`
+    UnimportMr,
     /// The `alloc_td` op.
     AllocTd,
     /// The `dealloc_td` op.

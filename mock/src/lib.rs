@@ -62,6 +62,11 @@
 //! handle a registered MR uses cannot be deallocated (`EBUSY`), and a registration naming a
 //! handle that is not a live one of the PD's context is refused (`EINVAL`).
 //!
+//! Imports (`ibv_import_device` by a duplicate of a context's `cmd_fd`, a memfd here;
+//! `ibv_import_pd` and `ibv_import_mr` by handle): an imported PD or MR destroyed by the
+//! importer (`ibv_dealloc_pd`, `ibv_dereg_mr` rather than `ibv_unimport_*`) is refused and fatal
+//! at the mock's drop, as is unimporting what was not imported.
+//!
 //! Memory windows (`alloc_mw`, `dealloc_mw`, type-1 `bind_mw`, type-2 `IBV_WR_BIND_MW`):
 //! a bind is checked like a work request ([`Rule::BindOutsideMr`]) and, once executed, lets
 //! peers reach its range through the window's rkey with its rights; `LOCAL_INV` and
@@ -88,6 +93,7 @@ mod device;
 mod dm;
 mod exec;
 mod extended;
+mod import;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
 mod dmah;
 #[cfg(rdma_verbs_mlx5dv)]
@@ -148,6 +154,9 @@ pub struct Optional {
     pub ece: bool,
     /// `ibv_alloc_dmah`, `ibv_dealloc_dmah` and `ibv_reg_mr_ex` (rdma-core v59+).
     pub dmah: bool,
+    /// `ibv_import_device`, `ibv_import_pd`, `ibv_unimport_pd`, `ibv_import_mr` and
+    /// `ibv_unimport_mr` (rdma-core v31+).
+    pub import: bool,
 }
 
 impl Optional {
@@ -161,6 +170,7 @@ impl Optional {
         dm_export_dmabuf_fd: true,
         ece: true,
         dmah: true,
+        import: true,
     };
     /// None: an rdma-core older than v24.
     pub const NONE: Optional = Optional {
@@ -172,6 +182,7 @@ impl Optional {
         dm_export_dmabuf_fd: false,
         ece: false,
         dmah: false,
+        import: false,
     };
 }
 
@@ -219,6 +230,11 @@ pub fn fns(optional: Optional) -> IbverbsFns {
         ibv_alloc_dmah: optional.dmah.then_some(dmah::ibv_alloc_dmah),
         ibv_dealloc_dmah: optional.dmah.then_some(dmah::ibv_dealloc_dmah),
         ibv_reg_mr_ex: optional.dmah.then_some(dmah::ibv_reg_mr_ex),
+        ibv_import_device: optional.import.then_some(import::ibv_import_device),
+        ibv_import_pd: optional.import.then_some(import::ibv_import_pd),
+        ibv_unimport_pd: optional.import.then_some(import::ibv_unimport_pd),
+        ibv_import_mr: optional.import.then_some(import::ibv_import_mr),
+        ibv_unimport_mr: optional.import.then_some(import::ibv_unimport_mr),
     }
 }
 
@@ -226,7 +242,7 @@ pub fn fns(optional: Optional) -> IbverbsFns {
 /// wants it. The functions keep no state of their own (it lives with each thread's [`Mock`]),
 /// so one library per set of optional symbols serves every test.
 pub fn library(optional: Optional) -> &'static Ibverbs {
-    static LIBRARIES: [OnceLock<Ibverbs>; 256] = [const { OnceLock::new() }; 256];
+    static LIBRARIES: [OnceLock<Ibverbs>; 512] = [const { OnceLock::new() }; 512];
     let slot = usize::from(optional.reg_mr_iova2)
         | usize::from(optional.query_gid_ex) << 1
         | usize::from(optional.reg_dmabuf_mr) << 2
@@ -234,7 +250,8 @@ pub fn library(optional: Optional) -> &'static Ibverbs {
         | usize::from(optional.query_port_speed) << 4
         | usize::from(optional.dm_export_dmabuf_fd) << 5
         | usize::from(optional.ece) << 6
-        | usize::from(optional.dmah) << 7;
+        | usize::from(optional.dmah) << 7
+        | usize::from(optional.import) << 8;
     LIBRARIES[slot].get_or_init(|| {
         // SAFETY: each mock function keeps the contract of its libibverbs namesake (argument
         // use, return and errno conventions) over the mock's objects.

@@ -38,7 +38,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     };
     let ctx = &mut vctx.context;
     ctx.device = s.device();
-    ctx.cmd_fd = -1;
+    // A descriptor of its own, as a provider's context has its uverbs file: what
+    // `ibv_import_device` is given a duplicate of (-1 if it cannot be made).
+    ctx.cmd_fd = cmd_fd();
     // An eventfd counting the events queued by `Mock::push_async_event`: readable while any
     // is queued, like a provider's async_fd (-1 if it cannot be made: reads then fail EBADF).
     // (The context owns the descriptor, closed in `free`.)
@@ -190,6 +192,16 @@ pub(super) unsafe fn write_prefix(dst: *mut u8, len: usize) {
     let n = len.min(size_of::<ibv_port_attr>());
     // SAFETY: `n` bytes fit in both `attr` and the caller's buffer.
     unsafe { ptr::copy_nonoverlapping(ptr::from_ref(&attr).cast::<u8>(), dst, n) };
+}
+
+/// A file standing for a context's uverbs command file: a memfd, whose inode names it
+/// (duplicates share it), as a character device's number names a real one.
+fn cmd_fd() -> c_int {
+    if cfg!(miri) {
+        return -1;
+    }
+    // SAFETY: a NUL-terminated name; memfd_create has no other preconditions.
+    unsafe { libc::memfd_create(c"mock-uverbs".as_ptr(), libc::MFD_CLOEXEC) }
 }
 
 /// A new eventfd (or -1) whose reads take one event each (`EFD_SEMAPHORE`), as a provider's

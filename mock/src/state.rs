@@ -147,6 +147,12 @@ pub(super) struct State {
     /// The DMA handle of each MR registered with one, by the MR's lkey (an entry whose lkey
     /// is no longer registered is stale).
     pub(super) dmah_users: Vec<(u32, *mut ibv_dmah)>,
+    /// The live PDs and MRs made by `ibv_import_pd` / `ibv_import_mr`: the exporting
+    /// context's objects, which only `ibv_unimport_*` may release here.
+    pub(super) imported: HashSet<*mut c_void>,
+    /// Imported objects the importer tried to destroy (`ibv_dealloc_pd`, `ibv_dereg_mr`):
+    /// the kernel would have destroyed the exporting process's object (fatal at drop).
+    pub(super) destroyed_imports: Vec<String>,
     next_id: u32,
 }
 
@@ -171,6 +177,8 @@ impl State {
             device_attrs: HashMap::new(),
             peer: PeerMemory::default(),
             dmah_users: Vec::new(),
+            imported: HashSet::new(),
+            destroyed_imports: Vec::new(),
             next_id: 0,
         }
     }
@@ -224,6 +232,11 @@ impl State {
         }
     }
 
+    /// The live objects that are exactly of `kind`.
+    pub(super) fn live_of(&self, kind: Kind) -> Vec<*mut c_void> {
+        self.objects.iter().filter(|&(_, &k)| k == kind).map(|(&object, _)| object).collect()
+    }
+
     /// `EINVAL` unless `object` is a live object of `kind` (an extended CQ or QP is also a
     /// CQ or QP): after this, it may be read as one.
     pub(super) fn expect<T>(&self, object: *mut T, kind: Kind) -> Result<(), c_int> {
@@ -242,6 +255,7 @@ impl State {
         }
         self.async_events.remove(&object.cast());
         self.cq_events.remove(&object.cast());
+        self.imported.remove(&object.cast());
         // SAFETY: it was live as `actual`, and is no longer registered, so it is freed once.
         unsafe { free(object.cast(), actual) };
         Ok(())
@@ -366,11 +380,12 @@ impl State {
         std::mem::take(&mut self.violations)
     }
 
-    /// The violations of rules not allowed, recorded and never taken, and the destroys that
-    /// would have blocked.
+    /// The violations of rules not allowed, recorded and never taken, the destroys that
+    /// would have blocked, and the imported objects destroyed by the importer.
     pub(super) fn fatal_violations(&self) -> Vec<String> {
         let fatal = self.violations.iter().filter(|v| !self.allowed.contains(&v.rule));
-        fatal.map(ToString::to_string).chain(self.blocked_destroys.iter().cloned()).collect()
+        let other = self.blocked_destroys.iter().chain(&self.destroyed_imports).cloned();
+        fatal.map(ToString::to_string).chain(other).collect()
     }
 
     /// Queues `event` on `ctx` and makes its async_fd readable for one more event.
@@ -518,8 +533,10 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
         match kind {
             Kind::Context => {
                 let vctx = Box::from_raw(ops::verbs_context_of(object.cast()));
-                if vctx.context.async_fd >= 0 {
-                    libc::close(vctx.context.async_fd);
+                for fd in [vctx.context.async_fd, vctx.context.cmd_fd] {
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
                 }
             }
             Kind::DeviceList => drop(Box::from_raw(object.cast::<[*mut ibv_device; 2]>())),

@@ -14,6 +14,7 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::device::{device_attr, gid_table, NODE_GUID};
+use super::import::{refuse_imported, twins_in_use};
 use super::ops::{check_port, new_context, serve_port_query, write_prefix};
 use super::registry::MrInfo;
 use super::state::{serve, Kind, State};
@@ -295,9 +296,13 @@ pub(super) extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     }))
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD.
+/// `ibv_dealloc_pd`: `EBUSY` while an MR or QP uses the PD (here or in a context that
+/// imported it); `EINVAL` for an imported one.
 pub(super) extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    destroy(pd, Kind::Pd, Call::DeallocPd, Verb::DeallocPd, |s| busy_if(s.pd_in_use(pd)))
+    destroy(pd, Kind::Pd, Call::DeallocPd, Verb::DeallocPd, |s| {
+        refuse_imported(s, pd, "ibv_dealloc_pd")?;
+        busy_if(s.pd_in_use(pd) || twins_in_use(s, pd))
+    })
 }
 
 /// Registers `addr..addr + length` on `pd` (shared by both registration symbols): `EINVAL`
@@ -379,6 +384,7 @@ pub(super) extern "C" fn ibv_reg_dmabuf_mr(
 /// violations when they execute.
 pub(super) extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     destroy(mr, Kind::Mr, Call::DeregMr, Verb::DeregMr, |s| {
+        refuse_imported(s, mr, "ibv_dereg_mr")?;
         // SAFETY: a live mock MR (checked before `forget`).
         let lkey = unsafe { (*mr).lkey };
         // As rxe: not while a window is bound to it.

@@ -10,7 +10,7 @@
 //! | [`verbs_path`] | extended and legacy verbs, and the provider bugs worked around |
 //! | [`events`] | completion channels, asynchronous device events, tokio |
 //! | [`dc`] | the Dynamically Connected transport of ConnectX devices (feature `mlx5`) |
-//! | [`deployment`] | running on a NIC and in containers: device nodes, memlock, capabilities, fork |
+//! | [`deployment`] | running on a NIC and in containers: device nodes, memlock, capabilities, fork, sharing objects between processes |
 //! | [`doctor`] | troubleshooting with the doctor |
 //! | [`platforms`] | rdma-core versions, the glibc 2.28 release build, MSRV |
 //!

@@ -143,6 +143,15 @@ macro_rules! region_common {
                 self.reg.raw.as_ptr()
             }
 
+            /// The kernel's handle of the region (`ibv_mr.handle`): what another process
+            /// that imported this context passes to
+            /// [`ProtectionDomain::import_mr`](crate::ProtectionDomain::import_mr)
+            /// (`ibv_import_mr(3)`), with the handle of this region's PD.
+            pub fn handle(&self) -> u32 {
+                // SAFETY: the MR is live while `self` is; a plain field read.
+                unsafe { (*self.reg.raw.as_ptr()).handle }
+            }
+
             /// The live `ibv_mr`, for binding memory windows to it.
             pub(crate) fn raw(&self) -> NonNull<sys::ibv_mr> {
                 self.reg.raw

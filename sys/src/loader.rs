@@ -245,6 +245,17 @@ fn_table! {
         ibv_query_ece: fn(*mut ibv_qp, *mut ibv_ece) -> c_int;
         /// `ibv_set_ece(3)` (rdma-core v31).
         ibv_set_ece: fn(*mut ibv_qp, *mut ibv_ece) -> c_int;
+        /// `ibv_import_device@@IBVERBS_1.10` (rdma-core v31): `ibv_import_device(3)`. Takes
+        /// the descriptor given; `ibv_close_device` closes it.
+        ibv_import_device: fn(c_int) -> *mut ibv_context;
+        /// `ibv_import_pd@@IBVERBS_1.10` (rdma-core v31): `ibv_import_pd(3)`.
+        ibv_import_pd: fn(*mut ibv_context, u32) -> *mut ibv_pd;
+        /// `ibv_unimport_pd@@IBVERBS_1.10` (rdma-core v31): `ibv_import_pd(3)`.
+        ibv_unimport_pd: fn(*mut ibv_pd);
+        /// `ibv_import_mr@@IBVERBS_1.10` (rdma-core v31): `ibv_import_mr(3)`.
+        ibv_import_mr: fn(*mut ibv_pd, u32) -> *mut ibv_mr;
+        /// `ibv_unimport_mr@@IBVERBS_1.10` (rdma-core v31): `ibv_import_mr(3)`.
+        ibv_unimport_mr: fn(*mut ibv_mr);
     }
 }
 

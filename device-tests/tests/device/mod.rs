@@ -21,6 +21,7 @@ mod faults;
 mod fds;
 mod field;
 mod fork;
+mod import;
 mod latency;
 mod lifecycle;
 mod limits;

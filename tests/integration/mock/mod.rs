@@ -12,6 +12,7 @@ mod device_memory;
 mod dma_handle;
 mod ece;
 mod events;
+mod import;
 mod limits;
 mod memory;
 mod messages;
@@ -81,6 +82,7 @@ pub fn errno_name(errno: i32) -> &'static str {
         libc::EACCES => "EACCES",
         libc::EFAULT => "EFAULT",
         libc::EBUSY => "EBUSY",
+        libc::ENODEV => "ENODEV",
         libc::EINVAL => "EINVAL",
         libc::ETIMEDOUT => "ETIMEDOUT",
         other => panic!("errno {other} has no expected name here"),
