@@ -227,6 +227,18 @@ impl<'res> ProtectionDomain<'res> {
         })
     }
 
+    /// [`Self::adopt_qp`] of a QP another creation verb made (`efadv_create_qp_ex`), posting
+    /// through `ibv_post_send`.
+    #[cfg(all(feature = "efa", rdma_verbs_efadv))]
+    pub(crate) fn adopt_legacy_qp<T: QpType>(
+        &'res self,
+        raw: NonNull<sys::ibv_qp>,
+        cap: &sys::ibv_qp_cap,
+        attr: &QpInitAttr<'res, '_>,
+    ) -> Result<QueuePair<'res, Reset, T>> {
+        self.adopt_qp(raw, None, cap, attr)
+    }
+
     /// `ibv_create_qp(3)`—Creates a Reliable Connected queue pair in RESET: `create_qp::<Rc>`.
     ///
     /// # Errors
@@ -242,7 +254,7 @@ impl<'res> ProtectionDomain<'res> {
 
     /// Adds the requested capabilities, and the device's limits, to an `EINVAL` from
     /// `ibv_create_qp`: the provider refused one of them but does not say which.
-    fn explain_create_qp(&self, error: Error, cap: &QpCapabilities) -> Error {
+    pub(crate) fn explain_create_qp(&self, error: Error, cap: &QpCapabilities) -> Error {
         if error.errno() != Some(libc::EINVAL) {
             return error;
         }
