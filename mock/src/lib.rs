@@ -90,6 +90,9 @@ mod exec;
 mod extended;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
 mod dmah;
+// SRD: a mock libefa.
+#[cfg(rdma_verbs_efadv)]
+pub mod efa;
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
 mod mw;
