@@ -442,8 +442,8 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 return Err(Error::invalid(
                     InvalidInputKind::UdNoDestination,
                     format!(
-                        "a {} QP posts only SENDs addressed with SendWr::to(&UdDestination)",
-                        T::NAME
+                        "{} QP posts only SENDs addressed with SendWr::to(&UdDestination)",
+                        article_and_name::<T>()
                     ),
                 ));
             }
@@ -451,8 +451,8 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 return Err(Error::invalid(
                     InvalidInputKind::UdTooLarge,
                     format!(
-                        "a {} message carries at most the path MTU, {} bytes, not {}",
-                        T::NAME,
+                        "{} message carries at most the path MTU, {} bytes, not {}",
+                        article_and_name::<T>(),
                         self.limits.ud_mtu,
                         wr.total_len()
                     ),
@@ -516,6 +516,12 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
         Ok(())
     }
+}
+
+/// "a UD", "an SRD": the type's name with its article, as messages say it.
+fn article_and_name<T: QpType>() -> String {
+    let article = if T::NAME.starts_with('S') { "an" } else { "a" };
+    format!("{article} {}", T::NAME)
 }
 
 /// The slack of a QP of type `T` with `caps` and `limits`, posting through `ex` when it has
