@@ -108,7 +108,7 @@ impl<'ctx> EfaContext<'ctx> {
                        libefa)",
             });
         }
-        // SAFETY: libefa is the provider of `ctx`.
+        // SAFETY: libefa, loaded after the libibverbs that opened `ctx`, is its provider.
         unsafe { Self::with_library(ctx, lib) }
     }
 
@@ -121,12 +121,15 @@ impl<'ctx> EfaContext<'ctx> {
     ///
     /// # Safety
     ///
-    /// `lib` must be the libefa that drives `ctx` ([`sys::Efa::drives`]), or a mock that keeps
-    /// libefa's contracts over the mock's objects.
+    /// `lib` must be rdma-core's libefa loaded in this process alongside the libibverbs that
+    /// opened `ctx` (whose efadv functions test the device's provider before anything else,
+    /// and answer `EOPNOTSUPP` for a device of another one), or a mock that keeps libefa's
+    /// contracts over the mock's objects.
     pub unsafe fn with_library(ctx: &'ctx Context, lib: &'static sys::Efa) -> Result<Self> {
         let mut raw = sys::efadv_device_attr::default();
         let inlen = std::mem::size_of::<sys::efadv_device_attr>() as u32;
-        // SAFETY: a context `lib` drives (the caller's), and a writable struct of `inlen`
+        // SAFETY: a live context and a libefa of its libibverbs (the caller's), which refuses
+        // another provider's device before touching anything; a writable struct of `inlen`
         // bytes, which libefa fills up to `inlen` and no further.
         let ret = unsafe { (lib.fns.efadv_query_device)(ctx.as_raw(), &mut raw, inlen) };
         if ret == libc::EOPNOTSUPP {
