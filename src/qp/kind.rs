@@ -25,7 +25,7 @@ pub trait QpType: sealed::Sealed {
 }
 
 /// Datagram transports, whose sends each name their destination and which need no peer to
-/// reach RTS: [`Ud`], and with feature `efa` AWS EFA's SRD ([`Srd`](crate::efa::Srd)).
+/// reach RTS: [`Ud`], and with feature `efa` AWS EFA's SRD (`efa::Srd`).
 pub trait Datagram: QpType {}
 
 /// Connected transports, which are taken to RTR towards one peer QP: [`Rc`] and [`Uc`].
