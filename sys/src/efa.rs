@@ -112,7 +112,7 @@ pub fn libefa() -> Result<&'static Efa, LoadError> {
         // SAFETY: dlopen runs libefa's initialisers, which only register the provider with
         // libibverbs; the override is the user's explicit choice, and a libefa of rdma-core
         // implements the ABI of this build's headers.
-        unsafe { load(&crate::loader::name_from_env(LIBEFA_ENV, LIBEFA_SONAME)) }
+        unsafe { load(crate::loader::name_from_env(LIBEFA_ENV, LIBEFA_SONAME)) }
     };
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }
