@@ -20,8 +20,8 @@
 //! Everything starts at [`EfaContext::open`], the gate: it loads libefa (`libefa.so.1`, once
 //! per process), checks that libefa is the provider of the device, and asks
 //! `efadv_query_device(3)`. On any other device (Soft-RoCE, siw, mlx5) it returns
-//! [`Error::Unsupported`](crate::Error::Unsupported) saying why, and no SRD QP can be made;
-//! without libefa installed, [`Error::Load`](crate::Error::Load) naming it.
+//! [`Error::Unsupported`] saying why, and no SRD QP can be made;
+//! without libefa installed, [`Error::Load`] naming it.
 //!
 //! ```no_run
 //! # use rdma_verbs::*;

@@ -5,7 +5,7 @@
 //! `build.rs`). Only the SRD transport of the safe crate's `efa` feature uses it, so nothing
 //! here runs until an EFA entry point asks for it ([`libefa()`]).
 //!
-//! Like librdmacm (see [`crate::rdmacm`]): `dlopen("libefa.so.1", RTLD_NOW | RTLD_LOCAL)` once
+//! Like librdmacm (`rdmacm.rs`): `dlopen("libefa.so.1", RTLD_NOW | RTLD_LOCAL)` once
 //! per process, never `dlclose`d, after libibverbs (libefa `NEEDED`s `libibverbs.so.1`, which
 //! then resolves to the one already loaded). `RDMA_VERBS_LIBEFA` overrides the name.
 //!
