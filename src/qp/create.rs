@@ -60,7 +60,8 @@ impl<'res> ProtectionDomain<'res> {
     /// [`Error::Verb`] from `ibv_query_device`, or from `ibv_create_qp` (`EINVAL`: a
     /// capability the provider refuses, such as `max_inline_data`, with the capabilities
     /// asked and the device's limits in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
-    /// the provider lacks the transport (e.g. UC on iWARP), or, with
+    /// the provider lacks the transport (e.g. UC on iWARP), for an SRD QP (feature `efa`: its
+    /// own verb, `EfaContext::create_srd_qp`, makes them), or, with
     /// [`VerbsPath::Extended`] forced, naming what it lacks of the extended QP
     /// (`ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, or an `ibv_qp_ex` member).
     #[doc(alias = "ibv_create_qp")]
@@ -69,6 +70,13 @@ impl<'res> ProtectionDomain<'res> {
         &'res self,
         attr: &QpInitAttr<'res, '_>,
     ) -> Result<QueuePair<'res, Reset, T>> {
+        if T::RAW == sys::IBV_QPT_DRIVER {
+            // A driver QP needs its provider's attributes, which only its own verb passes.
+            return Err(Error::Unsupported {
+                what: "SRD queue pairs through ProtectionDomain::create_qp: create them with \
+                       efa::EfaContext::create_srd_qp",
+            });
+        }
         self.check_init(attr, T::RAW)?;
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let forced = attr.verbs_path == Some(VerbsPath::Extended);

@@ -143,6 +143,12 @@ fn srd_creation_refuses_what_efa_cannot_do() {
     let err = efa.create_srd_qp(&pd, &QpInitAttr { cap, ..srd_attr(&cq) }).unwrap_err();
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::DeviceLimit));
     assert!(err.to_string().contains(&format!("max_rq_sge {limit}")), "{err}");
+    // Only libefa's own verb makes SRD QPs: the generic creation refuses before any verb.
+    fx.mock.take_calls();
+    let err = pd.create_qp::<Srd>(&srd_attr(&cq)).unwrap_err();
+    let Error::Unsupported { what } = err else { panic!("{err:?}") };
+    assert!(what.contains("EfaContext::create_srd_qp"), "{what}");
+    assert!(fx.mock.take_calls().is_empty());
     let srq = pd.create_srq(16, 1).unwrap();
     let err = efa.create_srd_qp(&pd, &QpInitAttr { srq: Some(&srq), ..srd_attr(&cq) }).unwrap_err();
     assert!(err.to_string().contains("without an SRQ"), "{err}");
