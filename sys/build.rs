@@ -34,9 +34,10 @@ fn main() {
     let types = types.to_string();
     let dci_streams = types.contains("pub struct mlx5dv_dci_streams_caps");
     let efadv = types.contains("pub struct efadv_device_attr");
+    let efa_constants: &[_] = if efadv { &OWN_EFA_CONSTANTS } else { &[] };
     let own = missing_types(&types)
-        + &missing_constants(&types)
-        + &if efadv { missing_efa_constants(&types) } else { String::new() };
+        + &missing_constants(&types, &OWN_CONSTANTS)
+        + &missing_constants(&types, efa_constants);
     std::fs::write(out.join("bindings.rs"), types.clone() + &own)
         .unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
 
@@ -279,7 +280,12 @@ const OWN_CONSTANTS: [(&str, &str, &str); 1] = [(
 
 /// `efadv_query_device(3)`'s capability bits that efadv.h of older releases lacks, declared
 /// with the numbers the newer headers give them (only when the system has efadv.h).
-const OWN_EFA_CONSTANTS: [(&str, &str, &str); 2] = [
+const OWN_EFA_CONSTANTS: [(&str, &str, &str); 3] = [
+    (
+        "EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID",
+        "rdma-core v43",
+        "pub const EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID: u32 = 1 << 2;",
+    ),
     (
         "EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE",
         "rdma-core v46",
@@ -291,19 +297,6 @@ const OWN_EFA_CONSTANTS: [(&str, &str, &str); 2] = [
         "pub const EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;",
     ),
 ];
-
-/// The constants of [`OWN_EFA_CONSTANTS`] that `types` (bindgen's output) lacks.
-fn missing_efa_constants(types: &str) -> String {
-    let mut own = String::new();
-    for (name, since, constant) in OWN_EFA_CONSTANTS {
-        if !types.contains(&format!("pub const {name}:")) {
-            own += &own_note(since);
-            own += constant;
-            own += "\n";
-        }
-    }
-    own
-}
 
 /// The declarations of [`OWN_PROTOTYPES`] that `decls` (bindgen's output) lacks.
 fn missing_prototypes(decls: &str) -> String {
@@ -329,10 +322,11 @@ fn missing_types(types: &str) -> String {
     own
 }
 
-/// The constants of [`OWN_CONSTANTS`] that `types` (bindgen's output) lacks.
-fn missing_constants(types: &str) -> String {
+/// The constants of `constants` ([`OWN_CONSTANTS`], [`OWN_EFA_CONSTANTS`]) that `types`
+/// (bindgen's output) lacks.
+fn missing_constants(types: &str, constants: &[(&str, &str, &str)]) -> String {
     let mut own = String::new();
-    for (name, since, constant) in OWN_CONSTANTS {
+    for &(name, since, constant) in constants {
         if !types.contains(&format!("pub const {name}:")) {
             own += &own_note(since);
             own += constant;
