@@ -13,11 +13,11 @@ bitflags! {
     pub struct EfaDeviceCaps: u32 {
         /// `RDMA_READ`: RDMA READ over SRD.
         const RDMA_READ = sys::EFADV_DEVICE_ATTR_CAPS_RDMA_READ;
-        /// `RNR_RETRY` (rdma-core v32): an SRD QP retries a SEND that found no receive posted (receiver not
-        /// ready) instead of failing it.
+        /// `RNR_RETRY` (rdma-core v32): an SRD QP retries a SEND that found no receive
+        /// posted (receiver not ready) instead of failing it.
         const RNR_RETRY = sys::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY;
-        /// `CQ_WITH_SGID` (rdma-core v43): a receive completion can report the sender's GID, for senders
-        /// without an address handle here.
+        /// `CQ_WITH_SGID` (rdma-core v43): a receive completion can report the sender's
+        /// GID, for senders without an address handle here.
         const CQ_WITH_SGID = sys::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
         /// `RDMA_WRITE` (rdma-core v46): RDMA WRITE over SRD.
         const RDMA_WRITE = sys::EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE;
