@@ -162,8 +162,8 @@ impl<'ctx> EfaContext<'ctx> {
     ///
     /// The capabilities are checked first as [`ProtectionDomain::create_qp`] checks them
     /// (the device's limits, room on the CQs) and against the EFA limits: `max_send_wr` and
-    /// `max_recv_wr` at most [`EfaDeviceAttr::max_sq_wr`] and [`max_rq_wr`](EfaDeviceAttr::max_rq_wr),
-    /// the SGEs at most [`max_sq_sge`](EfaDeviceAttr::max_sq_sge) and
+    /// `max_recv_wr` at most [`EfaDeviceAttr::max_sq_wr`] and
+    /// [`max_rq_wr`](EfaDeviceAttr::max_rq_wr), the SGEs at most [`max_sq_sge`](EfaDeviceAttr::max_sq_sge) and
     /// [`max_rq_sge`](EfaDeviceAttr::max_rq_sge), `max_inline_data` at most
     /// [`inline_buf_size`](EfaDeviceAttr::inline_buf_size). The QP posts through
     /// `ibv_post_send(3)`; see the [module docs](self) for what SRD delivers.
