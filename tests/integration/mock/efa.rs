@@ -96,10 +96,13 @@ fn a_device_that_is_not_efa_is_unsupported() {
 #[test]
 fn the_gate_refuses_a_context_whose_provider_is_not_libefa() {
     let fx = fixture(EfaConfig::default());
-    match efa::query_device(&fx.ctx).unwrap_err() {
-        Error::Unsupported { what } => assert!(what.contains("not libefa"), "{what}"),
-        Error::Load(sys::LoadError::Open { lib, .. }) => assert_eq!(lib, sys::RdmaLibrary::Efa),
-        other => panic!("{other:?}"),
+    let err = efa::query_device(&fx.ctx).unwrap_err();
+    match sys::efa::libefa() {
+        Ok(_) => {
+            let Error::Unsupported { what } = &err else { panic!("{err:?}") };
+            assert!(what.contains("not libefa"), "{what}");
+        }
+        Err(load) => assert_eq!(err.to_string(), Error::from(load.clone()).to_string()),
     }
     assert!(fx.mock.take_calls().is_empty(), "no verb was called");
 }
@@ -190,4 +193,58 @@ fn srd_sends_are_addressed_and_arrive_without_a_grh() {
     assert_eq!(err.invalid_input_kind(), Some(InvalidInputKind::UdNoDestination));
     assert!(err.to_string().contains("an SRD QP posts only SENDs addressed"), "{err}");
     assert!(fx.mock.take_violations().is_empty());
+}
+
+/// SRD is reliable: a SEND that finds no receive posted waits for one (the mock's stand-in for
+/// the device's RNR retries) instead of being dropped as a UD datagram is.
+#[test]
+fn an_srd_send_waits_for_a_receive() {
+    let fx = fixture(EfaConfig::default());
+    let efa = gate(&fx).unwrap();
+    let (pd, cq) = fx.pd_and_cq(64);
+    let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
+    let ah = ah(&fx, &pd);
+    let (a, b) = (srd_up(&efa, &pd, &cq), srd_up(&efa, &pd, &cq));
+    let mut buf = pool.take().unwrap();
+    buf.fill(b"early").unwrap();
+    let to_b = UdDestination { ah: &ah, qpn: b.qp_num(), qkey: QKEY };
+    a.post_send_buffer_to(buf, &to_b, None).unwrap();
+    let mut wcs = [WorkCompletion::EMPTY; 4];
+    assert!(cq.poll(&mut wcs).unwrap().is_empty(), "nothing completes before the receive");
+    b.post_recv_buffer(pool.take().unwrap()).unwrap();
+    let done = cq.poll(&mut wcs).unwrap();
+    let mut opcodes: Vec<_> = done
+        .iter_mut()
+        .map(|wc| {
+            assert!(wc.is_success(), "{wc:?}");
+            let buf = pool.complete(wc).unwrap();
+            if wc.opcode() == WcOpcode::RECV {
+                assert_eq!(buf.as_slice(), b"early");
+            }
+            wc.opcode()
+        })
+        .collect();
+    opcodes.sort_by_key(|op| *op == WcOpcode::RECV);
+    assert_eq!(opcodes, [WcOpcode::SEND, WcOpcode::RECV]);
+}
+
+/// An SRD message carries at most the port's active MTU, refused before the provider.
+#[test]
+fn an_srd_message_above_the_mtu_is_refused() {
+    let fx = fixture(EfaConfig::default());
+    let efa = gate(&fx).unwrap();
+    let (pd, cq) = fx.pd_and_cq(64);
+    let mtu = fx.ctx.query_port(PORT).unwrap().active_mtu().bytes().unwrap() as usize;
+    let pool =
+        BufferPool::new(pd.register(2 * mtu + 64, AccessFlags::LOCAL_WRITE).unwrap(), mtu + 1)
+            .unwrap();
+    let ah = ah(&fx, &pd);
+    let qp = srd_up(&efa, &pd, &cq);
+    let mut buf = pool.take().unwrap();
+    buf.set_len(mtu + 1).unwrap();
+    let to_self = UdDestination { ah: &ah, qpn: qp.qp_num(), qkey: QKEY };
+    let err = qp.try_post_send_buffer_to(buf, &to_self, None).unwrap_err();
+    assert_eq!(err.error.invalid_input_kind(), Some(InvalidInputKind::UdTooLarge));
+    let expected = format!("an SRD message carries at most the path MTU, {mtu} bytes");
+    assert!(err.error.to_string().starts_with(&expected), "{}", err.error);
 }
