@@ -44,8 +44,8 @@ pub struct EfaConfig {
 }
 
 impl Default for EfaConfig {
-    /// An EFA device with the limits of an AWS instance's (`c6gn`-like): 4096 WRs, 2 send and
-    /// 1 receive SGE, 32 bytes inline, RDMA READ up to 1 GiB, RNR retry.
+    /// An EFA device of the mock's own numbers: 4096 WRs per queue, 2 send and 1 receive
+    /// SGE, 32 bytes inline, RDMA READ up to 1 GiB, RNR retry.
     fn default() -> Self {
         EfaConfig {
             efa: true,
