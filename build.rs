@@ -6,7 +6,11 @@
 use std::env;
 
 fn main() {
-    for (fact, cfg) in [("MLX5DV", "rdma_verbs_mlx5dv"), ("RDMA_CMA", "rdma_verbs_rdma_cma")] {
+    for (fact, cfg) in [
+        ("MLX5DV", "rdma_verbs_mlx5dv"),
+        ("RDMA_CMA", "rdma_verbs_rdma_cma"),
+        ("EFADV", "rdma_verbs_efadv"),
+    ] {
         let var = format!("DEP_RDMA_VERBS_SYS_{fact}");
         println!("cargo:rerun-if-env-changed={var}");
         if env::var(&var).as_deref() == Ok("1") {

@@ -108,6 +108,7 @@
 //! | completion channels, async events, `tokio` streams | each | rxe: armed CQs, CQ overrun, SRQ limit, port down and up | hardware-unverified |
 //! | `rdmacm` | — | rxe and siw: resolve, connect, accept, reject, timeouts; with `tokio`, each step as a future, a cancelled connect; the examples and tools over it | hardware-unverified |
 //! | `mlx5` (DC) | the mock libmlx5: DCTs, DCIs and streams executing WRITE, READ and SEND | rxe: the gate's `Unsupported` | tests written and `#[ignore]`d |
+//! | `efa` (SRD) | the mock libefa: its attributes, SRD QPs through every state, SENDs looped back; refusals on a non-EFA device and without libefa | rxe: the gate's `Unsupported` | test written and `#[ignore]`d |
 //! | `diag` (the doctor) | each layer's checks as unit tests | rxe and siw in the guest, on rdma-core 33.2 to 65.0 | hardware-unverified |
 //! | caller-owned memory ([`PinnedMemory`]), [`HugePages`], [`SharedMemory`] | registration, pools, loopback RDMA WRITE, hand-back after and leak on failed deregistration; huge pages' `ENOMEM` hint where none are reserved | rxe: a peer's RDMA WRITE into each, byte for byte (8 huge pages reserved in the guest), and through a window bound to caller-owned memory | hardware-unverified |
 //! | rails (feature `rails`, module `rails`) | round-robin slices over two devices, both ways; a rail failed by an error completion or its switch, its slices finished on the other, down until replaced; refusals | rxe: a 192 MiB RDMA WRITE over rxe0 and rxe1 (`scripts/rdma-vm --two-rxe`) whose rdma1 link goes down mid-way (rxe fails the rail's WR with `LOC_QP_OP_ERR`), finished byte for byte on the other rail | hardware-unverified |
@@ -131,6 +132,10 @@
 //! - `mlx5`: the Dynamically Connected transport of NVIDIA ConnectX devices (module `mlx5`);
 //!   the device's own libmlx5 is used at run time, only by DC. Needs `infiniband/mlx5dv.h` at
 //!   build time (libibverbs-dev / rdma-core-devel).
+//!
+//! - `efa`: the Scalable Reliable Datagram transport of AWS Elastic Fabric Adapters (module
+//!   `efa`); libefa is loaded at run time on first use, only by SRD. Needs
+//!   `infiniband/efadv.h` at build time (libibverbs-dev / rdma-core-devel).
 //!
 //! - `diag`: the doctor, a layered diagnosis of the RDMA stack (module `diag`, used by
 //!   `examples/doctor`). Off by default, so a program that only does verbs compiles none of
@@ -183,6 +188,16 @@ compile_error!(
 #[cfg(feature = "diag")]
 #[cfg_attr(docsrs, doc(cfg(feature = "diag")))]
 pub mod diag;
+#[cfg(all(feature = "efa", rdma_verbs_efadv))]
+#[cfg_attr(docsrs, doc(cfg(feature = "efa")))]
+pub mod efa;
+#[cfg(all(feature = "efa", not(rdma_verbs_efadv)))]
+compile_error!(
+    "rdma-verbs: feature `efa` needs infiniband/efadv.h, which rdma-verbs-sys did not find: \
+     install libibverbs-dev (Debian/Ubuntu: it ships efadv.h) or rdma-core-devel \
+     (RHEL/Rocky/Fedora, Amazon Linux), or point RDMA_CORE_INCLUDE_DIR at the directory \
+     holding infiniband/efadv.h"
+);
 pub mod endpoint;
 mod error;
 mod event;
@@ -295,6 +310,7 @@ pub use port::PortAttr;
 pub use port::PortState;
 pub use qp::AckTimeout;
 pub use qp::Connected;
+pub use qp::Datagram;
 pub use qp::Ece;
 pub use qp::Init;
 pub use qp::PacketPacingCaps;

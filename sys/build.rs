@@ -26,12 +26,18 @@ fn main() {
 
     let types = builder(&include_dirs, &found)
         .allowlist_type("ibv_.*|_ibv_.*|_compat_ibv_port_attr|verbs_.*|mlx5dv_.*|rdma_.*")
-        .allowlist_var("IBV_.*|IB_UVERBS_.*|MLX5DV_.*|RDMA_.*");
+        .allowlist_type("efadv_(device_attr|qp_init_attr)")
+        .allowlist_var("IBV_.*|IB_UVERBS_.*|MLX5DV_.*|RDMA_.*")
+        .allowlist_var("EFADV_(DEVICE_ATTR_CAPS|QP_DRIVER_TYPE)_.*");
     let types = generate(types);
     // DC (src/mlx5.rs, the safe crate's `mlx5` feature) needs DCI streams, new in v37's mlx5dv.h.
     let types = types.to_string();
     let dci_streams = types.contains("pub struct mlx5dv_dci_streams_caps");
-    let own = missing_types(&types) + &missing_constants(&types);
+    let efadv = types.contains("pub struct efadv_device_attr");
+    let efa_constants: &[_] = if efadv { &OWN_EFA_CONSTANTS } else { &[] };
+    let own = missing_types(&types)
+        + &missing_constants(&types, &OWN_CONSTANTS)
+        + &missing_constants(&types, efa_constants);
     std::fs::write(out.join("bindings.rs"), types.clone() + &own)
         .unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
 
@@ -43,12 +49,15 @@ fn main() {
         .allowlist_function(
             "mlx5dv_(query_device|is_supported|create_qp|qp_ex_from_ibv_qp_ex|dci_stream_id_reset)",
         )
+        // And the efadv functions src/efa.rs loads.
+        .allowlist_function("efadv_(query_device|create_qp_ex)")
         .allowlist_recursively(false);
     let decls = generate(decls).to_string();
     std::fs::write(out.join("decls.rs"), decls.clone() + &missing_prototypes(&decls))
         .unwrap_or_else(|e| fail(&format!("writing decls.rs: {e}")));
 
     publish_facts(&found.lock().expect("no poisoning in a single thread"), &headers, dci_streams);
+    publish_efadv(efadv);
 }
 
 /// The include directory handed to clang: one of its own in `OUT_DIR` that holds only the
@@ -269,6 +278,26 @@ const OWN_CONSTANTS: [(&str, &str, &str); 1] = [(
     "pub const IBV_EVENT_DEVICE_SPEED_CHANGE: ibv_event_type = 20;",
 )];
 
+/// `efadv_query_device(3)`'s capability bits that efadv.h of older releases lacks, declared
+/// with the numbers the newer headers give them (only when the system has efadv.h).
+const OWN_EFA_CONSTANTS: [(&str, &str, &str); 3] = [
+    (
+        "EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID",
+        "rdma-core v43",
+        "pub const EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID: u32 = 1 << 2;",
+    ),
+    (
+        "EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE",
+        "rdma-core v46",
+        "pub const EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE: u32 = 1 << 3;",
+    ),
+    (
+        "EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV",
+        "rdma-core v52",
+        "pub const EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;",
+    ),
+];
+
 /// The declarations of [`OWN_PROTOTYPES`] that `decls` (bindgen's output) lacks.
 fn missing_prototypes(decls: &str) -> String {
     let mut own = String::new();
@@ -293,10 +322,11 @@ fn missing_types(types: &str) -> String {
     own
 }
 
-/// The constants of [`OWN_CONSTANTS`] that `types` (bindgen's output) lacks.
-fn missing_constants(types: &str) -> String {
+/// The constants of `constants` ([`OWN_CONSTANTS`], [`OWN_EFA_CONSTANTS`]) that `types`
+/// (bindgen's output) lacks.
+fn missing_constants(types: &str, constants: &[(&str, &str, &str)]) -> String {
     let mut own = String::new();
-    for (name, since, constant) in OWN_CONSTANTS {
+    for &(name, since, constant) in constants {
         if !types.contains(&format!("pub const {name}:")) {
             own += &own_note(since);
             own += constant;
@@ -358,6 +388,15 @@ fn publish_facts(included: &[String], headers: &Path, dci_streams: bool) {
     }
     if let Some(v) = rdma_core_version(headers) {
         println!("cargo::metadata=rdma_core_version={v}");
+    }
+}
+
+/// Whether efadv.h was found: the libefa table (src/efa.rs) needs its types and prototypes,
+/// and the safe crate's `efa` feature needs that table.
+fn publish_efadv(efadv: bool) {
+    println!("cargo::metadata=efadv={}", u8::from(efadv));
+    if efadv {
+        println!("cargo:rustc-cfg=rdma_verbs_efadv");
     }
 }
 

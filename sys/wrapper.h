@@ -4,6 +4,9 @@
 #if __has_include(<infiniband/mlx5dv.h>)
 #include <infiniband/mlx5dv.h>
 #endif
+#if __has_include(<infiniband/efadv.h>)
+#include <infiniband/efadv.h>
+#endif
 #if __has_include(<rdma/rdma_cma.h>)
 #include <rdma/rdma_cma.h>
 #endif

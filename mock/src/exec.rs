@@ -115,7 +115,7 @@ impl Outcome {
 fn peer_of(s: &State, qpn: u32, w: &SendWork) -> Option<u32> {
     let qp = &s.reg.qps[&qpn];
     let qp_type = qp.raw().qp_type;
-    let dest = if qp_type == IBV_QPT_UD { w.remote_qpn } else { qp.dest_qpn? };
+    let dest = if super::qp::is_datagram(qp_type) { w.remote_qpn } else { qp.dest_qpn? };
     let peer = s.reg.qps.get(&dest)?.raw();
     (peer.qp_type == qp_type && matches!(peer.state, IBV_QPS_RTR | IBV_QPS_RTS)).then_some(dest)
 }
@@ -129,7 +129,10 @@ fn execute(s: &mut State, qpn: u32, peer: u32, w: &SendWork) -> Outcome {
     );
     let recv_queue = queue_of_receives(peer, &s.reg.qps[&peer]);
     if needs_recv && !has_receive(s, recv_queue) {
-        return if qp_type == IBV_QPT_RC { Outcome::Wait } else { Outcome::ok(0) };
+        // The reliable transports wait for a receive (RC's RNR retries; SRD's, when the EFA
+        // device has RNR_RETRY); the unreliable ones drop the message.
+        let reliable = matches!(qp_type, IBV_QPT_RC | IBV_QPT_DRIVER);
+        return if reliable { Outcome::Wait } else { Outcome::ok(0) };
     }
     let local = Queue::Send(qpn);
     let both = vec![qpn, peer];

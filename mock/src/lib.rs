@@ -96,6 +96,9 @@ mod extended;
 mod import;
 // DC: a mock libmlx5 and the libibverbs pieces DC needs.
 mod dmah;
+// SRD: a mock libefa.
+#[cfg(rdma_verbs_efadv)]
+pub mod efa;
 #[cfg(rdma_verbs_mlx5dv)]
 pub mod mlx5;
 mod mw;

@@ -50,12 +50,28 @@ pub(super) fn new_qp(
     pd: *mut ibv_pd,
     init: &mut ibv_qp_init_attr,
 ) -> Result<ibv_qp, c_int> {
-    s.expect(pd, Kind::Pd)?;
-    s.expect(init.send_cq, Kind::Cq)?;
-    s.expect(init.recv_cq, Kind::Cq)?;
     if !matches!(init.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD) {
         return Err(libc::EOPNOTSUPP);
     }
+    new_qp_of_type(s, pd, init)
+}
+
+/// Whether QPs of `qp_type` take a destination per work request: UD, and SRD, the only
+/// `IBV_QPT_DRIVER` QPs of the base mock (the mock libefa's; DC QPs live in the mlx5 mock).
+pub(super) fn is_datagram(qp_type: ibv_qp_type) -> bool {
+    matches!(qp_type, IBV_QPT_UD | IBV_QPT_DRIVER)
+}
+
+/// [`new_qp`] of any `init.qp_type`, for a creation verb that checked the type itself
+/// (the mock libefa's SRD QPs).
+pub(super) fn new_qp_of_type(
+    s: &mut State,
+    pd: *mut ibv_pd,
+    init: &mut ibv_qp_init_attr,
+) -> Result<ibv_qp, c_int> {
+    s.expect(pd, Kind::Pd)?;
+    s.expect(init.send_cq, Kind::Cq)?;
+    s.expect(init.recv_cq, Kind::Cq)?;
     if !init.srq.is_null() {
         s.expect(init.srq, Kind::Srq)?;
     }
@@ -123,7 +139,7 @@ fn transition(
 ) -> Result<ibv_qp_state, c_int> {
     let [init, rtr, rts] = match qp_type {
         IBV_QPT_UC => [UC_INIT, UC_RTR, UC_RTS],
-        IBV_QPT_UD => [UD_INIT, UD_RTR, UD_RTS],
+        _ if is_datagram(qp_type) => [UD_INIT, UD_RTR, UD_RTS],
         _ => [RC_INIT, RC_RTR, RC_RTS],
     };
     if mask & IBV_QP_STATE == 0 {
@@ -179,7 +195,7 @@ pub(super) unsafe extern "C" fn ibv_modify_qp(
         let qpn = raw.qp_num;
         if let Some(info) = s.reg.qps.get_mut(&qpn) {
             info.attr.apply(attr, attr_mask as u32);
-            if state == IBV_QPS_RTR && raw.qp_type != IBV_QPT_UD {
+            if state == IBV_QPS_RTR && !is_datagram(raw.qp_type) {
                 info.dest_qpn = Some(attr.dest_qp_num);
             }
         }

@@ -87,7 +87,7 @@ pub(crate) fn check_send(
         let detail = format!("{} SGEs, max_send_sge {}", wr.sges.len(), qp.max_send_sge);
         return Err((Rule::TooManySges, detail));
     }
-    if raw.qp_type == IBV_QPT_UD {
+    if super::qp::is_datagram(raw.qp_type) {
         match reg.ahs.get(&wr.ah) {
             None => return Err((Rule::MissingAh, format!("AH {:#x} is not live", wr.ah))),
             Some(&pd) if pd != raw.pd => {

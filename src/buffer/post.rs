@@ -8,7 +8,7 @@ use super::send_list::{OpenChain, SendBufferList};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
-use crate::qp::{Connected, QpType, QueuePair, Rts, Ud};
+use crate::qp::{Connected, Datagram, QpType, QueuePair, Rts};
 use crate::try_twin::try_twin;
 use crate::wr::{LKey, SendFlags, SendOp, Sge};
 
@@ -185,7 +185,7 @@ impl<'res, T: Connected> QueuePair<'res, Rts, T> {
     }
 }
 
-impl<'res> QueuePair<'res, Rts, Ud> {
+impl<'res, T: Datagram> QueuePair<'res, Rts, T> {
     try_twin! {
         /// `ibv_post_send(3)`—Sends `buffer`'s [`len`](Buffer::len) bytes (at most the path MTU)
         /// as one datagram to `dest`, signaled, with `imm` as immediate data when given. The

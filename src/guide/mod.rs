@@ -10,6 +10,7 @@
 //! | [`verbs_path`] | extended and legacy verbs, and the provider bugs worked around |
 //! | [`events`] | completion channels, asynchronous device events, tokio |
 //! | [`dc`] | the Dynamically Connected transport of ConnectX devices (feature `mlx5`) |
+//! | [`srd`] | the Scalable Reliable Datagram transport of AWS EFA devices (feature `efa`) |
 //! | [`deployment`] | running on a NIC and in containers: device nodes, memlock, capabilities, fork, sharing objects between processes |
 //! | [`doctor`] | troubleshooting with the doctor |
 //! | [`platforms`] | rdma-core versions, the glibc 2.28 release build, MSRV |
@@ -42,6 +43,14 @@ pub mod events {}
            Build the documentation with `--features mlx5` (docs.rs does) to read it."
 )]
 pub mod dc {}
+
+#[cfg_attr(feature = "efa", doc = include_str!("srd.md"))]
+#[cfg_attr(
+    not(feature = "efa"),
+    doc = "The Scalable Reliable Datagram transport: this chapter documents the `efa` \
+           feature. Build the documentation with `--features efa` (docs.rs does) to read it."
+)]
+pub mod srd {}
 
 #[doc = include_str!("deployment.md")]
 pub mod deployment {}

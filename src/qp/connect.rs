@@ -3,7 +3,8 @@
 use rdma_verbs_sys as sys;
 
 use super::{
-    Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdToInitAttr,
+    Connected, Datagram, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud,
+    UdToInitAttr,
 };
 use crate::endpoint::Psn;
 use crate::error::TransitionError;
@@ -47,7 +48,7 @@ impl<'res> QueuePair<'res, Reset, Ud> {
         /// The error of `ibv_query_port` or `ibv_modify_qp`; the QP is dropped.
         /// [`try_into_init`](Self::try_into_init) hands it back.
         pub fn into_init / try_into_init(
-            mut self,
+            self,
             attr: &UdToInitAttr,
         ) -> Result<QueuePair<'res, Init, Ud>, TransitionError<Self>>
         try:
@@ -58,19 +59,55 @@ impl<'res> QueuePair<'res, Reset, Ud> {
         /// [`TransitionError`] holding the QP, still in RESET, and the error of
         /// [`into_init`](Self::into_init).
         {
-            match self.pd.context().query_port(attr.port) {
-                Ok(port) => self.limits.ud_mtu = super::ud_mtu(&port),
-                Err(error) => return Err(TransitionError { qp: self, error }),
-            }
-            let raw = sys::ibv_qp_attr {
-                pkey_index: attr.pkey_index,
-                port_num: attr.port,
-                qkey: attr.qkey,
-                ..Default::default()
-            };
-            let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY;
-            self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+            self.datagram_init(attr)
         }
+    }
+}
+
+/// The transitions of every [`Datagram`] type, which its own typed methods (UD's here, SRD's
+/// in `efa`) are.
+impl<'res, T: Datagram> QueuePair<'res, Reset, T> {
+    /// RESET → INIT (`STATE | PKEY_INDEX | PORT | QKEY`); the port's active MTU becomes the
+    /// largest message a send may carry.
+    pub(crate) fn datagram_init(
+        mut self,
+        attr: &UdToInitAttr,
+    ) -> Result<QueuePair<'res, Init, T>, TransitionError<Self>> {
+        match self.pd.context().query_port(attr.port) {
+            Ok(port) => self.limits.ud_mtu = super::ud_mtu(&port),
+            Err(error) => return Err(TransitionError { qp: self, error }),
+        }
+        let raw = sys::ibv_qp_attr {
+            pkey_index: attr.pkey_index,
+            port_num: attr.port,
+            qkey: attr.qkey,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY;
+        self.transition(raw, mask, "ibv_modify_qp (RESET→INIT)", sys::IBV_QPS_INIT)
+    }
+}
+
+impl<'res, T: Datagram> QueuePair<'res, Init, T> {
+    /// INIT → RTR (`STATE` only: a datagram QP has no peer).
+    pub(crate) fn datagram_rtr(self) -> Result<QueuePair<'res, Rtr, T>, TransitionError<Self>> {
+        self.transition(
+            sys::ibv_qp_attr::default(),
+            0,
+            "ibv_modify_qp (INIT→RTR)",
+            sys::IBV_QPS_RTR,
+        )
+    }
+}
+
+impl<'res, T: Datagram> QueuePair<'res, Rtr, T> {
+    /// RTR → RTS (`STATE | SQ_PSN`).
+    pub(crate) fn datagram_rts(
+        self,
+        sq_psn: Psn,
+    ) -> Result<QueuePair<'res, Rts, T>, TransitionError<Self>> {
+        let raw = sys::ibv_qp_attr { sq_psn: sq_psn.get(), ..Default::default() };
+        self.transition(raw, sys::IBV_QP_SQ_PSN, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
     }
 }
 
@@ -144,12 +181,7 @@ impl<'res> QueuePair<'res, Init, Ud> {
         ///
         /// [`TransitionError`] holding the QP, still in INIT, and the error of `ibv_modify_qp`.
         {
-            self.transition(
-                sys::ibv_qp_attr::default(),
-                0,
-                "ibv_modify_qp (INIT→RTR)",
-                sys::IBV_QPS_RTR,
-            )
+            self.datagram_rtr()
         }
     }
 }
@@ -208,8 +240,7 @@ impl<'res> QueuePair<'res, Rtr, Ud> {
         ///
         /// [`TransitionError`] holding the QP, still in RTR, and the error of `ibv_modify_qp`.
         {
-            let raw = sys::ibv_qp_attr { sq_psn: sq_psn.get(), ..Default::default() };
-            self.transition(raw, sys::IBV_QP_SQ_PSN, "ibv_modify_qp (RTR→RTS)", sys::IBV_QPS_RTS)
+            self.datagram_rts(sq_psn)
         }
     }
 }

@@ -60,7 +60,8 @@ impl<'res> ProtectionDomain<'res> {
     /// [`Error::Verb`] from `ibv_query_device`, or from `ibv_create_qp` (`EINVAL`: a
     /// capability the provider refuses, such as `max_inline_data`, with the capabilities
     /// asked and the device's limits in the message; `ENOMEM`: out of resources); [`Error::Unsupported`] when
-    /// the provider lacks the transport (e.g. UC on iWARP), or, with
+    /// the provider lacks the transport (e.g. UC on iWARP), for an SRD QP (feature `efa`: its
+    /// own verb, `EfaContext::create_srd_qp`, makes them), or, with
     /// [`VerbsPath::Extended`] forced, naming what it lacks of the extended QP
     /// (`ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, or an `ibv_qp_ex` member).
     #[doc(alias = "ibv_create_qp")]
@@ -69,6 +70,13 @@ impl<'res> ProtectionDomain<'res> {
         &'res self,
         attr: &QpInitAttr<'res, '_>,
     ) -> Result<QueuePair<'res, Reset, T>> {
+        if T::RAW == sys::IBV_QPT_DRIVER {
+            // A driver QP needs its provider's attributes, which only its own verb passes.
+            return Err(Error::Unsupported {
+                what: "SRD queue pairs through ProtectionDomain::create_qp: create them with \
+                       efa::EfaContext::create_srd_qp",
+            });
+        }
         self.check_init(attr, T::RAW)?;
         if attr.verbs_path != Some(VerbsPath::Legacy) {
             let forced = attr.verbs_path == Some(VerbsPath::Extended);
@@ -227,6 +235,18 @@ impl<'res> ProtectionDomain<'res> {
         })
     }
 
+    /// [`Self::adopt_qp`] of a QP another creation verb made (`efadv_create_qp_ex`), posting
+    /// through `ibv_post_send`.
+    #[cfg(all(feature = "efa", rdma_verbs_efadv))]
+    pub(crate) fn adopt_legacy_qp<T: QpType>(
+        &'res self,
+        raw: NonNull<sys::ibv_qp>,
+        cap: &sys::ibv_qp_cap,
+        attr: &QpInitAttr<'res, '_>,
+    ) -> Result<QueuePair<'res, Reset, T>> {
+        self.adopt_qp(raw, None, cap, attr)
+    }
+
     /// `ibv_create_qp(3)`—Creates a Reliable Connected queue pair in RESET: `create_qp::<Rc>`.
     ///
     /// # Errors
@@ -242,7 +262,7 @@ impl<'res> ProtectionDomain<'res> {
 
     /// Adds the requested capabilities, and the device's limits, to an `EINVAL` from
     /// `ibv_create_qp`: the provider refused one of them but does not say which.
-    fn explain_create_qp(&self, error: Error, cap: &QpCapabilities) -> Error {
+    pub(crate) fn explain_create_qp(&self, error: Error, cap: &QpCapabilities) -> Error {
         if error.errno() != Some(libc::EINVAL) {
             return error;
         }

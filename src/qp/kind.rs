@@ -5,7 +5,7 @@ use rdma_verbs_sys as sys;
 
 use super::modify::QpAttrMask as M;
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
@@ -19,7 +19,14 @@ pub trait QpType: sealed::Sealed {
     const RTR_MASK: M;
     /// What RTR→RTS requires (besides `STATE`).
     const RTS_MASK: M;
+    /// Whether each send names its destination (an address handle, remote QPN and Q_Key:
+    /// [`SendWr::to`](crate::SendWr::to)) instead of the QP being connected to one peer.
+    const DATAGRAM: bool = false;
 }
+
+/// Datagram transports, whose sends each name their destination and which need no peer to
+/// reach RTS: [`Ud`], and with feature `efa` AWS EFA's SRD (`efa::Srd`).
+pub trait Datagram: QpType {}
 
 /// Connected transports, which are taken to RTR towards one peer QP: [`Rc`] and [`Uc`].
 pub trait Connected: QpType {}
@@ -47,6 +54,7 @@ impl sealed::Sealed for Uc {}
 impl sealed::Sealed for Ud {}
 impl Connected for Rc {}
 impl Connected for Uc {}
+impl Datagram for Ud {}
 
 impl QpType for Rc {
     const RAW: sys::ibv_qp_type = sys::IBV_QPT_RC;
@@ -76,4 +84,9 @@ impl QpType for Ud {
     const NAME: &'static str = "UD";
     const RTR_MASK: M = M::empty();
     const RTS_MASK: M = M::SQ_PSN;
+    const DATAGRAM: bool = true;
 }
+
+/// Sealing a transport type defined in another module (SRD, `efa`).
+#[cfg(all(feature = "efa", rdma_verbs_efadv))]
+pub(crate) use sealed as kind_sealed;

@@ -39,7 +39,7 @@ mod ece;
 mod extended;
 #[cfg(test)]
 mod fit_tests;
-mod kind;
+pub(crate) mod kind;
 mod modify;
 mod post;
 mod post_recv;
@@ -58,7 +58,9 @@ use rdma_verbs_sys as sys;
 pub use attr::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr};
 pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use ece::Ece;
-pub use kind::{Connected, QpType, Rc, Uc, Ud};
+#[cfg(all(feature = "efa", rdma_verbs_efadv))]
+pub(crate) use kind::kind_sealed;
+pub use kind::{Connected, Datagram, QpType, Rc, Uc, Ud};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
 pub use rate_limit::PacketPacingCaps;
@@ -494,10 +496,10 @@ pub(crate) unsafe fn destroy_qp(fns: &sys::IbverbsFns, qp: *mut sys::ibv_qp) -> 
 const LIMITS_MASK: u32 = sys::IBV_QP_STATE | sys::IBV_QP_PORT | sys::IBV_QP_MAX_QP_RD_ATOMIC;
 
 impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
-    /// A UD QP's message limit for the port `attr` names, once it is bound to one (past
+    /// A datagram QP's message limit for the port `attr` names, once it is bound to one (past
     /// RESET); the limit it has for other types and in RESET.
     fn ud_mtu_of(&self, attr: &sys::ibv_qp_attr) -> Result<u16> {
-        if T::RAW != sys::IBV_QPT_UD || attr.qp_state == sys::IBV_QPS_RESET {
+        if !T::DATAGRAM || attr.qp_state == sys::IBV_QPS_RESET {
             return Ok(self.limits.ud_mtu);
         }
         Ok(ud_mtu(&self.pd.context().query_port(attr.port_num)?))

@@ -92,7 +92,10 @@ pub(crate) fn transition_masks(
 ) -> Option<(QpAttrMask, QpAttrMask)> {
     use QpAttrMask as M;
     use QueuePairState as S;
-    let (rc, ud) = (qp_type == sys::IBV_QPT_RC, qp_type == sys::IBV_QPT_UD);
+    // A `QueuePair` of `IBV_QPT_DRIVER` is EFA's SRD (feature `efa`), which transitions as UD
+    // does (DC QPs are types of their own, not checked here).
+    let rc = qp_type == sys::IBV_QPT_RC;
+    let ud = qp_type == sys::IBV_QPT_UD || qp_type == sys::IBV_QPT_DRIVER;
     let none = M::empty();
     // UD QPs take a Q_Key where connected ones take access flags and paths.
     let (init, path) = if ud {

@@ -104,7 +104,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                 // SAFETY: a live QP in RTS; the caller upholds the memory contract; the WR
                 // fits the QP, so the fast batch can build it.
                 let ret = unsafe {
-                    if T::RAW == sys::IBV_QPT_UD {
+                    if T::DATAGRAM {
                         ex.post_one_fast::<true>(wr)
                     } else {
                         ex.post_one_fast::<false>(wr)
@@ -149,7 +149,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         // SAFETY: a live QP in RTS; the caller upholds the memory contract; the WR fits the
         // QP, so the fast batch can build it.
         let ret = unsafe {
-            if T::RAW == sys::IBV_QPT_UD {
+            if T::DATAGRAM {
                 ex.post_parts_fast::<true>(wr_id, sge, op, flags, dest)
             } else {
                 ex.post_parts_fast::<false>(wr_id, sge, op, flags, dest)
@@ -190,7 +190,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     unsafe fn post_fast(&self, ex: &ExQp, list: &SendWrList<'_>) -> i32 {
         // SAFETY: the caller's guarantees; the list's builds are its WRs'.
         unsafe {
-            if T::RAW == sys::IBV_QPT_UD {
+            if T::DATAGRAM {
                 ExQp::post_fast::<true>(ex, list, list.builds())
             } else {
                 ExQp::post_fast::<false>(ex, list, list.builds())
@@ -211,7 +211,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         self.check_send_fully(wr).map_err(refused)?;
         if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-            unsafe { ex.post(std::slice::from_ref(wr), T::RAW == sys::IBV_QPT_UD) }?;
+            unsafe { ex.post(std::slice::from_ref(wr), T::DATAGRAM) }?;
         } else {
             let mut bad = std::ptr::null_mut();
             // SAFETY: a live QP in RTS; one WR (its `next` is NULL outside a list); the caller
@@ -371,7 +371,7 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
         }
         let result = if let Some(ex) = &self.ex {
             // SAFETY: a live QP in RTS; the caller upholds the memory contract.
-            unsafe { ex.post(list, T::RAW == sys::IBV_QPT_UD) }
+            unsafe { ex.post(list, T::DATAGRAM) }
         } else {
             let mut bad = std::ptr::null_mut();
             // SAFETY: a live QP in RTS; the list, linked within its storage and not empty; the
@@ -437,18 +437,22 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
                     .into(),
             ));
         }
-        if T::RAW == sys::IBV_QPT_UD {
+        if T::DATAGRAM {
             if !wr.has_destination() {
                 return Err(Error::invalid(
                     InvalidInputKind::UdNoDestination,
-                    "a UD QP posts only SENDs addressed with SendWr::to(&UdDestination)".into(),
+                    format!(
+                        "{} QP posts only SENDs addressed with SendWr::to(&UdDestination)",
+                        article_and_name::<T>()
+                    ),
                 ));
             }
             if wr.total_len() > u64::from(self.limits.ud_mtu) {
                 return Err(Error::invalid(
                     InvalidInputKind::UdTooLarge,
                     format!(
-                        "a UD message carries at most the path MTU, {} bytes, not {}",
+                        "{} message carries at most the path MTU, {} bytes, not {}",
+                        article_and_name::<T>(),
                         self.limits.ud_mtu,
                         wr.total_len()
                     ),
@@ -514,6 +518,12 @@ impl<T: QpType> QueuePair<'_, Rts, T> {
     }
 }
 
+/// "a UD", "an SRD": the type's name with its article, as messages say it.
+fn article_and_name<T: QpType>() -> String {
+    let article = if T::NAME.starts_with('S') { "an" } else { "a" };
+    format!("{article} {}", T::NAME)
+}
+
 /// The slack of a QP of type `T` with `caps` and `limits`, posting through `ex` when it has
 /// one: what each field of a WR's [`Demand`](fit::Demand) may be for the WR to pass every
 /// check of [`QueuePair::check_send_fully`] and, on the extended path, to be built by the
@@ -524,7 +534,7 @@ pub(super) fn send_slack<T: QpType>(
     limits: SendLimits,
     ex: Option<&ExQp>,
 ) -> Slack {
-    let (rc, ud) = (T::RAW == sys::IBV_QPT_RC, T::RAW == sys::IBV_QPT_UD);
+    let (rc, ud) = (T::RAW == sys::IBV_QPT_RC, T::DATAGRAM);
     // RDMA READ and atomics need RC and a non-zero `max_rd_atomic` (`check_reads_remote`).
     let reads = rc && limits.rd_atomic != Some(0);
     let slack = Slack::ANY

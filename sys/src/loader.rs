@@ -34,6 +34,9 @@ pub enum RdmaLibrary {
     Ibverbs,
     /// librdmacm (`rdmacm()`, only when the system has `rdma/rdma_cma.h`).
     Rdmacm,
+    /// libefa, the AWS EFA provider's direct verbs (`efa::libefa()`, only when the system has
+    /// `infiniband/efadv.h`).
+    Efa,
 }
 
 impl RdmaLibrary {
@@ -50,16 +53,22 @@ impl RdmaLibrary {
                  RHEL/Rocky/Fedora: dnf install librdmacm) or set RDMA_VERBS_LIBRDMACM to the \
                  path of librdmacm.so.1"
             }
+            RdmaLibrary::Efa => {
+                "install rdma-core's EFA provider (Debian/Ubuntu: apt-get install \
+                 ibverbs-providers; RHEL/Rocky/Fedora and Amazon Linux: dnf install libibverbs, \
+                 or the AWS EFA installer) or set RDMA_VERBS_LIBEFA to the path of libefa.so.1"
+            }
         }
     }
 }
 
 impl std::fmt::Display for RdmaLibrary {
-    /// Its name: `libibverbs`, `librdmacm`.
+    /// Its name: `libibverbs`, `librdmacm`, `libefa`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             RdmaLibrary::Ibverbs => "libibverbs",
             RdmaLibrary::Rdmacm => "librdmacm",
+            RdmaLibrary::Efa => "libefa",
         })
     }
 }

@@ -39,6 +39,8 @@ mod service;
 #[cfg(feature = "rdmacm")]
 mod service_cm;
 mod soundness;
+#[cfg(feature = "efa")]
+mod srd;
 mod topology;
 mod transfers;
 mod transports;

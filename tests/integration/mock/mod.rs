@@ -11,6 +11,8 @@ mod destroy;
 mod device_memory;
 mod dma_handle;
 mod ece;
+#[cfg(feature = "efa")]
+mod efa;
 mod events;
 mod import;
 mod limits;
