@@ -119,6 +119,9 @@
 //! | topology ([`topology`]) | no verbs: recorded sysfs trees of a two-socket host with a GPU, a RoCE LAG host and a VM | the guest's sysfs (virtual devices, no PCI place) | hardware-unverified: PCIe paths, links, NUMA nodes and bonds only in the recorded trees |
 //! | device memory ([`DeviceMemory`], [`DeviceMemoryRegion`]) | allocation against `max_dm_size`, copies' bounds and alignment, a zero-based region written and sent from by the raw tier, the dma-buf export, each refusal | `Unsupported` | hardware-unverified |
 //! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
+//! | DMA handles ([`DmaHandle`], [`RegisterOptions`], rdma-core v59) | allocation with mlx5's rules, registration through `ibv_reg_mr_ex` with the handle borrowed, deallocation in order; `Unsupported` before v59 and on the provider's `EOPNOTSUPP` | rxe: `Unsupported` on rdma-core 44 and 65.0 | hardware-unverified |
+//! | import of a device, PD and MR from another process ([`Context::import`]) | import by command fd and handles, unimport (never dealloc) of what was imported, the exporter's PD busy meanwhile; `Unsupported` before v31 and per provider | rxe, siw: `Unsupported` | hardware-unverified |
+//! | a route's static rate ([`StaticRate`]) | the rate reaches `ah_attr.static_rate` at RTR | rxe: taken (it does not pace by it) | hardware-unverified |
 //!
 //! # Crate features
 //!
