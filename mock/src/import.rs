@@ -29,6 +29,10 @@ use super::ContextConfig;
 
 /// The file a descriptor names (device and inode), `None` when it names none.
 fn file_of(fd: c_int) -> Option<(u64, u64)> {
+    // (Under Miri contexts have no command file, and fstat is not available.)
+    if fd < 0 {
+        return None;
+    }
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: fstat writes only `st`, and fails cleanly on a bad descriptor.
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
@@ -165,6 +169,9 @@ pub(super) extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
 /// Whether a PD imported from `pd` is used by objects made on it: the kernel counts the users
 /// of the one PD object whichever context made them, so `pd` is busy then.
 pub(super) fn twins_in_use(s: &State, pd: *mut ibv_pd) -> bool {
+    if s.imported.is_empty() {
+        return false;
+    }
     // SAFETY: a live mock PD (the caller checked), and live imported ones.
     let (file, handle) = unsafe { (file_of_context((*pd).context), (*pd).handle) };
     s.imported.iter().map(|&object| object.cast::<ibv_pd>()).any(|twin| {
