@@ -3,13 +3,14 @@
 use rdma_verbs_sys as sys;
 
 use super::{
-    Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud, UdToInitAttr,
+    Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToPeer, ToRtrAttr, ToRtsAttr, Ud,
+    UdToInitAttr,
 };
 use crate::endpoint::Psn;
 use crate::error::TransitionError;
 use crate::try_twin::try_twin;
 
-impl<'res, T: Connected> QueuePair<'res, Reset, T> {
+impl<'res, T: ToPeer> QueuePair<'res, Reset, T> {
     try_twin! {
         /// RESET → INIT (`STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): binds the QP to a port and
         /// sets what the peer may do.
@@ -74,10 +75,11 @@ impl<'res> QueuePair<'res, Reset, Ud> {
     }
 }
 
-impl<'res, T: Connected> QueuePair<'res, Init, T> {
+impl<'res, T: ToPeer> QueuePair<'res, Init, T> {
     try_twin! {
-        /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
-        /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
+        /// INIT → RTR: connects the receive side to the peer. RC and the XRC target set `STATE |
+        /// AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC and the
+        /// XRC initiator the first five.
         ///
         /// A `path_mtu` above the active MTU of the port (`attr.av.port`, `ibv_query_port(3)`) is
         /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in

@@ -48,6 +48,7 @@ mod rate_limit;
 mod rd_atom;
 mod retry;
 mod state;
+mod xrc;
 
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -58,7 +59,9 @@ use rdma_verbs_sys as sys;
 pub use attr::{QpCapabilities, QpInitAttr, ToInitAttr, ToRtrAttr, ToRtsAttr, UdToInitAttr};
 pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use ece::Ece;
-pub use kind::{Connected, QpType, Rc, Uc, Ud};
+pub use kind::{
+    Connected, HasReceiveQueue, HasSendQueue, QpType, Rc, ToPeer, Uc, Ud, XrcRecv, XrcSend,
+};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
 pub use rate_limit::PacketPacingCaps;
