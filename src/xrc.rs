@@ -148,10 +148,8 @@ impl<'ctx> XrcDomain<'ctx> {
         let srq = SharedReceiveQueue::adopt(raw, pd, &init.attr);
         let mut num = 0;
         // SAFETY: a live SRQ and a writable number.
-        check_errno(
-            unsafe { sys::inline::ibv_get_srq_num(srq.as_raw(), &mut num) },
-            "ibv_get_srq_num",
-        )?;
+        let ret = unsafe { sys::inline::ibv_get_srq_num(srq.as_raw(), &mut num) };
+        check_errno(ret, "ibv_get_srq_num")?;
         cq.credits().hold_for_srq(srq.as_raw() as usize, srq.max_wr())?;
         Ok(XrcSrq { srq, cq, num: SrqNum::from_low_bits(num) })
     }

@@ -10,6 +10,7 @@
 //! | [`verbs_path`] | extended and legacy verbs, and the provider bugs worked around |
 //! | [`events`] | completion channels, asynchronous device events, tokio |
 //! | [`dc`] | the Dynamically Connected transport of ConnectX devices (feature `mlx5`) |
+//! | [`xrc`] | the eXtended Reliable Connected transport: one receive queue per process shared by many senders |
 //! | [`deployment`] | running on a NIC and in containers: device nodes, memlock, capabilities, fork |
 //! | [`doctor`] | troubleshooting with the doctor |
 //! | [`platforms`] | rdma-core versions, the glibc 2.28 release build, MSRV |
@@ -42,6 +43,9 @@ pub mod events {}
            Build the documentation with `--features mlx5` (docs.rs does) to read it."
 )]
 pub mod dc {}
+
+#[doc = include_str!("xrc.md")]
+pub mod xrc {}
 
 #[doc = include_str!("deployment.md")]
 pub mod deployment {}

@@ -3,7 +3,7 @@
 use rdma_verbs_sys as sys;
 
 use super::{
-    Connected, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToPeer, ToRtrAttr, ToRtsAttr, Ud,
+    HasSendQueue, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToPeer, ToRtrAttr, ToRtsAttr, Ud,
     UdToInitAttr,
 };
 use crate::endpoint::Psn;
@@ -156,10 +156,10 @@ impl<'res> QueuePair<'res, Init, Ud> {
     }
 }
 
-impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
+impl<'res, T: ToPeer + HasSendQueue> QueuePair<'res, Rtr, T> {
     try_twin! {
-        /// RTR → RTS: enables the send side. RC sets `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY |
-        /// SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
+        /// RTR → RTS: enables the send side. RC and the XRC initiator set `STATE | TIMEOUT |
+        /// RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
         ///
         /// An RC QP's `max_rd_atomic` is held to the device's `max_qp_init_rd_atom`
         /// (`ibv_query_device(3)`).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs_sys as sys;
 
-use super::{Connected, HasReceiveQueue, QpState, QueuePair, QueuePairState, Reset};
+use super::{Connected, QpState, QueuePair, QueuePairState, Reset};
 use crate::cq::CompletionQueue;
 use crate::error::{check_errno, Error, InvalidInputKind, Result, TransitionError};
 use crate::try_twin::try_twin;
@@ -34,7 +34,7 @@ enum Marker {
     Seen,
 }
 
-impl<'res, S: QpState, T: Connected + HasReceiveQueue> QueuePair<'res, S, T> {
+impl<'res, S: QpState, T: Connected> QueuePair<'res, S, T> {
     try_twin! {
         /// Any state → ERROR → RESET, handing every outstanding work request's completion to
         /// `each` on the way, so that a reused QP strands nothing: the buffer tier's chunks come

@@ -22,12 +22,14 @@ pub trait QpType: sealed::Sealed {
     const RTS_MASK: M;
 }
 
-/// Connected transports, which are taken to RTR towards one peer QP and then to RTS:
-/// [`Rc`], [`Uc`] and the XRC initiator [`XrcSend`].
-pub trait Connected: ToPeer + HasSendQueue {}
+/// Connected transports, which are taken to RTR towards one peer QP, with a send queue and a
+/// receive queue of their own: [`Rc`] and [`Uc`].
+pub trait Connected: ToPeer + HasSendQueue + HasReceiveQueue {}
 
-/// Transports taken to RTR towards one peer QP ([`QueuePair::into_rtr`](crate::QueuePair::into_rtr)):
-/// the [`Connected`] ones and the XRC target [`XrcRecv`], which stops there.
+/// Transports taken to RTR towards one peer QP
+/// ([`QueuePair::into_rtr`](crate::QueuePair::into_rtr)): the [`Connected`] ones and both
+/// halves of XRC. Those with a send queue go on to RTS: [`Rc`], [`Uc`] and [`XrcSend`];
+/// the XRC target [`XrcRecv`] stops at RTR.
 pub trait ToPeer: QpType {}
 
 /// Transports whose QPs have a receive queue of their own (or take receives from an SRQ
@@ -72,7 +74,7 @@ pub enum Uc {}
 pub enum Ud {}
 
 /// The initiator half of XRC (`IBV_QPT_XRC_SEND`, `ibv_create_qp_ex(3)`): a send queue
-/// only, connected like RC to one [`XrcRecv`] target QP of the peer; each SEND names the
+/// only, connected like RC (RESET → INIT → RTR → RTS) to one [`XrcRecv`] target QP of the peer; each SEND names the
 /// remote [`XrcSrq`](crate::XrcSrq) its message goes to
 /// ([`SendWr::to_xrc_srq`](crate::SendWr::to_xrc_srq)). Created by
 /// [`ProtectionDomain::create_xrc_send_qp`](crate::ProtectionDomain::create_xrc_send_qp).
@@ -94,7 +96,6 @@ impl sealed::Sealed for XrcSend {}
 impl sealed::Sealed for XrcRecv {}
 impl Connected for Rc {}
 impl Connected for Uc {}
-impl Connected for XrcSend {}
 impl ToPeer for Rc {}
 impl ToPeer for Uc {}
 impl ToPeer for XrcSend {}
