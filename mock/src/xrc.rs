@@ -16,8 +16,8 @@ use rdma_verbs_sys::bindings::*;
 
 use super::call::{Call, Verb};
 use super::qp::track;
-use super::registry::SrqInfo;
 use super::rule::Queue;
+use super::srq::new_srq;
 use super::state::{serve, Kind, State};
 use super::verbs::{destroy, or_null};
 
@@ -108,28 +108,13 @@ pub(super) unsafe extern "C" fn create_srq_ex(
         let same = unsafe {
             (*pd).context == context && (*xrcd).context == context && (*cq).context == context
         };
-        let limits = s.device_attr(context);
-        let attr = &mut init.attr;
-        if !same
-            || attr.max_wr == 0
-            || attr.max_wr > limits.max_srq_wr.max(limits.max_qp_wr) as u32
-            || attr.max_sge > limits.max_sge as u32
-        {
+        if !same {
             return Err(libc::EINVAL);
         }
-        attr.max_wr = attr.max_wr.next_power_of_two();
-        let handle = s.next_id();
-        // SAFETY: all-zero is a valid ibv_srq (NULL pointers, zeroed mutex and condvar).
-        let mut srq: ibv_srq = unsafe { std::mem::zeroed() };
-        srq.context = context;
-        srq.srq_context = init.srq_context;
-        srq.pd = pd;
-        srq.handle = handle;
-        let info =
-            SrqInfo { pd, max_sge: attr.max_sge, rq: Default::default(), inflight: Vec::new() };
-        s.reg.srqs.insert(handle, info);
-        s.reg.xrc.srqs.insert(handle, (xrcd, cq));
-        Ok(s.adopt(srq, Kind::Srq))
+        let srq = new_srq(s, pd, init.srq_context, &mut init.attr)?;
+        // SAFETY: just created, live.
+        s.reg.xrc.srqs.insert(unsafe { (*srq).handle }, (xrcd, cq));
+        Ok(srq)
     }))
 }
 
