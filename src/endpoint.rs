@@ -92,6 +92,14 @@ number_24! {
 }
 
 number_24! {
+    /// An XRC SRQ's number: 24 bits, at most [`SrqNum::MAX`] ([`SrqNum::new`] refuses more).
+    /// The device gives an [`XrcSrq`](crate::XrcSrq) its number
+    /// ([`XrcSrq::srq_num`](crate::XrcSrq::srq_num), `ibv_get_srq_num(3)`); a sender names
+    /// it in each SEND of an XRC initiator ([`SendWr::to_xrc_srq`](crate::SendWr::to_xrc_srq)).
+    pub struct SrqNum, what: "SRQ number"
+}
+
+number_24! {
     /// A Packet Sequence Number: where a QP's send or receive sequence starts; 24 bits, at most
     /// [`Psn::MAX`] ([`Psn::new`] refuses more).
     pub struct Psn, what: "PSN"

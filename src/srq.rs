@@ -61,20 +61,30 @@ impl<'a> ProtectionDomain<'a> {
         let raw =
             unsafe { (self.context().library().fns.ibv_create_srq)(self.as_raw(), &mut init) };
         let raw = check_ptr(raw, "ibv_create_srq")?;
-        Ok(SharedReceiveQueue {
-            raw,
-            pd: self,
-            max_wr: init.attr.max_wr,
-            max_sge: init.attr.max_sge,
-            lenders: Lenders::default(),
-            credits: Credits::new(init.attr.max_wr, "shared receive queue"),
-            grh: SrqGrhRoom::default(),
-            _invariant: PhantomData,
-        })
+        Ok(SharedReceiveQueue::adopt(raw, self, &init.attr))
     }
 }
 
 impl<'a> SharedReceiveQueue<'a> {
+    /// The SRQ `raw`, created in `pd` with the sizes `attr` (as the provider updated them);
+    /// it destroys `raw` when dropped.
+    pub(crate) fn adopt(
+        raw: NonNull<sys::ibv_srq>,
+        pd: &'a ProtectionDomain<'a>,
+        attr: &sys::ibv_srq_attr,
+    ) -> Self {
+        SharedReceiveQueue {
+            raw,
+            pd,
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge,
+            lenders: Lenders::default(),
+            credits: Credits::new(attr.max_wr, "shared receive queue"),
+            grh: SrqGrhRoom::default(),
+            _invariant: PhantomData,
+        }
+    }
+
     /// The number of receives it holds (at least what was asked).
     pub fn max_wr(&self) -> u32 {
         self.max_wr

@@ -99,6 +99,14 @@ pub enum Verb {
     DeallocTd,
     /// The `verbs_context.alloc_parent_domain` op.
     AllocParentDomain,
+    /// The `verbs_context.open_xrcd` op.
+    OpenXrcd,
+    /// The `verbs_context.close_xrcd` op.
+    CloseXrcd,
+    /// The `verbs_context.create_srq_ex` op.
+    CreateSrqEx,
+    /// The `verbs_context.get_srq_num` op.
+    GetSrqNum,
     /// A function of the DC mock ([`super::mlx5`]).
     #[cfg(rdma_verbs_mlx5dv)]
     Mlx5(super::mlx5::Mlx5Verb),
@@ -391,6 +399,26 @@ pub enum Call {
     },
     /// `ibv_unimport_mr`
     UnimportMr,
+    /// The `open_xrcd` op.
+    OpenXrcd {
+        /// `attr.comp_mask`.
+        comp_mask: u32,
+    },
+    /// The `close_xrcd` op.
+    CloseXrcd,
+    /// The `create_srq_ex` op.
+    CreateSrqEx {
+        /// `attr.srq_type`.
+        srq_type: ibv_srq_type,
+        /// `attr.comp_mask`.
+        comp_mask: u32,
+        /// `attr.attr.max_wr` asked for.
+        max_wr: u32,
+        /// `attr.attr.max_sge` asked for.
+        max_sge: u32,
+    },
+    /// The `get_srq_num` op.
+    GetSrqNum,
     /// The `alloc_td` op.
     AllocTd,
     /// The `dealloc_td` op.

@@ -25,6 +25,7 @@ use crate::registry::{queue_of_receives, RecvWork, SendWork};
 use crate::rule::{Queue, Rule, Violation};
 use crate::state::State;
 use crate::strict::{is_atomic, sge_cpu};
+use crate::xrc;
 
 /// The bytes in front of every UD receive, where a real one gets the GRH (zeros here).
 pub const GRH_LEN: usize = 40;
@@ -117,7 +118,9 @@ fn peer_of(s: &State, qpn: u32, w: &SendWork) -> Option<u32> {
     let qp_type = qp.raw().qp_type;
     let dest = if super::qp::is_datagram(qp_type) { w.remote_qpn } else { qp.dest_qpn? };
     let peer = s.reg.qps.get(&dest)?.raw();
-    (peer.qp_type == qp_type && matches!(peer.state, IBV_QPS_RTR | IBV_QPS_RTS)).then_some(dest)
+    // An XRC initiator's peer is a target.
+    let peer_type = if qp_type == IBV_QPT_XRC_SEND { IBV_QPT_XRC_RECV } else { qp_type };
+    (peer.qp_type == peer_type && matches!(peer.state, IBV_QPS_RTR | IBV_QPS_RTS)).then_some(dest)
 }
 
 /// Carries out `w` from QP `qpn` to QP `peer`.
@@ -127,20 +130,31 @@ fn execute(s: &mut State, qpn: u32, peer: u32, w: &SendWork) -> Outcome {
         w.opcode,
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV | IBV_WR_RDMA_WRITE_WITH_IMM
     );
-    let recv_queue = queue_of_receives(peer, &s.reg.qps[&peer]);
+    // The reliable transports wait for a receive (RC's and XRC's RNR retries; SRD's, when the
+    // EFA device has RNR_RETRY); the unreliable ones drop the message.
+    let reliable = matches!(qp_type, IBV_QPT_RC | IBV_QPT_XRC_SEND | IBV_QPT_DRIVER);
+    let both = vec![qpn, peer];
+    let receiver = if qp_type == IBV_QPT_XRC_SEND {
+        match xrc::destination(s, peer, w.remote_srqn) {
+            Some(destination) => destination,
+            None => {
+                return Outcome::Done { status: IBV_WC_REM_INV_REQ_ERR, byte_len: 0, errors: both }
+            }
+        }
+    } else {
+        let raw = s.reg.qps[&peer].raw();
+        (queue_of_receives(peer, &s.reg.qps[&peer]), raw.recv_cq, raw.pd)
+    };
+    let recv_queue = receiver.0;
     if needs_recv && !has_receive(s, recv_queue) {
-        // The reliable transports wait for a receive (RC's RNR retries; SRD's, when the EFA
-        // device has RNR_RETRY); the unreliable ones drop the message.
-        let reliable = matches!(qp_type, IBV_QPT_RC | IBV_QPT_DRIVER);
         return if reliable { Outcome::Wait } else { Outcome::ok(0) };
     }
     let local = Queue::Send(qpn);
-    let both = vec![qpn, peer];
     let remote_error =
         || Outcome::Done { status: IBV_WC_REM_ACCESS_ERR, byte_len: 0, errors: both.clone() };
     let local_error =
         || Outcome::Done { status: IBV_WC_LOC_PROT_ERR, byte_len: 0, errors: vec![qpn] };
-    let peer_pd = s.reg.qps[&peer].raw().pd;
+    let peer_pd = receiver.2;
     let payload = if needs_recv || w.opcode == IBV_WR_RDMA_WRITE {
         match gather(s, local, w) {
             Some(bytes) => bytes,
@@ -197,21 +211,24 @@ fn execute(s: &mut State, qpn: u32, peer: u32, w: &SendWork) -> Outcome {
     if w.opcode == IBV_WR_SEND_WITH_INV {
         mw::invalidate(&mut s.reg, peer_pd, w.rkey);
     }
-    deliver(s, qpn, peer, recv_queue, w, &payload)
+    deliver(s, qpn, peer, receiver, w, &payload)
 }
 
-/// Consumes the peer's oldest receive for `w`, copying `payload` for a SEND.
+/// Consumes the oldest receive of the peer's `receiver` (its queue, the CQ its completions
+/// go to and the PD its receives are checked against) for `w`, copying `payload` for a SEND.
 fn deliver(
     s: &mut State,
     qpn: u32,
     peer: u32,
-    queue: Queue,
+    receiver: (Queue, *mut ibv_cq, *mut ibv_pd),
     w: &SendWork,
     payload: &[u8],
 ) -> Outcome {
+    let (queue, recv_cq, pd) = receiver;
     let r = take_receive(s, queue).expect("checked by the caller");
     let raw = *s.reg.qps[&peer].raw();
-    let (ud, rc) = (raw.qp_type == IBV_QPT_UD, raw.qp_type == IBV_QPT_RC);
+    let ud = raw.qp_type == IBV_QPT_UD;
+    let rc = matches!(raw.qp_type, IBV_QPT_RC | IBV_QPT_XRC_RECV);
     let mut flags = if ud { IBV_WC_GRH } else { 0 };
     let with_imm = matches!(w.opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM);
     if with_imm {
@@ -239,11 +256,12 @@ fn deliver(
         errors: if rc { vec![qpn, peer] } else { vec![peer] },
     };
     // The receiving QP's PD is the one its receives are checked against, also those of an SRQ
-    // of another PD (rxe's responder copies into them with `copy_data(qp->pd, ...)`).
+    // of another PD (rxe's responder copies into them with `copy_data(qp->pd, ...)`); an XRC
+    // target has none, and its SRQ's PD serves.
     let other_pd = r
         .sges
         .iter()
-        .any(|sge| sge.length != 0 && s.reg.mrs.get(&sge.lkey).is_some_and(|mr| mr.pd != raw.pd));
+        .any(|sge| sge.length != 0 && s.reg.mrs.get(&sge.lkey).is_some_and(|mr| mr.pd != pd));
     if r.poisoned
         || bytes.len() > capacity
         || other_pd
@@ -256,14 +274,14 @@ fn deliver(
         } else {
             IBV_WC_LOC_PROT_ERR
         };
-        push(s, raw.recv_cq, wc, vec![(queue, r.wr_id)]);
+        push(s, recv_cq, wc, vec![(queue, r.wr_id)]);
         return sender_error(if wc.status == IBV_WC_LOC_LEN_ERR {
             IBV_WC_REM_INV_REQ_ERR
         } else {
             IBV_WC_REM_OP_ERR
         });
     }
-    push(s, raw.recv_cq, wc, vec![(queue, r.wr_id)]);
+    push(s, recv_cq, wc, vec![(queue, r.wr_id)]);
     Outcome::ok(payload.len())
 }
 

@@ -228,6 +228,9 @@ pub(super) unsafe extern "C" fn create_qp_ex(
     or_null(serve(|s| {
         s.begin(call, Verb::CreateQpEx)?;
         s.expect(context, Kind::Context)?;
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            return super::xrc::create_recv_qp(s, context, &a);
+        }
         if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             return Err(libc::EINVAL);
         }

@@ -29,7 +29,8 @@
 //! requires for each QP type (RC, UC, UD; `EINVAL`), and RTR or an AH without a GRH naming a
 //! valid GID on the Ethernet port (`EINVAL`, as RoCE providers do). RC, UC and UD QPs exist
 //! (`EOPNOTSUPP` for other types), on the legacy and the extended verbs, with or without an
-//! SRQ; so do address handles.
+//! SRQ; so do address handles, and, on a context with [`ContextConfig::xrc`], XRC domains,
+//! XRC SRQs and XRC initiator and target QPs.
 //!
 //! Device memory of a simulated GPU ([`Mock::device_memory`]) sits at an address the CPU
 //! cannot touch (any access faults); `ibv_reg_mr` registers it once a peer-memory client is
@@ -113,6 +114,7 @@ mod state;
 mod strict;
 mod td;
 mod verbs;
+mod xrc;
 
 use std::ffi::c_int;
 use std::marker::PhantomData;
@@ -332,6 +334,11 @@ pub struct ContextConfig {
     pub vendor_id: u32,
     /// The limits `ibv_query_device` reports for this context (and `ibv_create_qp` enforces).
     pub limits: DeviceLimits,
+    /// Whether the device has XRC, as mlx5's and hns's do: `ibv_query_device` reports
+    /// `IBV_DEVICE_XRC`, the `verbs_context` ops `open_xrcd`, `close_xrcd`, `create_srq_ex`,
+    /// `get_srq_num` and `create_qp_ex` are set, and XRC QPs can be created (see the `xrc`
+    /// module notes). rxe and siw have none (libibverbs' stubs answer `EOPNOTSUPP`).
+    pub xrc: bool,
 }
 
 /// The `vendor_id` of Soft-RoCE (rxe).
@@ -374,6 +381,7 @@ impl Default for ContextConfig {
             missing_member: None,
             vendor_id: 0,
             limits: DeviceLimits::default(),
+            xrc: false,
         }
     }
 }

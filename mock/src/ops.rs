@@ -14,6 +14,7 @@ use super::mw;
 use super::post::{post_recv, post_send, post_srq_recv};
 use super::state::{serve, Kind, State};
 use super::td;
+use super::xrc;
 use super::ContextConfig;
 
 /// A new live context, embedded last in a boxed `verbs_context` as libibverbs does.
@@ -22,7 +23,7 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
         query_port: config.query_port.then_some(query_port),
         modify_cq: config.cq_moderation.then_some(modify_cq),
         create_cq_ex: config.create_cq_ex.then_some(extended::create_cq_ex),
-        create_qp_ex: config.create_qp_ex.then_some(extended::create_qp_ex),
+        create_qp_ex: (config.create_qp_ex || config.xrc).then_some(extended::create_qp_ex),
         query_device_ex: (config.completion_timestamps
             || config.device_memory
             || config.limits.qp_rate_limit_max != 0)
@@ -33,6 +34,10 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
         alloc_td: config.thread_domains.then_some(td::alloc_td),
         dealloc_td: config.thread_domains.then_some(td::dealloc_td),
         alloc_parent_domain: config.thread_domains.then_some(td::alloc_parent_domain),
+        open_xrcd: config.xrc.then_some(xrc::open_xrcd),
+        close_xrcd: config.xrc.then_some(xrc::close_xrcd),
+        create_srq_ex: config.xrc.then_some(xrc::create_srq_ex),
+        get_srq_num: config.xrc.then_some(xrc::get_srq_num),
         sz: config.sz,
         ..Default::default()
     };
@@ -70,6 +75,9 @@ pub(super) fn new_context(s: &mut State, config: &ContextConfig) -> NonNull<ibv_
     }
     if config.device_memory {
         device.max_dm_size = crate::MAX_DM_SIZE;
+    }
+    if config.xrc {
+        device.orig_attr.device_cap_flags |= IBV_DEVICE_XRC;
     }
     s.set_device_attr(ctx, device);
     NonNull::new(ctx).expect("a field of a live allocation is not NULL")

@@ -92,6 +92,7 @@ unsafe fn read_send(s: &State, wr: &ibv_send_wr) -> (SendWork, Option<Broken>) {
             swap: if atomics { wr.wr.atomic.swap } else { 0 },
             ah: wr.wr.ud.ah as usize,
             remote_qpn: wr.wr.ud.remote_qpn,
+            remote_srqn: wr.qp_type.xrc.remote_srqn,
             ..SendWork::default()
         }
     };

@@ -11,6 +11,7 @@ use super::ops::check_port;
 use super::registry::QpInfo;
 use super::state::{serve, Kind, State};
 use super::verbs::{destroy, gid_entry, or_null, status};
+use super::xrc;
 
 /// `ibv_create_qp`: RC, UC or UD (`EOPNOTSUPP` otherwise); `EINVAL` for CQs that are not live or
 /// capabilities above the context's [`DeviceLimits`](super::DeviceLimits); updates `cap` with the work queue sizes rounded up
@@ -50,7 +51,10 @@ pub(super) fn new_qp(
     pd: *mut ibv_pd,
     init: &mut ibv_qp_init_attr,
 ) -> Result<ibv_qp, c_int> {
-    if !matches!(init.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD) {
+    s.expect(pd, Kind::Pd)?;
+    // SAFETY: `pd` is a live mock PD (checked above).
+    let xrc_send = init.qp_type == IBV_QPT_XRC_SEND && xrc::has_xrc(s, unsafe { (*pd).context });
+    if !matches!(init.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD) && !xrc_send {
         return Err(libc::EOPNOTSUPP);
     }
     new_qp_of_type(s, pd, init)
@@ -71,7 +75,10 @@ pub(super) fn new_qp_of_type(
 ) -> Result<ibv_qp, c_int> {
     s.expect(pd, Kind::Pd)?;
     s.expect(init.send_cq, Kind::Cq)?;
-    s.expect(init.recv_cq, Kind::Cq)?;
+    // An XRC initiator has no receive side: its receive CQ is not looked at.
+    if init.qp_type != IBV_QPT_XRC_SEND {
+        s.expect(init.recv_cq, Kind::Cq)?;
+    }
     if !init.srq.is_null() {
         s.expect(init.srq, Kind::Srq)?;
     }
@@ -123,6 +130,11 @@ const RC_RTR: u32 = UC_RTR | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 const RC_RTS: u32 =
     UC_RTS | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_TIMEOUT;
 
+/// XRC's: the initiator's RTR is UC's, its RTS RC's; the target's RTR is RC's, its RTS
+/// takes a timeout.
+const XRC_SEND: [u32; 3] = [RC_INIT, UC_RTR, RC_RTS];
+const XRC_RECV: [u32; 3] = [RC_INIT, RC_RTR, UC_RTS | IBV_QP_TIMEOUT];
+
 /// The attributes `ibv_modify_qp(3)` requires for each UD transition.
 const UD_INIT: u32 = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
 const UD_RTR: u32 = IBV_QP_STATE;
@@ -139,6 +151,8 @@ fn transition(
 ) -> Result<ibv_qp_state, c_int> {
     let [init, rtr, rts] = match qp_type {
         IBV_QPT_UC => [UC_INIT, UC_RTR, UC_RTS],
+        IBV_QPT_XRC_SEND => XRC_SEND,
+        IBV_QPT_XRC_RECV => XRC_RECV,
         _ if is_datagram(qp_type) => [UD_INIT, UD_RTR, UD_RTS],
         _ => [RC_INIT, RC_RTR, RC_RTS],
     };

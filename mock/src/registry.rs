@@ -80,6 +80,8 @@ pub(crate) struct SendWork {
     pub swap: u64,
     pub ah: usize,
     pub remote_qpn: u32,
+    /// An XRC SEND's destination SRQ number (`qp_type.xrc.remote_srqn`).
+    pub remote_srqn: u32,
     /// A memory-window bind's request (`IBV_WR_BIND_MW`).
     pub bind: Option<BindRequest>,
     /// Broke an allowed rule: completes with `IBV_WC_LOC_PROT_ERR`, touching nothing.
@@ -269,6 +271,8 @@ pub(crate) struct Registry {
     /// The bytes each outstanding buffer-tier work request names, by its `wr_id`: per SGE
     /// (non-inline), its lkey and IOVA range ([`Rule::BufferInFlight`](crate::Rule)).
     pub buffer_bytes: HashMap<u64, Vec<(u32, std::ops::Range<u64>)>>,
+    /// XRC SRQs' and target QPs' domains.
+    pub xrc: crate::xrc::XrcRegistry,
 }
 
 /// The bit the safe crate's buffer tier sets in its wr_ids.

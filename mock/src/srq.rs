@@ -11,7 +11,7 @@ use super::call::{Call, Verb};
 use super::device::device_attr;
 use super::registry::SrqInfo;
 use super::rule::Queue;
-use super::state::{serve, Kind};
+use super::state::{serve, Kind, State};
 use super::verbs::{destroy, or_null, status};
 
 /// `ibv_create_srq`: `EINVAL` for sizes above [`device_attr`]'s limits or 0 entries; updates
@@ -31,27 +31,38 @@ pub(super) unsafe extern "C" fn ibv_create_srq(
     or_null(serve(|s| {
         s.begin(call, Verb::CreateSrq)?;
         s.expect(pd, Kind::Pd)?;
-        let limits = device_attr();
-        if attr.max_wr == 0
-            || attr.max_wr > limits.max_srq_wr.max(limits.max_qp_wr) as u32
-            || attr.max_sge > limits.max_sge as u32
-        {
-            return Err(libc::EINVAL);
-        }
-        attr.max_wr = attr.max_wr.next_power_of_two();
-        // SAFETY: `pd` is a live mock PD (checked above).
-        let context = unsafe { (*pd).context };
-        let handle = s.next_id();
-        // SAFETY: all-zero is a valid ibv_srq (NULL pointers, zeroed mutex and condvar).
-        let mut srq: ibv_srq = unsafe { std::mem::zeroed() };
-        srq.context = context;
-        srq.srq_context = init.srq_context;
-        srq.pd = pd;
-        srq.handle = handle;
-        let info = SrqInfo { pd, max_sge: attr.max_sge, rq: VecDeque::new(), inflight: Vec::new() };
-        s.reg.srqs.insert(handle, info);
-        Ok(s.adopt(srq, Kind::Srq))
+        new_srq(s, pd, init.srq_context, attr)
     }))
+}
+
+/// An SRQ of the live PD `pd` with `srq_context`, for both create verbs: `EINVAL` for sizes
+/// above [`device_attr`]'s limits or 0 entries; `attr.max_wr` rounded up to a power of two.
+pub(super) fn new_srq(
+    s: &mut State,
+    pd: *mut ibv_pd,
+    srq_context: *mut std::ffi::c_void,
+    attr: &mut ibv_srq_attr,
+) -> Result<*mut ibv_srq, c_int> {
+    let limits = device_attr();
+    if attr.max_wr == 0
+        || attr.max_wr > limits.max_srq_wr.max(limits.max_qp_wr) as u32
+        || attr.max_sge > limits.max_sge as u32
+    {
+        return Err(libc::EINVAL);
+    }
+    attr.max_wr = attr.max_wr.next_power_of_two();
+    // SAFETY: `pd` is a live mock PD (checked by the caller).
+    let context = unsafe { (*pd).context };
+    let handle = s.next_id();
+    // SAFETY: all-zero is a valid ibv_srq (NULL pointers, zeroed mutex and condvar).
+    let mut srq: ibv_srq = unsafe { std::mem::zeroed() };
+    srq.context = context;
+    srq.srq_context = srq_context;
+    srq.pd = pd;
+    srq.handle = handle;
+    let info = SrqInfo { pd, max_sge: attr.max_sge, rq: VecDeque::new(), inflight: Vec::new() };
+    s.reg.srqs.insert(handle, info);
+    Ok(s.adopt(srq, Kind::Srq))
 }
 
 /// `ibv_modify_srq`: accepts `IBV_SRQ_LIMIT` (the limit is not modelled: no event is ever

@@ -81,6 +81,8 @@ pub(super) enum Kind {
     Td,
     /// A boxed `ibv_dmah`.
     Dmah,
+    /// A boxed `ibv_xrcd`.
+    Xrcd,
     /// A boxed [`MockParentDomain`](super::td::MockParentDomain); also a PD.
     ParentDomain,
 }
@@ -552,6 +554,7 @@ unsafe fn free(object: *mut c_void, kind: Kind) {
             Kind::Dm => drop(Box::from_raw(object.cast::<super::dm::MockDm>())),
             Kind::Td => drop(Box::from_raw(object.cast::<ibv_td>())),
             Kind::Dmah => drop(Box::from_raw(object.cast::<ibv_dmah>())),
+            Kind::Xrcd => drop(Box::from_raw(object.cast::<ibv_xrcd>())),
             Kind::ParentDomain => drop(Box::from_raw(object.cast::<MockParentDomain>())),
             Kind::CompChannel => {
                 let channel = Box::from_raw(object.cast::<ibv_comp_channel>());

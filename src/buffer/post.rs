@@ -8,7 +8,7 @@ use super::send_list::{OpenChain, SendBufferList};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
-use crate::qp::{Connected, Datagram, QpType, QueuePair, Rts};
+use crate::qp::{Connected, Datagram, HasSendQueue, QueuePair, Rts};
 use crate::try_twin::try_twin;
 use crate::wr::{LKey, SendFlags, SendOp, Sge};
 
@@ -253,7 +253,7 @@ impl<'res, T: Datagram> QueuePair<'res, Rts, T> {
     }
 }
 
-impl<'res, T: QpType> QueuePair<'res, Rts, T> {
+impl<'res, T: HasSendQueue> QueuePair<'res, Rts, T> {
     /// One buffer with `op`, signaled: the path of every single-buffer send.
     #[inline(always)]
     fn post_buffer<'p, Op: ListOp<'p>>(

@@ -7,7 +7,7 @@ use crate::cq::Credits;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::grh_room::GrhRoom;
 use crate::pd::ProtectionDomain;
-use crate::qp::{QpState, QpType, QueuePair, ReceiveReady};
+use crate::qp::{HasReceiveQueue, QpState, QpType, QueuePair, ReceiveReady};
 use crate::try_twin::try_twin;
 use crate::wr::RecvWr;
 
@@ -31,7 +31,7 @@ impl<S: QpState, T: QpType> QueuePair<'_, S, T> {
     }
 }
 
-impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
+impl<'res, S: ReceiveReady, T: HasReceiveQueue> QueuePair<'res, S, T> {
     try_twin! {
         /// `ibv_post_recv(3)`—Posts `buffer`'s whole capacity as a receive; it comes back from
         /// [`BufferPool::complete`](super::BufferPool::complete) with the completion, its length

@@ -7,7 +7,7 @@ use rdma_verbs_sys as sys;
 use super::pool::{Buffer, UNCHAINED};
 use super::receive::ReceiveQueue;
 use crate::error::Result;
-use crate::qp::{QpType, QueuePair, ReceiveReady};
+use crate::qp::{HasReceiveQueue, QueuePair, ReceiveReady};
 use crate::wr::LKey;
 use crate::wr::{RecvWrList, Sge};
 
@@ -158,7 +158,7 @@ impl std::fmt::Debug for RecvBufferList<'_> {
     }
 }
 
-impl<'res, S: ReceiveReady, T: QpType> QueuePair<'res, S, T> {
+impl<'res, S: ReceiveReady, T: HasReceiveQueue> QueuePair<'res, S, T> {
     /// `ibv_post_recv(3)`—Posts every buffer of `list` as a receive of its whole capacity,
     /// with one call, and empties the list. Each comes back from
     /// [`BufferPool::complete`](super::BufferPool::complete) with its own completion, its

@@ -5,7 +5,8 @@ use rdma_verbs_sys as sys;
 use crate::endpoint::Psn;
 use crate::error::TransitionError;
 use crate::qp::{
-    Datagram, Init, QpAttrMask as M, QpType, QueuePair, Reset, Rtr, Rts, UdToInitAttr,
+    Datagram, HasReceiveQueue, HasSendQueue, Init, QpAttrMask as M, QpType, QueuePair, Reset, Rtr,
+    Rts, UdToInitAttr,
 };
 use crate::try_twin::try_twin;
 
@@ -19,6 +20,8 @@ pub enum Srd {}
 
 impl crate::qp::kind_sealed::Sealed for Srd {}
 impl Datagram for Srd {}
+impl HasReceiveQueue for Srd {}
+impl HasSendQueue for Srd {}
 
 impl QpType for Srd {
     const RAW: sys::ibv_qp_type = sys::IBV_QPT_DRIVER;

@@ -11,6 +11,7 @@
 //! | [`events`] | completion channels, asynchronous device events, tokio |
 //! | [`dc`] | the Dynamically Connected transport of ConnectX devices (feature `mlx5`) |
 //! | [`srd`] | the Scalable Reliable Datagram transport of AWS EFA devices (feature `efa`) |
+//! | [`xrc`] | the eXtended Reliable Connected transport: one receive queue per process shared by many senders |
 //! | [`deployment`] | running on a NIC and in containers: device nodes, memlock, capabilities, fork, sharing objects between processes |
 //! | [`doctor`] | troubleshooting with the doctor |
 //! | [`platforms`] | rdma-core versions, the glibc 2.28 release build, MSRV |
@@ -51,6 +52,9 @@ pub mod dc {}
            feature. Build the documentation with `--features efa` (docs.rs does) to read it."
 )]
 pub mod srd {}
+
+#[doc = include_str!("xrc.md")]
+pub mod xrc {}
 
 #[doc = include_str!("deployment.md")]
 pub mod deployment {}

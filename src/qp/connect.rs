@@ -3,14 +3,14 @@
 use rdma_verbs_sys as sys;
 
 use super::{
-    Connected, Datagram, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToRtrAttr, ToRtsAttr, Ud,
-    UdToInitAttr,
+    Datagram, HasSendQueue, Init, QueuePair, Reset, Rtr, Rts, ToInitAttr, ToPeer, ToRtrAttr,
+    ToRtsAttr, Ud, UdToInitAttr,
 };
 use crate::endpoint::Psn;
 use crate::error::TransitionError;
 use crate::try_twin::try_twin;
 
-impl<'res, T: Connected> QueuePair<'res, Reset, T> {
+impl<'res, T: ToPeer> QueuePair<'res, Reset, T> {
     try_twin! {
         /// RESET → INIT (`STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`): binds the QP to a port and
         /// sets what the peer may do.
@@ -111,10 +111,11 @@ impl<'res, T: Datagram> QueuePair<'res, Rtr, T> {
     }
 }
 
-impl<'res, T: Connected> QueuePair<'res, Init, T> {
+impl<'res, T: ToPeer> QueuePair<'res, Init, T> {
     try_twin! {
-        /// INIT → RTR: connects the receive side to the peer. RC sets `STATE | AV | PATH_MTU |
-        /// DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC the first five.
+        /// INIT → RTR: connects the receive side to the peer. RC and the XRC target set `STATE |
+        /// AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER`; UC and the
+        /// XRC initiator the first five.
         ///
         /// A `path_mtu` above the active MTU of the port (`attr.av.port`, `ibv_query_port(3)`) is
         /// lowered to it, as perftest does: what [`QueuePair::query`] reports is the MTU in
@@ -186,10 +187,10 @@ impl<'res> QueuePair<'res, Init, Ud> {
     }
 }
 
-impl<'res, T: Connected> QueuePair<'res, Rtr, T> {
+impl<'res, T: ToPeer + HasSendQueue> QueuePair<'res, Rtr, T> {
     try_twin! {
-        /// RTR → RTS: enables the send side. RC sets `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY |
-        /// SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
+        /// RTR → RTS: enables the send side. RC and the XRC initiator set `STATE | TIMEOUT |
+        /// RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`; UC only `STATE | SQ_PSN`.
         ///
         /// An RC QP's `max_rd_atomic` is held to the device's `max_qp_init_rd_atom`
         /// (`ibv_query_device(3)`).

@@ -7,7 +7,8 @@ use rdma_verbs_sys as sys;
 
 use super::extended::{self, ExQp};
 use super::{
-    destroy_qp, QpCapabilities, QpCredits, QpInitAttr, QpType, QueuePair, Rc, Reset, SendLimits,
+    destroy_qp, HasReceiveQueue, QpCapabilities, QpCredits, QpInitAttr, QpType, QueuePair, Rc,
+    Reset, SendLimits,
 };
 use crate::context::DeviceAttr;
 use crate::error::{check_ptr, Error, InvalidInputKind, Result};
@@ -18,7 +19,9 @@ use crate::verbs_path::VerbsPath;
 
 impl<'res> ProtectionDomain<'res> {
     /// `ibv_create_qp_ex(3)`, falling back to `ibv_create_qp(3)`—Creates a queue pair of
-    /// transport type `T` ([`Rc`], [`Uc`](super::Uc) or [`Ud`](super::Ud)) in RESET.
+    /// transport type `T` ([`Rc`], [`Uc`](super::Uc) or [`Ud`](super::Ud)) in RESET. (XRC
+    /// QPs have their own constructors: [`ProtectionDomain::create_xrc_send_qp`] and
+    /// [`XrcDomain::create_recv_qp`](crate::XrcDomain::create_recv_qp).)
     ///
     /// Unless [`QpInitAttr::verbs_path`] forces the legacy verbs, the QP is created with
     /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` naming the send operations its type allows (RC:
@@ -66,7 +69,7 @@ impl<'res> ProtectionDomain<'res> {
     /// (`ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, or an `ibv_qp_ex` member).
     #[doc(alias = "ibv_create_qp")]
     #[doc(alias = "ibv_create_qp_ex")]
-    pub fn create_qp<T: QpType>(
+    pub fn create_qp<T: HasReceiveQueue>(
         &'res self,
         attr: &QpInitAttr<'res, '_>,
     ) -> Result<QueuePair<'res, Reset, T>> {
@@ -179,7 +182,10 @@ impl<'res> ProtectionDomain<'res> {
 
     /// The attributes both creation verbs read: CQs, SRQ, capabilities, type and signalling,
     /// with this PD (`ibv_create_qp` reads only the prefix, up to `sq_sig_all`).
-    fn init_attr<T: QpType>(&self, attr: &QpInitAttr<'res, '_>) -> sys::ibv_qp_init_attr_ex {
+    pub(super) fn init_attr<T: QpType>(
+        &self,
+        attr: &QpInitAttr<'res, '_>,
+    ) -> sys::ibv_qp_init_attr_ex {
         sys::ibv_qp_init_attr_ex {
             send_cq: attr.send_cq.as_raw(),
             recv_cq: attr.recv_cq.as_raw(),
@@ -201,7 +207,7 @@ impl<'res> ProtectionDomain<'res> {
     /// # Errors
     ///
     /// That of `hold_for_srq`: the QP is destroyed.
-    fn adopt_qp<T: QpType>(
+    pub(super) fn adopt_qp<T: QpType>(
         &'res self,
         raw: NonNull<sys::ibv_qp>,
         ex: Option<ExQp>,

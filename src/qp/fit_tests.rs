@@ -8,7 +8,7 @@ use std::net::Ipv6Addr;
 use rdma_verbs_mock::{self as mock, ContextConfig, Mock, Optional};
 
 use super::extended::ExQp;
-use super::{QpCapabilities, QpInitAttr, QpType, QueuePair, Rc, Rts, Uc, Ud};
+use super::{HasSendQueue, QpCapabilities, QpInitAttr, QueuePair, Rc, Rts, Uc, Ud};
 use crate::wr::{SendFlags, SendWr, Sge, INLINE_BUFS};
 use crate::{
     AddressHandle, AddressVector, Context, Endpoint, Gid, LKey, Lid, Mtu, Psn, Qpn, RKey,
@@ -79,7 +79,7 @@ fn wrs<'a>(sges: &'a [Vec<Sge>], dest: &UdDestination<'a>) -> Vec<SendWr<'a>> {
 
 /// Every WR of `wrs` that fits `qp`'s slack passes the exact checks (and builds on the fast
 /// batch); returns how many fit.
-fn check_all<T: QpType>(qp: &QueuePair<'_, Rts, T>, wrs: &[SendWr<'_>]) -> usize {
+fn check_all<T: HasSendQueue>(qp: &QueuePair<'_, Rts, T>, wrs: &[SendWr<'_>]) -> usize {
     let mut fit = 0;
     for wr in wrs {
         if !wr.demand().fits(qp.slack) {

@@ -48,6 +48,7 @@ mod rate_limit;
 mod rd_atom;
 mod retry;
 mod state;
+mod xrc;
 
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -60,7 +61,10 @@ pub use drain::{DRAIN_RECV_WR_ID, DRAIN_SEND_WR_ID};
 pub use ece::Ece;
 #[cfg(all(feature = "efa", rdma_verbs_efadv))]
 pub(crate) use kind::kind_sealed;
-pub use kind::{Connected, Datagram, QpType, Rc, Uc, Ud};
+pub use kind::{
+    Connected, Datagram, HasReceiveQueue, HasSendQueue, QpType, Rc, ToPeer, Uc, Ud, XrcRecv,
+    XrcSend,
+};
 pub use modify::{QpAttrMask, QueuePairState};
 pub use query::QpAttributes;
 pub use rate_limit::PacketPacingCaps;

@@ -96,6 +96,9 @@ pub(crate) fn transition_masks(
     // does (DC QPs are types of their own, not checked here).
     let rc = qp_type == sys::IBV_QPT_RC;
     let ud = qp_type == sys::IBV_QPT_UD || qp_type == sys::IBV_QPT_DRIVER;
+    // Each half of XRC is one side of RC: the target responds (its RTR takes RC's responder
+    // attributes, its RTS only a timeout), the initiator requests (its RTS is RC's).
+    let (xrc_send, xrc_recv) = (qp_type == sys::IBV_QPT_XRC_SEND, qp_type == sys::IBV_QPT_XRC_RECV);
     let none = M::empty();
     // UD QPs take a Q_Key where connected ones take access flags and paths.
     let (init, path) = if ud {
@@ -114,12 +117,15 @@ pub(crate) fn transition_masks(
         (S::INIT, S::RTR) if ud => (none, M::PKEY_INDEX | M::QKEY),
         (S::INIT, S::RTR) => {
             let required = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-            let rc_only = if rc { M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER } else { none };
+            let rc_only =
+                if rc || xrc_recv { M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER } else { none };
             (required | rc_only, M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX)
         }
         (S::RTR, S::RTS) => {
-            let rc_only = if rc {
+            let rc_only = if rc || xrc_send {
                 M::MAX_QP_RD_ATOMIC | M::RETRY_CNT | M::RNR_RETRY | M::TIMEOUT
+            } else if xrc_recv {
+                M::TIMEOUT
             } else {
                 none
             };
@@ -183,7 +189,7 @@ mod tests {
 
     #[test]
     fn the_typed_transitions_pass_the_table() {
-        use crate::qp::kind::{QpType, Rc, Uc, Ud};
+        use crate::qp::kind::{QpType, Rc, Uc, Ud, XrcRecv, XrcSend};
         fn typed<T: QpType>(init: M) {
             let check = |from, to, mask| check_mask(T::RAW, T::NAME, from, to, mask);
             assert!(check(S::RESET, S::INIT, init | M::STATE).is_ok(), "{} INIT", T::NAME);
@@ -194,6 +200,8 @@ mod tests {
         typed::<Rc>(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
         typed::<Uc>(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
         typed::<Ud>(M::PKEY_INDEX | M::PORT | M::QKEY);
+        typed::<XrcSend>(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
+        typed::<XrcRecv>(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
         assert!(check_mask(sys::IBV_QPT_UC, "UC", S::RTR, S::RTS, M::SQ_PSN | M::TIMEOUT).is_err());
     }
 

@@ -3,7 +3,7 @@
 use rdma_verbs_sys as sys;
 
 use super::extended::ExQp;
-use super::{QpCapabilities, QpType, QueuePair, Rts, SendLimits};
+use super::{HasSendQueue, QpCapabilities, QpType, QueuePair, Rts, SendLimits};
 use crate::ah::UdDestination;
 use crate::error::{
     check_errno, errno_error, list_error, Error, InvalidInputKind, PostListError, Result,
@@ -13,7 +13,7 @@ use crate::pd::ProtectionDomain;
 use crate::wr::SendOp;
 use crate::wr::{shape_of_parts, SendFlags, SendWr, SendWrList, Sge};
 
-impl<T: QpType> QueuePair<'_, Rts, T> {
+impl<T: HasSendQueue> QueuePair<'_, Rts, T> {
     /// `ibv_post_send(3)`—Posts one send work request (SEND, SEND with immediate, RDMA WRITE
     /// with or without immediate, RDMA READ, atomics, memory-window bind and invalidate; on UD
     /// QPs a SEND [addressed](SendWr::to) to a peer). A posted bind

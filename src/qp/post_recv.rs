@@ -2,12 +2,12 @@
 
 use rdma_verbs_sys as sys;
 
-use super::{QpType, QueuePair, ReceiveReady};
+use super::{HasReceiveQueue, QueuePair, ReceiveReady};
 use crate::error::{errno_error, PostListError, Result};
 use crate::grh_room::GrhRoom;
 use crate::wr::{RecvWr, RecvWrList};
 
-impl<S: ReceiveReady, T: QpType> QueuePair<'_, S, T> {
+impl<S: ReceiveReady, T: HasReceiveQueue> QueuePair<'_, S, T> {
     /// `ibv_post_recv(3)`—Posts one receive work request.
     ///
     /// # Safety

@@ -14,6 +14,7 @@ use bitflags::bitflags;
 use rdma_verbs_sys as sys;
 
 use crate::ah::UdDestination;
+use crate::endpoint::SrqNum;
 use crate::fit::Demand;
 
 pub(crate) mod id;
@@ -333,6 +334,16 @@ impl<'a> SendWr<'a> {
     pub fn to(mut self, dest: &UdDestination<'a>) -> Self {
         set_destination(&mut self.raw, dest);
         self.refresh();
+        self
+    }
+
+    /// Addresses a work request of an XRC initiator ([`XrcSend`](crate::XrcSend)) to the
+    /// peer's XRC SRQ numbered `srqn` (`wr.qp_type.xrc.remote_srqn`, `ibv_post_send(3)`): a
+    /// SEND lands in that SRQ's receives. Other QP types ignore it.
+    #[must_use]
+    #[inline]
+    pub fn to_xrc_srq(mut self, srqn: SrqNum) -> Self {
+        self.raw.qp_type.xrc.remote_srqn = srqn.get();
         self
     }
 

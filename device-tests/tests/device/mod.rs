@@ -48,6 +48,7 @@ mod two_devices;
 mod uc;
 #[cfg(feature = "rdmacm")]
 mod verbs_path;
+mod xrc;
 
 /// `#[test]`s that run one body in several ways, a line each: `test_cases! { body: a(x, 1);
 /// b(y, 2); }` declares `#[test] fn a() { body(x, 1) }` and `#[test] fn b() { body(y, 2) }`

@@ -22,10 +22,12 @@ mod cq_ex;
 mod dm;
 mod qp_ex;
 mod td;
+mod xrc;
 pub use cq_ex::*;
 pub use dm::*;
 pub use qp_ex::*;
 pub use td::*;
+pub use xrc::*;
 #[cfg(rdma_verbs_mlx5dv)]
 mod mlx5dv;
 #[cfg(rdma_verbs_mlx5dv)]

@@ -127,6 +127,8 @@ qp_ex_builders! {
     ibv_wr_set_inline_data_list => wr_set_inline_data_list(num_buf: usize, buf_list: *const ibv_data_buf);
     /// `ibv_wr_set_ud_addr`: a UD WR's destination (address handle, QP number, Q_Key).
     ibv_wr_set_ud_addr => wr_set_ud_addr(ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32);
+    /// `ibv_wr_set_xrc_srqn`: an XRC WR's destination, the remote XRC SRQ's number.
+    ibv_wr_set_xrc_srqn => wr_set_xrc_srqn(remote_srqn: u32);
 }
 
 /// `ibv_wr_complete`: posts every work request built since `ibv_wr_start` with one doorbell.

@@ -30,6 +30,7 @@ mod resources;
 mod soundness;
 mod thread_domain;
 mod verbs_path;
+mod xrc;
 
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Context, Endpoint, Error, Mtu, ProtectionDomain, Psn,

@@ -3,11 +3,11 @@
 //! the crate refuses before the provider (and the strict mock records no violation).
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Context, Endpoint,
-    Error, GlobalRoute, Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask, QpCapabilities,
-    QpInitAttr, QpType, Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RecvWr, RecvWrList,
-    RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge, SharedReceiveQueue,
-    ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdToInitAttr, VerbsPath,
-    WorkCompletion,
+    Error, GlobalRoute, HasReceiveQueue, Init, InvalidInputKind, ProtectionDomain, Psn, QpAttrMask,
+    QpCapabilities, QpInitAttr, QpType, Qpn, QueuePair, Rc, ReceiveReady, RecvBufferList, RecvWr,
+    RecvWrList, RemoteAddr, Rtr, Rts, SendFlags, SendOp, SendWr, SendWrList, Sge,
+    SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdToInitAttr,
+    VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 
@@ -107,7 +107,7 @@ fn ud_up<'a>(
 
 /// Asserts that a buffer of `pool` posted as a receive on `qp` and on `srq`, alone and in a
 /// list, is refused (as `refused` checks) before the provider, the list keeping it.
-fn assert_receives_refused<'a, S: ReceiveReady, T: QpType>(
+fn assert_receives_refused<'a, S: ReceiveReady, T: HasReceiveQueue>(
     qp: &QueuePair<'a, S, T>,
     srq: &SharedReceiveQueue<'a>,
     pool: &'a BufferPool<'a>,

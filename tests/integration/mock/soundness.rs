@@ -21,11 +21,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rdma_verbs::{
     AccessFlags, AddressHandle, AddressVector, BufferPool, CompletionQueue, Connected, Context,
-    Endpoint, GlobalRoute, Mtu, MwBind, MwType, ProtectionDomain, Psn, QpCapabilities, QpInitAttr,
-    QpType, Qpn, QueuePair, RKey, Rc, RecvBufferList, RegisterOptions, RemoteAddr,
-    RemoteWritableRegion, Reset, Rts, SendBufferList, SendFlags, SendOp, SendWr, SendWrList,
-    SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination, UdSend,
-    UdToInitAttr, VerbsPath, WorkCompletion,
+    Endpoint, GlobalRoute, HasReceiveQueue, Mtu, MwBind, MwType, ProtectionDomain, Psn,
+    QpCapabilities, QpInitAttr, Qpn, QueuePair, RKey, Rc, RecvBufferList, RegisterOptions,
+    RemoteAddr, RemoteWritableRegion, Reset, Rts, SendBufferList, SendFlags, SendOp, SendWr,
+    SendWrList, SharedReceiveQueue, ToInitAttr, ToRtrAttr, ToRtsAttr, Uc, Ud, UdDestination,
+    UdSend, UdToInitAttr, VerbsPath, WorkCompletion,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Mock, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -240,7 +240,7 @@ impl<'a, 's> Parts<'a, 's> {
         qp.into_rtr().ok()?.into_rts(Psn::new(0).unwrap()).ok()
     }
 
-    fn create<T: QpType>(&self, srq: bool) -> QueuePair<'a, Reset, T> {
+    fn create<T: HasReceiveQueue>(&self, srq: bool) -> QueuePair<'a, Reset, T> {
         self.pd.create_qp::<T>(&self.attr(srq)).unwrap()
     }
 
