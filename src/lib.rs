@@ -258,6 +258,7 @@ pub use buffer::ListOp;
 pub use buffer::PostError;
 pub use buffer::RecvBufferList;
 pub use buffer::SendBufferList;
+pub use buffer::ToXrcSrq;
 pub use buffer::UdSend;
 pub use channel::CompletionChannel;
 pub use context::Context;

@@ -1,6 +1,7 @@
 //! What a [`SendBufferList`](super::SendBufferList) entry asks of the send queue.
 
 use crate::ah::UdDestination;
+use crate::endpoint::SrqNum;
 use crate::error::{Error, InvalidInputKind, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::SendOp;
@@ -14,8 +15,20 @@ pub struct UdSend<'p> {
     pub imm: Option<u32>,
 }
 
+/// A buffer-tier send of an XRC initiator ([`XrcSend`](crate::XrcSend)): the operation, and
+/// the number of the peer's XRC SRQ its message goes to
+/// ([`QueuePair::post_send_buffer_to_srq`](crate::QueuePair::post_send_buffer_to_srq)).
+#[derive(Clone, Copy, Debug)]
+pub struct ToXrcSrq {
+    /// The operation (RDMA READ and atomics are refused, as on UC).
+    pub op: SendOp,
+    /// The peer's XRC SRQ ([`XrcSrq::srq_num`](crate::XrcSrq::srq_num)).
+    pub srqn: SrqNum,
+}
+
 /// What a [`SendBufferList`](super::SendBufferList) entry asks of the send queue: a [`SendOp`] on a connected QP (RC, UC),
-/// or a [`UdSend`] on a UD QP. Sealed: the list posts only what these two describe.
+/// or a [`UdSend`] on a UD QP; and what a single buffer-tier send of an XRC initiator asks, a
+/// [`ToXrcSrq`]. Sealed: the tier posts only what these describe.
 pub trait ListOp<'p>: Copy + sealed::Sealed {
     /// The operation, and the destination of a UD datagram.
     #[doc(hidden)]
@@ -26,12 +39,19 @@ pub trait ListOp<'p>: Copy + sealed::Sealed {
     fn check_pd(self, _pd: &ProtectionDomain<'_>) -> Result<()> {
         Ok(())
     }
+    /// The remote XRC SRQ of an XRC initiator's WR.
+    #[doc(hidden)]
+    #[inline]
+    fn xrc_srqn(self) -> Option<SrqNum> {
+        None
+    }
 }
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::SendOp {}
     impl Sealed for super::UdSend<'_> {}
+    impl Sealed for super::ToXrcSrq {}
 }
 
 impl<'p> ListOp<'p> for SendOp {
@@ -60,5 +80,17 @@ impl<'p> ListOp<'p> for UdSend<'p> {
              the UD QP it is posted on: create the AH with the QP's PD"
                 .into(),
         ))
+    }
+}
+
+impl<'p> ListOp<'p> for ToXrcSrq {
+    #[inline]
+    fn parts(self) -> (SendOp, Option<UdDestination<'p>>) {
+        (self.op, None)
+    }
+
+    #[inline]
+    fn xrc_srqn(self) -> Option<SrqNum> {
+        Some(self.srqn)
     }
 }

@@ -58,7 +58,7 @@ mod receive;
 mod recv_list;
 mod send_list;
 
-pub use list_op::{ListOp, UdSend};
+pub use list_op::{ListOp, ToXrcSrq, UdSend};
 pub use pool::{Buffer, BufferPool};
 pub use post::PostError;
 pub(crate) use receive::{post_receive, ReceiveQueue};

@@ -2,15 +2,15 @@
 
 use std::mem::ManuallyDrop;
 
-use super::list_op::{ListOp, UdSend};
+use super::list_op::{ListOp, ToXrcSrq, UdSend};
 use super::pool::{Buffer, UNCHAINED};
 use super::send_list::{OpenChain, SendBufferList};
 use crate::ah::UdDestination;
 use crate::error::{Error, InvalidInputKind, PostListError, Result};
 use crate::pd::ProtectionDomain;
-use crate::qp::{Connected, Datagram, HasSendQueue, QueuePair, Rts};
+use crate::qp::{Connected, Datagram, HasSendQueue, QueuePair, Rts, XrcSend};
 use crate::try_twin::try_twin;
-use crate::wr::{LKey, SendFlags, SendOp, Sge};
+use crate::wr::{LKey, SendFlags, SendOp, SendWr, Sge};
 
 /// A failed post that hands the buffer back, to retry or reuse: the error of the `try_`
 /// posts ([`QueuePair::try_post_send_buffer`], …; see [`Error`] for why their plain twins
@@ -253,6 +253,40 @@ impl<'res, T: Datagram> QueuePair<'res, Rts, T> {
     }
 }
 
+impl<'res> QueuePair<'res, Rts, XrcSend> {
+    try_twin! {
+        /// `ibv_post_send(3)`—Posts `buffer` with `send.op`, signaled, to the peer's XRC SRQ
+        /// `send.srqn` (a SEND lands in that SRQ's receives): [`QueuePair::post_send_buffer`]
+        /// of an XRC initiator. The buffer comes back from
+        /// [`BufferPool::complete`](super::BufferPool::complete) with its completion.
+        ///
+        /// # Errors
+        ///
+        /// As [`QueuePair::post_send_buffer`] (RDMA READ and atomics are refused).
+        /// [`try_post_send_buffer_to_srq`](Self::try_post_send_buffer_to_srq) hands the buffer
+        /// back.
+        #[doc(alias = "ibv_post_send")]
+        pub fn post_send_buffer_to_srq / try_post_send_buffer_to_srq<'p>(
+            &self,
+            buffer: Buffer<'p>,
+            send: ToXrcSrq,
+        ) -> Result<(), PostError<'p>>
+        where 'p: 'res
+        try:
+        /// [`post_send_buffer_to_srq`](Self::post_send_buffer_to_srq), handing the buffer back
+        /// on failure.
+        ///
+        /// # Errors
+        ///
+        /// [`PostError`] with the buffer, unchanged, and the error of
+        /// [`post_send_buffer_to_srq`](Self::post_send_buffer_to_srq).
+        #[doc(alias = "ibv_post_send")]
+        {
+            self.post_buffer(buffer, send)
+        }
+    }
+}
+
 impl<'res, T: HasSendQueue> QueuePair<'res, Rts, T> {
     /// One buffer with `op`, signaled: the path of every single-buffer send.
     #[inline(always)]
@@ -319,6 +353,13 @@ impl<'res, T: HasSendQueue> QueuePair<'res, Rts, T> {
         let wr_id = buffer.mark_launched(len, !signaled, before, self.send_credits());
         let flags = send_flags(signaled, inline);
         let sge = (len != 0).then_some(&sge);
+        if let Some(srqn) = op.xrc_srqn() {
+            // An XRC initiator has no extended view: its WRs go through `ibv_post_send`.
+            let sges = sge.map_or(&[][..], std::slice::from_ref);
+            let wr = SendWr::of_len(wr_id, sges, len.into(), send_op, flags, None);
+            // SAFETY: as below.
+            return unsafe { self.post_one(&mut wr.to_xrc_srq(srqn)) };
+        }
         // SAFETY: the caller's guarantees for the chunk; an inline SGE holds the chunk's CPU
         // address, any other its IOVA in the pool's region; `wr_id` is the tier's own.
         unsafe { self.post_parts(wr_id, sge, len.into(), send_op, flags, dest.as_ref()) }

@@ -3,9 +3,9 @@
 
 use rdma_verbs::{
     AccessFlags, BufferPool, CompletionQueue, Endpoint, InvalidInputKind, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpInitAttr, Qpn, QueuePair, QueuePairState, Rtr, Rts, SendFlags, SendWr,
-    SrqNum, ToInitAttr, ToRtrAttr, ToRtsAttr, WcOpcode, WcStatus, WorkCompletion, XrcDomain,
-    XrcRecv, XrcSend,
+    ProtectionDomain, Psn, QpInitAttr, Qpn, QueuePair, QueuePairState, Rtr, Rts, SendFlags, SendOp,
+    SendWr, SrqNum, ToInitAttr, ToRtrAttr, ToRtsAttr, ToXrcSrq, WcOpcode, WcStatus, WorkCompletion,
+    XrcDomain, XrcRecv, XrcSend,
 };
 use rdma_verbs_mock::{Call, ContextConfig, Optional, Verb};
 use rdma_verbs_sys as sys;
@@ -87,6 +87,38 @@ fn a_send_lands_in_the_xrc_srq_it_names_and_completes_on_that_srqs_cq() {
     let received = recv_cq.poll(&mut wcs).unwrap();
     assert_eq!((received.len(), received[0].byte_len()), (1, 2));
     drop(pool.complete(&mut received[0]).unwrap());
+    assert!(f.mock.take_violations().is_empty());
+}
+
+#[test]
+fn a_buffer_sent_to_an_xrc_srq_comes_back_with_its_completion() {
+    let f = Fixture::with(Optional::ALL, with_xrc());
+    let (pd, cq) = f.pd_and_cq(64);
+    let pool = BufferPool::new(pd.register(4 * 64, AccessFlags::LOCAL_WRITE).unwrap(), 64).unwrap();
+    let xrcd = f.ctx.open_xrcd().unwrap();
+    let srq = xrcd.create_srq(&pd, &cq, 16, 1).unwrap();
+    srq.post_recv_buffer(pool.take().unwrap()).unwrap();
+    let (send, recv) = connected(&f, &pd, &xrcd, &cq);
+    let mut buffer = pool.take().unwrap();
+    buffer.fill(b"by the buffer tier").unwrap();
+    let to = ToXrcSrq { op: SendOp::Send, srqn: srq.srq_num() };
+    send.post_send_buffer_to_srq(buffer, to).unwrap();
+
+    let mut wcs = [WorkCompletion::EMPTY; 4];
+    let polled = cq.poll(&mut wcs).unwrap();
+    assert_eq!(polled.len(), 2, "the SEND's and the receive's");
+    let mut payload = Vec::new();
+    for wc in polled.iter_mut() {
+        assert_eq!(wc.status(), WcStatus::SUCCESS);
+        let buffer = pool.complete(wc).expect("each buffer with its own completion");
+        if wc.opcode() == WcOpcode::RECV {
+            assert_eq!(wc.qp_num(), recv.qp_num());
+            payload = buffer.as_slice()[..wc.byte_len() as usize].to_vec();
+        }
+    }
+    assert_eq!(payload, b"by the buffer tier");
+    let back: Vec<_> = std::iter::from_fn(|| pool.take()).collect();
+    assert_eq!(back.len(), 4, "every buffer back");
     assert!(f.mock.take_violations().is_empty());
 }
 
