@@ -121,6 +121,7 @@
 //! | thread and parent domains ([`ThreadDomain`], [`ParentDomain`]) | allocation, deallocation in order (a leaked parent domain keeps its TD), each refusal; no QPs or CQs on them yet | `Unsupported` | hardware-unverified |
 //! | DMA handles ([`DmaHandle`], [`RegisterOptions`], rdma-core v59) | allocation with mlx5's rules, registration through `ibv_reg_mr_ex` with the handle borrowed, deallocation in order; `Unsupported` before v59 and on the provider's `EOPNOTSUPP` | rxe: `Unsupported` on rdma-core 44 and 65.0 | hardware-unverified |
 //! | import of a device, PD and MR from another process ([`Context::import`]) | import by command fd and handles, unimport (never dealloc) of what was imported, the exporter's PD busy meanwhile; `Unsupported` before v31 and per provider | rxe, siw: `Unsupported` | hardware-unverified |
+//! | XRC ([`XrcDomain`], [`XrcSrq`], [`XrcSend`], [`XrcRecv`]) | an initiator's SEND delivered into the XRC SRQ it names, on both tiers; each verb's arguments; wrong SRQ numbers; devices without XRC; refusals; the missing queues by `compile_fail` doctests | rxe: `Unsupported` | test written and `#[ignore]`d |
 //! | a route's static rate ([`StaticRate`]) | the rate reaches `ah_attr.static_rate` at RTR | rxe: taken (it does not pace by it) | hardware-unverified |
 //!
 //! # Crate features
