@@ -385,7 +385,7 @@ pub fn check_limits(ctx: &Context, mode: Mode, args: &Args) -> Result<(), Error>
 
 /// The TCP channel to the peer, with the parameters both sides must share agreed. With a list
 /// of devices (`share`), the first device's channel agrees on them first; the others open
-/// theirs only then (the server listens on all of them from the start, see [`devices::run`]).
+/// theirs only then (the server listens on all of them from the start, see `devices::run`).
 pub fn open_control(
     mode: Mode,
     args: &Args,
