@@ -57,6 +57,31 @@ fn ah<'a>(fx: &Fixture, pd: &'a ProtectionDomain<'a>) -> AddressHandle<'a> {
         .unwrap()
 }
 
+/// The buffers (256 bytes each) and the address handle of the SRD tests' SENDs.
+fn pool_and_ah<'a>(
+    fx: &Fixture,
+    pd: &'a ProtectionDomain<'a>,
+) -> (BufferPool<'a>, AddressHandle<'a>) {
+    let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
+    (pool, ah(fx, pd))
+}
+
+/// A SEND of `bytes` (and `imm`) from `a` to `b`, addressed through `ah`, from a buffer of
+/// `pool`.
+fn send<'a>(
+    a: &QueuePair<'a, Rts, Srd>,
+    b: &QueuePair<'a, Rts, Srd>,
+    ah: &'a AddressHandle<'a>,
+    pool: &'a BufferPool<'a>,
+    bytes: &[u8],
+    imm: Option<u32>,
+) {
+    let mut buf = pool.take().unwrap();
+    buf.fill(bytes).unwrap();
+    let to_b = UdDestination { ah, qpn: b.qp_num(), qkey: QKEY };
+    a.post_send_buffer_to(buf, &to_b, imm).unwrap();
+}
+
 #[test]
 fn the_gate_reports_the_efa_attributes_and_capabilities() {
     let mut config = EfaConfig::default();
@@ -165,14 +190,10 @@ fn srd_sends_are_addressed_and_arrive_without_a_grh() {
     let efa = gate(&fx).unwrap();
     let (pd, cq) = fx.pd_and_cq(64);
     // The pool and the AH outlive the QPs that use them.
-    let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
-    let ah = ah(&fx, &pd);
+    let (pool, ah) = pool_and_ah(&fx, &pd);
     let (a, b) = (srd_up(&efa, &pd, &cq), srd_up(&efa, &pd, &cq));
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
-    let mut buf = pool.take().unwrap();
-    buf.fill(b"srd datagram").unwrap();
-    let to_b = UdDestination { ah: &ah, qpn: b.qp_num(), qkey: QKEY };
-    a.post_send_buffer_to(buf, &to_b, Some(7)).unwrap();
+    send(&a, &b, &ah, &pool, b"srd datagram", Some(7));
     let mut wcs = [WorkCompletion::EMPTY; 4];
     let mut received = None;
     for wc in cq.poll(&mut wcs).unwrap() {
@@ -202,13 +223,9 @@ fn an_srd_send_waits_for_a_receive() {
     let fx = fixture(EfaConfig::default());
     let efa = gate(&fx).unwrap();
     let (pd, cq) = fx.pd_and_cq(64);
-    let pool = BufferPool::new(pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap(), 256).unwrap();
-    let ah = ah(&fx, &pd);
+    let (pool, ah) = pool_and_ah(&fx, &pd);
     let (a, b) = (srd_up(&efa, &pd, &cq), srd_up(&efa, &pd, &cq));
-    let mut buf = pool.take().unwrap();
-    buf.fill(b"early").unwrap();
-    let to_b = UdDestination { ah: &ah, qpn: b.qp_num(), qkey: QKEY };
-    a.post_send_buffer_to(buf, &to_b, None).unwrap();
+    send(&a, &b, &ah, &pool, b"early", None);
     let mut wcs = [WorkCompletion::EMPTY; 4];
     assert!(cq.poll(&mut wcs).unwrap().is_empty(), "nothing completes before the receive");
     b.post_recv_buffer(pool.take().unwrap()).unwrap();
